@@ -1,0 +1,13 @@
+//! Native core of the sidecar: tokenization, chat templates, incremental decoding, parsers and
+//! block hashing, behind a C ABI that Python loads through cffi.
+//!
+//! Capability modules (`tokenizer`, ...) are plain Rust: `&str` and `&[u32]` in, `Result<T, Error>`
+//! out, no FFI types. Every `extern "C"` export and every `unsafe` block lives in [`ffi`].
+
+#![deny(unsafe_code)]
+
+pub mod error;
+pub mod ffi;
+pub mod tokenizer;
+
+pub use error::{Error, ErrorKind, Result};

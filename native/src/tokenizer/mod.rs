@@ -1,0 +1,411 @@
+//! Tokenization: text to token ids and back, identical to Hugging Face `tokenizers`.
+//!
+//! A [`Tokenizer`] always holds a `tokenizers` crate tokenizer, which is the reference: it computes
+//! offsets and token strings, decodes, and encodes whenever the fast encoder is not proven exact.
+//! Where the `fastokens` encoder loads the same `tokenizer.json` and agrees with `tokenizers` on a
+//! probe corpus at load time (see [`fast`]), id-only encodes go through it instead. The choice is
+//! made once per model and reported by [`Tokenizer::encoder`].
+//!
+//! A `Tokenizer` is immutable after loading, `Send + Sync`, and shared by every thread.
+
+mod fast;
+mod load;
+mod tiktoken;
+
+use std::time::Instant;
+
+use rayon::prelude::*;
+use tokenizers::TruncationDirection;
+
+use crate::error::{Error, ErrorKind, Result};
+
+pub use load::TokenizerFormat;
+
+/// Which end of a too-long encoding is cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TruncationSide {
+    /// Keep the first tokens.
+    #[default]
+    Right,
+    /// Keep the last tokens.
+    Left,
+}
+
+/// How to encode one text.
+#[derive(Debug, Clone, Default)]
+pub struct EncodeOptions {
+    /// Let the post-processor add its special tokens (BOS/EOS), as `encode(add_special_tokens=True)`.
+    pub add_special_tokens: bool,
+    /// Compute [start, end) character offsets.
+    pub return_offsets: bool,
+    /// Compute token strings.
+    pub return_tokens: bool,
+    /// At most this many tokens, special tokens included.
+    pub max_length: Option<usize>,
+    /// Which end truncation cuts.
+    pub truncation_side: TruncationSide,
+    /// Give up (with [`ErrorKind::DeadlineExceeded`]) when a batch is still running at this instant.
+    pub deadline: Option<Instant>,
+}
+
+/// The encoding of one text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Encoded {
+    /// Token ids.
+    pub ids: Vec<u32>,
+    /// Flattened [start, end) character offsets (two per token) when asked for, else empty.
+    pub offsets: Vec<u32>,
+    /// Token strings when asked for, else empty.
+    pub tokens: Vec<String>,
+    /// Whether `max_length` cut tokens off.
+    pub truncated: bool,
+}
+
+/// An added (or special) token of the vocabulary.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AddedToken {
+    /// Token id.
+    pub id: u32,
+    /// Token text.
+    pub content: String,
+    /// Whether the token is special (dropped by `skip_special_tokens`).
+    pub special: bool,
+}
+
+/// A loaded tokenizer (see the module docs).
+pub struct Tokenizer {
+    hf: tokenizers::Tokenizer,
+    fast: Option<fastokens::Tokenizer>,
+    /// Why `fast` is `None`, for `ListModels` and logs.
+    fast_rejection: Option<String>,
+    format: TokenizerFormat,
+    /// Ids the post-processor puts before and after a single sequence when adding special tokens.
+    special_prefix: Vec<u32>,
+    special_suffix: Vec<u32>,
+    /// `known_ids[id]` is true when `id` has a vocabulary entry (ids can have holes).
+    known_ids: Vec<bool>,
+    added_tokens: Vec<AddedToken>,
+}
+
+/// Batches whose total text is smaller than this are encoded on the calling thread: splitting them
+/// over threads costs more than it saves.
+const PARALLEL_BATCH_MIN_BYTES: usize = 32 * 1024;
+
+impl Tokenizer {
+    /// Loads the tokenizer of a Hugging Face model directory: `tokenizer.json`, or a tiktoken file
+    /// (`*.tiktoken`, `tiktoken.model`) with its special tokens from `tokenizer_config.json`.
+    pub fn from_dir(dir: &std::path::Path) -> Result<Self> {
+        let (json, format) = load::tokenizer_json_from_dir(dir)?;
+        Self::from_json_text(&json, format)
+    }
+
+    /// Builds a tokenizer from `tokenizer.json` text.
+    pub fn from_json_text(json: &str, format: TokenizerFormat) -> Result<Self> {
+        let mut hf = tokenizers::Tokenizer::from_bytes(json.as_bytes()).map_err(|e| {
+            Error::failed_precondition(format!("tokenizer.json could not be loaded: {e}"))
+        })?;
+        // transformers (and so vLLM) never applies the truncation or padding saved in
+        // tokenizer.json; requests say what they want.
+        hf.with_truncation(None)
+            .map_err(|e| Error::internal(format!("clearing truncation: {e}")))?;
+        hf.with_padding(None);
+
+        let (special_prefix, special_suffix) = special_affixes(&hf)?;
+        let known_ids = known_id_table(&hf);
+        let mut added_tokens: Vec<AddedToken> = hf
+            .get_added_tokens_decoder()
+            .into_iter()
+            .map(|(id, t)| AddedToken { id, content: t.content, special: t.special })
+            .collect();
+        added_tokens.sort_by_key(|t| t.id);
+
+        let mut tokenizer = Tokenizer {
+            hf,
+            fast: None,
+            fast_rejection: None,
+            format,
+            special_prefix,
+            special_suffix,
+            known_ids,
+            added_tokens,
+        };
+        match fast::load_if_exact(json, &tokenizer) {
+            Ok(fast) => tokenizer.fast = Some(fast),
+            Err(reason) => tokenizer.fast_rejection = Some(reason),
+        }
+        Ok(tokenizer)
+    }
+
+    /// The encoder id-only encodes use: `"fastokens"` or `"tokenizers"`.
+    pub fn encoder(&self) -> &'static str {
+        if self.fast.is_some() {
+            "fastokens"
+        } else {
+            "tokenizers"
+        }
+    }
+
+    /// Why the fast encoder is not used, if it is not.
+    pub fn fast_rejection(&self) -> Option<&str> {
+        self.fast_rejection.as_deref()
+    }
+
+    /// Where the tokenizer came from.
+    pub fn format(&self) -> TokenizerFormat {
+        self.format
+    }
+
+    /// Vocabulary size including added tokens (one more than the largest id).
+    pub fn vocab_size(&self) -> usize {
+        self.known_ids.len()
+    }
+
+    /// The added tokens, by id.
+    pub fn added_tokens(&self) -> &[AddedToken] {
+        &self.added_tokens
+    }
+
+    /// The id of a token string, if the vocabulary has it.
+    pub fn token_to_id(&self, token: &str) -> Option<u32> {
+        self.hf.token_to_id(token)
+    }
+
+    /// The vocabulary string of an id, if the vocabulary has it.
+    pub fn id_to_token(&self, id: u32) -> Option<String> {
+        self.hf.id_to_token(id)
+    }
+
+    /// The underlying `tokenizers` tokenizer (decoding state machines build on it).
+    pub fn hf(&self) -> &tokenizers::Tokenizer {
+        &self.hf
+    }
+
+    /// How many tokens the post-processor adds to one sequence when asked to.
+    pub fn num_special_tokens_to_add(&self) -> usize {
+        self.special_prefix.len() + self.special_suffix.len()
+    }
+
+    /// Encodes one text.
+    pub fn encode(&self, text: &str, opts: &EncodeOptions) -> Result<Encoded> {
+        let n_added = if opts.add_special_tokens { self.num_special_tokens_to_add() } else { 0 };
+        let limit = match opts.max_length {
+            Some(max) if max < n_added => {
+                return Err(Error::invalid_argument(format!(
+                    "max_length: {max} is smaller than the {n_added} special tokens the \
+                     tokenizer adds; raise it or set add_special_tokens = false"
+                )))
+            }
+            Some(max) => Some(max - n_added),
+            None => None,
+        };
+        match &self.fast {
+            Some(fast) if !opts.return_offsets && !opts.return_tokens => {
+                self.encode_fast(fast, text, opts, limit)
+            }
+            _ => self.encode_reference(text, opts, limit),
+        }
+    }
+
+    fn encode_fast(
+        &self,
+        fast: &fastokens::Tokenizer,
+        text: &str,
+        opts: &EncodeOptions,
+        limit: Option<usize>,
+    ) -> Result<Encoded> {
+        let mut raw = fast
+            .encode_with_special_tokens(text, false)
+            .map_err(|e| Error::internal(format!("fast encoder failed: {e}")))?;
+        let truncated = truncate_ids(&mut raw, limit, opts.truncation_side);
+        let ids = if opts.add_special_tokens && self.num_special_tokens_to_add() > 0 {
+            let mut ids = Vec::with_capacity(raw.len() + self.num_special_tokens_to_add());
+            ids.extend_from_slice(&self.special_prefix);
+            ids.extend_from_slice(&raw);
+            ids.extend_from_slice(&self.special_suffix);
+            ids
+        } else {
+            raw
+        };
+        Ok(Encoded { ids, truncated, ..Encoded::default() })
+    }
+
+    /// The `tokenizers` crate path: exact by construction, with offsets and token strings.
+    fn encode_reference(
+        &self,
+        text: &str,
+        opts: &EncodeOptions,
+        limit: Option<usize>,
+    ) -> Result<Encoded> {
+        let mut enc = self
+            .hf
+            .encode_char_offsets(text, false)
+            .map_err(|e| Error::internal(format!("encoder failed: {e}")))?;
+        let mut truncated = false;
+        if let Some(limit) = limit {
+            if enc.len() > limit {
+                let direction = match opts.truncation_side {
+                    TruncationSide::Right => TruncationDirection::Right,
+                    TruncationSide::Left => TruncationDirection::Left,
+                };
+                enc.truncate(limit, 0, direction);
+                truncated = true;
+            }
+        }
+        if opts.add_special_tokens {
+            enc = self
+                .hf
+                .post_process(enc, None, true)
+                .map_err(|e| Error::internal(format!("post-processor failed: {e}")))?;
+        }
+        let mut out = Encoded { ids: enc.get_ids().to_vec(), truncated, ..Encoded::default() };
+        if opts.return_offsets {
+            out.offsets = enc
+                .get_offsets()
+                .iter()
+                .flat_map(|&(start, end)| [start as u32, end as u32])
+                .collect();
+        }
+        if opts.return_tokens {
+            out.tokens = enc.get_tokens().to_vec();
+        }
+        Ok(out)
+    }
+
+    /// Encodes a batch; large batches are spread over threads. An error names the text's index.
+    pub fn encode_batch<S: AsRef<str> + Sync>(
+        &self,
+        texts: &[S],
+        opts: &EncodeOptions,
+    ) -> Result<Vec<Encoded>> {
+        let one = |(i, text): (usize, &S)| -> Result<Encoded> {
+            check_deadline(opts.deadline)?;
+            self.encode(text.as_ref(), opts).map_err(|e| {
+                // max_length errors are about the request, not one text.
+                if e.message().starts_with("max_length") {
+                    e
+                } else {
+                    e.context(format_args!("texts[{i}]"))
+                }
+            })
+        };
+        let total: usize = texts.iter().map(|t| t.as_ref().len()).sum();
+        if texts.len() > 1 && total >= PARALLEL_BATCH_MIN_BYTES {
+            texts.par_iter().enumerate().map(one).collect()
+        } else {
+            texts.iter().enumerate().map(one).collect()
+        }
+    }
+
+    /// Checks that every id has a vocabulary entry; the error names the position.
+    pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        for (pos, &id) in ids.iter().enumerate() {
+            if !self.is_known_id(id) {
+                return Err(Error::invalid_argument(format!(
+                    "token_ids[{pos}]: id {id} is not in the vocabulary (size {})",
+                    self.vocab_size()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `id` has a vocabulary entry.
+    pub fn is_known_id(&self, id: u32) -> bool {
+        self.known_ids.get(id as usize).copied().unwrap_or(false)
+    }
+
+    /// Decodes ids to text as Hugging Face `decode` does. Unknown ids are an error.
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.check_ids(ids)?;
+        self.hf
+            .decode(ids, skip_special_tokens)
+            .map_err(|e| Error::internal(format!("decoder failed: {e}")))
+    }
+
+    /// Decodes a batch; an error names the sequence and position.
+    pub fn decode_batch<S: AsRef<[u32]> + Sync>(
+        &self,
+        seqs: &[S],
+        skip_special_tokens: bool,
+        deadline: Option<Instant>,
+    ) -> Result<Vec<String>> {
+        let one = |(i, ids): (usize, &S)| -> Result<String> {
+            check_deadline(deadline)?;
+            self.decode(ids.as_ref(), skip_special_tokens)
+                .map_err(|e| e.context(format_args!("sequences[{i}]")))
+        };
+        let total: usize = seqs.iter().map(|s| s.as_ref().len()).sum();
+        if seqs.len() > 1 && total >= PARALLEL_BATCH_MIN_BYTES / 4 {
+            seqs.par_iter().enumerate().map(one).collect()
+        } else {
+            seqs.iter().enumerate().map(one).collect()
+        }
+    }
+}
+
+fn check_deadline(deadline: Option<Instant>) -> Result<()> {
+    match deadline {
+        Some(d) if Instant::now() >= d => {
+            Err(Error::new(ErrorKind::DeadlineExceeded, "the request's deadline passed"))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Cuts `ids` to `limit` from `side`; returns whether anything was cut.
+fn truncate_ids(ids: &mut Vec<u32>, limit: Option<usize>, side: TruncationSide) -> bool {
+    match limit {
+        Some(limit) if ids.len() > limit => {
+            match side {
+                TruncationSide::Right => ids.truncate(limit),
+                TruncationSide::Left => {
+                    ids.drain(..ids.len() - limit);
+                }
+            }
+            true
+        }
+        _ => false,
+    }
+}
+
+/// Finds what the post-processor adds around a single sequence, by post-processing a one-token
+/// encoding with a sentinel id no vocabulary uses and seeing where the sentinel lands.
+fn special_affixes(hf: &tokenizers::Tokenizer) -> Result<(Vec<u32>, Vec<u32>)> {
+    const SENTINEL: u32 = u32::MAX;
+    let probe = tokenizers::Encoding::new(
+        vec![SENTINEL],
+        vec![0],
+        vec![String::new()],
+        vec![None],
+        vec![(0, 0)],
+        vec![0],
+        vec![1],
+        vec![],
+        Default::default(),
+    );
+    let processed = hf
+        .post_process(probe, None, true)
+        .map_err(|e| Error::failed_precondition(format!("post-processor failed: {e}")))?;
+    let ids = processed.get_ids();
+    let positions: Vec<usize> =
+        ids.iter().enumerate().filter(|(_, &id)| id == SENTINEL).map(|(i, _)| i).collect();
+    match positions.as_slice() {
+        [pos] => Ok((ids[..*pos].to_vec(), ids[pos + 1..].to_vec())),
+        _ => Err(Error::failed_precondition(
+            "the post-processor does not wrap a single sequence in fixed special tokens",
+        )),
+    }
+}
+
+fn known_id_table(hf: &tokenizers::Tokenizer) -> Vec<bool> {
+    let vocab = hf.get_vocab(true);
+    let size = vocab.values().copied().max().map(|m| m as usize + 1).unwrap_or(0);
+    let mut known = vec![false; size];
+    for id in vocab.into_values() {
+        known[id as usize] = true;
+    }
+    known
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+"""The `sidecar` command: `serve` runs the server; `tokenize`, `detokenize` and `models` are a client
+for people at a terminal (human-readable by default, `--json` for scripts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+from typing import Sequence
+
+DEFAULT_TARGET = os.environ.get("SIDECAR_TARGET", "127.0.0.1:50051")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from sidecar import logs
+    from sidecar.config import ServerConfig
+    from sidecar.errors import SidecarError
+    from sidecar.registry import ModelSpec
+    from sidecar.server import serve
+
+    logs.configure(args.log_level)
+    try:
+        config = ServerConfig(
+            models=[ModelSpec.parse(m) for m in args.model],
+            backend=args.backend,
+            host=args.host,
+            port=None if args.port < 0 else args.port,
+            uds=args.uds,
+            metrics_port=args.metrics_port,
+            reflection=args.reflection,
+            allow_request_templates=args.allow_request_templates,
+            max_message_bytes=args.max_message_mb * 1024 * 1024,
+            workers=args.workers or (os.cpu_count() or 2),
+            max_queue=args.max_queue,
+            drain_seconds=args.drain_seconds,
+            log_level=args.log_level,
+        )
+        asyncio.run(serve(config))
+    except SidecarError as e:
+        print(f"sidecar: {e.message}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _stub(target: str):  # noqa: ANN202 - generated stub type
+    import grpc
+
+    from sidecar.v1 import preprocessor_pb2_grpc
+
+    channel = grpc.insecure_channel(target)
+    return preprocessor_pb2_grpc.PreprocessorStub(channel)
+
+
+def _call(fn, request, timeout: float):  # noqa: ANN001, ANN202
+    import grpc
+
+    try:
+        return fn(request, timeout=timeout)
+    except grpc.RpcError as e:
+        print(f"sidecar: {e.code().name}: {e.details()}", file=sys.stderr)
+        raise SystemExit(1) from None
+
+
+def _read_texts(texts: list[str]) -> list[str]:
+    if texts == ["-"] or not texts:
+        return [sys.stdin.read()]
+    return texts
+
+
+def _tokenize(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    request = pb.TokenizeRequest(
+        model=args.model,
+        texts=_read_texts(args.text),
+        add_special_tokens=not args.no_special_tokens,
+        return_offsets=args.offsets,
+        return_tokens=args.tokens,
+        max_length=args.max_length,
+    )
+    response = _call(_stub(args.target).Tokenize, request, args.timeout)
+    if args.json:
+        print(json_format.MessageToJson(response, preserving_proto_field_name=True))
+        return 0
+    for encoding in response.encodings:
+        print(" ".join(map(str, encoding.token_ids)))
+        if args.tokens:
+            print(" ".join(json.dumps(t, ensure_ascii=False) for t in encoding.tokens))
+        if args.offsets:
+            pairs = zip(encoding.offsets[::2], encoding.offsets[1::2])
+            print(" ".join(f"{a}:{b}" for a, b in pairs))
+        print(f"# {len(encoding.token_ids)} tokens{' (truncated)' if encoding.truncated else ''}", file=sys.stderr)
+    return 0
+
+
+def _detokenize(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    ids = [int(x) for part in args.ids for x in part.replace(",", " ").split()]
+    request = pb.DetokenizeRequest(
+        model=args.model, sequences=[pb.TokenIds(token_ids=ids)], skip_special_tokens=not args.keep_special_tokens
+    )
+    response = _call(_stub(args.target).Detokenize, request, args.timeout)
+    if args.json:
+        print(json_format.MessageToJson(response, preserving_proto_field_name=True))
+    else:
+        print(response.texts[0])
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    response = _call(_stub(args.target).ListModels, pb.ListModelsRequest(), args.timeout)
+    if args.json:
+        print(json_format.MessageToJson(response, preserving_proto_field_name=True))
+        return 0
+    for m in response.models:
+        print(f"{m.name}\t{m.fingerprint}\tvocab={m.vocab_size}\tencoder={m.encoder}\tbackend={m.backend}\t{m.source}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sidecar", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="run the gRPC server")
+    serve.add_argument("--model", action="append", default=[], metavar="NAME=DIR[,key=value]",
+                       help="host a model directory under NAME (repeatable); options: tool_parser=, "
+                            "reasoning_parser=. Without any, the embedded Qwen3 tokenizer and template are served as 'qwen3'")
+    serve.add_argument("--backend", choices=["native", "reference"], default="native",
+                       help="native: the Rust core (default); reference: pure Python on PyPI tokenizers")
+    serve.add_argument("--host", default="127.0.0.1", help="TCP listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=50051, help="TCP port; 0 = any free port, -1 = no TCP")
+    serve.add_argument("--uds", default=None, metavar="PATH", help="also listen on this Unix socket")
+    serve.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    serve.add_argument("--reflection", action="store_true", help="enable gRPC server reflection")
+    serve.add_argument("--allow-request-templates", action="store_true",
+                       help="let Render requests carry their own Jinja chat_template (templates are code)")
+    serve.add_argument("--max-message-mb", type=int, default=64, help="max gRPC message size, both ways")
+    serve.add_argument("--workers", type=int, default=0, help="native worker threads (default: CPU count)")
+    serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker")
+    serve.add_argument("--drain-seconds", type=float, default=10.0, help="grace period on SIGTERM")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    serve.set_defaults(func=_serve)
+
+    def client(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--target", default=DEFAULT_TARGET,
+                       help=f"server address: host:port or unix:/path (default {DEFAULT_TARGET}, env SIDECAR_TARGET)")
+        p.add_argument("--json", action="store_true", help="print the response as JSON")
+        p.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds")
+        return p
+
+    tok = client("tokenize", "tokenize text (arguments, or stdin with '-')")
+    tok.add_argument("--model", default="qwen3")
+    tok.add_argument("--no-special-tokens", action="store_true", help="add_special_tokens = false")
+    tok.add_argument("--offsets", action="store_true", help="also print character offsets")
+    tok.add_argument("--tokens", action="store_true", help="also print token strings")
+    tok.add_argument("--max-length", type=int, default=0)
+    tok.add_argument("text", nargs="*")
+    tok.set_defaults(func=_tokenize)
+
+    detok = client("detokenize", "turn token ids back into text")
+    detok.add_argument("--model", default="qwen3")
+    detok.add_argument("--keep-special-tokens", action="store_true", help="skip_special_tokens = false")
+    detok.add_argument("ids", nargs="+", help="token ids, space or comma separated")
+    detok.set_defaults(func=_detokenize)
+
+    models = client("models", "list the server's models")
+    models.set_defaults(func=_models)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)

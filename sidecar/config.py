@@ -1,0 +1,35 @@
+"""Server settings, from command-line flags (see `sidecar serve --help`)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+from sidecar.registry import ModelSpec
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """Everything `sidecar serve` can be told."""
+
+    models: list[ModelSpec] = field(default_factory=list)
+    backend: str = "native"
+    host: str = "127.0.0.1"
+    #: TCP port; 0 picks a free one (logged at startup), None disables TCP.
+    port: int | None = 50051
+    #: Unix socket path; None disables it.
+    uds: str | None = None
+    #: Prometheus /metrics port; 0 picks a free one, None disables it.
+    metrics_port: int | None = None
+    reflection: bool = False
+    allow_request_templates: bool = False
+    max_message_bytes: int = 64 * 1024 * 1024
+    #: Native worker threads; defaults to the CPU count.
+    workers: int = field(default_factory=lambda: os.cpu_count() or 2)
+    #: Large calls allowed to wait for a worker before new ones get RESOURCE_EXHAUSTED.
+    max_queue: int = 256
+    #: Calls with less input than this run inline on the event loop (a thread hop costs more).
+    inline_bytes: int = 16 * 1024
+    #: Seconds in-flight RPCs get to finish after SIGTERM.
+    drain_seconds: float = 10.0
+    log_level: str = "info"

@@ -1,0 +1,30 @@
+"""Structured JSON logs (structlog), one line per event, with the request id bound per call."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import structlog
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure(level: str = "info", stream=sys.stdout) -> None:  # noqa: ANN001 - a text stream
+    """JSON lines to `stream`; `level` is debug, info, warning or error."""
+    structlog.configure(
+        processors=[
+            structlog.contextvars.merge_contextvars,
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso", utc=True),
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.WriteLoggerFactory(file=stream),
+        cache_logger_on_first_use=True,
+    )
+
+
+def get_logger(name: str = "sidecar") -> structlog.typing.FilteringBoundLogger:
+    return structlog.get_logger(name)

@@ -1,0 +1,23 @@
+"""The native backend: idiomatic Python wrappers over the Rust core's C ABI.
+
+Every wrapper method makes one native call (with the GIL released by cffi), copies the results into
+Python objects and frees the native buffers in a `finally`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sidecar.native._ffi import LIBRARY_VERSION, NativeLibraryError, ffi, lib
+from sidecar.native.tokenizer import NativeTokenizer
+
+__all__ = ["LIBRARY_VERSION", "NativeBackend", "NativeLibraryError", "NativeTokenizer", "ffi", "lib"]
+
+
+class NativeBackend:
+    """Backend running every operation in the Rust core."""
+
+    name = "native"
+
+    def load_tokenizer(self, model_dir: Path) -> NativeTokenizer:
+        return NativeTokenizer.from_dir(model_dir)

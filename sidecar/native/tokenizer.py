@@ -1,0 +1,157 @@
+"""`NativeTokenizer`: the `sc_tokenizer` handle."""
+
+from __future__ import annotations
+
+import json
+from array import array
+from pathlib import Path
+from typing import Sequence
+
+from sidecar.backend import AddedToken, EncodeOptions, Encoding
+from sidecar.errors import InvalidArgument
+from sidecar.native._errors import raise_for_status
+from sidecar.native._ffi import ffi, lib
+
+
+def _timeout_us(timeout_s: float | None) -> int:
+    # 0 means "no deadline" to the native side, so a deadline already passed becomes 1 us.
+    if timeout_s is None:
+        return 0
+    return max(1, int(timeout_s * 1e6))
+
+
+def ids_array(ids: Sequence[int], field: str) -> array:
+    """Token ids as a C `uint32_t` array; an id outside 0..2^32-1 is InvalidArgument naming `field`."""
+    try:
+        return array("I", ids)
+    except (OverflowError, TypeError) as e:
+        raise InvalidArgument(f"{field}: token ids must be integers in [0, 2^32): {e}") from None
+
+
+class NativeTokenizer:
+    """A tokenizer loaded in the native core; immutable and safe to share between threads."""
+
+    def __init__(self, handle) -> None:  # noqa: ANN001 - cffi cdata
+        self._handle = ffi.gc(handle, lib.sc_tokenizer_free)
+        info = self._info()
+        self.encoder: str = info["encoder"]
+        self.fast_rejection: str | None = info["fast_rejection"]
+        self.format: str = info["format"]
+        self.vocab_size: int = info["vocab_size"]
+        self.num_special_tokens_to_add: int = info["num_special_tokens_to_add"]
+        self.added_tokens = [AddedToken(t["id"], t["content"], t["special"]) for t in info["added_tokens"]]
+
+    @classmethod
+    def from_dir(cls, model_dir: Path | str) -> NativeTokenizer:
+        """Loads `tokenizer.json` (or a tiktoken file) from a model directory."""
+        path = str(model_dir).encode()
+        out = ffi.new("sc_tokenizer **")
+        err = ffi.new("sc_error **")
+        status = lib.sc_tokenizer_new({"ptr": ffi.from_buffer("uint8_t[]", path), "len": len(path)}, out, err)
+        raise_for_status(status, err)
+        return cls(out[0])
+
+    @property
+    def handle(self):  # noqa: ANN201 - cffi cdata
+        """The raw `sc_tokenizer *` (for other native calls that take a tokenizer)."""
+        return self._handle
+
+    def close(self) -> None:
+        """Frees the native tokenizer now instead of at garbage collection."""
+        if self._handle is not None:
+            lib.sc_tokenizer_free(ffi.gc(self._handle, None))
+            self._handle = None
+
+    def _info(self) -> dict:
+        out = ffi.new("sc_bytes *")
+        err = ffi.new("sc_error **")
+        raise_for_status(lib.sc_tokenizer_info(self._handle, out, err), err)
+        try:
+            return json.loads(ffi.unpack(ffi.cast("char *", out.ptr), out.len))
+        finally:
+            lib.sc_bytes_free(out)
+
+    def encode_batch(self, texts: Sequence[str], opts: EncodeOptions) -> list[Encoding]:
+        count = len(texts)
+        raw = [t.encode("utf-8", "surrogatepass") for t in texts]
+        keep = [ffi.from_buffer("uint8_t[]", b) for b in raw]
+        items = ffi.new("sc_str[]", count)
+        for i, (b, buf) in enumerate(zip(raw, keep)):
+            items[i].ptr = buf
+            items[i].len = len(b)
+        options = ffi.new(
+            "sc_encode_options *",
+            {
+                "add_special_tokens": opts.add_special_tokens,
+                "return_offsets": opts.return_offsets,
+                "return_tokens": opts.return_tokens,
+                "truncate_left": opts.truncate_left,
+                "max_length": opts.max_length,
+                "timeout_us": _timeout_us(opts.timeout_s),
+            },
+        )
+        out = ffi.new("sc_encodings **")
+        err = ffi.new("sc_error **")
+        raise_for_status(lib.sc_tokenizer_encode_batch(self._handle, items, count, options, out, err), err)
+        enc = out[0]
+        try:
+            return _unpack_encodings(enc)
+        finally:
+            lib.sc_encodings_free(enc)
+
+    def decode_batch(
+        self, seqs: Sequence[Sequence[int]], skip_special_tokens: bool, timeout_s: float | None = None
+    ) -> list[str]:
+        count = len(seqs)
+        arrays = [ids_array(s, f"sequences[{i}]") for i, s in enumerate(seqs)]
+        keep = [ffi.from_buffer("uint32_t[]", a) if len(a) else ffi.NULL for a in arrays]
+        items = ffi.new("sc_ids[]", count)
+        for i, (arr, buf) in enumerate(zip(arrays, keep)):
+            items[i].ptr = buf
+            items[i].len = len(arr)
+        out = ffi.new("sc_texts **")
+        err = ffi.new("sc_error **")
+        status = lib.sc_tokenizer_decode_batch(
+            self._handle, items, count, skip_special_tokens, _timeout_us(timeout_s), out, err
+        )
+        raise_for_status(status, err)
+        texts = out[0]
+        try:
+            data = ffi.unpack(ffi.cast("char *", texts.data), texts.data_len) if texts.data_len else b""
+            lens = ffi.unpack(texts.lens, texts.count) if texts.count else []
+            result, pos = [], 0
+            for n in lens:
+                result.append(data[pos : pos + n].decode("utf-8"))
+                pos += n
+            return result
+        finally:
+            lib.sc_texts_free(texts)
+
+
+def _unpack_encodings(enc) -> list[Encoding]:  # noqa: ANN001 - cffi cdata
+    count = enc.count
+    if count == 0:
+        return []
+    ids = ffi.unpack(enc.ids, enc.ids_len) if enc.ids_len else []
+    lens = ffi.unpack(enc.lens, count)
+    truncated = ffi.unpack(enc.truncated, count)
+    offsets = ffi.unpack(enc.offsets, enc.offsets_len) if enc.offsets_len else None
+    token_lens = ffi.unpack(enc.token_lens, enc.token_lens_len) if enc.token_lens_len else None
+    token_bytes = ffi.unpack(ffi.cast("char *", enc.tokens), enc.tokens_len) if enc.tokens_len else b""
+    result: list[Encoding] = []
+    pos = 0
+    byte_pos = 0
+    for i in range(count):
+        n = lens[i]
+        e = Encoding(ids=ids[pos : pos + n] if count > 1 else ids, truncated=bool(truncated[i]))
+        if offsets is not None:
+            e.offsets = offsets[2 * pos : 2 * (pos + n)]
+        if token_lens is not None:
+            tokens = []
+            for k in token_lens[pos : pos + n]:
+                tokens.append(token_bytes[byte_pos : byte_pos + k].decode("utf-8"))
+                byte_pos += k
+            e.tokens = tokens
+        result.append(e)
+        pos += n
+    return result

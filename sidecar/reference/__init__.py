@@ -1,0 +1,23 @@
+"""The reference backend: the same operations in pure Python on the PyPI `tokenizers` package.
+
+It exists to be obviously right, not fast: the native backend must match it exactly, and the
+differential tests prove that on every model in `../shared/models`. Select it with
+`sidecar serve --backend reference`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sidecar.reference.tokenizer import ReferenceTokenizer
+
+__all__ = ["ReferenceBackend", "ReferenceTokenizer"]
+
+
+class ReferenceBackend:
+    """Backend running every operation in Python."""
+
+    name = "reference"
+
+    def load_tokenizer(self, model_dir: Path) -> ReferenceTokenizer:
+        return ReferenceTokenizer.from_dir(model_dir)

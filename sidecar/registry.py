@@ -1,0 +1,155 @@
+"""The models a server hosts: name -> loaded tokenizer, configuration and fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import lzma
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from sidecar.backend import Backend, Tokenizer
+from sidecar.errors import InvalidArgument, NotFound
+from sidecar.model_config import ModelConfig
+
+#: Name of the model served when no `--model` is given.
+EMBEDDED_MODEL_NAME = "qwen3"
+_EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded" / "qwen3"
+
+#: Options accepted after the directory in `--model NAME=DIR,key=value,...`.
+MODEL_OPTION_KEYS = ("tool_parser", "reasoning_parser")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A model to load: its name, its directory and per-model options."""
+
+    name: str
+    directory: Path
+    options: dict[str, str] = field(default_factory=dict)
+    source: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> ModelSpec:
+        """Parses `NAME=DIR[,key=value...]` (the `--model` flag)."""
+        name, sep, rest = text.partition("=")
+        if not sep or not name or not rest:
+            raise InvalidArgument(f"--model {text!r}: expected NAME=DIR[,key=value...]")
+        directory, *pairs = rest.split(",")
+        options = {}
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or key not in MODEL_OPTION_KEYS:
+                raise InvalidArgument(f"--model {text!r}: unknown option {pair!r}; known: {', '.join(MODEL_OPTION_KEYS)}")
+            options[key] = value
+        path = Path(directory).expanduser()
+        return cls(name, path, options, source=str(path))
+
+
+def embedded_spec() -> ModelSpec:
+    """The embedded Qwen3 tokenizer and template, unpacked once into the user cache."""
+    return ModelSpec(EMBEDDED_MODEL_NAME, materialize_embedded(), {}, source="embedded:qwen3")
+
+
+def materialize_embedded() -> Path:
+    """Decompresses the embedded model into a content-addressed cache directory (atomically)."""
+    packed = _EMBEDDED_DIR / "tokenizer.json.xz"
+    digest = hashlib.sha256(packed.read_bytes()).hexdigest()[:16]
+    cache_root = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "sidecar" / "embedded"
+    target = cache_root / f"qwen3-{digest}"
+    if (target / "tokenizer.json").is_file():
+        return target
+    cache_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix="qwen3-", dir=cache_root))
+    try:
+        (staging / "tokenizer.json").write_bytes(lzma.decompress(packed.read_bytes()))
+        for name in ("tokenizer_config.json", "chat_template.jinja", "LICENSE", "NOTICE"):
+            shutil.copyfile(_EMBEDDED_DIR / name, staging / name)
+        try:
+            staging.rename(target)
+        except OSError:
+            pass  # another process won the race; its copy is identical
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def compute_fingerprint(config: ModelConfig, defaults: dict[str, Any]) -> str:
+    """`sha256:` + digest over every output-relevant file and default.
+
+    The backend and the encoder are deliberately left out: both are held to identical outputs, so a
+    router on the native backend and an engine-side check on the reference backend agree.
+    """
+    h = hashlib.sha256(b"sidecar.v1\0")
+    for path in config.files:
+        h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    h.update(json.dumps(defaults, sort_keys=True).encode())
+    return "sha256:" + h.hexdigest()[:32]
+
+
+@dataclass
+class Model:
+    """A hosted model; its components are immutable and shared by all requests."""
+
+    name: str
+    source: str
+    config: ModelConfig
+    tokenizer: Tokenizer
+    backend: str
+    options: dict[str, str]
+    fingerprint: str
+    #: Components added by later capabilities (renderer, parser defaults) keyed by name.
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def stop_token_ids(self) -> list[int]:
+        ids: list[int] = []
+        by_content = {t.content: t.id for t in self.tokenizer.added_tokens}
+        eos = self.config.eos_token
+        if eos is not None and eos in by_content:
+            ids.append(by_content[eos])
+        ids.extend(i for i in self.config.generation_eos_ids if i not in ids)
+        return ids
+
+
+class ModelRegistry:
+    """Name -> Model. Loading happens at startup; lookups are lock-free reads."""
+
+    def __init__(self, backend: Backend) -> None:
+        self.backend = backend
+        self._models: dict[str, Model] = {}
+
+    def load(self, spec: ModelSpec) -> Model:
+        if spec.name in self._models:
+            raise InvalidArgument(f"--model: model name {spec.name!r} is registered twice")
+        config = ModelConfig.from_dir(spec.directory)
+        tokenizer = self.backend.load_tokenizer(spec.directory)
+        defaults = {"options": spec.options, "add_special_tokens": {"tokenize": True, "render": False}}
+        model = Model(
+            name=spec.name,
+            source=spec.source or str(spec.directory),
+            config=config,
+            tokenizer=tokenizer,
+            backend=self.backend.name,
+            options=dict(spec.options),
+            fingerprint=compute_fingerprint(config, defaults),
+        )
+        self._models[spec.name] = model
+        return model
+
+    def get(self, name: str) -> Model:
+        model = self._models.get(name)
+        if model is None:
+            hosted = ", ".join(sorted(self._models)) or "none"
+            raise NotFound(f"model: unknown model {name!r}; this server hosts: {hosted}")
+        return model
+
+    def __iter__(self) -> Iterator[Model]:
+        return iter(self._models.values())
+
+    def __len__(self) -> int:
+        return len(self._models)

@@ -1,0 +1,114 @@
+"""Shared fixtures: where the real models live, a cache of loaded tokenizers, a live server.
+
+Tests that need `../shared/models` skip with a clear reason on a fresh clone without it, and fail
+when `CI=true` (CI must have the data). Set SIDECAR_SHARED_MODELS to use another location.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_MODELS = Path(os.environ.get("SIDECAR_SHARED_MODELS", REPO.parent / "shared" / "models"))
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+#: Model folders of ../shared/models that have a tokenizer.
+TOKENIZER_MODELS = [
+    "qwen3", "qwen2.5", "llama3", "deepseek-v3", "gpt-oss", "mistral-nemo", "mistral-v3-spm", "gemma3", "phi3", "gpt2",
+]
+
+
+def require_shared_models() -> Path:
+    """The shared models folder, or skip (fail under CI) when it is absent."""
+    if (SHARED_MODELS / "SOURCES.md").is_file():
+        return SHARED_MODELS
+    message = f"real models not found at {SHARED_MODELS} (set SIDECAR_SHARED_MODELS); see README 'Test data'"
+    if IN_CI:
+        pytest.fail(f"CI=true but {message}")
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def shared_models() -> Path:
+    return require_shared_models()
+
+
+_TOKENIZERS: dict[tuple[str, str], object] = {}
+
+
+def load_tokenizer(backend: str, model: str):  # noqa: ANN201
+    """A tokenizer of a shared model, loaded once per session per backend."""
+    key = (backend, model)
+    if key not in _TOKENIZERS:
+        from sidecar.backend import get_backend
+
+        _TOKENIZERS[key] = get_backend(backend).load_tokenizer(require_shared_models() / model)
+    return _TOKENIZERS[key]
+
+
+@dataclass
+class LiveServer:
+    """A `sidecar serve` subprocess."""
+
+    process: subprocess.Popen
+    tcp: str
+    uds: str
+    metrics_port: int | None
+    log_path: Path
+
+    def log_lines(self) -> list[dict]:
+        return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.startswith("{")]
+
+
+def start_server(tmp_dir: Path, *args: str, timeout: float = 120.0) -> LiveServer:
+    """Starts the real server on a free TCP port and a temp Unix socket; waits until it listens."""
+    uds = str(tmp_dir / "sidecar.sock")
+    log_path = tmp_dir / "server.log"
+    log = open(log_path, "w")  # noqa: SIM115 - owned by the process for its lifetime
+    cmd = [sys.executable, "-m", "sidecar", "serve", "--port", "0", "--uds", uds, "--metrics-port", "0", *args]
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
+        for line in log_path.read_text().splitlines():
+            if '"event": "listening"' in line:
+                event = json.loads(line)
+                tcp = next(a for a in event["addresses"] if not a.startswith("unix:"))
+                return LiveServer(process, tcp, f"unix:{uds}", event["metrics_port"], log_path)
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"server did not start in {timeout}s:\n{log_path.read_text()}")
+
+
+def stop_server(server: LiveServer, timeout: float = 30.0) -> int:
+    if server.process.poll() is None:
+        server.process.send_signal(signal.SIGTERM)
+        try:
+            server.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            server.process.kill()
+            server.process.wait()
+    return server.process.returncode
+
+
+@pytest.fixture(scope="module")
+def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    """The server on the embedded default model plus, when present, two shared models."""
+    tmp = tmp_path_factory.mktemp("server")
+    args: list[str] = []
+    if (SHARED_MODELS / "SOURCES.md").is_file():
+        args = ["--model", "qwen3=" + str(SHARED_MODELS / "qwen3"), "--model", "gpt2=" + str(SHARED_MODELS / "gpt2")]
+    server = start_server(tmp, *args)
+    yield server
+    stop_server(server)
