@@ -50,7 +50,10 @@ def _stub(target: str):  # noqa: ANN202 - generated stub type
 
     from sidecar.v1 import preprocessor_pb2_grpc
 
-    channel = grpc.insecure_channel(target)
+    limit = 256 * 1024 * 1024  # the server enforces its own limit; the client should not be the one to refuse
+    channel = grpc.insecure_channel(
+        target, options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+    )
     return preprocessor_pb2_grpc.PreprocessorStub(channel)
 
 

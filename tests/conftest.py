@@ -112,3 +112,21 @@ def live_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer
     server = start_server(tmp, *args)
     yield server
     stop_server(server)
+
+
+#: Parity tallies reported at the end of the run: area -> {"cases": n, "mismatches": m, ...}.
+PARITY_COUNTS: dict[str, dict[str, int]] = {}
+
+
+def count_parity(area: str, **increments: int) -> None:
+    tally = PARITY_COUNTS.setdefault(area, {})
+    for key, n in increments.items():
+        tally[key] = tally.get(key, 0) + n
+
+
+def pytest_terminal_summary(terminalreporter) -> None:  # noqa: ANN001 - pytest hook
+    if not PARITY_COUNTS:
+        return
+    terminalreporter.section("parity counts")
+    for area, tally in sorted(PARITY_COUNTS.items()):
+        terminalreporter.write_line(f"{area}: " + ", ".join(f"{k}={v}" for k, v in sorted(tally.items())))

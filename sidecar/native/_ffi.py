@@ -61,13 +61,17 @@ def _load() -> tuple[cffi.FFI, object]:
         lib = ffi.dlopen(str(lib_path))
     except OSError as e:
         raise NativeLibraryError(f"cannot load {lib_path}: {e}; rebuild it with `make native`") from e
-    found = lib.sc_abi_version()
+    check_abi_version(lib.sc_abi_version(), lib_path)
+    return ffi, lib
+
+
+def check_abi_version(found: int, lib_path: Path | str) -> None:
+    """Refuses a library built from other sources than this Python code."""
     if found != EXPECTED_ABI_VERSION:
         raise NativeLibraryError(
             f"{lib_path} has ABI version {found}, this code expects {EXPECTED_ABI_VERSION}; "
             "rebuild it with `make native`"
         )
-    return ffi, lib
 
 
 ffi, lib = _load()

@@ -100,7 +100,33 @@ impl Tokenizer {
     }
 
     /// Builds a tokenizer from `tokenizer.json` text.
+    ///
+    /// The `tokenizers` and `fastokens` parses run in parallel, and the fast encoder's probe runs on
+    /// a short-lived thread: `tokenizers`' BPE keeps a per-thread cache keyed by instance that is
+    /// never removed when the instance is dropped, so probing on a thread that then exits keeps
+    /// repeated load/free cycles from accumulating dead caches.
     pub fn from_json_text(json: &str, format: TokenizerFormat) -> Result<Self> {
+        let (reference, fast) = std::thread::scope(|scope| {
+            let fast_load = scope.spawn(|| fast::load(json));
+            let reference = Self::reference_only(json, format);
+            let fast = fast_load.join().unwrap_or_else(|_| Err("fastokens panicked while loading".into()));
+            (reference, fast)
+        });
+        let mut tokenizer = reference?;
+        let verdict = fast.and_then(|fast| {
+            std::thread::scope(|scope| scope.spawn(|| fast::verify(&fast, &tokenizer)).join())
+                .unwrap_or_else(|_| Err("fastokens panicked on the probe".into()))
+                .map(|()| fast)
+        });
+        match verdict {
+            Ok(fast) => tokenizer.fast = Some(fast),
+            Err(reason) => tokenizer.fast_rejection = Some(reason),
+        }
+        Ok(tokenizer)
+    }
+
+    /// The `tokenizers` crate tokenizer alone (no fast encoder).
+    fn reference_only(json: &str, format: TokenizerFormat) -> Result<Self> {
         let mut hf = tokenizers::Tokenizer::from_bytes(json.as_bytes()).map_err(|e| {
             Error::failed_precondition(format!("tokenizer.json could not be loaded: {e}"))
         })?;
@@ -118,8 +144,7 @@ impl Tokenizer {
             .map(|(id, t)| AddedToken { id, content: t.content, special: t.special })
             .collect();
         added_tokens.sort_by_key(|t| t.id);
-
-        let mut tokenizer = Tokenizer {
+        Ok(Tokenizer {
             hf,
             fast: None,
             fast_rejection: None,
@@ -128,12 +153,7 @@ impl Tokenizer {
             special_suffix,
             known_ids,
             added_tokens,
-        };
-        match fast::load_if_exact(json, &tokenizer) {
-            Ok(fast) => tokenizer.fast = Some(fast),
-            Err(reason) => tokenizer.fast_rejection = Some(reason),
-        }
-        Ok(tokenizer)
+        })
     }
 
     /// The encoder id-only encodes use: `"fastokens"` or `"tokenizers"`.
