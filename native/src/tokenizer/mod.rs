@@ -8,6 +8,7 @@
 //!
 //! A `Tokenizer` is immutable after loading, `Send + Sync`, and shared by every thread.
 
+mod byte_decode;
 mod fast;
 mod load;
 mod tiktoken;
@@ -18,6 +19,7 @@ use rayon::prelude::*;
 use tokenizers::TruncationDirection;
 
 use crate::error::{Error, ErrorKind, Result};
+use byte_decode::ByteDecodeTable;
 
 pub use load::TokenizerFormat;
 
@@ -85,6 +87,8 @@ pub struct Tokenizer {
     /// `known_ids[id]` is true when `id` has a vocabulary entry (ids can have holes).
     known_ids: Vec<bool>,
     added_tokens: Vec<AddedToken>,
+    /// Precomputed decoding for byte-level vocabularies (see [`byte_decode`]).
+    byte_decode: Option<ByteDecodeTable>,
 }
 
 /// Batches whose total text is smaller than this are encoded on the calling thread: splitting them
@@ -144,7 +148,9 @@ impl Tokenizer {
             .map(|(id, t)| AddedToken { id, content: t.content, special: t.special })
             .collect();
         added_tokens.sort_by_key(|t| t.id);
+        let byte_decode = ByteDecodeTable::build(&hf, known_ids.len());
         Ok(Tokenizer {
+            byte_decode,
             hf,
             fast: None,
             fast_rejection: None,
@@ -337,6 +343,9 @@ impl Tokenizer {
     /// Decodes ids to text as Hugging Face `decode` does. Unknown ids are an error.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.check_ids(ids)?;
+        if let Some(table) = &self.byte_decode {
+            return Ok(table.decode(ids, skip_special_tokens));
+        }
         self.hf
             .decode(ids, skip_special_tokens)
             .map_err(|e| Error::internal(format!("decoder failed: {e}")))
