@@ -191,6 +191,14 @@ def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
 
 def prefix_keys(tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "",
                 parent: int | None = None) -> list[int]:
-    """The index's content keys: Dynamo local hashes chained into SequenceHashes after `parent`."""
-    spec = HashSpec("dynamo_xxh3", block_size, lora_name=lora_name, namespace=namespace)
-    return dynamo_sequence_hashes(dynamo_local_hashes(tokens, spec), parent)
+    """The index's content keys: Dynamo local hashes chained into SequenceHashes after `parent`.
+
+    The LoRA name seeds every block; the namespace (the cache salt) only the first block of a
+    sequence, as vLLM does with the salt, so a store event that continues a sequence (which does not
+    repeat the salt) gets the same keys as the whole request.
+    """
+    local = dynamo_local_hashes(tokens, HashSpec("dynamo_xxh3", block_size, lora_name=lora_name))
+    if parent is None and namespace and local:
+        first = HashSpec("dynamo_xxh3", block_size, lora_name=lora_name, namespace=namespace)
+        local[0] = dynamo_local_hashes(tokens[:block_size], first)[0]
+    return dynamo_sequence_hashes(local, parent)

@@ -28,7 +28,7 @@ def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
     spec_bytes, spec_ptr = _text(spec.to_json().decode())
     count = len(arr) // spec.block_size
     out = ffi.new("uint64_t[]", max(count, 1))
-    written = ffi.new("size_t *")
+    written = ffi.new("uintptr_t *")
     err = ffi.new("sc_error **")
     status = lib.sc_block_hashes(
         {"ptr": spec_ptr, "len": len(spec_bytes)}, {"ptr": ids_ptr, "len": len(arr)}, out, count, written, err
@@ -46,7 +46,7 @@ def prefix_keys(
     ns_bytes, ns_ptr = _text(namespace)
     count = len(arr) // block_size if block_size > 0 else 0
     out = ffi.new("uint64_t[]", max(count, 1))
-    written = ffi.new("size_t *")
+    written = ffi.new("uintptr_t *")
     err = ffi.new("sc_error **")
     status = lib.sc_prefix_keys(
         {"ptr": ids_ptr, "len": len(arr)}, block_size, {"ptr": lora_ptr, "len": len(lora_bytes)},

@@ -43,9 +43,10 @@ pub unsafe extern "C" fn sc_block_hashes(
     })
 }
 
-/// Dynamo-style prefix keys, which the router adapter's index uses as its own content hash: the
-/// local block hashes of the full blocks of `ids` (LoRA name and namespace mixed into the seed)
-/// chained into SequenceHashes starting after `parent` (`has_parent` false = sequence start).
+/// The router adapter index's own content keys: Dynamo-style local block hashes of the full blocks
+/// of `ids` (LoRA name mixed into every block's seed; the namespace, i.e. the cache salt, into the
+/// first block of a sequence only, so it reaches later blocks through the chain as in vLLM)
+/// chained into SequenceHashes after `parent` (`has_parent` false = sequence start).
 ///
 /// # Safety
 /// `ids`, `lora_name` and `namespace` are borrowed for the call; `out` must be valid for `out_cap`
@@ -73,8 +74,11 @@ pub unsafe extern "C" fn sc_prefix_keys(
         if block_size == 0 {
             return Err(Error::invalid_argument("block_size: must be > 0"));
         }
-        let seed = hash::dynamo_block_seed(lora_name, namespace);
-        let local = hash::local_block_hashes(ids, block_size as usize, seed, &[]);
+        let bs = block_size as usize;
+        let mut local = hash::local_block_hashes(ids, bs, hash::dynamo_block_seed(lora_name, ""), &[]);
+        if !has_parent && !namespace.is_empty() && !local.is_empty() {
+            local[0] = hash::local_block_hashes(&ids[..bs], bs, hash::dynamo_block_seed(lora_name, namespace), &[])[0];
+        }
         let keys = hash::sequence_hashes(has_parent.then_some(parent), &local);
         // SAFETY: the caller promises `out` holds `out_cap` writable values.
         unsafe { write_values(&keys, out, out_cap)? };

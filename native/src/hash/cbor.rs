@@ -23,7 +23,7 @@ pub fn encode_into(value: &Value<'_>, out: &mut Vec<u8>) {
             head(MAJOR_BYTES, b.len() as u64, out);
             out.extend_from_slice(b);
         }
-        Value::Str(s) => {
+        Value::Str(s) | Value::Tag(s) => {
             head(MAJOR_TEXT, s.len() as u64, out);
             out.extend_from_slice(s.as_bytes());
         }

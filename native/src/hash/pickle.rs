@@ -116,7 +116,8 @@ impl<'v> Pickler<'_, 'v> {
                 self.save_bytes_like(b, SHORT_BINBYTES, BINBYTES, BINBYTES8);
                 self.memoize();
             }
-            Value::Str(s) => self.save_str(s),
+            Value::Str(s) => self.save_str(s, is_singleton_str(s)),
+            Value::Tag(s) => self.save_str(s, true),
             Value::Tokens(ids) => self.save_tokens(ids),
             Value::Tuple(items) => {
                 if items.is_empty() {
@@ -192,8 +193,8 @@ impl<'v> Pickler<'_, 'v> {
         self.memoize();
     }
 
-    fn save_str(&mut self, s: &'v str) {
-        if is_shared_str(s) {
+    fn save_str(&mut self, s: &'v str, shared: bool) {
+        if shared {
             if let Some(&(_, index)) = self.shared.iter().find(|(t, _)| *t == s) {
                 if index < 256 {
                     self.write(&[BINGET, index as u8]);
@@ -206,7 +207,7 @@ impl<'v> Pickler<'_, 'v> {
         }
         self.save_bytes_like(s.as_bytes(), SHORT_BINUNICODE, BINUNICODE, BINUNICODE8);
         let index = self.memoize();
-        if is_shared_str(s) {
+        if shared {
             self.shared.push((s, index));
         }
     }
@@ -241,13 +242,13 @@ impl<'v> Pickler<'_, 'v> {
     }
 }
 
-/// Strings that are one shared object wherever they occur in a pickle (see module docs): vLLM's
-/// interned tag literals, the empty string and one-character Latin-1 strings.
-fn is_shared_str(s: &str) -> bool {
+/// Run-time strings CPython nevertheless shares (see module docs): the empty string and
+/// one-character Latin-1 strings are singletons.
+fn is_singleton_str(s: &str) -> bool {
     let mut chars = s.chars();
     match (chars.next(), chars.next()) {
         (None, _) => true,
         (Some(c), None) => (c as u32) < 256,
-        _ => matches!(s, "mm" | "lora" | "cache_salt" | "prompt_embeds"),
+        _ => false,
     }
 }

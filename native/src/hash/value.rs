@@ -10,8 +10,10 @@ pub enum Value<'a> {
     Int(i64),
     /// A `bytes` object (a parent digest).
     Bytes(&'a [u8]),
-    /// A `str`.
+    /// A `str` built at run time (a request field): equal strings are distinct objects.
     Str(&'a str),
+    /// A `str` literal of vLLM's source (`"mm"`, `"lora"`, ...): interned, so one shared object.
+    Tag(&'static str),
     /// A `tuple` of token ids (kept apart from `Tuple` so the hot path allocates nothing).
     Tokens(&'a [u32]),
     /// Any other `tuple`.

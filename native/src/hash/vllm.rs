@@ -73,21 +73,21 @@ fn extra_keys<'a>(spec: &'a HashSpec, start: usize, end: usize, mm: &mut MmCurso
     let mut keys = Vec::new();
     if !spec.lora_name.is_empty() {
         keys.push(if tagged {
-            Value::Tuple(vec![Value::Str("lora"), Value::Str(&spec.lora_name), Value::Str(&spec.lora_path)])
+            Value::Tuple(vec![Value::Tag("lora"), Value::Str(&spec.lora_name), Value::Str(&spec.lora_path)])
         } else {
             Value::Str(&spec.lora_name)
         });
     }
     for (identifier, relative) in mm_keys(&spec.mm_items, start as u64, end as u64, mm) {
         keys.push(if tagged {
-            Value::Tuple(vec![Value::Str("mm"), Value::Str(identifier), Value::Int(relative)])
+            Value::Tuple(vec![Value::Tag("mm"), Value::Str(identifier), Value::Int(relative)])
         } else {
             Value::Tuple(vec![Value::Str(identifier), Value::Int(relative)])
         });
     }
     if start == 0 && !spec.cache_salt.is_empty() {
         keys.push(if tagged {
-            Value::Tuple(vec![Value::Str("cache_salt"), Value::Str(&spec.cache_salt)])
+            Value::Tuple(vec![Value::Tag("cache_salt"), Value::Str(&spec.cache_salt)])
         } else {
             Value::Str(&spec.cache_salt)
         });
