@@ -135,6 +135,11 @@ class PrefixIndex:
     def workers(self) -> list[str]:
         return sorted(self._workers)
 
+    def worker_blocks(self, worker: str) -> int:
+        """Blocks `worker` holds (0 when unknown)."""
+        w = self._workers.get(worker)
+        return len(w.keys) if w is not None else 0
+
     def events_per_second(self, window_s: float = 10.0) -> float:
         """Events applied per second over the last `window_s` seconds (at most 4096 events)."""
         now = time.monotonic()
