@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from array import array
+from functools import lru_cache
 from typing import Sequence
 
 from router_adapter.spec import HashSpec
@@ -21,11 +22,19 @@ def _text(s: str) -> tuple[bytes, object]:
     return b, (ffi.from_buffer("uint8_t[]", b) if b else ffi.NULL)
 
 
+@lru_cache(maxsize=1024)
+def _spec_json(spec: HashSpec) -> bytes:
+    # Specs repeat (one per router configuration), and JSON-encoding a dataclass costs as much as
+    # hashing a few hundred blocks.
+    spec.validate()
+    return spec.to_json()
+
+
 def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
     """The engine's 64-bit value of every full block of `tokens` (see `HashSpec`)."""
-    spec.validate()
+    spec_bytes = _spec_json(spec)
+    spec_ptr = ffi.from_buffer("uint8_t[]", spec_bytes)
     arr, ids_ptr = _ids(tokens)
-    spec_bytes, spec_ptr = _text(spec.to_json().decode())
     count = len(arr) // spec.block_size
     out = ffi.new("uint64_t[]", max(count, 1))
     written = ffi.new("uintptr_t *")

@@ -85,7 +85,7 @@ def test_native_matches_reference_on_generated_sequences(algorithm: str) -> None
 
 
 @pytest.mark.parametrize("algorithm", ["vllm_sha256", "vllm_xxhash"])
-@pytest.mark.parametrize("block_size", [21822, 21823, 21824, 21825, 13101, 13102, 13103, 30000])
+@pytest.mark.parametrize("block_size", [21822, 21823, 21824, 21825, 13101, 13102, 13103, 9352, 9353, 30000])
 def test_pickle_framing_around_64k(algorithm: str, block_size: int) -> None:
     # 3-byte ints (BININT2) and 5-byte ints (BININT) put the 64 KiB frame boundary at every spot:
     # inside the tuple, right after its last element, and before the closing opcodes.

@@ -29,8 +29,9 @@ pub fn encode_into(value: &Value<'_>, out: &mut Vec<u8>) {
         }
         Value::Tokens(ids) => {
             head(MAJOR_ARRAY, ids.len() as u64, out);
+            out.reserve(5 * ids.len());
             for &id in *ids {
-                head(MAJOR_UINT, u64::from(id), out);
+                push_uint32(out, id);
             }
         }
         Value::Tuple(items) => {
@@ -42,11 +43,41 @@ pub fn encode_into(value: &Value<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// Appends the canonical CBOR of `(parent, tuple(tokens), extra)` (vLLM's block tuple) to `out`.
+pub fn encode_block_into(parent: &[u8], tokens: &[u32], extra: &Value<'_>, out: &mut Vec<u8>) {
+    out.push((MAJOR_ARRAY << 5) | 3);
+    encode_into(&Value::Bytes(parent), out);
+    encode_into(&Value::Tokens(tokens), out);
+    encode_into(extra, out);
+}
+
 /// The canonical CBOR encoding of `value`.
 pub fn encode(value: &Value<'_>) -> Vec<u8> {
     let mut out = Vec::new();
     encode_into(value, &mut out);
     out
+}
+
+/// `head(MAJOR_UINT, id)` for a token id, with plain pushes (the hot loop of block hashing).
+#[inline]
+fn push_uint32(out: &mut Vec<u8>, id: u32) {
+    let b = id.to_be_bytes();
+    if id < 24 {
+        out.push(id as u8);
+    } else if id <= 0xff {
+        out.push(24);
+        out.push(b[3]);
+    } else if id <= 0xffff {
+        out.push(25);
+        out.push(b[2]);
+        out.push(b[3]);
+    } else {
+        out.push(26);
+        out.push(b[0]);
+        out.push(b[1]);
+        out.push(b[2]);
+        out.push(b[3]);
+    }
 }
 
 fn head(major: u8, n: u64, out: &mut Vec<u8>) {

@@ -19,6 +19,8 @@ use super::value::Value;
 const FRAME_SIZE_TARGET: usize = 64 * 1024;
 const FRAME_SIZE_MIN: usize = 4;
 const FRAME_HEADER_SIZE: usize = 9;
+/// The longest pickle of a token id: LONG1, its length, and 5 bytes for ids of 2^31 and above.
+const MAX_TOKEN_BYTES: usize = 7;
 
 const PROTO: u8 = 0x80;
 const FRAME: u8 = 0x95;
@@ -52,6 +54,48 @@ pub fn dumps_into(value: &Value<'_>, out: &mut Vec<u8>) {
     p.save(value);
     p.write(&[STOP]);
     p.commit_frame();
+}
+
+/// Appends `pickle.dumps((parent, tuple(tokens), extra), protocol=5)` to `out`: vLLM's block tuple,
+/// without building a `Value` for it (this is the hot path of block hashing).
+pub fn dumps_block_into(parent: &[u8], tokens: &[u32], extra: &Value<'_>, out: &mut Vec<u8>) {
+    if *extra == Value::None && parent.len() < 256 && !tokens.is_empty() && MAX_TOKEN_BYTES * tokens.len() + 64 < FRAME_SIZE_TARGET {
+        dumps_plain_block_into(parent, tokens, out);
+        return;
+    }
+    let mut p = Pickler { out, frame_start: None, framing: false, memo_len: 0, shared: Vec::new() };
+    p.out.extend_from_slice(&[PROTO, 5]);
+    p.framing = true;
+    p.boundary();
+    p.save(&Value::Bytes(parent));
+    p.boundary();
+    p.save_tokens(tokens);
+    p.save(extra);
+    p.write(&[TUPLE3]);
+    p.memoize();
+    p.write(&[STOP]);
+    p.commit_frame();
+}
+
+/// The common case of [`dumps_block_into`]: no extra keys and one frame, written straight out
+/// (memo: parent 0, tokens 1, outer tuple 2).
+fn dumps_plain_block_into(parent: &[u8], tokens: &[u32], out: &mut Vec<u8>) {
+    out.reserve(32 + parent.len() + MAX_TOKEN_BYTES * tokens.len());
+    let base = out.len();
+    out.extend_from_slice(&[PROTO, 5, FRAME, 0, 0, 0, 0, 0, 0, 0, 0, SHORT_BINBYTES, parent.len() as u8]);
+    out.extend_from_slice(parent);
+    out.push(MEMOIZE);
+    let short = tokens.len() <= 3;
+    if !short {
+        out.push(MARK);
+    }
+    for &id in tokens {
+        push_u32_int(out, id);
+    }
+    out.push(if short { [TUPLE1, TUPLE2, TUPLE3][tokens.len() - 1] } else { TUPLE });
+    out.extend_from_slice(&[MEMOIZE, NONE, TUPLE3, MEMOIZE, STOP]);
+    let frame_len = (out.len() - base - 2 - FRAME_HEADER_SIZE) as u64;
+    out[base + 3..base + 3 + 8].copy_from_slice(&frame_len.to_le_bytes());
 }
 
 /// `pickle.dumps(value, protocol=5)`.
@@ -181,9 +225,18 @@ impl<'v> Pickler<'_, 'v> {
         if !short {
             self.write(&[MARK]);
         }
-        for &id in ids {
-            self.boundary();
-            self.save_int(i64::from(id));
+        let frame_len = self.frame_start.map_or(0, |start| self.out.len() - start - FRAME_HEADER_SIZE);
+        if self.frame_start.is_some() && frame_len + MAX_TOKEN_BYTES * ids.len() < FRAME_SIZE_TARGET {
+            // No frame can fill up inside this tuple: skip the per-element boundary checks.
+            self.out.reserve(MAX_TOKEN_BYTES * ids.len() + 2);
+            for &id in ids {
+                push_u32_int(self.out, id);
+            }
+        } else {
+            for &id in ids {
+                self.boundary();
+                self.save_int(i64::from(id));
+            }
         }
         if short {
             self.write(&[[TUPLE1, TUPLE2, TUPLE3][ids.len() - 1]]);
@@ -239,6 +292,29 @@ impl<'v> Pickler<'_, 'v> {
             self.write(&header[..header_len]);
             self.write(data);
         }
+    }
+}
+
+/// The pickle of a token id (same opcodes as `save_int`), appended without framing checks.
+#[inline]
+fn push_u32_int(out: &mut Vec<u8>, id: u32) {
+    let b = id.to_le_bytes();
+    if id <= 0xff {
+        out.push(BININT1);
+        out.push(b[0]);
+    } else if id <= 0xffff {
+        out.push(BININT2);
+        out.push(b[0]);
+        out.push(b[1]);
+    } else if id <= i32::MAX as u32 {
+        out.push(BININT);
+        out.push(b[0]);
+        out.push(b[1]);
+        out.push(b[2]);
+        out.push(b[3]);
+    } else {
+        // LONG1 with 5 bytes: the value needs a zero sign byte above its 32 bits.
+        out.extend_from_slice(&[LONG1, 5, b[0], b[1], b[2], b[3], 0]);
     }
 }
 

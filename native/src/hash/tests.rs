@@ -109,3 +109,51 @@ fn cbor_small_shapes() {
     let v = Value::Tuple(vec![Value::Bytes(b"\x01"), Value::Tokens(&[0, 24, 65536]), Value::Int(-25)]);
     assert_eq!(cbor_encode(&v), b"\x83\x41\x01\x83\x00\x18\x18\x1a\x00\x01\x00\x00\x38\x18");
 }
+
+/// Minimum over runs of `f` (robust to other processes sharing the machine).
+fn min_time(mut f: impl FnMut()) -> std::time::Duration {
+    (0..30)
+        .map(|_| {
+            let start = std::time::Instant::now();
+            f();
+            start.elapsed()
+        })
+        .min()
+        .unwrap()
+}
+
+#[test]
+#[ignore = "timing probe, run by hand: cargo test --release hash -- --ignored --nocapture --test-threads 1"]
+fn timing_probe() {
+    use sha2::{Digest, Sha256};
+    let tokens: Vec<u32> = (0..32768u32).map(|i| i.wrapping_mul(2654435761) % 151_000).collect();
+    for algorithm in Algorithm::ALL {
+        let mut spec = HashSpec::new(algorithm, 16);
+        spec.seed = Some("0".into());
+        eprintln!("{algorithm:?}: {:?}", min_time(|| drop(std::hint::black_box(block_hashes(&tokens, &spec).unwrap()))));
+    }
+    let parent = [7u8; 32];
+    let mut buf = Vec::with_capacity(256);
+    let t = min_time(|| {
+        for block in tokens.chunks_exact(16) {
+            buf.clear();
+            pickle::dumps_block_into(&parent, block, &Value::None, &mut buf);
+            std::hint::black_box(&buf);
+        }
+    });
+    eprintln!("pickle encode x2048: {t:?}");
+    let t = min_time(|| {
+        for block in tokens.chunks_exact(16) {
+            buf.clear();
+            cbor::encode_block_into(&parent, block, &Value::None, &mut buf);
+            std::hint::black_box(&buf);
+        }
+    });
+    eprintln!("cbor encode x2048: {t:?}");
+    let t = min_time(|| {
+        for _ in 0..2048 {
+            std::hint::black_box(Sha256::digest(std::hint::black_box(&buf)));
+        }
+    });
+    eprintln!("sha256 of {} bytes x2048: {t:?}", buf.len());
+}

@@ -17,21 +17,34 @@ pub const DEFAULT_NONE_HASH_SEED: &str = "vllm-none-hash";
 
 pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashes> {
     let seed = spec.seed.clone().unwrap_or_else(|| DEFAULT_NONE_HASH_SEED.to_owned());
-    let hasher = Hasher { algorithm: spec.algorithm, buf: Vec::with_capacity(256) };
-    let mut hasher = hasher;
-    let mut parent = hasher.digest(&Value::Str(&seed));
+    let mut hasher = Hasher { algorithm: spec.algorithm, buf: Vec::with_capacity(256) };
+    let pickled = matches!(spec.algorithm, Algorithm::VllmSha256 | Algorithm::VllmXxhash);
+    hasher.buf.clear();
+    if pickled {
+        pickle::dumps_into(&Value::Str(&seed), &mut hasher.buf);
+    } else {
+        cbor::encode_into(&Value::Str(&seed), &mut hasher.buf);
+    }
+    let mut parent = [0u8; 32];
+    let mut parent_len = hasher.finish(&mut parent);
     let bs = spec.block_size as usize;
     let blocks = tokens.len() / bs;
     let mut values = Vec::with_capacity(blocks);
     let mut mm = MmCursor::default();
-    for i in 0..blocks {
+    let plain = spec.lora_name.is_empty() && spec.mm_items.is_empty() && spec.cache_salt.is_empty();
+    for (i, block) in tokens.chunks_exact(bs).enumerate() {
         let (start, end) = (i * bs, (i + 1) * bs);
-        let extra = extra_keys(spec, start, end, &mut mm);
-        let value = Value::Tuple(vec![Value::Bytes(&parent), Value::Tokens(&tokens[start..end]), extra]);
-        let digest = hasher.digest(&value);
-        values.push(event_value(&digest));
-        parent = digest;
+        let extra = if plain { Value::None } else { extra_keys(spec, start, end, &mut mm) };
+        hasher.buf.clear();
+        if pickled {
+            pickle::dumps_block_into(&parent[..parent_len], block, &extra, &mut hasher.buf);
+        } else {
+            cbor::encode_block_into(&parent[..parent_len], block, &extra, &mut hasher.buf);
+        }
+        parent_len = hasher.finish(&mut parent);
+        values.push(event_value(&parent[..parent_len]));
     }
+    debug_assert_eq!(values.len(), blocks);
     Ok(BlockHashes { values, seed })
 }
 
@@ -47,15 +60,17 @@ struct Hasher {
 }
 
 impl Hasher {
-    fn digest(&mut self, value: &Value<'_>) -> Vec<u8> {
-        self.buf.clear();
+    /// Digests the serialized bytes in `buf` into `out`; returns the digest length.
+    fn finish(&mut self, out: &mut [u8; 32]) -> usize {
         match self.algorithm {
-            Algorithm::VllmSha256 | Algorithm::VllmXxhash => pickle::dumps_into(value, &mut self.buf),
-            _ => cbor::encode_into(value, &mut self.buf),
-        }
-        match self.algorithm {
-            Algorithm::VllmSha256 | Algorithm::VllmSha256Cbor => Sha256::digest(&self.buf).to_vec(),
-            _ => xxh3_128(&self.buf).to_be_bytes().to_vec(),
+            Algorithm::VllmSha256 | Algorithm::VllmSha256Cbor => {
+                out.copy_from_slice(&Sha256::digest(&self.buf));
+                32
+            }
+            _ => {
+                out[..16].copy_from_slice(&xxh3_128(&self.buf).to_be_bytes());
+                16
+            }
         }
     }
 }
