@@ -13,6 +13,7 @@ and Score latency on a large index.
 
 from __future__ import annotations
 
+import os
 import random
 import time
 from array import array
@@ -103,7 +104,7 @@ def score_section(quick: bool) -> Section:
     total = 100_000 if quick else 1_000_000
     workers = 16
     section = Section(f"Score latency: {PROMPT}-token prompt, {workers} workers, {total:,} indexed blocks",
-                      ["mode", "p50", "p99", "target"])
+                      ["mode", "min", "p50", "p99", "target"])
     prompt = _tokens(PROMPT, 3)
     prompt_blocks = PROMPT // BS
     rng = random.Random(11)
@@ -129,10 +130,12 @@ def score_section(quick: bool) -> Section:
         first = index.score(prompt)
         assert first.workers[0].blocks == prompt_blocks, first.workers[0]
         stats = measure(lambda _: index.score(prompt), 50 if quick else 300, warmup=5)
-        section.rows.append([mode, fmt_time(stats.p50), fmt_time(stats.p99),
+        section.rows.append([mode, fmt_time(min(stats.samples)), fmt_time(stats.p50), fmt_time(stats.p99),
                              "met (p99 < 5 ms)" if stats.p99 < 5e-3 else "MISSED (p99 < 5 ms)"])
     section.notes.append("library call (`PrefixIndex.score`), request hashing included; content mode hashes "
                          "the prompt with the index's XXH3 keys, engine mode with vllm_sha256_cbor.")
+    section.notes.append(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; on a "
+                         "shared machine p99 mostly measures preemption by other processes.")
     return section
 
 

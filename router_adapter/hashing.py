@@ -2,8 +2,9 @@
 
 `block_hashes(tokens, spec)` gives the 64-bit values an engine publishes in its KV events for the
 full blocks of a token sequence (see `HashSpec` for the algorithms and options). `prefix_keys`
-gives the router adapter's own content keys (Dynamo-compatible XXH3 SequenceHashes with LoRA and
-salt mixed in), which do not depend on any engine's seed or version.
+gives the router adapter's own content keys (XXH3 SequenceHashes in Dynamo's scheme, the LoRA name
+in every block's seed and the salt in the first block's), which do not depend on any engine's
+seed or version.
 
 Both run in the native core when it is built (`make native`) and fall back to the pure-Python
 reference otherwise; `backend=` forces one.

@@ -13,7 +13,17 @@ from sidecar.native.tokenizer import ids_array
 
 
 def _ids(tokens: Sequence[int]) -> tuple[array, object]:
-    arr = tokens if isinstance(tokens, array) and tokens.typecode == "I" else ids_array(tokens, "token_ids")
+    if isinstance(tokens, array) and tokens.typecode == "I":
+        arr = tokens
+    elif isinstance(tokens, list):
+        # fromlist is about twice as fast as array("I", list) on a 32k-token prompt.
+        arr = array("I")
+        try:
+            arr.fromlist(tokens)
+        except (OverflowError, TypeError):
+            arr = ids_array(tokens, "token_ids")  # raises InvalidArgument naming the field
+    else:
+        arr = ids_array(tokens, "token_ids")
     return arr, (ffi.from_buffer("uint32_t[]", arr) if len(arr) else ffi.NULL)
 
 

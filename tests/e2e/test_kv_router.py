@@ -91,6 +91,13 @@ def test_score_after_real_events(server: LiveServer, engines: list[FakeEnginePub
     assert status.models[0].model == "qwen3" and status.models[0].blocks == n + 2
     assert {w.worker: w.blocks for w in status.workers} == {"worker-a": n, "worker-b": 2}
 
+    # The index is visible to Prometheus.
+    import urllib.request
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+    assert f'sidecar_kv_blocks{{model="qwen3"}} {float(n + 2)}' in text
+    assert 'sidecar_kv_sequence_gaps_total{worker="worker-b"} 0.0' in text
+
 
 def test_score_errors(server: LiveServer) -> None:
     _, router = stubs(server)
