@@ -59,7 +59,9 @@ def hashing_section(quick: bool) -> Section:
         "p50 of one C ABI call from Python on one thread (JSON spec in, result list out); both paths give identical "
         "values (asserted before timing).",
         "The Python-list column adds the list -> uint32 array conversion (about as costly as the cheaper hashes).",
-        "The SHA-256 algorithms are bounded by SHA-256 itself, which the Python path also runs in C (OpenSSL).",
+        "The SHA-256 algorithms are bounded by SHA-256 itself (about 110-350 ns per block here, the same "
+        "primitive the Python path calls in OpenSSL), and the Python path's pickle/cbor2/xxhash are C too; "
+        "ratios move by 2x with the machine's load, since both sides are timed in the same run.",
     ]
     return section
 
@@ -104,7 +106,7 @@ def score_section(quick: bool) -> Section:
     total = 100_000 if quick else 1_000_000
     workers = 16
     section = Section(f"Score latency: {PROMPT}-token prompt, {workers} workers, {total:,} indexed blocks",
-                      ["mode", "min", "p50", "p99", "target"])
+                      ["mode", "min", "p50", "p99", "p99 thread CPU time", "target"])
     prompt = _tokens(PROMPT, 3)
     prompt_blocks = PROMPT // BS
     rng = random.Random(11)
@@ -130,13 +132,25 @@ def score_section(quick: bool) -> Section:
         first = index.score(prompt)
         assert first.workers[0].blocks == prompt_blocks, first.workers[0]
         stats = measure(lambda _: index.score(prompt), 50 if quick else 300, warmup=5)
-        section.rows.append([mode, fmt_time(min(stats.samples)), fmt_time(stats.p50), fmt_time(stats.p99),
+        cpu = _thread_cpu_p99(lambda: index.score(prompt), 50 if quick else 300)
+        section.rows.append([mode, fmt_time(min(stats.samples)), fmt_time(stats.p50), fmt_time(stats.p99), fmt_time(cpu),
                              "met (p99 < 5 ms)" if stats.p99 < 5e-3 else "MISSED (p99 < 5 ms)"])
     section.notes.append("library call (`PrefixIndex.score`), request hashing included; content mode hashes "
                          "the prompt with the index's XXH3 keys, engine mode with vllm_sha256_cbor.")
     section.notes.append(f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; on a "
                          "shared machine p99 mostly measures preemption by other processes.")
     return section
+
+
+def _thread_cpu_p99(fn, iterations: int) -> float:  # noqa: ANN001
+    """p99 of the CPU time the calling thread spends per call (excludes time preempted)."""
+    samples = []
+    for _ in range(iterations):
+        start = time.thread_time()
+        fn()
+        samples.append(time.thread_time() - start)
+    samples.sort()
+    return samples[min(len(samples) - 1, int(0.99 * len(samples)))]
 
 
 def _stored(hashes: list[int], tokens: list[int]):  # noqa: ANN202
