@@ -1,8 +1,9 @@
 """The per-model prefix index built from KV events, and longest-prefix scoring. No ZMQ here.
 
-Keys. In the default *content* mode every block is keyed by our own content hash: the
-Dynamo-compatible XXH3 SequenceHash of the block's tokens (from the event's `token_ids`), chained
-from its parent's key, with the LoRA name and the cache salt mixed into the seed. Such keys do not
+Keys. In the default *content* mode every block is keyed by our own content hash: the XXH3
+SequenceHash (Dynamo's scheme) of the block's tokens (from the event's `token_ids`), chained from
+its parent's key, with the LoRA name mixed into every block's seed and the cache salt into the
+first block's (an event continuing a sequence does not repeat the salt). Such keys do not
 depend on the engine's hash algorithm, seed or version, and a key identifies a whole prefix, so a
 flat map suffices. The engine's own hash is kept per worker only to find a stored block's parent
 and to apply removals, as Dynamo, SMG and llm-d do. In *engine* mode (when the engine's hash spec
@@ -174,7 +175,11 @@ class PrefixIndex:
             for w in workers:
                 all_bits |= 1 << w.bit
             any_depth = _walk(keys, self._holders, all_bits)
-            by_medium = {name: _walk(keys, [self._holders[m]], all_bits) for name, m in self._media.items()}
+            if len(self._media) == 1:
+                # One medium: its walk is the any-medium walk.
+                by_medium = {name: any_depth for name in self._media}
+            else:
+                by_medium = {name: _walk(keys, [self._holders[m]], all_bits) for name, m in self._media.items()}
         block_size = self.block_size or 0
         result = []
         for w in workers:
