@@ -37,12 +37,47 @@ def _serve(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             drain_seconds=args.drain_seconds,
             log_level=args.log_level,
+            kv=kv_config_from_args(args),
         )
         asyncio.run(serve(config))
     except SidecarError as e:
         print(f"sidecar: {e.message}", file=sys.stderr)
         return 2
+    except ValueError as e:
+        print(f"sidecar: {e}", file=sys.stderr)
+        return 2
     return 0
+
+
+def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.config.KvConfig | None
+    """The router adapter settings of `serve`, or None without --kv-events."""
+    if not args.kv_events:
+        return None
+    from router_adapter import Source
+    from router_adapter.spec import HashSpec
+    from sidecar.config import KvConfig
+
+    sources = [Source.parse(text) for text in args.kv_events]
+    engine_specs = {}
+    for text in args.kv_engine_hash:
+        name, sep, rest = text.partition("=")
+        algorithm, *pairs = rest.split(",")
+        fields: dict = {"algorithm": algorithm, "block_size": args.kv_block_size or 0}
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or key not in ("block_size", "seed", "extra_keys", "sglang_event_format"):
+                raise ValueError(f"--kv-engine-hash {text!r}: unknown option {pair!r}; known: block_size, seed, "
+                                 "extra_keys, sglang_event_format")
+            fields[key] = int(value) if key == "block_size" else value
+        if not sep or not algorithm:
+            raise ValueError(f"--kv-engine-hash {text!r}: expected MODEL=ALGORITHM[,block_size=N][,seed=S]")
+        spec = HashSpec(**fields)
+        spec.validate()
+        engine_specs[name] = spec
+    return KvConfig(
+        sources=sources, block_size=args.kv_block_size or None, engine_specs=engine_specs,
+        max_blocks=args.kv_max_blocks, silence_timeout_s=args.kv_silence_timeout,
+    )
 
 
 def _stub(target: str):  # noqa: ANN202 - generated stub type
@@ -154,6 +189,21 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker")
     serve.add_argument("--drain-seconds", type=float, default=10.0, help="grace period on SIGTERM")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    serve.add_argument("--kv-events", action="append", default=[],
+                       metavar="WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]",
+                       help="subscribe to an engine's ZMQ KV-event publisher (repeatable; one per engine and DP "
+                            "rank) and serve the KvRouter service; model= names the index (and, for text input, "
+                            "the hosted tokenizer)")
+    serve.add_argument("--kv-block-size", type=int, default=0,
+                       help="tokens per KV block of the indexes (default: learned from the first event)")
+    serve.add_argument("--kv-engine-hash", action="append", default=[],
+                       metavar="MODEL=ALGORITHM[,block_size=N][,seed=S][,extra_keys=legacy]",
+                       help="match MODEL's blocks on the engine's own hashes (e.g. vllm_sha256_cbor,seed=0) "
+                            "instead of content keys recomputed from the events' token ids")
+    serve.add_argument("--kv-max-blocks", type=int, default=4_000_000,
+                       help="bound on indexed blocks per model; the oldest blocks of the largest worker go first")
+    serve.add_argument("--kv-silence-timeout", type=float, default=300.0,
+                       help="seconds without KV events after which a worker's blocks are dropped (0 = never)")
     serve.set_defaults(func=_serve)
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:

@@ -9,6 +9,22 @@ from sidecar.registry import ModelSpec
 
 
 @dataclass(frozen=True)
+class KvConfig:
+    """The router adapter: KV-event sources and how their indexes key blocks (`--kv-*` flags)."""
+
+    #: `--kv-events WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]`, parsed.
+    sources: list = field(default_factory=list)
+    #: Tokens per block; None = learned from the first event of each model.
+    block_size: int | None = None
+    #: Model name -> engine HashSpec (`--kv-engine-hash`): that model's index matches engine hashes.
+    engine_specs: dict = field(default_factory=dict)
+    #: Bound on indexed blocks per model (all workers and media).
+    max_blocks: int = 4_000_000
+    #: Seconds without a message after which a worker's state is dropped; 0 = never.
+    silence_timeout_s: float = 300.0
+
+
+@dataclass(frozen=True)
 class ServerConfig:
     """Everything `sidecar serve` can be told."""
 
@@ -33,3 +49,5 @@ class ServerConfig:
     #: Seconds in-flight RPCs get to finish after SIGTERM.
     drain_seconds: float = 10.0
     log_level: str = "info"
+    #: The router adapter (KV events and Score); None = not started.
+    kv: KvConfig | None = None

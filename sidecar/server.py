@@ -17,13 +17,16 @@ from sidecar.registry import ModelRegistry, embedded_spec
 from sidecar.rpc import unary
 from sidecar.runtime import Offloader, Runtime
 from sidecar.servicers.detokenize import DetokenizeServicer
+from sidecar.servicers.kv_router import KvRouterServicer, register_metrics
 from sidecar.servicers.models import ModelsServicer
 from sidecar.servicers.parse_stream import ParseStreamServicer
 from sidecar.servicers.render import RenderServicer
 from sidecar.servicers.tokenize import TokenizeServicer
+from sidecar.v1 import kv_router_pb2 as kv
 from sidecar.v1 import preprocessor_pb2 as pb
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Preprocessor"].full_name
+KV_SERVICE_NAME = kv.DESCRIPTOR.services_by_name["KvRouter"].full_name
 
 _log = get_logger("sidecar.server")
 
@@ -72,6 +75,43 @@ def preprocessor_handler(runtime: Runtime) -> grpc.GenericRpcHandler:
     )
 
 
+def build_kv_router(config: ServerConfig):  # noqa: ANN201 - router_adapter.KvRouter
+    """The router adapter for `--kv-events` sources, or None without any."""
+    if config.kv is None or not config.kv.sources:
+        return None
+    from router_adapter import KvRouter, ModelOptions
+
+    kv_config = config.kv
+    models = {
+        source.model: ModelOptions(block_size=kv_config.block_size, engine_spec=kv_config.engine_specs.get(source.model))
+        for source in kv_config.sources
+    }
+    return KvRouter(
+        kv_config.sources, block_size=kv_config.block_size, models=models, max_blocks=kv_config.max_blocks,
+        silence_timeout_s=kv_config.silence_timeout_s or None, backend=config.backend,
+    )
+
+
+def kv_router_handler(runtime: Runtime, router) -> grpc.GenericRpcHandler:  # noqa: ANN001
+    """The `sidecar.v1.KvRouter` service (FAILED_PRECONDITION everywhere without KV-event sources)."""
+    servicer = KvRouterServicer(runtime, router)
+
+    def unary_handler(rpc, handler, request_cls, response_cls):  # noqa: ANN001, ANN202
+        return grpc.unary_unary_rpc_method_handler(
+            unary(rpc, handler),
+            request_deserializer=request_cls.FromString,
+            response_serializer=response_cls.SerializeToString,
+        )
+
+    return grpc.method_handlers_generic_handler(
+        KV_SERVICE_NAME,
+        {
+            "Score": unary_handler("Score", servicer.Score, kv.ScoreRequest, kv.ScoreResponse),
+            "KvStatus": unary_handler("KvStatus", servicer.KvStatus, kv.KvStatusRequest, kv.KvStatusResponse),
+        },
+    )
+
+
 @dataclass
 class RunningServer:
     """A started server and what it listens on."""
@@ -81,12 +121,15 @@ class RunningServer:
     runtime: Runtime
     addresses: list[str]
     metrics_port: int | None
+    kv_router: object | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops taking new RPCs, lets in-flight ones finish for `grace` seconds, then stops."""
         await self.health.enter_graceful_shutdown()
         await self.server.stop(grace)
         self.runtime.offloader.shutdown()
+        if self.kv_router is not None:
+            self.kv_router.stop()
 
 
 async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> RunningServer:
@@ -100,16 +143,19 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
             ("grpc.so_reuseport", 0),
         ]
     )
-    server.add_generic_rpc_handlers((preprocessor_handler(runtime),))
+    kv_router = build_kv_router(config)
+    server.add_generic_rpc_handlers((preprocessor_handler(runtime), kv_router_handler(runtime, kv_router)))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     serving = health_pb2.HealthCheckResponse.SERVING
-    for name in ["", SERVICE_NAME, *(m.name for m in registry)]:
+    for name in ["", SERVICE_NAME, KV_SERVICE_NAME, *(m.name for m in registry)]:
         await health_servicer.set(name, serving)
     if config.reflection:
         from grpc_reflection.v1alpha import reflection
 
-        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, KV_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
     addresses = []
     if config.port is not None:
         bound = server.add_insecure_port(f"{config.host}:{config.port}")
@@ -120,8 +166,13 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
     if not addresses:
         raise ValueError("no listener: give --port and/or --uds")
     await server.start()
+    if kv_router is not None:
+        kv_router.start()
+        register_metrics(kv_router)
+        _log.info("kv_events_subscribed", sources=[s.worker + "=" + s.endpoint for s in kv_router.subscriber.sources],
+                  models=sorted(kv_router.indexes))
     metrics_port = metrics.serve_http(config.metrics_port) if config.metrics_port is not None else None
-    return RunningServer(server, health_servicer, runtime, addresses, metrics_port)
+    return RunningServer(server, health_servicer, runtime, addresses, metrics_port, kv_router)
 
 
 async def serve(config: ServerConfig) -> None:

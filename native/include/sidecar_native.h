@@ -64,6 +64,16 @@
 #define SC_ABI_VERSION 1
 
 /*
+ Dynamo's fixed XXH3 seed.
+ */
+#define DYNAMO_SEED 1337
+
+/*
+ The engine algorithm (see the table in [`super`]).
+ */
+typedef struct Algorithm Algorithm;
+
+/*
  A loaded tokenizer; immutable, shareable across threads. Free with `sc_tokenizer_free`.
  */
 typedef struct sc_tokenizer sc_tokenizer;
@@ -83,6 +93,34 @@ typedef struct sc_bytes {
 } sc_bytes;
 
 /*
+ A borrowed UTF-8 string: pointer + length, not NUL-terminated. `ptr` may be NULL when `len` is 0.
+ */
+typedef struct sc_str {
+  /*
+   First byte.
+   */
+  const uint8_t *ptr;
+  /*
+   Length in bytes.
+   */
+  uintptr_t len;
+} sc_str;
+
+/*
+ A borrowed run of token ids. `ptr` may be NULL when `len` is 0.
+ */
+typedef struct sc_ids {
+  /*
+   First id.
+   */
+  const uint32_t *ptr;
+  /*
+   Number of ids.
+   */
+  uintptr_t len;
+} sc_ids;
+
+/*
  An error returned by a failed call; free with `sc_error_free`.
  */
 typedef struct sc_error {
@@ -99,20 +137,6 @@ typedef struct sc_error {
    */
   uintptr_t message_len;
 } sc_error;
-
-/*
- A borrowed UTF-8 string: pointer + length, not NUL-terminated. `ptr` may be NULL when `len` is 0.
- */
-typedef struct sc_str {
-  /*
-   First byte.
-   */
-  const uint8_t *ptr;
-  /*
-   Length in bytes.
-   */
-  uintptr_t len;
-} sc_str;
 
 /*
  How `sc_tokenizer_encode_batch` encodes.
@@ -195,20 +219,6 @@ typedef struct sc_encodings {
 } sc_encodings;
 
 /*
- A borrowed run of token ids. `ptr` may be NULL when `len` is 0.
- */
-typedef struct sc_ids {
-  /*
-   First id.
-   */
-  const uint32_t *ptr;
-  /*
-   Number of ids.
-   */
-  uintptr_t len;
-} sc_ids;
-
-/*
  The decoded texts of a batch, concatenated; free with `sc_texts_free`.
  */
 typedef struct sc_texts {
@@ -230,6 +240,8 @@ typedef struct sc_texts {
   uintptr_t *lens;
 } sc_texts;
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -241,6 +253,45 @@ extern "C" {
  `buf` must be NULL or point to an `sc_bytes` filled by this library and not yet freed.
  */
 void sc_bytes_free(struct sc_bytes *buf);
+
+/*
+ Hashes the full blocks of `ids` as the JSON `spec` says (fields of `HashSpec`: `algorithm`,
+ `block_size`, `seed`, `cache_salt`, `lora_name`, `lora_path`, `extra_keys`, `namespace`,
+ `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`) and writes one 64-bit
+ value per block to `out`; `*written` receives the count. A malformed or unreproducible spec,
+ or `out_cap` smaller than the number of full blocks, fails with `SC_ERR_KIND_INVALID_ARGUMENT`.
+
+ # Safety
+ `spec` and `ids` are borrowed for the call; `out` must be valid for `out_cap` writes;
+ `written` and `err` must be NULL or valid for writes.
+ */
+int32_t sc_block_hashes(struct sc_str spec,
+                        struct sc_ids ids,
+                        uint64_t *out,
+                        uintptr_t out_cap,
+                        uintptr_t *written,
+                        struct sc_error **err);
+
+/*
+ The router adapter index's own content keys: Dynamo-style local block hashes of the full blocks
+ of `ids` (LoRA name mixed into every block's seed; the namespace, i.e. the cache salt, into the
+ first block of a sequence only, so it reaches later blocks through the chain as in vLLM)
+ chained into SequenceHashes after `parent` (`has_parent` false = sequence start).
+
+ # Safety
+ `ids`, `lora_name` and `namespace` are borrowed for the call; `out` must be valid for `out_cap`
+ writes; `written` and `err` must be NULL or valid for writes.
+ */
+int32_t sc_prefix_keys(struct sc_ids ids,
+                       uint32_t block_size,
+                       struct sc_str lora_name,
+                       struct sc_str namespace_,
+                       bool has_parent,
+                       uint64_t parent,
+                       uint64_t *out,
+                       uintptr_t out_cap,
+                       uintptr_t *written,
+                       struct sc_error **err);
 
 /*
  Frees an error returned by any call. NULL is a no-op.

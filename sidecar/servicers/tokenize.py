@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import grpc
 
+from router_adapter import hashing
 from sidecar.backend import EncodeOptions
-from sidecar.errors import InvalidArgument, Unimplemented
+from sidecar.errors import InvalidArgument
+from sidecar.hashing import spec_from_proto, spec_to_proto
 from sidecar.rpc import Call
 from sidecar.runtime import Runtime
 from sidecar.v1 import preprocessor_pb2 as pb
@@ -19,8 +21,9 @@ class TokenizeServicer:
         model = self._runtime.registry.get(request.model)
         if request.truncation_side not in (pb.TRUNCATION_SIDE_UNSPECIFIED, pb.TRUNCATION_SIDE_RIGHT, pb.TRUNCATION_SIDE_LEFT):
             raise InvalidArgument(f"truncation_side: unknown value {request.truncation_side}")
-        if request.HasField("block_hashing"):
-            raise Unimplemented("block_hashing: block hashes are not built yet in this server")
+        hash_request = request.block_hashing if request.HasField("block_hashing") else None
+        # Validate the spec before tokenizing, so a bad spec costs nothing.
+        hash_spec = spec_from_proto(hash_request) if hash_request is not None else None
         texts = list(request.texts)
         opts = EncodeOptions(
             add_special_tokens=request.add_special_tokens if request.HasField("add_special_tokens") else True,
@@ -31,11 +34,22 @@ class TokenizeServicer:
             timeout_s=call.timeout_s,
         )
         cost = sum(len(t) for t in texts)
-        encodings = await self._runtime.offloader.run(lambda: model.tokenizer.encode_batch(texts, opts), cost, call.rpc)
+        backend = self._runtime.config.backend
+
+        def work() -> tuple[list, list[list[int]]]:
+            encodings = model.tokenizer.encode_batch(texts, opts)
+            hashes = [] if hash_spec is None else [hashing.block_hashes(e.ids, hash_spec, backend=backend) for e in encodings]
+            return encodings, hashes
+
+        encodings, hashes = await self._runtime.offloader.run(work, cost, call.rpc)
         response = pb.TokenizeResponse(fingerprint=model.fingerprint)
-        for e in encodings:
+        if hash_spec is not None:
+            response.block_hash_spec.CopyFrom(spec_to_proto(hash_spec))
+        for i, e in enumerate(encodings):
             out = response.encodings.add()
             out.token_ids.extend(e.ids)
+            if hashes:
+                out.block_hashes.extend(hashes[i])
             if e.offsets:
                 out.offsets.extend(e.offsets)
             if e.tokens:

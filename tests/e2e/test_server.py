@@ -114,7 +114,7 @@ def test_not_built_rpcs_answer_unimplemented(client: pb_grpc.PreprocessorStub) -
     assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
     with pytest.raises(grpc.RpcError) as e:
         client.Tokenize(pb.TokenizeRequest(model="qwen3", texts=["x"], block_hashing=pb.BlockHashing(block_size=16)))
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert "block_hashing" in e.value.details()
 
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import gc
 import resource
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -230,13 +232,23 @@ def _cycles(n: int) -> None:
         worker.join()
 
 
+def _rss_growth_in_fresh_process(workload: str, warmup: int, cycles: int) -> int:
+    """Runs `workload(n)` from this module in a new interpreter and returns its RSS growth in KiB.
+
+    A fresh process keeps threads and allocations of other tests (gRPC channels, servers) out of
+    the measurement."""
+    code = (
+        "import gc, sys; sys.path.insert(0, %r)\n"
+        "from tests.native import test_c_abi as t\n"
+        "t.%s(%d); gc.collect(); before = t._rss_kib()\n"
+        "t.%s(%d); gc.collect(); print(t._rss_kib() - before)\n"
+    ) % (str(REPO), workload, warmup, workload, cycles)
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd=REPO)
+    return int(out.stdout.strip().splitlines()[-1])
+
+
 def test_no_leak_over_many_create_use_free_cycles() -> None:
-    _cycles(200)  # warm up allocator pools
-    gc.collect()
-    before = _rss_kib()
-    _cycles(1500)
-    gc.collect()
-    grown = _rss_kib() - before
+    grown = _rss_growth_in_fresh_process("_cycles", 200, 1500)
     # A leak of even one small tokenizer (tens of KiB) per cycle would be tens of MiB here.
     assert grown < 3072, f"RSS grew by {grown} KiB over 1500 cycles"
 

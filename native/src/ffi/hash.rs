@@ -1,0 +1,106 @@
+//! Exports for [`crate::hash`].
+//!
+//! Results go into caller-owned `uint64_t` arrays (one value per full block, so the caller knows
+//! the size: `len / block_size`), which keeps these hot calls free of allocations the caller would
+//! have to free.
+
+use super::buf::{read_ids, read_slice, read_str, sc_ids, sc_str};
+use super::status::sc_error;
+use super::{guard, write_out};
+use crate::error::Error;
+use crate::hash::{self, HashSpec};
+
+/// Hashes the full blocks of `ids` as the JSON `spec` says (fields of `HashSpec`: `algorithm`,
+/// `block_size`, `seed`, `cache_salt`, `lora_name`, `lora_path`, `extra_keys`, `namespace`,
+/// `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`) and writes one 64-bit
+/// value per block to `out`; `*written` receives the count. A malformed or unreproducible spec,
+/// or `out_cap` smaller than the number of full blocks, fails with `SC_ERR_KIND_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `spec` and `ids` are borrowed for the call; `out` must be valid for `out_cap` writes;
+/// `written` and `err` must be NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn sc_block_hashes(
+    spec: sc_str,
+    ids: sc_ids,
+    out: *mut u64,
+    out_cap: usize,
+    written: *mut usize,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller lends `spec` and `ids` for the call.
+        let spec_text = unsafe { read_str(spec, "spec")? };
+        // SAFETY: as above.
+        let ids = unsafe { read_ids(ids, "token_ids")? };
+        let spec: HashSpec = serde_json::from_str(spec_text)
+            .map_err(|e| Error::invalid_argument(format!("block_hashing: {e}")))?;
+        let result = hash::block_hashes(ids, &spec)?;
+        // SAFETY: the caller promises `out` holds `out_cap` writable values.
+        unsafe { write_values(&result.values, out, out_cap)? };
+        // SAFETY: the caller promises `written` is NULL or writable.
+        unsafe { write_out(written, result.values.len(), "written") }
+    })
+}
+
+/// The router adapter index's own content keys: Dynamo-style local block hashes of the full blocks
+/// of `ids` (LoRA name mixed into every block's seed; the namespace, i.e. the cache salt, into the
+/// first block of a sequence only, so it reaches later blocks through the chain as in vLLM)
+/// chained into SequenceHashes after `parent` (`has_parent` false = sequence start).
+///
+/// # Safety
+/// `ids`, `lora_name` and `namespace` are borrowed for the call; `out` must be valid for `out_cap`
+/// writes; `written` and `err` must be NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn sc_prefix_keys(
+    ids: sc_ids,
+    block_size: u32,
+    lora_name: sc_str,
+    namespace: sc_str,
+    has_parent: bool,
+    parent: u64,
+    out: *mut u64,
+    out_cap: usize,
+    written: *mut usize,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller lends these for the call.
+        let ids = unsafe { read_ids(ids, "token_ids")? };
+        // SAFETY: as above.
+        let lora_name = unsafe { read_str(lora_name, "lora_name")? };
+        // SAFETY: as above.
+        let namespace = unsafe { read_str(namespace, "namespace")? };
+        if block_size == 0 {
+            return Err(Error::invalid_argument("block_size: must be > 0"));
+        }
+        let bs = block_size as usize;
+        let mut local = hash::local_block_hashes(ids, bs, hash::dynamo_block_seed(lora_name, ""), &[]);
+        if !has_parent && !namespace.is_empty() && !local.is_empty() {
+            local[0] = hash::local_block_hashes(&ids[..bs], bs, hash::dynamo_block_seed(lora_name, namespace), &[])[0];
+        }
+        let keys = hash::sequence_hashes(has_parent.then_some(parent), &local);
+        // SAFETY: the caller promises `out` holds `out_cap` writable values.
+        unsafe { write_values(&keys, out, out_cap)? };
+        // SAFETY: the caller promises `written` is NULL or writable.
+        unsafe { write_out(written, keys.len(), "written") }
+    })
+}
+
+/// # Safety
+/// `out` must be valid for `out_cap` writes (or NULL with `out_cap` 0).
+unsafe fn write_values(values: &[u64], out: *mut u64, out_cap: usize) -> crate::Result<()> {
+    if values.len() > out_cap {
+        return Err(Error::invalid_argument(format!("out: room for {out_cap} values, {} needed", values.len())));
+    }
+    if values.is_empty() {
+        return Ok(());
+    }
+    // Reuse read_slice's NULL check for the output pointer.
+    // SAFETY: checked non-null below; the caller promises room for `out_cap` >= len values.
+    unsafe { read_slice(out.cast_const(), values.len(), "out")? };
+    // SAFETY: `out` is non-null and valid for `values.len()` writes; the regions cannot overlap
+    // because `values` is our own allocation.
+    unsafe { std::ptr::copy_nonoverlapping(values.as_ptr(), out, values.len()) };
+    Ok(())
+}

@@ -1,0 +1,185 @@
+//! What a caller asks for: the algorithm and the request facts the engine mixes into its hashes.
+
+use serde::Deserialize;
+
+use crate::error::{Error, Result};
+
+/// The engine algorithm (see the table in [`super`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Algorithm {
+    /// vLLM `sha256` (pickle), the default of vLLM >= 0.10.
+    VllmSha256,
+    /// vLLM `sha256_cbor`.
+    VllmSha256Cbor,
+    /// vLLM `xxhash` (pickle, XXH3-128).
+    VllmXxhash,
+    /// vLLM `xxhash_cbor`.
+    VllmXxhashCbor,
+    /// SGLang's page hash.
+    SglangSha256,
+    /// Dynamo's router block hash.
+    DynamoXxh3,
+}
+
+impl Algorithm {
+    /// Every algorithm, by its contract name.
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::VllmSha256,
+        Algorithm::VllmSha256Cbor,
+        Algorithm::VllmXxhash,
+        Algorithm::VllmXxhashCbor,
+        Algorithm::SglangSha256,
+        Algorithm::DynamoXxh3,
+    ];
+
+    /// The contract name (`BlockHashing.algorithm`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Algorithm::VllmSha256 => "vllm_sha256",
+            Algorithm::VllmSha256Cbor => "vllm_sha256_cbor",
+            Algorithm::VllmXxhash => "vllm_xxhash",
+            Algorithm::VllmXxhashCbor => "vllm_xxhash_cbor",
+            Algorithm::SglangSha256 => "sglang_sha256",
+            Algorithm::DynamoXxh3 => "dynamo_xxh3",
+        }
+    }
+
+    /// Which 64 bits are reported (`BlockHashSpec.event_value`).
+    pub fn event_value(self, sequence_hashes: bool) -> &'static str {
+        match self {
+            Algorithm::SglangSha256 => "first8_be_signed_as_u64",
+            Algorithm::DynamoXxh3 if sequence_hashes => "xxh3_64_sequence",
+            Algorithm::DynamoXxh3 => "xxh3_64_local",
+            _ => "last8_be_unsigned",
+        }
+    }
+
+    /// Whether this is one of vLLM's algorithms.
+    pub fn is_vllm(self) -> bool {
+        matches!(self, Algorithm::VllmSha256 | Algorithm::VllmSha256Cbor | Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor)
+    }
+}
+
+/// vLLM's extra-key layout, which changed in 0.31.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExtraKeyLayout {
+    /// vLLM >= 0.31: `("lora", name, path)`, `("mm", identifier, offset)`, `("cache_salt", salt)`.
+    #[default]
+    Tagged,
+    /// vLLM 0.20 to 0.30: bare LoRA name, `(identifier, offset)`, bare salt.
+    Legacy,
+}
+
+/// SGLang's `kv_events` format setting, which decides how event hashes are namespaced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SglangEventFormat {
+    /// Namespaced by the LoRA extra key only (when the request runs a named adapter).
+    #[default]
+    Default,
+    /// Namespaced by (extra key, cache salt).
+    Dynamo,
+}
+
+/// A multimodal item of the prompt: its placeholder run and its content identifier.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct MmItem {
+    /// The engine's identifier of the item (vLLM `mm_feature.identifier`, the mm hash).
+    pub identifier: String,
+    /// First placeholder token position.
+    pub offset: u64,
+    /// Number of placeholder tokens.
+    pub length: u64,
+}
+
+/// A block-hashing request (the `BlockHashing` proto message, plus what the server resolved).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HashSpec {
+    /// The algorithm.
+    pub algorithm: Algorithm,
+    /// Tokens per block, > 0.
+    pub block_size: u32,
+    /// vLLM: PYTHONHASHSEED of the engine; None = unset.
+    #[serde(default)]
+    pub seed: Option<String>,
+    /// Per-request cache salt; empty = none.
+    #[serde(default)]
+    pub cache_salt: String,
+    /// LoRA adapter name; empty = base model.
+    #[serde(default)]
+    pub lora_name: String,
+    /// LoRA adapter path (vLLM >= 0.31 hashes it).
+    #[serde(default)]
+    pub lora_path: String,
+    /// vLLM extra-key layout.
+    #[serde(default)]
+    pub extra_keys: ExtraKeyLayout,
+    /// Dynamo cache namespace; empty = none.
+    #[serde(default)]
+    pub namespace: String,
+    /// Multimodal items, sorted by offset.
+    #[serde(default)]
+    pub mm_items: Vec<MmItem>,
+    /// SGLang: the radix key's `extra_key`; empty = none.
+    #[serde(default)]
+    pub sglang_extra_key: String,
+    /// SGLang: the publisher's event format.
+    #[serde(default)]
+    pub sglang_event_format: SglangEventFormat,
+    /// Dynamo: report the SequenceHash chain instead of the local block hashes.
+    #[serde(default)]
+    pub sequence_hashes: bool,
+}
+
+impl HashSpec {
+    /// A spec with only the algorithm and block size set.
+    pub fn new(algorithm: Algorithm, block_size: u32) -> Self {
+        HashSpec {
+            algorithm,
+            block_size,
+            seed: None,
+            cache_salt: String::new(),
+            lora_name: String::new(),
+            lora_path: String::new(),
+            extra_keys: ExtraKeyLayout::Tagged,
+            namespace: String::new(),
+            mm_items: Vec::new(),
+            sglang_extra_key: String::new(),
+            sglang_event_format: SglangEventFormat::Default,
+            sequence_hashes: false,
+        }
+    }
+
+    /// Refuses specs no engine could have produced hashes for, naming the field.
+    pub fn validate(&self) -> Result<()> {
+        if self.block_size == 0 {
+            return Err(Error::invalid_argument("block_hashing.block_size: must be > 0"));
+        }
+        if matches!(self.algorithm, Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor) && self.seed.is_none() {
+            return Err(Error::invalid_argument(format!(
+                "block_hashing.seed: {} without PYTHONHASHSEED uses a random per-process seed in vLLM, so its \
+                 hashes cannot be reproduced; give the engine's PYTHONHASHSEED",
+                self.algorithm.name()
+            )));
+        }
+        let mut previous = 0;
+        for (i, item) in self.mm_items.iter().enumerate() {
+            if item.identifier.is_empty() {
+                return Err(Error::invalid_argument(format!("block_hashing.mm_items[{i}].identifier: empty")));
+            }
+            if item.offset < previous {
+                return Err(Error::invalid_argument(format!(
+                    "block_hashing.mm_items[{i}].offset: items must be sorted by offset (as the engine keeps them)"
+                )));
+            }
+            if item.offset.checked_add(item.length).is_none() || item.offset > i64::MAX as u64 {
+                return Err(Error::invalid_argument(format!("block_hashing.mm_items[{i}]: offset + length overflows")));
+            }
+            previous = item.offset;
+        }
+        Ok(())
+    }
+}

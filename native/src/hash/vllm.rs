@@ -1,0 +1,143 @@
+//! vLLM's prefix-cache block hash (`hash_block_tokens` chained by the request block hasher).
+//!
+//! `h_i = H(serialize((h_{i-1}, tuple(block_i_tokens), extra_keys_i)))` with `h_{-1} = NONE_HASH =
+//! H(serialize(seed_string))`; H is SHA-256 or XXH3-128 and serialize is pickle (protocol 5) or
+//! canonical CBOR. The published 64-bit value is the last 8 digest bytes, big-endian.
+
+use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::xxh3_128;
+
+use super::spec::{Algorithm, ExtraKeyLayout, HashSpec, MmItem};
+use super::value::Value;
+use super::{cbor, pickle, BlockHashes};
+use crate::error::Result;
+
+/// vLLM >= 0.29's NONE_HASH seed when PYTHONHASHSEED is unset and the algorithm is SHA-256 based.
+pub const DEFAULT_NONE_HASH_SEED: &str = "vllm-none-hash";
+
+pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashes> {
+    let seed = spec.seed.clone().unwrap_or_else(|| DEFAULT_NONE_HASH_SEED.to_owned());
+    let mut hasher = Hasher { algorithm: spec.algorithm, buf: Vec::with_capacity(256) };
+    let pickled = matches!(spec.algorithm, Algorithm::VllmSha256 | Algorithm::VllmXxhash);
+    hasher.buf.clear();
+    if pickled {
+        pickle::dumps_into(&Value::Str(&seed), &mut hasher.buf);
+    } else {
+        cbor::encode_into(&Value::Str(&seed), &mut hasher.buf);
+    }
+    let mut parent = [0u8; 32];
+    let mut parent_len = hasher.finish(&mut parent);
+    let bs = spec.block_size as usize;
+    let blocks = tokens.len() / bs;
+    let mut values = Vec::with_capacity(blocks);
+    let mut mm = MmCursor::default();
+    let plain = spec.lora_name.is_empty() && spec.mm_items.is_empty() && spec.cache_salt.is_empty();
+    for (i, block) in tokens.chunks_exact(bs).enumerate() {
+        let (start, end) = (i * bs, (i + 1) * bs);
+        let extra = if plain { Value::None } else { extra_keys(spec, start, end, &mut mm) };
+        hasher.buf.clear();
+        if pickled {
+            pickle::dumps_block_into(&parent[..parent_len], block, &extra, &mut hasher.buf);
+        } else {
+            cbor::encode_block_into(&parent[..parent_len], block, &extra, &mut hasher.buf);
+        }
+        parent_len = hasher.finish(&mut parent);
+        values.push(event_value(&parent[..parent_len]));
+    }
+    debug_assert_eq!(values.len(), blocks);
+    Ok(BlockHashes { values, seed })
+}
+
+/// The value vLLM publishes in events: the last 8 bytes, big-endian.
+pub fn event_value(digest: &[u8]) -> u64 {
+    let tail: [u8; 8] = digest[digest.len() - 8..].try_into().expect("digests are >= 8 bytes");
+    u64::from_be_bytes(tail)
+}
+
+struct Hasher {
+    algorithm: Algorithm,
+    buf: Vec<u8>,
+}
+
+impl Hasher {
+    /// Digests the serialized bytes in `buf` into `out`; returns the digest length.
+    fn finish(&mut self, out: &mut [u8; 32]) -> usize {
+        match self.algorithm {
+            Algorithm::VllmSha256 | Algorithm::VllmSha256Cbor => {
+                out.copy_from_slice(&Sha256::digest(&self.buf));
+                32
+            }
+            _ => {
+                out[..16].copy_from_slice(&xxh3_128(&self.buf).to_be_bytes());
+                16
+            }
+        }
+    }
+}
+
+/// Where the multimodal walk is, carried from block to block as vLLM's `curr_mm_idx`.
+#[derive(Default)]
+struct MmCursor {
+    index: usize,
+}
+
+/// `generate_block_hash_extra_keys` for the block `[start, end)`: LoRA, multimodal items, then the
+/// cache salt on the first block; None when there is nothing.
+fn extra_keys<'a>(spec: &'a HashSpec, start: usize, end: usize, mm: &mut MmCursor) -> Value<'a> {
+    let tagged = spec.extra_keys == ExtraKeyLayout::Tagged;
+    let mut keys = Vec::new();
+    if !spec.lora_name.is_empty() {
+        keys.push(if tagged {
+            Value::Tuple(vec![Value::Tag("lora"), Value::Str(&spec.lora_name), Value::Str(&spec.lora_path)])
+        } else {
+            Value::Str(&spec.lora_name)
+        });
+    }
+    for (identifier, relative) in mm_keys(&spec.mm_items, start as u64, end as u64, mm) {
+        keys.push(if tagged {
+            Value::Tuple(vec![Value::Tag("mm"), Value::Str(identifier), Value::Int(relative)])
+        } else {
+            Value::Tuple(vec![Value::Str(identifier), Value::Int(relative)])
+        });
+    }
+    if start == 0 && !spec.cache_salt.is_empty() {
+        keys.push(if tagged {
+            Value::Tuple(vec![Value::Tag("cache_salt"), Value::Str(&spec.cache_salt)])
+        } else {
+            Value::Str(&spec.cache_salt)
+        });
+    }
+    if keys.is_empty() {
+        Value::None
+    } else {
+        Value::Tuple(keys)
+    }
+}
+
+/// vLLM's `_gen_mm_extra_hash_keys`: the items whose placeholder run overlaps the block, with their
+/// offset relative to the block start (negative for an item that began in an earlier block).
+fn mm_keys<'a>(items: &'a [MmItem], start: u64, end: u64, cursor: &mut MmCursor) -> Vec<(&'a str, i64)> {
+    let mut keys = Vec::new();
+    let Some(last) = items.last() else { return keys };
+    if last.offset + last.length <= start {
+        return keys;
+    }
+    while cursor.index < items.len() {
+        let item = &items[cursor.index];
+        if end > item.offset {
+            if start >= item.offset + item.length {
+                cursor.index += 1;
+                continue;
+            }
+            keys.push((item.identifier.as_str(), item.offset as i64 - start as i64));
+            if end >= item.offset + item.length {
+                cursor.index += 1;
+            } else {
+                break;
+            }
+        } else {
+            break;
+        }
+    }
+    keys
+}

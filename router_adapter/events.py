@@ -1,0 +1,224 @@
+"""Decoding of engine KV-event payloads (msgpack, as vLLM and SGLang publish them). No ZMQ, no index.
+
+Accepted shapes (see shared/docs/kv-hashing.md sections 1.7 and 2):
+- the batch is an array `[ts, events]` or `[ts, events, dp_rank]`;
+- each event is a map tagged by `"type"` (vLLM >= 0.24, SGLang) or an array whose first element is
+  the tag, then the fields in declaration order (vLLM <= 0.23);
+- block hashes are unsigned or signed 64-bit integers, or digest bytes (vLLM with
+  `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`), all normalized to the unsigned 64-bit value the engine
+  would publish as an integer (bytes: the last 8, big-endian; signed: two's complement);
+- fields this decoder does not know are ignored, so newer engines keep decoding.
+
+`decode_batch(payload)` returns a `Batch` of `BlockStored` / `BlockRemoved` / `AllBlocksCleared`,
+or raises `DecodeError`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Union
+
+import msgspec
+
+MASK64 = (1 << 64) - 1
+#: The medium of events that do not name one (engines before the field existed stored on GPU).
+DEFAULT_MEDIUM = "GPU"
+
+HashValue = Union[int, bytes]
+
+
+class DecodeError(ValueError):
+    """A payload that is not a KV-event batch."""
+
+
+# --- the normalized events handed to the index -------------------------------------------------
+
+
+class BlockStored(msgspec.Struct, gc=False):
+    """Blocks a worker now holds: `block_hashes[i]` covers `token_ids[i*block_size:(i+1)*block_size]`."""
+
+    block_hashes: list[int]
+    parent_block_hash: int | None
+    token_ids: list[int]
+    block_size: int
+    medium: str = DEFAULT_MEDIUM
+    lora_name: str | None = None
+    #: SGLang publishes the salt; vLLM only inside `extra_keys` (see `cache_salt_of`).
+    cache_salt: str | None = None
+    extra_keys: list[Any] | None = None
+    group_idx: int | None = None
+    locality: str | None = None
+
+
+class BlockRemoved(msgspec.Struct, gc=False):
+    """Blocks a worker evicted from one medium."""
+
+    block_hashes: list[int]
+    medium: str = DEFAULT_MEDIUM
+    group_idx: int | None = None
+    locality: str | None = None
+
+
+class AllBlocksCleared(msgspec.Struct, gc=False):
+    """The worker dropped its whole cache."""
+
+
+Event = Union[BlockStored, BlockRemoved, AllBlocksCleared]
+
+
+class Batch(msgspec.Struct, gc=False):
+    """One published batch."""
+
+    ts: float
+    events: list[Event]
+    dp_rank: int | None = None
+
+
+# --- wire shapes -------------------------------------------------------------------------------
+# Field names and order follow the engines' msgspec classes; only what the index needs is typed.
+
+
+class _MapStored(msgspec.Struct, tag="BlockStored", tag_field="type", gc=False):
+    block_hashes: list[HashValue]
+    parent_block_hash: HashValue | None = None
+    token_ids: list[int] = []
+    block_size: int = 0
+    lora_id: int | None = None
+    medium: str | None = None
+    lora_name: str | None = None
+    cache_salt: str | None = None
+    extra_keys: list[Any] | None = None
+    group_idx: int | None = None
+    locality: str | None = None
+
+
+class _MapRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type", gc=False):
+    block_hashes: list[HashValue]
+    medium: str | None = None
+    group_idx: int | None = None
+    locality: str | None = None
+
+
+class _MapCleared(msgspec.Struct, tag="AllBlocksCleared", tag_field="type", gc=False):
+    pass
+
+
+class _ArrayStored(msgspec.Struct, tag="BlockStored", array_like=True, gc=False):
+    # vLLM <= 0.23 order: hashes, parent, tokens, block_size, lora_id, medium (0.10+), lora_name,
+    # extra_keys, group_idx (0.20+), kv_cache_spec_kind, kv_cache_spec_sliding_window, locality.
+    block_hashes: list[HashValue]
+    parent_block_hash: HashValue | None
+    token_ids: list[int]
+    block_size: int
+    lora_id: int | None = None
+    medium: str | None = None
+    lora_name: str | None = None
+    extra_keys: list[Any] | None = None
+    group_idx: int | None = None
+    kv_cache_spec_kind: Any = None
+    kv_cache_spec_sliding_window: Any = None
+    locality: str | None = None
+
+
+class _ArrayRemoved(msgspec.Struct, tag="BlockRemoved", array_like=True, gc=False):
+    block_hashes: list[HashValue]
+    medium: str | None = None
+    group_idx: int | None = None
+    locality: str | None = None
+
+
+class _ArrayCleared(msgspec.Struct, tag="AllBlocksCleared", array_like=True, gc=False):
+    pass
+
+
+class _WireBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[msgspec.Raw]
+    dp_rank: int | None = None
+
+
+_batch_decoder = msgspec.msgpack.Decoder(_WireBatch)
+_map_decoder = msgspec.msgpack.Decoder(Union[_MapStored, _MapRemoved, _MapCleared])
+_array_decoder = msgspec.msgpack.Decoder(Union[_ArrayStored, _ArrayRemoved, _ArrayCleared])
+
+
+def hash_value(h: HashValue) -> int:
+    """A published block hash as an unsigned 64-bit value."""
+    if isinstance(h, int):
+        return h & MASK64
+    if isinstance(h, (bytes, bytearray, memoryview)):
+        if len(h) < 8:
+            raise DecodeError(f"block hash of {len(h)} bytes; expected a digest of at least 8")
+        return int.from_bytes(bytes(h[-8:]), "big")
+    raise DecodeError(f"block hash of type {type(h).__name__}")
+
+
+def _is_map(raw: bytes) -> bool:
+    first = raw[0]
+    return 0x80 <= first <= 0x8F or first in (0xDE, 0xDF)
+
+
+def _normalize(wire: Any) -> Event:
+    if isinstance(wire, (_MapStored, _ArrayStored)):
+        return BlockStored(
+            block_hashes=[hash_value(h) for h in wire.block_hashes],
+            parent_block_hash=None if wire.parent_block_hash is None else hash_value(wire.parent_block_hash),
+            token_ids=wire.token_ids,
+            block_size=wire.block_size,
+            medium=wire.medium or DEFAULT_MEDIUM,
+            lora_name=wire.lora_name,
+            cache_salt=getattr(wire, "cache_salt", None),
+            extra_keys=wire.extra_keys,
+            group_idx=wire.group_idx,
+            locality=wire.locality,
+        )
+    if isinstance(wire, (_MapRemoved, _ArrayRemoved)):
+        return BlockRemoved(
+            block_hashes=[hash_value(h) for h in wire.block_hashes],
+            medium=wire.medium or DEFAULT_MEDIUM,
+            group_idx=wire.group_idx,
+            locality=wire.locality,
+        )
+    return AllBlocksCleared()
+
+
+def decode_event(raw: bytes) -> Event:
+    """Decodes one event (map or positional array)."""
+    try:
+        wire = (_map_decoder if _is_map(raw) else _array_decoder).decode(raw)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise DecodeError(f"event: {e}") from None
+    return _normalize(wire)
+
+
+def decode_batch(payload: bytes) -> Batch:
+    """Decodes one published batch; raises DecodeError for anything else."""
+    try:
+        wire = _batch_decoder.decode(payload)
+    except (msgspec.DecodeError, msgspec.ValidationError) as e:
+        raise DecodeError(f"batch: {e}") from None
+    events = []
+    for i, raw in enumerate(wire.events):
+        try:
+            events.append(decode_event(bytes(raw)))
+        except DecodeError as e:
+            raise DecodeError(f"events[{i}]: {e}") from None
+    return Batch(ts=wire.ts, events=events, dp_rank=wire.dp_rank)
+
+
+def cache_salt_of(event: BlockStored) -> str:
+    """The cache salt of a store that starts a sequence; empty when there is none.
+
+    SGLang publishes it as a field. vLLM publishes it only as a bare string in the first block's
+    untagged `extra_keys`, after the LoRA name (also a bare string) and multimodal pairs.
+    """
+    if event.cache_salt:
+        return event.cache_salt
+    if event.parent_block_hash is not None or not event.extra_keys:
+        return ""
+    first = event.extra_keys[0]
+    if not isinstance(first, (list, tuple)):
+        return ""
+    strings = [k for k in first if isinstance(k, str)]
+    if event.lora_name and strings and strings[0] == event.lora_name:
+        strings = strings[1:]
+    return strings[-1] if strings else ""

@@ -1,0 +1,417 @@
+"""The per-model prefix index built from KV events, and longest-prefix scoring. No ZMQ here.
+
+Keys. In the default *content* mode every block is keyed by our own content hash: the XXH3
+SequenceHash (Dynamo's scheme) of the block's tokens (from the event's `token_ids`), chained from
+its parent's key, with the LoRA name mixed into every block's seed and the cache salt into the
+first block's (an event continuing a sequence does not repeat the salt). Such keys do not
+depend on the engine's hash algorithm, seed or version, and a key identifies a whole prefix, so a
+flat map suffices. The engine's own hash is kept per worker only to find a stored block's parent
+and to apply removals, as Dynamo, SMG and llm-d do. In *engine* mode (when the engine's hash spec
+is known) the key is the engine's published value itself, and a request is hashed with that spec.
+
+Memory is bounded: past `max_blocks` (all workers, all media) the oldest blocks of the largest
+worker are evicted. Thread-safe: one lock guards updates and scoring.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field, replace
+from typing import Callable, Sequence
+
+from router_adapter import hashing
+from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, Event, cache_salt_of
+from router_adapter.spec import HashSpec, MmItem
+
+#: Index keys of a request's or an event's full blocks.
+KeyFn = Callable[..., list[int]]
+
+
+@dataclass(slots=True)
+class IndexStats:
+    """Counters an operator watches (also exported as Prometheus metrics by the server)."""
+
+    events: int = 0
+    blocks_stored: int = 0
+    blocks_removed: int = 0
+    #: Stores whose parent block is unknown to us (we joined late, or it was evicted): not indexed.
+    orphan_blocks: int = 0
+    #: Removals of blocks we never saw.
+    unknown_removals: int = 0
+    #: Events not indexed because of their block size, group or locality.
+    skipped_events: int = 0
+    evicted_blocks: int = 0
+    worker_resets: int = 0
+
+
+@dataclass(slots=True)
+class WorkerScore:
+    """One worker's cached prefix of a request."""
+
+    worker: str
+    #: Consecutive blocks from the start held in any medium.
+    blocks: int
+    #: The same in tokens (blocks * block_size).
+    tokens: int
+    #: Consecutive blocks from the start held in each medium ("GPU", "CPU", ...).
+    blocks_by_medium: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Score:
+    """The answer to "who holds the longest prefix of this request"."""
+
+    block_size: int
+    #: The request's block keys (content keys, or engine hashes in engine mode).
+    block_hashes: list[int]
+    #: "content" or "engine".
+    mode: str
+    #: Every known worker, best first (then by name); workers with no match have 0.
+    workers: list[WorkerScore]
+
+
+class _Worker:
+    __slots__ = ("name", "bit", "keys", "media", "last_event")
+
+    def __init__(self, name: str, bit: int) -> None:
+        self.name = name
+        self.bit = bit
+        #: engine hash -> index key, in storage order (oldest first; re-stores move to the end).
+        self.keys: dict[int, int] = {}
+        #: engine hash -> bit mask of the media holding it.
+        self.media: dict[int, int] = {}
+        self.last_event = 0.0
+
+
+class PrefixIndex:
+    """One model's index (see the module docs)."""
+
+    def __init__(
+        self,
+        block_size: int | None = None,
+        *,
+        engine_spec: HashSpec | None = None,
+        max_blocks: int = 4_000_000,
+        group_idx: int = 0,
+        backend: str = "auto",
+    ) -> None:
+        if engine_spec is not None:
+            engine_spec.validate()
+            if block_size is not None and block_size != engine_spec.block_size:
+                raise ValueError("block_size differs from engine_spec.block_size")
+            block_size = engine_spec.block_size
+        if block_size is not None and block_size <= 0:
+            raise ValueError("block_size must be > 0")
+        #: Tokens per block; learned from the first store when not configured.
+        self.block_size = block_size
+        self.engine_spec = engine_spec
+        self.mode = "engine" if engine_spec is not None else "content"
+        self.max_blocks = max_blocks
+        self.group_idx = group_idx
+        self.stats = IndexStats()
+        self._backend = backend
+        self._lock = threading.Lock()
+        self._workers: dict[str, _Worker] = {}
+        self._free_bits: list[int] = []
+        self._next_bit = 0
+        self._media: dict[str, int] = {}
+        #: Per medium: key -> bit mask of the workers holding it there.
+        self._holders: list[dict[int, int]] = []
+        #: (key, worker bit, medium) -> extra holds beyond the first (equal content under two
+        #: engine hashes, e.g. the same placeholder tokens with different images).
+        self._extra_holds: dict[tuple[int, int, int], int] = {}
+        self._blocks = 0
+        self._event_times: deque[float] = deque(maxlen=4096)
+
+    # --- reading -------------------------------------------------------------------------------
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks held, counting each (worker, engine hash) once whatever its media."""
+        return self._blocks
+
+    @property
+    def workers(self) -> list[str]:
+        return sorted(self._workers)
+
+    def worker_blocks(self, worker: str) -> int:
+        """Blocks `worker` holds (0 when unknown)."""
+        w = self._workers.get(worker)
+        return len(w.keys) if w is not None else 0
+
+    def events_per_second(self, window_s: float = 10.0) -> float:
+        """Events applied per second over the last `window_s` seconds (at most 4096 events)."""
+        now = time.monotonic()
+        recent = [t for t in self._event_times if now - t <= window_s]
+        if len(recent) < 2:
+            return 0.0
+        return len(recent) / max(now - recent[0], 1e-9)
+
+    def request_keys(
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
+    ) -> list[int]:
+        """The index keys of a request's full blocks."""
+        if self.block_size is None:
+            return []
+        if self.engine_spec is not None:
+            spec = replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, mm_items=tuple(mm_items))
+            return hashing.block_hashes(token_ids, spec, backend=self._backend)
+        return hashing.prefix_keys(token_ids, self.block_size, lora_name, cache_salt, backend=self._backend)
+
+    def score(
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
+    ) -> Score:
+        """Each worker's consecutive matching blocks from the start of the request."""
+        keys = self.request_keys(token_ids, lora_name, cache_salt, mm_items)
+        return self.score_keys(keys)
+
+    def score_keys(self, keys: list[int]) -> Score:
+        """`score` for precomputed request keys."""
+        with self._lock:
+            workers = list(self._workers.values())
+            all_bits = 0
+            for w in workers:
+                all_bits |= 1 << w.bit
+            any_depth = _walk(keys, self._holders, all_bits)
+            if len(self._media) == 1:
+                # One medium: its walk is the any-medium walk.
+                by_medium = {name: any_depth for name in self._media}
+            else:
+                by_medium = {name: _walk(keys, [self._holders[m]], all_bits) for name, m in self._media.items()}
+        block_size = self.block_size or 0
+        result = []
+        for w in workers:
+            blocks = any_depth.get(w.bit, 0)
+            media = {name: depth.get(w.bit, 0) for name, depth in by_medium.items()}
+            result.append(WorkerScore(w.name, blocks, blocks * block_size, media))
+        result.sort(key=lambda s: (-s.blocks, s.worker))
+        return Score(block_size, keys, self.mode, result)
+
+    # --- writing -------------------------------------------------------------------------------
+
+    def apply_batch(self, worker: str, batch: Batch) -> None:
+        """Applies a decoded batch published by `worker`."""
+        with self._lock:
+            w = self._worker(worker)
+            now = time.monotonic()
+            w.last_event = now
+            for event in batch.events:
+                self._apply(w, event)
+                self._event_times.append(now)
+            self.stats.events += len(batch.events)
+            if self._blocks > self.max_blocks:
+                self._evict()
+
+    def apply(self, worker: str, event: Event) -> None:
+        """Applies one decoded event."""
+        self.apply_batch(worker, Batch(ts=time.time(), events=[event]))
+
+    def drop_worker(self, worker: str) -> None:
+        """Forgets everything `worker` holds (engine restart, unrecoverable gap, silence)."""
+        with self._lock:
+            w = self._workers.pop(worker, None)
+            if w is None:
+                return
+            self._clear(w)
+            self._free_bits.append(w.bit)
+            self.stats.worker_resets += 1
+
+    # --- internals (called with the lock held) -------------------------------------------------
+
+    def _worker(self, name: str) -> _Worker:
+        w = self._workers.get(name)
+        if w is None:
+            bit = self._free_bits.pop() if self._free_bits else self._next_bit
+            if bit == self._next_bit:
+                self._next_bit += 1
+            w = self._workers[name] = _Worker(name, bit)
+        return w
+
+    def _medium(self, name: str) -> int:
+        m = self._media.get(name)
+        if m is None:
+            m = self._media[name] = len(self._holders)
+            self._holders.append({})
+        return m
+
+    def _apply(self, w: _Worker, event: Event) -> None:
+        if isinstance(event, BlockStored):
+            self._store(w, event)
+        elif isinstance(event, BlockRemoved):
+            self._remove(w, event)
+        elif isinstance(event, AllBlocksCleared):
+            self._clear(w)
+
+    def _store(self, w: _Worker, event: BlockStored) -> None:
+        if self.block_size is None and event.block_size > 0:
+            self.block_size = event.block_size
+        if (
+            event.block_size != self.block_size
+            or event.locality == "REMOTE"
+            or (event.group_idx is not None and event.group_idx != self.group_idx)
+        ):
+            self.stats.skipped_events += 1
+            return
+        hashes = event.block_hashes
+        if self.engine_spec is not None:
+            keys = hashes
+        else:
+            parent_key = None
+            salt = ""
+            if event.parent_block_hash is not None:
+                parent_key = w.keys.get(event.parent_block_hash)
+                if parent_key is None:
+                    self.stats.orphan_blocks += len(hashes)
+                    return
+            else:
+                salt = cache_salt_of(event)
+            bs = self.block_size
+            tokens = event.token_ids[: len(hashes) * bs]
+            keys = hashing.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key, backend=self._backend)
+            if len(keys) < len(hashes):
+                # Fewer tokens than blocks: index what the tokens cover.
+                hashes = hashes[: len(keys)]
+        m = self._medium(event.medium)
+        mbit = 1 << m
+        wbit = 1 << w.bit
+        holders = self._holders[m]
+        wkeys, wmedia = w.keys, w.media
+        added = 0
+        for engine_hash, key in zip(hashes, keys):
+            old_key = wkeys.get(engine_hash)
+            if old_key is None:
+                wkeys[engine_hash] = key
+                wmedia[engine_hash] = mbit
+                added += 1
+            else:
+                mask = wmedia[engine_hash]
+                # A re-store (vLLM reports cache hits again in "full" mode) refreshes recency.
+                del wkeys[engine_hash]
+                wkeys[engine_hash] = old_key
+                if mask & mbit:
+                    continue
+                wmedia[engine_hash] = mask | mbit
+                key = old_key
+            held = holders.get(key, 0)
+            if held & wbit:
+                hold = (key, w.bit, m)
+                self._extra_holds[hold] = self._extra_holds.get(hold, 0) + 1
+            else:
+                holders[key] = held | wbit
+        self._blocks += added
+        self.stats.blocks_stored += len(hashes)
+
+    def _remove(self, w: _Worker, event: BlockRemoved) -> None:
+        if event.locality == "REMOTE" or (event.group_idx is not None and event.group_idx != self.group_idx):
+            self.stats.skipped_events += 1
+            return
+        m = self._media.get(event.medium)
+        for engine_hash in event.block_hashes:
+            mask = w.media.get(engine_hash)
+            if mask is None or m is None or not mask & (1 << m):
+                self.stats.unknown_removals += 1
+                continue
+            key = w.keys[engine_hash]
+            mask &= ~(1 << m)
+            if mask:
+                w.media[engine_hash] = mask
+            else:
+                del w.media[engine_hash]
+                del w.keys[engine_hash]
+                self._blocks -= 1
+            self._release(key, w.bit, m)
+            self.stats.blocks_removed += 1
+
+    def _release(self, key: int, bit: int, m: int) -> None:
+        hold = (key, bit, m)
+        extra = self._extra_holds.get(hold)
+        if extra:
+            if extra == 1:
+                del self._extra_holds[hold]
+            else:
+                self._extra_holds[hold] = extra - 1
+            return
+        holders = self._holders[m]
+        held = holders.get(key, 0) & ~(1 << bit)
+        if held:
+            holders[key] = held
+        else:
+            holders.pop(key, None)
+
+    def _clear(self, w: _Worker) -> None:
+        clear_bit = ~(1 << w.bit)
+        for engine_hash, key in w.keys.items():
+            mask = w.media[engine_hash]
+            m = 0
+            while mask:
+                if mask & 1:
+                    holders = self._holders[m]
+                    held = holders.get(key, 0) & clear_bit
+                    if held:
+                        holders[key] = held
+                    else:
+                        holders.pop(key, None)
+                mask >>= 1
+                m += 1
+        if self._extra_holds:
+            self._extra_holds = {h: n for h, n in self._extra_holds.items() if h[1] != w.bit}
+        self._blocks -= len(w.keys)
+        w.keys = {}
+        w.media = {}
+
+    def _evict(self) -> None:
+        # Evict in chunks (1% of the bound) so a full index does not pay for eviction per block.
+        target = self.max_blocks - max(1, self.max_blocks // 100)
+        while self._blocks > target:
+            w = max(self._workers.values(), key=lambda x: len(x.keys))
+            count = min(len(w.keys), self._blocks - target)
+            if count <= 0:
+                return
+            oldest = []
+            for engine_hash in w.keys:
+                oldest.append(engine_hash)
+                if len(oldest) == count:
+                    break
+            for engine_hash in oldest:
+                key = w.keys.pop(engine_hash)
+                mask = w.media.pop(engine_hash)
+                m = 0
+                while mask:
+                    if mask & 1:
+                        self._release(key, w.bit, m)
+                    mask >>= 1
+                    m += 1
+            self._blocks -= len(oldest)
+            self.stats.evicted_blocks += len(oldest)
+
+
+def _walk(keys: list[int], holders_by_medium: list[dict[int, int]], active: int) -> dict[int, int]:
+    """Worker bit -> number of leading `keys` it holds (in any of the given media)."""
+    depth: dict[int, int] = {}
+    if not active:
+        return depth
+    single = holders_by_medium[0] if len(holders_by_medium) == 1 else None
+    for i, key in enumerate(keys):
+        if single is not None:
+            present = single.get(key, 0)
+        else:
+            present = 0
+            for holders in holders_by_medium:
+                present |= holders.get(key, 0)
+        dropped = active & ~present
+        if dropped:
+            _record(depth, dropped, i)
+            active &= present
+            if not active:
+                return depth
+    _record(depth, active, len(keys))
+    return depth
+
+
+def _record(depth: dict[int, int], bits: int, value: int) -> None:
+    while bits:
+        low = bits & -bits
+        depth[low.bit_length() - 1] = value
+        bits ^= low

@@ -1,0 +1,94 @@
+"""`KvRouter`: KV-event sources wired to one prefix index per model, and the `score` query.
+
+    router = KvRouter([Source("w0", "tcp://10.0.0.5:5557", replay_endpoint="tcp://10.0.0.5:5558",
+                              model="qwen3")], block_size=16)
+    router.start()
+    score = router.score("qwen3", token_ids)      # score.workers: best first
+    router.stop()
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+from router_adapter.events import Batch
+from router_adapter.index import PrefixIndex, Score
+from router_adapter.spec import HashSpec, MmItem
+from router_adapter.subscriber import Source, SourceStats, Subscriber
+
+_log = logging.getLogger("router_adapter.router")
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How one model's index keys blocks."""
+
+    #: Tokens per block; None = learned from the first event.
+    block_size: int | None = None
+    #: The engine's hash spec: when set, the index matches on the engine's own hashes.
+    engine_spec: HashSpec | None = None
+
+
+class KvRouter:
+    """Owns the subscriber thread and the per-model indexes."""
+
+    def __init__(
+        self,
+        sources: list[Source],
+        *,
+        block_size: int | None = None,
+        models: dict[str, ModelOptions] | None = None,
+        max_blocks: int = 4_000_000,
+        silence_timeout_s: float | None = 300.0,
+        replay_timeout_s: float = 2.0,
+        backend: str = "auto",
+    ) -> None:
+        models = dict(models or {})
+        self._worker_model: dict[str, str] = {}
+        for source in sources:
+            models.setdefault(source.model, ModelOptions(block_size=block_size))
+            self._worker_model[source.worker] = source.model
+        self.indexes: dict[str, PrefixIndex] = {
+            name: PrefixIndex(
+                opts.block_size if opts.engine_spec is None else None,
+                engine_spec=opts.engine_spec, max_blocks=max_blocks, backend=backend,
+            )
+            for name, opts in models.items()
+        }
+        self.subscriber = Subscriber(
+            sources, self._on_batch, self._on_reset,
+            silence_timeout_s=silence_timeout_s, replay_timeout_s=replay_timeout_s,
+        )
+
+    def start(self) -> None:
+        self.subscriber.start()
+
+    def stop(self) -> None:
+        self.subscriber.stop()
+
+    def index(self, model: str) -> PrefixIndex:
+        """The index of `model`; with a single model, "" also names it. KeyError when unknown."""
+        if model in self.indexes:
+            return self.indexes[model]
+        if not model and len(self.indexes) == 1:
+            return next(iter(self.indexes.values()))
+        raise KeyError(model)
+
+    def score(
+        self, model: str, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "",
+        mm_items: Sequence[MmItem] = (),
+    ) -> Score:
+        """Each worker of `model` with its cached prefix of the request, best first."""
+        return self.index(model).score(token_ids, lora_name, cache_salt, mm_items)
+
+    def source_stats(self) -> dict[str, SourceStats]:
+        return self.subscriber.stats()
+
+    def _on_batch(self, worker: str, batch: Batch) -> None:
+        self.indexes[self._worker_model[worker]].apply_batch(worker, batch)
+
+    def _on_reset(self, worker: str, reason: str) -> None:
+        _log.warning("kv_index_worker_dropped worker=%s reason=%s", worker, reason)
+        self.indexes[self._worker_model[worker]].drop_worker(worker)

@@ -1,0 +1,248 @@
+"""Subscribes to engines' ZMQ KV-event publishers and hands decoded batches to a sink.
+
+One `Subscriber` runs one thread that polls a SUB socket per source (an engine's PUB endpoint, one
+per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msgpack batch]`. The
+8-byte sequence number is tracked per source:
+- the next number: the batch is applied;
+- a jump forward (messages were dropped): the missing batches are requested from the engine's
+  ROUTER replay socket when one is configured (`[b"", start_seq]` from a DEALER; the engine answers
+  `[b"", topic, seq, payload]` per buffered batch, then an end marker with seq -1); if there is none,
+  or the engine no longer has them, the worker's state is dropped (`on_reset(worker, "gap")`);
+- a number at or below the last one: the engine restarted (its counter starts at 0 again), so the
+  worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied;
+- silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`).
+
+The sink and the reset callback run on the subscriber thread. Decoding lives in `events`, state in
+the sink: this module knows neither the index nor any engine type.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import zmq
+
+from router_adapter.events import Batch, DecodeError, decode_batch
+
+_log = logging.getLogger("router_adapter.subscriber")
+
+END_SEQ = -1
+
+
+@dataclass(frozen=True)
+class Source:
+    """One publisher: the worker it speaks for, its PUB endpoint and optional replay endpoint."""
+
+    worker: str
+    endpoint: str
+    replay_endpoint: str | None = None
+    #: The model the worker serves (used by the router to pick the index).
+    model: str = ""
+    #: ZMQ topic prefix to subscribe to ("" = everything).
+    topic: str = ""
+
+    @classmethod
+    def parse(cls, text: str) -> Source:
+        """`WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]` (the `--kv-events` flag)."""
+        worker, sep, rest = text.partition("=")
+        if not sep or not worker or not rest:
+            raise ValueError(f"--kv-events {text!r}: expected WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME]")
+        endpoint, *pairs = rest.split(",")
+        options: dict[str, str] = {}
+        for pair in pairs:
+            key, eq, value = pair.partition("=")
+            if not eq or key not in ("replay", "model", "topic"):
+                raise ValueError(f"--kv-events {text!r}: unknown option {pair!r}; known: replay, model, topic")
+            options[key] = value
+        if "://" not in endpoint:
+            raise ValueError(f"--kv-events {text!r}: endpoint {endpoint!r} is not a ZMQ address (tcp://host:port)")
+        return cls(worker, endpoint, options.get("replay") or None, options.get("model", ""), options.get("topic", ""))
+
+
+@dataclass
+class SourceStats:
+    """Per-source counters."""
+
+    batches: int = 0
+    decode_errors: int = 0
+    gaps: int = 0
+    replayed: int = 0
+    resets: int = 0
+    restarts: int = 0
+    aged_out: int = 0
+
+
+@dataclass
+class _State:
+    source: Source
+    socket: zmq.Socket
+    last_seq: int | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    stats: SourceStats = field(default_factory=SourceStats)
+
+
+Sink = Callable[[str, Batch], None]
+ResetCallback = Callable[[str, str], None]
+
+
+class Subscriber:
+    """Runs the subscription loop on its own thread (`start()` / `stop()`)."""
+
+    def __init__(
+        self,
+        sources: list[Source],
+        on_batch: Sink,
+        on_reset: ResetCallback,
+        *,
+        silence_timeout_s: float | None = 300.0,
+        replay_timeout_s: float = 2.0,
+        poll_interval_s: float = 0.1,
+    ) -> None:
+        names = [s.worker for s in sources]
+        if len(set(names)) != len(names):
+            raise ValueError("each KV-event source needs its own worker name")
+        self.sources = sources
+        self._on_batch = on_batch
+        self._on_reset = on_reset
+        self._silence = silence_timeout_s
+        self._replay_timeout = replay_timeout_s
+        self._poll_ms = max(1, int(poll_interval_s * 1000))
+        self._ctx = zmq.Context()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._states: dict[str, _State] = {}
+        self._ready = threading.Event()
+
+    def stats(self) -> dict[str, SourceStats]:
+        """Per-worker counters (a snapshot)."""
+        return {name: SourceStats(**vars(st.stats)) for name, st in self._states.items()}
+
+    def start(self) -> None:
+        """Connects every source and starts the loop; returns once the sockets are connected."""
+        self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
+        self._thread.start()
+        self._ready.wait(10)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._ctx.term()
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        poller = zmq.Poller()
+        by_socket: dict[zmq.Socket, _State] = {}
+        for source in self.sources:
+            sock = self._ctx.socket(zmq.SUB)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVHWM, 100_000)
+            sock.setsockopt_string(zmq.SUBSCRIBE, source.topic)
+            sock.connect(source.endpoint)
+            state = _State(source, sock)
+            self._states[source.worker] = state
+            by_socket[sock] = state
+            poller.register(sock, zmq.POLLIN)
+        self._ready.set()
+        try:
+            while not self._stop.is_set():
+                for sock, _ in poller.poll(self._poll_ms):
+                    state = by_socket[sock]
+                    # Drain what is queued so one busy engine cannot starve the age-out check.
+                    for _ in range(1000):
+                        try:
+                            frames = sock.recv_multipart(zmq.NOBLOCK)
+                        except zmq.Again:
+                            break
+                        self._handle(state, frames)
+                self._age_out()
+        finally:
+            for sock in by_socket:
+                sock.close(0)
+
+    def _handle(self, state: _State, frames: list[bytes]) -> None:
+        state.last_seen = time.monotonic()
+        if len(frames) != 3 or len(frames[1]) != 8:
+            state.stats.decode_errors += 1
+            _log.warning("kv_events_bad_message worker=%s frames=%d", state.source.worker, len(frames))
+            return
+        seq = int.from_bytes(frames[1], "big")
+        last = state.last_seq
+        if last is not None and seq <= last:
+            state.stats.restarts += 1
+            self._reset(state, "restart")
+        elif last is not None and seq > last + 1:
+            state.stats.gaps += 1
+            if not self._replay(state, last + 1, seq):
+                self._reset(state, "gap")
+        self._deliver(state, seq, frames[2])
+
+    def _deliver(self, state: _State, seq: int, payload: bytes) -> None:
+        state.last_seq = seq
+        try:
+            batch = decode_batch(payload)
+        except DecodeError as e:
+            state.stats.decode_errors += 1
+            _log.warning("kv_events_decode_error worker=%s seq=%d error=%s", state.source.worker, seq, e)
+            return
+        state.stats.batches += 1
+        self._on_batch(state.source.worker, batch)
+
+    def _replay(self, state: _State, start: int, until: int) -> bool:
+        """Fetches and delivers batches `start .. until-1`; False when they cannot all be had."""
+        endpoint = state.source.replay_endpoint
+        if not endpoint:
+            return False
+        sock = self._ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        try:
+            sock.connect(endpoint)
+            sock.send_multipart([b"", start.to_bytes(8, "big")])
+            got: list[tuple[int, bytes]] = []
+            deadline = time.monotonic() + self._replay_timeout
+            while True:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not sock.poll(int(remaining * 1000) + 1):
+                    _log.warning("kv_events_replay_timeout worker=%s start=%d", state.source.worker, start)
+                    return False
+                frames = sock.recv_multipart()
+                if len(frames) != 4 or len(frames[2]) != 8:
+                    continue
+                seq = int.from_bytes(frames[2], "big", signed=True)
+                if seq == END_SEQ:
+                    break
+                if start <= seq < until:
+                    got.append((seq, frames[3]))
+        finally:
+            sock.close(0)
+        got.sort()
+        if [s for s, _ in got] != list(range(start, until)):
+            _log.warning(
+                "kv_events_replay_incomplete worker=%s wanted=%d..%d got=%d",
+                state.source.worker, start, until - 1, len(got),
+            )
+            return False
+        for seq, payload in got:
+            self._deliver(state, seq, payload)
+            state.stats.replayed += 1
+        return True
+
+    def _reset(self, state: _State, reason: str) -> None:
+        state.stats.resets += 1
+        state.last_seq = None
+        _log.warning("kv_events_worker_reset worker=%s reason=%s", state.source.worker, reason)
+        self._on_reset(state.source.worker, reason)
+
+    def _age_out(self) -> None:
+        if not self._silence:
+            return
+        now = time.monotonic()
+        for state in self._states.values():
+            if state.last_seq is not None and now - state.last_seen > self._silence:
+                state.stats.aged_out += 1
+                self._reset(state, "silent")

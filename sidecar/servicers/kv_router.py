@@ -1,0 +1,129 @@
+"""KvRouter: Score (which workers hold the longest cached prefix) and KvStatus, over the router
+adapter's indexes, plus their Prometheus metrics."""
+
+from __future__ import annotations
+
+from typing import Iterator
+
+import grpc
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import REGISTRY, Collector
+
+from router_adapter import KvRouter
+from router_adapter.spec import MmItem
+from sidecar.backend import EncodeOptions
+from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound, Unimplemented
+from sidecar.hashing import spec_to_proto
+from sidecar.rpc import Call
+from sidecar.runtime import Runtime
+from sidecar.v1 import kv_router_pb2 as kv
+
+
+class KvRouterServicer:
+    def __init__(self, runtime: Runtime, router: KvRouter | None) -> None:
+        self._runtime = runtime
+        self._router = router
+
+    def _require_router(self) -> KvRouter:
+        if self._router is None:
+            raise FailedPrecondition("kv router: the server was started without --kv-events sources")
+        return self._router
+
+    async def Score(self, request: kv.ScoreRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.ScoreResponse:
+        router = self._require_router()
+        try:
+            index = router.index(request.model)
+        except KeyError:
+            known = ", ".join(sorted(router.indexes)) or "none"
+            raise NotFound(f"model: no KV-event sources for {request.model!r} (known: {known})") from None
+        mm_items = tuple(MmItem(m.identifier, m.offset, m.length) for m in request.mm_items)
+        for i, item in enumerate(mm_items):
+            if not item.identifier:
+                raise InvalidArgument(f"mm_items[{i}].identifier: empty")
+        kind = request.WhichOneof("input")
+        fingerprint = ""
+        if kind == "token_ids":
+            token_ids = list(request.token_ids.token_ids)
+        elif kind == "text":
+            model = self._runtime.registry.get(request.model)
+            fingerprint = model.fingerprint
+            add_special = request.add_special_tokens if request.HasField("add_special_tokens") else True
+            opts = EncodeOptions(add_special_tokens=add_special, timeout_s=call.timeout_s)
+            text = request.text
+            encodings = await self._runtime.offloader.run(
+                lambda: model.tokenizer.encode_batch([text], opts), len(text), call.rpc
+            )
+            token_ids = encodings[0].ids
+        elif kind == "messages_json":
+            raise Unimplemented("messages_json: chat rendering is not available in this build; send text or token_ids")
+        else:
+            raise InvalidArgument("input: one of text, messages_json or token_ids is required")
+        score = await self._runtime.offloader.run(
+            lambda: index.score(token_ids, request.lora_name, request.cache_salt, mm_items),
+            4 * len(token_ids), call.rpc,
+        )
+        response = kv.ScoreResponse(
+            block_hashes=score.block_hashes, block_size=score.block_size, mode=score.mode,
+            num_tokens=len(token_ids), fingerprint=fingerprint,
+        )
+        if index.engine_spec is not None:
+            response.block_hash_spec.CopyFrom(spec_to_proto(index.engine_spec))
+        for w in score.workers:
+            response.workers.add(worker=w.worker, blocks=w.blocks, tokens=w.tokens, blocks_by_medium=w.blocks_by_medium)
+        return response
+
+    async def KvStatus(self, request: kv.KvStatusRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.KvStatusResponse:
+        router = self._require_router()
+        response = kv.KvStatusResponse()
+        for name, index in sorted(router.indexes.items()):
+            response.models.add(
+                model=name, mode=index.mode, block_size=index.block_size or 0, blocks=index.num_blocks,
+                events=index.stats.events, events_per_second=index.events_per_second(),
+                orphan_blocks=index.stats.orphan_blocks, evicted_blocks=index.stats.evicted_blocks,
+            )
+        stats = router.source_stats()
+        for source in router.subscriber.sources:
+            st = stats.get(source.worker)
+            index = router.indexes[source.model]
+            row = response.workers.add(
+                worker=source.worker, model=source.model, endpoint=source.endpoint,
+                blocks=index.worker_blocks(source.worker),
+            )
+            if st is not None:
+                row.batches, row.decode_errors, row.gaps = st.batches, st.decode_errors, st.gaps
+                row.replayed, row.resets, row.restarts, row.aged_out = st.replayed, st.resets, st.restarts, st.aged_out
+        return response
+
+
+class KvMetricsCollector(Collector):
+    """Exports the indexes' and sources' counters at scrape time (nothing to update on the hot path)."""
+
+    def __init__(self, router: KvRouter) -> None:
+        self._router = router
+
+    def collect(self) -> Iterator:
+        blocks = GaugeMetricFamily("sidecar_kv_blocks", "Blocks in the KV prefix index", labels=["model"])
+        workers = GaugeMetricFamily("sidecar_kv_workers", "Workers with state in the KV prefix index", labels=["model"])
+        rate = GaugeMetricFamily("sidecar_kv_events_per_second", "KV events applied per second (10 s window)", labels=["model"])
+        events = CounterMetricFamily("sidecar_kv_events", "KV events applied", labels=["model"])
+        orphans = CounterMetricFamily("sidecar_kv_orphan_blocks", "Stored blocks with an unknown parent", labels=["model"])
+        evicted = CounterMetricFamily("sidecar_kv_evicted_blocks", "Blocks evicted by the memory bound", labels=["model"])
+        for name, index in self._router.indexes.items():
+            blocks.add_metric([name], index.num_blocks)
+            workers.add_metric([name], len(index.workers))
+            rate.add_metric([name], index.events_per_second())
+            events.add_metric([name], index.stats.events)
+            orphans.add_metric([name], index.stats.orphan_blocks)
+            evicted.add_metric([name], index.stats.evicted_blocks)
+        decode = CounterMetricFamily("sidecar_kv_decode_errors", "KV-event payloads that failed to decode", labels=["worker"])
+        gaps = CounterMetricFamily("sidecar_kv_sequence_gaps", "KV-event sequence gaps", labels=["worker"])
+        resets = CounterMetricFamily("sidecar_kv_worker_resets", "Worker states dropped (restart, gap, silence)", labels=["worker"])
+        for worker, st in self._router.source_stats().items():
+            decode.add_metric([worker], st.decode_errors)
+            gaps.add_metric([worker], st.gaps)
+            resets.add_metric([worker], st.resets)
+        yield from (blocks, workers, rate, events, orphans, evicted, decode, gaps, resets)
+
+
+def register_metrics(router: KvRouter) -> None:
+    REGISTRY.register(KvMetricsCollector(router))

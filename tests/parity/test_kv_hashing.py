@@ -1,0 +1,169 @@
+"""Block hashing parity: the reference against the engines' own code (tests/data/kv/vectors.json),
+and the native core against the reference on generated sequences for every algorithm and option."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kv_cases import lcg_tokens, spec_of, tokens_of  # noqa: E402
+from router_adapter import _reference, hashing  # noqa: E402
+from router_adapter.spec import ALGORITHMS, HashSpec, MmItem  # noqa: E402
+from sidecar.errors import InvalidArgument  # noqa: E402
+
+VECTORS = json.loads((Path(__file__).resolve().parents[1] / "data" / "kv" / "vectors.json").read_text())["cases"]
+native = pytest.importorskip("sidecar.native.hashing", reason="native library not built")
+
+
+def _id(case: dict) -> str:
+    s = case["spec"]
+    return f"{s['algorithm']}-bs{s['block_size']}-n{case['tokens']['count']}-{case['tokens']['seed']}"
+
+
+@pytest.mark.parametrize("case", VECTORS, ids=_id)
+def test_engine_vectors(case: dict) -> None:
+    spec, tokens = spec_of(case), tokens_of(case)
+    expected = [int(h) for h in case["hashes"]]
+    assert _reference.block_hashes(tokens, spec) == expected
+    assert native.block_hashes(tokens, spec) == expected
+
+
+def test_vectors_cover_every_algorithm_and_layout() -> None:
+    seen = {(c["spec"]["algorithm"], c["spec"].get("extra_keys", "tagged")) for c in VECTORS}
+    assert {a for a, _ in seen} == set(ALGORITHMS)
+    assert ("vllm_sha256", "legacy") in seen and ("vllm_sha256", "tagged") in seen
+
+
+# --- native against reference on generated inputs --------------------------------------------
+
+_STRINGS = ["", "a", "é", "x" * 2, "tenant-ünïcode-🙂", "mm", "lora"]
+
+
+def _random_spec(rng: random.Random, algorithm: str, block_size: int) -> HashSpec:
+    mm: list[MmItem] = []
+    offset = rng.randrange(0, 3 * block_size + 1)
+    for _ in range(rng.randrange(0, 4)):
+        ident = rng.choice(["a" * 64, "img", "same", "same", "0123456789abcdef" * 4, "é"])
+        length = rng.randrange(0, 3 * block_size + 2)
+        mm.append(MmItem(ident, offset, length))
+        offset += rng.randrange(0, length + 2)
+    lora = rng.choice(_STRINGS + ["adapter"])
+    return HashSpec(
+        algorithm=algorithm,
+        block_size=block_size,
+        seed=rng.choice([None, "0", "", "PYTHONHASHSEED-ünï"]) if "xxhash" not in algorithm else rng.choice(["0", "7", ""]),
+        cache_salt=rng.choice(_STRINGS),
+        lora_name=lora,
+        lora_path=rng.choice(_STRINGS + [lora]),
+        extra_keys=rng.choice(["tagged", "legacy"]),
+        namespace=rng.choice(_STRINGS),
+        mm_items=tuple(mm),
+        sglang_extra_key=rng.choice(["", "k", "extra-key-0123456789abcdef0123456789abcdef"]),
+        sglang_event_format=rng.choice(["default", "dynamo"]),
+        sequence_hashes=rng.random() < 0.5,
+    )
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_native_matches_reference_on_generated_sequences(algorithm: str) -> None:
+    rng = random.Random(f"kv-{algorithm}")
+    compared = 0
+    for i in range(250):
+        block_size = rng.choice([1, 2, 3, 4, 5, 16, 17, 32, 64])
+        tokens = lcg_tokens(i, rng.randrange(0, 6 * block_size + 3), rng.choice([50, 160_000, 2**31, 2**32]))
+        spec = _random_spec(rng, algorithm, block_size)
+        assert native.block_hashes(tokens, spec) == _reference.block_hashes(tokens, spec), spec
+        compared += 1
+    assert compared == 250
+
+
+@pytest.mark.parametrize("algorithm", ["vllm_sha256", "vllm_xxhash"])
+@pytest.mark.parametrize("block_size", [21822, 21823, 21824, 21825, 13101, 13102, 13103, 9352, 9353, 30000])
+def test_pickle_framing_around_64k(algorithm: str, block_size: int) -> None:
+    # 3-byte ints (BININT2) and 5-byte ints (BININT) put the 64 KiB frame boundary at every spot:
+    # inside the tuple, right after its last element, and before the closing opcodes.
+    for modulus in (65536, 2**31, 2**32):
+        tokens = lcg_tokens(block_size + modulus, 2 * block_size, modulus)
+        spec = HashSpec(algorithm, block_size, seed="0", lora_name="a", lora_path="", cache_salt="s")
+        assert native.block_hashes(tokens, spec) == _reference.block_hashes(tokens, spec)
+
+
+@pytest.mark.parametrize("algorithm", ["vllm_sha256", "vllm_sha256_cbor", "vllm_xxhash"])
+def test_long_strings_bypass_frames(algorithm: str) -> None:
+    # Strings of 64 KiB or more are written outside pickle frames; 256+ bytes use BINUNICODE.
+    for n in (255, 256, 65535, 65536, 70000):
+        spec = HashSpec(algorithm, 4, seed="s" * n, cache_salt="é" * (n // 2), lora_name="l" * n, lora_path="p")
+        tokens = lcg_tokens(n, 13, 2**32)
+        assert native.block_hashes(tokens, spec) == _reference.block_hashes(tokens, spec)
+
+
+def test_prefix_keys_native_matches_reference() -> None:
+    rng = random.Random(5)
+    for i in range(200):
+        bs = rng.choice([1, 4, 16, 64])
+        tokens = lcg_tokens(i, rng.randrange(0, 5 * bs + 2), 2**32)
+        args = (bs, rng.choice(_STRINGS), rng.choice(_STRINGS), rng.choice([None, 0, 2**64 - 1, rng.getrandbits(64)]))
+        assert native.prefix_keys(tokens, *args) == _reference.prefix_keys(tokens, *args)
+
+
+def test_prefix_keys_chain_continues_across_events() -> None:
+    tokens = lcg_tokens(1, 64, 1000)
+    whole = hashing.prefix_keys(tokens, 16, "lora", "salt")
+    first = hashing.prefix_keys(tokens[:32], 16, "lora", "salt")
+    rest = hashing.prefix_keys(tokens[32:], 16, "lora", "", parent=first[-1])
+    assert first + rest == whole
+
+
+BAD_SPECS = [
+    (HashSpec("vllm_md5", 16), "block_hashing.algorithm"),
+    (HashSpec("vllm_sha256", 0), "block_hashing.block_size"),
+    (HashSpec("vllm_xxhash", 16), "block_hashing.seed"),
+    (HashSpec("vllm_xxhash_cbor", 16), "block_hashing.seed"),
+    (HashSpec("vllm_sha256", 16, extra_keys="v2"), "block_hashing.vllm_extra_keys"),
+    (HashSpec("sglang_sha256", 16, sglang_event_format="x"), "block_hashing.sglang_event_format"),
+    (HashSpec("vllm_sha256", 16, mm_items=(MmItem("a", 5, 1), MmItem("b", 1, 1))), "block_hashing.mm_items[1]"),
+    (HashSpec("vllm_sha256", 16, mm_items=(MmItem("", 5, 1),)), "block_hashing.mm_items[0].identifier"),
+]
+
+
+@pytest.mark.parametrize(("spec", "field"), BAD_SPECS, ids=[f for _, f in BAD_SPECS])
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_bad_specs_are_invalid_argument_naming_the_field(spec: HashSpec, field: str, backend: str) -> None:
+    with pytest.raises(InvalidArgument, match=field.replace("[", r"\[").replace("]", r"\]")):
+        hashing.block_hashes(list(range(32)), spec, backend=backend)
+
+
+def test_native_refuses_an_undersized_output_buffer_and_bad_utf8() -> None:
+    from sidecar.native._ffi import ffi, lib
+    from sidecar.native._errors import raise_for_status
+
+    spec = HashSpec("vllm_sha256", 4).to_json()
+    ids = ffi.new("uint32_t[]", list(range(16)))
+    out = ffi.new("uint64_t[]", 2)
+    written = ffi.new("uintptr_t *")
+    err = ffi.new("sc_error **")
+    keep = ffi.from_buffer("uint8_t[]", spec)
+    status = lib.sc_block_hashes({"ptr": keep, "len": len(spec)}, {"ptr": ids, "len": 16}, out, 2, written, err)
+    with pytest.raises(InvalidArgument, match="room for 2"):
+        raise_for_status(status, err)
+    bad = b"\xff\xfe"
+    keep = ffi.from_buffer("uint8_t[]", bad)
+    status = lib.sc_block_hashes({"ptr": keep, "len": 2}, {"ptr": ids, "len": 16}, out, 4, written, err)
+    with pytest.raises(InvalidArgument, match="spec: not valid UTF-8"):
+        raise_for_status(status, err)
+
+
+def test_only_full_blocks_and_prefix_stability() -> None:
+    for algorithm, n in itertools.product(ALGORITHMS, (0, 15, 16, 47, 48)):
+        spec = HashSpec(algorithm, 16, seed="0")
+        tokens = lcg_tokens(n, n, 1000)
+        values = hashing.block_hashes(tokens, spec)
+        assert len(values) == n // 16
+        assert values == hashing.block_hashes(tokens + [1, 2, 3], spec)[: n // 16]

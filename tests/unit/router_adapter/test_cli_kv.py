@@ -1,0 +1,39 @@
+"""`sidecar serve --kv-*` flags."""
+
+from __future__ import annotations
+
+import pytest
+
+from sidecar.cli import build_parser, kv_config_from_args
+from sidecar.errors import InvalidArgument
+
+
+def parse(*args: str):  # noqa: ANN202
+    return kv_config_from_args(build_parser().parse_args(["serve", *args]))
+
+
+def test_no_sources_means_no_router() -> None:
+    assert parse() is None
+
+
+def test_sources_and_engine_hash() -> None:
+    config = parse(
+        "--kv-events", "a=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558,model=m",
+        "--kv-events", "b=tcp://127.0.0.1:5559,model=m",
+        "--kv-block-size", "16", "--kv-engine-hash", "m=vllm_sha256_cbor,seed=0", "--kv-silence-timeout", "0",
+    )
+    assert [s.worker for s in config.sources] == ["a", "b"]
+    assert config.sources[0].replay_endpoint == "tcp://127.0.0.1:5558"
+    spec = config.engine_specs["m"]
+    assert (spec.algorithm, spec.block_size, spec.seed) == ("vllm_sha256_cbor", 16, "0")
+    assert config.silence_timeout_s == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--kv-events", "a=nowhere"], ["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_sha256,color=1"],
+     ["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_xxhash,block_size=16"]],
+)
+def test_bad_flags_are_refused(args: list[str]) -> None:
+    with pytest.raises((ValueError, InvalidArgument)):
+        parse(*args)

@@ -1,0 +1,107 @@
+"""Event decoding on payloads recorded with the engines' own msgspec classes (tests/data/kv/events),
+plus the shapes those recordings do not cover (unknown fields, omitted rank, malformed input)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from router_adapter.events import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    DecodeError,
+    cache_salt_of,
+    decode_batch,
+    hash_value,
+)
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "kv" / "events"
+RECORDED = sorted(p.name.removesuffix(".msgpack") for p in DATA.glob("*.msgpack"))
+
+
+def test_recordings_cover_both_encodings_and_hash_kinds() -> None:
+    assert {"vllm-0.33-int", "vllm-0.33-bytes", "vllm-0.23-int", "vllm-0.23-bytes", "sglang-int"} <= set(RECORDED)
+
+
+@pytest.mark.parametrize("name", RECORDED)
+def test_recorded_batches_decode_to_the_expected_events(name: str) -> None:
+    batch = decode_batch((DATA / f"{name}.msgpack").read_bytes())
+    expected = json.loads((DATA / f"{name}.expected.json").read_text())
+    assert batch.ts == expected["ts"]
+    assert len(batch.events) == len(expected["events"])
+    for event, want in zip(batch.events, expected["events"]):
+        assert type(event).__name__ == want["type"]
+        if isinstance(event, BlockStored):
+            assert [str(h) for h in event.block_hashes] == want["block_hashes"]
+            assert (None if event.parent_block_hash is None else str(event.parent_block_hash)) == want["parent_block_hash"]
+            assert event.token_ids == want["token_ids"]
+            assert event.block_size == want["block_size"]
+            assert event.medium == want["medium"]
+            assert event.lora_name == want["lora_name"]
+            assert cache_salt_of(event) == want["cache_salt"]
+        elif isinstance(event, BlockRemoved):
+            assert [str(h) for h in event.block_hashes] == want["block_hashes"]
+            assert event.medium == want["medium"]
+
+
+def _encode(obj: object) -> bytes:
+    return msgspec.msgpack.encode(obj)
+
+
+def test_unknown_fields_and_a_missing_rank_are_accepted() -> None:
+    stored = {
+        "type": "BlockStored", "block_hashes": [2**64 - 1, -1, b"\x00" * 24 + b"\x01" * 8], "parent_block_hash": -2,
+        "token_ids": list(range(48)), "block_size": 16, "lora_id": None, "medium": None, "lora_name": None,
+        "ownership": "x", "session_id": "s", "lookahead_token_ids": [[1]], "a_field_from_the_future": {"k": [1]},
+    }
+    batch = decode_batch(_encode([1.5, [stored, {"type": "AllBlocksCleared", "new": 1}]]))
+    assert batch.dp_rank is None
+    event = batch.events[0]
+    assert isinstance(event, BlockStored)
+    assert event.block_hashes == [2**64 - 1, 2**64 - 1, int.from_bytes(b"\x01" * 8, "big")]
+    assert event.parent_block_hash == 2**64 - 2
+    assert event.medium == "GPU"  # unnamed medium = GPU
+    assert isinstance(batch.events[1], AllBlocksCleared)
+
+
+def test_positional_arrays_with_trailing_fields() -> None:
+    # vLLM <= 0.23: [tag, hashes, parent, tokens, block_size, lora_id, medium, lora_name, extra_keys,
+    # group_idx, kind, window, ...more from later versions].
+    arr = ["BlockStored", [5], None, list(range(16)), 16, None, "CPU", "ad", [["ad", "salt"]], 1, "full", None, "x", "y"]
+    event = decode_batch(_encode([0.0, [arr, ["BlockRemoved", [5], "CPU", 1]], 3])).events[0]
+    assert isinstance(event, BlockStored)
+    assert (event.medium, event.lora_name, event.group_idx) == ("CPU", "ad", 1)
+    assert cache_salt_of(event) == "salt"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [b"", b"\xc1", _encode({"ts": 1}), _encode([1.0, "x"]), _encode([1.0, [{"type": "Nope"}]]),
+     _encode([1.0, [{"type": "BlockStored", "block_hashes": ["s"]}]]), _encode([1.0, [["BlockRemoved"]]]),
+     _encode([1.0, [{"type": "BlockRemoved", "block_hashes": [b"short"]}]])],
+)
+def test_malformed_payloads_raise_decode_error(payload: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_batch(payload)
+
+
+def test_hash_value_normalization() -> None:
+    assert hash_value(-1) == 2**64 - 1
+    assert hash_value(2**63) == 2**63
+    assert hash_value(bytes(range(32))) == int.from_bytes(bytes(range(24, 32)), "big")
+
+
+def test_salt_extraction_rules() -> None:
+    def stored(extra, lora=None, parent=None, salt=None):  # noqa: ANN001, ANN202
+        return BlockStored([1], parent, list(range(16)), 16, lora_name=lora, extra_keys=extra, cache_salt=salt)
+
+    assert cache_salt_of(stored([("salt",)])) == "salt"
+    assert cache_salt_of(stored([("ad", ["img", 3], "salt")], lora="ad")) == "salt"
+    assert cache_salt_of(stored([("ad",)], lora="ad")) == ""
+    assert cache_salt_of(stored([("salt",)], parent=7)) == ""  # only a sequence start carries it
+    assert cache_salt_of(stored(None, salt="sg")) == "sg"  # SGLang's field
+    assert cache_salt_of(stored([None])) == ""

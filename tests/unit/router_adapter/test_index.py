@@ -1,0 +1,150 @@
+"""The prefix index: content keys from events, engine-hash bookkeeping, scoring, bounds."""
+
+from __future__ import annotations
+
+import pytest
+
+from router_adapter import _reference
+from router_adapter.events import AllBlocksCleared, BlockRemoved, BlockStored
+from router_adapter.index import PrefixIndex
+from router_adapter.spec import HashSpec
+
+BS = 4
+TOKENS = list(range(100, 132))  # 8 blocks
+
+
+def engine_hashes(tokens: list[int], **kw: str) -> list[int]:
+    return _reference.block_hashes(tokens, HashSpec("vllm_sha256", BS, **kw))
+
+
+def store(tokens: list[int], start: int, end: int, *, medium: str = "GPU", lora: str | None = None,
+          salt: str = "", **kw: str) -> BlockStored:
+    """A vLLM-like store of blocks [start, end) of `tokens`."""
+    hashes = engine_hashes(tokens, cache_salt=salt, lora_name=lora or "", lora_path="/p" if lora else "", **kw)
+    extra = None
+    if start == 0 and (salt or lora):
+        extra = [tuple(x for x in (lora, salt) if x)]
+    return BlockStored(
+        block_hashes=hashes[start:end], parent_block_hash=hashes[start - 1] if start else None,
+        token_ids=tokens[start * BS : end * BS], block_size=BS, medium=medium, lora_name=lora, extra_keys=extra,
+    )
+
+
+def depths(index: PrefixIndex, tokens: list[int], **kw: str) -> dict[str, int]:
+    return {w.worker: w.blocks for w in index.score(tokens, **kw).workers}
+
+
+@pytest.fixture(params=["native", "reference"])
+def index(request: pytest.FixtureRequest) -> PrefixIndex:
+    return PrefixIndex(BS, backend=request.param)
+
+
+def test_stores_in_spans_match_the_whole_request(index: PrefixIndex) -> None:
+    index.apply("a", store(TOKENS, 0, 3))
+    index.apply("a", store(TOKENS, 3, 6))
+    index.apply("b", store(TOKENS, 0, 2))
+    score = index.score(TOKENS + [1, 2])
+    assert [(w.worker, w.blocks, w.tokens) for w in score.workers] == [("a", 6, 24), ("b", 2, 8)]
+    assert len(score.block_hashes) == 8 and score.mode == "content"
+    # A request that diverges in block 2 matches only the common prefix.
+    other = TOKENS[:8] + [7] * 24
+    assert depths(index, other) == {"a": 2, "b": 2}
+
+
+def test_removal_is_per_medium_and_breaks_the_prefix(index: PrefixIndex) -> None:
+    index.apply("a", store(TOKENS, 0, 4))
+    index.apply("a", store(TOKENS, 0, 4, medium="CPU"))
+    index.apply("a", BlockRemoved(engine_hashes(TOKENS)[1:2], medium="GPU"))
+    w = index.score(TOKENS).workers[0]
+    assert (w.blocks, w.blocks_by_medium) == (4, {"GPU": 1, "CPU": 4})
+    index.apply("a", BlockRemoved(engine_hashes(TOKENS)[1:2], medium="CPU"))
+    assert depths(index, TOKENS) == {"a": 1}
+    assert index.num_blocks == 3
+
+
+def test_clear_and_drop_worker(index: PrefixIndex) -> None:
+    index.apply("a", store(TOKENS, 0, 4))
+    index.apply("b", store(TOKENS, 0, 4))
+    index.apply("a", AllBlocksCleared())
+    assert depths(index, TOKENS) == {"b": 4, "a": 0}
+    index.drop_worker("b")
+    assert depths(index, TOKENS) == {"a": 0}
+    assert index.num_blocks == 0
+
+
+def test_lora_and_salt_separate_tenants(index: PrefixIndex) -> None:
+    index.apply("plain", store(TOKENS, 0, 4))
+    index.apply("salted", store(TOKENS, 0, 2, salt="t1"))
+    index.apply("salted", store(TOKENS, 2, 4, salt="t1"))  # continuation: no salt in the event
+    index.apply("lora", store(TOKENS, 0, 4, lora="ad"))
+    assert depths(index, TOKENS) == {"plain": 4, "lora": 0, "salted": 0}
+    assert depths(index, TOKENS, cache_salt="t1") == {"salted": 4, "lora": 0, "plain": 0}
+    assert depths(index, TOKENS, lora_name="ad") == {"lora": 4, "plain": 0, "salted": 0}
+
+
+def test_orphans_and_unknown_removals_are_counted(index: PrefixIndex) -> None:
+    index.apply("a", store(TOKENS, 2, 4))  # parent never seen
+    index.apply("a", BlockRemoved([12345]))
+    assert index.stats.orphan_blocks == 2 and index.stats.unknown_removals == 1
+    assert depths(index, TOKENS) == {"a": 0}
+
+
+def test_restore_is_idempotent_and_equal_content_under_two_engine_hashes(index: PrefixIndex) -> None:
+    index.apply("a", store(TOKENS, 0, 4))
+    index.apply("a", store(TOKENS, 0, 4))
+    assert index.num_blocks == 4
+    # Same tokens, different engine hashes (e.g. different images behind the placeholders).
+    index.apply("a", store_with_seed(TOKENS, "x"))
+    index.apply("a", BlockRemoved(engine_hashes(TOKENS)[:4]))
+    assert depths(index, TOKENS) == {"a": 4}  # still held under the other engine hashes
+
+
+def store_with_seed(tokens: list[int], seed: str) -> BlockStored:
+    hashes = _reference.block_hashes(tokens, HashSpec("vllm_sha256", BS, seed=seed))
+    return BlockStored(hashes[:4], None, tokens[: 4 * BS], BS)
+
+
+def test_other_block_sizes_groups_and_remote_blocks_are_skipped(index: PrefixIndex) -> None:
+    index.apply("a", store(TOKENS, 0, 2))
+    index.apply("a", BlockStored([1], None, list(range(8)), 8))
+    remote = store(TOKENS, 0, 4)
+    remote.locality = "REMOTE"
+    index.apply("b", remote)
+    grouped = store(TOKENS, 0, 4)
+    grouped.group_idx = 1
+    index.apply("c", grouped)
+    assert index.stats.skipped_events == 3
+    assert depths(index, TOKENS)["a"] == 2
+
+
+def test_block_size_is_learned_from_the_first_store() -> None:
+    index = PrefixIndex()
+    assert index.score(TOKENS).workers == []
+    index.apply("a", store(TOKENS, 0, 3))
+    assert index.block_size == BS and depths(index, TOKENS) == {"a": 3}
+
+
+def test_eviction_keeps_memory_bounded() -> None:
+    index = PrefixIndex(BS, max_blocks=100)
+    for i in range(60):
+        seq = [i * 1000 + t for t in range(4 * BS)]
+        index.apply("big" if i % 3 else "small", BlockStored(engine_hashes(seq), None, seq, BS))
+    assert index.num_blocks <= 100
+    assert index.stats.evicted_blocks == 240 - index.num_blocks
+    newest = [59 * 1000 + t for t in range(4 * BS)]
+    assert depths(index, newest)["big"] == 4
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_engine_mode_matches_the_engines_hashes(backend: str) -> None:
+    spec = HashSpec("vllm_sha256", BS, seed="0")
+    index = PrefixIndex(engine_spec=spec, backend=backend)
+    hashes = _reference.block_hashes(TOKENS, spec)
+    # No token ids needed: engine mode keys on the published hashes.
+    index.apply("a", BlockStored(hashes[:5], None, [], BS))
+    score = index.score(TOKENS)
+    assert score.mode == "engine" and score.block_hashes == hashes
+    assert [(w.worker, w.blocks) for w in score.workers] == [("a", 5)]
+    salted = _reference.block_hashes(TOKENS, HashSpec("vllm_sha256", BS, seed="0", cache_salt="t"))
+    index.apply("b", BlockStored(salted[:2], None, [], BS))
+    assert depths(index, TOKENS, cache_salt="t") == {"b": 2, "a": 0}

@@ -1,0 +1,151 @@
+"""The real subscriber against real ZMQ sockets on loopback: stores, removals, clears, a dropped
+message (gap then replay), a gap without replay, an engine restart and a silent worker."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+import zmq
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kv_publisher import CLEARED, FakeEnginePublisher, removed, stored, wait_until  # noqa: E402
+from router_adapter import KvRouter, Source, _reference  # noqa: E402
+from router_adapter.spec import HashSpec  # noqa: E402
+
+BS = 4
+TOKENS = list(range(500, 532))  # 8 blocks
+HASHES = _reference.block_hashes(TOKENS, HashSpec("vllm_sha256", BS))
+
+
+def span(start: int, end: int) -> dict:
+    parent = HASHES[start - 1] if start else None
+    return stored(HASHES[start:end], TOKENS[start * BS : end * BS], BS, parent)
+
+
+@pytest.fixture
+def ctx() -> Iterator[zmq.Context]:
+    context = zmq.Context()
+    yield context
+    context.term()
+
+
+def blocks(router: KvRouter, worker: str) -> int:
+    return next((w.blocks for w in router.score("m", TOKENS).workers if w.worker == worker), -1)
+
+
+def test_events_gaps_replay_restart(ctx: zmq.Context) -> None:
+    with_replay = FakeEnginePublisher(ctx)
+    no_replay = FakeEnginePublisher(ctx, replay=False)
+    router = KvRouter(
+        [Source("a", with_replay.endpoint, with_replay.replay_endpoint, model="m"),
+         Source("b", no_replay.endpoint, model="m")],
+        block_size=BS, silence_timeout_s=None,
+    )
+    router.start()
+    try:
+        with_replay.wait_for_subscriber()
+        no_replay.wait_for_subscriber()
+
+        # Stores and a removal.
+        with_replay.publish([span(0, 4)])
+        no_replay.publish([span(0, 2)])
+        wait_until(lambda: blocks(router, "a") == 4 and blocks(router, "b") == 2, what="stores")
+        with_replay.publish([removed([HASHES[3]])])
+        wait_until(lambda: blocks(router, "a") == 3, what="removal")
+
+        # A dropped message: the gap is filled from the replay socket, nothing is reset.
+        with_replay.publish([span(3, 6)], drop=True)
+        with_replay.publish([span(6, 8)])
+        wait_until(lambda: blocks(router, "a") == 8, what="replayed span")
+        stats = router.source_stats()["a"]
+        assert (stats.gaps, stats.replayed, stats.resets) == (1, 1, 0)
+        assert with_replay.replay_requests == [2]
+
+        # Without a replay socket a gap resets the worker; the next batch is applied on a clean state.
+        no_replay.publish([span(2, 4)], drop=True)
+        no_replay.publish([span(0, 1)])
+        wait_until(lambda: router.source_stats()["b"].resets == 1, what="reset after gap")
+        wait_until(lambda: blocks(router, "b") == 1, what="state after reset")
+
+        # Clear.
+        with_replay.publish([CLEARED])
+        wait_until(lambda: blocks(router, "a") == 0, what="clear")
+        with_replay.publish([span(0, 3)])
+        wait_until(lambda: blocks(router, "a") == 3, what="stores after clear")
+
+        # Restart: the sequence starts again at 0; the old state is dropped first.
+        with_replay.buffer.clear()
+        with_replay.publish([span(0, 1)], seq=0)
+        wait_until(lambda: router.source_stats()["a"].restarts == 1, what="restart detected")
+        wait_until(lambda: blocks(router, "a") == 1, what="state after restart")
+        assert router.source_stats()["a"].decode_errors == 0
+    finally:
+        router.stop()
+        with_replay.close()
+        no_replay.close()
+
+
+def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context) -> None:
+    pub = FakeEnginePublisher(ctx)
+    router = KvRouter([Source("a", pub.endpoint, pub.replay_endpoint, model="m")], block_size=BS,
+                      silence_timeout_s=None)
+    router.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.publish([span(0, 4)])
+        wait_until(lambda: blocks(router, "a") == 4)
+        pub.publish([span(4, 6)], drop=True)
+        pub.buffer.clear()  # the engine's replay buffer no longer holds it
+        pub.publish([span(0, 2)])
+        wait_until(lambda: router.source_stats()["a"].resets == 1, what="reset")
+        wait_until(lambda: blocks(router, "a") == 2, what="state after reset")
+    finally:
+        router.stop()
+        pub.close()
+
+
+def test_undecodable_payloads_are_counted_and_skipped(ctx: zmq.Context) -> None:
+    pub = FakeEnginePublisher(ctx, replay=False)
+    router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=None)
+    router.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.pub.send_multipart([b"", (0).to_bytes(8, "big"), b"\xc1not msgpack"])
+        pub.pub.send_multipart([b"", b"short"])
+        pub.publish([span(0, 2)], seq=1)
+        wait_until(lambda: blocks(router, "a") == 2, what="store after bad payloads")
+        stats = router.source_stats()["a"]
+        assert stats.decode_errors == 2 and stats.resets == 0
+    finally:
+        router.stop()
+        pub.close()
+
+
+def test_silent_worker_is_aged_out(ctx: zmq.Context) -> None:
+    pub = FakeEnginePublisher(ctx, replay=False)
+    router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=0.3)
+    router.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.publish([span(0, 3)])
+        wait_until(lambda: router.source_stats()["a"].aged_out == 1, what="age-out")
+        assert router.index("m").num_blocks == 0
+        # It comes back: its next batch is applied from a clean state.
+        pub.publish([span(0, 2)])
+        wait_until(lambda: blocks(router, "a") == 2, what="state after return")
+    finally:
+        router.stop()
+        pub.close()
+
+
+def test_source_parsing() -> None:
+    s = Source.parse("w1=tcp://10.0.0.1:5557,replay=tcp://10.0.0.1:5558,model=qwen3,topic=kv")
+    assert (s.worker, s.endpoint, s.replay_endpoint, s.model, s.topic) == (
+        "w1", "tcp://10.0.0.1:5557", "tcp://10.0.0.1:5558", "qwen3", "kv")
+    for bad in ["w1", "=tcp://x:1", "w1=localhost:5557", "w1=tcp://x:1,color=red"]:
+        with pytest.raises(ValueError):
+            Source.parse(bad)
