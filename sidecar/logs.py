@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+import msgspec
 import structlog
 
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
@@ -18,12 +19,18 @@ def configure(level: str = "info", stream=sys.stdout) -> None:  # noqa: ANN001 -
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
+            # msgspec encodes an event in about a third of the time json.dumps takes; one line is
+            # written per RPC, so this is on every request's path.
+            structlog.processors.JSONRenderer(serializer=_encode),
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
         logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=True,
     )
+
+
+def _encode(event: dict, **_: object) -> str:
+    return msgspec.json.encode(event, enc_hook=str).decode()
 
 
 def get_logger(name: str = "sidecar") -> structlog.typing.FilteringBoundLogger:
