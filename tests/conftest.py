@@ -67,7 +67,7 @@ class LiveServer:
     log_path: Path
 
     def log_lines(self) -> list[dict]:
-        return [json.loads(line) for line in self.log_path.read_text().splitlines() if line.startswith("{")]
+        return _json_lines(self.log_path)
 
 
 def start_server(tmp_dir: Path, *args: str, timeout: float = 120.0) -> LiveServer:
@@ -81,14 +81,23 @@ def start_server(tmp_dir: Path, *args: str, timeout: float = 120.0) -> LiveServe
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}:\n{log_path.read_text()}")
-        for line in log_path.read_text().splitlines():
-            if '"event": "listening"' in line:
-                event = json.loads(line)
+        for event in _json_lines(log_path):
+            if event.get("event") == "listening":
                 tcp = next(a for a in event["addresses"] if not a.startswith("unix:"))
                 return LiveServer(process, tcp, f"unix:{uds}", event["metrics_port"], log_path)
         time.sleep(0.1)
     process.kill()
     raise RuntimeError(f"server did not start in {timeout}s:\n{log_path.read_text()}")
+
+
+def _json_lines(path: Path) -> list[dict]:
+    events = []
+    for line in path.read_text().splitlines():
+        try:
+            events.append(json.loads(line))
+        except ValueError:
+            continue  # a partly written last line, or a non-JSON line from a dependency
+    return events
 
 
 def stop_server(server: LiveServer, timeout: float = 30.0) -> int:
