@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
+import stat
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -12,6 +16,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from sidecar import metrics
 from sidecar.backend import get_backend
 from sidecar.config import ServerConfig
+from sidecar.errors import FailedPrecondition
 from sidecar.logs import get_logger
 from sidecar.registry import ModelRegistry, embedded_spec
 from sidecar.rpc import unary
@@ -112,6 +117,34 @@ def kv_router_handler(runtime: Runtime, router) -> grpc.GenericRpcHandler:  # no
     )
 
 
+def prepare_unix_socket(path: str) -> None:
+    """Removes a socket file left by a server that died without cleaning up; refuses to take over
+    a live server's socket or to delete anything that is not a socket."""
+    target = Path(path)
+    if not target.exists():
+        return
+    if not stat.S_ISSOCK(target.stat().st_mode):
+        raise FailedPrecondition(f"--uds: {path} exists and is not a socket")
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.connect(path)
+    except ConnectionRefusedError:
+        target.unlink()  # stale: nobody listens
+        return
+    except OSError:
+        return
+    finally:
+        probe.close()
+    raise FailedPrecondition(f"--uds: another server is already listening on {path}")
+
+
+def _bind(server: grpc.aio.Server, address: str) -> int:
+    try:
+        return server.add_insecure_port(address)
+    except RuntimeError:
+        raise FailedPrecondition(f"cannot listen on {address}: address in use or not permitted") from None
+
+
 @dataclass
 class RunningServer:
     """A started server and what it listens on."""
@@ -158,10 +191,10 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
         )
     addresses = []
     if config.port is not None:
-        bound = server.add_insecure_port(f"{config.host}:{config.port}")
-        addresses.append(f"{config.host}:{bound}")
+        addresses.append(f"{config.host}:{_bind(server, f'{config.host}:{config.port}')}")
     if config.uds:
-        server.add_insecure_port(f"unix:{config.uds}")
+        prepare_unix_socket(config.uds)
+        _bind(server, f"unix:{config.uds}")
         addresses.append(f"unix:{config.uds}")
     if not addresses:
         raise ValueError("no listener: give --port and/or --uds")
@@ -178,10 +211,13 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
 async def serve(config: ServerConfig) -> None:
     """Runs until SIGTERM/SIGINT, then drains."""
     running = await start(config)
+    models = [m.name for m in running.runtime.registry]
     _log.info(
         "listening", addresses=running.addresses, metrics_port=running.metrics_port, backend=config.backend,
-        models=[m.name for m in running.runtime.registry],
+        models=models,
     )
+    metrics_note = f", metrics on :{running.metrics_port}/metrics" if running.metrics_port else ""
+    print(f"sidecar: serving {', '.join(models)} on {', '.join(running.addresses)}{metrics_note}", file=sys.stderr, flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -189,4 +225,6 @@ async def serve(config: ServerConfig) -> None:
     await stop.wait()
     _log.info("draining", grace_seconds=config.drain_seconds)
     await running.drain(config.drain_seconds)
+    if config.uds:
+        Path(config.uds).unlink(missing_ok=True)
     _log.info("stopped")

@@ -121,6 +121,10 @@ fn added_tokens(config: &Value) -> Result<Vec<Value>> {
     Ok(tokens)
 }
 
+/// A merge candidate: (merged rank, left rank, right rank, left bytes, right bytes). Sorting by the
+/// three ranks gives the order in which a rank-greedy tiktoken encoder would apply the merges.
+type Merge<'a> = (u32, u32, u32, &'a [u8], &'a [u8]);
+
 /// Converts a tiktoken rank file into `tokenizer.json` text.
 pub(crate) fn tokenizer_json(ranks_text: &str, file_name: &str, config: &Value) -> Result<String> {
     let pattern = pattern_for(file_name)?;
@@ -129,9 +133,7 @@ pub(crate) fn tokenizer_json(ranks_text: &str, file_name: &str, config: &Value) 
     let rank_of: HashMap<&[u8], u32> = ranks.iter().map(|(b, r)| (b.as_slice(), *r)).collect();
 
     let mut vocab = Map::with_capacity(ranks.len());
-    // (merged rank, left rank, right rank, left, right): sorting by the ranks gives the order
-    // in which a rank-greedy tiktoken encoder would apply the merges.
-    let mut merges: Vec<(u32, u32, u32, &[u8], &[u8])> = Vec::new();
+    let mut merges: Vec<Merge<'_>> = Vec::new();
     for (bytes, rank) in &ranks {
         vocab.insert(bytes_to_token(bytes, &table), Value::from(*rank));
         for split in 1..bytes.len() {
