@@ -8,6 +8,7 @@
 
 pub mod error;
 pub mod ffi;
+pub mod template;
 pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};
