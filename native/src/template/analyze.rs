@@ -8,10 +8,10 @@
 //! of parts ("openai"), else as a string. The walk below visits statements in the order Jinja2's
 //! `find_all` does and fails the same way vLLM's asserts do (falling back to "string").
 //!
-//! Compile-time names: Jinja2 refuses an unknown filter or test, and a `{% do %}` tag (transformers
-//! does not enable that extension), when the template is compiled, so such a template fails on
-//! every request even where the name sits in a branch never taken. minijinja would only fail when
-//! the branch runs, so the check is made here, against Jinja2's own lists.
+//! Compile-time names: Jinja2 refuses an unknown filter or test when it compiles the template
+//! (except inside an `if`, where it waits until the name is used), and a `{% do %}` tag
+//! (transformers does not enable that extension). Such a template then fails on every request;
+//! minijinja would only fail when the code runs, so the check is made here, against Jinja2's lists.
 
 use minijinja::machinery::ast::{CallArg, Expr, Stmt};
 use minijinja::machinery::parse;
@@ -53,7 +53,7 @@ pub fn analyze(source: &str) -> Analysis {
         return Analysis { content_format: ContentFormat::String, compile_error: None };
     };
     let mut nodes = Nodes::default();
-    collect(&root, &mut nodes);
+    collect(&root, false, &mut nodes);
     Analysis {
         content_format: detect_content_format(&nodes).unwrap_or(ContentFormat::String),
         compile_error: nodes.compile_error,
@@ -70,56 +70,61 @@ struct Nodes<'a, 'n> {
     compile_error: Option<String>,
 }
 
-fn collect<'a, 'n>(stmt: &'n Stmt<'a>, nodes: &mut Nodes<'a, 'n>) {
-    let body = |stmts: &'n [Stmt<'a>], nodes: &mut Nodes<'a, 'n>| stmts.iter().for_each(|s| collect(s, nodes));
+/// Walks statements in Jinja2 `find_all` order. `soft` mirrors Jinja2's "soft frame": inside an
+/// `if` (or an inline `x if c else y`), an unknown filter or test only fails when it runs; a new
+/// scope (loop body, macro, block, ...) is a fresh frame again.
+fn collect<'a, 'n>(stmt: &'n Stmt<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>) {
+    let body = |stmts: &'n [Stmt<'a>], soft: bool, nodes: &mut Nodes<'a, 'n>| {
+        stmts.iter().for_each(|s| collect(s, soft, nodes))
+    };
     match stmt {
-        Stmt::Template(t) => body(&t.children, nodes),
-        Stmt::EmitExpr(e) => check_expr(&e.expr, nodes),
+        Stmt::Template(t) => body(&t.children, false, nodes),
+        Stmt::EmitExpr(e) => check_expr(&e.expr, soft, nodes),
         Stmt::EmitRaw(_) | Stmt::Continue(_) | Stmt::Break(_) => {}
         Stmt::ForLoop(f) => {
             nodes.loops.push((&f.target, &f.iter));
-            check_expr(&f.iter, nodes);
+            check_expr(&f.iter, soft, nodes);
             if let Some(e) = &f.filter_expr {
-                check_expr(e, nodes);
+                check_expr(e, false, nodes);
             }
-            body(&f.body, nodes);
-            body(&f.else_body, nodes);
+            body(&f.body, false, nodes);
+            body(&f.else_body, false, nodes);
         }
         Stmt::IfCond(i) => {
-            check_expr(&i.expr, nodes);
-            body(&i.true_body, nodes);
-            body(&i.false_body, nodes);
+            check_expr(&i.expr, true, nodes);
+            body(&i.true_body, true, nodes);
+            body(&i.false_body, true, nodes);
         }
         Stmt::WithBlock(w) => {
             for (_, value) in &w.assignments {
-                check_expr(value, nodes);
+                check_expr(value, soft, nodes);
             }
-            body(&w.body, nodes);
+            body(&w.body, false, nodes);
         }
         Stmt::Set(s) => {
             nodes.assigns.push((&s.target, &s.expr));
-            check_expr(&s.expr, nodes);
+            check_expr(&s.expr, soft, nodes);
         }
         Stmt::SetBlock(s) => {
+            body(&s.body, false, nodes);
             if let Some(f) = &s.filter {
-                check_expr(f, nodes);
+                check_expr(f, false, nodes);
             }
-            body(&s.body, nodes);
         }
-        Stmt::AutoEscape(a) => body(&a.body, nodes),
+        Stmt::AutoEscape(a) => body(&a.body, soft, nodes),
         Stmt::FilterBlock(f) => {
-            check_expr(&f.filter, nodes);
-            body(&f.body, nodes);
+            body(&f.body, false, nodes);
+            check_expr(&f.filter, false, nodes);
         }
-        Stmt::Block(b) => body(&b.body, nodes),
+        Stmt::Block(b) => body(&b.body, false, nodes),
         Stmt::Macro(m) => {
-            m.defaults.iter().for_each(|d| check_expr(d, nodes));
-            body(&m.body, nodes);
+            m.defaults.iter().for_each(|d| check_expr(d, false, nodes));
+            body(&m.body, false, nodes);
         }
         Stmt::CallBlock(c) => {
-            check_call_args(&c.call.args, nodes);
-            check_expr(&c.call.expr, nodes);
-            body(&c.macro_decl.body, nodes);
+            check_expr(&c.call.expr, soft, nodes);
+            check_call_args(&c.call.args, soft, nodes);
+            body(&c.macro_decl.body, false, nodes);
         }
         Stmt::Do(_) => refuse(nodes, "Encountered unknown tag 'do'".into()),
         Stmt::Import(_) | Stmt::FromImport(_) | Stmt::Extends(_) | Stmt::Include(_) => {}
@@ -130,67 +135,69 @@ fn refuse(nodes: &mut Nodes<'_, '_>, message: String) {
     nodes.compile_error.get_or_insert(message);
 }
 
-/// Records unknown filter and test names anywhere inside an expression.
-fn check_expr<'a, 'n>(expr: &'n Expr<'a>, nodes: &mut Nodes<'a, 'n>) {
+/// Records unknown filter and test names inside an expression (outside soft frames).
+fn check_expr<'a, 'n>(expr: &'n Expr<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>) {
     match expr {
         Expr::Var(_) | Expr::Const(_) => {}
         Expr::Slice(s) => {
-            check_expr(&s.expr, nodes);
+            check_expr(&s.expr, soft, nodes);
             for e in [&s.start, &s.stop, &s.step].into_iter().flatten() {
-                check_expr(e, nodes);
+                check_expr(e, soft, nodes);
             }
         }
-        Expr::UnaryOp(u) => check_expr(&u.expr, nodes),
+        Expr::UnaryOp(u) => check_expr(&u.expr, soft, nodes),
         Expr::BinOp(b) => {
-            check_expr(&b.left, nodes);
-            check_expr(&b.right, nodes);
+            check_expr(&b.left, soft, nodes);
+            check_expr(&b.right, soft, nodes);
         }
         Expr::Compare(c) => {
-            check_expr(&c.expr, nodes);
-            c.ops.iter().for_each(|op| check_expr(&op.expr, nodes));
+            check_expr(&c.expr, soft, nodes);
+            c.ops.iter().for_each(|op| check_expr(&op.expr, soft, nodes));
         }
         Expr::IfExpr(i) => {
-            check_expr(&i.test_expr, nodes);
-            check_expr(&i.true_expr, nodes);
+            check_expr(&i.test_expr, true, nodes);
+            check_expr(&i.true_expr, true, nodes);
             if let Some(e) = &i.false_expr {
-                check_expr(e, nodes);
+                check_expr(e, true, nodes);
             }
         }
         Expr::Filter(f) => {
-            if !JINJA2_FILTERS.contains(&f.name) {
+            if !soft && !JINJA2_FILTERS.contains(&f.name) {
                 refuse(nodes, format!("No filter named '{}'.", f.name));
             }
             if let Some(e) = &f.expr {
-                check_expr(e, nodes);
+                check_expr(e, soft, nodes);
             }
-            check_call_args(&f.args, nodes);
+            check_call_args(&f.args, soft, nodes);
         }
         Expr::Test(t) => {
-            if !JINJA2_TESTS.contains(&t.name) {
+            if !soft && !JINJA2_TESTS.contains(&t.name) {
                 refuse(nodes, format!("No test named '{}'.", t.name));
             }
-            check_expr(&t.expr, nodes);
-            check_call_args(&t.args, nodes);
+            check_expr(&t.expr, soft, nodes);
+            check_call_args(&t.args, soft, nodes);
         }
-        Expr::GetAttr(g) => check_expr(&g.expr, nodes),
+        Expr::GetAttr(g) => check_expr(&g.expr, soft, nodes),
         Expr::GetItem(g) => {
-            check_expr(&g.expr, nodes);
-            check_expr(&g.subscript_expr, nodes);
+            check_expr(&g.expr, soft, nodes);
+            check_expr(&g.subscript_expr, soft, nodes);
         }
         Expr::Call(c) => {
-            check_expr(&c.expr, nodes);
-            check_call_args(&c.args, nodes);
+            check_expr(&c.expr, soft, nodes);
+            check_call_args(&c.args, soft, nodes);
         }
-        Expr::List(l) => l.items.iter().for_each(|e| check_expr(e, nodes)),
-        Expr::Tuple(t) => t.items.iter().for_each(|e| check_expr(e, nodes)),
-        Expr::Map(m) => m.keys.iter().chain(&m.values).for_each(|e| check_expr(e, nodes)),
+        Expr::List(l) => l.items.iter().for_each(|e| check_expr(e, soft, nodes)),
+        Expr::Tuple(t) => t.items.iter().for_each(|e| check_expr(e, soft, nodes)),
+        Expr::Map(m) => m.keys.iter().chain(&m.values).for_each(|e| check_expr(e, soft, nodes)),
     }
 }
 
-fn check_call_args<'a, 'n>(args: &'n [CallArg<'a>], nodes: &mut Nodes<'a, 'n>) {
+fn check_call_args<'a, 'n>(args: &'n [CallArg<'a>], soft: bool, nodes: &mut Nodes<'a, 'n>) {
     for arg in args {
         match arg {
-            CallArg::Pos(e) | CallArg::Kwarg(_, e) | CallArg::PosSplat(e) | CallArg::KwargSplat(e) => check_expr(e, nodes),
+            CallArg::Pos(e) | CallArg::Kwarg(_, e) | CallArg::PosSplat(e) | CallArg::KwargSplat(e) => {
+                check_expr(e, soft, nodes)
+            }
         }
     }
 }
@@ -303,7 +310,10 @@ mod tests {
 
     #[test]
     fn unknown_filters_tests_and_do_are_compile_errors() {
-        assert_eq!(analyze("{% if false %}{{ x|from_json }}{% endif %}").compile_error.as_deref(), Some("No filter named 'from_json'."));
+        assert_eq!(analyze("{{ x|from_json }}").compile_error.as_deref(), Some("No filter named 'from_json'."));
+        // Inside an `if` Jinja2 defers the check to run time, except in a new scope such as a loop.
+        assert_eq!(analyze("{% if x %}{{ x|from_json }}{% endif %}").compile_error, None);
+        assert!(analyze("{% if x %}{% for y in x %}{{ y|from_json }}{% endfor %}{% endif %}").compile_error.is_some());
         assert_eq!(analyze("{{ x is sting }}").compile_error.as_deref(), Some("No test named 'sting'."));
         assert!(analyze("{% do x.append(1) %}").compile_error.is_some());
         assert_eq!(analyze("{{ x|tojson|trim }}{% if x is not none %}{% endif %}").compile_error, None);

@@ -71,19 +71,25 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.set_formatter(python_formatter);
     env.add_filter("tojson", tojson);
     env.add_filter("string", |value: &Value| Value::from(pyjson::py_str(value)));
+    env.add_filter("indent", indent);
     env.add_test("iterable", is_iterable);
     env.add_function("raise_exception", raise_exception);
+    env.add_function(super::compat::NONE_ITERATION_FUNCTION, || -> Result<Value, Error> {
+        Err(Error::new(ErrorKind::InvalidOperation, "'NoneType' object is not iterable"))
+    });
     let clock = Arc::new(clock);
     env.add_function("strftime_now", move |format: &str| strftime_now(&clock, format));
     env.add_template_owned(TEMPLATE_NAME, source)?;
     Ok(env)
 }
 
-/// `{{ value }}`: Python's `str()` for floats, minijinja's (already Python-like) display otherwise.
+/// `{{ value }}`: Python's `str()` for floats, lists and dicts; minijinja's (already Python-like)
+/// display otherwise.
 fn python_formatter(out: &mut Output, state: &mut State, value: &Value) -> Result<(), Error> {
-    match pyjson::float_of(value) {
-        Some(x) => out.write_str(&pyjson::float_repr(x)).map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed")),
-        None => minijinja::escape_formatter(out, state, value),
+    if pyjson::needs_python_str(value) {
+        out.write_str(&pyjson::py_str(value)).map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed"))
+    } else {
+        minijinja::escape_formatter(out, state, value)
     }
 }
 
@@ -133,6 +139,75 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     pyjson::dumps(value, &opts).map(Value::from)
 }
 
+/// Jinja2's `indent(s, width=4, first=False, blank=False)`. Unlike minijinja's, it keeps a trailing
+/// line break (`'{\n'|indent(4, first=true)` is `'    {\n'`), which Command R's template relies on.
+fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
+    let args = args.into_values();
+    let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
+    if positional.len() > 3 {
+        return Err(Error::new(ErrorKind::TooManyArguments, "indent takes at most 3 arguments"));
+    }
+    let param = |i: usize, name: &str| -> Result<Option<Value>, Error> {
+        let by_name: Option<Value> = kwargs.get(name)?;
+        Ok(positional.get(i).cloned().or(by_name))
+    };
+    let Some(text) = value.as_str() else {
+        return Err(Error::new(ErrorKind::InvalidOperation, format!("indent: expected a string, got {}", value.kind())));
+    };
+    let indention = match param(0, "width")? {
+        None => "    ".to_string(),
+        Some(w) if w.kind() == ValueKind::String => w.as_str().unwrap_or_default().to_string(),
+        Some(w) => " ".repeat(i64::try_from(w).map_err(|_| Error::new(ErrorKind::InvalidOperation, "indent: width must be an int or a string"))?.max(0) as usize),
+    };
+    let first = param(1, "first")?.is_some_and(|v| v.is_true());
+    let blank = param(2, "blank")?.is_some_and(|v| v.is_true());
+    kwargs.assert_all_used()?;
+    // Jinja2 appends a newline before splitting, so a trailing line break survives.
+    let padded = format!("{text}\n");
+    let lines = py_splitlines(&padded);
+    let mut out = String::with_capacity(text.len() + lines.len() * indention.len());
+    if blank {
+        out.push_str(&lines.join(&format!("\n{indention}")));
+    } else if let Some((head, rest)) = lines.split_first() {
+        out.push_str(head);
+        if !rest.is_empty() {
+            out.push('\n');
+            let body: Vec<String> =
+                rest.iter().map(|line| if line.is_empty() { String::new() } else { format!("{indention}{line}") }).collect();
+            out.push_str(&body.join("\n"));
+        }
+    }
+    if first {
+        out.insert_str(0, &indention);
+    }
+    Ok(Value::from(out))
+}
+
+/// Python's `str.splitlines()`: splits at every Unicode line boundary, `\r\n` counting as one.
+fn py_splitlines(s: &str) -> Vec<&str> {
+    let mut lines = Vec::new();
+    let mut start = 0;
+    let mut chars = s.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let is_break = matches!(c, '\n' | '\r' | '\u{b}' | '\u{c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}' | '\u{2028}' | '\u{2029}');
+        if is_break {
+            lines.push(&s[start..i]);
+            let mut end = i + c.len_utf8();
+            if c == '\r' {
+                if let Some(&(j, '\n')) = chars.peek() {
+                    chars.next();
+                    end = j + 1;
+                }
+            }
+            start = end;
+        }
+    }
+    if start < s.len() {
+        lines.push(&s[start..]);
+    }
+    lines
+}
+
 /// Jinja2's `iterable`: whatever Python can iterate. Unlike minijinja's, `none` is not.
 fn is_iterable(value: &Value) -> bool {
     !value.is_none() && value.try_iter().is_ok()
@@ -179,6 +254,15 @@ mod tests {
         let err = render("{{ raise_exception('no system role') }}", ctx).unwrap_err();
         let raised = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<RaisedByTemplate>()).map(|r| r.0.clone());
         assert_eq!(raised.as_deref(), Some("no system role"));
+    }
+
+    #[test]
+    fn indent_keeps_jinja2_line_handling() {
+        let ctx = Value::UNDEFINED;
+        assert_eq!(render("[{{ '{\n'|indent(4, first=true) }}]", ctx.clone()).unwrap(), "[    {\n]");
+        assert_eq!(render("[{{ 'a\n\nb'|indent(2) }}]", ctx.clone()).unwrap(), "[a\n\n  b]");
+        assert_eq!(render("[{{ 'a\n\nb'|indent(2, blank=true) }}]", ctx.clone()).unwrap(), "[a\n  \n  b]");
+        assert_eq!(render("[{{ 'a\nb'|indent('> ', true) }}]", ctx).unwrap(), "[> a\n> b]");
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! rule followed and every known difference.
 
 mod analyze;
-mod compat;
+pub mod compat;
 mod env;
 pub mod json;
 mod normalize;
@@ -55,7 +55,8 @@ impl CompiledTemplate {
         if let Some(reason) = &analysis.compile_error {
             return Err(Error::invalid_argument(format!("chat_template: Jinja2 cannot compile this template: {reason}")));
         }
-        let env = env::build(rewritten.into_owned(), limits, clock)
+        let guarded = compat::guard_none_iteration(&rewritten).into_owned();
+        let env = env::build(guarded, limits, clock)
             .map_err(|e| Error::invalid_argument(format!("chat_template: {e}")))?;
         Ok(CompiledTemplate { env, analysis, mentions_content: source.contains("content") })
     }

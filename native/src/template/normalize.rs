@@ -313,9 +313,12 @@ fn alias_reasoning(message: &mut Json) {
     let Some(r) = reasoning else {
         return;
     };
-    if !pairs.iter().any(|(k, _)| k == "thinking") {
-        pairs.insert(0, ("thinking".into(), r.clone()));
-    }
+    // `{"thinking": r, **message}` puts `thinking` first, keeping a value the message had.
+    let thinking = match pairs.iter().position(|(k, _)| k == "thinking") {
+        Some(pos) => pairs.remove(pos).1,
+        None => r.clone(),
+    };
+    pairs.insert(0, ("thinking".into(), thinking));
     match pairs.iter_mut().find(|(k, _)| k == "reasoning_content") {
         Some(slot) => slot.1 = r,
         None => pairs.push(("reasoning_content".into(), r)),

@@ -49,12 +49,66 @@ pub fn float_repr(x: f64) -> String {
     format!("{sign}{body}")
 }
 
-/// `str(value)` where minijinja's own spelling differs from Python's: floats. Other values keep
-/// minijinja's display, which already follows Python for `True`, `None`, lists and dicts.
+/// `str(value)` where minijinja's own spelling differs from Python's: floats, and lists and dicts
+/// (whose items minijinja writes with Rust's float spelling). Other values keep minijinja's
+/// display, which already follows Python for `True`, `None` and strings.
 pub fn py_str(value: &Value) -> String {
-    match float_of(value) {
-        Some(x) => float_repr(x),
-        None => value.to_string(),
+    if needs_python_str(value) {
+        let mut out = String::new();
+        py_repr(value, &mut out, 0);
+        out
+    } else {
+        value.to_string()
+    }
+}
+
+/// Whether [`py_str`] spells `value` differently from minijinja's display.
+pub fn needs_python_str(value: &Value) -> bool {
+    float_of(value).is_some() || matches!(value.kind(), ValueKind::Seq | ValueKind::Map)
+}
+
+/// Python's `repr`: strings quoted as minijinja (like Python) quotes them, floats as Python does,
+/// containers item by item.
+fn py_repr(value: &Value, out: &mut String, depth: usize) {
+    if depth > MAX_DEPTH {
+        out.push_str("...");
+        return;
+    }
+    if let Some(x) = float_of(value) {
+        out.push_str(&float_repr(x));
+        return;
+    }
+    match value.kind() {
+        ValueKind::Seq => {
+            let tuple = value.is_tuple();
+            out.push(if tuple { '(' } else { '[' });
+            let items: Vec<Value> = value.try_iter().map(|it| it.collect()).unwrap_or_default();
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                py_repr(item, out, depth + 1);
+            }
+            if tuple && items.len() == 1 {
+                out.push(',');
+            }
+            out.push(if tuple { ')' } else { ']' });
+        }
+        ValueKind::Map if is_plain_map(value) => {
+            out.push('{');
+            for (i, key) in value.try_iter().into_iter().flatten().enumerate() {
+                if i > 0 {
+                    out.push_str(", ");
+                }
+                py_repr(&key, out, depth + 1);
+                out.push_str(": ");
+                py_repr(&value.get_item(&key).unwrap_or_default(), out, depth + 1);
+            }
+            out.push('}');
+        }
+        _ => {
+            let _ = write!(out, "{value:?}");
+        }
     }
 }
 
