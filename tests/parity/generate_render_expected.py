@@ -108,6 +108,10 @@ def main() -> int:
                 "conversations": len(conversations),
                 "targets": len(targets),
                 "fixed_time": rs.FIXED_TIME,
+                # The variables transformers gives every template (tokenizer.special_tokens_map).
+                "special_tokens_map": {
+                    m: dict(tf.tokenizer(m).special_tokens_map) for m in [*rs.TEMPLATE_MODELS, rs.NEUTRAL]
+                },
             }
         }
         for target in targets:
