@@ -123,6 +123,42 @@ def model_dir(shared: Path, model: str, scratch: Path) -> Path:
     return target
 
 
+_TOKENIZERS: dict[tuple[str, str, bool], object] = {}
+
+
+def tokenizer(backend: str, model: str, scratch: Path, fast: bool = True):  # noqa: ANN201
+    """A tokenizer of a parity model, loaded once per test session. `fast=False` loads the native
+    tokenizer with the fast encoder disabled (the `tokenizers` crate encodes everything)."""
+    import os
+
+    from conftest import load_tokenizer
+
+    if fast and model != NEUTRAL:
+        return load_tokenizer(backend, model)
+    key = (backend, model, fast)
+    if key not in _TOKENIZERS:
+        from sidecar.backend import get_backend
+
+        directory = model_dir(_shared(), model, scratch)
+        saved = os.environ.get("SIDECAR_DISABLE_FASTOKENS")
+        if not fast:
+            os.environ["SIDECAR_DISABLE_FASTOKENS"] = "1"
+        try:
+            _TOKENIZERS[key] = get_backend(backend).load_tokenizer(directory)
+        finally:
+            if saved is None:
+                os.environ.pop("SIDECAR_DISABLE_FASTOKENS", None)
+            else:
+                os.environ["SIDECAR_DISABLE_FASTOKENS"] = saved
+    return _TOKENIZERS[key]
+
+
+def _shared() -> Path:
+    from conftest import require_shared_models
+
+    return require_shared_models()
+
+
 def ids_digest(ids: list[int]) -> str:
     return hashlib.sha256(",".join(map(str, ids)).encode()).hexdigest()[:24]
 

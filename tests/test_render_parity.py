@@ -15,7 +15,6 @@ re-checked live on a sample here).
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,17 +69,7 @@ class Renderers:
 
             directory = rs.model_dir(require_shared_models(), model, self.scratch)
             be = get_backend(backend)
-            saved = os.environ.get("SIDECAR_DISABLE_FASTOKENS")
-            if not fast:
-                os.environ["SIDECAR_DISABLE_FASTOKENS"] = "1"
-            try:
-                tokenizer = be.load_tokenizer(directory)
-            finally:
-                if not fast:
-                    if saved is None:
-                        os.environ.pop("SIDECAR_DISABLE_FASTOKENS", None)
-                    else:
-                        os.environ["SIDECAR_DISABLE_FASTOKENS"] = saved
+            tokenizer = rs.tokenizer(backend, model, self.scratch, fast)
             templates, variables = renderer_inputs(ModelConfig.from_dir(directory))
             self._cache[key] = be.load_renderer(templates, variables, tokenizer, self.settings)
         return self._cache[key]
