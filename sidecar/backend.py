@@ -61,6 +61,9 @@ class RenderOptions:
     return_offsets: bool = False
     #: Reuse token ids of unchanged prompt segments from earlier requests (native backend).
     use_cache: bool = True
+    #: Ask for text/ids/offsets as encoded `RenderResponse` bytes (`Rendered.wire`) when the backend
+    #: can produce them; the server parses those in C instead of building a Python int per token.
+    wire_response: bool = False
     timeout_s: float | None = None
 
 
@@ -82,6 +85,9 @@ class Rendered:
     ids: list[int]
     offsets: list[int] = field(default_factory=list)
     cache: CacheStats = field(default_factory=CacheStats)
+    #: `RenderResponse` fields 1-3 in protobuf wire format, when asked for and supported (then
+    #: text, ids and offsets above are left empty).
+    wire: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -181,6 +181,12 @@ typedef struct sc_render_request {
    */
   bool use_cache;
   /*
+   Return text, ids and offsets encoded as a protobuf `sidecar.v1.RenderResponse` (fields 1-3)
+   in `wire` instead of separate arrays: the server parses it in C without making a Python int
+   per token.
+   */
+  bool wire_response;
+  /*
    Give up with `SC_ERR_KIND_DEADLINE_EXCEEDED` after this many microseconds; 0 = never.
    */
   uint64_t timeout_us;
@@ -230,6 +236,14 @@ typedef struct sc_render_result {
    Bytes of prompt text in missed segments.
    */
   uint64_t cache_miss_bytes;
+  /*
+   The protobuf encoding when `wire_response` was set, else NULL.
+   */
+  uint8_t *wire;
+  /*
+   Bytes in `wire`.
+   */
+  uintptr_t wire_len;
 } sc_render_result;
 
 /*

@@ -82,18 +82,22 @@ class NativeRenderer:
         req.return_ids = opts.return_token_ids
         req.return_offsets = opts.return_offsets
         req.use_cache = opts.use_cache
+        req.wire_response = opts.wire_response
         req.timeout_us = _timeout_us(opts.timeout_s)
         out = ffi.new("sc_render_result **")
         err = ffi.new("sc_error **")
         raise_for_status(lib.sc_renderer_render(self._handle, req, out, err), err)
         res = out[0]
         try:
+            cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)
+            if opts.wire_response:
+                wire = ffi.unpack(ffi.cast("char *", res.wire), res.wire_len) if res.wire_len else b""
+                return Rendered(text=None, ids=[], cache=cache, wire=wire)
             text = None
             if opts.return_text:
                 text = ffi.unpack(ffi.cast("char *", res.text), res.text_len).decode("utf-8") if res.text_len else ""
             ids = ffi.unpack(res.ids, res.ids_len) if res.ids_len else []
             offsets = ffi.unpack(res.offsets, res.offsets_len) if res.offsets_len else []
-            cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)
             return Rendered(text=text, ids=ids, offsets=offsets, cache=cache)
         finally:
             lib.sc_render_result_free(res)

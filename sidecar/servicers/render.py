@@ -3,6 +3,8 @@ native call (see COMPATIBILITY.md for the exact rules)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import grpc
 
 from sidecar import metrics
@@ -39,6 +41,7 @@ def render_options(request: pb.RenderRequest, allow_request_templates: bool, tim
         return_text=request.return_text,
         return_token_ids=request.return_token_ids if request.HasField("return_token_ids") else True,
         return_offsets=request.return_offsets,
+        use_cache=not request.bypass_cache,
         timeout_s=timeout_s,
     )
 
@@ -54,7 +57,7 @@ class RenderServicer:
         if request.HasField("block_hashing"):
             raise Unimplemented("block_hashing: block hashes are not built yet in this server")
         renderer: Renderer = model.extras["renderer"]
-        opts = render_options(request, self._runtime.config.allow_request_templates, call.timeout_s)
+        opts = replace(render_options(request, self._runtime.config.allow_request_templates, call.timeout_s), wire_response=True)
         cost = len(opts.messages_json) + len(opts.tools_json) + len(opts.documents_json)
         rendered = await self._runtime.offloader.run(lambda: renderer.render(opts), cost, call.rpc)
         stats = rendered.cache
@@ -63,6 +66,11 @@ class RenderServicer:
             self._cache_hits[1].inc(stats.hit_bytes)
             self._cache_misses[0].inc(stats.miss_segments)
             self._cache_misses[1].inc(stats.miss_bytes)
+        if rendered.wire is not None:
+            # Parsed by protobuf's C core: no Python object per token id.
+            response = pb.RenderResponse.FromString(rendered.wire)
+            response.fingerprint = model.fingerprint
+            return response
         response = pb.RenderResponse(fingerprint=model.fingerprint, token_ids=rendered.ids)
         if rendered.text is not None:
             response.text = rendered.text

@@ -74,6 +74,10 @@ pub struct sc_render_request {
     pub return_offsets: bool,
     /// Reuse segment ids from earlier requests (when the renderer has a cache).
     pub use_cache: bool,
+    /// Return text, ids and offsets encoded as a protobuf `sidecar.v1.RenderResponse` (fields 1-3)
+    /// in `wire` instead of separate arrays: the server parses it in C without making a Python int
+    /// per token.
+    pub wire_response: bool,
     /// Give up with `SC_ERR_KIND_DEADLINE_EXCEEDED` after this many microseconds; 0 = never.
     pub timeout_us: u64,
 }
@@ -101,6 +105,10 @@ pub struct sc_render_result {
     pub cache_hit_bytes: u64,
     /// Bytes of prompt text in missed segments.
     pub cache_miss_bytes: u64,
+    /// The protobuf encoding when `wire_response` was set, else NULL.
+    pub wire: *mut u8,
+    /// Bytes in `wire`.
+    pub wire_len: usize,
 }
 
 /// Builds a renderer for a tokenizer from a JSON configuration: `templates` (`[[name, source],
@@ -219,10 +227,20 @@ pub unsafe extern "C" fn sc_renderer_render(
         } else {
             (Vec::new(), Vec::new(), CacheStats::default())
         };
+        let (wire, wire_len) = if raw.wire_response {
+            let text = raw.return_text.then_some(text.as_str());
+            let ids: &[u32] = if raw.return_ids { &ids } else { &[] };
+            leak_slice(render_response_wire(text, ids, &offsets))
+        } else {
+            (std::ptr::null_mut(), 0)
+        };
+        let (text, ids, offsets) = if raw.wire_response { (String::new(), Vec::new(), Vec::new()) } else { (text, ids, offsets) };
         let (text_ptr, text_len) = if raw.return_text { leak_slice(text.into_bytes()) } else { (std::ptr::null_mut(), 0) };
         let (ids, ids_len) = if raw.return_ids { leak_slice(ids) } else { (std::ptr::null_mut(), 0) };
         let (offsets, offsets_len) = leak_slice(offsets);
         let result = sc_render_result {
+            wire,
+            wire_len,
             text: text_ptr,
             text_len,
             ids,
@@ -237,6 +255,39 @@ pub unsafe extern "C" fn sc_renderer_render(
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, Box::into_raw(Box::new(result)), "out") }
     })
+}
+
+/// `RenderResponse { text = 1, token_ids = 2 (packed), offsets = 3 (packed) }` in protobuf wire
+/// format; empty fields are left out, as proto3 does.
+fn render_response_wire(text: Option<&str>, ids: &[u32], offsets: &[u32]) -> Vec<u8> {
+    fn varint(out: &mut Vec<u8>, mut v: u64) {
+        while v >= 0x80 {
+            out.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        out.push(v as u8);
+    }
+    fn packed(out: &mut Vec<u8>, field: u8, values: &[u32]) {
+        if values.is_empty() {
+            return;
+        }
+        let mut body = Vec::with_capacity(values.len() * 3);
+        for &v in values {
+            varint(&mut body, u64::from(v));
+        }
+        out.push((field << 3) | 2);
+        varint(out, body.len() as u64);
+        out.extend_from_slice(&body);
+    }
+    let mut out = Vec::with_capacity(text.map_or(0, str::len) + ids.len() * 3 + offsets.len() * 2 + 16);
+    if let Some(text) = text.filter(|t| !t.is_empty()) {
+        out.push((1 << 3) | 2);
+        varint(&mut out, text.len() as u64);
+        out.extend_from_slice(text.as_bytes());
+    }
+    packed(&mut out, 2, ids);
+    packed(&mut out, 3, offsets);
+    out
 }
 
 fn past_deadline(deadline: Option<Instant>) -> Result<()> {
@@ -285,5 +336,6 @@ pub unsafe extern "C" fn sc_render_result_free(res: *mut sc_render_result) {
         free_slice(r.text, r.text_len);
         free_slice(r.ids, r.ids_len);
         free_slice(r.offsets, r.offsets_len);
+        free_slice(r.wire, r.wire_len);
     }
 }

@@ -245,12 +245,15 @@ impl Parser<'_> {
         let mut out = String::new();
         loop {
             let run_start = self.pos;
-            while let Some(&b) = self.s.get(self.pos) {
-                if b == b'"' || b == b'\\' || b < 0x20 {
-                    break;
-                }
-                self.pos += 1;
-            }
+            // SIMD scan to the next quote or backslash, then one vectorizable pass for the control
+            // characters JSON forbids in strings (most strings have neither).
+            let rest = &self.s[self.pos..];
+            let stop = memchr::memchr2(b'"', b'\\', rest).unwrap_or(rest.len());
+            let run = match rest[..stop].iter().any(|&b| b < 0x20) {
+                true => rest[..stop].iter().position(|&b| b < 0x20).unwrap_or(stop),
+                false => stop,
+            };
+            self.pos += run;
             // Runs end at ASCII bytes, so they are whole UTF-8 sequences of the (valid) input.
             out.push_str(&self.text[run_start..self.pos]);
             match self.s.get(self.pos) {
