@@ -114,32 +114,3 @@ fn numbers_keep_their_value_through_to_the_template() {
     );
     assert_eq!(t.render(&req).unwrap(), r#"{"z": 1, "a": 1.0, "big": 123456789012345678901234567890, "tiny": 1e-07, "huge": 1e+100}"#);
 }
-
-#[test]
-#[ignore]
-fn time_render_pieces() {
-    let src = std::fs::read_to_string("../../shared/models/qwen3/chat_template.jinja").unwrap();
-    let msgs = std::fs::read_to_string("/tmp/msgs30.json").unwrap();
-    let t = templates(&[("default", &src), ("trivial", "{{ messages|length }}")]);
-    let n = 200;
-    let time = |label: &str, f: &dyn Fn()| {
-        f();
-        let best = (0..7).map(|_| {
-            let start = std::time::Instant::now();
-            for _ in 0..n { f(); }
-            start.elapsed() / n
-        }).min().unwrap();
-        eprintln!("{label}: {best:?}");
-    };
-    time("parse", &|| { std::hint::black_box(json::parse(&msgs, "m").unwrap()); });
-    time("parse+normalize", &|| { std::hint::black_box(normalize::messages(json::parse(&msgs, "m").unwrap(), ContentFormat::String).unwrap()); });
-    time("parse+normalize+to_value", &|| {
-        let m = normalize::messages(json::parse(&msgs, "m").unwrap(), ContentFormat::String).unwrap();
-        std::hint::black_box(m.into_iter().map(to_value).collect::<Vec<_>>());
-    });
-    let mut req = request(&msgs);
-    req.chat_template = Some("trivial");
-    time("render trivial", &|| { std::hint::black_box(t.render(&req).unwrap()); });
-    let req = request(&msgs);
-    time("render qwen3", &|| { std::hint::black_box(t.render(&req).unwrap()); });
-}

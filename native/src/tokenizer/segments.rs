@@ -50,10 +50,8 @@ impl Boundaries {
             .iter()
             .map(|(_, t)| {
                 let first = t.content.chars().next();
-                !t.lstrip
-                    && !t.single_word
-                    && !(encode_special && t.special)
-                    && first.is_some_and(|c| c.is_ascii_punctuation() && c != '_')
+                let reaches_across = t.lstrip || t.single_word || (encode_special && t.special);
+                !reaches_across && first.is_some_and(|c| c.is_ascii_punctuation() && c != '_')
             })
             .collect();
         let scanner = if patterns.is_empty() || !is_boundary.iter().any(|b| *b) {

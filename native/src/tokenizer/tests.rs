@@ -154,22 +154,3 @@ fn segment_cache_stays_within_its_budget() {
     }
     assert!(cache.bytes() <= 16 * 1024, "{}", cache.bytes());
 }
-
-#[test]
-#[ignore]
-fn time_segment_cache_on_a_real_prompt() {
-    let t = Tokenizer::from_dir(std::path::Path::new("../../shared/models/qwen3")).unwrap();
-    let text = std::fs::read_to_string("/tmp/prompt30.txt").unwrap();
-    let cache = SegmentCache::new(64 << 20);
-    t.encode_with_cache(&text, false, &cache, None).unwrap();
-    let n = 200;
-    let start = std::time::Instant::now();
-    for _ in 0..n { t.encode(&text, &opts()).unwrap(); }
-    eprintln!("encode: {:?}", start.elapsed() / n);
-    let start = std::time::Instant::now();
-    for _ in 0..n { t.encode_with_cache(&text, false, &cache, None).unwrap(); }
-    eprintln!("cached: {:?}", start.elapsed() / n);
-    let start = std::time::Instant::now();
-    for _ in 0..n { std::hint::black_box(t.boundaries.cuts(&text)); }
-    eprintln!("cuts: {:?}", start.elapsed() / n);
-}
