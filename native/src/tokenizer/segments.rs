@@ -26,7 +26,9 @@
 //! conversations, with both encoders.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher, RandomState};
+use std::hash::{BuildHasher, Hasher};
+
+use ahash::RandomState;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -136,6 +138,7 @@ impl SegmentCache {
         SegmentCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             shard_budget: budget_bytes / SHARDS,
+            // Keys only pick a bucket: a hit also compares the segment's text.
             hasher: RandomState::new(),
             clock: AtomicU64::new(0),
         }
