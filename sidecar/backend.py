@@ -102,7 +102,7 @@ class RendererSettings:
     max_output_bytes: int = 64 << 20
     #: Multi-turn segment cache budget per model; 0 disables it.
     cache_bytes: int = 64 << 20
-    #: Seconds since the epoch that `strftime_now` reports instead of now (tests pin dates).
+    #: Seconds since the epoch that `strftime_now` reports (in UTC) instead of now (tests pin dates).
     fixed_time: int | None = None
 
 

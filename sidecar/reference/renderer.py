@@ -11,7 +11,7 @@ import json
 import threading
 import time
 from collections import OrderedDict
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import minijinja
@@ -109,7 +109,8 @@ class _Compiled:
         fixed = settings.fixed_time
 
         def strftime_now(fmt: str) -> str:
-            now = datetime.now() if fixed is None else datetime.fromtimestamp(fixed)
+            # A fixed clock (tests) is shown in UTC, so dates do not depend on the time zone.
+            now = datetime.now() if fixed is None else datetime.fromtimestamp(fixed, timezone.utc)
             return now.strftime(fmt)
 
         env.add_global("strftime_now", strftime_now)

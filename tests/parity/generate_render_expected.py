@@ -42,7 +42,7 @@ def pin_clock() -> None:
     class FixedDatetime(datetime.datetime):
         @classmethod
         def now(cls, tz=None):  # noqa: ANN001, ANN206
-            return datetime.datetime.fromtimestamp(rs.FIXED_TIME, tz)
+            return datetime.datetime.fromtimestamp(rs.FIXED_TIME, tz or datetime.timezone.utc)
 
     ctu.datetime = FixedDatetime
 

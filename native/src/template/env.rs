@@ -42,7 +42,8 @@ pub enum Clock {
     /// The current local time, as transformers' `datetime.now()`.
     #[default]
     Now,
-    /// A fixed instant (seconds since the epoch, shown in local time); tests pin dates with it.
+    /// A fixed instant (seconds since the epoch, shown in UTC so that a test's dates do not depend
+    /// on the machine's time zone); tests pin dates with it.
     Fixed(i64),
 }
 
@@ -219,13 +220,14 @@ fn raise_exception(message: Value) -> Result<Value, Error> {
 }
 
 fn strftime_now(clock: &Clock, format: &str) -> Result<Value, Error> {
-    use chrono::{Local, TimeZone};
-    let now = match *clock {
-        Clock::Now => Local::now(),
-        Clock::Fixed(secs) => Local
+    use chrono::{Local, NaiveDateTime, TimeZone, Utc};
+    let now: NaiveDateTime = match *clock {
+        Clock::Now => Local::now().naive_local(),
+        Clock::Fixed(secs) => Utc
             .timestamp_opt(secs, 0)
             .single()
-            .ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "strftime_now: the fixed clock is out of range"))?,
+            .ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "strftime_now: the fixed clock is out of range"))?
+            .naive_utc(),
     };
     let mut out = String::new();
     write!(out, "{}", now.format(format))
