@@ -1,4 +1,4 @@
-"""The backend interface: what the servicers need from a tokenizer (and, later, a renderer and a
+"""The backend interface: what the servicers need from a tokenizer, a renderer (and, later, a
 parser), implemented twice: `sidecar.native` (the Rust core, the default) and `sidecar.reference`
 (pure Python on the PyPI `tokenizers` package). The differential tests hold the two to identical
 outputs and identical errors.
@@ -42,6 +42,82 @@ class AddedToken:
     special: bool
 
 
+@dataclass(frozen=True, slots=True)
+class RenderOptions:
+    """One Render request (see RenderRequest in the proto); JSON fields are passed through as text."""
+
+    messages_json: str
+    tools_json: str = ""
+    documents_json: str = ""
+    chat_template_kwargs_json: str = ""
+    #: A template name of the model, or Jinja source (only with `allow_request_template`).
+    chat_template: str | None = None
+    allow_request_template: bool = False
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    return_text: bool = False
+    return_token_ids: bool = True
+    return_offsets: bool = False
+    #: Reuse token ids of unchanged prompt segments from earlier requests (native backend).
+    use_cache: bool = True
+    #: Ask for text/ids/offsets as encoded `RenderResponse` bytes (`Rendered.wire`) when the backend
+    #: can produce them; the server parses those in C instead of building a Python int per token.
+    wire_response: bool = False
+    timeout_s: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheStats:
+    """How one Render used the multi-turn segment cache (all zero when it was not used)."""
+
+    hit_segments: int = 0
+    miss_segments: int = 0
+    hit_bytes: int = 0
+    miss_bytes: int = 0
+
+
+@dataclass(slots=True)
+class Rendered:
+    """A rendered prompt."""
+
+    text: str | None
+    ids: list[int]
+    offsets: list[int] = field(default_factory=list)
+    cache: CacheStats = field(default_factory=CacheStats)
+    #: `RenderResponse` fields 1-3 in protobuf wire format, when asked for and supported (then
+    #: text, ids and offsets above are left empty).
+    wire: bytes | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RendererSettings:
+    """Server-wide rendering limits and caches (see `sidecar serve --help`)."""
+
+    #: minijinja fuel per render (roughly instructions executed).
+    fuel: int = 50_000_000
+    #: Maximum nesting of macro calls and recursive loops.
+    recursion_limit: int = 100
+    #: Maximum rendered prompt size.
+    max_output_bytes: int = 64 << 20
+    #: Multi-turn segment cache budget per model; 0 disables it.
+    cache_bytes: int = 64 << 20
+    #: Seconds since the epoch that `strftime_now` reports (in UTC) instead of now (tests pin dates).
+    fixed_time: int | None = None
+
+
+class Renderer(Protocol):
+    """A model's chat templates bound to its tokenizer; thread-safe."""
+
+    #: Names of the model's templates (`default`, `tool_use`, ...).
+    template_names: list[str]
+
+    def render(self, opts: RenderOptions) -> Rendered:
+        """Renders and tokenizes; raises InvalidArgument / NotFound / FailedPrecondition /
+        ResourceExhausted / DeadlineExceeded with a message naming the field."""
+        ...
+
+
 class Tokenizer(Protocol):
     """A loaded tokenizer; thread-safe, immutable."""
 
@@ -70,6 +146,13 @@ class Backend(Protocol):
 
     def load_tokenizer(self, model_dir: Path) -> Tokenizer:
         """Loads the tokenizer of a model directory."""
+        ...
+
+    def load_renderer(
+        self, templates: list[tuple[str, str]], variables: list[tuple[str, str]], tokenizer: Tokenizer,
+        settings: RendererSettings,
+    ) -> Renderer:
+        """Binds (name, source) chat templates and special-token variables to a loaded tokenizer."""
         ...
 
 

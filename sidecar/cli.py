@@ -1,5 +1,5 @@
-"""The `sidecar` command: `serve` runs the server; `tokenize`, `detokenize` and `models` are a client
-for people at a terminal (human-readable by default, `--json` for scripts).
+"""The `sidecar` command: `serve` runs the server; `tokenize`, `detokenize`, `render` and `models` are
+a client for people at a terminal (human-readable by default, `--json` for scripts).
 """
 
 from __future__ import annotations
@@ -32,6 +32,8 @@ def _serve(args: argparse.Namespace) -> int:
             metrics_port=args.metrics_port,
             reflection=args.reflection,
             allow_request_templates=args.allow_request_templates,
+            render_cache_mb=args.render_cache_mb,
+            template_fuel=args.template_fuel,
             max_message_bytes=args.max_message_mb * 1024 * 1024,
             workers=args.workers or (os.cpu_count() or 2),
             max_queue=args.max_queue,
@@ -153,6 +155,78 @@ def _detokenize(args: argparse.Namespace) -> int:
     return 0
 
 
+def _raw_json_fields(text: str) -> dict[str, str]:
+    """A JSON object's top-level values as raw text, so numbers keep their spelling on the way."""
+    decoder = json.JSONDecoder()
+    fields: dict[str, str] = {}
+    pos = text.index("{") + 1
+    while True:
+        while text[pos] in " \t\r\n,":
+            pos += 1
+        if text[pos] == "}":
+            return fields
+        key, pos = decoder.raw_decode(text, pos)
+        while text[pos] in " \t\r\n:":
+            pos += 1
+        _, end = decoder.raw_decode(text, pos)
+        fields[key] = text[pos:end]
+        pos = end
+
+
+def _read_arg_file(path: str | None) -> str:
+    if path is None:
+        return ""
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
+def _render(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    body = _read_arg_file(args.messages).strip()
+    fields: dict[str, str] = {}
+    if body.startswith("{"):
+        # An OpenAI chat request body: messages, tools, documents, chat_template_kwargs.
+        try:
+            fields = _raw_json_fields(body)
+        except (ValueError, IndexError) as e:
+            print(f"sidecar: {args.messages}: not a JSON object: {e}", file=sys.stderr)
+            return 2
+        messages = fields.get("messages", "")
+    else:
+        messages = body
+    request = pb.RenderRequest(
+        model=args.model,
+        messages_json=messages,
+        tools_json=_read_arg_file(args.tools) or fields.get("tools", ""),
+        documents_json=_read_arg_file(args.documents) or fields.get("documents", ""),
+        chat_template_kwargs_json=args.kwargs or fields.get("chat_template_kwargs", ""),
+        continue_final_message=args.continue_final_message,
+        add_special_tokens=args.add_special_tokens,
+        return_text=True,
+        return_offsets=args.offsets,
+    )
+    if args.no_generation_prompt:
+        request.add_generation_prompt = False
+    if args.template is not None:
+        request.chat_template = _read_arg_file(args.template[1:]) if args.template.startswith("@") else args.template
+    response = _call(_stub(args.target).Render, request, args.timeout)
+    if args.json:
+        print(json_format.MessageToJson(response, preserving_proto_field_name=True))
+        return 0
+    sys.stdout.write(response.text)
+    if not response.text.endswith("\n"):
+        sys.stdout.write("\n")
+    if args.ids:
+        print(" ".join(map(str, response.token_ids)))
+    print(f"# {len(response.token_ids)} tokens, fingerprint {response.fingerprint}", file=sys.stderr)
+    return 0
+
+
 def _models(args: argparse.Namespace) -> int:
     from google.protobuf import json_format
 
@@ -184,6 +258,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--reflection", action="store_true", help="enable gRPC server reflection")
     serve.add_argument("--allow-request-templates", action="store_true",
                        help="let Render requests carry their own Jinja chat_template (templates are code)")
+    serve.add_argument("--render-cache-mb", type=int, default=64,
+                       help="multi-turn Render cache per model (token ids of unchanged prompt segments); 0 disables it")
+    serve.add_argument("--template-fuel", type=int, default=50_000_000,
+                       help="chat template instruction budget per Render; a template that needs more fails")
     serve.add_argument("--max-message-mb", type=int, default=64, help="max gRPC message size, both ways")
     serve.add_argument("--workers", type=int, default=0, help="native worker threads (default: CPU count)")
     serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker")
@@ -228,6 +306,22 @@ def build_parser() -> argparse.ArgumentParser:
     detok.add_argument("--keep-special-tokens", action="store_true", help="skip_special_tokens = false")
     detok.add_argument("ids", nargs="+", help="token ids, space or comma separated")
     detok.set_defaults(func=_detokenize)
+
+    render = client("render", "render a chat request with the model's chat template (and tokenize it)")
+    render.add_argument("--model", default="qwen3")
+    render.add_argument("messages", nargs="?", default="-",
+                        help="file with a JSON array of messages or an OpenAI chat request body ('-' = stdin)")
+    render.add_argument("--tools", metavar="FILE", help="JSON array of tools (overrides the body's)")
+    render.add_argument("--documents", metavar="FILE", help="JSON array of documents (overrides the body's)")
+    render.add_argument("--kwargs", metavar="JSON", help='chat_template_kwargs, e.g. \'{"enable_thinking": false}\'')
+    render.add_argument("--template", metavar="NAME|@FILE",
+                        help="a template name of the model, or @FILE with Jinja source (server needs --allow-request-templates)")
+    render.add_argument("--no-generation-prompt", action="store_true", help="add_generation_prompt = false")
+    render.add_argument("--continue-final-message", action="store_true", help="end the prompt inside the last message")
+    render.add_argument("--add-special-tokens", action="store_true", help="let the tokenizer add BOS/EOS too")
+    render.add_argument("--ids", action="store_true", help="also print the token ids")
+    render.add_argument("--offsets", action="store_true", help="ask for offsets (shown with --json)")
+    render.set_defaults(func=_render)
 
     models = client("models", "list the server's models")
     models.set_defaults(func=_models)

@@ -39,6 +39,10 @@ class ServerConfig:
     metrics_port: int | None = None
     reflection: bool = False
     allow_request_templates: bool = False
+    #: Multi-turn Render cache budget per model, in MiB; 0 disables it.
+    render_cache_mb: int = 64
+    #: minijinja fuel per render (roughly instructions); a template that needs more fails.
+    template_fuel: int = 50_000_000
     max_message_bytes: int = 64 * 1024 * 1024
     #: Native worker threads; defaults to the CPU count.
     workers: int = field(default_factory=lambda: os.cpu_count() or 2)

@@ -21,6 +21,12 @@ STAGE_LATENCY = Histogram(
 INFLIGHT = Gauge("sidecar_inflight_requests", "RPCs being handled", ["rpc"])
 NATIVE_QUEUE = Gauge("sidecar_native_queue_depth", "Calls waiting for or running on the native worker pool")
 MODELS = Gauge("sidecar_models_loaded", "Models this server hosts")
+RENDER_CACHE_SEGMENTS = Counter(
+    "sidecar_render_cache_segments_total", "Prompt segments whose ids came from the multi-turn cache (hit) or were tokenized (miss)", ["result"]
+)
+RENDER_CACHE_BYTES = Counter(
+    "sidecar_render_cache_bytes_total", "Prompt bytes in segments served from the multi-turn cache (hit) or tokenized (miss)", ["result"]
+)
 
 
 def serve_http(port: int, host: str = "0.0.0.0") -> int:

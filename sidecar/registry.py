@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from sidecar.backend import Backend, Tokenizer
+from sidecar.backend import Backend, RendererSettings, Tokenizer
+from sidecar.chat_template import renderer_inputs
 from sidecar.errors import InvalidArgument, NotFound
 from sidecar.model_config import ModelConfig
 
@@ -119,8 +120,9 @@ class Model:
 class ModelRegistry:
     """Name -> Model. Loading happens at startup; lookups are lock-free reads."""
 
-    def __init__(self, backend: Backend) -> None:
+    def __init__(self, backend: Backend, render_settings: RendererSettings | None = None) -> None:
         self.backend = backend
+        self.render_settings = render_settings or RendererSettings()
         self._models: dict[str, Model] = {}
 
     def load(self, spec: ModelSpec) -> Model:
@@ -138,6 +140,8 @@ class ModelRegistry:
             options=dict(spec.options),
             fingerprint=compute_fingerprint(config, defaults),
         )
+        templates, variables = renderer_inputs(config)
+        model.extras["renderer"] = self.backend.load_renderer(templates, variables, tokenizer, self.render_settings)
         self._models[spec.name] = model
         return model
 

@@ -14,7 +14,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from sidecar import metrics
-from sidecar.backend import get_backend
+from sidecar.backend import RendererSettings, get_backend
 from sidecar.config import ServerConfig
 from sidecar.errors import FailedPrecondition
 from sidecar.logs import get_logger
@@ -38,7 +38,8 @@ _log = get_logger("sidecar.server")
 
 def load_registry(config: ServerConfig) -> ModelRegistry:
     """Loads every `--model`, or the embedded default when there is none."""
-    registry = ModelRegistry(get_backend(config.backend))
+    settings = RendererSettings(cache_bytes=config.render_cache_mb << 20, fuel=config.template_fuel)
+    registry = ModelRegistry(get_backend(config.backend), settings)
     for spec in config.models or [embedded_spec()]:
         model = registry.load(spec)
         _log.info(

@@ -74,6 +74,12 @@
 typedef struct Algorithm Algorithm;
 
 /*
+ A model's chat templates bound to its tokenizer, with the multi-turn segment cache; immutable
+ apart from its caches and shareable across threads. Free with `sc_renderer_free`.
+ */
+typedef struct sc_renderer sc_renderer;
+
+/*
  A loaded tokenizer; immutable, shareable across threads. Free with `sc_tokenizer_free`.
  */
 typedef struct sc_tokenizer sc_tokenizer;
@@ -137,6 +143,132 @@ typedef struct sc_error {
    */
   uintptr_t message_len;
 } sc_error;
+
+/*
+ One Render request. All strings are borrowed for the call.
+ */
+typedef struct sc_render_request {
+  /*
+   JSON array of OpenAI chat messages.
+   */
+  struct sc_str messages_json;
+  /*
+   JSON array of tools; empty for none.
+   */
+  struct sc_str tools_json;
+  /*
+   JSON array of documents; empty for none.
+   */
+  struct sc_str documents_json;
+  /*
+   JSON object of extra template variables; empty for none.
+   */
+  struct sc_str kwargs_json;
+  /*
+   A template name of the model, or Jinja source; only read when `has_chat_template`.
+   */
+  struct sc_str chat_template;
+  /*
+   Whether `chat_template` is set.
+   */
+  bool has_chat_template;
+  /*
+   Whether `chat_template` may be Jinja source (the server's `--allow-request-templates`).
+   */
+  bool allow_request_template;
+  /*
+   Append the assistant turn opener.
+   */
+  bool add_generation_prompt;
+  /*
+   End the prompt inside the final message.
+   */
+  bool continue_final_message;
+  /*
+   Let the post-processor add BOS/EOS around the prompt.
+   */
+  bool add_special_tokens;
+  /*
+   Fill `text`.
+   */
+  bool return_text;
+  /*
+   Fill `ids`.
+   */
+  bool return_ids;
+  /*
+   Fill `offsets` (implies tokenizing without the segment cache).
+   */
+  bool return_offsets;
+  /*
+   Reuse segment ids from earlier requests (when the renderer has a cache).
+   */
+  bool use_cache;
+  /*
+   Return text, ids and offsets encoded as a protobuf `sidecar.v1.RenderResponse` (fields 1-3)
+   in `wire` instead of separate arrays: the server parses it in C without making a Python int
+   per token.
+   */
+  bool wire_response;
+  /*
+   Give up with `SC_ERR_KIND_DEADLINE_EXCEEDED` after this many microseconds; 0 = never.
+   */
+  uint64_t timeout_us;
+} sc_render_request;
+
+/*
+ The result of `sc_renderer_render`; free with `sc_render_result_free`.
+ */
+typedef struct sc_render_result {
+  /*
+   The prompt (UTF-8) when asked for, else NULL.
+   */
+  uint8_t *text;
+  /*
+   Bytes in `text`.
+   */
+  uintptr_t text_len;
+  /*
+   The prompt's token ids when asked for, else NULL.
+   */
+  uint32_t *ids;
+  /*
+   Number of ids.
+   */
+  uintptr_t ids_len;
+  /*
+   Two [start, end) character offsets per id when asked for, else NULL.
+   */
+  uint32_t *offsets;
+  /*
+   Number of offset entries.
+   */
+  uintptr_t offsets_len;
+  /*
+   Segments whose ids came from the multi-turn cache.
+   */
+  uint64_t cache_hit_segments;
+  /*
+   Segments that were tokenized.
+   */
+  uint64_t cache_miss_segments;
+  /*
+   Bytes of prompt text in hit segments.
+   */
+  uint64_t cache_hit_bytes;
+  /*
+   Bytes of prompt text in missed segments.
+   */
+  uint64_t cache_miss_bytes;
+  /*
+   The protobuf encoding when `wire_response` was set, else NULL.
+   */
+  uint8_t *wire;
+  /*
+   Bytes in `wire`.
+   */
+  uintptr_t wire_len;
+} sc_render_result;
 
 /*
  How `sc_tokenizer_encode_batch` encodes.
@@ -300,6 +432,58 @@ int32_t sc_prefix_keys(struct sc_ids ids,
  `err` must be NULL or a pointer returned through an `err` out-parameter, not yet freed.
  */
 void sc_error_free(struct sc_error *err);
+
+/*
+ Builds a renderer for a tokenizer from a JSON configuration: `templates` (`[[name, source],
+ ...]`), `variables` (`[[name, value], ...]`), optional `fuel`, `recursion_limit`,
+ `max_output_bytes`, `fixed_time` and `cache_bytes` (0 = no multi-turn cache). The renderer keeps
+ the tokenizer alive; the tokenizer handle may be freed first.
+
+ # Safety
+ `tok` must be a live tokenizer handle; `config` is borrowed for the call; `out` and `err` must
+ be NULL or valid for writes.
+ */
+int32_t sc_renderer_new(const struct sc_tokenizer *tok,
+                        struct sc_str config,
+                        struct sc_renderer **out,
+                        struct sc_error **err);
+
+/*
+ Frees a renderer. NULL is a no-op.
+
+ # Safety
+ `r` must be NULL or a handle from `sc_renderer_new`, not yet freed and not in use.
+ */
+void sc_renderer_free(struct sc_renderer *r);
+
+/*
+ Describes the renderer as JSON: `templates` (`[{name, content_format, error}]`) and
+ `cache_bytes` (bytes the multi-turn cache holds now, or null without a cache).
+
+ # Safety
+ `r` must be a live handle; `out` and `err` must be NULL or valid for writes.
+ */
+int32_t sc_renderer_info(const struct sc_renderer *r, struct sc_bytes *out, struct sc_error **err);
+
+/*
+ Renders a chat request with the model's chat template and tokenizes the prompt, in one call.
+
+ # Safety
+ `r` must be a live handle; `req` must be readable and its strings valid for the call; `out` and
+ `err` NULL or writable.
+ */
+int32_t sc_renderer_render(const struct sc_renderer *r,
+                           const struct sc_render_request *req,
+                           struct sc_render_result **out,
+                           struct sc_error **err);
+
+/*
+ Frees the result of `sc_renderer_render`. NULL is a no-op.
+
+ # Safety
+ `res` must be NULL or a result of `sc_renderer_render`, not yet freed.
+ */
+void sc_render_result_free(struct sc_render_result *res);
 
 /*
  Loads the tokenizer of a model directory (`tokenizer.json`, or a tiktoken file plus

@@ -9,6 +9,7 @@
 pub mod error;
 pub mod ffi;
 pub mod hash;
+pub mod template;
 pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};

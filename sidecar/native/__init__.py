@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sidecar.backend import RendererSettings
 from sidecar.native._ffi import LIBRARY_VERSION, NativeLibraryError, ffi, lib
+from sidecar.native.renderer import NativeRenderer
 from sidecar.native.tokenizer import NativeTokenizer
 
-__all__ = ["LIBRARY_VERSION", "NativeBackend", "NativeLibraryError", "NativeTokenizer", "ffi", "lib"]
+__all__ = ["LIBRARY_VERSION", "NativeBackend", "NativeLibraryError", "NativeRenderer", "NativeTokenizer", "ffi", "lib"]
 
 
 class NativeBackend:
@@ -21,3 +23,9 @@ class NativeBackend:
 
     def load_tokenizer(self, model_dir: Path) -> NativeTokenizer:
         return NativeTokenizer.from_dir(model_dir)
+
+    def load_renderer(
+        self, templates: list[tuple[str, str]], variables: list[tuple[str, str]], tokenizer: NativeTokenizer,
+        settings: RendererSettings,
+    ) -> NativeRenderer:
+        return NativeRenderer(templates, variables, tokenizer, settings)

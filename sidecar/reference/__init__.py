@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sidecar.backend import RendererSettings
+from sidecar.reference.renderer import ReferenceRenderer
 from sidecar.reference.tokenizer import ReferenceTokenizer
 
-__all__ = ["ReferenceBackend", "ReferenceTokenizer"]
+__all__ = ["ReferenceBackend", "ReferenceRenderer", "ReferenceTokenizer"]
 
 
 class ReferenceBackend:
@@ -21,3 +23,9 @@ class ReferenceBackend:
 
     def load_tokenizer(self, model_dir: Path) -> ReferenceTokenizer:
         return ReferenceTokenizer.from_dir(model_dir)
+
+    def load_renderer(
+        self, templates: list[tuple[str, str]], variables: list[tuple[str, str]], tokenizer: ReferenceTokenizer,
+        settings: RendererSettings,
+    ) -> ReferenceRenderer:
+        return ReferenceRenderer(templates, variables, tokenizer, settings)

@@ -137,7 +137,7 @@ class DetokenizeResponse(_message.Message):
     def __init__(self, texts: _Optional[_Iterable[str]] = ..., fingerprint: _Optional[str] = ...) -> None: ...
 
 class RenderRequest(_message.Message):
-    __slots__ = ("model", "messages_json", "tools_json", "documents_json", "chat_template_kwargs_json", "chat_template", "add_generation_prompt", "continue_final_message", "add_special_tokens", "return_text", "return_token_ids", "return_offsets", "block_hashing")
+    __slots__ = ("model", "messages_json", "tools_json", "documents_json", "chat_template_kwargs_json", "chat_template", "add_generation_prompt", "continue_final_message", "add_special_tokens", "return_text", "return_token_ids", "return_offsets", "block_hashing", "bypass_cache")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
     TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -151,6 +151,7 @@ class RenderRequest(_message.Message):
     RETURN_TOKEN_IDS_FIELD_NUMBER: _ClassVar[int]
     RETURN_OFFSETS_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHING_FIELD_NUMBER: _ClassVar[int]
+    BYPASS_CACHE_FIELD_NUMBER: _ClassVar[int]
     model: str
     messages_json: str
     tools_json: str
@@ -164,7 +165,8 @@ class RenderRequest(_message.Message):
     return_token_ids: bool
     return_offsets: bool
     block_hashing: BlockHashing
-    def __init__(self, model: _Optional[str] = ..., messages_json: _Optional[str] = ..., tools_json: _Optional[str] = ..., documents_json: _Optional[str] = ..., chat_template_kwargs_json: _Optional[str] = ..., chat_template: _Optional[str] = ..., add_generation_prompt: _Optional[bool] = ..., continue_final_message: _Optional[bool] = ..., add_special_tokens: _Optional[bool] = ..., return_text: _Optional[bool] = ..., return_token_ids: _Optional[bool] = ..., return_offsets: _Optional[bool] = ..., block_hashing: _Optional[_Union[BlockHashing, _Mapping]] = ...) -> None: ...
+    bypass_cache: bool
+    def __init__(self, model: _Optional[str] = ..., messages_json: _Optional[str] = ..., tools_json: _Optional[str] = ..., documents_json: _Optional[str] = ..., chat_template_kwargs_json: _Optional[str] = ..., chat_template: _Optional[str] = ..., add_generation_prompt: _Optional[bool] = ..., continue_final_message: _Optional[bool] = ..., add_special_tokens: _Optional[bool] = ..., return_text: _Optional[bool] = ..., return_token_ids: _Optional[bool] = ..., return_offsets: _Optional[bool] = ..., block_hashing: _Optional[_Union[BlockHashing, _Mapping]] = ..., bypass_cache: _Optional[bool] = ...) -> None: ...
 
 class RenderResponse(_message.Message):
     __slots__ = ("text", "token_ids", "offsets", "block_hashes", "fingerprint", "block_hash_spec")

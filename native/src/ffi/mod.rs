@@ -19,6 +19,7 @@
 pub mod buf;
 pub mod hash;
 pub mod status;
+pub mod template;
 pub mod tokenizer;
 pub mod version;
 

@@ -1,6 +1,7 @@
 //! Exports for [`crate::tokenizer`].
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
@@ -13,13 +14,19 @@ use crate::tokenizer::{EncodeOptions, Tokenizer, TruncationSide};
 
 /// A loaded tokenizer; immutable, shareable across threads. Free with `sc_tokenizer_free`.
 pub struct sc_tokenizer {
-    inner: Tokenizer,
+    // Shared so that handles built on the tokenizer (a renderer) keep it alive on their own.
+    inner: Arc<Tokenizer>,
 }
 
 impl sc_tokenizer {
     /// The tokenizer inside a handle, for other capability exports (render, decode streams).
     pub(crate) fn tokenizer(&self) -> &Tokenizer {
         &self.inner
+    }
+
+    /// A shared reference to the tokenizer, for handles that outlive this one.
+    pub(crate) fn shared(&self) -> Arc<Tokenizer> {
+        Arc::clone(&self.inner)
     }
 }
 
@@ -91,7 +98,7 @@ pub unsafe extern "C" fn sc_tokenizer_new(dir: sc_str, out: *mut *mut sc_tokeniz
         // SAFETY: the caller lends `dir` for the call.
         let dir = unsafe { read_str(dir, "dir")? };
         let inner = Tokenizer::from_dir(Path::new(dir))?;
-        let handle = Box::into_raw(Box::new(sc_tokenizer { inner }));
+        let handle = Box::into_raw(Box::new(sc_tokenizer { inner: Arc::new(inner) }));
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
             // SAFETY: we just made `handle` and nobody else has it.
@@ -110,7 +117,7 @@ pub unsafe extern "C" fn sc_tokenizer_from_json(json: sc_str, out: *mut *mut sc_
         // SAFETY: the caller lends `json` for the call.
         let json = unsafe { read_str(json, "json")? };
         let inner = Tokenizer::from_json_text(json, crate::tokenizer::TokenizerFormat::TokenizerJson)?;
-        let handle = Box::into_raw(Box::new(sc_tokenizer { inner }));
+        let handle = Box::into_raw(Box::new(sc_tokenizer { inner: Arc::new(inner) }));
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
             // SAFETY: we just made `handle` and nobody else has it.

@@ -11,6 +11,7 @@
 mod byte_decode;
 mod fast;
 mod load;
+mod segments;
 mod tiktoken;
 
 use std::time::Instant;
@@ -22,6 +23,7 @@ use crate::error::{Error, ErrorKind, Result};
 use byte_decode::ByteDecodeTable;
 
 pub use load::TokenizerFormat;
+pub use segments::{CacheStats, SegmentCache};
 
 /// Which end of a too-long encoding is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -89,6 +91,8 @@ pub struct Tokenizer {
     added_tokens: Vec<AddedToken>,
     /// Precomputed decoding for byte-level vocabularies (see [`byte_decode`]).
     byte_decode: Option<ByteDecodeTable>,
+    /// Where prompts may be cut for the segment cache.
+    boundaries: segments::Boundaries,
 }
 
 /// Batches whose total text is smaller than this are encoded on the calling thread: splitting them
@@ -149,8 +153,10 @@ impl Tokenizer {
             .collect();
         added_tokens.sort_by_key(|t| t.id);
         let byte_decode = ByteDecodeTable::build(&hf, known_ids.len());
+        let boundaries = segments::Boundaries::new(&hf);
         Ok(Tokenizer {
             byte_decode,
+            boundaries,
             hf,
             fast: None,
             fast_rejection: None,
@@ -295,6 +301,44 @@ impl Tokenizer {
             out.tokens = enc.get_tokens().to_vec();
         }
         Ok(out)
+    }
+
+    /// Encodes one text to ids exactly as [`Tokenizer::encode`] does (no truncation), reusing the ids
+    /// of segments `cache` has seen; see [`segments`] for why the result is identical.
+    pub fn encode_with_cache(
+        &self,
+        text: &str,
+        add_special_tokens: bool,
+        cache: &SegmentCache,
+        deadline: Option<Instant>,
+    ) -> Result<(Vec<u32>, CacheStats)> {
+        let plain = EncodeOptions::default();
+        let mut stats = CacheStats::default();
+        let mut ids = Vec::with_capacity(text.len() / 3 + 8);
+        if add_special_tokens {
+            ids.extend_from_slice(&self.special_prefix);
+        }
+        let mut start = 0;
+        let cuts = self.boundaries.cuts(text);
+        for end in cuts.into_iter().chain(std::iter::once(text.len())) {
+            let segment = &text[start..end];
+            start = end;
+            if segment.is_empty() {
+                continue;
+            }
+            let hit = cache.get_into(segment, &mut ids);
+            if !hit {
+                check_deadline(deadline)?;
+                let encoded = self.encode(segment, &plain)?;
+                cache.insert(segment, &encoded.ids);
+                ids.extend_from_slice(&encoded.ids);
+            }
+            stats.add(hit, segment.len());
+        }
+        if add_special_tokens {
+            ids.extend_from_slice(&self.special_suffix);
+        }
+        Ok((ids, stats))
     }
 
     /// Encodes a batch; large batches are spread over threads. An error names the text's index.

@@ -123,3 +123,34 @@ fn empty_text_and_empty_batch() {
     assert!(t.encode("", &opts()).unwrap().ids.is_empty());
     assert!(t.encode_batch::<&str>(&[], &opts()).unwrap().is_empty());
 }
+
+#[test]
+fn segment_cache_gives_the_same_ids_and_hits_on_repeats() {
+    let t = toy();
+    let cache = SegmentCache::new(1 << 20);
+    let texts = ["ab ab<s>ab</s> b<pad>a", "<s>ab ab</s><s>ab ab</s><s>b", "ab ab<s>ab</s> b<pad>a<s>c"];
+    for (i, text) in texts.iter().enumerate() {
+        for add in [false, true] {
+            let want = t.encode(text, &EncodeOptions { add_special_tokens: add, ..opts() }).unwrap().ids;
+            let (got, stats) = t.encode_with_cache(text, add, &cache, None).unwrap();
+            assert_eq!(got, want, "{text:?} add_special_tokens={add}");
+            if i == 2 && !add {
+                // The first text's segments are all reused; only "<s>c" is new.
+                assert_eq!(stats.miss_segments, 1, "{stats:?}");
+            }
+        }
+    }
+    assert!(cache.bytes() > 0);
+}
+
+#[test]
+fn segment_cache_stays_within_its_budget() {
+    let t = toy();
+    let cache = SegmentCache::new(16 * 1024);
+    for i in 0..2000 {
+        let text = format!("<s>{}</s>", "ab ".repeat(i % 50 + 1));
+        let (got, _) = t.encode_with_cache(&text, false, &cache, None).unwrap();
+        assert_eq!(got, t.encode(&text, &opts()).unwrap().ids);
+    }
+    assert!(cache.bytes() <= 16 * 1024, "{}", cache.bytes());
+}

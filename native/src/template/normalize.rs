@@ -1,0 +1,392 @@
+//! Turning an OpenAI chat request's messages into what the template sees, as vLLM and then
+//! transformers do before rendering. Every rule is listed in COMPATIBILITY.md; the reference
+//! backend (`sidecar/reference/normalize.py`) implements the same list.
+//!
+//! vLLM (`parse_chat_messages`): each message is rebuilt from the fields vLLM knows (role, content,
+//! tool_calls, reasoning, tool_call_id, name, task, developer tools); content becomes a string
+//! (text parts joined with "\n") for templates that print content, or a list of `{"type": "text"}`
+//! parts for templates that loop over parts; tool results made only of text parts become a string;
+//! tool-call `arguments` given as JSON text become the parsed value (`{}` when empty or invalid).
+//! transformers (`apply_chat_template`): keys whose value is null are dropped, and reasoning is
+//! copied to `thinking` and `reasoning_content`.
+
+use super::json::{self, Json};
+use crate::error::{Error, Result};
+
+/// How a template wants message content (vLLM's "content format").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentFormat {
+    /// Content is a string; text parts are joined with "\n".
+    String,
+    /// Content is a list of parts (`{"type": "text", "text": ...}`).
+    OpenAi,
+}
+
+impl ContentFormat {
+    /// The name vLLM uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            ContentFormat::String => "string",
+            ContentFormat::OpenAi => "openai",
+        }
+    }
+}
+
+/// Part types that carry media; Render is text-only (the engine expands media itself).
+const MEDIA_PART_TYPES: &[&str] = &[
+    "image_url", "input_image", "image_embeds", "audio_embeds", "prompt_embeds", "image_pil", "audio_url",
+    "input_audio", "video_url",
+];
+
+/// Keys that mark a media part when `type` is missing.
+const MEDIA_PART_KEYS: &[&str] =
+    &["image_url", "image_pil", "image_embeds", "audio_embeds", "prompt_embeds", "audio_url", "input_audio", "video_url"];
+
+/// Normalizes the parsed `messages_json` array.
+pub fn messages(parsed: Json, format: ContentFormat) -> Result<Vec<Json>> {
+    let Json::Array(items) = parsed else {
+        return Err(Error::invalid_argument(format!(
+            "messages_json: expected an array of messages, got {}",
+            parsed.type_name()
+        )));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, message) in items.into_iter().enumerate() {
+        out.push(message_for_vllm(message, format, i)?);
+    }
+    for (i, message) in out.iter_mut().enumerate() {
+        normalize_tool_calls(message, i)?;
+    }
+    for message in &mut out {
+        drop_null_keys(message);
+        alias_reasoning(message);
+    }
+    Ok(out)
+}
+
+enum Part {
+    Text(Option<String>),
+    ToolReference(Option<String>),
+}
+
+fn message_for_vllm(message: Json, format: ContentFormat, i: usize) -> Result<Json> {
+    let field = format!("messages[{i}]");
+    if !matches!(message, Json::Object(_)) {
+        return Err(Error::invalid_argument(format!("{field}: expected an object, got {}", message.type_name())));
+    }
+    let role = match message.get("role") {
+        Some(Json::Str(role)) => role.clone(),
+        Some(other) => {
+            return Err(Error::invalid_argument(format!("{field}.role: expected a string, got {}", other.type_name())))
+        }
+        None => return Err(Error::invalid_argument(format!("{field}.role: missing"))),
+    };
+    let parts = content_parts(message.get("content"), &field)?;
+    let mut content = match format {
+        ContentFormat::String => {
+            // vLLM keeps only truthy pieces: empty texts vanish from the join.
+            let texts: Vec<&str> = parts
+                .iter()
+                .filter_map(|p| match p {
+                    Part::Text(Some(t)) | Part::ToolReference(Some(t)) if !t.is_empty() => Some(t.as_str()),
+                    _ => None,
+                })
+                .collect();
+            Json::Str(texts.join("\n"))
+        }
+        ContentFormat::OpenAi => Json::Array(
+            parts
+                .into_iter()
+                .map(|p| match p {
+                    Part::Text(t) => obj(vec![("type", Json::Str("text".into())), ("text", opt_str(t))]),
+                    Part::ToolReference(n) => {
+                        obj(vec![("type", Json::Str("tool_reference".into())), ("name", opt_str(n))])
+                    }
+                })
+                .collect(),
+        ),
+    };
+    if role == "tool" {
+        content = tool_content_as_text(content);
+    }
+    let mut out: Vec<(String, Json)> = vec![("role".into(), Json::Str(role.clone())), ("content".into(), content)];
+    match role.as_str() {
+        "assistant" => {
+            match message.get("tool_calls") {
+                None | Some(Json::Null) => {}
+                Some(calls @ Json::Array(_)) => out.push(("tool_calls".into(), calls.clone())),
+                Some(other) => {
+                    return Err(Error::invalid_argument(format!(
+                        "{field}.tool_calls: expected an array, got {}",
+                        other.type_name()
+                    )))
+                }
+            }
+            let reasoning = match message.get("reasoning") {
+                None | Some(Json::Null) => message.get("reasoning_content"),
+                some => some,
+            };
+            if let Some(r) = reasoning.filter(|r| !matches!(r, Json::Null)) {
+                out.push(("reasoning".into(), r.clone()));
+                out.push(("reasoning_content".into(), r.clone()));
+            }
+        }
+        "tool" => {
+            if let Some(id) = message.get("tool_call_id") {
+                out.push(("tool_call_id".into(), id.clone()));
+            }
+        }
+        _ => {}
+    }
+    for key in ["name", "task"] {
+        if let Some(value @ Json::Str(_)) = message.get(key) {
+            out.push((key.into(), value.clone()));
+        }
+    }
+    if role == "developer" {
+        out.push(("tools".into(), message.get("tools").cloned().unwrap_or(Json::Null)));
+    }
+    Ok(Json::Object(out))
+}
+
+fn content_parts(content: Option<&Json>, field: &str) -> Result<Vec<Part>> {
+    match content {
+        None | Some(Json::Null) => Ok(Vec::new()),
+        Some(Json::Str(s)) => Ok(vec![Part::Text(Some(s.clone()))]),
+        Some(Json::Array(items)) => {
+            let mut parts = Vec::with_capacity(items.len());
+            for (j, item) in items.iter().enumerate() {
+                if let Some(part) = content_part(item, &format!("{field}.content[{j}]"))? {
+                    parts.push(part);
+                }
+            }
+            Ok(parts)
+        }
+        Some(other) => Err(Error::invalid_argument(format!(
+            "{field}.content: expected a string, an array of parts or null, got {}",
+            other.type_name()
+        ))),
+    }
+}
+
+/// One content part; `None` when vLLM skips it (a text or refusal part without text).
+fn content_part(part: &Json, field: &str) -> Result<Option<Part>> {
+    if let Json::Str(s) = part {
+        return Ok(Some(Part::Text(Some(s.clone()))));
+    }
+    if !matches!(part, Json::Object(_)) {
+        return Err(Error::invalid_argument(format!(
+            "{field}: expected an object or a string, got {}",
+            part.type_name()
+        )));
+    }
+    let has_uuid = !matches!(part.get("uuid"), None | Some(Json::Null));
+    let part_type = match part.get("type") {
+        Some(Json::Str(t)) if !has_uuid => t.as_str(),
+        None | Some(Json::Null) | Some(Json::Str(_)) => {
+            if MEDIA_PART_KEYS.iter().any(|k| part.get(k).is_some()) || has_uuid {
+                return Err(media_error(field, "media"));
+            }
+            return Err(Error::invalid_argument(format!("{field}.type: missing")));
+        }
+        Some(other) => {
+            return Err(Error::invalid_argument(format!("{field}.type: expected a string, got {}", other.type_name())))
+        }
+    };
+    let text_of = |key: &str| -> Result<Option<String>> {
+        match part.get(key) {
+            None | Some(Json::Null) => Ok(None),
+            Some(Json::Str(s)) => Ok(Some(s.clone())),
+            Some(other) => {
+                Err(Error::invalid_argument(format!("{field}.{key}: expected a string, got {}", other.type_name())))
+            }
+        }
+    };
+    match part_type {
+        "text" | "refusal" => {
+            let key = if part_type == "text" { "text" } else { "refusal" };
+            Ok(text_of(key)?.map(|t| Part::Text(Some(t))))
+        }
+        "input_text" | "output_text" => Ok(Some(Part::Text(text_of("text")?))),
+        "thinking" => Ok(Some(Part::Text(text_of("thinking")?))),
+        "tool_reference" => Ok(Some(Part::ToolReference(text_of("name")?))),
+        t if MEDIA_PART_TYPES.contains(&t) => Err(media_error(field, t)),
+        t => Err(Error::invalid_argument(format!(
+            "{field}.type: unsupported content part type {t:?}; Render accepts text, input_text, output_text, \
+             refusal, thinking and tool_reference parts"
+        ))),
+    }
+}
+
+fn media_error(field: &str, kind: &str) -> Error {
+    Error::invalid_argument(format!(
+        "{field}: {kind} parts are not supported: Render produces text prompts; send media to the engine"
+    ))
+}
+
+/// vLLM turns a tool result made only of text parts into one string (clients such as Claude Code
+/// send tool results as parts, and most templates print tool content as a string).
+fn tool_content_as_text(content: Json) -> Json {
+    let Json::Array(items) = &content else {
+        return content;
+    };
+    let all_text = items.iter().all(|item| !matches!(item, Json::Object(_)) || item.get("type").and_then(Json::as_str) == Some("text"));
+    if !all_text {
+        return content;
+    }
+    let texts: Vec<String> = items
+        .iter()
+        .filter(|item| item.get("type").and_then(Json::as_str) == Some("text"))
+        .map(|item| match item.get("text") {
+            Some(Json::Str(s)) => s.clone(),
+            // Python's str.join would fail on None; vLLM never builds such a part from text.
+            _ => String::new(),
+        })
+        .collect();
+    Json::Str(texts.join("\n"))
+}
+
+fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
+    if message.get("role").and_then(Json::as_str) != Some("assistant") {
+        return Ok(());
+    }
+    let Some(Json::Array(calls)) = message.get_mut("tool_calls") else {
+        return Ok(());
+    };
+    if calls.is_empty() {
+        // An empty list would send templates down their tool-call path with nothing to print.
+        if let Json::Object(pairs) = message {
+            pairs.retain(|(k, _)| k != "tool_calls");
+        }
+        return Ok(());
+    }
+    for (j, call) in calls.iter_mut().enumerate() {
+        let field = format!("messages[{i}].tool_calls[{j}]");
+        if !matches!(call, Json::Object(_)) {
+            return Err(Error::invalid_argument(format!("{field}: expected an object, got {}", call.type_name())));
+        }
+        let function = match call.get_mut("function") {
+            Some(f @ Json::Object(_)) => f,
+            Some(other) => {
+                return Err(Error::invalid_argument(format!(
+                    "{field}.function: expected an object, got {}",
+                    other.type_name()
+                )))
+            }
+            None => return Err(Error::invalid_argument(format!("{field}.function: missing"))),
+        };
+        let arguments = match function.get("arguments") {
+            // Invalid or empty JSON text becomes {} as in vLLM, rather than failing the request.
+            Some(Json::Str(text)) => json::parse(text, "arguments").unwrap_or(Json::Object(Vec::new())),
+            Some(value @ (Json::Object(_) | Json::Array(_))) => value.clone(),
+            _ => Json::Object(Vec::new()),
+        };
+        match function.get_mut("arguments") {
+            Some(slot) => *slot = arguments,
+            None => {
+                if let Json::Object(pairs) = function {
+                    pairs.push(("arguments".into(), arguments));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// transformers drops message keys whose value is None (many templates print "None" otherwise).
+fn drop_null_keys(message: &mut Json) {
+    if let Json::Object(pairs) = message {
+        pairs.retain(|(_, v)| !matches!(v, Json::Null));
+    }
+}
+
+/// transformers' reasoning aliases: the first of `reasoning_content`, `thinking`, `reasoning` that
+/// is set becomes `{"thinking": r, **message, "reasoning_content": r}` (gpt-oss templates read
+/// `thinking`, most others `reasoning_content`).
+fn alias_reasoning(message: &mut Json) {
+    let Json::Object(pairs) = message else {
+        return;
+    };
+    let reasoning = ["reasoning_content", "thinking", "reasoning"]
+        .iter()
+        .find_map(|key| pairs.iter().find(|(k, _)| k == key).map(|(_, v)| v.clone()));
+    let Some(r) = reasoning else {
+        return;
+    };
+    // `{"thinking": r, **message}` puts `thinking` first, keeping a value the message had.
+    let thinking = match pairs.iter().position(|(k, _)| k == "thinking") {
+        Some(pos) => pairs.remove(pos).1,
+        None => r.clone(),
+    };
+    pairs.insert(0, ("thinking".into(), thinking));
+    match pairs.iter_mut().find(|(k, _)| k == "reasoning_content") {
+        Some(slot) => slot.1 = r,
+        None => pairs.push(("reasoning_content".into(), r)),
+    }
+}
+
+fn obj(pairs: Vec<(&str, Json)>) -> Json {
+    Json::Object(pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+}
+
+fn opt_str(s: Option<String>) -> Json {
+    s.map(Json::Str).unwrap_or(Json::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn norm(text: &str, format: ContentFormat) -> Result<Vec<Json>> {
+        messages(json::parse(text, "messages_json")?, format)
+    }
+
+    #[test]
+    fn parts_join_or_stay_a_list() {
+        let text = r#"[{"role": "user", "content": [{"type": "text", "text": "a"}, "b", {"type": "text", "text": ""}]}]"#;
+        let s = norm(text, ContentFormat::String).unwrap();
+        assert_eq!(s[0].get("content"), Some(&Json::Str("a\nb".into())));
+        let o = norm(text, ContentFormat::OpenAi).unwrap();
+        assert!(matches!(o[0].get("content"), Some(Json::Array(parts)) if parts.len() == 3));
+    }
+
+    #[test]
+    fn tool_arguments_become_values() {
+        let text = r#"[{"role": "assistant", "content": null, "tool_calls": [
+            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{\"x\": 1.5e-7}"}},
+            {"id": "b", "type": "function", "function": {"name": "g", "arguments": ""}},
+            {"id": "c", "type": "function", "function": {"name": "h", "arguments": "not json"}}]}]"#;
+        let m = norm(text, ContentFormat::String).unwrap();
+        let calls = match m[0].get("tool_calls") {
+            Some(Json::Array(c)) => c.clone(),
+            other => panic!("{other:?}"),
+        };
+        let args = |c: &Json| c.get("function").unwrap().get("arguments").unwrap().clone();
+        assert_eq!(args(&calls[0]), Json::Object(vec![("x".into(), Json::Float(1.5e-7))]));
+        assert_eq!(args(&calls[1]), Json::Object(vec![]));
+        assert_eq!(args(&calls[2]), Json::Object(vec![]));
+        assert_eq!(m[0].get("content"), Some(&Json::Str(String::new())));
+    }
+
+    #[test]
+    fn reasoning_is_aliased_in_transformers_order() {
+        let m = norm(r#"[{"role": "assistant", "content": "x", "reasoning_content": "r", "extra": 1}]"#, ContentFormat::String)
+            .unwrap();
+        let keys: Vec<&str> = match &m[0] {
+            Json::Object(p) => p.iter().map(|(k, _)| k.as_str()).collect(),
+            _ => unreachable!(),
+        };
+        assert_eq!(keys, ["thinking", "role", "content", "reasoning", "reasoning_content"]);
+    }
+
+    #[test]
+    fn bad_shapes_name_the_field() {
+        let e = norm(r#"[{"role": "user", "content": "a"}, {"content": "b"}]"#, ContentFormat::String).unwrap_err();
+        assert_eq!(e.message(), "messages[1].role: missing");
+        let e = norm(r#"[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]"#, ContentFormat::String)
+            .unwrap_err();
+        assert!(e.message().starts_with("messages[0].content[0]: image_url parts are not supported"), "{e}");
+        let e = norm(r#"[{"role": "assistant", "tool_calls": [{"id": "x"}]}]"#, ContentFormat::String).unwrap_err();
+        assert_eq!(e.message(), "messages[0].tool_calls[0].function: missing");
+    }
+}

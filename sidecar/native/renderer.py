@@ -1,0 +1,103 @@
+"""`NativeRenderer`: the `sc_renderer` handle (chat templates + tokenizer + multi-turn cache)."""
+
+from __future__ import annotations
+
+import json
+
+from sidecar.backend import CacheStats, RenderOptions, Rendered, RendererSettings
+from sidecar.native._errors import raise_for_status
+from sidecar.native._ffi import ffi, lib
+from sidecar.native.tokenizer import NativeTokenizer, _timeout_us
+
+_EMPTY = b""
+
+
+class NativeRenderer:
+    """A model's chat templates rendered and tokenized in one native call; thread-safe."""
+
+    def __init__(
+        self, templates: list[tuple[str, str]], variables: list[tuple[str, str]], tokenizer: NativeTokenizer,
+        settings: RendererSettings,
+    ) -> None:
+        config = {
+            "templates": templates,
+            "variables": variables,
+            "fuel": settings.fuel,
+            "recursion_limit": settings.recursion_limit,
+            "max_output_bytes": settings.max_output_bytes,
+            "fixed_time": settings.fixed_time,
+            "cache_bytes": settings.cache_bytes,
+        }
+        raw = json.dumps(config).encode()
+        out = ffi.new("sc_renderer **")
+        err = ffi.new("sc_error **")
+        status = lib.sc_renderer_new(tokenizer.handle, {"ptr": ffi.from_buffer("uint8_t[]", raw), "len": len(raw)}, out, err)
+        raise_for_status(status, err)
+        self._handle = ffi.gc(out[0], lib.sc_renderer_free)
+        info = self.info()
+        self.template_names: list[str] = [t["name"] for t in info["templates"]]
+        #: Template name -> "string" or "openai" (vLLM's content format), for the ones that compile.
+        self.content_formats: dict[str, str] = {t["name"]: t["content_format"] for t in info["templates"] if t["content_format"]}
+
+    def info(self) -> dict:
+        """Templates with their content format, and the bytes the multi-turn cache holds."""
+        out = ffi.new("sc_bytes *")
+        err = ffi.new("sc_error **")
+        raise_for_status(lib.sc_renderer_info(self._handle, out, err), err)
+        try:
+            return json.loads(ffi.unpack(ffi.cast("char *", out.ptr), out.len))
+        finally:
+            lib.sc_bytes_free(out)
+
+    def close(self) -> None:
+        """Frees the native renderer now instead of at garbage collection."""
+        if self._handle is not None:
+            lib.sc_renderer_free(ffi.gc(self._handle, None))
+            self._handle = None
+
+    def render(self, opts: RenderOptions) -> Rendered:
+        # Encoded strings must outlive the call: cffi's from_buffer borrows them.
+        fields = {
+            "messages_json": opts.messages_json.encode("utf-8", "surrogatepass"),
+            "tools_json": opts.tools_json.encode("utf-8", "surrogatepass"),
+            "documents_json": opts.documents_json.encode("utf-8", "surrogatepass"),
+            "kwargs_json": opts.chat_template_kwargs_json.encode("utf-8", "surrogatepass"),
+            "chat_template": (opts.chat_template or "").encode("utf-8", "surrogatepass"),
+        }
+        req = ffi.new("sc_render_request *")
+        keep = []
+        for name, data in fields.items():
+            slot = getattr(req, name)
+            if data:
+                buf = ffi.from_buffer("uint8_t[]", data)
+                keep.append(buf)
+                slot.ptr = buf
+            slot.len = len(data)
+        req.has_chat_template = opts.chat_template is not None
+        req.allow_request_template = opts.allow_request_template
+        req.add_generation_prompt = opts.add_generation_prompt
+        req.continue_final_message = opts.continue_final_message
+        req.add_special_tokens = opts.add_special_tokens
+        req.return_text = opts.return_text
+        req.return_ids = opts.return_token_ids
+        req.return_offsets = opts.return_offsets
+        req.use_cache = opts.use_cache
+        req.wire_response = opts.wire_response
+        req.timeout_us = _timeout_us(opts.timeout_s)
+        out = ffi.new("sc_render_result **")
+        err = ffi.new("sc_error **")
+        raise_for_status(lib.sc_renderer_render(self._handle, req, out, err), err)
+        res = out[0]
+        try:
+            cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)
+            if opts.wire_response:
+                wire = ffi.unpack(ffi.cast("char *", res.wire), res.wire_len) if res.wire_len else b""
+                return Rendered(text=None, ids=[], cache=cache, wire=wire)
+            text = None
+            if opts.return_text:
+                text = ffi.unpack(ffi.cast("char *", res.text), res.text_len).decode("utf-8") if res.text_len else ""
+            ids = ffi.unpack(res.ids, res.ids_len) if res.ids_len else []
+            offsets = ffi.unpack(res.offsets, res.offsets_len) if res.offsets_len else []
+            return Rendered(text=text, ids=ids, offsets=offsets, cache=cache)
+        finally:
+            lib.sc_render_result_free(res)

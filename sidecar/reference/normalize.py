@@ -1,0 +1,239 @@
+"""Request JSON and message normalization for the reference renderer: the same rules as
+`native/src/template/normalize.rs` (listed in COMPATIBILITY.md), on Python objects.
+
+vLLM rebuilds each message from the fields it knows, turns content parts into a string (text parts
+joined with "\\n") or a list of text parts depending on the template, and parses tool-call
+arguments given as JSON text; transformers then drops null-valued keys and aliases reasoning.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sidecar.errors import InvalidArgument
+
+_INT_MIN, _INT_MAX = -(2**127), 2**127 - 1
+
+_MEDIA_PART_TYPES = (
+    "image_url", "input_image", "image_embeds", "audio_embeds", "prompt_embeds", "image_pil", "audio_url",
+    "input_audio", "video_url",
+)
+_MEDIA_PART_KEYS = (
+    "image_url", "image_pil", "image_embeds", "audio_embeds", "prompt_embeds", "audio_url", "input_audio", "video_url",
+)
+
+
+def type_name(value: Any) -> str:
+    """The JSON type name the native side uses in messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def parse_json(text: str, field: str) -> Any:
+    """`json.loads`, refusing what the native parser refuses (integers beyond 128 bits, lone
+    surrogates), with errors naming `field`."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise InvalidArgument(f"{field}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except RecursionError:
+        raise InvalidArgument(f"{field}: invalid JSON: nested too deeply") from None
+    _check_representable(value, field)
+    return value
+
+
+def _check_representable(value: Any, field: str) -> None:
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, bool) or v is None or isinstance(v, float):
+            continue
+        if isinstance(v, int):
+            if not _INT_MIN <= v <= _INT_MAX:
+                raise InvalidArgument(f"{field}: integer {v} is outside the supported range (a signed 128-bit integer)")
+        elif isinstance(v, str):
+            _check_utf8(v, field)
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, dict):
+            for k, item in v.items():
+                _check_utf8(k, field)
+                stack.append(item)
+
+
+def _check_utf8(s: str, field: str) -> None:
+    try:
+        s.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgument(f"{field}: lone surrogate in a string (not representable as UTF-8)") from None
+
+
+def normalize_messages(parsed: Any, content_format: str) -> list[dict]:
+    """The messages the template sees; `content_format` is "string" or "openai"."""
+    if not isinstance(parsed, list):
+        raise InvalidArgument(f"messages_json: expected an array of messages, got {type_name(parsed)}")
+    out = [_message_for_vllm(m, content_format, i) for i, m in enumerate(parsed)]
+    for i, message in enumerate(out):
+        _normalize_tool_calls(message, i)
+    return [_alias_reasoning({k: v for k, v in m.items() if v is not None}) for m in out]
+
+
+def _message_for_vllm(message: Any, content_format: str, i: int) -> dict:
+    field = f"messages[{i}]"
+    if not isinstance(message, dict):
+        raise InvalidArgument(f"{field}: expected an object, got {type_name(message)}")
+    if "role" not in message:
+        raise InvalidArgument(f"{field}.role: missing")
+    role = message["role"]
+    if not isinstance(role, str):
+        raise InvalidArgument(f"{field}.role: expected a string, got {type_name(role)}")
+    parts = _content_parts(message.get("content"), field)
+    if content_format == "string":
+        content: Any = "\n".join(text for kind, text in parts if text)
+    else:
+        content = [
+            {"type": "text", "text": text} if kind == "text" else {"type": "tool_reference", "name": text}
+            for kind, text in parts
+        ]
+    if role == "tool":
+        content = _tool_content_as_text(content)
+    result: dict[str, Any] = {"role": role, "content": content}
+    if role == "assistant":
+        calls = message.get("tool_calls")
+        if calls is not None:
+            if not isinstance(calls, list):
+                raise InvalidArgument(f"{field}.tool_calls: expected an array, got {type_name(calls)}")
+            result["tool_calls"] = list(calls)
+        reasoning = message.get("reasoning")
+        if reasoning is None:
+            reasoning = message.get("reasoning_content")
+        if reasoning is not None:
+            result["reasoning"] = reasoning
+            result["reasoning_content"] = reasoning
+    elif role == "tool":
+        if "tool_call_id" in message:
+            result["tool_call_id"] = message["tool_call_id"]
+    for key in ("name", "task"):
+        if isinstance(message.get(key), str):
+            result[key] = message[key]
+    if role == "developer":
+        result["tools"] = message.get("tools")
+    return result
+
+
+def _content_parts(content: Any, field: str) -> list[tuple[str, str | None]]:
+    if content is None:
+        return []
+    if isinstance(content, str):
+        return [("text", content)]
+    if not isinstance(content, list):
+        raise InvalidArgument(
+            f"{field}.content: expected a string, an array of parts or null, got {type_name(content)}"
+        )
+    parts = []
+    for j, item in enumerate(content):
+        part = _content_part(item, f"{field}.content[{j}]")
+        if part is not None:
+            parts.append(part)
+    return parts
+
+
+def _content_part(part: Any, field: str) -> tuple[str, str | None] | None:
+    if isinstance(part, str):
+        return ("text", part)
+    if not isinstance(part, dict):
+        raise InvalidArgument(f"{field}: expected an object or a string, got {type_name(part)}")
+    has_uuid = part.get("uuid") is not None
+    part_type = part.get("type")
+    if part_type is not None and not isinstance(part_type, str):
+        raise InvalidArgument(f"{field}.type: expected a string, got {type_name(part_type)}")
+    if part_type is None or has_uuid:
+        if has_uuid or any(k in part for k in _MEDIA_PART_KEYS):
+            raise InvalidArgument(_media_error(field, "media"))
+        raise InvalidArgument(f"{field}.type: missing")
+
+    def text_of(key: str) -> str | None:
+        value = part.get(key)
+        if value is not None and not isinstance(value, str):
+            raise InvalidArgument(f"{field}.{key}: expected a string, got {type_name(value)}")
+        return value
+
+    if part_type in ("text", "refusal"):
+        text = text_of(part_type)
+        return None if text is None else ("text", text)
+    if part_type in ("input_text", "output_text"):
+        return ("text", text_of("text"))
+    if part_type == "thinking":
+        return ("text", text_of("thinking"))
+    if part_type == "tool_reference":
+        return ("tool_reference", text_of("name"))
+    if part_type in _MEDIA_PART_TYPES:
+        raise InvalidArgument(_media_error(field, part_type))
+    raise InvalidArgument(
+        f"{field}.type: unsupported content part type {json.dumps(part_type)}; Render accepts text, input_text, "
+        "output_text, refusal, thinking and tool_reference parts"
+    )
+
+
+def _media_error(field: str, kind: str) -> str:
+    return f"{field}: {kind} parts are not supported: Render produces text prompts; send media to the engine"
+
+
+def _tool_content_as_text(content: Any) -> Any:
+    if not isinstance(content, list):
+        return content
+    if any(isinstance(item, dict) and item.get("type") != "text" for item in content):
+        return content
+    texts = [
+        item["text"] if isinstance(item.get("text"), str) else ""
+        for item in content
+        if isinstance(item, dict) and item.get("type") == "text"
+    ]
+    return "\n".join(texts)
+
+
+def _normalize_tool_calls(message: dict, i: int) -> None:
+    if message.get("role") != "assistant" or not isinstance(message.get("tool_calls"), list):
+        return
+    calls = message["tool_calls"]
+    if not calls:
+        del message["tool_calls"]
+        return
+    fresh = []
+    for j, call in enumerate(calls):
+        field = f"messages[{i}].tool_calls[{j}]"
+        if not isinstance(call, dict):
+            raise InvalidArgument(f"{field}: expected an object, got {type_name(call)}")
+        if "function" not in call:
+            raise InvalidArgument(f"{field}.function: missing")
+        function = call["function"]
+        if not isinstance(function, dict):
+            raise InvalidArgument(f"{field}.function: expected an object, got {type_name(function)}")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str):
+            try:
+                arguments = parse_json(arguments, "arguments")
+            except InvalidArgument:
+                arguments = {}
+        elif not isinstance(arguments, (dict, list)):
+            arguments = {}
+        # Copies, so the caller's parsed request is never edited in place.
+        fresh.append({**call, "function": {**function, "arguments": arguments}})
+    message["tool_calls"] = fresh
+
+
+def _alias_reasoning(message: dict) -> dict:
+    reasoning = next((message[k] for k in ("reasoning_content", "thinking", "reasoning") if k in message), None)
+    if reasoning is None:
+        return message
+    return {"thinking": reasoning, **message, "reasoning_content": reasoning}

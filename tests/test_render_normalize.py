@@ -1,0 +1,47 @@
+"""Message normalization (vLLM's and transformers' rules, COMPATIBILITY.md) on both backends, checked
+against hand-written expectations in tests/data/render/normalize/cases.json. The template under
+test prints what it receives: `{{ messages|tojson }}`.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import render_support as rs
+from sidecar.backend import RenderOptions, RendererSettings, get_backend
+from sidecar.errors import InvalidArgument
+from sidecar.registry import materialize_embedded
+
+CASES = json.loads((rs.DATA / "normalize" / "cases.json").read_text(encoding="utf-8"))
+TEMPLATES = {
+    "string": "{{ messages|tojson }}",
+    # A loop over a message's content makes vLLM (and the sidecar) pass content as parts.
+    "openai": "{% for m in messages %}{% for p in m.content %}{% endfor %}{% endfor %}{{ messages|tojson }}",
+}
+
+
+@pytest.fixture(scope="module", params=["native", "reference"])
+def renderer(request: pytest.FixtureRequest):  # noqa: ANN201
+    backend = get_backend(request.param)
+    tokenizer = backend.load_tokenizer(materialize_embedded())
+    return backend.load_renderer([], [], tokenizer, RendererSettings(cache_bytes=0))
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_normalization(case: dict, renderer) -> None:  # noqa: ANN001
+    messages = case.get("messages_raw") or json.dumps(case["messages"], ensure_ascii=False)
+    opts = RenderOptions(
+        messages_json=messages, chat_template=TEMPLATES[case["format"]], allow_request_template=True,
+        add_generation_prompt=False, return_text=True, return_token_ids=False,
+    )
+    if "error" in case:
+        with pytest.raises(InvalidArgument) as err:
+            renderer.render(opts)
+        assert case["error"] in err.value.message
+        return
+    text = renderer.render(opts).text
+    want = case.get("expected_text") or json.dumps(case["expected"], ensure_ascii=False)
+    assert text == want
+
