@@ -6,8 +6,10 @@
 
 #![deny(unsafe_code)]
 
+pub mod detok;
 pub mod error;
 pub mod ffi;
+pub mod parse;
 pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sidecar.backend import ParseLimits
+
 from sidecar.native._ffi import LIBRARY_VERSION, NativeLibraryError, ffi, lib
+from sidecar.native.parse import NativeParseModel, NativeParseMux
 from sidecar.native.tokenizer import NativeTokenizer
 
-__all__ = ["LIBRARY_VERSION", "NativeBackend", "NativeLibraryError", "NativeTokenizer", "ffi", "lib"]
+__all__ = [
+    "LIBRARY_VERSION", "NativeBackend", "NativeLibraryError", "NativeParseModel", "NativeParseMux", "NativeTokenizer",
+    "ffi", "lib",
+]
 
 
 class NativeBackend:
@@ -21,3 +27,9 @@ class NativeBackend:
 
     def load_tokenizer(self, model_dir: Path) -> NativeTokenizer:
         return NativeTokenizer.from_dir(model_dir)
+
+    def load_parse_model(self, tokenizer: NativeTokenizer, force_generic: bool = False) -> NativeParseModel:
+        return NativeParseModel(tokenizer, force_generic)
+
+    def new_parse_mux(self, limits: ParseLimits) -> NativeParseMux:
+        return NativeParseMux(limits)

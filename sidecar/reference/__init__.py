@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from sidecar.backend import ParseLimits
 from sidecar.reference.tokenizer import ReferenceTokenizer
 
 __all__ = ["ReferenceBackend", "ReferenceTokenizer"]
@@ -21,3 +22,13 @@ class ReferenceBackend:
 
     def load_tokenizer(self, model_dir: Path) -> ReferenceTokenizer:
         return ReferenceTokenizer.from_dir(model_dir)
+
+    def load_parse_model(self, tokenizer: ReferenceTokenizer, force_generic: bool = False):  # noqa: ANN201
+        from sidecar.reference.parse import ReferenceParseModel
+
+        return ReferenceParseModel(tokenizer)
+
+    def new_parse_mux(self, limits: ParseLimits):  # noqa: ANN201
+        from sidecar.reference.parse import ReferenceParseMux
+
+        return ReferenceParseMux(limits)

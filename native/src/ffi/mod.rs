@@ -17,6 +17,7 @@
 #![allow(non_camel_case_types)]
 
 pub mod buf;
+pub mod parse;
 pub mod status;
 pub mod tokenizer;
 pub mod version;

@@ -1,0 +1,12 @@
+"""Reference tool-call parsers, by name. Each holds a call's text until it is complete (or the
+output ends) and then reads it whole; the native parsers stream the same result."""
+
+from __future__ import annotations
+
+from sidecar.reference.parse.pipeline import Markers
+from sidecar.reference.parse.tools import hermes
+
+#: name -> (markers, factory(markers, tools))
+PARSERS = {
+    "hermes": (hermes.MARKERS, lambda markers, tools: hermes.Hermes(markers)),
+}
