@@ -3,6 +3,8 @@
 
 mod hermes;
 mod json_call;
+mod qwen3_coder;
+mod xml_args;
 
 use crate::error::{Error, Result};
 use crate::parse::text::Markers;
@@ -12,14 +14,16 @@ use crate::parse::Stage;
 pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
     Some(match name {
         "hermes" => hermes::MARKERS,
+        "qwen3_coder" | "qwen3_xml" => qwen3_coder::MARKERS,
         _ => return None,
     })
 }
 
 /// Builds tool parser `name` (known, see [`markers`]).
-pub(crate) fn build(name: &str, markers: &Markers, _tools: &crate::parse::schema::Tools) -> Result<Box<dyn Stage>> {
+pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema::Tools) -> Result<Box<dyn Stage>> {
     Ok(match name {
         "hermes" => Box::new(hermes::Hermes::new(markers)),
+        "qwen3_coder" | "qwen3_xml" => Box::new(qwen3_coder::Qwen3Coder::new(markers, tools)),
         _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
     })
 }

@@ -3,10 +3,11 @@ output ends) and then reads it whole; the native parsers stream the same result.
 
 from __future__ import annotations
 
-from sidecar.reference.parse.pipeline import Markers
-from sidecar.reference.parse.tools import hermes
+from sidecar.reference.parse.tools import hermes, qwen3_coder
 
 #: name -> (markers, factory(markers, tools))
 PARSERS = {
     "hermes": (hermes.MARKERS, lambda markers, tools: hermes.Hermes(markers)),
+    "qwen3_coder": (qwen3_coder.MARKERS, qwen3_coder.Qwen3Coder),
+    "qwen3_xml": (qwen3_coder.MARKERS, qwen3_coder.Qwen3Coder),
 }
