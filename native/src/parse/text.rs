@@ -131,6 +131,21 @@ pub(crate) fn scan(hay: &str, patterns: &[&str]) -> Scan {
     Scan::None
 }
 
+/// Bytes of leading ASCII whitespace.
+pub(crate) fn leading_ws(s: &str) -> usize {
+    s.len() - s.trim_start_matches(|c: char| c.is_ascii_whitespace()).len()
+}
+
+/// `s` without leading and trailing ASCII whitespace.
+pub(crate) fn ascii_trim(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_ascii_whitespace())
+}
+
+/// Whether `s` is a proper prefix of `pattern` (a marker that may still arrive).
+pub(crate) fn could_become(s: &str, pattern: &str) -> bool {
+    s.len() < pattern.len() && pattern.starts_with(s)
+}
+
 /// A marker a parser looks for.
 #[derive(Debug, Clone)]
 pub(crate) struct Marker {

@@ -218,6 +218,8 @@ class CallObject:
     #: "done", "cut" or "error".
     status: str
     end: int
+    #: Whether an arguments member began (its key and colon were read).
+    has_args: bool = False
 
 
 def parse_call_object(s: str, i: int, arg_keys: tuple[str, ...]) -> CallObject:
@@ -228,7 +230,7 @@ def parse_call_object(s: str, i: int, arg_keys: tuple[str, ...]) -> CallObject:
     seen_args = False
 
     def result(status: str, end: int) -> CallObject:
-        return CallObject(name, args if args is not None else "{}", status, end)
+        return CallObject(name, args if args is not None else "{}", status, end, seen_args)
 
     i = skip_ws(s, i)
     if i >= len(s):

@@ -3,6 +3,7 @@
 
 mod hermes;
 mod json_call;
+mod llama3_json;
 mod qwen3_coder;
 mod xml_args;
 
@@ -15,6 +16,7 @@ pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
     Some(match name {
         "hermes" => hermes::MARKERS,
         "qwen3_coder" | "qwen3_xml" => qwen3_coder::MARKERS,
+        "llama3_json" | "llama4_json" => llama3_json::MARKERS,
         _ => return None,
     })
 }
@@ -24,6 +26,7 @@ pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema:
     Ok(match name {
         "hermes" => Box::new(hermes::Hermes::new(markers)),
         "qwen3_coder" | "qwen3_xml" => Box::new(qwen3_coder::Qwen3Coder::new(markers, tools)),
+        "llama3_json" | "llama4_json" => Box::new(llama3_json::Llama3Json::new(markers)),
         _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
     })
 }

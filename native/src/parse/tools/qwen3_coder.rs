@@ -20,7 +20,7 @@
 use crate::parse::json::is_sentinel;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::Tools;
-use crate::parse::text::{scan, Markers, Scan, SegBuf};
+use crate::parse::text::{ascii_trim, could_become, leading_ws, scan, Markers, Scan, SegBuf};
 use crate::parse::tools::xml_args::ArgsBuilder;
 use crate::parse::Stage;
 
@@ -73,21 +73,6 @@ impl Qwen3Coder {
         self.args.close(&mut text);
         out.call_args(index, &text);
     }
-}
-
-/// Bytes of leading ASCII whitespace.
-fn leading_ws(s: &str) -> usize {
-    s.len() - s.trim_start_matches(|c: char| c.is_ascii_whitespace()).len()
-}
-
-/// `s` without leading and trailing ASCII whitespace.
-pub(crate) fn ascii_trim(s: &str) -> &str {
-    s.trim_matches(|c: char| c.is_ascii_whitespace())
-}
-
-/// Whether `s` is a proper prefix of `pattern` (a marker that may still arrive).
-fn could_become(s: &str, pattern: &str) -> bool {
-    s.len() < pattern.len() && pattern.starts_with(s)
 }
 
 impl Stage for Qwen3Coder {
