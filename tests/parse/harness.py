@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -300,6 +301,18 @@ def check_attribution(result: Result, trace: dict, n_tokens: int) -> None:
     assert result.completion_tokens == n_tokens
 
 
+def check_ids(result: Result, tool_parser: str, expect: dict) -> None:
+    """Generated ids: `call_` + 24 alphanumerics, 9 alphanumerics for Mistral; format ids kept."""
+    given = {w["id"] for w in expect.get("tool_calls", []) if "id" in w}
+    for call in result.calls.values():
+        if call["id"] in given:
+            continue
+        if tool_parser == "mistral":
+            assert re.fullmatch(r"[A-Za-z0-9]{9}", call["id"]), call["id"]
+        else:
+            assert re.fullmatch(r"call_[A-Za-z0-9]{24}", call["id"]), call["id"]
+
+
 def check_expected(result: Result, expect: dict, exact_tokens: bool = True) -> None:
     assert result.error is None or "error" in expect, f"unexpected error {result.error}"
     if "error" in expect:
@@ -337,6 +350,7 @@ def check_case(case: dict) -> dict[str, int]:
                 if native.error is None:
                     check_attribution(native, trace, native.fed)
                 check_expected(native, case["expect"], exact_tokens=variant == "tokens")
+                check_ids(native, case.get("tool_parser", ""), case["expect"])
             except AssertionError as e:
                 raise AssertionError(f"{label}: {e}\n{native.comparable()}") from None
             final = native.comparable()

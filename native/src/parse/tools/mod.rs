@@ -4,6 +4,7 @@
 mod hermes;
 mod json_call;
 mod llama3_json;
+mod mistral;
 mod qwen3_coder;
 mod xml_args;
 
@@ -17,6 +18,7 @@ pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
         "hermes" => hermes::MARKERS,
         "qwen3_coder" | "qwen3_xml" => qwen3_coder::MARKERS,
         "llama3_json" | "llama4_json" => llama3_json::MARKERS,
+        "mistral" => mistral::MARKERS,
         _ => return None,
     })
 }
@@ -27,6 +29,7 @@ pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema:
         "hermes" => Box::new(hermes::Hermes::new(markers)),
         "qwen3_coder" | "qwen3_xml" => Box::new(qwen3_coder::Qwen3Coder::new(markers, tools)),
         "llama3_json" | "llama4_json" => Box::new(llama3_json::Llama3Json::new(markers)),
+        "mistral" => Box::new(mistral::Mistral::new(markers)),
         _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
     })
 }
