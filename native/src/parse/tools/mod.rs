@@ -1,6 +1,7 @@
 //! Tool-call parsers: each reads the visible text (reasoning already split off) and turns calls
 //! into OpenAI-style deltas, keeping all other text as content.
 
+mod deepseek;
 mod hermes;
 mod json_call;
 mod llama3_json;
@@ -19,6 +20,7 @@ pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
         "qwen3_coder" | "qwen3_xml" => qwen3_coder::MARKERS,
         "llama3_json" | "llama4_json" => llama3_json::MARKERS,
         "mistral" => mistral::MARKERS,
+        "deepseek_v3" | "deepseek_v31" => deepseek::MARKERS,
         _ => return None,
     })
 }
@@ -30,6 +32,8 @@ pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema:
         "qwen3_coder" | "qwen3_xml" => Box::new(qwen3_coder::Qwen3Coder::new(markers, tools)),
         "llama3_json" | "llama4_json" => Box::new(llama3_json::Llama3Json::new(markers)),
         "mistral" => Box::new(mistral::Mistral::new(markers)),
+        "deepseek_v3" => Box::new(deepseek::DeepSeek::new(markers, deepseek::Dialect::V3)),
+        "deepseek_v31" => Box::new(deepseek::DeepSeek::new(markers, deepseek::Dialect::V31)),
         _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
     })
 }

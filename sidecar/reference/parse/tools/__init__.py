@@ -3,7 +3,7 @@ output ends) and then reads it whole; the native parsers stream the same result.
 
 from __future__ import annotations
 
-from sidecar.reference.parse.tools import hermes, llama3_json, mistral, qwen3_coder
+from sidecar.reference.parse.tools import deepseek, hermes, llama3_json, mistral, qwen3_coder
 
 #: name -> (markers, factory(markers, tools))
 PARSERS = {
@@ -13,4 +13,6 @@ PARSERS = {
     "llama3_json": (llama3_json.MARKERS, lambda markers, tools: llama3_json.Llama3Json(markers)),
     "llama4_json": (llama3_json.MARKERS, lambda markers, tools: llama3_json.Llama3Json(markers)),
     "mistral": (mistral.MARKERS, lambda markers, tools: mistral.Mistral(markers)),
+    "deepseek_v3": (deepseek.MARKERS, lambda markers, tools: deepseek.DeepSeek(markers, v31=False)),
+    "deepseek_v31": (deepseek.MARKERS, lambda markers, tools: deepseek.DeepSeek(markers, v31=True)),
 }
