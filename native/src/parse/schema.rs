@@ -26,6 +26,18 @@ impl TypeSet {
     const OBJECT: u8 = 16;
     const ARRAY: u8 = 32;
     const STRING: u8 = 64;
+    /// Any JSON value written as JSON text (DSML `string="false"`), else the raw string.
+    const JSON: u8 = 128;
+
+    /// Plain strings.
+    pub(crate) fn string() -> TypeSet {
+        TypeSet(Self::STRING)
+    }
+
+    /// Any JSON value.
+    pub(crate) fn json() -> TypeSet {
+        TypeSet(Self::JSON)
+    }
 
     fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
@@ -112,7 +124,11 @@ impl Tools {
 /// Canonical JSON for the raw text `value` of a parameter allowing `types` (see the module docs).
 pub(crate) fn coerce(value: &str, types: TypeSet) -> String {
     let t = value.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
-    if !types.is_string() {
+    if types.has(TypeSet::JSON) {
+        if let Some(c) = canonical(t) {
+            return c;
+        }
+    } else if !types.is_string() {
         if types.has(TypeSet::NULL) && t == "null" {
             return "null".into();
         }

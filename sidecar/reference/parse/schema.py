@@ -66,6 +66,10 @@ class Tools:
         return self.functions.get(function, {}).get(param, frozenset())
 
 
+#: DSML `string="false"`: the text is any JSON value (kept as a string when it does not parse).
+JSON_TEXT = frozenset({"json"})
+
+
 def is_plain_string(types: frozenset[str]) -> bool:
     return not types or types == {"string"}
 
@@ -85,7 +89,11 @@ def _number(t: str) -> str | None:
 def coerce(value: str, types: frozenset[str]) -> str:
     """Canonical JSON for a parameter's raw text value."""
     t = value.strip(" \t\n\r")
-    if not is_plain_string(types):
+    if types == JSON_TEXT:
+        c = canonical(t)
+        if c is not None:
+            return c
+    elif not is_plain_string(types):
         if "null" in types and t == "null":
             return "null"
         if "integer" in types and _INT.fullmatch(t):

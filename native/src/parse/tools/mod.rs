@@ -3,6 +3,7 @@
 
 mod deepseek;
 mod hermes;
+mod invoke;
 mod json_call;
 mod llama3_json;
 mod mistral;
@@ -21,6 +22,8 @@ pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
         "llama3_json" | "llama4_json" => llama3_json::MARKERS,
         "mistral" => mistral::MARKERS,
         "deepseek_v3" | "deepseek_v31" => deepseek::MARKERS,
+        "deepseek_v32" => invoke::DSML_MARKERS,
+        "minimax_m2" => invoke::MINIMAX_MARKERS,
         _ => return None,
     })
 }
@@ -34,6 +37,8 @@ pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema:
         "mistral" => Box::new(mistral::Mistral::new(markers)),
         "deepseek_v3" => Box::new(deepseek::DeepSeek::new(markers, deepseek::Dialect::V3)),
         "deepseek_v31" => Box::new(deepseek::DeepSeek::new(markers, deepseek::Dialect::V31)),
+        "deepseek_v32" => Box::new(invoke::InvokeCalls::new(&invoke::DSML, markers, tools)),
+        "minimax_m2" => Box::new(invoke::InvokeCalls::new(&invoke::MINIMAX, markers, tools)),
         _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
     })
 }
