@@ -2,6 +2,7 @@
 //! into OpenAI-style deltas, keeping all other text as content.
 
 mod deepseek;
+mod glm;
 mod hermes;
 mod invoke;
 mod json_call;
@@ -24,6 +25,7 @@ pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
         "deepseek_v3" | "deepseek_v31" => deepseek::MARKERS,
         "deepseek_v32" => invoke::DSML_MARKERS,
         "minimax_m2" => invoke::MINIMAX_MARKERS,
+        "glm45" | "glm47" => glm::MARKERS,
         _ => return None,
     })
 }
@@ -39,6 +41,7 @@ pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema:
         "deepseek_v31" => Box::new(deepseek::DeepSeek::new(markers, deepseek::Dialect::V31)),
         "deepseek_v32" => Box::new(invoke::InvokeCalls::new(&invoke::DSML, markers, tools)),
         "minimax_m2" => Box::new(invoke::InvokeCalls::new(&invoke::MINIMAX, markers, tools)),
+        "glm45" | "glm47" => Box::new(glm::Glm::new(markers, tools)),
         _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
     })
 }
