@@ -5,6 +5,7 @@ mod deepseek;
 mod glm;
 mod hermes;
 mod invoke;
+mod kimi;
 mod json_call;
 mod llama3_json;
 mod mistral;
@@ -26,6 +27,7 @@ pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
         "deepseek_v32" => invoke::DSML_MARKERS,
         "minimax_m2" => invoke::MINIMAX_MARKERS,
         "glm45" | "glm47" => glm::MARKERS,
+        "kimi_k2" => kimi::MARKERS,
         _ => return None,
     })
 }
@@ -42,6 +44,7 @@ pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema:
         "deepseek_v32" => Box::new(invoke::InvokeCalls::new(&invoke::DSML, markers, tools)),
         "minimax_m2" => Box::new(invoke::InvokeCalls::new(&invoke::MINIMAX, markers, tools)),
         "glm45" | "glm47" => Box::new(glm::Glm::new(markers, tools)),
+        "kimi_k2" => Box::new(kimi::Kimi::new(markers)),
         _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
     })
 }
