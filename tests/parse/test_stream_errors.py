@@ -61,6 +61,8 @@ def test_open_errors(env) -> None:  # noqa: ANN001
         mux.open(model, "a", "fp", {"tool_parser": "nope"}, [])
     with pytest.raises(InvalidArgument, match="reasoning_parser"):
         mux.open(model, "a", "fp", {"reasoning_parser": "nope"}, [])
+    with pytest.raises(InvalidArgument, match="harmony"):
+        mux.open(model, "a", "fp", {"tool_parser": "hermes", "reasoning_parser": "openai"}, [])
     with pytest.raises(InvalidArgument, match="tools_json"):
         mux.open(model, "a", "fp", {"tools_json": "{not json"}, [])
     with pytest.raises(InvalidArgument, match="chat_template_kwargs_json"):

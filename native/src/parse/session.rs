@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 use crate::parse::ledger::Ledger;
 use crate::parse::model::ParseModel;
 use crate::parse::out::{CallDelta, Channel, IdStyle, Out};
-use crate::parse::reasoning::{think_spec, ThinkSplitter};
+use crate::parse::reasoning::{think_spec, Harmony, ThinkSplitter, HARMONY_MARKERS};
 use crate::parse::schema::Tools;
 use crate::parse::text::{Markers, SegBuf};
 use crate::parse::{tools, Passthrough, Stage};
@@ -128,6 +128,19 @@ impl Session {
     pub fn new(model: Arc<ParseModel>, cfg: &SessionConfig, prompt: &[u32]) -> Result<Session> {
         let tool_name = parser_name(&cfg.tool_parser);
         let reasoning_name = parser_name(&cfg.reasoning_parser);
+        // Harmony is one format for reasoning and tool calls: `openai` on either side selects it.
+        let harmony = tool_name == "openai" || reasoning_name == "openai";
+        if harmony {
+            for (field, name) in [("tool_parser", tool_name), ("reasoning_parser", reasoning_name)] {
+                if !name.is_empty() && name != "openai" {
+                    return Err(Error::invalid_argument(format!(
+                        "{field}: {name:?} cannot be combined with the `openai` (harmony) parser, which reads \
+                         reasoning and tool calls itself; use `openai` or `none`"
+                    )));
+                }
+            }
+        }
+        let (tool_name, reasoning_name) = if harmony { ("", "") } else { (tool_name, reasoning_name) };
         let tool_markers = if tool_name.is_empty() {
             &[][..]
         } else {
@@ -165,10 +178,14 @@ impl Session {
         if let Some(spec) = &think {
             spec.markers().for_each(|m| markers.add(m, lookup));
         }
+        if harmony {
+            HARMONY_MARKERS.iter().for_each(|&m| markers.add(m, lookup));
+        }
         tool_markers.iter().for_each(|&m| markers.add(m, lookup));
         let markers = Arc::new(markers);
 
         let reasoning: Box<dyn Stage> = match &think {
+            _ if harmony => Box::new(Harmony::new(&markers)),
             Some(spec) => Box::new(ThinkSplitter::new(spec, &markers)),
             None => Box::new(Passthrough(Channel::Visible)),
         };

@@ -49,8 +49,8 @@ class ReferenceParseModel:
             added={t.content: t.id for t in tokenizer.added_tokens},
         )
         self.vocab_size = tokenizer.vocab_size
-        self.tool_parsers = sorted(PARSERS)
-        self.reasoning_parsers = sorted(THINK_FORMATS)
+        self.tool_parsers = sorted([*PARSERS, "openai"])
+        self.reasoning_parsers = sorted([*THINK_FORMATS, "openai"])
 
 
 def _code(error: SidecarError) -> int:

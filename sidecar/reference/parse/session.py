@@ -10,6 +10,8 @@ import tokenizers
 
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted
 from sidecar.reference.parse.detok import RefDetokenizer
+from sidecar.reference.parse.harmony import MARKERS as HARMONY_MARKERS
+from sidecar.reference.parse.harmony import Harmony
 from sidecar.reference.parse.pipeline import CONTENT, VISIBLE, Buf, Ledger, Markers, Out, StopFilter
 from sidecar.reference.parse.reasoning import THINK_FORMATS, Passthrough, ThinkSplit
 from sidecar.reference.parse.schema import Tools
@@ -71,6 +73,15 @@ class RefSession:
     def __init__(self, model: RefModel, config: dict, prompt: list[int]) -> None:
         tool_name = _parser_name(config.get("tool_parser", ""))
         reasoning_name = _parser_name(config.get("reasoning_parser", ""))
+        harmony = "openai" in (tool_name, reasoning_name)
+        if harmony:
+            for field_name, name in (("tool_parser", tool_name), ("reasoning_parser", reasoning_name)):
+                if name not in ("", "openai"):
+                    raise InvalidArgument(
+                        f"{field_name}: {name!r} cannot be combined with the `openai` (harmony) parser, which reads "
+                        "reasoning and tool calls itself; use `openai` or `none`"
+                    )
+            tool_name = reasoning_name = ""
         if tool_name and tool_name not in PARSERS:
             raise InvalidArgument(f"tool_parser: unknown parser {tool_name!r}; known: {', '.join(PARSERS)}")
         if reasoning_name and reasoning_name not in THINK_FORMATS:
@@ -89,11 +100,15 @@ class RefSession:
         markers = Markers()
         think = THINK_FORMATS.get(reasoning_name)
         marker_texts = list(think.markers() if think else ()) + list(PARSERS[tool_name][0] if tool_name else ())
+        marker_texts += list(HARMONY_MARKERS) if harmony else []
         for text in marker_texts:
             token_id = model.added.get(text)
             markers.add(text, None if token_id is None else (token_id, model.visible(token_id, self.skip)))
         self.markers = markers
-        self.reasoning_stage = ThinkSplit(think, markers) if think else Passthrough(VISIBLE)
+        if harmony:
+            self.reasoning_stage = Harmony(markers)
+        else:
+            self.reasoning_stage = ThinkSplit(think, markers) if think else Passthrough(VISIBLE)
         self.tool_stage = PARSERS[tool_name][1](markers, tools) if tool_name else Passthrough(CONTENT)
         self.detok = RefDetokenizer(model.tok, self.skip, model.byte_pieces, model.specials)
         self.stops = [s for s in config.get("stop", []) if s]

@@ -1,8 +1,10 @@
 //! Reasoning parsers: split the output into reasoning and visible text before any tool parsing,
 //! so a tool call written inside reasoning is never a tool call.
 
+mod harmony;
 mod think;
 
+pub(crate) use harmony::{Harmony, MARKERS as HARMONY_MARKERS};
 pub(crate) use think::{ThinkSplitter, ThinkSpec};
 
 /// The reasoning parsers by name.
