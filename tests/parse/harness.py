@@ -78,11 +78,19 @@ class Result:
         """Everything but the random call ids."""
         return {
             "content": self.content, "reasoning": self.reasoning,
-            "calls": [(i, c["name"], c["arguments"]) for i, c in sorted(self.calls.items())],
+            "calls": [(i, c["name"], _json_pairs(c["arguments"])) for i, c in sorted(self.calls.items())],
             "reasoning_tokens": self.reasoning_tokens, "completion_tokens": self.completion_tokens,
             "finished": self.finished, "finish_reason": self.finish_reason, "matched_stop": self.matched_stop,
             "error": self.error[0] if self.error else None,
         }
+
+
+def _json_pairs(text: str):  # noqa: ANN202
+    """Arguments as JSON with key order kept (backends agree as JSON, spelling may differ)."""
+    try:
+        return json.loads(text, object_pairs_hook=lambda pairs: ("obj", pairs))
+    except ValueError:
+        return ("invalid", text)
 
 
 def step_message(request_id: str, ids: list[int], finished: bool) -> bytes:

@@ -181,6 +181,11 @@ fn integer(t: &str) -> Option<String> {
     })
 }
 
+/// A number literal as JSON (a leading `+`, a bare `.5` or `1.` allowed), or `None`.
+pub(crate) fn coerce_number(t: &str) -> Option<String> {
+    number(t)
+}
+
 fn number(t: &str) -> Option<String> {
     let t = t.strip_prefix('+').unwrap_or(t);
     let (sign, body) = match t.strip_prefix('-') {

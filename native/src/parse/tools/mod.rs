@@ -9,6 +9,7 @@ mod kimi;
 mod json_call;
 mod llama3_json;
 mod mistral;
+mod pythonic;
 mod qwen3_coder;
 mod xml_args;
 
@@ -28,6 +29,7 @@ pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
         "minimax_m2" => invoke::MINIMAX_MARKERS,
         "glm45" | "glm47" => glm::MARKERS,
         "kimi_k2" => kimi::MARKERS,
+        "pythonic" => pythonic::MARKERS,
         _ => return None,
     })
 }
@@ -45,6 +47,7 @@ pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema:
         "minimax_m2" => Box::new(invoke::InvokeCalls::new(&invoke::MINIMAX, markers, tools)),
         "glm45" | "glm47" => Box::new(glm::Glm::new(markers, tools)),
         "kimi_k2" => Box::new(kimi::Kimi::new(markers)),
+        "pythonic" => Box::new(pythonic::Pythonic::new(markers)),
         _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
     })
 }

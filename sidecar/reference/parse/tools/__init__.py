@@ -3,7 +3,7 @@ output ends) and then reads it whole; the native parsers stream the same result.
 
 from __future__ import annotations
 
-from sidecar.reference.parse.tools import deepseek, glm, hermes, invoke, kimi, llama3_json, mistral, qwen3_coder
+from sidecar.reference.parse.tools import deepseek, glm, hermes, invoke, kimi, llama3_json, mistral, pythonic, qwen3_coder
 
 #: name -> (markers, factory(markers, tools))
 PARSERS = {
@@ -20,4 +20,5 @@ PARSERS = {
     "glm45": (glm.MARKERS, glm.Glm),
     "glm47": (glm.MARKERS, glm.Glm),
     "kimi_k2": (kimi.MARKERS, lambda markers, tools: kimi.Kimi(markers)),
+    "pythonic": (pythonic.MARKERS, lambda markers, tools: pythonic.Pythonic(markers)),
 }
