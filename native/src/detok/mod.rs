@@ -27,8 +27,8 @@ pub(crate) mod tests;
 use std::sync::Arc;
 
 pub use stop::{StopFilter, StopMatch};
-pub use table::{DecodeTable, PieceTable};
 use table::PieceKind;
+pub use table::{DecodeTable, PieceTable};
 
 const REPLACEMENT: &str = "\u{FFFD}";
 
@@ -65,7 +65,11 @@ pub struct TextSink {
 impl TextSink {
     /// A sink whose text starts at stream offset `base`.
     pub fn at(base: u64) -> Self {
-        TextSink { text: String::new(), base, anchors: Vec::new() }
+        TextSink {
+            text: String::new(),
+            base,
+            anchors: Vec::new(),
+        }
     }
 
     fn here(&self) -> u64 {
@@ -101,7 +105,14 @@ impl Detokenizer {
             DecodeTable::SentencePiece { strip_leading, .. } => *strip_leading,
             _ => 0,
         };
-        Detokenizer { table, skip_special, pending: Vec::new(), pending_tokens: Vec::new(), strip_left, generic: GenericWindow::default() }
+        Detokenizer {
+            table,
+            skip_special,
+            pending: Vec::new(),
+            pending_tokens: Vec::new(),
+            strip_left,
+            generic: GenericWindow::default(),
+        }
     }
 
     /// Feeds the context (prompt) ids: they set the decoder's state but emit nothing, and any
@@ -138,8 +149,12 @@ impl Detokenizer {
         let table = Arc::clone(&self.table);
         match &*table {
             DecodeTable::ByteLevel(t) => self.push_byte_level(t, id, seq, out),
-            DecodeTable::SentencePiece { pieces, .. } => self.push_sentencepiece(pieces, id, seq, out),
-            DecodeTable::Generic { hf, .. } => self.generic.push(hf, self.skip_special, id, seq, out),
+            DecodeTable::SentencePiece { pieces, .. } => {
+                self.push_sentencepiece(pieces, id, seq, out)
+            }
+            DecodeTable::Generic { hf, .. } => {
+                self.generic.push(hf, self.skip_special, id, seq, out)
+            }
         }
     }
 
@@ -173,7 +188,11 @@ impl Detokenizer {
                 out.anchors.push((seq, Anchor::ZeroWidth(out.here())));
             }
         } else {
-            self.pending_tokens.push(PendingToken { seq, at: self.pending.len(), zero_width: true });
+            self.pending_tokens.push(PendingToken {
+                seq,
+                at: self.pending.len(),
+                zero_width: true,
+            });
         }
     }
 
@@ -192,7 +211,11 @@ impl Detokenizer {
                 return;
             }
         }
-        self.pending_tokens.push(PendingToken { seq, at: self.pending.len(), zero_width: false });
+        self.pending_tokens.push(PendingToken {
+            seq,
+            at: self.pending.len(),
+            zero_width: false,
+        });
         self.pending.extend_from_slice(bytes);
         self.drain_utf8(out, false);
     }
@@ -215,7 +238,10 @@ impl Detokenizer {
                     if valid > 0 {
                         spans.push((pos, pos + valid, out.here(), false));
                         // SAFETY-free: `valid_up_to` bytes are valid UTF-8 by definition.
-                        out.text.push_str(std::str::from_utf8(&self.pending[pos..pos + valid]).expect("valid prefix"));
+                        out.text.push_str(
+                            std::str::from_utf8(&self.pending[pos..pos + valid])
+                                .expect("valid prefix"),
+                        );
                         pos += valid;
                     }
                     let bad = match e.error_len() {
@@ -234,7 +260,12 @@ impl Detokenizer {
 
     /// Anchors the pending tokens whose bytes (up to `consumed`) were emitted, and drops those
     /// bytes.
-    fn resolve_pending(&mut self, consumed: usize, spans: &[(usize, usize, u64, bool)], out: &mut TextSink) {
+    fn resolve_pending(
+        &mut self,
+        consumed: usize,
+        spans: &[(usize, usize, u64, bool)],
+        out: &mut TextSink,
+    ) {
         if consumed == 0 {
             return;
         }
@@ -242,19 +273,34 @@ impl Detokenizer {
         let locate = |at: usize| -> u64 {
             for &(start, end, offset, replaced) in spans {
                 if at >= start && at < end {
-                    return if replaced { offset } else { offset + (at - start) as u64 };
+                    return if replaced {
+                        offset
+                    } else {
+                        offset + (at - start) as u64
+                    };
                 }
             }
             end_offset
         };
         let mut kept = Vec::new();
         for tok in self.pending_tokens.drain(..) {
-            let done = if tok.zero_width { tok.at <= consumed } else { tok.at < consumed };
+            let done = if tok.zero_width {
+                tok.at <= consumed
+            } else {
+                tok.at < consumed
+            };
             if !done {
-                kept.push(PendingToken { at: tok.at - consumed, ..tok });
+                kept.push(PendingToken {
+                    at: tok.at - consumed,
+                    ..tok
+                });
             } else if tok.seq != u64::MAX {
                 let offset = locate(tok.at);
-                let anchor = if tok.zero_width { Anchor::ZeroWidth(offset) } else { Anchor::Visible(offset) };
+                let anchor = if tok.zero_width {
+                    Anchor::ZeroWidth(offset)
+                } else {
+                    Anchor::Visible(offset)
+                };
                 out.anchors.push((tok.seq, anchor));
             }
         }
@@ -269,7 +315,11 @@ impl Detokenizer {
         }
         match t.kind(id) {
             PieceKind::Byte => {
-                self.pending_tokens.push(PendingToken { seq, at: self.pending.len(), zero_width: false });
+                self.pending_tokens.push(PendingToken {
+                    seq,
+                    at: self.pending.len(),
+                    zero_width: false,
+                });
                 self.pending.push(t.bytes(id)[0]);
             }
             _ => {
@@ -279,7 +329,11 @@ impl Detokenizer {
                 let start = out.here();
                 let stripped = self.emit_stripped(text, out);
                 if seq != u64::MAX {
-                    let anchor = if stripped < text.len() { Anchor::Visible(start) } else { Anchor::ZeroWidth(start) };
+                    let anchor = if stripped < text.len() {
+                        Anchor::Visible(start)
+                    } else {
+                        Anchor::ZeroWidth(start)
+                    };
                     out.anchors.push((seq, anchor));
                 }
             }
@@ -293,7 +347,11 @@ impl Detokenizer {
             out.text.push_str(text);
             return 0;
         }
-        let spaces = text.bytes().take(self.strip_left).take_while(|&b| b == b' ').count();
+        let spaces = text
+            .bytes()
+            .take(self.strip_left)
+            .take_while(|&b| b == b' ')
+            .count();
         if spaces < text.len() {
             self.strip_left = 0;
         } else {
@@ -332,7 +390,11 @@ impl Detokenizer {
                 }
                 for tok in tokens.into_iter().filter(|t| t.seq != u64::MAX) {
                     let offset = start + (REPLACEMENT.len() * tok.at) as u64;
-                    let anchor = if tok.zero_width { Anchor::ZeroWidth(offset) } else { Anchor::Visible(offset) };
+                    let anchor = if tok.zero_width {
+                        Anchor::ZeroWidth(offset)
+                    } else {
+                        Anchor::Visible(offset)
+                    };
                     out.anchors.push((tok.seq, anchor));
                 }
             }
@@ -342,7 +404,8 @@ impl Detokenizer {
     fn flush_zero_width(&mut self, out: &mut TextSink) {
         for tok in self.pending_tokens.drain(..) {
             if tok.seq != u64::MAX {
-                out.anchors.push((tok.seq, Anchor::ZeroWidth(out.base + out.text.len() as u64)));
+                out.anchors
+                    .push((tok.seq, Anchor::ZeroWidth(out.base + out.text.len() as u64)));
             }
         }
     }
@@ -368,13 +431,23 @@ impl GenericWindow {
         4 * (self.ids.len() - self.read)
     }
 
-    fn push(&mut self, hf: &tokenizers::Tokenizer, skip: bool, id: u32, seq: u64, out: &mut TextSink) {
+    fn push(
+        &mut self,
+        hf: &tokenizers::Tokenizer,
+        skip: bool,
+        id: u32,
+        seq: u64,
+        out: &mut TextSink,
+    ) {
         self.ids.push(id);
         if seq != u64::MAX {
             self.waiting.push(seq);
         }
         let text = decode(hf, &self.ids, skip);
-        if text.len() > self.prefix.len() && !text.ends_with(REPLACEMENT) && text.starts_with(self.prefix.as_str()) {
+        if text.len() > self.prefix.len()
+            && !text.ends_with(REPLACEMENT)
+            && text.starts_with(self.prefix.as_str())
+        {
             self.emit(hf, skip, text, out);
         }
     }

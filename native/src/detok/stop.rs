@@ -29,7 +29,13 @@ impl StopFilter {
     pub fn new(stops: &[String], include: bool) -> Self {
         let stops: Vec<String> = stops.iter().filter(|s| !s.is_empty()).cloned().collect();
         let longest = stops.iter().map(String::len).max().unwrap_or(0);
-        StopFilter { stops, include, held: String::new(), held_base: 0, longest }
+        StopFilter {
+            stops,
+            include,
+            held: String::new(),
+            held_base: 0,
+            longest,
+        }
     }
 
     /// Whether there are stop strings at all.
@@ -45,7 +51,13 @@ impl StopFilter {
     /// Adds `text` (at stream offset `base`) and releases, through `emit(text, offset)`, all text
     /// that is decided. `end` means no more text follows. On a match, the text up to it (and the
     /// stop string itself when included) is released and the rest dropped.
-    pub fn feed(&mut self, text: &str, base: u64, end: bool, mut emit: impl FnMut(&str, u64)) -> Option<StopMatch> {
+    pub fn feed(
+        &mut self,
+        text: &str,
+        base: u64,
+        end: bool,
+        mut emit: impl FnMut(&str, u64),
+    ) -> Option<StopMatch> {
         if self.stops.is_empty() {
             emit(text, base);
             return None;
@@ -55,10 +67,18 @@ impl StopFilter {
         }
         self.held.push_str(text);
         let earliest = self.earliest_match();
-        let pending = if end { None } else { self.earliest_partial(earliest.map(|(at, _)| at)) };
+        let pending = if end {
+            None
+        } else {
+            self.earliest_partial(earliest.map(|(at, _)| at))
+        };
         match (earliest, pending) {
             (Some((at, index)), None) => {
-                let cut = if self.include { at + self.stops[index].len() } else { at };
+                let cut = if self.include {
+                    at + self.stops[index].len()
+                } else {
+                    at
+                };
                 emit(&self.held[..cut], self.held_base);
                 self.held.clear();
                 Some(StopMatch { index })
@@ -93,7 +113,9 @@ impl StopFilter {
             if let Some(at) = self.held.find(s.as_str()) {
                 let better = match best {
                     None => true,
-                    Some((b_at, b_i)) => at < b_at || (at == b_at && s.len() < self.stops[b_i].len()),
+                    Some((b_at, b_i)) => {
+                        at < b_at || (at == b_at && s.len() < self.stops[b_i].len())
+                    }
                 };
                 if better {
                     best = Some((at, i));
@@ -106,12 +128,17 @@ impl StopFilter {
     /// The earliest start (before `limit`, if given) of a suffix that is a proper prefix of some
     /// stop string; a match found at `limit` must wait for it.
     fn earliest_partial(&self, limit: Option<usize>) -> Option<usize> {
-        let from = self.held.len().saturating_sub(self.longest.saturating_sub(1));
+        let from = self
+            .held
+            .len()
+            .saturating_sub(self.longest.saturating_sub(1));
         let to = limit.unwrap_or(self.held.len());
         (from..to).find(|&at| {
             self.held.is_char_boundary(at) && {
                 let tail = &self.held[at..];
-                self.stops.iter().any(|s| s.len() > tail.len() && s.starts_with(tail))
+                self.stops
+                    .iter()
+                    .any(|s| s.len() > tail.len() && s.starts_with(tail))
             }
         })
     }
@@ -159,8 +186,14 @@ mod tests {
 
     #[test]
     fn include_keeps_the_stop_string() {
-        assert_eq!(run(&["</s>"], true, &["hi</", "s>more"]), ("hi</s>".to_string(), Some(0)));
-        assert_eq!(run(&["</s>"], false, &["hi</", "s>more"]), ("hi".to_string(), Some(0)));
+        assert_eq!(
+            run(&["</s>"], true, &["hi</", "s>more"]),
+            ("hi</s>".to_string(), Some(0))
+        );
+        assert_eq!(
+            run(&["</s>"], false, &["hi</", "s>more"]),
+            ("hi".to_string(), Some(0))
+        );
     }
 
     #[test]

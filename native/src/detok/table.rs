@@ -45,7 +45,10 @@ pub struct PieceTable {
 
 impl PieceTable {
     pub(crate) fn kind(&self, id: u32) -> PieceKind {
-        self.kinds.get(id as usize).copied().unwrap_or(PieceKind::Unknown)
+        self.kinds
+            .get(id as usize)
+            .copied()
+            .unwrap_or(PieceKind::Unknown)
     }
 
     pub(crate) fn bytes(&self, id: u32) -> &[u8] {
@@ -88,31 +91,47 @@ impl DecodeTable {
         let hf = tok.hf();
         let special = special_flags(tok);
         let decoder = match hf.get_decoder() {
-            Some(d) => serde_json::to_value(d).map_err(|e| Error::internal(format!("decoder json: {e}")))?,
+            Some(d) => serde_json::to_value(d)
+                .map_err(|e| Error::internal(format!("decoder json: {e}")))?,
             None => serde_json::Value::Null,
         };
-        let family = if force_generic { None } else { Family::of(&decoder) };
+        let family = if force_generic {
+            None
+        } else {
+            Family::of(&decoder)
+        };
         match family {
             Some(Family::ByteLevel) => Ok(DecodeTable::ByteLevel(byte_level_table(tok, special))),
-            Some(Family::SentencePiece { strip_leading }) => {
-                Ok(DecodeTable::SentencePiece { pieces: sentencepiece_table(tok, special), strip_leading })
-            }
-            None => Ok(DecodeTable::Generic { hf: Box::new(hf.clone()), vocab_size: tok.vocab_size(), special }),
+            Some(Family::SentencePiece { strip_leading }) => Ok(DecodeTable::SentencePiece {
+                pieces: sentencepiece_table(tok, special),
+                strip_leading,
+            }),
+            None => Ok(DecodeTable::Generic {
+                hf: Box::new(hf.clone()),
+                vocab_size: tok.vocab_size(),
+                special,
+            }),
         }
     }
 
     /// Whether `id` is a special token (dropped by `skip_special_tokens`).
     pub fn is_special(&self, id: u32) -> bool {
         match self {
-            DecodeTable::ByteLevel(t) | DecodeTable::SentencePiece { pieces: t, .. } => t.is_special(id),
-            DecodeTable::Generic { special, .. } => special.get(id as usize).copied().unwrap_or(false),
+            DecodeTable::ByteLevel(t) | DecodeTable::SentencePiece { pieces: t, .. } => {
+                t.is_special(id)
+            }
+            DecodeTable::Generic { special, .. } => {
+                special.get(id as usize).copied().unwrap_or(false)
+            }
         }
     }
 
     /// Whether `id` has a vocabulary entry.
     pub fn is_known(&self, id: u32) -> bool {
         match self {
-            DecodeTable::ByteLevel(t) | DecodeTable::SentencePiece { pieces: t, .. } => t.kind(id) != PieceKind::Unknown,
+            DecodeTable::ByteLevel(t) | DecodeTable::SentencePiece { pieces: t, .. } => {
+                t.kind(id) != PieceKind::Unknown
+            }
             DecodeTable::Generic { hf, vocab_size, .. } => {
                 (id as usize) < *vocab_size && hf.id_to_token(id).is_some()
             }
@@ -122,7 +141,9 @@ impl DecodeTable {
     /// Vocabulary size (one past the largest id).
     pub fn vocab_size(&self) -> usize {
         match self {
-            DecodeTable::ByteLevel(t) | DecodeTable::SentencePiece { pieces: t, .. } => t.kinds.len(),
+            DecodeTable::ByteLevel(t) | DecodeTable::SentencePiece { pieces: t, .. } => {
+                t.kinds.len()
+            }
             DecodeTable::Generic { vocab_size, .. } => *vocab_size,
         }
     }
@@ -153,7 +174,10 @@ impl Family {
             return None;
         }
         let steps = decoder.get("decoders")?.as_array()?;
-        let types: Vec<&str> = steps.iter().filter_map(|s| s.get("type")?.as_str()).collect();
+        let types: Vec<&str> = steps
+            .iter()
+            .filter_map(|s| s.get("type")?.as_str())
+            .collect();
         let replace_ok = steps.first().is_some_and(|s| {
             s.get("type").and_then(|t| t.as_str()) == Some("Replace")
                 && s.pointer("/pattern/String").and_then(|p| p.as_str()) == Some("\u{2581}")
@@ -170,7 +194,9 @@ impl Family {
                 let stop = strip.get("stop")?.as_u64()?;
                 let start = strip.get("start")?.as_u64()?;
                 // Stripping trailing characters would need the end of the stream; not streamable.
-                (content == " " && stop == 0).then_some(Family::SentencePiece { strip_leading: start as usize })
+                (content == " " && stop == 0).then_some(Family::SentencePiece {
+                    strip_leading: start as usize,
+                })
             }
             _ => None,
         }
@@ -181,16 +207,27 @@ impl Family {
 /// a special added token (`tokenizers` compares strings, so a model piece spelled like a special
 /// token is dropped too).
 fn special_flags(tok: &Tokenizer) -> Vec<bool> {
-    let specials: HashSet<&str> =
-        tok.added_tokens().iter().filter(|t| t.special).map(|t| t.content.as_str()).collect();
+    let specials: HashSet<&str> = tok
+        .added_tokens()
+        .iter()
+        .filter(|t| t.special)
+        .map(|t| t.content.as_str())
+        .collect();
     (0..tok.vocab_size() as u32)
-        .map(|id| tok.hf().id_to_token(id).is_some_and(|s| specials.contains(s.as_str())))
+        .map(|id| {
+            tok.hf()
+                .id_to_token(id)
+                .is_some_and(|s| specials.contains(s.as_str()))
+        })
         .collect()
 }
 
 /// GPT-2's reversible byte <-> printable-char table, inverted: char -> byte.
 fn char_to_byte() -> std::collections::HashMap<char, u8> {
-    let mut direct: Vec<u8> = (b'!'..=b'~').chain(0xA1..=0xAC).chain(0xAE..=0xFF).collect();
+    let mut direct: Vec<u8> = (b'!'..=b'~')
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
     let mut chars: Vec<u32> = direct.iter().map(|&b| b as u32).collect();
     let mut n = 0;
     for b in 0..=255u8 {
@@ -200,7 +237,11 @@ fn char_to_byte() -> std::collections::HashMap<char, u8> {
             n += 1;
         }
     }
-    direct.into_iter().zip(chars).map(|(b, c)| (char::from_u32(c).expect("below 512"), b)).collect()
+    direct
+        .into_iter()
+        .zip(chars)
+        .map(|(b, c)| (char::from_u32(c).expect("below 512"), b))
+        .collect()
 }
 
 fn byte_level_table(tok: &Tokenizer, special: Vec<bool>) -> PieceTable {
@@ -256,5 +297,10 @@ fn build_table(
         kinds.push(kind);
         offsets.push(arena.len() as u32);
     }
-    PieceTable { offsets, arena, kinds, special }
+    PieceTable {
+        offsets,
+        arena,
+        kinds,
+        special,
+    }
 }

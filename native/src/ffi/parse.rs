@@ -49,7 +49,10 @@ struct LimitOptions {
 impl Default for LimitOptions {
     fn default() -> Self {
         let d = MuxLimits::default();
-        LimitOptions { max_requests: d.max_requests, remember_finished: d.remember_finished }
+        LimitOptions {
+            max_requests: d.max_requests,
+            remember_finished: d.remember_finished,
+        }
     }
 }
 
@@ -76,7 +79,10 @@ pub unsafe extern "C" fn sc_parse_model_new(
         // SAFETY: the caller passes a live handle and lends the string for the call.
         let t = unsafe { read_handle(tok, "tokenizer")? }.tokenizer();
         // SAFETY: as above.
-        let options: ModelOptions = json_arg(unsafe { read_str(options_json, "options_json")? }, "options_json")?;
+        let options: ModelOptions = json_arg(
+            unsafe { read_str(options_json, "options_json")? },
+            "options_json",
+        )?;
         let inner = Arc::new(ParseModel::new(t, options.force_generic)?);
         let handle = Box::into_raw(Box::new(sc_parse_model { inner }));
         // SAFETY: the caller promises `out` is NULL or writable.
@@ -105,7 +111,11 @@ pub unsafe extern "C" fn sc_parse_model_free(model: *mut sc_parse_model) {
 /// # Safety
 /// `model` must be a live handle; `out` and `err` NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn sc_parse_model_info(model: *const sc_parse_model, out: *mut sc_bytes, err: *mut *mut sc_error) -> i32 {
+pub unsafe extern "C" fn sc_parse_model_info(
+    model: *const sc_parse_model,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
     guard(err, || {
         // SAFETY: the caller passes a live handle.
         let m = &unsafe { read_handle(model, "model")? }.inner;
@@ -126,12 +136,24 @@ pub unsafe extern "C" fn sc_parse_model_info(model: *const sc_parse_model, out: 
 /// # Safety
 /// `limits_json` is borrowed for the call; `out` and `err` NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn sc_parse_mux_new(limits_json: sc_str, out: *mut *mut sc_parse_mux, err: *mut *mut sc_error) -> i32 {
+pub unsafe extern "C" fn sc_parse_mux_new(
+    limits_json: sc_str,
+    out: *mut *mut sc_parse_mux,
+    err: *mut *mut sc_error,
+) -> i32 {
     guard(err, || {
         // SAFETY: the caller lends the string for the call.
-        let limits: LimitOptions = json_arg(unsafe { read_str(limits_json, "limits_json")? }, "limits_json")?;
-        let limits = MuxLimits { max_requests: limits.max_requests, remember_finished: limits.remember_finished };
-        let handle = Box::into_raw(Box::new(sc_parse_mux { inner: Mux::new(limits) }));
+        let limits: LimitOptions = json_arg(
+            unsafe { read_str(limits_json, "limits_json")? },
+            "limits_json",
+        )?;
+        let limits = MuxLimits {
+            max_requests: limits.max_requests,
+            remember_finished: limits.remember_finished,
+        };
+        let handle = Box::into_raw(Box::new(sc_parse_mux {
+            inner: Mux::new(limits),
+        }));
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
             // SAFETY: we just made `handle` and nobody else has it.
@@ -202,7 +224,10 @@ pub unsafe extern "C" fn sc_parse_mux_open(
             )
         };
         let cfg: SessionConfig = json_arg(config, "config_json")?;
-        let opts = OpenOptions { request_id: request_id.to_string(), fingerprint: fingerprint.to_string() };
+        let opts = OpenOptions {
+            request_id: request_id.to_string(),
+            fingerprint: fingerprint.to_string(),
+        };
         mux.inner.open(model, &opts, &cfg, prompt)
     })
 }
@@ -296,20 +321,32 @@ pub unsafe extern "C" fn sc_parse_bench(
         let model = Arc::clone(&unsafe { read_handle(model, "model")? }.inner);
         // SAFETY: as above.
         let (config, prompt, ids) = unsafe {
-            (read_str(config_json, "config_json")?, read_ids(prompt_ids, "prompt_ids")?, read_ids(ids, "ids")?)
+            (
+                read_str(config_json, "config_json")?,
+                read_ids(prompt_ids, "prompt_ids")?,
+                read_ids(ids, "ids")?,
+            )
         };
         let cfg: SessionConfig = json_arg(config, "config_json")?;
         let per_step = per_step.max(1);
+        let mut delta = crate::parse::Delta::default();
         let started = Instant::now();
         for _ in 0..iterations.max(1) {
             let mut session = Session::new(Arc::clone(&model), &cfg, prompt)?;
             let chunks: Vec<&[u32]> = ids.chunks(per_step).collect();
             for (i, chunk) in chunks.iter().enumerate() {
-                std::hint::black_box(session.feed(chunk, i + 1 == chunks.len())?);
+                session.feed_into(chunk, i + 1 == chunks.len(), &mut delta)?;
+                std::hint::black_box(&delta);
             }
         }
         let tokens = (ids.len().max(1) * iterations.max(1)) as f64;
         // SAFETY: the caller promises the pointer is NULL or writable.
-        unsafe { write_out(ns_per_token, started.elapsed().as_nanos() as f64 / tokens, "ns_per_token") }
+        unsafe {
+            write_out(
+                ns_per_token,
+                started.elapsed().as_nanos() as f64 / tokens,
+                "ns_per_token",
+            )
+        }
     })
 }

@@ -76,7 +76,15 @@ impl Default for JsonRelay {
 
 impl JsonRelay {
     pub(crate) fn new() -> Self {
-        JsonRelay { stack: Vec::new(), lex: Lex::Between, pending: String::new(), scalar: String::new(), high_surrogate: None, started: false, done: false }
+        JsonRelay {
+            stack: Vec::new(),
+            lex: Lex::Between,
+            pending: String::new(),
+            scalar: String::new(),
+            high_surrogate: None,
+            started: false,
+            done: false,
+        }
     }
 
     /// Whether the top-level value has begun.
@@ -127,7 +135,9 @@ impl JsonRelay {
             return false;
         }
         match self.lex {
-            Lex::Str { key: false } | Lex::Escape { key: false } | Lex::Unicode { key: false, .. } => {
+            Lex::Str { key: false }
+            | Lex::Escape { key: false }
+            | Lex::Unicode { key: false, .. } => {
                 if let Some(high) = self.high_surrogate.take() {
                     push_escaped_unit(high, out);
                 }
@@ -319,7 +329,11 @@ impl JsonRelay {
             'r' => '\r',
             't' => '\t',
             'u' => {
-                self.lex = Lex::Unicode { key, digits: 0, value: 0 };
+                self.lex = Lex::Unicode {
+                    key,
+                    digits: 0,
+                    value: 0,
+                };
                 return Step::Continue;
             }
             _ => return Step::Error,
@@ -331,10 +345,16 @@ impl JsonRelay {
     }
 
     fn in_unicode(&mut self, c: char, key: bool, digits: u8, value: u32, out: &mut String) -> Step {
-        let Some(d) = c.to_digit(16) else { return Step::Error };
+        let Some(d) = c.to_digit(16) else {
+            return Step::Error;
+        };
         let value = value * 16 + d;
         if digits + 1 < 4 {
-            self.lex = Lex::Unicode { key, digits: digits + 1, value };
+            self.lex = Lex::Unicode {
+                key,
+                digits: digits + 1,
+                value,
+            };
             return Step::Continue;
         }
         self.lex = Lex::Str { key };
@@ -346,13 +366,19 @@ impl JsonRelay {
             0xDC00..=0xDFFF => match self.high_surrogate.take() {
                 Some(high) => {
                     let code = 0x10000 + ((high - 0xD800) << 10) + (value - 0xDC00);
-                    push_escaped_char(char::from_u32(code).expect("valid pair"), self.target(key, out));
+                    push_escaped_char(
+                        char::from_u32(code).expect("valid pair"),
+                        self.target(key, out),
+                    );
                 }
                 None => push_escaped_unit(value, self.target(key, out)),
             },
             _ => {
                 self.flush_surrogate(key, out);
-                push_escaped_char(char::from_u32(value).expect("not a surrogate"), self.target(key, out));
+                push_escaped_char(
+                    char::from_u32(value).expect("not a surrogate"),
+                    self.target(key, out),
+                );
             }
         }
         Step::Continue
@@ -393,7 +419,10 @@ enum Step {
 }
 
 fn is_object(ctx: Ctx) -> bool {
-    matches!(ctx, Ctx::ObjKey { .. } | Ctx::ObjColon | Ctx::ObjValue | Ctx::ObjNext)
+    matches!(
+        ctx,
+        Ctx::ObjKey { .. } | Ctx::ObjColon | Ctx::ObjValue | Ctx::ObjNext
+    )
 }
 
 fn is_scalar_char(c: char) -> bool {
@@ -557,7 +586,8 @@ mod tests {
 
     #[test]
     fn same_output_in_any_chunking() {
-        let text = "{ \"k\\\"ey\" : \"v\\ud83d\\ude00 é\", \"n\": -1.5e+3, \"l\": [1, [2, {}]] }tail";
+        let text =
+            "{ \"k\\\"ey\" : \"v\\ud83d\\ude00 é\", \"n\": -1.5e+3, \"l\": [1, [2, {}]] }tail";
         let (whole, _) = relay_all(&[text]);
         for split in 0..text.len() {
             if !text.is_char_boundary(split) {
@@ -570,7 +600,10 @@ mod tests {
                 assert!(matches!(st, Relay::Done(_)), "split at {split}");
             }
         }
-        assert_eq!(whole, "{\"k\\\"ey\": \"v😀 é\", \"n\": -1.5e+3, \"l\": [1, [2, {}]]}");
+        assert_eq!(
+            whole,
+            "{\"k\\\"ey\": \"v😀 é\", \"n\": -1.5e+3, \"l\": [1, [2, {}]]}"
+        );
     }
 
     #[test]
@@ -599,7 +632,10 @@ mod tests {
         let mut r = JsonRelay::new();
         let mut out = String::new();
         assert_eq!(r.feed("{\"a\": tru}", &mut out), Relay::Error(9));
-        assert_eq!(JsonRelay::new().feed("{\"a\": @", &mut String::new()), Relay::Error(6));
+        assert_eq!(
+            JsonRelay::new().feed("{\"a\": @", &mut String::new()),
+            Relay::Error(6)
+        );
     }
 
     #[test]
@@ -614,7 +650,10 @@ mod tests {
 
     #[test]
     fn canonical_round_trips() {
-        assert_eq!(canonical(" {\"a\":[1,2]} ").as_deref(), Some("{\"a\": [1, 2]}"));
+        assert_eq!(
+            canonical(" {\"a\":[1,2]} ").as_deref(),
+            Some("{\"a\": [1, 2]}")
+        );
         assert_eq!(canonical("12").as_deref(), Some("12"));
         assert_eq!(canonical("12 13"), None);
         assert_eq!(canonical("{\"a\":"), None);

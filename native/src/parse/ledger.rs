@@ -2,7 +2,7 @@
 //! holding its first byte; a token that produced no bytes belongs to the range just before where it
 //! fell (the first one at the very start). Marker tokens land in framing, which counts nowhere.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 
 use crate::detok::Anchor;
 use crate::parse::out::Channel;
@@ -11,8 +11,8 @@ use crate::parse::out::Channel;
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
     pending: VecDeque<(u64, Anchor)>,
-    /// start -> (end, channel)
-    spans: BTreeMap<u64, (u64, Channel)>,
+    /// Decided ranges `(start, end, channel)`, sorted by start (they mostly arrive in order).
+    spans: VecDeque<(u64, u64, Channel)>,
     reasoning: u32,
 }
 
@@ -23,14 +23,20 @@ impl Ledger {
     }
 
     pub(crate) fn add_anchors(&mut self, anchors: &mut Vec<(u64, Anchor)>) {
-        anchors.sort_by_key(|(_, a)| a.offset());
+        if !anchors
+            .windows(2)
+            .all(|w| w[0].1.offset() <= w[1].1.offset())
+        {
+            anchors.sort_by_key(|(_, a)| a.offset());
+        }
         self.pending.extend(anchors.drain(..));
     }
 
     pub(crate) fn add_spans(&mut self, spans: &[(u64, u64, Channel)]) {
-        for &(start, end, channel) in spans {
-            if end > start {
-                self.spans.insert(start, (end, channel));
+        for &span in spans {
+            if span.1 > span.0 {
+                let at = self.spans.partition_point(|s| s.0 < span.0);
+                self.spans.insert(at, span);
             }
         }
     }
@@ -42,7 +48,10 @@ impl Ledger {
             let channel = match anchor {
                 Anchor::Visible(o) => self.containing(o),
                 Anchor::ZeroWidth(0) => self.containing(0),
-                Anchor::ZeroWidth(o) => self.containing(o - 1).or_else(|| if all { self.containing(o) } else { None }),
+                Anchor::ZeroWidth(o) => {
+                    self.containing(o - 1)
+                        .or_else(|| if all { self.containing(o) } else { None })
+                }
             };
             match channel {
                 Some(c) => {
@@ -55,11 +64,14 @@ impl Ledger {
             }
             self.pending.pop_front();
             // Ranges wholly before the next token can no longer hold one.
-            let floor = self.pending.front().map_or(u64::MAX, |(_, a)| a.offset().saturating_sub(1));
+            let floor = self
+                .pending
+                .front()
+                .map_or(u64::MAX, |(_, a)| a.offset().saturating_sub(1));
             // The last range stays: a token that produces nothing next still falls after it.
-            while let Some((&start, &(end, _))) = self.spans.first_key_value() {
+            while let Some(&(_, end, _)) = self.spans.front() {
                 if end <= floor && self.spans.len() > 1 {
-                    self.spans.remove(&start);
+                    self.spans.pop_front();
                 } else {
                     break;
                 }
@@ -68,7 +80,8 @@ impl Ledger {
     }
 
     fn containing(&self, offset: u64) -> Option<Channel> {
-        let (_, &(end, channel)) = self.spans.range(..=offset).next_back()?;
+        let after = self.spans.partition_point(|s| s.0 <= offset);
+        let &(_, end, channel) = self.spans.get(after.checked_sub(1)?)?;
         (offset < end).then_some(channel)
     }
 }

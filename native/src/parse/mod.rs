@@ -57,8 +57,32 @@ impl Stage for Passthrough {
 }
 
 /// The tool parsers this build knows.
-pub const TOOL_PARSERS: &[&str] = &["hermes", "qwen3_coder", "qwen3_xml", "llama3_json", "llama4_json", "mistral", "deepseek_v3", "deepseek_v31", "deepseek_v32", "minimax_m2", "glm45", "glm47", "kimi_k2", "openai", "pythonic"];
+pub const TOOL_PARSERS: &[&str] = &[
+    "hermes",
+    "qwen3_coder",
+    "qwen3_xml",
+    "llama3_json",
+    "llama4_json",
+    "mistral",
+    "deepseek_v3",
+    "deepseek_v31",
+    "deepseek_v32",
+    "minimax_m2",
+    "glm45",
+    "glm47",
+    "kimi_k2",
+    "openai",
+    "pythonic",
+];
 
 /// The reasoning parsers this build knows.
-pub const REASONING_PARSERS: &[&str] =
-    &["deepseek_r1", "qwen3", "glm45", "kimi_k2", "minimax_m2", "mistral", "deepseek_v3", "openai"];
+pub const REASONING_PARSERS: &[&str] = &[
+    "deepseek_r1",
+    "qwen3",
+    "glm45",
+    "kimi_k2",
+    "minimax_m2",
+    "mistral",
+    "deepseek_v3",
+    "openai",
+];

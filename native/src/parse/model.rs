@@ -19,7 +19,11 @@ impl ParseModel {
     /// Builds the parsing data of `tok`; `force_generic` selects the generic decoder (tests).
     pub fn new(tok: &Tokenizer, force_generic: bool) -> Result<ParseModel> {
         let table = Arc::new(DecodeTable::build(tok, force_generic)?);
-        let added = tok.added_tokens().iter().map(|t| (t.content.clone(), t.id)).collect();
+        let added = tok
+            .added_tokens()
+            .iter()
+            .map(|t| (t.content.clone(), t.id))
+            .collect();
         Ok(ParseModel { table, added })
     }
 

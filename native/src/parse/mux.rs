@@ -14,7 +14,7 @@ use serde_json::Value;
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::model::ParseModel;
 use crate::parse::proto::{self, Request, Status};
-use crate::parse::session::{Session, SessionConfig};
+use crate::parse::session::{Delta, Session, SessionConfig};
 
 /// Limits of one stream.
 #[derive(Debug, Clone, Copy)]
@@ -27,7 +27,10 @@ pub struct MuxLimits {
 
 impl Default for MuxLimits {
     fn default() -> Self {
-        MuxLimits { max_requests: 4096, remember_finished: 4096 }
+        MuxLimits {
+            max_requests: 4096,
+            remember_finished: 4096,
+        }
     }
 }
 
@@ -62,6 +65,8 @@ pub struct Mux {
     finished_order: VecDeque<String>,
     traces: HashMap<String, Value>,
     limits: MuxLimits,
+    /// Reused for every request-step.
+    scratch: Delta,
 }
 
 /// gRPC status codes carried in `RequestDelta.error`.
@@ -79,7 +84,14 @@ fn grpc_code(kind: ErrorKind) -> i32 {
 impl Mux {
     /// An empty stream.
     pub fn new(limits: MuxLimits) -> Self {
-        Mux { entries: HashMap::new(), finished: HashSet::new(), finished_order: VecDeque::new(), traces: HashMap::new(), limits }
+        Mux {
+            entries: HashMap::new(),
+            finished: HashSet::new(),
+            finished_order: VecDeque::new(),
+            traces: HashMap::new(),
+            limits,
+            scratch: Delta::default(),
+        }
     }
 
     /// Open requests.
@@ -93,9 +105,17 @@ impl Mux {
     }
 
     /// Opens a request.
-    pub fn open(&mut self, model: Arc<ParseModel>, opts: &OpenOptions, cfg: &SessionConfig, prompt: &[u32]) -> Result<()> {
+    pub fn open(
+        &mut self,
+        model: Arc<ParseModel>,
+        opts: &OpenOptions,
+        cfg: &SessionConfig,
+        prompt: &[u32],
+    ) -> Result<()> {
         if opts.request_id.is_empty() {
-            return Err(Error::invalid_argument("open.request_id: must not be empty"));
+            return Err(Error::invalid_argument(
+                "open.request_id: must not be empty",
+            ));
         }
         if self.entries.contains_key(&opts.request_id) {
             return Err(Error::invalid_argument(format!(
@@ -111,7 +131,14 @@ impl Mux {
         }
         let session = Session::new(model, cfg, prompt)?;
         self.forget_finished(&opts.request_id);
-        self.entries.insert(opts.request_id.clone(), Entry { session, fingerprint: opts.fingerprint.clone(), sent_first: false });
+        self.entries.insert(
+            opts.request_id.clone(),
+            Entry {
+                session,
+                fingerprint: opts.fingerprint.clone(),
+                sent_first: false,
+            },
+        );
         Ok(())
     }
 
@@ -130,7 +157,9 @@ impl Mux {
                 }
                 Ok(Handled::Done)
             }
-            Request::Empty => Err(Error::invalid_argument("ParseStreamRequest: none of open, step, cancel is set")),
+            Request::Empty => Err(Error::invalid_argument(
+                "ParseStreamRequest: none of open, step, cancel is set",
+            )),
         }
     }
 
@@ -138,21 +167,47 @@ impl Mux {
     pub fn step_one(&mut self, request_id: &str, ids: &[u32], finished: bool, out: &mut Vec<u8>) {
         let Some(entry) = self.entries.get_mut(request_id) else {
             let (code, message) = if self.finished.contains(request_id) {
-                (9, format!("step.items.request_id: request {request_id:?} already finished"))
+                (
+                    9,
+                    format!("step.items.request_id: request {request_id:?} already finished"),
+                )
             } else {
-                (5, format!("step.items.request_id: no open request {request_id:?} on this stream"))
+                (
+                    5,
+                    format!("step.items.request_id: no open request {request_id:?} on this stream"),
+                )
             };
-            proto::put_delta(out, request_id, None, Some(Status { code, message: &message }), "");
+            proto::put_delta(
+                out,
+                request_id,
+                None,
+                Some(Status {
+                    code,
+                    message: &message,
+                }),
+                "",
+            );
             return;
         };
-        let result = catch_unwind(AssertUnwindSafe(|| entry.session.feed(ids, finished)))
-            .unwrap_or_else(|_| Err(Error::internal("panic in the native parser")));
-        let fingerprint = if entry.sent_first { "" } else { entry.fingerprint.as_str() };
+        let delta = &mut self.scratch;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            entry.session.feed_into(ids, finished, delta)
+        }))
+        .unwrap_or_else(|_| Err(Error::internal("panic in the native parser")));
+        let fingerprint = if entry.sent_first {
+            ""
+        } else {
+            entry.fingerprint.as_str()
+        };
         match result {
-            Ok(delta) => {
-                let has_news = delta.finished || !delta.content.is_empty() || !delta.reasoning.is_empty() || !delta.calls.is_empty();
+            Ok(()) => {
+                let delta = &self.scratch;
+                let has_news = delta.finished
+                    || !delta.content.is_empty()
+                    || !delta.reasoning.is_empty()
+                    || !delta.calls.is_empty();
                 if has_news {
-                    proto::put_delta(out, request_id, Some(&delta), None, fingerprint);
+                    proto::put_delta(out, request_id, Some(delta), None, fingerprint);
                     entry.sent_first = true;
                 }
                 if delta.finished {
@@ -162,7 +217,16 @@ impl Mux {
             Err(e) => {
                 let code = grpc_code(e.kind());
                 let message = e.context("step.items").message().to_string();
-                proto::put_delta(out, request_id, None, Some(Status { code, message: &message }), fingerprint);
+                proto::put_delta(
+                    out,
+                    request_id,
+                    None,
+                    Some(Status {
+                        code,
+                        message: &message,
+                    }),
+                    fingerprint,
+                );
                 self.retire(request_id);
             }
         }

@@ -91,7 +91,14 @@ impl Out {
         if n == 0 {
             return;
         }
-        let Out { markers, content, reasoning, spans, visible, .. } = self;
+        let Out {
+            markers,
+            content,
+            reasoning,
+            spans,
+            visible,
+            ..
+        } = self;
         input.take(n, |text, start, end| {
             match channel {
                 Channel::Content => markers.render(text, content),
@@ -116,7 +123,12 @@ impl Out {
         let index = self.call_count;
         self.call_count += 1;
         let id = id.unwrap_or_else(|| self.new_id());
-        self.calls.push(CallDelta { index, id, name: name.to_string(), arguments: String::new() });
+        self.calls.push(CallDelta {
+            index,
+            id,
+            name: name.to_string(),
+            arguments: String::new(),
+        });
         index
     }
 
@@ -127,7 +139,11 @@ impl Out {
         }
         match self.calls.last_mut() {
             Some(last) if last.index == index => last.arguments.push_str(fragment),
-            _ => self.calls.push(CallDelta { index, arguments: fragment.to_string(), ..CallDelta::default() }),
+            _ => self.calls.push(CallDelta {
+                index,
+                arguments: fragment.to_string(),
+                ..CallDelta::default()
+            }),
         }
     }
 

@@ -49,12 +49,18 @@ impl<'a> Reader<'a> {
                 return Ok(value);
             }
         }
-        Err(Error::invalid_argument("malformed ParseStreamRequest: varint too long"))
+        Err(Error::invalid_argument(
+            "malformed ParseStreamRequest: varint too long",
+        ))
     }
 
     fn bytes(&mut self) -> Result<&'a [u8]> {
         let len = self.varint()? as usize;
-        let end = self.pos.checked_add(len).filter(|&e| e <= self.buf.len()).ok_or_else(truncated)?;
+        let end = self
+            .pos
+            .checked_add(len)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(truncated)?;
         let out = &self.buf[self.pos..end];
         self.pos = end;
         Ok(out)
@@ -70,7 +76,11 @@ impl<'a> Reader<'a> {
                 self.bytes()?;
             }
             5 => self.pos += 4,
-            _ => return Err(Error::invalid_argument(format!("malformed ParseStreamRequest: wire type {wire}"))),
+            _ => {
+                return Err(Error::invalid_argument(format!(
+                    "malformed ParseStreamRequest: wire type {wire}"
+                )))
+            }
         }
         if self.pos > self.buf.len() {
             return Err(truncated());

@@ -66,7 +66,10 @@ impl TypeSet {
         let mut set = TypeSet::default();
         match schema.get("type") {
             Some(Value::String(t)) => set.add_name(t),
-            Some(Value::Array(ts)) => ts.iter().filter_map(Value::as_str).for_each(|t| set.add_name(t)),
+            Some(Value::Array(ts)) => ts
+                .iter()
+                .filter_map(Value::as_str)
+                .for_each(|t| set.add_name(t)),
             _ => {}
         }
         for key in ["anyOf", "oneOf"] {
@@ -98,12 +101,16 @@ impl Tools {
         let value: Value = serde_json::from_str(tools_json)
             .map_err(|e| Error::invalid_argument(format!("tools_json: not valid JSON: {e}")))?;
         let Value::Array(items) = value else {
-            return Err(Error::invalid_argument("tools_json: expected a JSON array of tools"));
+            return Err(Error::invalid_argument(
+                "tools_json: expected a JSON array of tools",
+            ));
         };
         let mut functions = HashMap::new();
         for item in &items {
             let function = item.get("function").unwrap_or(item);
-            let Some(name) = function.get("name").and_then(Value::as_str) else { continue };
+            let Some(name) = function.get("name").and_then(Value::as_str) else {
+                continue;
+            };
             let mut params = HashMap::new();
             if let Some(Value::Object(props)) = function.pointer("/parameters/properties") {
                 for (key, schema) in props {
@@ -117,7 +124,11 @@ impl Tools {
 
     /// The types of `function`'s parameter `param` (empty when unknown).
     pub(crate) fn param_types(&self, function: &str, param: &str) -> TypeSet {
-        self.functions.get(function).and_then(|p| p.get(param)).copied().unwrap_or_default()
+        self.functions
+            .get(function)
+            .and_then(|p| p.get(param))
+            .copied()
+            .unwrap_or_default()
     }
 }
 

@@ -108,6 +108,10 @@ pub struct Session {
     buf2: SegBuf,
     out: Out,
     ledger: Ledger,
+    /// Whether tokens need attributing (a reasoning split exists, or a trace is kept).
+    attribute: bool,
+    /// The step's decoded text, reused across steps.
+    sink: TextSink,
     stream_len: u64,
     tokens: u64,
     finished: bool,
@@ -131,7 +135,10 @@ impl Session {
         // Harmony is one format for reasoning and tool calls: `openai` on either side selects it.
         let harmony = tool_name == "openai" || reasoning_name == "openai";
         if harmony {
-            for (field, name) in [("tool_parser", tool_name), ("reasoning_parser", reasoning_name)] {
+            for (field, name) in [
+                ("tool_parser", tool_name),
+                ("reasoning_parser", reasoning_name),
+            ] {
                 if !name.is_empty() && name != "openai" {
                     return Err(Error::invalid_argument(format!(
                         "{field}: {name:?} cannot be combined with the `openai` (harmony) parser, which reads \
@@ -140,7 +147,11 @@ impl Session {
                 }
             }
         }
-        let (tool_name, reasoning_name) = if harmony { ("", "") } else { (tool_name, reasoning_name) };
+        let (tool_name, reasoning_name) = if harmony {
+            ("", "")
+        } else {
+            (tool_name, reasoning_name)
+        };
         let tool_markers = if tool_name.is_empty() {
             &[][..]
         } else {
@@ -194,8 +205,16 @@ impl Session {
         } else {
             tools::build(tool_name, &markers, &schema)?
         };
-        let id_style = if tool_name == "mistral" { IdStyle::Mistral } else { IdStyle::OpenAi };
-        let seed = if cfg.id_seed != 0 { cfg.id_seed } else { random_seed() };
+        let id_style = if tool_name == "mistral" {
+            IdStyle::Mistral
+        } else {
+            IdStyle::OpenAi
+        };
+        let seed = if cfg.id_seed != 0 {
+            cfg.id_seed
+        } else {
+            random_seed()
+        };
         let mut session = Session {
             detok: Detokenizer::new(Arc::clone(&model.table), skip),
             stop: StopFilter::new(&cfg.stop, cfg.include_stop_str_in_output),
@@ -209,6 +228,8 @@ impl Session {
             buf1: SegBuf::default(),
             buf2: SegBuf::default(),
             ledger: Ledger::default(),
+            attribute: cfg.trace || think.is_some() || harmony,
+            sink: TextSink::default(),
             stream_len: 0,
             tokens: 0,
             finished: false,
@@ -268,6 +289,14 @@ impl Session {
 
     /// Feeds one step's ids; `end` = the engine finished the request (flush everything).
     pub fn feed(&mut self, ids: &[u32], end: bool) -> Result<Delta> {
+        let mut delta = Delta::default();
+        self.feed_into(ids, end, &mut delta)?;
+        Ok(delta)
+    }
+
+    /// [`Session::feed`] into a reused `delta` (its buffers are cleared and refilled), so a
+    /// steady stream of steps allocates nothing.
+    pub fn feed_into(&mut self, ids: &[u32], end: bool, delta: &mut Delta) -> Result<()> {
         if self.finished {
             return Err(Error::failed_precondition("the request already finished"));
         }
@@ -279,7 +308,10 @@ impl Session {
                 )));
             }
         }
-        let mut sink = TextSink::at(self.stream_len);
+        let mut sink = std::mem::take(&mut self.sink);
+        sink.text.clear();
+        sink.anchors.clear();
+        sink.base = self.stream_len;
         for &id in ids {
             let seq = self.tokens;
             self.tokens += 1;
@@ -287,7 +319,8 @@ impl Session {
                 Some(sentinel) => {
                     self.detok.flush(&mut sink);
                     self.detok.note_visible_marker(id);
-                    sink.anchors.push((seq, Anchor::Visible(sink.base + sink.text.len() as u64)));
+                    sink.anchors
+                        .push((seq, Anchor::Visible(sink.base + sink.text.len() as u64)));
                     sink.text.push(sentinel);
                 }
                 None => self.detok.push(id, seq, &mut sink),
@@ -301,21 +334,28 @@ impl Session {
             trace.source.push_str(&sink.text);
             trace.anchors.extend_from_slice(&sink.anchors);
         }
-        self.ledger.add_anchors(&mut sink.anchors);
+        if self.attribute {
+            self.ledger.add_anchors(&mut sink.anchors);
+        }
 
         let buf1 = &mut self.buf1;
-        let matched = self.stop.feed(&sink.text, sink.base, end, |text, offset| buf1.push(text, offset));
+        let matched = self.stop.feed(&sink.text, sink.base, end, |text, offset| {
+            buf1.push(text, offset)
+        });
+        self.sink = sink;
         let done = end || matched.is_some();
         self.reasoning.feed(&mut self.buf1, &mut self.out, done);
         self.out.visible.drain_into(&mut self.buf2);
         self.tools.feed(&mut self.buf2, &mut self.out, done);
 
-        self.ledger.add_spans(&self.out.spans);
+        if self.attribute {
+            self.ledger.add_spans(&self.out.spans);
+            self.ledger.resolve(done);
+        }
         if let Some(trace) = &mut self.trace {
             trace.spans.extend_from_slice(&self.out.spans);
         }
         self.out.spans.clear();
-        self.ledger.resolve(done);
 
         let held = self.held_bytes();
         if !done && held > self.max_held {
@@ -326,32 +366,47 @@ impl Session {
                 self.max_held
             )));
         }
-        let mut delta = Delta {
-            content: std::mem::take(&mut self.out.content),
-            reasoning: std::mem::take(&mut self.out.reasoning),
-            calls: std::mem::take(&mut self.out.calls),
-            reasoning_tokens: self.ledger.reasoning_tokens(),
-            completion_tokens: self.tokens.min(u32::MAX as u64) as u32,
-            ..Delta::default()
-        };
+        // Swap buffers: the delta takes this step's text, the sink keeps the delta's old capacity.
+        delta.content.clear();
+        delta.reasoning.clear();
+        delta.calls.clear();
+        std::mem::swap(&mut delta.content, &mut self.out.content);
+        std::mem::swap(&mut delta.reasoning, &mut self.out.reasoning);
+        std::mem::swap(&mut delta.calls, &mut self.out.calls);
+        delta.reasoning_tokens = self.ledger.reasoning_tokens();
+        delta.completion_tokens = self.tokens.min(u32::MAX as u64) as u32;
+        delta.finished = false;
+        delta.finish_reason = "";
+        delta.matched_stop = None;
         if done {
             self.finished = true;
             delta.finished = true;
             if let Some(m) = matched {
                 delta.finish_reason = "stop";
-                delta.matched_stop = Some(self.stop_strings.iter().filter(|s| !s.is_empty()).nth(m.index).cloned().unwrap_or_default());
+                delta.matched_stop = Some(
+                    self.stop_strings
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .nth(m.index)
+                        .cloned()
+                        .unwrap_or_default(),
+                );
             } else if self.out.call_count > 0 {
                 delta.finish_reason = "tool_calls";
             }
         }
-        Ok(delta)
+        Ok(())
     }
 
     /// The trace as JSON (`source`, `sentinels`, `anchors`, `spans`), when the session keeps one.
     pub fn trace_json(&self) -> Option<Value> {
         let trace = self.trace.as_ref()?;
-        let sentinels: serde_json::Map<String, Value> =
-            self.markers.sentinels().into_iter().map(|(c, v)| (c.to_string(), Value::String(v))).collect();
+        let sentinels: serde_json::Map<String, Value> = self
+            .markers
+            .sentinels()
+            .into_iter()
+            .map(|(c, v)| (c.to_string(), Value::String(v)))
+            .collect();
         let anchors: Vec<Value> = trace
             .anchors
             .iter()
@@ -360,8 +415,11 @@ impl Session {
                 serde_json::json!([seq, a.offset(), zero])
             })
             .collect();
-        let spans: Vec<Value> =
-            trace.spans.iter().map(|&(s, e, c)| serde_json::json!([s, e, c.name()])).collect();
+        let spans: Vec<Value> = trace
+            .spans
+            .iter()
+            .map(|&(s, e, c)| serde_json::json!([s, e, c.name()]))
+            .collect();
         Some(serde_json::json!({
             "source": trace.source,
             "sentinels": sentinels,
@@ -377,12 +435,17 @@ fn thinking_flag(kwargs_json: &str) -> Result<Option<bool>> {
     if kwargs_json.trim().is_empty() {
         return Ok(None);
     }
-    let value: Value = serde_json::from_str(kwargs_json)
-        .map_err(|e| Error::invalid_argument(format!("chat_template_kwargs_json: not valid JSON: {e}")))?;
+    let value: Value = serde_json::from_str(kwargs_json).map_err(|e| {
+        Error::invalid_argument(format!("chat_template_kwargs_json: not valid JSON: {e}"))
+    })?;
     let Value::Object(map) = value else {
-        return Err(Error::invalid_argument("chat_template_kwargs_json: expected a JSON object"));
+        return Err(Error::invalid_argument(
+            "chat_template_kwargs_json: expected a JSON object",
+        ));
     };
-    Ok(["enable_thinking", "thinking"].iter().find_map(|k| map.get(*k).and_then(Value::as_bool)))
+    Ok(["enable_thinking", "thinking"]
+        .iter()
+        .find_map(|k| map.get(*k).and_then(Value::as_bool)))
 }
 
 fn random_seed() -> u64 {

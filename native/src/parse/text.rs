@@ -6,8 +6,6 @@
 //! (U+FDD0 + marker index), so no generated text can spell it. A marker the vocabulary lacks is
 //! matched by its text. Parsers search for both the same way, as patterns.
 
-use std::collections::HashMap;
-
 use crate::parse::json::is_sentinel;
 
 /// A buffer of parser input: text plus the stream offset of each contiguous segment.
@@ -36,7 +34,10 @@ impl SegBuf {
         if s.is_empty() {
             return;
         }
-        let contiguous = self.segs.last().is_some_and(|&(i, o)| o + (self.text.len() - i) as u64 == offset);
+        let contiguous = self
+            .segs
+            .last()
+            .is_some_and(|&(i, o)| o + (self.text.len() - i) as u64 == offset);
         if !contiguous {
             self.segs.push((self.text.len(), offset));
         }
@@ -57,30 +58,32 @@ impl SegBuf {
         self.segs.clear();
     }
 
-    /// Removes the first `n` bytes, calling `f(start, end)` for each stream range they covered.
+    /// Removes the first `n` bytes, calling `f(text, start, end)` for each stream range they
+    /// covered.
     pub(crate) fn take(&mut self, n: usize, mut f: impl FnMut(&str, u64, u64)) {
         if n == 0 {
             return;
         }
-        let mut k = 0;
-        while k < self.segs.len() {
+        let mut whole = 0; // segments entirely inside the first n bytes
+        for k in 0..self.segs.len() {
             let (i, o) = self.segs[k];
             if i >= n {
                 break;
             }
-            let end = self.segs.get(k + 1).map_or(self.text.len(), |s| s.0).min(n);
+            let seg_end = self.segs.get(k + 1).map_or(self.text.len(), |s| s.0);
+            let end = seg_end.min(n);
             f(&self.text[i..end], o, o + (end - i) as u64);
-            k += 1;
+            if seg_end <= n {
+                whole = k + 1;
+            } else {
+                // The segment straddling n keeps its tail.
+                self.segs[k] = (n, o + (n - i) as u64);
+            }
         }
-        // The segment that straddles `n` keeps its tail.
-        let straddle = k > 0 && self.segs.get(k).map_or(self.text.len(), |s| s.0) > n;
-        let mut rest: Vec<(usize, u64)> = Vec::with_capacity(self.segs.len() - k + 1);
-        if straddle {
-            let (i, o) = self.segs[k - 1];
-            rest.push((0, o + (n - i) as u64));
+        self.segs.drain(..whole);
+        for seg in &mut self.segs {
+            seg.0 -= n;
         }
-        rest.extend(self.segs[k..].iter().map(|&(i, o)| (i - n, o)));
-        self.segs = rest;
         self.text.drain(..n);
     }
 }
@@ -99,12 +102,40 @@ pub(crate) enum Scan {
 /// Finds the earliest pattern occurrence (the longest on a tie), or else the earliest suffix that
 /// could still become one. Any non-empty overlap counts, a lone `<` included.
 pub(crate) fn scan(hay: &str, patterns: &[&str]) -> Scan {
+    // Fast path: text without any pattern's first byte holds neither a pattern nor a prefix of one
+    // (most decoded text, when patterns start with `<` or a sentinel).
+    let bytes = hay.as_bytes();
+    let mut firsts = [0u8; 8];
+    let mut n_firsts = 0;
+    for p in patterns.iter().filter_map(|p| p.as_bytes().first()) {
+        if !firsts[..n_firsts].contains(p) {
+            if n_firsts == firsts.len() {
+                n_firsts = usize::MAX;
+                break;
+            }
+            firsts[n_firsts] = *p;
+            n_firsts += 1;
+        }
+    }
+    let first_hit = if n_firsts == usize::MAX {
+        Some(0)
+    } else {
+        bytes.iter().position(|b| firsts[..n_firsts].contains(b))
+    };
+    let Some(from_hit) = first_hit else {
+        return Scan::None;
+    };
+    let hay_tail = &hay[from_hit..];
     let mut best: Option<(usize, usize, usize)> = None;
     for (index, pat) in patterns.iter().enumerate() {
         if pat.is_empty() {
             continue;
         }
-        if let Some(at) = hay.find(pat) {
+        let found = match pat.chars().next() {
+            Some(c) if c.len_utf8() == pat.len() => hay_tail.find(c),
+            _ => hay_tail.find(pat),
+        };
+        if let Some(at) = found.map(|a| a + from_hit) {
             let better = match best {
                 None => true,
                 Some((b_at, _, b_len)) => at < b_at || (at == b_at && pat.len() > b_len),
@@ -118,13 +149,19 @@ pub(crate) fn scan(hay: &str, patterns: &[&str]) -> Scan {
         return Scan::Found { at, index };
     }
     let longest = patterns.iter().map(|p| p.len()).max().unwrap_or(0);
-    let from = hay.len().saturating_sub(longest.saturating_sub(1));
+    let from = hay
+        .len()
+        .saturating_sub(longest.saturating_sub(1))
+        .max(from_hit);
     for at in from..hay.len() {
         if !hay.is_char_boundary(at) {
             continue;
         }
         let tail = &hay[at..];
-        if patterns.iter().any(|p| p.len() > tail.len() && p.starts_with(tail)) {
+        if patterns
+            .iter()
+            .any(|p| p.len() > tail.len() && p.starts_with(tail))
+        {
             return Scan::Partial { at };
         }
     }
@@ -133,7 +170,9 @@ pub(crate) fn scan(hay: &str, patterns: &[&str]) -> Scan {
 
 /// Bytes of leading ASCII whitespace.
 pub(crate) fn leading_ws(s: &str) -> usize {
-    s.len() - s.trim_start_matches(|c: char| c.is_ascii_whitespace()).len()
+    s.len()
+        - s.trim_start_matches(|c: char| c.is_ascii_whitespace())
+            .len()
 }
 
 /// `s` without leading and trailing ASCII whitespace.
@@ -161,7 +200,8 @@ pub(crate) struct Marker {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Markers {
     list: Vec<Marker>,
-    by_id: HashMap<u32, char>,
+    /// Token id -> sentinel; a handful of entries, so a linear scan beats hashing.
+    by_id: Vec<(u32, char)>,
 }
 
 /// Sentinels are U+FDD0..U+FDEF: at most 32 token markers per request.
@@ -170,34 +210,42 @@ const MAX_TOKEN_MARKERS: usize = 32;
 impl Markers {
     /// Registers `text`; `lookup` gives the id and visible text of an added token with exactly
     /// this content.
-    pub(crate) fn add(&mut self, text: &'static str, lookup: impl Fn(&str) -> Option<(u32, String)>) {
+    pub(crate) fn add(
+        &mut self,
+        text: &'static str,
+        lookup: impl Fn(&str) -> Option<(u32, String)>,
+    ) {
         if self.list.iter().any(|m| m.text == text) {
             return;
         }
-        let found = if self.by_id.len() < MAX_TOKEN_MARKERS { lookup(text) } else { None };
+        let found = if self.by_id.len() < MAX_TOKEN_MARKERS {
+            lookup(text)
+        } else {
+            None
+        };
         let (id, visible) = match found {
             Some((id, visible)) => (Some(id), visible),
             None => (None, text.to_string()),
         };
         if let Some(id) = id {
-            let sentinel = char::from_u32(0xFDD0 + self.by_id.len() as u32).expect("noncharacter range");
-            self.by_id.insert(id, sentinel);
+            let sentinel =
+                char::from_u32(0xFDD0 + self.by_id.len() as u32).expect("noncharacter range");
+            self.by_id.push((id, sentinel));
         }
         self.list.push(Marker { text, id, visible });
     }
 
     /// The sentinel that stands for token `id`, when it is a marker.
     pub(crate) fn sentinel_for(&self, id: u32) -> Option<char> {
-        if self.by_id.is_empty() {
-            return None;
-        }
-        self.by_id.get(&id).copied()
+        self.by_id.iter().find(|(i, _)| *i == id).map(|(_, c)| *c)
     }
 
     /// The pattern to search for: the sentinel of a token marker, else the marker's text.
     pub(crate) fn pattern(&self, text: &str) -> String {
         match self.list.iter().find(|m| m.text == text) {
-            Some(Marker { id: Some(id), .. }) => self.by_id[id].to_string(),
+            Some(Marker { id: Some(id), .. }) => {
+                self.sentinel_for(*id).expect("registered").to_string()
+            }
             _ => text.to_string(),
         }
     }
@@ -220,15 +268,18 @@ impl Markers {
     }
 
     fn marker_of(&self, sentinel: char) -> Option<&Marker> {
-        let id = self.by_id.iter().find(|(_, &c)| c == sentinel)?.0;
-        self.list.iter().find(|m| m.id == Some(*id))
+        let id = self.by_id.iter().find(|(_, c)| *c == sentinel)?.0;
+        self.list.iter().find(|m| m.id == Some(id))
     }
 
     /// `(sentinel, visible text)` pairs, for traces.
     pub(crate) fn sentinels(&self) -> Vec<(char, String)> {
         self.list
             .iter()
-            .filter_map(|m| m.id.map(|id| (self.by_id[&id], m.visible.clone())))
+            .filter_map(|m| {
+                m.id.and_then(|id| self.sentinel_for(id))
+                    .map(|c| (c, m.visible.clone()))
+            })
             .collect()
     }
 }
@@ -239,11 +290,20 @@ mod tests {
 
     #[test]
     fn scan_finds_earliest_and_holds_partials() {
-        assert_eq!(scan("ab<tool_call>", &["<tool_call>"]), Scan::Found { at: 2, index: 0 });
+        assert_eq!(
+            scan("ab<tool_call>", &["<tool_call>"]),
+            Scan::Found { at: 2, index: 0 }
+        );
         assert_eq!(scan("ab<too", &["<tool_call>"]), Scan::Partial { at: 2 });
-        assert_eq!(scan("ab<", &["<tool_call>", "</think>"]), Scan::Partial { at: 2 });
+        assert_eq!(
+            scan("ab<", &["<tool_call>", "</think>"]),
+            Scan::Partial { at: 2 }
+        );
         assert_eq!(scan("a < b", &["<tool_call>"]), Scan::None);
-        assert_eq!(scan("x</a></ab>", &["</ab>", "</a>"]), Scan::Found { at: 1, index: 1 });
+        assert_eq!(
+            scan("x</a></ab>", &["</ab>", "</a>"]),
+            Scan::Found { at: 1, index: 1 }
+        );
     }
 
     #[test]

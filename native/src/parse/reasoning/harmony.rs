@@ -16,8 +16,15 @@ use crate::parse::text::{leading_ws, scan, Markers, Scan, SegBuf};
 use crate::parse::Stage;
 
 /// The markers (all single tokens in gpt-oss's vocabulary).
-pub(crate) const MARKERS: &[&str] =
-    &["<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>"];
+pub(crate) const MARKERS: &[&str] = &[
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+    "<|constrain|>",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -60,7 +67,11 @@ fn route_of(header: &str, channel_marker: &str) -> Route {
         .filter(|r| !r.is_empty());
     let channel = header
         .split_once(channel_marker)
-        .map(|(_, rest)| rest.split(|c: char| c.is_ascii_whitespace() || is_sentinel(c)).next().unwrap_or(""))
+        .map(|(_, rest)| {
+            rest.split(|c: char| c.is_ascii_whitespace() || is_sentinel(c))
+                .next()
+                .unwrap_or("")
+        })
         .unwrap_or("");
     match recipient {
         Some(r) => match r.strip_prefix("functions.") {
@@ -88,7 +99,13 @@ impl Harmony {
     }
 
     fn ends(&self) -> [&str; 5] {
-        [self.end.as_str(), self.call.as_str(), self.ret.as_str(), self.start.as_str(), self.channel.as_str()]
+        [
+            self.end.as_str(),
+            self.call.as_str(),
+            self.ret.as_str(),
+            self.start.as_str(),
+            self.channel.as_str(),
+        ]
     }
 
     /// After a message body ends at `which` of [`Self::ends`] (at the start of the input).
@@ -114,12 +131,19 @@ impl Stage for Harmony {
         loop {
             match self.state {
                 State::Header => {
-                    let pats = [self.message.as_str(), self.end.as_str(), self.call.as_str(), self.ret.as_str()];
+                    let pats = [
+                        self.message.as_str(),
+                        self.end.as_str(),
+                        self.call.as_str(),
+                        self.ret.as_str(),
+                    ];
                     match scan(input.as_str(), &pats) {
                         Scan::Found { at, index: 0 } => {
                             let header = &input.as_str()[..at];
                             // A header restarts at its last `<|start|>`.
-                            let header = header.rsplit_once(self.start.as_str()).map_or(header, |(_, h)| h);
+                            let header = header
+                                .rsplit_once(self.start.as_str())
+                                .map_or(header, |(_, h)| h);
                             let route = route_of(header, &self.channel);
                             out.route(input, at + self.message.len(), Channel::Framing);
                             self.state = match route {
@@ -192,7 +216,9 @@ impl Stage for Harmony {
                             out.route(input, at, Channel::Framing);
                             self.after_body(input, out, index);
                         }
-                        Scan::Partial { at } if !end => return out.route(input, at, Channel::Framing),
+                        Scan::Partial { at } if !end => {
+                            return out.route(input, at, Channel::Framing)
+                        }
                         _ => return out.route_all(input, Channel::Framing),
                     }
                 }
@@ -219,13 +245,29 @@ mod tests {
     #[test]
     fn headers_route_bodies() {
         let ch = "<|channel|>";
-        assert!(matches!(route_of("assistant<|channel|>analysis", ch), Route::Text(Channel::Reasoning)));
-        assert!(matches!(route_of("assistant<|channel|>final", ch), Route::Text(Channel::Content)));
-        assert!(matches!(route_of("assistant<|channel|>commentary", ch), Route::Text(Channel::Content)));
-        assert!(matches!(route_of("assistant<|channel|>commentary to=functions.get_weather <|constrain|>json", ch),
-            Route::Function(n) if n == "get_weather"));
-        assert!(matches!(route_of("assistant to=functions.math.sum<|channel|>commentary json", ch),
-            Route::Function(n) if n == "math.sum"));
-        assert!(matches!(route_of("assistant<|channel|>analysis to=browser.search", ch), Route::Text(Channel::Reasoning)));
+        assert!(matches!(
+            route_of("assistant<|channel|>analysis", ch),
+            Route::Text(Channel::Reasoning)
+        ));
+        assert!(matches!(
+            route_of("assistant<|channel|>final", ch),
+            Route::Text(Channel::Content)
+        ));
+        assert!(matches!(
+            route_of("assistant<|channel|>commentary", ch),
+            Route::Text(Channel::Content)
+        ));
+        assert!(
+            matches!(route_of("assistant<|channel|>commentary to=functions.get_weather <|constrain|>json", ch),
+            Route::Function(n) if n == "get_weather")
+        );
+        assert!(
+            matches!(route_of("assistant to=functions.math.sum<|channel|>commentary json", ch),
+            Route::Function(n) if n == "math.sum")
+        );
+        assert!(matches!(
+            route_of("assistant<|channel|>analysis to=browser.search", ch),
+            Route::Text(Channel::Reasoning)
+        ));
     }
 }

@@ -5,7 +5,7 @@ mod harmony;
 mod think;
 
 pub(crate) use harmony::{Harmony, MARKERS as HARMONY_MARKERS};
-pub(crate) use think::{ThinkSplitter, ThinkSpec};
+pub(crate) use think::{ThinkSpec, ThinkSplitter};
 
 /// The reasoning parsers by name.
 pub(crate) fn think_spec(name: &str) -> Option<ThinkSpec> {
@@ -27,7 +27,10 @@ pub(crate) fn think_spec(name: &str) -> Option<ThinkSpec> {
         "kimi_k2" => spec(
             THINK,
             UNTHINK,
-            &["<|tool_calls_section_begin|>", "<|tool_call_section_begin|>"],
+            &[
+                "<|tool_calls_section_begin|>",
+                "<|tool_call_section_begin|>",
+            ],
             true,
             false,
         ),

@@ -31,7 +31,11 @@ pub(crate) struct ThinkSpec {
 
 impl ThinkSpec {
     pub(crate) fn markers(&self) -> impl Iterator<Item = &'static str> {
-        self.start.iter().chain(self.end).chain(self.implicit_end).copied()
+        self.start
+            .iter()
+            .chain(self.end)
+            .chain(self.implicit_end)
+            .copied()
     }
 }
 
@@ -46,6 +50,8 @@ pub(crate) struct ThinkSplitter {
     start: Vec<String>,
     end: Vec<String>,
     implicit_end: Vec<String>,
+    /// Patterns searched in reasoning: end markers, start markers, then implicit ends.
+    in_reasoning: Vec<String>,
     state: State,
     needs_flag: bool,
     enabled: bool,
@@ -59,10 +65,20 @@ impl ThinkSplitter {
         } else {
             State::Content { explicit: false }
         };
+        let start: Vec<String> = patterns(spec.start);
+        let end: Vec<String> = patterns(spec.end);
+        let implicit_end: Vec<String> = patterns(spec.implicit_end);
+        let in_reasoning = end
+            .iter()
+            .chain(&start)
+            .chain(&implicit_end)
+            .cloned()
+            .collect();
         ThinkSplitter {
-            start: patterns(spec.start),
-            end: patterns(spec.end),
-            implicit_end: patterns(spec.implicit_end),
+            start,
+            end,
+            implicit_end,
+            in_reasoning,
             state,
             needs_flag: spec.needs_flag,
             enabled: true,
@@ -81,7 +97,8 @@ impl Stage for ThinkSplitter {
             _ => {}
         }
         if self.needs_flag {
-            self.enabled = thinking_flag == Some(true) || (thinking_flag.is_none() && opened_by_prompt);
+            self.enabled =
+                thinking_flag == Some(true) || (thinking_flag.is_none() && opened_by_prompt);
         }
     }
 
@@ -95,13 +112,19 @@ impl Stage for ThinkSplitter {
             }
             match self.state {
                 State::Reasoning { explicit } => {
-                    let mut patterns: Vec<&str> = self.end.iter().chain(&self.start).map(String::as_str).collect();
                     let n_closing = self.end.len();
                     let n_opening = self.start.len();
-                    if !explicit {
-                        patterns.extend(self.implicit_end.iter().map(String::as_str));
+                    let n = if explicit {
+                        n_closing + n_opening
+                    } else {
+                        self.in_reasoning.len()
+                    };
+                    let mut buf = [""; 8];
+                    for (slot, p) in buf.iter_mut().zip(&self.in_reasoning[..n]) {
+                        *slot = p.as_str();
                     }
-                    match scan(input.as_str(), &patterns) {
+                    let patterns = &buf[..n.min(8)];
+                    match scan(input.as_str(), patterns) {
                         Scan::Found { at, index } => {
                             out.route(input, at, Channel::Reasoning);
                             let len = patterns[index].len();
@@ -128,8 +151,12 @@ impl Stage for ThinkSplitter {
                     }
                 }
                 State::Content { .. } => {
-                    let patterns: Vec<&str> = self.start.iter().map(String::as_str).collect();
-                    match scan(input.as_str(), &patterns) {
+                    let mut buf = [""; 4];
+                    for (slot, p) in buf.iter_mut().zip(&self.start) {
+                        *slot = p.as_str();
+                    }
+                    let patterns = &buf[..self.start.len().min(4)];
+                    match scan(input.as_str(), patterns) {
                         Scan::Found { at, index } => {
                             out.route(input, at, Channel::Visible);
                             out.route(input, patterns[index].len(), Channel::Framing);

@@ -37,8 +37,12 @@ enum State {
     Section,
     Header,
     /// v3: after the name, before the arguments' `{`.
-    Fence { index: u32 },
-    Args { index: u32 },
+    Fence {
+        index: u32,
+    },
+    Args {
+        index: u32,
+    },
     /// Framing up to the call's end marker.
     CallTail,
 }
@@ -87,52 +91,61 @@ impl Stage for DeepSeek {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.calls_begin, &self.call_begin]) {
-                    Scan::Found { at, index } => {
-                        out.route(input, at, Channel::Content);
-                        if index == 0 {
-                            out.route(input, self.calls_begin.len(), Channel::Framing);
-                            self.state = State::Section;
-                        } else {
-                            out.route(input, self.call_begin.len(), Channel::Framing);
-                            self.state = State::Header;
+                State::Content => {
+                    match scan(input.as_str(), &[&self.calls_begin, &self.call_begin]) {
+                        Scan::Found { at, index } => {
+                            out.route(input, at, Channel::Content);
+                            if index == 0 {
+                                out.route(input, self.calls_begin.len(), Channel::Framing);
+                                self.state = State::Section;
+                            } else {
+                                out.route(input, self.call_begin.len(), Channel::Framing);
+                                self.state = State::Header;
+                            }
                         }
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
+                        Scan::Partial { at } => {
+                            out.route(input, at, Channel::Content);
+                            if end {
+                                out.route_all(input, Channel::Content);
+                            }
+                            return;
                         }
-                        return;
+                        Scan::None => return out.route_all(input, Channel::Content),
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
-                State::Section => match scan(input.as_str(), &[&self.call_begin, &self.calls_end]) {
-                    Scan::Found { at, index } => {
-                        out.route(input, at, Channel::Framing);
-                        if index == 0 {
-                            out.route(input, self.call_begin.len(), Channel::Framing);
-                            self.state = State::Header;
-                        } else {
-                            out.route(input, self.calls_end.len(), Channel::Framing);
-                            self.state = State::Content;
+                }
+                State::Section => {
+                    match scan(input.as_str(), &[&self.call_begin, &self.calls_end]) {
+                        Scan::Found { at, index } => {
+                            out.route(input, at, Channel::Framing);
+                            if index == 0 {
+                                out.route(input, self.call_begin.len(), Channel::Framing);
+                                self.state = State::Header;
+                            } else {
+                                out.route(input, self.calls_end.len(), Channel::Framing);
+                                self.state = State::Content;
+                            }
                         }
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Framing);
-                        if end {
-                            out.route_all(input, Channel::Framing);
+                        Scan::Partial { at } => {
+                            out.route(input, at, Channel::Framing);
+                            if end {
+                                out.route_all(input, Channel::Framing);
+                            }
+                            return;
                         }
-                        return;
+                        Scan::None => return out.route_all(input, Channel::Framing),
                     }
-                    Scan::None => return out.route_all(input, Channel::Framing),
-                },
+                }
                 State::Header => {
                     let s = input.as_str();
                     // The name ends at the separator (v3.1) or at the end of the line after it (v3).
                     let (name, consumed) = match self.dialect {
-                        Dialect::V31 => match scan(s, &[&self.sep, &self.call_end, &self.call_begin, &self.calls_end]) {
-                            Scan::Found { at, index: 0 } => (Some(ascii_trim(&s[..at]).to_string()), at + self.sep.len()),
+                        Dialect::V31 => match scan(
+                            s,
+                            &[&self.sep, &self.call_end, &self.call_begin, &self.calls_end],
+                        ) {
+                            Scan::Found { at, index: 0 } => {
+                                (Some(ascii_trim(&s[..at]).to_string()), at + self.sep.len())
+                            }
                             Scan::Found { at, .. } => (None, at),
                             _ if end => (None, s.len()),
                             _ => return,
@@ -140,20 +153,28 @@ impl Stage for DeepSeek {
                         Dialect::V3 => match s.find(self.sep.as_str()) {
                             Some(sep_at) => {
                                 let rest = &s[sep_at + self.sep.len()..];
-                                match rest.find(|c: char| matches!(c, '\n' | '`' | '{') || is_sentinel(c)) {
+                                match rest
+                                    .find(|c: char| matches!(c, '\n' | '`' | '{') || is_sentinel(c))
+                                {
                                     Some(at) => {
-                                        let eaten = sep_at + self.sep.len() + at + usize::from(rest.as_bytes()[at] == b'\n');
+                                        let eaten = sep_at
+                                            + self.sep.len()
+                                            + at
+                                            + usize::from(rest.as_bytes()[at] == b'\n');
                                         (Some(ascii_trim(&rest[..at]).to_string()), eaten)
                                     }
                                     None if end => (Some(ascii_trim(rest).to_string()), s.len()),
                                     None => return,
                                 }
                             }
-                            None => match scan(s, &[&self.call_end, &self.call_begin, &self.calls_end]) {
-                                Scan::Found { at, .. } => (None, at),
-                                _ if end => (None, s.len()),
-                                _ => return,
-                            },
+                            None => {
+                                match scan(s, &[&self.call_end, &self.call_begin, &self.calls_end])
+                                {
+                                    Scan::Found { at, .. } => (None, at),
+                                    _ if end => (None, s.len()),
+                                    _ => return,
+                                }
+                            }
                         },
                     };
                     match name.filter(|n| !n.is_empty()) {
@@ -180,7 +201,10 @@ impl Stage for DeepSeek {
                     if !end && could_become(after, "```json") {
                         return;
                     }
-                    let fence = ["```json", "```"].into_iter().find(|f| after.starts_with(f)).map_or(0, str::len);
+                    let fence = ["```json", "```"]
+                        .into_iter()
+                        .find(|f| after.starts_with(f))
+                        .map_or(0, str::len);
                     let after_fence = &after[fence..];
                     let ws2 = leading_ws(after_fence);
                     let rest = &after_fence[ws2..];
@@ -209,7 +233,10 @@ impl Stage for DeepSeek {
                     self.finish_args(index, out);
                     self.state = State::CallTail;
                 }
-                State::CallTail => match scan(input.as_str(), &[&self.call_end, &self.call_begin, &self.calls_end]) {
+                State::CallTail => match scan(
+                    input.as_str(),
+                    &[&self.call_end, &self.call_begin, &self.calls_end],
+                ) {
                     Scan::Found { at, index } => {
                         out.route(input, at, Channel::Framing);
                         match index {

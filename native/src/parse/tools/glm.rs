@@ -12,18 +12,33 @@ use crate::parse::tools::xml_args::ArgsBuilder;
 use crate::parse::Stage;
 
 /// The markers this format uses.
-pub(crate) const MARKERS: &[&str] = &["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"];
+pub(crate) const MARKERS: &[&str] = &[
+    "<tool_call>",
+    "</tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Content,
     /// The input starts with `<tool_call>`; reading the name.
     Name,
-    Args { index: u32 },
-    Key { index: u32 },
+    Args {
+        index: u32,
+    },
+    Key {
+        index: u32,
+    },
     /// After a key, before its `<arg_value>`.
-    BeforeValue { index: u32 },
-    Value { index: u32 },
+    BeforeValue {
+        index: u32,
+    },
+    Value {
+        index: u32,
+    },
 }
 
 /// The parser (see the module docs).
@@ -42,7 +57,9 @@ pub(crate) struct Glm {
 }
 
 fn is_name_char(c: char) -> bool {
-    !(c.is_ascii_whitespace() || matches!(c, '<' | '>' | '{' | '}' | '"' | '[' | ']') || is_sentinel(c))
+    !(c.is_ascii_whitespace()
+        || matches!(c, '<' | '>' | '{' | '}' | '"' | '[' | ']')
+        || is_sentinel(c))
 }
 
 impl Glm {
@@ -111,7 +128,10 @@ impl Stage for Glm {
                         out.call_args(index, &text);
                         self.state = State::Args { index };
                     } else if !end
-                        && (after.is_empty() || (name_len > 0 && (could_become(after, &self.key_open) || could_become(after, &self.close))))
+                        && (after.is_empty()
+                            || (name_len > 0
+                                && (could_become(after, &self.key_open)
+                                    || could_become(after, &self.close))))
                     {
                         return;
                     } else {
@@ -135,18 +155,26 @@ impl Stage for Glm {
                         self.finish_call(index, out);
                         self.state = State::Content;
                         return;
-                    } else if after.is_empty() || could_become(after, &self.key_open) || could_become(after, &self.close) {
+                    } else if after.is_empty()
+                        || could_become(after, &self.key_open)
+                        || could_become(after, &self.close)
+                    {
                         out.route(input, ws, Channel::Tool);
                         return;
                     } else {
                         let first = after.chars().next().map_or(0, char::len_utf8);
-                        let skip = first + after[first..].find(|c| c == '<' || is_sentinel(c)).unwrap_or(after.len() - first);
+                        let skip = first
+                            + after[first..]
+                                .find(|c| c == '<' || is_sentinel(c))
+                                .unwrap_or(after.len() - first);
                         out.route(input, ws + skip, Channel::Tool);
                     }
                 }
                 State::Key { index } => match scan(input.as_str(), &[&self.key_close]) {
                     Scan::Found { at, .. } => {
-                        self.key = input.as_str()[..at].trim_matches(|c: char| c.is_ascii_whitespace()).to_string();
+                        self.key = input.as_str()[..at]
+                            .trim_matches(|c: char| c.is_ascii_whitespace())
+                            .to_string();
                         out.route(input, at + self.key_close.len(), Channel::Tool);
                         self.state = State::BeforeValue { index };
                     }
@@ -177,7 +205,11 @@ impl Stage for Glm {
                     }
                 }
                 State::Value { index } => {
-                    let patterns = [self.value_close.as_str(), self.key_open.as_str(), self.close.as_str()];
+                    let patterns = [
+                        self.value_close.as_str(),
+                        self.key_open.as_str(),
+                        self.close.as_str(),
+                    ];
                     let mut text = String::new();
                     match scan(input.as_str(), &patterns) {
                         Scan::Found { at, index: which } => {

@@ -17,8 +17,12 @@ pub(crate) const MARKERS: &[&str] = &["<tool_call>", "</tool_call>"];
 enum State {
     Content,
     /// After `<tool_call>`, before the name; `cursor` bytes of input were read but not routed.
-    Undecided { cursor: usize },
-    InCall { index: u32 },
+    Undecided {
+        cursor: usize,
+    },
+    InCall {
+        index: u32,
+    },
     AfterCall,
 }
 
@@ -52,7 +56,9 @@ impl Stage for Hermes {
                 State::Content => match scan(input.as_str(), &[&self.open]) {
                     Scan::Found { at, .. } => {
                         out.route(input, at, Channel::Content);
-                        self.state = State::Undecided { cursor: self.open.len() };
+                        self.state = State::Undecided {
+                            cursor: self.open.len(),
+                        };
                         self.call = JsonCall::new(&["arguments", "parameters"]);
                     }
                     Scan::Partial { at } => {
@@ -73,7 +79,8 @@ impl Stage for Hermes {
                             let index = out.start_call(&name, None);
                             out.route(input, self.open.len(), Channel::Framing);
                             out.route(input, cursor - self.open.len(), Channel::Tool);
-                            out.call_args(index, &std::mem::take(&mut self.call.args));
+                            out.call_args(index, &self.call.args);
+                            self.call.args.clear();
                             self.state = State::InCall { index };
                         }
                         CallEvent::More if !end => {
@@ -91,11 +98,13 @@ impl Stage for Hermes {
                     let (n, event) = self.call.feed(input.as_str());
                     out.route(input, n, Channel::Tool);
                     if event == CallEvent::More && !end {
-                        out.call_args(index, &std::mem::take(&mut self.call.args));
+                        out.call_args(index, &self.call.args);
+                        self.call.args.clear();
                         return;
                     }
                     self.call.complete_args();
-                    out.call_args(index, &std::mem::take(&mut self.call.args));
+                    out.call_args(index, &self.call.args);
+                    self.call.args.clear();
                     self.state = State::AfterCall;
                 }
                 State::AfterCall => match scan(input.as_str(), &[&self.close, &self.open]) {

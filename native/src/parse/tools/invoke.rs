@@ -65,10 +65,18 @@ enum State {
     Content,
     Block,
     /// The input starts with the invoke tag (`prefix` bytes); reading `name">`.
-    InvokeName { prefix: usize },
-    Params { index: u32 },
-    ParamHeader { index: u32 },
-    Value { index: u32 },
+    InvokeName {
+        prefix: usize,
+    },
+    Params {
+        index: u32,
+    },
+    ParamHeader {
+        index: u32,
+    },
+    Value {
+        index: u32,
+    },
 }
 
 /// The parser (see the module docs).
@@ -112,7 +120,10 @@ impl InvokeCalls {
     /// Skips framing up to the next `<` (or marker), at least one character.
     fn skip_stray(s: &str) -> usize {
         let first = s.chars().next().map_or(0, char::len_utf8);
-        first + s[first..].find(|c| c == '<' || is_sentinel(c)).unwrap_or(s.len() - first)
+        first
+            + s[first..]
+                .find(|c| c == '<' || is_sentinel(c))
+                .unwrap_or(s.len() - first)
     }
 }
 
@@ -146,14 +157,18 @@ impl Stage for InvokeCalls {
                     let after = &s[ws..];
                     if after.starts_with(spec.invoke_open) {
                         out.route(input, ws, Channel::Framing);
-                        self.state = State::InvokeName { prefix: spec.invoke_open.len() };
+                        self.state = State::InvokeName {
+                            prefix: spec.invoke_open.len(),
+                        };
                     } else if after.starts_with(self.block_close.as_str()) {
                         out.route(input, ws + self.block_close.len(), Channel::Framing);
                         self.state = State::Content;
                     } else if after.is_empty() || end {
                         out.route_all(input, Channel::Framing);
                         return;
-                    } else if could_become(after, spec.invoke_open) || could_become(after, &self.block_close) {
+                    } else if could_become(after, spec.invoke_open)
+                        || could_become(after, &self.block_close)
+                    {
                         out.route(input, ws, Channel::Framing);
                         return;
                     } else {
@@ -164,7 +179,9 @@ impl Stage for InvokeCalls {
                     let rest = &input.as_str()[prefix..];
                     let bad = rest.find(|c| c == '\n' || c == '<' || is_sentinel(c));
                     match element_header(rest) {
-                        Some((name, _, len)) if !name.is_empty() && bad.map_or(true, |b| b > name.len()) => {
+                        Some((name, _, len))
+                            if !name.is_empty() && bad.map_or(true, |b| b > name.len()) =>
+                        {
                             self.function = name.to_string();
                             let index = out.start_call(&self.function, None);
                             out.route(input, prefix + len, Channel::Tool);
@@ -203,7 +220,13 @@ impl Stage for InvokeCalls {
                         self.state = State::Content;
                         return;
                     } else if after.is_empty()
-                        || [spec.param_open, spec.invoke_close, self.block_close.as_str()].iter().any(|p| could_become(after, p))
+                        || [
+                            spec.param_open,
+                            spec.invoke_close,
+                            self.block_close.as_str(),
+                        ]
+                        .iter()
+                        .any(|p| could_become(after, p))
                     {
                         out.route(input, ws, Channel::Tool);
                         return;
@@ -239,7 +262,12 @@ impl Stage for InvokeCalls {
                 },
                 State::Value { index } => {
                     let block_close = self.block_close.clone();
-                    let patterns = [spec.param_close, spec.param_open, spec.invoke_close, block_close.as_str()];
+                    let patterns = [
+                        spec.param_close,
+                        spec.param_open,
+                        spec.invoke_close,
+                        block_close.as_str(),
+                    ];
                     let mut text = String::new();
                     match scan(input.as_str(), &patterns) {
                         Scan::Found { at, index: which } => {

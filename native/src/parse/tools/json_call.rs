@@ -91,7 +91,9 @@ impl JsonCall {
             let c = rest.chars().next().expect("non-empty");
             match self.state {
                 State::Done => return (pos, CallEvent::Done),
-                State::Open | State::Key { .. } | State::Colon | State::Next if c.is_ascii_whitespace() => {
+                State::Open | State::Key { .. } | State::Colon | State::Next
+                    if c.is_ascii_whitespace() =>
+                {
                     pos += 1;
                 }
                 State::Open => {
@@ -155,7 +157,11 @@ impl JsonCall {
                         member
                     };
                     self.state = State::Value(member);
-                    let target = if member == Member::Args { &mut self.args } else { &mut self.scratch };
+                    let target = if member == Member::Args {
+                        &mut self.args
+                    } else {
+                        &mut self.scratch
+                    };
                     let started_before = self.relay.started();
                     let result = self.relay.feed(rest, target);
                     if member == Member::Args && !started_before && self.relay.started() {
@@ -183,7 +189,8 @@ impl JsonCall {
                                 }
                                 Member::Args => self.args_done = true,
                                 Member::ArgsString => {
-                                    let inner = decode_canonical_string(&self.scratch).and_then(|s| canonical(&s));
+                                    let inner = decode_canonical_string(&self.scratch)
+                                        .and_then(|s| canonical(&s));
                                     if let Some(obj) = inner.filter(|o| o.starts_with('{')) {
                                         self.args.push_str(&obj);
                                         self.args_started = true;

@@ -33,7 +33,10 @@ pub(crate) fn name_of(header: &str) -> String {
     if let Some(rest) = header.strip_prefix("functions.") {
         return rest.to_string();
     }
-    let rest = header.strip_prefix("functions").filter(|r| !r.is_empty()).unwrap_or(header);
+    let rest = header
+        .strip_prefix("functions")
+        .filter(|r| !r.is_empty())
+        .unwrap_or(header);
     let trimmed = rest.trim_end_matches(|c: char| c.is_ascii_digit());
     if trimmed.is_empty() {
         rest.to_string()
@@ -86,12 +89,20 @@ impl Stage for Kimi {
         loop {
             match self.state {
                 State::Content => {
-                    let pats = [self.section_begin[0].as_str(), self.section_begin[1].as_str(), self.call_begin.as_str()];
+                    let pats = [
+                        self.section_begin[0].as_str(),
+                        self.section_begin[1].as_str(),
+                        self.call_begin.as_str(),
+                    ];
                     match scan(input.as_str(), &pats) {
                         Scan::Found { at, index } => {
                             out.route(input, at, Channel::Content);
                             out.route(input, pats[index].len(), Channel::Framing);
-                            self.state = if index == 2 { State::Header } else { State::Section };
+                            self.state = if index == 2 {
+                                State::Header
+                            } else {
+                                State::Section
+                            };
                         }
                         Scan::Partial { at } => {
                             out.route(input, at, Channel::Content);

@@ -24,12 +24,24 @@ enum State {
     Content,
     /// After the tag or a `;`: an object here is a call. The input starts with `marker` bytes of
     /// a tag (and whitespace before it) that are content unless a call follows.
-    Expect { tagged: bool, marker: usize },
+    Expect {
+        tagged: bool,
+        marker: usize,
+    },
     /// Reading an object that is not yet known to be a call; `cursor` bytes read, the first
     /// `marker` of them a tag.
-    Undecided { tagged: bool, marker: usize, cursor: usize },
-    InCall { index: u32, tagged: bool },
-    AfterCall { tagged: bool },
+    Undecided {
+        tagged: bool,
+        marker: usize,
+        cursor: usize,
+    },
+    InCall {
+        index: u32,
+        tagged: bool,
+    },
+    AfterCall {
+        tagged: bool,
+    },
 }
 
 /// The parser (see the module docs).
@@ -41,7 +53,11 @@ pub(crate) struct Llama3Json {
 
 impl Llama3Json {
     pub(crate) fn new(markers: &Markers) -> Self {
-        Llama3Json { tag: markers.pattern(MARKERS[0]), state: State::Start, call: JsonCall::new(ARG_KEYS) }
+        Llama3Json {
+            tag: markers.pattern(MARKERS[0]),
+            state: State::Start,
+            call: JsonCall::new(ARG_KEYS),
+        }
     }
 }
 
@@ -64,11 +80,18 @@ impl Stage for Llama3Json {
                     if after.starts_with('{') {
                         // Nothing is routed yet: it is all content if this is no call.
                         self.call = JsonCall::new(ARG_KEYS);
-                        self.state = State::Undecided { tagged, marker, cursor: marker };
+                        self.state = State::Undecided {
+                            tagged,
+                            marker,
+                            cursor: marker,
+                        };
                     } else if after.is_empty() && !end {
                         return;
                     } else if self.state == State::Start && after.starts_with(self.tag.as_str()) {
-                        self.state = State::Expect { tagged: true, marker: ws + self.tag.len() };
+                        self.state = State::Expect {
+                            tagged: true,
+                            marker: ws + self.tag.len(),
+                        };
                     } else if self.state == State::Start && !end && self.tag.starts_with(after) {
                         return;
                     } else {
@@ -79,7 +102,10 @@ impl Stage for Llama3Json {
                 State::Content => match scan(input.as_str(), &[&self.tag]) {
                     Scan::Found { at, .. } => {
                         out.route(input, at, Channel::Content);
-                        self.state = State::Expect { tagged: true, marker: self.tag.len() };
+                        self.state = State::Expect {
+                            tagged: true,
+                            marker: self.tag.len(),
+                        };
                     }
                     Scan::Partial { at } => {
                         out.route(input, at, Channel::Content);
@@ -90,23 +116,30 @@ impl Stage for Llama3Json {
                     }
                     Scan::None => return out.route_all(input, Channel::Content),
                 },
-                State::Undecided { tagged, marker, cursor } => {
+                State::Undecided {
+                    tagged,
+                    marker,
+                    cursor,
+                } => {
                     let mut cursor = cursor;
                     loop {
                         let (n, event) = self.call.feed(&input.as_str()[cursor..]);
                         cursor += n;
-                        let decided = self.call.name.is_some() && (tagged || self.call.has_args_key());
+                        let decided =
+                            self.call.name.is_some() && (tagged || self.call.has_args_key());
                         match event {
                             _ if decided => {
                                 let name = self.call.name.clone().unwrap_or_default();
                                 let index = out.start_call(&name, None);
                                 out.route(input, marker, Channel::Framing);
                                 out.route(input, cursor - marker, Channel::Tool);
-                                out.call_args(index, &std::mem::take(&mut self.call.args));
+                                out.call_args(index, &self.call.args);
+                                self.call.args.clear();
                                 self.state = match event {
                                     CallEvent::Done | CallEvent::Broken => {
                                         self.call.complete_args();
-                                        out.call_args(index, &std::mem::take(&mut self.call.args));
+                                        out.call_args(index, &self.call.args);
+                                        self.call.args.clear();
                                         State::AfterCall { tagged }
                                     }
                                     _ => State::InCall { index, tagged },
@@ -115,7 +148,11 @@ impl Stage for Llama3Json {
                             }
                             CallEvent::Named => continue,
                             CallEvent::More if !end => {
-                                self.state = State::Undecided { tagged, marker, cursor };
+                                self.state = State::Undecided {
+                                    tagged,
+                                    marker,
+                                    cursor,
+                                };
                                 return;
                             }
                             // Not a call: the tag and the object are text.
@@ -131,11 +168,13 @@ impl Stage for Llama3Json {
                     let (n, event) = self.call.feed(input.as_str());
                     out.route(input, n, Channel::Tool);
                     if event == CallEvent::More && !end {
-                        out.call_args(index, &std::mem::take(&mut self.call.args));
+                        out.call_args(index, &self.call.args);
+                        self.call.args.clear();
                         return;
                     }
                     self.call.complete_args();
-                    out.call_args(index, &std::mem::take(&mut self.call.args));
+                    out.call_args(index, &self.call.args);
+                    self.call.args.clear();
                     self.state = State::AfterCall { tagged };
                 }
                 State::AfterCall { tagged } => {

@@ -27,16 +27,28 @@ fn is_name_char(c: char) -> bool {
 enum State {
     Content,
     /// The input starts with the marker (`marker` bytes), not yet routed.
-    AfterTag { marker: usize },
+    AfterTag {
+        marker: usize,
+    },
     /// Inside `[...]`: before an element (`first`) or after one.
-    ArrayItem { first: bool },
+    ArrayItem {
+        first: bool,
+    },
     ArrayNext,
     /// Reading an element object not yet known to be a call.
-    ArrayUndecided { cursor: usize },
-    ArrayCall { index: u32 },
+    ArrayUndecided {
+        cursor: usize,
+    },
+    ArrayCall {
+        index: u32,
+    },
     /// Reading `name` then `[CALL_ID]id` / `[ARGS]` / `{`; the input starts with the marker.
-    Header { marker: usize },
-    Args { index: u32 },
+    Header {
+        marker: usize,
+    },
+    Args {
+        index: u32,
+    },
 }
 
 /// The parser (see the module docs).
@@ -75,7 +87,9 @@ impl Mistral {
         let rest = &s[pos..];
         if rest.starts_with(self.id_tag.as_str()) {
             pos += self.id_tag.len();
-            let id_len = s[pos..].find(|c: char| !c.is_ascii_alphanumeric()).unwrap_or(s.len() - pos);
+            let id_len = s[pos..]
+                .find(|c: char| !c.is_ascii_alphanumeric())
+                .unwrap_or(s.len() - pos);
             if pos + id_len == s.len() {
                 return if end { Some(Err(())) } else { None };
             }
@@ -91,7 +105,14 @@ impl Mistral {
         match rest[ws..].chars().next() {
             Some('{') => Some(Ok((name, id, pos + ws))),
             None if !end => None,
-            Some(_) if !end && [self.id_tag.as_str(), self.args_tag.as_str()].iter().any(|t| could_become(rest, t)) => None,
+            Some(_)
+                if !end
+                    && [self.id_tag.as_str(), self.args_tag.as_str()]
+                        .iter()
+                        .any(|t| could_become(rest, t)) =>
+            {
+                None
+            }
             _ => Some(Err(())),
         }
     }
@@ -108,7 +129,9 @@ impl Stage for Mistral {
                 State::Content => match scan(input.as_str(), &[&self.tag]) {
                     Scan::Found { at, .. } => {
                         out.route(input, at, Channel::Content);
-                        self.state = State::AfterTag { marker: self.tag.len() };
+                        self.state = State::AfterTag {
+                            marker: self.tag.len(),
+                        };
                     }
                     Scan::Partial { at } => {
                         out.route(input, at, Channel::Content);
@@ -204,7 +227,8 @@ impl Stage for Mistral {
                             let name = self.call.name.clone().unwrap_or_default();
                             let index = out.start_call(&name, None);
                             out.route(input, cursor, Channel::Tool);
-                            out.call_args(index, &std::mem::take(&mut self.call.args));
+                            out.call_args(index, &self.call.args);
+                            self.call.args.clear();
                             self.state = State::ArrayCall { index };
                         }
                         CallEvent::More if !end => {
@@ -218,12 +242,18 @@ impl Stage for Mistral {
                     let (n, event) = self.call.feed(input.as_str());
                     out.route(input, n, Channel::Tool);
                     if event == CallEvent::More && !end {
-                        out.call_args(index, &std::mem::take(&mut self.call.args));
+                        out.call_args(index, &self.call.args);
+                        self.call.args.clear();
                         return;
                     }
                     self.call.complete_args();
-                    out.call_args(index, &std::mem::take(&mut self.call.args));
-                    self.state = if event == CallEvent::Done { State::ArrayNext } else { State::Content };
+                    out.call_args(index, &self.call.args);
+                    self.call.args.clear();
+                    self.state = if event == CallEvent::Done {
+                        State::ArrayNext
+                    } else {
+                        State::Content
+                    };
                 }
                 State::ArrayNext => {
                     let s = input.as_str();

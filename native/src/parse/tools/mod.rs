@@ -5,8 +5,8 @@ mod deepseek;
 mod glm;
 mod hermes;
 mod invoke;
-mod kimi;
 mod json_call;
+mod kimi;
 mod llama3_json;
 mod mistral;
 mod pythonic;
@@ -35,7 +35,11 @@ pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
 }
 
 /// Builds tool parser `name` (known, see [`markers`]).
-pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema::Tools) -> Result<Box<dyn Stage>> {
+pub(crate) fn build(
+    name: &str,
+    markers: &Markers,
+    tools: &crate::parse::schema::Tools,
+) -> Result<Box<dyn Stage>> {
     Ok(match name {
         "hermes" => Box::new(hermes::Hermes::new(markers)),
         "qwen3_coder" | "qwen3_xml" => Box::new(qwen3_coder::Qwen3Coder::new(markers, tools)),
@@ -48,6 +52,10 @@ pub(crate) fn build(name: &str, markers: &Markers, tools: &crate::parse::schema:
         "glm45" | "glm47" => Box::new(glm::Glm::new(markers, tools)),
         "kimi_k2" => Box::new(kimi::Kimi::new(markers)),
         "pythonic" => Box::new(pythonic::Pythonic::new(markers)),
-        _ => return Err(Error::invalid_argument(format!("tool_parser: unknown parser {name:?}"))),
+        _ => {
+            return Err(Error::invalid_argument(format!(
+                "tool_parser: unknown parser {name:?}"
+            )))
+        }
     })
 }

@@ -83,7 +83,11 @@ impl<'a> P<'a> {
             }
         }
         if self.i == start || self.s.as_bytes()[start].is_ascii_digit() {
-            return if self.i == start { self.expect_more() } else { Err(false) };
+            return if self.i == start {
+                self.expect_more()
+            } else {
+                Err(false)
+            };
         }
         if self.i == self.s.len() {
             return Err(true);
@@ -94,7 +98,9 @@ impl<'a> P<'a> {
     /// A Python literal as JSON text.
     fn value(&mut self) -> Res<String> {
         self.ws();
-        let Some(c) = self.peek() else { return Err(true) };
+        let Some(c) = self.peek() else {
+            return Err(true);
+        };
         match c {
             '\'' | '"' => self.string(false),
             'r' | 'R' if matches!(self.s[self.i + 1..].chars().next(), Some('\'' | '"')) => {
@@ -113,7 +119,9 @@ impl<'a> P<'a> {
         self.i += 1;
         let mut text = String::new();
         loop {
-            let Some(c) = self.peek() else { return Err(true) };
+            let Some(c) = self.peek() else {
+                return Err(true);
+            };
             self.i += c.len_utf8();
             if c == quote {
                 let mut out = String::new();
@@ -127,7 +135,9 @@ impl<'a> P<'a> {
                 text.push(c);
                 continue;
             }
-            let Some(e) = self.peek() else { return Err(true) };
+            let Some(e) = self.peek() else {
+                return Err(true);
+            };
             if raw {
                 text.push('\\');
                 text.push(e);
@@ -164,7 +174,10 @@ impl<'a> P<'a> {
                         'u' => 4,
                         _ => 8,
                     };
-                    let digits = self.s.get(self.i..self.i + n).ok_or(self.i + n > self.s.len())?;
+                    let digits = self
+                        .s
+                        .get(self.i..self.i + n)
+                        .ok_or(self.i + n > self.s.len())?;
                     let value = u32::from_str_radix(digits, 16).map_err(|_| false)?;
                     if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
                         return Err(false);
@@ -241,7 +254,11 @@ impl<'a> P<'a> {
         let start = self.i;
         while let Some(c) = self.peek() {
             let after_exp = self.i > start && matches!(self.s.as_bytes()[self.i - 1], b'e' | b'E');
-            if c.is_ascii_alphanumeric() || c == '_' || c == '.' || (matches!(c, '+' | '-') && (self.i == start || after_exp)) {
+            if c.is_ascii_alphanumeric()
+                || c == '_'
+                || c == '.'
+                || (matches!(c, '+' | '-') && (self.i == start || after_exp))
+            {
                 self.i += 1;
             } else {
                 break;
@@ -327,7 +344,10 @@ pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
             Ok(name) => name,
             Err(more) => return (calls.clone(), fail(&calls, more, at)),
         };
-        calls.push(ParsedCall { name, ..ParsedCall::default() });
+        calls.push(ParsedCall {
+            name,
+            ..ParsedCall::default()
+        });
         // Keyword arguments.
         loop {
             p.ws();
@@ -391,7 +411,12 @@ pub(crate) struct Pythonic {
 
 impl Pythonic {
     pub(crate) fn new(markers: &Markers) -> Self {
-        Pythonic { start: markers.pattern(MARKERS[0]), end: markers.pattern(MARKERS[1]), state: State::Content, sent: Vec::new() }
+        Pythonic {
+            start: markers.pattern(MARKERS[0]),
+            end: markers.pattern(MARKERS[1]),
+            state: State::Content,
+            sent: Vec::new(),
+        }
     }
 
     /// Sends what `calls` has beyond what was sent; `finish` closes every call.
@@ -400,7 +425,11 @@ impl Pythonic {
             if i == self.sent.len() {
                 let index = out.start_call(&call.name, None);
                 out.call_args(index, "{");
-                self.sent.push(Sent { index, members: 0, closed: false });
+                self.sent.push(Sent {
+                    index,
+                    members: 0,
+                    closed: false,
+                });
             }
             let sent = &mut self.sent[i];
             let mut text = String::new();
@@ -433,7 +462,11 @@ impl Stage for Pythonic {
                             self.state = State::List;
                             self.sent.clear();
                         } else {
-                            let len = if index == 1 { self.start.len() } else { self.end.len() };
+                            let len = if index == 1 {
+                                self.start.len()
+                            } else {
+                                self.end.len()
+                            };
                             out.route(input, len, Channel::Framing);
                         }
                     }
@@ -481,11 +514,22 @@ mod tests {
 
     #[test]
     fn parses_lists_of_calls() {
-        let (calls, status) = parse_list("[f(a=1, b='x\\n', c=[True, None, (1, 2.5)], d={'k': -3e2}), g()] tail");
+        let (calls, status) =
+            parse_list("[f(a=1, b='x\\n', c=[True, None, (1, 2.5)], d={'k': -3e2}), g()] tail");
         assert_eq!(status, ListStatus::Done(63));
-        assert_eq!(calls[0].members[2], ("c".into(), "[true, null, [1, 2.5]]".into()));
+        assert_eq!(
+            calls[0].members[2],
+            ("c".into(), "[true, null, [1, 2.5]]".into())
+        );
         assert_eq!(calls[0].members[3], ("d".into(), "{\"k\": -3e2}".into()));
-        assert_eq!(calls[1], ParsedCall { name: "g".into(), members: vec![], closed: true });
+        assert_eq!(
+            calls[1],
+            ParsedCall {
+                name: "g".into(),
+                members: vec![],
+                closed: true
+            }
+        );
         assert_eq!(parse_list("[see(this)]").1, ListStatus::NotAList);
         assert_eq!(parse_list("[1, 2]").1, ListStatus::NotAList);
         assert_eq!(parse_list("[f(a=1").1, ListStatus::Wait);

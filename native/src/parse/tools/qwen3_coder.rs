@@ -36,13 +36,24 @@ const PARAMETER_END: &str = "</parameter>";
 enum State {
     Content,
     /// After `<tool_call>` (already routed as framing when `marker_len` is 0).
-    Block { marker_len: usize },
+    Block {
+        marker_len: usize,
+    },
     /// Reading `NAME>`; the input starts with `block` bytes of `<tool_call>` and whitespace, then
     /// `<function=` (`prefix` bytes in all).
-    Name { block: usize, prefix: usize },
-    Params { index: u32 },
-    ParamName { index: u32 },
-    Value { index: u32 },
+    Name {
+        block: usize,
+        prefix: usize,
+    },
+    Params {
+        index: u32,
+    },
+    ParamName {
+        index: u32,
+    },
+    Value {
+        index: u32,
+    },
     AfterFunction,
 }
 
@@ -87,9 +98,14 @@ impl Stage for Qwen3Coder {
                     Scan::Found { at, index } => {
                         out.route(input, at, Channel::Content);
                         self.state = if index == 0 {
-                            State::Block { marker_len: self.open.len() }
+                            State::Block {
+                                marker_len: self.open.len(),
+                            }
                         } else {
-                            State::Name { block: 0, prefix: FUNCTION.len() }
+                            State::Name {
+                                block: 0,
+                                prefix: FUNCTION.len(),
+                            }
                         };
                     }
                     Scan::Partial { at } => {
@@ -106,12 +122,19 @@ impl Stage for Qwen3Coder {
                     let ws = leading_ws(rest);
                     let after = &rest[ws..];
                     if after.starts_with(FUNCTION) {
-                        self.state = State::Name { block: marker_len + ws, prefix: marker_len + ws + FUNCTION.len() };
+                        self.state = State::Name {
+                            block: marker_len + ws,
+                            prefix: marker_len + ws + FUNCTION.len(),
+                        };
                     } else if after.starts_with(self.close.as_str()) {
                         // An empty block.
                         out.route(input, marker_len + ws + self.close.len(), Channel::Framing);
                         self.state = State::Content;
-                    } else if !end && (after.is_empty() || could_become(after, FUNCTION) || could_become(after, &self.close)) {
+                    } else if !end
+                        && (after.is_empty()
+                            || could_become(after, FUNCTION)
+                            || could_become(after, &self.close))
+                    {
                         return;
                     } else {
                         // Not a call: the marker is text.
@@ -122,7 +145,10 @@ impl Stage for Qwen3Coder {
                 State::Name { block, prefix } => {
                     let rest = &input.as_str()[prefix..];
                     match rest.find(|c| matches!(c, '>' | '\n' | '<') || is_sentinel(c)) {
-                        Some(at) if rest.as_bytes()[at] == b'>' && !ascii_trim(&rest[..at]).is_empty() => {
+                        Some(at)
+                            if rest.as_bytes()[at] == b'>'
+                                && !ascii_trim(&rest[..at]).is_empty() =>
+                        {
                             self.function = ascii_trim(&rest[..at]).to_string();
                             let index = out.start_call(&self.function, None);
                             out.route(input, block, Channel::Framing);
@@ -162,14 +188,19 @@ impl Stage for Qwen3Coder {
                         self.state = State::Content;
                         return;
                     } else if after.is_empty()
-                        || [PARAMETER, FUNCTION_END, self.close.as_str()].iter().any(|p| could_become(after, p))
+                        || [PARAMETER, FUNCTION_END, self.close.as_str()]
+                            .iter()
+                            .any(|p| could_become(after, p))
                     {
                         out.route(input, ws, Channel::Tool);
                         return;
                     } else {
                         // Stray text between parameters: skip up to the next tag.
                         let first = after.chars().next().map_or(1, char::len_utf8);
-                        let skip = first + after[first..].find(|c| c == '<' || is_sentinel(c)).unwrap_or(after.len() - first);
+                        let skip = first
+                            + after[first..]
+                                .find(|c| c == '<' || is_sentinel(c))
+                                .unwrap_or(after.len() - first);
                         out.route(input, ws + skip, Channel::Tool);
                     }
                 }
@@ -245,8 +276,15 @@ impl Stage for Qwen3Coder {
                         self.state = State::Content;
                     } else if after.starts_with(FUNCTION) {
                         out.route(input, ws, Channel::Framing);
-                        self.state = State::Name { block: 0, prefix: FUNCTION.len() };
-                    } else if !end && (after.is_empty() || could_become(after, &self.close) || could_become(after, FUNCTION)) {
+                        self.state = State::Name {
+                            block: 0,
+                            prefix: FUNCTION.len(),
+                        };
+                    } else if !end
+                        && (after.is_empty()
+                            || could_become(after, &self.close)
+                            || could_become(after, FUNCTION))
+                    {
                         return;
                     } else {
                         self.state = State::Content;

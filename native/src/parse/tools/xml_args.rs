@@ -32,7 +32,10 @@ pub(crate) struct ArgsBuilder {
 impl ArgsBuilder {
     /// Starts the object; `strip_newlines` strips one leading and one trailing newline per value.
     pub(crate) fn new(strip_newlines: bool) -> Self {
-        ArgsBuilder { strip_newlines, ..ArgsBuilder::default() }
+        ArgsBuilder {
+            strip_newlines,
+            ..ArgsBuilder::default()
+        }
     }
 
     /// Bytes held back.
@@ -85,7 +88,11 @@ impl ArgsBuilder {
         let mut chunk = std::mem::take(&mut self.value);
         chunk.push_str(s);
         let keep_newline = self.strip_newlines && chunk.ends_with('\n');
-        let emit = if keep_newline { &chunk[..chunk.len() - 1] } else { &chunk[..] };
+        let emit = if keep_newline {
+            &chunk[..chunk.len() - 1]
+        } else {
+            &chunk[..]
+        };
         if !emit.is_empty() {
             self.start_string(out);
             push_escaped(emit, out);
