@@ -66,7 +66,10 @@ class ParseStreamServicer:
             async for message in requests:
                 started = time.perf_counter()
                 try:
-                    answer = mux.handle(message)
+                    # A step is microseconds per request and runs inline; a large message (a whole
+                    # output parsed in one step) goes to the worker pool so the loop stays free. The
+                    # stream's messages are handled one at a time, so the mux is never shared.
+                    answer = await self._runtime.offloader.run(lambda: mux.handle(message), len(message), _RPC)
                 except SidecarError as e:
                     code = e.code.name
                     await context.abort(e.code, e.message)

@@ -92,11 +92,6 @@ impl JsonRelay {
         self.started
     }
 
-    /// Whether the top-level value is complete.
-    pub(crate) fn is_done(&self) -> bool {
-        self.done
-    }
-
     /// Bytes held back (pending keys, scalars).
     pub(crate) fn held(&self) -> usize {
         self.pending.len() + self.scalar.len()

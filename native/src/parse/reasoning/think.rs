@@ -49,7 +49,6 @@ enum State {
 pub(crate) struct ThinkSplitter {
     start: Vec<String>,
     end: Vec<String>,
-    implicit_end: Vec<String>,
     /// Patterns searched in reasoning: end markers, start markers, then implicit ends.
     in_reasoning: Vec<String>,
     state: State,
@@ -77,7 +76,6 @@ impl ThinkSplitter {
         ThinkSplitter {
             start,
             end,
-            implicit_end,
             in_reasoning,
             state,
             needs_flag: spec.needs_flag,

@@ -23,6 +23,9 @@ fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
 }
 
+/// A call header: name, the model's call id, and its length up to the arguments.
+type Header = (String, Option<String>, usize);
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Content,
@@ -76,7 +79,7 @@ impl Mistral {
     /// Reads `name[CALL_ID]id[ARGS]` (or a prefix of it) after the marker: `Some(Ok((name, id,
     /// header length)))` once the arguments' `{` is next, `Some(Err(()))` when this is no header,
     /// `None` to wait.
-    fn header(&self, s: &str, end: bool) -> Option<Result<(String, Option<String>, usize), ()>> {
+    fn header(&self, s: &str, end: bool) -> Option<Result<Header, ()>> {
         let name_len = s.find(|c: char| !is_name_char(c)).unwrap_or(s.len());
         if name_len == 0 {
             return Some(Err(()));

@@ -63,11 +63,6 @@ impl ArgsBuilder {
         self.in_member = true;
     }
 
-    /// Whether a member is open.
-    pub(crate) fn in_member(&self) -> bool {
-        self.in_member
-    }
-
     /// Adds raw value text.
     pub(crate) fn text(&mut self, s: &str, out: &mut String) {
         let mut s = s;
