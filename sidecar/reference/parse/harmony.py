@@ -30,9 +30,11 @@ class Harmony:
         pass
 
     def _route(self, header: str):  # noqa: ANN202
+        if len(self.channel) > 1:  # markers matched as text separate words too
+            header = header.replace(self.channel, f" {self.channel} ").replace("<|constrain|>", " ")
         recipient = next((w[3:] for w in _words(header) if w.startswith("to=")), None) or None
         _, sep, after = header.partition(self.channel)
-        channel = _words(after)[0] if sep else ""
+        channel = next((w for w in _words(after) if w), "") if sep else ""
         if recipient is not None:
             if recipient.startswith("functions.") and len(recipient) > len("functions."):
                 return ("call", recipient[len("functions.") :])

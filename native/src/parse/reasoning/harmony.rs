@@ -61,6 +61,16 @@ enum Route {
 /// Reads a header (`assistant<|channel|>commentary to=functions.f <|constrain|>json`, sentinels
 /// standing for the markers).
 fn route_of(header: &str, channel_marker: &str) -> Route {
+    // Markers matched as text (a vocabulary without harmony tokens) separate words too.
+    let spaced;
+    let header = if channel_marker.chars().count() > 1 {
+        spaced = header
+            .replace(channel_marker, &format!(" {channel_marker} "))
+            .replace("<|constrain|>", " ");
+        spaced.as_str()
+    } else {
+        header
+    };
     let recipient = header
         .split(|c: char| c.is_ascii_whitespace() || is_sentinel(c))
         .find_map(|w| w.strip_prefix("to="))
@@ -69,7 +79,7 @@ fn route_of(header: &str, channel_marker: &str) -> Route {
         .split_once(channel_marker)
         .map(|(_, rest)| {
             rest.split(|c: char| c.is_ascii_whitespace() || is_sentinel(c))
-                .next()
+                .find(|w| !w.is_empty())
                 .unwrap_or("")
         })
         .unwrap_or("");
