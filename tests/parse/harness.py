@@ -341,9 +341,26 @@ def check_expected(result: Result, expect: dict, exact_tokens: bool = True) -> N
         assert result.reasoning_tokens == expect["reasoning_tokens"], "reasoning_tokens"
 
 
+def check_decoding(case: dict, ids: list[int]) -> None:
+    """Item 1 on the case's own ids: with parsers off, the output is Hugging Face's decode of the
+    ids in the context of the prompt's last 32 ids."""
+    tok = hf_tokenizer(case["model"])
+    skip = case.get("skip_special_tokens", True)
+    context = prompt_ids(case)[-32:]
+    before = tok.decode(context, skip_special_tokens=skip)
+    after = tok.decode(context + ids, skip_special_tokens=skip)
+    if not after.startswith(before):
+        return
+    plain = {k: v for k, v in case.items() if k not in ("tool_parser", "reasoning_parser", "stop")}
+    for chunks in (chunkings(ids)["one"], [ids]):
+        result, _ = run("native", plain, chunks)
+        assert result.content == after[len(before):], f"{case['name']}: decoding differs from HF"
+
+
 def check_case(case: dict) -> dict[str, int]:
     """Runs a case on both backends in every chunking; returns run counts."""
     ids = output_ids(case)
+    check_decoding(case, ids)
     variants = {"tokens": ids}
     per_byte = byte_ids(case)
     if per_byte is not None and per_byte != ids:
