@@ -117,7 +117,7 @@ class Markers:
 class Out:
     """What stages write to; one per request, emptied every step."""
 
-    def __init__(self, markers: Markers, mistral_ids: bool, seed: int) -> None:
+    def __init__(self, markers: Markers, mistral_ids: bool, seed: int = 0) -> None:
         self.markers = markers
         self.content = ""
         self.reasoning = ""
@@ -126,7 +126,6 @@ class Out:
         self.visible = Buf()
         self.call_count = 0
         self._mistral_ids = mistral_ids
-        self._rng = os.urandom if seed == 0 else None
 
     def route(self, buf: Buf, n: int, channel: str) -> None:
         for text, start, end in buf.take(n):
