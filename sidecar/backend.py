@@ -1,5 +1,5 @@
-"""The backend interface: what the servicers need from a tokenizer, a renderer (and, later, a
-parser), implemented twice: `sidecar.native` (the Rust core, the default) and `sidecar.reference`
+"""The backend interface: what the servicers need from a tokenizer, a renderer and a parser,
+implemented twice: `sidecar.native` (the Rust core, the default) and `sidecar.reference`
 (pure Python on the PyPI `tokenizers` package). The differential tests hold the two to identical
 outputs and identical errors.
 """
@@ -139,6 +139,56 @@ class Tokenizer(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class ParseLimits:
+    """Limits of one ParseStream (see `ServerConfig`)."""
+
+    #: Open requests per stream; one more is RESOURCE_EXHAUSTED.
+    max_requests: int = 4096
+    #: Finished request ids remembered, so a late step is "already finished", not "unknown".
+    remember_finished: int = 4096
+    #: Bytes of undecided output one request may hold back; more is RESOURCE_EXHAUSTED.
+    max_held_bytes: int = 1 << 20
+
+
+class ParseModel(Protocol):
+    """A model's parsing data, shared by all its requests."""
+
+    #: "byte_level", "sentencepiece" or "generic" (native); "window" (reference).
+    decoder: str
+    tool_parsers: list[str]
+    reasoning_parsers: list[str]
+
+
+class ParseMux(Protocol):
+    """The open requests of one ParseStream (used from one thread).
+
+    `config` of `open` holds the session options: `tool_parser`, `reasoning_parser` (resolved;
+    "" = none), `tools_json`, `chat_template_kwargs_json`, `skip_special_tokens`, `stop`,
+    `include_stop_str_in_output`, `max_held_bytes`, `trace`, `id_seed`.
+    """
+
+    def open(self, model: ParseModel, request_id: str, fingerprint: str, config: dict, prompt_ids: Sequence[int]) -> None:
+        """Opens a request; raises InvalidArgument / ResourceExhausted naming the field."""
+        ...
+
+    def handle(self, message: bytes) -> bytes | None:
+        """Answers a raw `ParseStreamRequest` step or cancel with raw `ParseStreamResponse` bytes;
+        returns None for an `open` (the caller resolves the model and calls `open`). A malformed
+        message raises InvalidArgument."""
+        ...
+
+    def trace(self, request_id: str) -> dict | None:
+        """The attribution trace of a request opened with `trace` (tests)."""
+        ...
+
+    def close(self) -> None:
+        """Frees every open request."""
+        ...
+
+    def __len__(self) -> int: ...
+
+
 class Backend(Protocol):
     """Loads models' components."""
 
@@ -153,6 +203,14 @@ class Backend(Protocol):
         settings: RendererSettings,
     ) -> Renderer:
         """Binds (name, source) chat templates and special-token variables to a loaded tokenizer."""
+        ...
+
+    def load_parse_model(self, tokenizer: Tokenizer, force_generic: bool = False) -> ParseModel:
+        """Builds the parsing data of a loaded tokenizer."""
+        ...
+
+    def new_parse_mux(self, limits: ParseLimits) -> ParseMux:
+        """A fresh ParseStream multiplexer."""
         ...
 
 

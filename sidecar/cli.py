@@ -38,6 +38,8 @@ def _serve(args: argparse.Namespace) -> int:
             workers=args.workers or (os.cpu_count() or 2),
             max_queue=args.max_queue,
             drain_seconds=args.drain_seconds,
+            parse_max_requests=args.parse_max_requests,
+            parse_max_held_bytes=args.parse_max_held_kb * 1024,
             log_level=args.log_level,
             kv=kv_config_from_args(args),
         )
@@ -266,6 +268,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--workers", type=int, default=0, help="native worker threads (default: CPU count)")
     serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker")
     serve.add_argument("--drain-seconds", type=float, default=10.0, help="grace period on SIGTERM")
+    serve.add_argument("--parse-max-requests", type=int, default=4096,
+                       help="ParseStream: open requests per stream (more is RESOURCE_EXHAUSTED)")
+    serve.add_argument("--parse-max-held-kb", type=int, default=1024,
+                       help="ParseStream: KiB of undecided output one request may hold back")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     serve.add_argument("--kv-events", action="append", default=[],
                        metavar="WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]",

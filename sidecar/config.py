@@ -50,6 +50,10 @@ class ServerConfig:
     max_queue: int = 256
     #: Calls with less input than this run inline on the event loop (a thread hop costs more).
     inline_bytes: int = 16 * 1024
+    #: ParseStream: open requests per stream.
+    parse_max_requests: int = 4096
+    #: ParseStream: bytes of undecided output one request may hold back.
+    parse_max_held_bytes: int = 1 << 20
     #: Seconds in-flight RPCs get to finish after SIGTERM.
     drain_seconds: float = 10.0
     log_level: str = "info"

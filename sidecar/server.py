@@ -72,11 +72,8 @@ def preprocessor_handler(runtime: Runtime) -> grpc.GenericRpcHandler:
             "Detokenize": unary_handler("Detokenize", detokenize.Detokenize, pb.DetokenizeRequest, pb.DetokenizeResponse),
             "Render": unary_handler("Render", render.Render, pb.RenderRequest, pb.RenderResponse),
             "ListModels": unary_handler("ListModels", models.ListModels, pb.ListModelsRequest, pb.ListModelsResponse),
-            "ParseStream": grpc.stream_stream_rpc_method_handler(
-                parse.ParseStream,
-                request_deserializer=pb.ParseStreamRequest.FromString,
-                response_serializer=pb.ParseStreamResponse.SerializeToString,
-            ),
+            # Raw bytes both ways: the parse multiplexer reads and writes the wire format itself.
+            "ParseStream": grpc.stream_stream_rpc_method_handler(parse.ParseStream),
         },
     )
 

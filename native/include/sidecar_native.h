@@ -8,6 +8,16 @@
 #include <stdint.h>
 
 /*
+ `sc_parse_mux_handle` answered a step or a cancel.
+ */
+#define SC_PARSE_HANDLED 0
+
+/*
+ `sc_parse_mux_handle` saw an `open`: resolve the model and call `sc_parse_mux_open`.
+ */
+#define SC_PARSE_OPEN 1
+
+/*
  The call succeeded; out-parameters are written.
  */
 #define SC_STATUS_OK 0
@@ -69,9 +79,32 @@
 #define DYNAMO_SEED 1337
 
 /*
+ Prompt ids the decoder is primed with (the end of the prompt): enough for any decoder state
+ (a partial character, a byte-fallback run, whether text has started).
+ */
+#define PRIME_DETOK_IDS 32
+
+/*
+ How far back the reasoning split looks in the prompt for its last marker.
+ */
+#define PRIME_PARSER_IDS 512
+
+/*
  The engine algorithm (see the table in [`super`]).
  */
 typedef struct Algorithm Algorithm;
+
+/*
+ A model's parse data (decode table, added tokens); immutable, shareable across threads. Free
+ with `sc_parse_model_free`.
+ */
+typedef struct sc_parse_model sc_parse_model;
+
+/*
+ The open requests of one ParseStream; used by one thread at a time. Free with
+ `sc_parse_mux_free`.
+ */
+typedef struct sc_parse_mux sc_parse_mux;
 
 /*
  A model's chat templates bound to its tokenizer, with the multi-turn segment cache; immutable
@@ -423,6 +456,130 @@ int32_t sc_prefix_keys(struct sc_ids ids,
                        uint64_t *out,
                        uintptr_t out_cap,
                        uintptr_t *written,
+                       struct sc_error **err);
+
+/*
+ Builds the parse data of a tokenizer. `options_json`: `{"force_generic": bool}` or empty.
+
+ # Safety
+ `tok` must be a live handle; `options_json` is borrowed for the call; `out` and `err` must be
+ NULL or valid for writes.
+ */
+int32_t sc_parse_model_new(const struct sc_tokenizer *tok,
+                           struct sc_str options_json,
+                           struct sc_parse_model **out,
+                           struct sc_error **err);
+
+/*
+ Frees parse data. Streams opened with it keep their own reference. NULL is a no-op.
+
+ # Safety
+ `model` must be NULL or a handle from `sc_parse_model_new`, not yet freed.
+ */
+void sc_parse_model_free(struct sc_parse_model *model);
+
+/*
+ Describes the parse data as JSON: `decoder` (`byte_level`, `sentencepiece`, `generic`),
+ `vocab_size`, `tool_parsers`, `reasoning_parsers`.
+
+ # Safety
+ `model` must be a live handle; `out` and `err` NULL or writable.
+ */
+int32_t sc_parse_model_info(const struct sc_parse_model *model,
+                            struct sc_bytes *out,
+                            struct sc_error **err);
+
+/*
+ A new multiplexer. `limits_json`: `{"max_requests": n, "remember_finished": n}` or empty.
+
+ # Safety
+ `limits_json` is borrowed for the call; `out` and `err` NULL or writable.
+ */
+int32_t sc_parse_mux_new(struct sc_str limits_json,
+                         struct sc_parse_mux **out,
+                         struct sc_error **err);
+
+/*
+ Frees a multiplexer and every request still open in it. NULL is a no-op.
+
+ # Safety
+ `mux` must be NULL or a handle from `sc_parse_mux_new`, not yet freed and not in use.
+ */
+void sc_parse_mux_free(struct sc_parse_mux *mux);
+
+/*
+ Number of open requests.
+
+ # Safety
+ `mux` must be NULL or a live handle.
+ */
+uintptr_t sc_parse_mux_len(const struct sc_parse_mux *mux);
+
+/*
+ Opens a request. `config_json` is a session configuration (`tool_parser`,
+ `reasoning_parser`, `tools_json`, `chat_template_kwargs_json`, `skip_special_tokens`, `stop`,
+ `include_stop_str_in_output`, `max_held_bytes`, `trace`, `id_seed`); parser names must already
+ be resolved (empty or `none` = no parser). Errors: `INVALID_ARGUMENT` (unknown parser, bad JSON,
+ duplicate id, prompt id outside the vocabulary), `RESOURCE_EXHAUSTED` (too many open requests).
+
+ # Safety
+ `mux` and `model` must be live handles (the mux used by no other thread); strings and ids are
+ borrowed for the call; `err` NULL or writable.
+ */
+int32_t sc_parse_mux_open(struct sc_parse_mux *mux,
+                          const struct sc_parse_model *model,
+                          struct sc_str request_id,
+                          struct sc_str fingerprint,
+                          struct sc_str config_json,
+                          struct sc_ids prompt_ids,
+                          struct sc_error **err);
+
+/*
+ Handles one raw `ParseStreamRequest`: a step or a cancel is answered in `out` (raw
+ `ParseStreamResponse` bytes, possibly empty) and `*kind` is `SC_PARSE_HANDLED`; an open sets
+ `*kind` to `SC_PARSE_OPEN` and leaves `out` empty. A malformed message is
+ `SC_ERR_KIND_INVALID_ARGUMENT`; failures of single requests are inside the answer.
+
+ # Safety
+ `mux` must be a live handle used by no other thread; `message` must be NULL (len 0) or readable
+ for `len` bytes during the call; `out`, `kind` and `err` NULL or writable.
+ */
+int32_t sc_parse_mux_handle(struct sc_parse_mux *mux,
+                            const uint8_t *message,
+                            uintptr_t len,
+                            struct sc_bytes *out,
+                            int32_t *kind,
+                            struct sc_error **err);
+
+/*
+ The attribution trace of a request opened with `"trace": true` (JSON), or empty `out` when
+ there is none.
+
+ # Safety
+ `mux` must be a live handle; `request_id` is borrowed for the call; `out` and `err` NULL or
+ writable.
+ */
+int32_t sc_parse_mux_trace(const struct sc_parse_mux *mux,
+                           struct sc_str request_id,
+                           struct sc_bytes *out,
+                           struct sc_error **err);
+
+/*
+ Benchmark helper: runs `ids` through a fresh session `iterations` times, `per_step` ids per
+ feed, and writes the mean nanoseconds per token (detokenize + stop strings + parse; no FFI
+ or protobuf) to `*ns_per_token`.
+
+ # Safety
+ `model` must be a live handle; strings and ids are borrowed for the call; `ns_per_token` and
+ `err` NULL or writable.
+ */
+int32_t sc_parse_bench(const struct sc_parse_model *model,
+                       struct sc_str config_json,
+                       struct sc_ids prompt_ids,
+                       struct sc_ids ids,
+                       uintptr_t per_step,
+                       uintptr_t iterations,
+                       double *ns_per_token,
                        struct sc_error **err);
 
 /*

@@ -6,10 +6,12 @@
 
 #![deny(unsafe_code)]
 
+pub mod detok;
 pub mod error;
 pub mod ffi;
 pub mod hash;
 pub mod template;
+pub mod parse;
 pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sidecar.backend import RendererSettings
+from sidecar.backend import ParseLimits, RendererSettings
 from sidecar.native._ffi import LIBRARY_VERSION, NativeLibraryError, ffi, lib
+from sidecar.native.parse import NativeParseModel, NativeParseMux
 from sidecar.native.renderer import NativeRenderer
 from sidecar.native.tokenizer import NativeTokenizer
 
-__all__ = ["LIBRARY_VERSION", "NativeBackend", "NativeLibraryError", "NativeRenderer", "NativeTokenizer", "ffi", "lib"]
+__all__ = [
+    "LIBRARY_VERSION", "NativeBackend", "NativeLibraryError", "NativeParseModel", "NativeParseMux", "NativeRenderer",
+    "NativeTokenizer", "ffi", "lib",
+]
 
 
 class NativeBackend:
@@ -29,3 +33,9 @@ class NativeBackend:
         settings: RendererSettings,
     ) -> NativeRenderer:
         return NativeRenderer(templates, variables, tokenizer, settings)
+
+    def load_parse_model(self, tokenizer: NativeTokenizer, force_generic: bool = False) -> NativeParseModel:
+        return NativeParseModel(tokenizer, force_generic)
+
+    def new_parse_mux(self, limits: ParseLimits) -> NativeParseMux:
+        return NativeParseMux(limits)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sidecar.backend import RendererSettings
+from sidecar.backend import ParseLimits, RendererSettings
 from sidecar.reference.renderer import ReferenceRenderer
 from sidecar.reference.tokenizer import ReferenceTokenizer
 
@@ -29,3 +29,13 @@ class ReferenceBackend:
         settings: RendererSettings,
     ) -> ReferenceRenderer:
         return ReferenceRenderer(templates, variables, tokenizer, settings)
+
+    def load_parse_model(self, tokenizer: ReferenceTokenizer, force_generic: bool = False):  # noqa: ANN201
+        from sidecar.reference.parse import ReferenceParseModel
+
+        return ReferenceParseModel(tokenizer)
+
+    def new_parse_mux(self, limits: ParseLimits):  # noqa: ANN201
+        from sidecar.reference.parse import ReferenceParseMux
+
+        return ReferenceParseMux(limits)

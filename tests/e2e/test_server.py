@@ -105,10 +105,7 @@ def test_list_models_and_fingerprints(client: pb_grpc.PreprocessorStub) -> None:
         assert models["gpt2"].fingerprint != qwen.fingerprint
 
 
-def test_not_built_rpcs_answer_unimplemented(client: pb_grpc.PreprocessorStub) -> None:
-    with pytest.raises(grpc.RpcError) as e:
-        list(client.ParseStream(iter([pb.ParseStreamRequest(cancel=pb.CancelRequest(request_id="x"))])))
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+def test_block_hashing_spec_is_validated(client: pb_grpc.PreprocessorStub) -> None:
     with pytest.raises(grpc.RpcError) as e:
         client.Tokenize(pb.TokenizeRequest(model="qwen3", texts=["x"], block_hashing=pb.BlockHashing(block_size=16)))
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -18,6 +18,7 @@
 
 pub mod buf;
 pub mod hash;
+pub mod parse;
 pub mod status;
 pub mod template;
 pub mod tokenizer;

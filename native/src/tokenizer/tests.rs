@@ -7,7 +7,10 @@ use serde_json::json;
 /// A byte-level BPE over "a", "b", "ab", space and a few specials, wrapped as `<s> $A </s>`.
 fn toy_json() -> String {
     let mut vocab = serde_json::Map::new();
-    for (i, t) in ["a", "b", "ab", "Ġ", "Ġab", "c", "<s>", "</s>", "<pad>"].iter().enumerate() {
+    for (i, t) in ["a", "b", "ab", "Ġ", "Ġab", "c", "<s>", "</s>", "<pad>"]
+        .iter()
+        .enumerate()
+    {
         vocab.insert((*t).into(), json!(i));
     }
     json!({
@@ -56,27 +59,44 @@ fn finds_the_special_prefix_and_suffix() {
 fn encodes_with_and_without_special_tokens() {
     let t = toy();
     assert_eq!(t.encode("ab ab", &opts()).unwrap().ids, vec![2, 4]);
-    let with = EncodeOptions { add_special_tokens: true, ..opts() };
+    let with = EncodeOptions {
+        add_special_tokens: true,
+        ..opts()
+    };
     assert_eq!(t.encode("ab ab", &with).unwrap().ids, vec![6, 2, 4, 7]);
 }
 
 #[test]
 fn truncation_keeps_room_for_special_tokens() {
     let t = toy();
-    let o = EncodeOptions { add_special_tokens: true, max_length: Some(3), ..opts() };
+    let o = EncodeOptions {
+        add_special_tokens: true,
+        max_length: Some(3),
+        ..opts()
+    };
     let e = t.encode("ab ab", &o).unwrap();
     assert_eq!(e.ids, vec![6, 2, 7]);
     assert!(e.truncated);
-    let left = EncodeOptions { truncation_side: TruncationSide::Left, ..o };
+    let left = EncodeOptions {
+        truncation_side: TruncationSide::Left,
+        ..o
+    };
     assert_eq!(t.encode("ab ab", &left).unwrap().ids, vec![6, 4, 7]);
-    let fits = EncodeOptions { max_length: Some(4), ..left };
+    let fits = EncodeOptions {
+        max_length: Some(4),
+        ..left
+    };
     assert!(!t.encode("ab ab", &fits).unwrap().truncated);
 }
 
 #[test]
 fn max_length_below_special_count_is_invalid() {
     let t = toy();
-    let o = EncodeOptions { add_special_tokens: true, max_length: Some(1), ..opts() };
+    let o = EncodeOptions {
+        add_special_tokens: true,
+        max_length: Some(1),
+        ..opts()
+    };
     let err = t.encode("ab", &o).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().starts_with("max_length"));
@@ -85,7 +105,12 @@ fn max_length_below_special_count_is_invalid() {
 #[test]
 fn offsets_and_tokens_come_from_the_reference_path() {
     let t = toy();
-    let o = EncodeOptions { return_offsets: true, return_tokens: true, add_special_tokens: true, ..opts() };
+    let o = EncodeOptions {
+        return_offsets: true,
+        return_tokens: true,
+        add_special_tokens: true,
+        ..opts()
+    };
     let e = t.encode("ab ab", &o).unwrap();
     assert_eq!(e.tokens, vec!["<s>", "ab", "Ġab", "</s>"]);
     assert_eq!(e.offsets, vec![0, 0, 0, 2, 2, 5, 0, 0]);
@@ -97,8 +122,13 @@ fn unknown_ids_are_named_by_position() {
     let err = t.decode(&[2, 99], true).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("token_ids[1]"), "{err}");
-    let err = t.decode_batch(&[vec![2u32], vec![3, 100]], true, None).unwrap_err();
-    assert!(err.message().starts_with("sequences[1]: token_ids[1]"), "{err}");
+    let err = t
+        .decode_batch(&[vec![2u32], vec![3, 100]], true, None)
+        .unwrap_err();
+    assert!(
+        err.message().starts_with("sequences[1]: token_ids[1]"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -112,7 +142,10 @@ fn decode_skips_special_tokens_on_request() {
 fn batch_errors_name_the_text() {
     let t = toy();
     let past = Some(std::time::Instant::now() - std::time::Duration::from_millis(1));
-    let o = EncodeOptions { deadline: past, ..opts() };
+    let o = EncodeOptions {
+        deadline: past,
+        ..opts()
+    };
     let err = t.encode_batch(&["ab"], &o).unwrap_err();
     assert_eq!(err.kind(), ErrorKind::DeadlineExceeded);
 }

@@ -81,7 +81,12 @@ fn parse_ranks(text: &str) -> Result<Vec<(Vec<u8>, u32)>> {
         if line.is_empty() {
             continue;
         }
-        let bad = || Error::failed_precondition(format!("tiktoken line {}: expected `base64 rank`", lineno + 1));
+        let bad = || {
+            Error::failed_precondition(format!(
+                "tiktoken line {}: expected `base64 rank`",
+                lineno + 1
+            ))
+        };
         let (token, rank) = line.split_once(' ').ok_or_else(bad)?;
         let bytes = engine.decode(token).map_err(|_| bad())?;
         let rank: u32 = rank.trim().parse().map_err(|_| bad())?;
@@ -95,18 +100,29 @@ fn parse_ranks(text: &str) -> Result<Vec<(Vec<u8>, u32)>> {
 
 /// Special tokens from `tokenizer_config.json`'s `added_tokens_decoder`, as tokenizer.json entries.
 fn added_tokens(config: &Value) -> Result<Vec<Value>> {
-    let Some(decoder) = config.get("added_tokens_decoder").and_then(Value::as_object) else {
+    let Some(decoder) = config
+        .get("added_tokens_decoder")
+        .and_then(Value::as_object)
+    else {
         return Ok(Vec::new());
     };
     let mut tokens = Vec::with_capacity(decoder.len());
     for (id, entry) in decoder {
         let id: u32 = id.parse().map_err(|_| {
-            Error::failed_precondition(format!("tokenizer_config.json added_tokens_decoder: bad id {id:?}"))
+            Error::failed_precondition(format!(
+                "tokenizer_config.json added_tokens_decoder: bad id {id:?}"
+            ))
         })?;
-        let flag = |name: &str, default: bool| entry.get(name).and_then(Value::as_bool).unwrap_or(default);
-        let content = entry.get("content").and_then(Value::as_str).ok_or_else(|| {
-            Error::failed_precondition(format!("tokenizer_config.json added_tokens_decoder[{id}] has no content"))
-        })?;
+        let flag =
+            |name: &str, default: bool| entry.get(name).and_then(Value::as_bool).unwrap_or(default);
+        let content = entry
+            .get("content")
+            .and_then(Value::as_str)
+            .ok_or_else(|| {
+                Error::failed_precondition(format!(
+                    "tokenizer_config.json added_tokens_decoder[{id}] has no content"
+                ))
+            })?;
         tokens.push(json!({
             "id": id,
             "content": content,
@@ -178,7 +194,8 @@ pub(crate) fn tokenizer_json(ranks_text: &str, file_name: &str, config: &Value) 
             "merges": merges,
         }
     });
-    serde_json::to_string(&tokenizer).map_err(|e| Error::internal(format!("serializing tokenizer.json: {e}")))
+    serde_json::to_string(&tokenizer)
+        .map_err(|e| Error::internal(format!("serializing tokenizer.json: {e}")))
 }
 
 #[cfg(test)]
@@ -207,11 +224,19 @@ mod tests {
     fn merges_follow_merged_rank() {
         // a=0 b=1 c=2 ab=3 bc=4 abc=5: "abc" can come from ab+c or a+bc.
         let ranks = "YQ== 0\nYg== 1\nYw== 2\nYWI= 3\nYmM= 4\nYWJj 5\n";
-        let json: Value = serde_json::from_str(&tokenizer_json(ranks, "o200k_base.tiktoken", &json!({})).unwrap()).unwrap();
+        let json: Value = serde_json::from_str(
+            &tokenizer_json(ranks, "o200k_base.tiktoken", &json!({})).unwrap(),
+        )
+        .unwrap();
         let merges = json["model"]["merges"].as_array().unwrap();
         let pairs: Vec<(String, String)> = merges
             .iter()
-            .map(|m| (m[0].as_str().unwrap().to_owned(), m[1].as_str().unwrap().to_owned()))
+            .map(|m| {
+                (
+                    m[0].as_str().unwrap().to_owned(),
+                    m[1].as_str().unwrap().to_owned(),
+                )
+            })
             .collect();
         let expected = [("a", "b"), ("b", "c"), ("a", "bc"), ("ab", "c")];
         assert_eq!(pairs, expected.map(|(l, r)| (l.to_owned(), r.to_owned())));
@@ -219,7 +244,8 @@ mod tests {
 
     #[test]
     fn bad_line_names_its_number() {
-        let err = tokenizer_json("YQ== 0\nnot-a-line\n", "o200k_base.tiktoken", &json!({})).unwrap_err();
+        let err =
+            tokenizer_json("YQ== 0\nnot-a-line\n", "o200k_base.tiktoken", &json!({})).unwrap_err();
         assert!(err.message().contains("line 2"), "{err}");
     }
 }

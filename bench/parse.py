@@ -1,0 +1,233 @@
+"""ParseStream benchmarks: per-token cost of detokenize + parse, and an engine-like gRPC client.
+
+(a) Native cost per request-step (one token per step) for hermes, qwen3_coder and harmony outputs:
+    inside the native core (no FFI), and through the server's path (one native call per decode
+    step carrying many requests, raw protobuf in and out).
+(b) An engine-like client on one ParseStream over a Unix socket: 1, 64 and 256 concurrent
+    requests, one token per request per step, one message per step (lock-step): steps/s,
+    request-steps/s, p50/p99 step round trip.
+(c) The same work on the pure-Python reference backend, in the same run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Section, Stats, fmt_time
+
+REPO = Path(__file__).resolve().parent.parent
+MODELS = Path(os.environ.get("SIDECAR_SHARED_MODELS", REPO.parent / "shared" / "models"))
+
+WEATHER = '{"location": "San Francisco, CA", "unit": "celsius", "days": 3}'
+QWEN_PROMPT = "<|im_start|>user\nWhat is the weather in San Francisco?<|im_end|>\n<|im_start|>assistant\n"
+HERMES = (
+    "<think>\nThe user asks about the weather in San Francisco. I have a get_weather tool that takes a "
+    "location and a unit; the user did not say which unit, so Celsius is a reasonable default. I will call "
+    "the tool and then summarise the forecast for the next three days.\n</think>\n\n"
+    "Let me look that up for you.\n<tool_call>\n"
+    '{"name": "get_weather", "arguments": ' + WEATHER + "}\n</tool_call>\n"
+    "<tool_call>\n"
+    '{"name": "get_air_quality", "arguments": {"location": "San Francisco, CA", "pollutants": ["pm25", "o3"]}}'
+    "\n</tool_call>"
+)
+CODER = (
+    "I'll create the file with a small HTTP handler.\n<tool_call>\n<function=write_file>\n"
+    "<parameter=path>\nsrc/server.py\n</parameter>\n<parameter=content>\n"
+    "import json\nfrom http.server import BaseHTTPRequestHandler, HTTPServer\n\n\n"
+    "class Handler(BaseHTTPRequestHandler):\n    def do_GET(self):\n        body = json.dumps({'ok': True, 'path': self.path})\n"
+    "        self.send_response(200)\n        self.send_header('Content-Type', 'application/json')\n"
+    "        self.end_headers()\n        self.wfile.write(body.encode())\n\n\n"
+    "if __name__ == '__main__':\n    HTTPServer(('127.0.0.1', 8080), Handler).serve_forever()\n"
+    "</parameter>\n<parameter=mode>\n420\n</parameter>\n</function>\n</tool_call>"
+)
+CODER_TOOLS = json.dumps([{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
+    "path": {"type": "string"}, "content": {"type": "string"}, "mode": {"type": "integer"}}}}}])
+HARMONY_PROMPT = "<|start|>system<|message|>You are ChatGPT.\nReasoning: medium<|end|><|start|>user<|message|>Weather in SF?<|end|><|start|>assistant"
+HARMONY = (
+    "<|channel|>analysis<|message|>The user wants the current weather in San Francisco. We have a get_weather "
+    "function taking a location and a unit. Call it with San Francisco, CA and celsius, then answer.<|end|>"
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
+    + WEATHER + "<|call|>"
+)
+
+WORKLOADS = [
+    # name, model dir, tool parser, reasoning parser, prompt, output, tools
+    ("hermes", "qwen3", "hermes", "qwen3", QWEN_PROMPT, HERMES, ""),
+    ("qwen3_coder", "qwen3", "qwen3_coder", "", QWEN_PROMPT, CODER, CODER_TOOLS),
+    ("harmony", "gpt-oss", "openai", "openai", HARMONY_PROMPT, HARMONY, ""),
+]
+
+
+def _encode(model: str, text: str) -> list[int]:
+    import tokenizers
+
+    tok = tokenizers.Tokenizer.from_file(str(MODELS / model / "tokenizer.json"))
+    return tok.encode(text, add_special_tokens=False).ids
+
+
+def _config(tool: str, reasoning: str, tools: str) -> dict:
+    return {"tool_parser": tool, "reasoning_parser": reasoning, "tools_json": tools}
+
+
+def _step_messages(n_requests: int, ids: list[int], prefix: str = "r") -> list[bytes]:
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    out = []
+    for k, token in enumerate(ids):
+        last = k == len(ids) - 1
+        items = [pb.StepTokens(request_id=f"{prefix}{r}", token_ids=[token], finished=last) for r in range(n_requests)]
+        out.append(pb.ParseStreamRequest(step=pb.Step(items=items)).SerializeToString())
+    return out
+
+
+def _mux_cost(backend_name: str, model: str, cfg: dict, prompt: list[int], ids: list[int], n_requests: int,
+              repeats: int) -> float:
+    """Seconds per request-step through a multiplexer (raw protobuf in and out), as the server
+    runs it."""
+    from sidecar.backend import ParseLimits, get_backend
+
+    backend = get_backend(backend_name)
+    tok = backend.load_tokenizer(MODELS / model)
+    parse_model = backend.load_parse_model(tok)
+    messages = _step_messages(n_requests, ids)
+    total = 0.0
+    for _ in range(repeats):
+        mux = backend.new_parse_mux(ParseLimits())
+        for r in range(n_requests):
+            mux.open(parse_model, f"r{r}", "fp", cfg, prompt)
+        started = time.perf_counter()
+        for message in messages:
+            mux.handle(message)
+        total += time.perf_counter() - started
+        mux.close()
+    return total / (repeats * len(ids) * n_requests)
+
+
+def section_native_cost(quick: bool) -> Section:
+    from sidecar.backend import get_backend
+
+    section = Section(
+        "ParseStream: cost per request-step (one token per step)",
+        ["output", "tokens", "native core", "native via mux (FFI + protobuf)", "Python reference via mux", "reference / native"],
+        notes=[
+            "native core: sc_parse_bench, a whole request fed one token per step inside Rust (session creation included).",
+            "via mux: what the server does per decode step: one call per step carrying 64 requests, raw protobuf in "
+            "and out, measured from Python; the reference runs the same messages through the pure-Python backend.",
+            "Target: native at least 20x the reference per token.",
+        ],
+    )
+    backend = get_backend("native")
+    n = 16 if quick else 64
+    for name, model, tool, reasoning, prompt_text, output, tools in WORKLOADS:
+        prompt = _encode(model, prompt_text)
+        ids = _encode(model, output)
+        cfg = _config(tool, reasoning, tools)
+        parse_model = backend.load_parse_model(backend.load_tokenizer(MODELS / model))
+        core_ns = parse_model.bench(cfg, prompt, ids, 1, 50 if quick else 400)
+        native = _mux_cost("native", model, cfg, prompt, ids, n, 2 if quick else 5)
+        reference = _mux_cost("reference", model, cfg, prompt, ids, max(4, n // 8), 1)
+        section.rows.append([
+            name, str(len(ids)), fmt_time(core_ns * 1e-9), fmt_time(native), fmt_time(reference),
+            f"{reference / native:.0f}x",
+        ])
+    return section
+
+
+async def _engine(target: str, messages_by_step: list[bytes], opens: list[bytes]) -> list[float]:
+    import grpc
+
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.stream_stream("/sidecar.v1.Preprocessor/ParseStream")()
+        for message in opens:
+            await call.write(message)
+            await call.read()
+        latencies = []
+        for message in messages_by_step:
+            started = time.perf_counter()
+            await call.write(message)
+            await call.read()
+            latencies.append(time.perf_counter() - started)
+        await call.done_writing()
+        return latencies
+
+
+def _open_messages(n: int, model: str, tool: str, reasoning: str, prompt: list[int], tools: str,
+                   prefix: str = "r") -> list[bytes]:
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    return [
+        pb.ParseStreamRequest(open=pb.OpenRequest(
+            request_id=f"{prefix}{r}", model=model, tool_parser=tool, reasoning_parser=reasoning, tools_json=tools,
+            prompt_token_ids=prompt,
+        )).SerializeToString()
+        for r in range(n)
+    ]
+
+
+def _start_server(tmp: Path, backend: str) -> tuple[object, str]:
+    import subprocess
+
+    uds = tmp / f"{backend}.sock"
+    log = open(tmp / f"{backend}.log", "w")  # noqa: SIM115 - lives with the process
+    cmd = [sys.executable, "-m", "sidecar", "serve", "--backend", backend, "--port", "-1", "--uds", str(uds),
+           "--model", f"qwen3={MODELS / 'qwen3'}", "--parse-max-requests", "1024", "--log-level", "warning"]
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    deadline = time.monotonic() + 120
+    while not uds.exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"server did not start: {(tmp / f'{backend}.log').read_text()}")
+        time.sleep(0.1)
+    time.sleep(0.5)
+    return proc, f"unix:{uds}"
+
+
+def section_grpc(quick: bool) -> list[Section]:
+    sections = []
+    prompt = _encode("qwen3", QWEN_PROMPT)
+    ids = _encode("qwen3", HERMES)
+    with tempfile.TemporaryDirectory() as tmp:
+        for backend in ("native", "reference"):
+            proc, target = _start_server(Path(tmp), backend)
+            try:
+                section = Section(
+                    f"ParseStream over gRPC (UDS), engine-like client, {backend} backend (hermes + qwen3 output, "
+                    f"{len(ids)} tokens)",
+                    ["concurrent requests", "steps/s", "request-steps/s", "p50 step", "p99 step"],
+                    notes=[
+                        "One stream; each step message carries one new token of every running request and waits for "
+                        "the answer (lock-step), so a step's round trip is the latency an engine would add per "
+                        "decode step.",
+                        "Target (native): under 5 ms p99 at 256 concurrent requests.",
+                    ],
+                )
+                counts = [1, 64, 256] if backend == "native" else [1, 64]
+                for n in counts:
+                    steps = ids if not quick and backend == "native" else ids[: min(len(ids), 40)]
+                    # Warm-up on its own stream (its requests are freed when that stream ends).
+                    warm_opens = _open_messages(n, "qwen3", "hermes", "qwen3", prompt, "", prefix="w")
+                    asyncio.run(_engine(target, _step_messages(n, steps[:5], prefix="w"), warm_opens))
+                    opens = _open_messages(n, "qwen3", "hermes", "qwen3", prompt, "")
+                    latencies = asyncio.run(_engine(target, _step_messages(n, steps), opens))
+                    stats = Stats(latencies)
+                    total = sum(latencies)
+                    section.rows.append([
+                        str(n), f"{len(latencies) / total:,.0f}", f"{n * len(latencies) / total:,.0f}",
+                        fmt_time(stats.p50), fmt_time(stats.p99),
+                    ])
+                sections.append(section)
+            finally:
+                proc.terminate()
+                proc.wait(30)
+    return sections
+
+
+def run(quick: bool) -> list[Section]:
+    if not (MODELS / "SOURCES.md").is_file():
+        return [Section("ParseStream", ["skipped"], rows=[[f"../shared/models not found at {MODELS}"]])]
+    return [section_native_cost(quick), *section_grpc(quick)]

@@ -1,0 +1,96 @@
+//! Decoder tests on real vocabularies (skipped when ../shared/models is absent); the exhaustive
+//! comparison against Hugging Face runs in tests/parse/test_detok.py.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::{Anchor, DecodeTable, Detokenizer, TextSink};
+use crate::tokenizer::Tokenizer;
+
+pub(crate) fn shared_model(name: &str) -> Option<Tokenizer> {
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../shared/models")
+        .join(name);
+    dir.is_dir()
+        .then(|| Tokenizer::from_dir(&dir).expect("shared model loads"))
+}
+
+fn run(tok: &Tokenizer, ids: &[u32], skip: bool) -> (String, Vec<(u64, Anchor)>) {
+    let table = Arc::new(DecodeTable::build(tok, false).expect("table"));
+    let mut d = Detokenizer::new(table, skip);
+    let mut sink = TextSink::default();
+    for (seq, &id) in ids.iter().enumerate() {
+        d.push(id, seq as u64, &mut sink);
+    }
+    d.flush(&mut sink);
+    (sink.text, sink.anchors)
+}
+
+fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
+    tok.hf()
+        .encode(text, false)
+        .expect("encode")
+        .get_ids()
+        .to_vec()
+}
+
+#[test]
+fn byte_level_holds_partial_characters() {
+    let Some(tok) = shared_model("qwen3") else {
+        return;
+    };
+    let text = "漢字 🤔 ok";
+    let ids = encode(&tok, text);
+    let table = Arc::new(DecodeTable::build(&tok, false).expect("table"));
+    assert_eq!(table.family(), "byte_level");
+    let mut d = Detokenizer::new(table, true);
+    let mut out = String::new();
+    for (seq, &id) in ids.iter().enumerate() {
+        let mut sink = TextSink::default();
+        d.push(id, seq as u64, &mut sink);
+        assert!(
+            !sink.text.contains('\u{FFFD}'),
+            "a replacement character was emitted early"
+        );
+        out.push_str(&sink.text);
+    }
+    assert_eq!(out, text);
+}
+
+#[test]
+fn every_token_gets_one_anchor() {
+    let Some(tok) = shared_model("qwen3") else {
+        return;
+    };
+    let ids = encode(&tok, "a漢<|im_end|>b");
+    let (text, anchors) = run(&tok, &ids, true);
+    assert_eq!(text, "a漢b");
+    let mut seqs: Vec<u64> = anchors.iter().map(|(s, _)| *s).collect();
+    seqs.sort();
+    assert_eq!(seqs, (0..ids.len() as u64).collect::<Vec<_>>());
+    assert!(
+        anchors
+            .iter()
+            .any(|(_, a)| matches!(a, Anchor::ZeroWidth(_))),
+        "the skipped special token"
+    );
+}
+
+#[test]
+fn sentencepiece_runs_resolve_as_a_whole() {
+    let Some(tok) = shared_model("mistral-v3-spm") else {
+        return;
+    };
+    let byte = |b: u8| {
+        tok.token_to_id(&format!("<0x{b:02X}>"))
+            .expect("byte piece")
+    };
+    // A complete character followed by an invalid byte: `decode` turns the whole run into U+FFFDs,
+    // so the character must not have been emitted early.
+    let ids = [byte(0xE4), byte(0xB8), byte(0xAD), byte(0xFF)];
+    let (text, _) = run(&tok, &ids, true);
+    assert_eq!(text, tok.decode(&ids, true).expect("decode"));
+    assert_eq!(text, "\u{FFFD}".repeat(4));
+    let (text, _) = run(&tok, &ids[..3], true);
+    assert_eq!(text, "中");
+}

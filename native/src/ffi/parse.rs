@@ -1,0 +1,352 @@
+//! Exports for [`crate::parse`]: per-model parse data, and one multiplexer per ParseStream that
+//! takes raw `ParseStreamRequest` bytes and answers with raw `ParseStreamResponse` bytes, so a
+//! whole decode step is one call with no per-request Python work.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::Deserialize;
+use serde_json::json;
+
+use super::buf::{read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str};
+use super::status::sc_error;
+use super::tokenizer::sc_tokenizer;
+use super::{guard, write_out};
+use crate::error::Error;
+use crate::parse::{Handled, Mux, MuxLimits, OpenOptions, ParseModel, Session, SessionConfig};
+
+/// A model's parse data (decode table, added tokens); immutable, shareable across threads. Free
+/// with `sc_parse_model_free`.
+pub struct sc_parse_model {
+    inner: Arc<ParseModel>,
+}
+
+/// The open requests of one ParseStream; used by one thread at a time. Free with
+/// `sc_parse_mux_free`.
+pub struct sc_parse_mux {
+    inner: Mux,
+}
+
+/// `sc_parse_mux_handle` answered a step or a cancel.
+pub const SC_PARSE_HANDLED: i32 = 0;
+/// `sc_parse_mux_handle` saw an `open`: resolve the model and call `sc_parse_mux_open`.
+pub const SC_PARSE_OPEN: i32 = 1;
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ModelOptions {
+    /// Use the generic window decoder even where a table would do (tests).
+    force_generic: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(default)]
+struct LimitOptions {
+    max_requests: usize,
+    remember_finished: usize,
+}
+
+impl Default for LimitOptions {
+    fn default() -> Self {
+        let d = MuxLimits::default();
+        LimitOptions {
+            max_requests: d.max_requests,
+            remember_finished: d.remember_finished,
+        }
+    }
+}
+
+fn json_arg<T: for<'de> Deserialize<'de> + Default>(text: &str, field: &str) -> crate::Result<T> {
+    if text.trim().is_empty() {
+        return Ok(T::default());
+    }
+    serde_json::from_str(text).map_err(|e| Error::invalid_argument(format!("{field}: {e}")))
+}
+
+/// Builds the parse data of a tokenizer. `options_json`: `{"force_generic": bool}` or empty.
+///
+/// # Safety
+/// `tok` must be a live handle; `options_json` is borrowed for the call; `out` and `err` must be
+/// NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_model_new(
+    tok: *const sc_tokenizer,
+    options_json: sc_str,
+    out: *mut *mut sc_parse_model,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle and lends the string for the call.
+        let t = unsafe { read_handle(tok, "tokenizer")? }.tokenizer();
+        // SAFETY: as above.
+        let options: ModelOptions = json_arg(
+            unsafe { read_str(options_json, "options_json")? },
+            "options_json",
+        )?;
+        let inner = Arc::new(ParseModel::new(t, options.force_generic)?);
+        let handle = Box::into_raw(Box::new(sc_parse_model { inner }));
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
+            // SAFETY: we just made `handle` and nobody else has it.
+            drop(unsafe { Box::from_raw(handle) });
+        })
+    })
+}
+
+/// Frees parse data. Streams opened with it keep their own reference. NULL is a no-op.
+///
+/// # Safety
+/// `model` must be NULL or a handle from `sc_parse_model_new`, not yet freed.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_model_free(model: *mut sc_parse_model) {
+    if !model.is_null() {
+        // SAFETY: made by Box::into_raw; ownership returns here exactly once.
+        drop(unsafe { Box::from_raw(model) });
+    }
+}
+
+/// Describes the parse data as JSON: `decoder` (`byte_level`, `sentencepiece`, `generic`),
+/// `vocab_size`, `tool_parsers`, `reasoning_parsers`.
+///
+/// # Safety
+/// `model` must be a live handle; `out` and `err` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_model_info(
+    model: *const sc_parse_model,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle.
+        let m = &unsafe { read_handle(model, "model")? }.inner;
+        let info = json!({
+            "decoder": m.decoder_family(),
+            "vocab_size": m.vocab_size(),
+            "tool_parsers": crate::parse::TOOL_PARSERS,
+            "reasoning_parsers": crate::parse::REASONING_PARSERS,
+        });
+        let bytes = serde_json::to_vec(&info).map_err(|e| Error::internal(e.to_string()))?;
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
+    })
+}
+
+/// A new multiplexer. `limits_json`: `{"max_requests": n, "remember_finished": n}` or empty.
+///
+/// # Safety
+/// `limits_json` is borrowed for the call; `out` and `err` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_mux_new(
+    limits_json: sc_str,
+    out: *mut *mut sc_parse_mux,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller lends the string for the call.
+        let limits: LimitOptions = json_arg(
+            unsafe { read_str(limits_json, "limits_json")? },
+            "limits_json",
+        )?;
+        let limits = MuxLimits {
+            max_requests: limits.max_requests,
+            remember_finished: limits.remember_finished,
+        };
+        let handle = Box::into_raw(Box::new(sc_parse_mux {
+            inner: Mux::new(limits),
+        }));
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
+            // SAFETY: we just made `handle` and nobody else has it.
+            drop(unsafe { Box::from_raw(handle) });
+        })
+    })
+}
+
+/// Frees a multiplexer and every request still open in it. NULL is a no-op.
+///
+/// # Safety
+/// `mux` must be NULL or a handle from `sc_parse_mux_new`, not yet freed and not in use.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_mux_free(mux: *mut sc_parse_mux) {
+    if !mux.is_null() {
+        // SAFETY: made by Box::into_raw; ownership returns here exactly once.
+        drop(unsafe { Box::from_raw(mux) });
+    }
+}
+
+/// Number of open requests.
+///
+/// # Safety
+/// `mux` must be NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_mux_len(mux: *const sc_parse_mux) -> usize {
+    if mux.is_null() {
+        return 0;
+    }
+    // SAFETY: non-null live handle, as the caller promises.
+    unsafe { &*mux }.inner.len()
+}
+
+/// Opens a request. `config_json` is a session configuration (`tool_parser`,
+/// `reasoning_parser`, `tools_json`, `chat_template_kwargs_json`, `skip_special_tokens`, `stop`,
+/// `include_stop_str_in_output`, `max_held_bytes`, `trace`, `id_seed`); parser names must already
+/// be resolved (empty or `none` = no parser). Errors: `INVALID_ARGUMENT` (unknown parser, bad JSON,
+/// duplicate id, prompt id outside the vocabulary), `RESOURCE_EXHAUSTED` (too many open requests).
+///
+/// # Safety
+/// `mux` and `model` must be live handles (the mux used by no other thread); strings and ids are
+/// borrowed for the call; `err` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_mux_open(
+    mux: *mut sc_parse_mux,
+    model: *const sc_parse_model,
+    request_id: sc_str,
+    fingerprint: sc_str,
+    config_json: sc_str,
+    prompt_ids: sc_ids,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        if mux.is_null() {
+            return Err(Error::invalid_argument("mux: null handle"));
+        }
+        // SAFETY: non-null live handle used by this thread only, as the caller promises.
+        let mux = unsafe { &mut *mux };
+        // SAFETY: the caller passes a live handle and lends the arguments for the call.
+        let model = Arc::clone(&unsafe { read_handle(model, "model")? }.inner);
+        // SAFETY: as above.
+        let (request_id, fingerprint, config, prompt) = unsafe {
+            (
+                read_str(request_id, "open.request_id")?,
+                read_str(fingerprint, "fingerprint")?,
+                read_str(config_json, "config_json")?,
+                read_ids(prompt_ids, "open.prompt_token_ids")?,
+            )
+        };
+        let cfg: SessionConfig = json_arg(config, "config_json")?;
+        let opts = OpenOptions {
+            request_id: request_id.to_string(),
+            fingerprint: fingerprint.to_string(),
+        };
+        mux.inner.open(model, &opts, &cfg, prompt)
+    })
+}
+
+/// Handles one raw `ParseStreamRequest`: a step or a cancel is answered in `out` (raw
+/// `ParseStreamResponse` bytes, possibly empty) and `*kind` is `SC_PARSE_HANDLED`; an open sets
+/// `*kind` to `SC_PARSE_OPEN` and leaves `out` empty. A malformed message is
+/// `SC_ERR_KIND_INVALID_ARGUMENT`; failures of single requests are inside the answer.
+///
+/// # Safety
+/// `mux` must be a live handle used by no other thread; `message` must be NULL (len 0) or readable
+/// for `len` bytes during the call; `out`, `kind` and `err` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_mux_handle(
+    mux: *mut sc_parse_mux,
+    message: *const u8,
+    len: usize,
+    out: *mut sc_bytes,
+    kind: *mut i32,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        if mux.is_null() {
+            return Err(Error::invalid_argument("mux: null handle"));
+        }
+        // SAFETY: non-null live handle used by this thread only, as the caller promises.
+        let mux = unsafe { &mut *mux };
+        // SAFETY: the caller lends the bytes for the call.
+        let message = unsafe { read_slice(message, len, "message")? };
+        let mut response = Vec::new();
+        let handled = mux.inner.handle(message, &mut response)?;
+        let code = match handled {
+            Handled::Done => SC_PARSE_HANDLED,
+            Handled::Open => SC_PARSE_OPEN,
+        };
+        // SAFETY: the caller promises `kind` and `out` are NULL or writable.
+        unsafe {
+            write_out(kind, code, "kind")?;
+            write_out(out, sc_bytes::from_vec(response), "out")
+        }
+    })
+}
+
+/// The attribution trace of a request opened with `"trace": true` (JSON), or empty `out` when
+/// there is none.
+///
+/// # Safety
+/// `mux` must be a live handle; `request_id` is borrowed for the call; `out` and `err` NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_mux_trace(
+    mux: *const sc_parse_mux,
+    request_id: sc_str,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle and lends the string.
+        let mux = unsafe { read_handle(mux, "mux")? };
+        // SAFETY: as above.
+        let id = unsafe { read_str(request_id, "request_id")? };
+        let bytes = match mux.inner.trace(id) {
+            Some(v) => serde_json::to_vec(&v).map_err(|e| Error::internal(e.to_string()))?,
+            None => Vec::new(),
+        };
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
+    })
+}
+
+/// Benchmark helper: runs `ids` through a fresh session `iterations` times, `per_step` ids per
+/// feed, and writes the mean nanoseconds per token (detokenize + stop strings + parse; no FFI
+/// or protobuf) to `*ns_per_token`.
+///
+/// # Safety
+/// `model` must be a live handle; strings and ids are borrowed for the call; `ns_per_token` and
+/// `err` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_bench(
+    model: *const sc_parse_model,
+    config_json: sc_str,
+    prompt_ids: sc_ids,
+    ids: sc_ids,
+    per_step: usize,
+    iterations: usize,
+    ns_per_token: *mut f64,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle and lends the arguments for the call.
+        let model = Arc::clone(&unsafe { read_handle(model, "model")? }.inner);
+        // SAFETY: as above.
+        let (config, prompt, ids) = unsafe {
+            (
+                read_str(config_json, "config_json")?,
+                read_ids(prompt_ids, "prompt_ids")?,
+                read_ids(ids, "ids")?,
+            )
+        };
+        let cfg: SessionConfig = json_arg(config, "config_json")?;
+        let per_step = per_step.max(1);
+        let mut delta = crate::parse::Delta::default();
+        let started = Instant::now();
+        for _ in 0..iterations.max(1) {
+            let mut session = Session::new(Arc::clone(&model), &cfg, prompt)?;
+            let chunks: Vec<&[u32]> = ids.chunks(per_step).collect();
+            for (i, chunk) in chunks.iter().enumerate() {
+                session.feed_into(chunk, i + 1 == chunks.len(), &mut delta)?;
+                std::hint::black_box(&delta);
+            }
+        }
+        let tokens = (ids.len().max(1) * iterations.max(1)) as f64;
+        // SAFETY: the caller promises the pointer is NULL or writable.
+        unsafe {
+            write_out(
+                ns_per_token,
+                started.elapsed().as_nanos() as f64 / tokens,
+                "ns_per_token",
+            )
+        }
+    })
+}

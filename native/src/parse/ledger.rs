@@ -1,0 +1,87 @@
+//! Token attribution by first-byte ownership: a token belongs to the channel of the stream range
+//! holding its first byte; a token that produced no bytes belongs to the range just before where it
+//! fell (the first one at the very start). Marker tokens land in framing, which counts nowhere.
+
+use std::collections::VecDeque;
+
+use crate::detok::Anchor;
+use crate::parse::out::Channel;
+
+/// Pending tokens and decided ranges of one request.
+#[derive(Debug, Default)]
+pub(crate) struct Ledger {
+    pending: VecDeque<(u64, Anchor)>,
+    /// Decided ranges `(start, end, channel)`, sorted by start (they mostly arrive in order).
+    spans: VecDeque<(u64, u64, Channel)>,
+    reasoning: u32,
+}
+
+impl Ledger {
+    /// Tokens attributed to reasoning so far.
+    pub(crate) fn reasoning_tokens(&self) -> u32 {
+        self.reasoning
+    }
+
+    pub(crate) fn add_anchors(&mut self, anchors: &mut Vec<(u64, Anchor)>) {
+        if !anchors
+            .windows(2)
+            .all(|w| w[0].1.offset() <= w[1].1.offset())
+        {
+            anchors.sort_by_key(|(_, a)| a.offset());
+        }
+        self.pending.extend(anchors.drain(..));
+    }
+
+    pub(crate) fn add_spans(&mut self, spans: &[(u64, u64, Channel)]) {
+        for &span in spans {
+            if span.1 > span.0 {
+                let at = self.spans.partition_point(|s| s.0 < span.0);
+                self.spans.insert(at, span);
+            }
+        }
+    }
+
+    /// Attributes every pending token whose range is decided; with `all`, the rest too (their
+    /// text was dropped after a stop string).
+    pub(crate) fn resolve(&mut self, all: bool) {
+        while let Some(&(_, anchor)) = self.pending.front() {
+            let channel = match anchor {
+                Anchor::Visible(o) => self.containing(o),
+                Anchor::ZeroWidth(0) => self.containing(0),
+                Anchor::ZeroWidth(o) => {
+                    self.containing(o - 1)
+                        .or_else(|| if all { self.containing(o) } else { None })
+                }
+            };
+            match channel {
+                Some(c) => {
+                    if c == Channel::Reasoning {
+                        self.reasoning += 1;
+                    }
+                }
+                None if all => {}
+                None => break,
+            }
+            self.pending.pop_front();
+            // Ranges wholly before the next token can no longer hold one.
+            let floor = self
+                .pending
+                .front()
+                .map_or(u64::MAX, |(_, a)| a.offset().saturating_sub(1));
+            // The last range stays: a token that produces nothing next still falls after it.
+            while let Some(&(_, end, _)) = self.spans.front() {
+                if end <= floor && self.spans.len() > 1 {
+                    self.spans.pop_front();
+                } else {
+                    break;
+                }
+            }
+        }
+    }
+
+    fn containing(&self, offset: u64) -> Option<Channel> {
+        let after = self.spans.partition_point(|s| s.0 <= offset);
+        let &(_, end, channel) = self.spans.get(after.checked_sub(1)?)?;
+        (offset < end).then_some(channel)
+    }
+}

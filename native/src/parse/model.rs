@@ -1,0 +1,63 @@
+//! What parsing needs from a model, built once and shared by all its requests: the decode table
+//! and the added tokens (to find which markers are single tokens).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::detok::DecodeTable;
+use crate::error::Result;
+use crate::tokenizer::Tokenizer;
+
+/// A model's parsing data; immutable, `Send + Sync`.
+pub struct ParseModel {
+    pub(crate) table: Arc<DecodeTable>,
+    /// Added-token content -> id.
+    added: HashMap<String, u32>,
+}
+
+impl ParseModel {
+    /// Builds the parsing data of `tok`; `force_generic` selects the generic decoder (tests).
+    pub fn new(tok: &Tokenizer, force_generic: bool) -> Result<ParseModel> {
+        let table = Arc::new(DecodeTable::build(tok, force_generic)?);
+        let added = tok
+            .added_tokens()
+            .iter()
+            .map(|t| (t.content.clone(), t.id))
+            .collect();
+        Ok(ParseModel { table, added })
+    }
+
+    /// The decoder family: `byte_level`, `sentencepiece` or `generic`.
+    pub fn decoder_family(&self) -> &'static str {
+        self.table.family()
+    }
+
+    /// Vocabulary size.
+    pub fn vocab_size(&self) -> usize {
+        self.table.vocab_size()
+    }
+
+    /// The id of the added token spelled exactly `text`, with what `decode` shows for it.
+    pub(crate) fn marker_token(&self, text: &str, skip_special: bool) -> Option<(u32, String)> {
+        let id = *self.added.get(text)?;
+        Some((id, self.visible_text(id, skip_special)))
+    }
+
+    /// What `decode` shows for `id` alone (empty for a skipped special token).
+    pub(crate) fn visible_text(&self, id: u32, skip_special: bool) -> String {
+        if skip_special && self.table.is_special(id) {
+            return String::new();
+        }
+        let mut detok = crate::detok::Detokenizer::new(Arc::clone(&self.table), false);
+        detok.note_visible_marker(id);
+        let mut sink = crate::detok::TextSink::default();
+        detok.push(id, 0, &mut sink);
+        detok.flush(&mut sink);
+        sink.text
+    }
+
+    /// Whether `id` is a special token.
+    pub(crate) fn is_special(&self, id: u32) -> bool {
+        self.table.is_special(id)
+    }
+}

@@ -1,0 +1,278 @@
+//! The requests of one ParseStream: request id -> [`Session`], fed from raw `ParseStreamRequest`
+//! bytes, answering with raw `ParseStreamResponse` bytes.
+//!
+//! A bad item (unknown or finished request id, an id outside the vocabulary, too much held-back
+//! text, even a bug) fails only its request: it gets a `RequestDelta` with `error` set and the rest
+//! of the step goes on.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+
+use serde_json::Value;
+
+use crate::error::{Error, ErrorKind, Result};
+use crate::parse::model::ParseModel;
+use crate::parse::proto::{self, Request, Status};
+use crate::parse::session::{Delta, Session, SessionConfig};
+
+/// Limits of one stream.
+#[derive(Debug, Clone, Copy)]
+pub struct MuxLimits {
+    /// Open requests at once; one more is `RESOURCE_EXHAUSTED`.
+    pub max_requests: usize,
+    /// Finished request ids remembered, so a late step says "already finished", not "unknown".
+    pub remember_finished: usize,
+}
+
+impl Default for MuxLimits {
+    fn default() -> Self {
+        MuxLimits {
+            max_requests: 4096,
+            remember_finished: 4096,
+        }
+    }
+}
+
+/// What `open` needs besides the session configuration.
+#[derive(Debug, Clone, Default)]
+pub struct OpenOptions {
+    /// The engine's request id.
+    pub request_id: String,
+    /// The model's fingerprint, sent on the request's first delta.
+    pub fingerprint: String,
+}
+
+struct Entry {
+    session: Session,
+    fingerprint: String,
+    sent_first: bool,
+}
+
+/// What kind of client message [`Mux::handle`] saw.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Handled {
+    /// A step or a cancel, answered in the output buffer.
+    Done,
+    /// An `open`: the server must resolve its model and call [`Mux::open`].
+    Open,
+}
+
+/// One stream's requests (see the module docs). Used by one thread at a time.
+pub struct Mux {
+    entries: HashMap<String, Entry>,
+    finished: HashSet<String>,
+    finished_order: VecDeque<String>,
+    traces: HashMap<String, Value>,
+    limits: MuxLimits,
+    /// Reused for every request-step.
+    scratch: Delta,
+}
+
+/// gRPC status codes carried in `RequestDelta.error`.
+fn grpc_code(kind: ErrorKind) -> i32 {
+    match kind {
+        ErrorKind::InvalidArgument => 3,
+        ErrorKind::DeadlineExceeded => 4,
+        ErrorKind::NotFound => 5,
+        ErrorKind::ResourceExhausted => 8,
+        ErrorKind::FailedPrecondition => 9,
+        _ => 13,
+    }
+}
+
+impl Mux {
+    /// An empty stream.
+    pub fn new(limits: MuxLimits) -> Self {
+        Mux {
+            entries: HashMap::new(),
+            finished: HashSet::new(),
+            finished_order: VecDeque::new(),
+            traces: HashMap::new(),
+            limits,
+            scratch: Delta::default(),
+        }
+    }
+
+    /// Open requests.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no request is open.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// Opens a request.
+    pub fn open(
+        &mut self,
+        model: Arc<ParseModel>,
+        opts: &OpenOptions,
+        cfg: &SessionConfig,
+        prompt: &[u32],
+    ) -> Result<()> {
+        if opts.request_id.is_empty() {
+            return Err(Error::invalid_argument(
+                "open.request_id: must not be empty",
+            ));
+        }
+        if self.entries.contains_key(&opts.request_id) {
+            return Err(Error::invalid_argument(format!(
+                "open.request_id: {:?} is already open on this stream",
+                opts.request_id
+            )));
+        }
+        if self.entries.len() >= self.limits.max_requests {
+            return Err(Error::resource_exhausted(format!(
+                "open: this stream already has {} open requests (the limit); finish or cancel some",
+                self.entries.len()
+            )));
+        }
+        let session = Session::new(model, cfg, prompt)?;
+        self.forget_finished(&opts.request_id);
+        self.entries.insert(
+            opts.request_id.clone(),
+            Entry {
+                session,
+                fingerprint: opts.fingerprint.clone(),
+                sent_first: false,
+            },
+        );
+        Ok(())
+    }
+
+    /// Handles a raw `ParseStreamRequest`; a step's answer is appended to `out` as
+    /// `ParseStreamResponse` bytes. A malformed message is `InvalidArgument`.
+    pub fn handle(&mut self, message: &[u8], out: &mut Vec<u8>) -> Result<Handled> {
+        match proto::decode_request(message)? {
+            Request::Open => Ok(Handled::Open),
+            Request::Cancel(id) => {
+                self.cancel(id);
+                Ok(Handled::Done)
+            }
+            Request::Step(items) => {
+                for item in items {
+                    self.step_one(item.request_id, &item.token_ids, item.finished, out);
+                }
+                Ok(Handled::Done)
+            }
+            Request::Empty => Err(Error::invalid_argument(
+                "ParseStreamRequest: none of open, step, cancel is set",
+            )),
+        }
+    }
+
+    /// Feeds one request's tokens and appends its delta (if any) to `out`.
+    pub fn step_one(&mut self, request_id: &str, ids: &[u32], finished: bool, out: &mut Vec<u8>) {
+        let Some(entry) = self.entries.get_mut(request_id) else {
+            let (code, message) = if self.finished.contains(request_id) {
+                (
+                    9,
+                    format!("step.items.request_id: request {request_id:?} already finished"),
+                )
+            } else {
+                (
+                    5,
+                    format!("step.items.request_id: no open request {request_id:?} on this stream"),
+                )
+            };
+            proto::put_delta(
+                out,
+                request_id,
+                None,
+                Some(Status {
+                    code,
+                    message: &message,
+                }),
+                "",
+            );
+            return;
+        };
+        let delta = &mut self.scratch;
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            entry.session.feed_into(ids, finished, delta)
+        }))
+        .unwrap_or_else(|_| Err(Error::internal("panic in the native parser")));
+        let fingerprint = if entry.sent_first {
+            ""
+        } else {
+            entry.fingerprint.as_str()
+        };
+        match result {
+            Ok(()) => {
+                let delta = &self.scratch;
+                let has_news = delta.finished
+                    || !delta.content.is_empty()
+                    || !delta.reasoning.is_empty()
+                    || !delta.calls.is_empty();
+                if has_news {
+                    proto::put_delta(out, request_id, Some(delta), None, fingerprint);
+                    entry.sent_first = true;
+                }
+                if delta.finished {
+                    self.retire(request_id);
+                }
+            }
+            Err(e) => {
+                let code = grpc_code(e.kind());
+                let message = e.context("step.items").message().to_string();
+                proto::put_delta(
+                    out,
+                    request_id,
+                    None,
+                    Some(Status {
+                        code,
+                        message: &message,
+                    }),
+                    fingerprint,
+                );
+                self.retire(request_id);
+            }
+        }
+    }
+
+    /// Drops a request; unknown ids are ignored.
+    pub fn cancel(&mut self, request_id: &str) {
+        if self.entries.remove(request_id).is_some() {
+            self.remember_finished(request_id);
+        }
+    }
+
+    /// The trace of a request opened with `trace`, while open or after it finished.
+    pub fn trace(&self, request_id: &str) -> Option<Value> {
+        match self.entries.get(request_id) {
+            Some(e) => e.session.trace_json(),
+            None => self.traces.get(request_id).cloned(),
+        }
+    }
+
+    fn retire(&mut self, request_id: &str) {
+        if let Some(entry) = self.entries.remove(request_id) {
+            if let Some(trace) = entry.session.trace_json() {
+                self.traces.insert(request_id.to_string(), trace);
+            }
+        }
+        self.remember_finished(request_id);
+    }
+
+    fn remember_finished(&mut self, request_id: &str) {
+        if self.limits.remember_finished == 0 {
+            return;
+        }
+        if self.finished.insert(request_id.to_string()) {
+            self.finished_order.push_back(request_id.to_string());
+        }
+        while self.finished_order.len() > self.limits.remember_finished {
+            if let Some(old) = self.finished_order.pop_front() {
+                self.finished.remove(&old);
+            }
+        }
+    }
+
+    fn forget_finished(&mut self, request_id: &str) {
+        if self.finished.remove(request_id) {
+            self.finished_order.retain(|id| id != request_id);
+        }
+    }
+}

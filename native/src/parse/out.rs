@@ -1,0 +1,168 @@
+//! What parsers write to: the step's content, reasoning and tool-call fragments, plus the routing
+//! of every input byte to a channel (which is how tokens are attributed).
+
+use std::sync::Arc;
+
+use crate::parse::text::{Markers, SegBuf};
+
+/// Where a stretch of the output stream went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Channel {
+    /// Visible text (the `content` field).
+    Content,
+    /// Reasoning text.
+    Reasoning,
+    /// A tool call (its name or arguments).
+    Tool,
+    /// Markers and format syntax: shown nowhere.
+    Framing,
+    /// Handed from the reasoning split to the tool parser (an intermediate channel).
+    Visible,
+}
+
+impl Channel {
+    /// The name used in traces.
+    pub fn name(self) -> &'static str {
+        match self {
+            Channel::Content => "content",
+            Channel::Reasoning => "reasoning",
+            Channel::Tool => "tool",
+            Channel::Framing => "framing",
+            Channel::Visible => "visible",
+        }
+    }
+}
+
+/// One tool-call fragment in the OpenAI streaming shape.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CallDelta {
+    /// Position of the call in the message.
+    pub index: u32,
+    /// The call id, on the first fragment only.
+    pub id: String,
+    /// The function name, on the first fragment only.
+    pub name: String,
+    /// The next piece of the JSON arguments.
+    pub arguments: String,
+}
+
+/// How call ids are made when the format gives none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum IdStyle {
+    /// `call_` + 24 random alphanumerics (OpenAI's shape).
+    OpenAi,
+    /// 9 random alphanumerics (Mistral's templates require exactly this).
+    Mistral,
+}
+
+/// The sink parsers write to; one per request, cleared every step.
+pub(crate) struct Out {
+    pub(crate) markers: Arc<Markers>,
+    pub(crate) content: String,
+    pub(crate) reasoning: String,
+    pub(crate) calls: Vec<CallDelta>,
+    /// Stream ranges and where they went, in the order they were decided.
+    pub(crate) spans: Vec<(u64, u64, Channel)>,
+    /// Text the reasoning split passes on to the tool parser.
+    pub(crate) visible: SegBuf,
+    /// Calls started so far in this request.
+    pub(crate) call_count: u32,
+    id_style: IdStyle,
+    id_state: u64,
+}
+
+impl Out {
+    pub(crate) fn new(markers: Arc<Markers>, id_style: IdStyle, seed: u64) -> Self {
+        Out {
+            markers,
+            content: String::new(),
+            reasoning: String::new(),
+            calls: Vec::new(),
+            spans: Vec::new(),
+            visible: SegBuf::default(),
+            call_count: 0,
+            id_style,
+            id_state: seed | 1,
+        }
+    }
+
+    /// Takes the first `n` bytes of `input` and sends them to `channel`.
+    pub(crate) fn route(&mut self, input: &mut SegBuf, n: usize, channel: Channel) {
+        if n == 0 {
+            return;
+        }
+        let Out {
+            markers,
+            content,
+            reasoning,
+            spans,
+            visible,
+            ..
+        } = self;
+        input.take(n, |text, start, end| {
+            match channel {
+                Channel::Content => markers.render(text, content),
+                Channel::Reasoning => markers.render(text, reasoning),
+                Channel::Visible => visible.push(text, start),
+                Channel::Tool | Channel::Framing => {}
+            }
+            if channel != Channel::Visible {
+                spans.push((start, end, channel));
+            }
+        });
+    }
+
+    /// Sends all of `input` to `channel`.
+    pub(crate) fn route_all(&mut self, input: &mut SegBuf, channel: Channel) {
+        let n = input.len();
+        self.route(input, n, channel);
+    }
+
+    /// Starts a call; returns its index. `id` empty = make one.
+    pub(crate) fn start_call(&mut self, name: &str, id: Option<String>) -> u32 {
+        let index = self.call_count;
+        self.call_count += 1;
+        let id = id.unwrap_or_else(|| self.new_id());
+        self.calls.push(CallDelta {
+            index,
+            id,
+            name: name.to_string(),
+            arguments: String::new(),
+        });
+        index
+    }
+
+    /// Appends an arguments fragment to call `index`.
+    pub(crate) fn call_args(&mut self, index: u32, fragment: &str) {
+        if fragment.is_empty() {
+            return;
+        }
+        match self.calls.last_mut() {
+            Some(last) if last.index == index => last.arguments.push_str(fragment),
+            _ => self.calls.push(CallDelta {
+                index,
+                arguments: fragment.to_string(),
+                ..CallDelta::default()
+            }),
+        }
+    }
+
+    fn new_id(&mut self) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+        let (prefix, len) = match self.id_style {
+            IdStyle::OpenAi => ("call_", 24),
+            IdStyle::Mistral => ("", 9),
+        };
+        let mut id = String::with_capacity(prefix.len() + len);
+        id.push_str(prefix);
+        for _ in 0..len {
+            // xorshift64*: ids need to be unique, not secret; the seed is random per request.
+            self.id_state ^= self.id_state >> 12;
+            self.id_state ^= self.id_state << 25;
+            self.id_state ^= self.id_state >> 27;
+            let r = self.id_state.wrapping_mul(0x2545_F491_4F6C_DD1D);
+            id.push(ALPHABET[(r >> 58) as usize % ALPHABET.len()] as char);
+        }
+        id
+    }
+}

@@ -1,0 +1,283 @@
+//! gpt-oss Harmony (`openai` as reasoning and tool parser): the output is a sequence of messages
+//! `<|start|>ROLE<|channel|>CHANNEL[ to=RECIPIENT][ <|constrain|>TYPE]<|message|>BODY<|end|>`,
+//! the last one ended by `<|call|>` (a tool call) or `<|return|>`. The recipient may also follow
+//! the role (`<|start|>assistant to=functions.f<|channel|>commentary ...`).
+//!
+//! Routing by header: a `functions.NAME` recipient makes the body the JSON arguments of a call to
+//! NAME, on any channel (gpt-oss also calls from `analysis`); another recipient (built-in tools
+//! such as `browser.search`, `python`) makes it reasoning; channel `analysis` is reasoning; `final`
+//! and `commentary` without a recipient (preambles) are content. Headers and markers are framing.
+//! The prompt, which ends with `<|start|>assistant`, primes the parser; without a prompt it starts
+//! in a header.
+
+use crate::parse::json::{is_sentinel, JsonRelay, Relay};
+use crate::parse::out::{Channel, Out};
+use crate::parse::text::{leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::Stage;
+
+/// The markers (all single tokens in gpt-oss's vocabulary).
+pub(crate) const MARKERS: &[&str] = &[
+    "<|start|>",
+    "<|channel|>",
+    "<|message|>",
+    "<|end|>",
+    "<|call|>",
+    "<|return|>",
+    "<|constrain|>",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Collecting a header (the input holds it) up to `<|message|>`.
+    Header,
+    /// A body routed to a text channel.
+    Text(Channel),
+    /// A function call's JSON body.
+    Call { index: u32 },
+    /// After a call body's JSON, up to the message end.
+    CallTail,
+    /// Between messages: framing up to the next `<|start|>` / `<|channel|>`.
+    Between,
+}
+
+/// The parser (see the module docs).
+pub(crate) struct Harmony {
+    start: String,
+    channel: String,
+    message: String,
+    end: String,
+    call: String,
+    ret: String,
+    state: State,
+    relay: JsonRelay,
+}
+
+/// What a header asks for: the body's channel, or a call to a function.
+enum Route {
+    Text(Channel),
+    Function(String),
+}
+
+/// Reads a header (`assistant<|channel|>commentary to=functions.f <|constrain|>json`, sentinels
+/// standing for the markers).
+fn route_of(header: &str, channel_marker: &str) -> Route {
+    // Markers matched as text (a vocabulary without harmony tokens) separate words too.
+    let spaced;
+    let header = if channel_marker.chars().count() > 1 {
+        spaced = header
+            .replace(channel_marker, &format!(" {channel_marker} "))
+            .replace("<|constrain|>", " ");
+        spaced.as_str()
+    } else {
+        header
+    };
+    let recipient = header
+        .split(|c: char| c.is_ascii_whitespace() || is_sentinel(c))
+        .find_map(|w| w.strip_prefix("to="))
+        .filter(|r| !r.is_empty());
+    let channel = header
+        .split_once(channel_marker)
+        .map(|(_, rest)| {
+            rest.split(|c: char| c.is_ascii_whitespace() || is_sentinel(c))
+                .find(|w| !w.is_empty())
+                .unwrap_or("")
+        })
+        .unwrap_or("");
+    match recipient {
+        Some(r) => match r.strip_prefix("functions.") {
+            Some(name) if !name.is_empty() => Route::Function(name.to_string()),
+            _ => Route::Text(Channel::Reasoning),
+        },
+        None if channel == "analysis" => Route::Text(Channel::Reasoning),
+        None => Route::Text(Channel::Content),
+    }
+}
+
+impl Harmony {
+    pub(crate) fn new(markers: &Markers) -> Self {
+        let p = |i: usize| markers.pattern(MARKERS[i]);
+        Harmony {
+            start: p(0),
+            channel: p(1),
+            message: p(2),
+            end: p(3),
+            call: p(4),
+            ret: p(5),
+            state: State::Header,
+            relay: JsonRelay::new(),
+        }
+    }
+
+    fn ends(&self) -> [&str; 5] {
+        [
+            self.end.as_str(),
+            self.call.as_str(),
+            self.ret.as_str(),
+            self.start.as_str(),
+            self.channel.as_str(),
+        ]
+    }
+
+    /// After a message body ends at `which` of [`Self::ends`] (at the start of the input).
+    fn after_body(&mut self, input: &mut SegBuf, out: &mut Out, which: usize) {
+        match which {
+            0..=2 => {
+                let len = self.ends()[which].len();
+                out.route(input, len, Channel::Framing);
+                self.state = State::Between;
+            }
+            // A new header begins without an end marker.
+            _ => self.state = State::Header,
+        }
+    }
+}
+
+impl Stage for Harmony {
+    fn held(&self) -> usize {
+        self.relay.held()
+    }
+
+    fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
+        loop {
+            match self.state {
+                State::Header => {
+                    let pats = [
+                        self.message.as_str(),
+                        self.end.as_str(),
+                        self.call.as_str(),
+                        self.ret.as_str(),
+                    ];
+                    match scan(input.as_str(), &pats) {
+                        Scan::Found { at, index: 0 } => {
+                            let header = &input.as_str()[..at];
+                            // A header restarts at its last `<|start|>`.
+                            let header = header
+                                .rsplit_once(self.start.as_str())
+                                .map_or(header, |(_, h)| h);
+                            let route = route_of(header, &self.channel);
+                            out.route(input, at + self.message.len(), Channel::Framing);
+                            self.state = match route {
+                                Route::Text(channel) => State::Text(channel),
+                                Route::Function(name) => {
+                                    let index = out.start_call(&name, None);
+                                    self.relay = JsonRelay::new();
+                                    State::Call { index }
+                                }
+                            };
+                        }
+                        Scan::Found { at, index } => {
+                            out.route(input, at + pats[index].len(), Channel::Framing);
+                            self.state = State::Between;
+                        }
+                        _ if end => return out.route_all(input, Channel::Framing),
+                        _ => return,
+                    }
+                }
+                State::Text(channel) => {
+                    let ends = self.ends();
+                    match scan(input.as_str(), &ends) {
+                        Scan::Found { at, index } => {
+                            out.route(input, at, channel);
+                            self.after_body(input, out, index);
+                        }
+                        Scan::Partial { at } => {
+                            out.route(input, at, channel);
+                            if end {
+                                out.route_all(input, channel);
+                            }
+                            return;
+                        }
+                        Scan::None => return out.route_all(input, channel),
+                    }
+                }
+                State::Call { index } => {
+                    let s = input.as_str();
+                    if !self.relay.started() {
+                        let ws = leading_ws(s);
+                        if ws == s.len() && !end {
+                            return;
+                        }
+                        if !s[ws..].starts_with('{') {
+                            out.call_args(index, "{}");
+                            self.state = State::CallTail;
+                            continue;
+                        }
+                    }
+                    let mut text = String::new();
+                    let result = self.relay.feed(s, &mut text);
+                    let consumed = match result {
+                        Relay::More => s.len(),
+                        Relay::Done(n) | Relay::Error(n) => n,
+                    };
+                    out.route(input, consumed, Channel::Tool);
+                    out.call_args(index, &text);
+                    if result == Relay::More && !end {
+                        return;
+                    }
+                    let mut text = String::new();
+                    self.relay.close(&mut text);
+                    out.call_args(index, &text);
+                    self.state = State::CallTail;
+                }
+                State::CallTail => {
+                    let ends = self.ends();
+                    match scan(input.as_str(), &ends) {
+                        Scan::Found { at, index } => {
+                            out.route(input, at, Channel::Framing);
+                            self.after_body(input, out, index);
+                        }
+                        Scan::Partial { at } if !end => {
+                            return out.route(input, at, Channel::Framing)
+                        }
+                        _ => return out.route_all(input, Channel::Framing),
+                    }
+                }
+                State::Between => match scan(input.as_str(), &[&self.start, &self.channel]) {
+                    Scan::Found { at, index } => {
+                        out.route(input, at, Channel::Framing);
+                        if index == 0 {
+                            out.route(input, self.start.len(), Channel::Framing);
+                        }
+                        self.state = State::Header;
+                    }
+                    Scan::Partial { at } if !end => return out.route(input, at, Channel::Framing),
+                    _ => return out.route_all(input, Channel::Framing),
+                },
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_route_bodies() {
+        let ch = "<|channel|>";
+        assert!(matches!(
+            route_of("assistant<|channel|>analysis", ch),
+            Route::Text(Channel::Reasoning)
+        ));
+        assert!(matches!(
+            route_of("assistant<|channel|>final", ch),
+            Route::Text(Channel::Content)
+        ));
+        assert!(matches!(
+            route_of("assistant<|channel|>commentary", ch),
+            Route::Text(Channel::Content)
+        ));
+        assert!(
+            matches!(route_of("assistant<|channel|>commentary to=functions.get_weather <|constrain|>json", ch),
+            Route::Function(n) if n == "get_weather")
+        );
+        assert!(
+            matches!(route_of("assistant to=functions.math.sum<|channel|>commentary json", ch),
+            Route::Function(n) if n == "math.sum")
+        );
+        assert!(matches!(
+            route_of("assistant<|channel|>analysis to=browser.search", ch),
+            Route::Text(Channel::Reasoning)
+        ));
+    }
+}

@@ -1,0 +1,246 @@
+//! The request's tools, as far as parsers need them: each function's parameter types, used to
+//! turn the raw text values of XML-style formats (`qwen3_coder`, GLM, MiniMax) into typed JSON.
+//!
+//! Conversion, given the parameter's allowed types, tries in this order: `null` (the text
+//! `null`), integer (`[+-]?digits`), number (a JSON number, allowing a leading `+`, a bare leading
+//! or trailing `.`), boolean (`true`/`false` in any case, `1`/`0`), object and array (JSON text of
+//! that kind), string; when none applies the value stays a string. A parameter without a known
+//! type is a string. A failed conversion never drops the call.
+
+use std::collections::HashMap;
+
+use serde_json::Value;
+
+use crate::error::{Error, Result};
+use crate::parse::json::{canonical, push_json_string, valid_number};
+
+/// A set of JSON-schema types.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct TypeSet(u8);
+
+impl TypeSet {
+    const NULL: u8 = 1;
+    const INTEGER: u8 = 2;
+    const NUMBER: u8 = 4;
+    const BOOLEAN: u8 = 8;
+    const OBJECT: u8 = 16;
+    const ARRAY: u8 = 32;
+    const STRING: u8 = 64;
+    /// Any JSON value written as JSON text (DSML `string="false"`), else the raw string.
+    const JSON: u8 = 128;
+
+    /// Plain strings.
+    pub(crate) fn string() -> TypeSet {
+        TypeSet(Self::STRING)
+    }
+
+    /// Any JSON value.
+    pub(crate) fn json() -> TypeSet {
+        TypeSet(Self::JSON)
+    }
+
+    fn has(self, bit: u8) -> bool {
+        self.0 & bit != 0
+    }
+
+    /// Whether values are plain strings (streamable as they arrive).
+    pub(crate) fn is_string(self) -> bool {
+        self.0 == 0 || self.0 == Self::STRING
+    }
+
+    fn add_name(&mut self, name: &str) {
+        self.0 |= match name.to_ascii_lowercase().as_str() {
+            "null" | "none" => Self::NULL,
+            "integer" | "int" => Self::INTEGER,
+            "number" | "float" | "double" => Self::NUMBER,
+            "boolean" | "bool" => Self::BOOLEAN,
+            "object" | "dict" => Self::OBJECT,
+            "array" | "list" | "tuple" => Self::ARRAY,
+            "string" | "str" | "text" => Self::STRING,
+            _ => 0,
+        };
+    }
+
+    /// The types a property schema allows (`type`, `anyOf`/`oneOf` members, `nullable`).
+    fn of_schema(schema: &Value) -> TypeSet {
+        let mut set = TypeSet::default();
+        match schema.get("type") {
+            Some(Value::String(t)) => set.add_name(t),
+            Some(Value::Array(ts)) => ts
+                .iter()
+                .filter_map(Value::as_str)
+                .for_each(|t| set.add_name(t)),
+            _ => {}
+        }
+        for key in ["anyOf", "oneOf"] {
+            if let Some(Value::Array(members)) = schema.get(key) {
+                for m in members {
+                    set.0 |= TypeSet::of_schema(m).0;
+                }
+            }
+        }
+        if schema.get("nullable") == Some(&Value::Bool(true)) {
+            set.0 |= Self::NULL;
+        }
+        set
+    }
+}
+
+/// Parameter types per function name.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Tools {
+    functions: HashMap<String, HashMap<String, TypeSet>>,
+}
+
+impl Tools {
+    /// Reads `tools_json` (a JSON array of OpenAI tools; empty = none).
+    pub(crate) fn parse(tools_json: &str) -> Result<Tools> {
+        if tools_json.trim().is_empty() {
+            return Ok(Tools::default());
+        }
+        let value: Value = serde_json::from_str(tools_json)
+            .map_err(|e| Error::invalid_argument(format!("tools_json: not valid JSON: {e}")))?;
+        let Value::Array(items) = value else {
+            return Err(Error::invalid_argument(
+                "tools_json: expected a JSON array of tools",
+            ));
+        };
+        let mut functions = HashMap::new();
+        for item in &items {
+            let function = item.get("function").unwrap_or(item);
+            let Some(name) = function.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            let mut params = HashMap::new();
+            if let Some(Value::Object(props)) = function.pointer("/parameters/properties") {
+                for (key, schema) in props {
+                    params.insert(key.clone(), TypeSet::of_schema(schema));
+                }
+            }
+            functions.insert(name.to_string(), params);
+        }
+        Ok(Tools { functions })
+    }
+
+    /// The types of `function`'s parameter `param` (empty when unknown).
+    pub(crate) fn param_types(&self, function: &str, param: &str) -> TypeSet {
+        self.functions
+            .get(function)
+            .and_then(|p| p.get(param))
+            .copied()
+            .unwrap_or_default()
+    }
+}
+
+/// Canonical JSON for the raw text `value` of a parameter allowing `types` (see the module docs).
+pub(crate) fn coerce(value: &str, types: TypeSet) -> String {
+    let t = value.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
+    if types.has(TypeSet::JSON) {
+        if let Some(c) = canonical(t) {
+            return c;
+        }
+    } else if !types.is_string() {
+        if types.has(TypeSet::NULL) && t == "null" {
+            return "null".into();
+        }
+        if types.has(TypeSet::INTEGER) {
+            if let Some(i) = integer(t) {
+                return i;
+            }
+        }
+        if types.has(TypeSet::NUMBER) {
+            if let Some(n) = number(t) {
+                return n;
+            }
+        }
+        if types.has(TypeSet::BOOLEAN) {
+            match t.to_ascii_lowercase().as_str() {
+                "true" | "1" => return "true".into(),
+                "false" | "0" => return "false".into(),
+                _ => {}
+            }
+        }
+        if types.has(TypeSet::OBJECT) || types.has(TypeSet::ARRAY) {
+            if let Some(c) = canonical(t) {
+                let kind_ok = (c.starts_with('{') && types.has(TypeSet::OBJECT))
+                    || (c.starts_with('[') && types.has(TypeSet::ARRAY));
+                if kind_ok {
+                    return c;
+                }
+            }
+        }
+    }
+    let mut out = String::with_capacity(value.len() + 2);
+    push_json_string(value, &mut out);
+    out
+}
+
+fn integer(t: &str) -> Option<String> {
+    let (negative, digits) = match t.as_bytes().first()? {
+        b'-' => (true, &t[1..]),
+        b'+' => (false, &t[1..]),
+        _ => (false, t),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let trimmed = digits.trim_start_matches('0');
+    Some(match (trimmed.is_empty(), negative) {
+        (true, _) => "0".to_string(),
+        (false, true) => format!("-{trimmed}"),
+        (false, false) => trimmed.to_string(),
+    })
+}
+
+/// A number literal as JSON (a leading `+`, a bare `.5` or `1.` allowed), or `None`.
+pub(crate) fn coerce_number(t: &str) -> Option<String> {
+    number(t)
+}
+
+fn number(t: &str) -> Option<String> {
+    let t = t.strip_prefix('+').unwrap_or(t);
+    let (sign, body) = match t.strip_prefix('-') {
+        Some(rest) => ("-", rest),
+        None => ("", t),
+    };
+    let mut body = body.to_string();
+    if body.starts_with('.') {
+        body.insert(0, '0');
+    }
+    if let Some(dot) = body.find('.') {
+        let after = &body[dot + 1..];
+        if after.is_empty() || after.starts_with(['e', 'E']) {
+            body.insert(dot + 1, '0');
+        }
+    }
+    let candidate = format!("{sign}{body}");
+    valid_number(&candidate).then_some(candidate)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn types(names: &[&str]) -> TypeSet {
+        let mut t = TypeSet::default();
+        names.iter().for_each(|n| t.add_name(n));
+        t
+    }
+
+    #[test]
+    fn coerces_by_declared_type() {
+        assert_eq!(coerce("03106", types(&["string"])), "\"03106\"");
+        assert_eq!(coerce("03106", types(&["integer"])), "3106");
+        assert_eq!(coerce(" 5 ", types(&["number"])), "5");
+        assert_eq!(coerce("1.", types(&["number"])), "1.0");
+        assert_eq!(coerce(".5", types(&["float"])), "0.5");
+        assert_eq!(coerce("140.0", types(&["integer"])), "\"140.0\"");
+        assert_eq!(coerce("True", types(&["boolean"])), "true");
+        assert_eq!(coerce("null", types(&["string", "null"])), "null");
+        assert_eq!(coerce("nil", types(&["string", "null"])), "\"nil\"");
+        assert_eq!(coerce("[1,2]", types(&["array"])), "[1, 2]");
+        assert_eq!(coerce("{\"a\":1}", types(&["array"])), "\"{\\\"a\\\":1}\"");
+        assert_eq!(coerce("inf", types(&["number"])), "\"inf\"");
+        assert_eq!(coerce("x\ny", TypeSet::default()), "\"x\\ny\"");
+    }
+}

@@ -1,0 +1,459 @@
+//! One request's parse state: decoder, stop strings, reasoning split and tool parser, fed once
+//! per decode step. A non-streaming parse is one [`Session::feed`] with every token and `end`.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use crate::detok::{Anchor, Detokenizer, StopFilter, TextSink};
+use crate::error::{Error, Result};
+use crate::parse::ledger::Ledger;
+use crate::parse::model::ParseModel;
+use crate::parse::out::{CallDelta, Channel, IdStyle, Out};
+use crate::parse::reasoning::{think_spec, Harmony, ThinkSplitter, HARMONY_MARKERS};
+use crate::parse::schema::Tools;
+use crate::parse::text::{Markers, SegBuf};
+use crate::parse::{tools, Passthrough, Stage};
+
+/// Prompt ids the decoder is primed with (the end of the prompt): enough for any decoder state
+/// (a partial character, a byte-fallback run, whether text has started).
+pub const PRIME_DETOK_IDS: usize = 32;
+/// How far back the reasoning split looks in the prompt for its last marker.
+pub const PRIME_PARSER_IDS: usize = 512;
+
+/// How a request is parsed (the `OpenRequest` fields that matter here).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+pub struct SessionConfig {
+    /// Tool parser name; empty or `none` for none.
+    pub tool_parser: String,
+    /// Reasoning parser name; empty or `none` for none.
+    pub reasoning_parser: String,
+    /// The request's tools as JSON text (OpenAI shape); empty for none.
+    pub tools_json: String,
+    /// The request's `chat_template_kwargs` as JSON text; empty for none.
+    pub chat_template_kwargs_json: String,
+    /// Drop special tokens from text.
+    pub skip_special_tokens: bool,
+    /// Stop strings.
+    pub stop: Vec<String>,
+    /// Keep a matched stop string in the output.
+    pub include_stop_str_in_output: bool,
+    /// Limit on bytes held back (undecided text); exceeding it fails the request.
+    pub max_held_bytes: usize,
+    /// Keep the decoded stream and attributions for [`Session::trace`] (tests).
+    pub trace: bool,
+    /// Seed for generated call ids; 0 = random.
+    pub id_seed: u64,
+}
+
+impl Default for SessionConfig {
+    fn default() -> Self {
+        SessionConfig {
+            tool_parser: String::new(),
+            reasoning_parser: String::new(),
+            tools_json: String::new(),
+            chat_template_kwargs_json: String::new(),
+            skip_special_tokens: true,
+            stop: Vec::new(),
+            include_stop_str_in_output: false,
+            max_held_bytes: 1 << 20,
+            trace: false,
+            id_seed: 0,
+        }
+    }
+}
+
+/// What one step produced for a request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Delta {
+    /// New visible text.
+    pub content: String,
+    /// New reasoning text.
+    pub reasoning: String,
+    /// New tool-call fragments.
+    pub calls: Vec<CallDelta>,
+    /// Tokens attributed to reasoning so far.
+    pub reasoning_tokens: u32,
+    /// Output tokens seen so far.
+    pub completion_tokens: u32,
+    /// The request is done.
+    pub finished: bool,
+    /// `"stop"`, `"tool_calls"` or empty.
+    pub finish_reason: &'static str,
+    /// The stop string that matched.
+    pub matched_stop: Option<String>,
+}
+
+/// The trace a session keeps when asked (tests check attribution with it).
+#[derive(Debug, Default)]
+struct Trace {
+    source: String,
+    anchors: Vec<(u64, Anchor)>,
+    spans: Vec<(u64, u64, Channel)>,
+}
+
+/// One request's parser (see the module docs).
+pub struct Session {
+    model: Arc<ParseModel>,
+    markers: Arc<Markers>,
+    skip_special: bool,
+    detok: Detokenizer,
+    stop: StopFilter,
+    stop_strings: Vec<String>,
+    reasoning: Box<dyn Stage>,
+    tools: Box<dyn Stage>,
+    buf1: SegBuf,
+    buf2: SegBuf,
+    out: Out,
+    ledger: Ledger,
+    /// Whether tokens need attributing (a reasoning split exists, or a trace is kept).
+    attribute: bool,
+    /// The step's decoded text, reused across steps.
+    sink: TextSink,
+    stream_len: u64,
+    tokens: u64,
+    finished: bool,
+    max_held: usize,
+    trace: Option<Trace>,
+}
+
+fn parser_name(name: &str) -> &str {
+    if name == "none" {
+        ""
+    } else {
+        name
+    }
+}
+
+impl Session {
+    /// Opens a session. Unknown parser names and bad `tools_json` / kwargs are `InvalidArgument`.
+    pub fn new(model: Arc<ParseModel>, cfg: &SessionConfig, prompt: &[u32]) -> Result<Session> {
+        let tool_name = parser_name(&cfg.tool_parser);
+        let reasoning_name = parser_name(&cfg.reasoning_parser);
+        // Harmony is one format for reasoning and tool calls: `openai` on either side selects it.
+        let harmony = tool_name == "openai" || reasoning_name == "openai";
+        if harmony {
+            for (field, name) in [
+                ("tool_parser", tool_name),
+                ("reasoning_parser", reasoning_name),
+            ] {
+                if !name.is_empty() && name != "openai" {
+                    return Err(Error::invalid_argument(format!(
+                        "{field}: {name:?} cannot be combined with the `openai` (harmony) parser, which reads \
+                         reasoning and tool calls itself; use `openai` or `none`"
+                    )));
+                }
+            }
+        }
+        let (tool_name, reasoning_name) = if harmony {
+            ("", "")
+        } else {
+            (tool_name, reasoning_name)
+        };
+        let tool_markers = if tool_name.is_empty() {
+            &[][..]
+        } else {
+            tools::markers(tool_name).ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "tool_parser: unknown parser {tool_name:?}; known: {}",
+                    crate::parse::TOOL_PARSERS.join(", ")
+                ))
+            })?
+        };
+        let think = if reasoning_name.is_empty() {
+            None
+        } else {
+            Some(think_spec(reasoning_name).ok_or_else(|| {
+                Error::invalid_argument(format!(
+                    "reasoning_parser: unknown parser {reasoning_name:?}; known: {}",
+                    crate::parse::REASONING_PARSERS.join(", ")
+                ))
+            })?)
+        };
+        let schema = Tools::parse(&cfg.tools_json)?;
+        let flag = thinking_flag(&cfg.chat_template_kwargs_json)?;
+        for (i, &id) in prompt.iter().enumerate() {
+            if !model.table.is_known(id) {
+                return Err(Error::invalid_argument(format!(
+                    "prompt_token_ids[{i}]: id {id} is not in the vocabulary (size {})",
+                    model.vocab_size()
+                )));
+            }
+        }
+
+        let mut markers = Markers::default();
+        let skip = cfg.skip_special_tokens;
+        let lookup = |text: &str| model.marker_token(text, skip);
+        if let Some(spec) = &think {
+            spec.markers().for_each(|m| markers.add(m, lookup));
+        }
+        if harmony {
+            HARMONY_MARKERS.iter().for_each(|&m| markers.add(m, lookup));
+        }
+        tool_markers.iter().for_each(|&m| markers.add(m, lookup));
+        let markers = Arc::new(markers);
+
+        let reasoning: Box<dyn Stage> = match &think {
+            _ if harmony => Box::new(Harmony::new(&markers)),
+            Some(spec) => Box::new(ThinkSplitter::new(spec, &markers)),
+            None => Box::new(Passthrough(Channel::Visible)),
+        };
+        let tools: Box<dyn Stage> = if tool_name.is_empty() {
+            Box::new(Passthrough(Channel::Content))
+        } else {
+            tools::build(tool_name, &markers, &schema)?
+        };
+        let id_style = if tool_name == "mistral" {
+            IdStyle::Mistral
+        } else {
+            IdStyle::OpenAi
+        };
+        let seed = if cfg.id_seed != 0 {
+            cfg.id_seed
+        } else {
+            random_seed()
+        };
+        let mut session = Session {
+            detok: Detokenizer::new(Arc::clone(&model.table), skip),
+            stop: StopFilter::new(&cfg.stop, cfg.include_stop_str_in_output),
+            stop_strings: cfg.stop.clone(),
+            out: Out::new(Arc::clone(&markers), id_style, seed),
+            model,
+            markers,
+            skip_special: skip,
+            reasoning,
+            tools,
+            buf1: SegBuf::default(),
+            buf2: SegBuf::default(),
+            ledger: Ledger::default(),
+            attribute: cfg.trace || think.is_some() || harmony,
+            sink: TextSink::default(),
+            stream_len: 0,
+            tokens: 0,
+            finished: false,
+            max_held: cfg.max_held_bytes,
+            trace: cfg.trace.then(Trace::default),
+        };
+        session.prime(prompt, flag);
+        Ok(session)
+    }
+
+    /// Primes the decoder with the end of the prompt and the reasoning split with the prompt's
+    /// tail after its last special token.
+    fn prime(&mut self, prompt: &[u32], flag: Option<bool>) {
+        let tail = &prompt[prompt.len().saturating_sub(PRIME_DETOK_IDS)..];
+        self.detok.prime(tail);
+        let window = &prompt[prompt.len().saturating_sub(PRIME_PARSER_IDS)..];
+        let start = window
+            .iter()
+            .rposition(|&id| self.model.is_special(id) && self.markers.sentinel_for(id).is_none())
+            .map_or(0, |p| p + 1);
+        let segment = &window[start..];
+        if !segment.is_empty() {
+            let mut detok = Detokenizer::new(Arc::clone(&self.model.table), self.skip_special);
+            let mut sink = TextSink::default();
+            for &id in segment {
+                match self.markers.sentinel_for(id) {
+                    Some(s) => {
+                        detok.flush(&mut sink);
+                        sink.text.push(s);
+                    }
+                    None => detok.push(id, u64::MAX, &mut sink),
+                }
+            }
+            detok.flush(&mut sink);
+            let mut input = SegBuf::default();
+            input.push(&sink.text, 0);
+            let mut scratch = Out::new(Arc::clone(&self.markers), IdStyle::OpenAi, 1);
+            self.reasoning.feed(&mut input, &mut scratch, false);
+        }
+        self.reasoning.primed(flag);
+    }
+
+    /// Whether the request finished (engine said so, a stop string matched, or it failed).
+    pub fn is_finished(&self) -> bool {
+        self.finished
+    }
+
+    /// Bytes currently held back across all stages.
+    pub fn held_bytes(&self) -> usize {
+        self.detok.held_bytes()
+            + self.stop.held()
+            + self.buf1.len()
+            + self.buf2.len()
+            + self.reasoning.held()
+            + self.tools.held()
+    }
+
+    /// Feeds one step's ids; `end` = the engine finished the request (flush everything).
+    pub fn feed(&mut self, ids: &[u32], end: bool) -> Result<Delta> {
+        let mut delta = Delta::default();
+        self.feed_into(ids, end, &mut delta)?;
+        Ok(delta)
+    }
+
+    /// [`Session::feed`] into a reused `delta` (its buffers are cleared and refilled), so a
+    /// steady stream of steps allocates nothing.
+    pub fn feed_into(&mut self, ids: &[u32], end: bool, delta: &mut Delta) -> Result<()> {
+        if self.finished {
+            return Err(Error::failed_precondition("the request already finished"));
+        }
+        for (i, &id) in ids.iter().enumerate() {
+            if !self.detok.is_known(id) {
+                return Err(Error::invalid_argument(format!(
+                    "token_ids[{i}]: id {id} is not in the vocabulary (size {})",
+                    self.model.vocab_size()
+                )));
+            }
+        }
+        let mut sink = std::mem::take(&mut self.sink);
+        sink.text.clear();
+        sink.anchors.clear();
+        sink.base = self.stream_len;
+        for &id in ids {
+            let seq = self.tokens;
+            self.tokens += 1;
+            match self.markers.sentinel_for(id) {
+                Some(sentinel) => {
+                    self.detok.flush(&mut sink);
+                    self.detok.note_visible_marker(id);
+                    sink.anchors
+                        .push((seq, Anchor::Visible(sink.base + sink.text.len() as u64)));
+                    sink.text.push(sentinel);
+                }
+                None => self.detok.push(id, seq, &mut sink),
+            }
+        }
+        if end {
+            self.detok.flush(&mut sink);
+        }
+        self.stream_len += sink.text.len() as u64;
+        if let Some(trace) = &mut self.trace {
+            trace.source.push_str(&sink.text);
+            trace.anchors.extend_from_slice(&sink.anchors);
+        }
+        if self.attribute {
+            self.ledger.add_anchors(&mut sink.anchors);
+        }
+
+        let buf1 = &mut self.buf1;
+        let matched = self.stop.feed(&sink.text, sink.base, end, |text, offset| {
+            buf1.push(text, offset)
+        });
+        self.sink = sink;
+        let done = end || matched.is_some();
+        self.reasoning.feed(&mut self.buf1, &mut self.out, done);
+        self.out.visible.drain_into(&mut self.buf2);
+        self.tools.feed(&mut self.buf2, &mut self.out, done);
+
+        if self.attribute {
+            self.ledger.add_spans(&self.out.spans);
+            self.ledger.resolve(done);
+        }
+        if let Some(trace) = &mut self.trace {
+            trace.spans.extend_from_slice(&self.out.spans);
+        }
+        self.out.spans.clear();
+
+        let held = self.held_bytes();
+        if !done && held > self.max_held {
+            self.finished = true;
+            return Err(Error::resource_exhausted(format!(
+                "the request holds back {held} bytes of undecided output, more than the limit of {} \
+                 (an unterminated tool call or value?)",
+                self.max_held
+            )));
+        }
+        // Swap buffers: the delta takes this step's text, the sink keeps the delta's old capacity.
+        delta.content.clear();
+        delta.reasoning.clear();
+        delta.calls.clear();
+        std::mem::swap(&mut delta.content, &mut self.out.content);
+        std::mem::swap(&mut delta.reasoning, &mut self.out.reasoning);
+        std::mem::swap(&mut delta.calls, &mut self.out.calls);
+        delta.reasoning_tokens = self.ledger.reasoning_tokens();
+        delta.completion_tokens = self.tokens.min(u32::MAX as u64) as u32;
+        delta.finished = false;
+        delta.finish_reason = "";
+        delta.matched_stop = None;
+        if done {
+            self.finished = true;
+            delta.finished = true;
+            if let Some(m) = matched {
+                delta.finish_reason = "stop";
+                delta.matched_stop = Some(
+                    self.stop_strings
+                        .iter()
+                        .filter(|s| !s.is_empty())
+                        .nth(m.index)
+                        .cloned()
+                        .unwrap_or_default(),
+                );
+            } else if self.out.call_count > 0 {
+                delta.finish_reason = "tool_calls";
+            }
+        }
+        Ok(())
+    }
+
+    /// The trace as JSON (`source`, `sentinels`, `anchors`, `spans`), when the session keeps one.
+    pub fn trace_json(&self) -> Option<Value> {
+        let trace = self.trace.as_ref()?;
+        let sentinels: serde_json::Map<String, Value> = self
+            .markers
+            .sentinels()
+            .into_iter()
+            .map(|(c, v)| (c.to_string(), Value::String(v)))
+            .collect();
+        let anchors: Vec<Value> = trace
+            .anchors
+            .iter()
+            .map(|&(seq, a)| {
+                let zero = matches!(a, Anchor::ZeroWidth(_));
+                serde_json::json!([seq, a.offset(), zero])
+            })
+            .collect();
+        let spans: Vec<Value> = trace
+            .spans
+            .iter()
+            .map(|&(s, e, c)| serde_json::json!([s, e, c.name()]))
+            .collect();
+        Some(serde_json::json!({
+            "source": trace.source,
+            "sentinels": sentinels,
+            "anchors": anchors,
+            "spans": spans,
+            "reasoning_tokens": self.ledger.reasoning_tokens(),
+        }))
+    }
+}
+
+/// The request's thinking flag: `enable_thinking`, else `thinking`, when a boolean.
+fn thinking_flag(kwargs_json: &str) -> Result<Option<bool>> {
+    if kwargs_json.trim().is_empty() {
+        return Ok(None);
+    }
+    let value: Value = serde_json::from_str(kwargs_json).map_err(|e| {
+        Error::invalid_argument(format!("chat_template_kwargs_json: not valid JSON: {e}"))
+    })?;
+    let Value::Object(map) = value else {
+        return Err(Error::invalid_argument(
+            "chat_template_kwargs_json: expected a JSON object",
+        ));
+    };
+    Ok(["enable_thinking", "thinking"]
+        .iter()
+        .find_map(|k| map.get(*k).and_then(Value::as_bool)))
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    // RandomState is seeded from the OS once per process; the counter makes every call distinct.
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}

@@ -1,0 +1,324 @@
+//! The text parsers read: decoded text in which marker tokens are single sentinel characters,
+//! held in a buffer that remembers where each byte sits in the request's output stream.
+//!
+//! A marker that the vocabulary has as one token (`<think>` in Qwen3, `<|channel|>` in gpt-oss) is
+//! matched by id: the session replaces the token by a sentinel, a Unicode noncharacter
+//! (U+FDD0 + marker index), so no generated text can spell it. A marker the vocabulary lacks is
+//! matched by its text. Parsers search for both the same way, as patterns.
+
+use crate::parse::json::is_sentinel;
+
+/// A buffer of parser input: text plus the stream offset of each contiguous segment.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct SegBuf {
+    text: String,
+    /// `(index into text, stream offset)` at which each contiguous segment starts.
+    segs: Vec<(usize, u64)>,
+}
+
+impl SegBuf {
+    pub(crate) fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.text.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+
+    /// Appends `s`, which starts at stream offset `offset`.
+    pub(crate) fn push(&mut self, s: &str, offset: u64) {
+        if s.is_empty() {
+            return;
+        }
+        let contiguous = self
+            .segs
+            .last()
+            .is_some_and(|&(i, o)| o + (self.text.len() - i) as u64 == offset);
+        if !contiguous {
+            self.segs.push((self.text.len(), offset));
+        }
+        self.text.push_str(s);
+    }
+
+    /// Moves everything into `other`.
+    pub(crate) fn drain_into(&mut self, other: &mut SegBuf) {
+        let mut start = 0;
+        for k in 0..self.segs.len() {
+            let (i, o) = self.segs[k];
+            let end = self.segs.get(k + 1).map_or(self.text.len(), |s| s.0);
+            debug_assert_eq!(i, start);
+            other.push(&self.text[i..end], o);
+            start = end;
+        }
+        self.text.clear();
+        self.segs.clear();
+    }
+
+    /// Removes the first `n` bytes, calling `f(text, start, end)` for each stream range they
+    /// covered.
+    pub(crate) fn take(&mut self, n: usize, mut f: impl FnMut(&str, u64, u64)) {
+        if n == 0 {
+            return;
+        }
+        let mut whole = 0; // segments entirely inside the first n bytes
+        for k in 0..self.segs.len() {
+            let (i, o) = self.segs[k];
+            if i >= n {
+                break;
+            }
+            let seg_end = self.segs.get(k + 1).map_or(self.text.len(), |s| s.0);
+            let end = seg_end.min(n);
+            f(&self.text[i..end], o, o + (end - i) as u64);
+            if seg_end <= n {
+                whole = k + 1;
+            } else {
+                // The segment straddling n keeps its tail.
+                self.segs[k] = (n, o + (n - i) as u64);
+            }
+        }
+        self.segs.drain(..whole);
+        for seg in &mut self.segs {
+            seg.0 -= n;
+        }
+        self.text.drain(..n);
+    }
+}
+
+/// Where a search found something.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scan {
+    /// Pattern `index` starts at byte `at`.
+    Found { at: usize, index: usize },
+    /// The text from `at` to the end is a proper prefix of a pattern: hold it back.
+    Partial { at: usize },
+    /// No pattern starts in the text.
+    None,
+}
+
+/// Finds the earliest pattern occurrence (the longest on a tie), or else the earliest suffix that
+/// could still become one. Any non-empty overlap counts, a lone `<` included.
+pub(crate) fn scan(hay: &str, patterns: &[&str]) -> Scan {
+    // Fast path: text without any pattern's first byte holds neither a pattern nor a prefix of one
+    // (most decoded text, when patterns start with `<` or a sentinel).
+    let bytes = hay.as_bytes();
+    let mut firsts = [0u8; 8];
+    let mut n_firsts = 0;
+    for p in patterns.iter().filter_map(|p| p.as_bytes().first()) {
+        if !firsts[..n_firsts].contains(p) {
+            if n_firsts == firsts.len() {
+                n_firsts = usize::MAX;
+                break;
+            }
+            firsts[n_firsts] = *p;
+            n_firsts += 1;
+        }
+    }
+    let first_hit = if n_firsts == usize::MAX {
+        Some(0)
+    } else {
+        bytes.iter().position(|b| firsts[..n_firsts].contains(b))
+    };
+    let Some(from_hit) = first_hit else {
+        return Scan::None;
+    };
+    let hay_tail = &hay[from_hit..];
+    let mut best: Option<(usize, usize, usize)> = None;
+    for (index, pat) in patterns.iter().enumerate() {
+        if pat.is_empty() {
+            continue;
+        }
+        let found = match pat.chars().next() {
+            Some(c) if c.len_utf8() == pat.len() => hay_tail.find(c),
+            _ => hay_tail.find(pat),
+        };
+        if let Some(at) = found.map(|a| a + from_hit) {
+            let better = match best {
+                None => true,
+                Some((b_at, _, b_len)) => at < b_at || (at == b_at && pat.len() > b_len),
+            };
+            if better {
+                best = Some((at, index, pat.len()));
+            }
+        }
+    }
+    if let Some((at, index, _)) = best {
+        return Scan::Found { at, index };
+    }
+    let longest = patterns.iter().map(|p| p.len()).max().unwrap_or(0);
+    let from = hay
+        .len()
+        .saturating_sub(longest.saturating_sub(1))
+        .max(from_hit);
+    for at in from..hay.len() {
+        if !hay.is_char_boundary(at) {
+            continue;
+        }
+        let tail = &hay[at..];
+        if patterns
+            .iter()
+            .any(|p| p.len() > tail.len() && p.starts_with(tail))
+        {
+            return Scan::Partial { at };
+        }
+    }
+    Scan::None
+}
+
+/// Bytes of leading ASCII whitespace.
+pub(crate) fn leading_ws(s: &str) -> usize {
+    s.len()
+        - s.trim_start_matches(|c: char| c.is_ascii_whitespace())
+            .len()
+}
+
+/// `s` without leading and trailing ASCII whitespace.
+pub(crate) fn ascii_trim(s: &str) -> &str {
+    s.trim_matches(|c: char| c.is_ascii_whitespace())
+}
+
+/// Whether `s` is a proper prefix of `pattern` (a marker that may still arrive).
+pub(crate) fn could_become(s: &str, pattern: &str) -> bool {
+    s.len() < pattern.len() && pattern.starts_with(s)
+}
+
+/// A marker a parser looks for.
+#[derive(Debug, Clone)]
+pub(crate) struct Marker {
+    /// Its text.
+    pub(crate) text: &'static str,
+    /// Its token id when the vocabulary has it as one added token.
+    pub(crate) id: Option<u32>,
+    /// What `decode` shows for it (empty for a special token when special tokens are skipped).
+    pub(crate) visible: String,
+}
+
+/// The markers of a request's parsers, and their patterns.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Markers {
+    list: Vec<Marker>,
+    /// Token id -> sentinel; a handful of entries, so a linear scan beats hashing.
+    by_id: Vec<(u32, char)>,
+}
+
+/// Sentinels are U+FDD0..U+FDEF: at most 32 token markers per request.
+const MAX_TOKEN_MARKERS: usize = 32;
+
+impl Markers {
+    /// Registers `text`; `lookup` gives the id and visible text of an added token with exactly
+    /// this content.
+    pub(crate) fn add(
+        &mut self,
+        text: &'static str,
+        lookup: impl Fn(&str) -> Option<(u32, String)>,
+    ) {
+        if self.list.iter().any(|m| m.text == text) {
+            return;
+        }
+        let found = if self.by_id.len() < MAX_TOKEN_MARKERS {
+            lookup(text)
+        } else {
+            None
+        };
+        let (id, visible) = match found {
+            Some((id, visible)) => (Some(id), visible),
+            None => (None, text.to_string()),
+        };
+        if let Some(id) = id {
+            let sentinel =
+                char::from_u32(0xFDD0 + self.by_id.len() as u32).expect("noncharacter range");
+            self.by_id.push((id, sentinel));
+        }
+        self.list.push(Marker { text, id, visible });
+    }
+
+    /// The sentinel that stands for token `id`, when it is a marker.
+    pub(crate) fn sentinel_for(&self, id: u32) -> Option<char> {
+        self.by_id.iter().find(|(i, _)| *i == id).map(|(_, c)| *c)
+    }
+
+    /// The pattern to search for: the sentinel of a token marker, else the marker's text.
+    pub(crate) fn pattern(&self, text: &str) -> String {
+        match self.list.iter().find(|m| m.text == text) {
+            Some(Marker { id: Some(id), .. }) => {
+                self.sentinel_for(*id).expect("registered").to_string()
+            }
+            _ => text.to_string(),
+        }
+    }
+
+    /// Appends `s` with sentinels replaced by what `decode` shows for their tokens.
+    pub(crate) fn render(&self, s: &str, out: &mut String) {
+        if self.by_id.is_empty() || !s.chars().any(is_sentinel) {
+            out.push_str(s);
+            return;
+        }
+        for c in s.chars() {
+            if is_sentinel(c) {
+                if let Some(m) = self.marker_of(c) {
+                    out.push_str(&m.visible);
+                    continue;
+                }
+            }
+            out.push(c);
+        }
+    }
+
+    fn marker_of(&self, sentinel: char) -> Option<&Marker> {
+        let id = self.by_id.iter().find(|(_, c)| *c == sentinel)?.0;
+        self.list.iter().find(|m| m.id == Some(id))
+    }
+
+    /// `(sentinel, visible text)` pairs, for traces.
+    pub(crate) fn sentinels(&self) -> Vec<(char, String)> {
+        self.list
+            .iter()
+            .filter_map(|m| {
+                m.id.and_then(|id| self.sentinel_for(id))
+                    .map(|c| (c, m.visible.clone()))
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scan_finds_earliest_and_holds_partials() {
+        assert_eq!(
+            scan("ab<tool_call>", &["<tool_call>"]),
+            Scan::Found { at: 2, index: 0 }
+        );
+        assert_eq!(scan("ab<too", &["<tool_call>"]), Scan::Partial { at: 2 });
+        assert_eq!(
+            scan("ab<", &["<tool_call>", "</think>"]),
+            Scan::Partial { at: 2 }
+        );
+        assert_eq!(scan("a < b", &["<tool_call>"]), Scan::None);
+        assert_eq!(
+            scan("x</a></ab>", &["</ab>", "</a>"]),
+            Scan::Found { at: 1, index: 1 }
+        );
+    }
+
+    #[test]
+    fn segbuf_tracks_offsets_across_gaps() {
+        let mut b = SegBuf::default();
+        b.push("abc", 0);
+        b.push("de", 3);
+        b.push("fg", 10);
+        let mut ranges = Vec::new();
+        b.take(4, |_, s, e| ranges.push((s, e)));
+        assert_eq!(ranges, vec![(0, 4)]);
+        assert_eq!(b.as_str(), "efg");
+        ranges.clear();
+        b.take(2, |_, s, e| ranges.push((s, e)));
+        assert_eq!(ranges, vec![(4, 5), (10, 11)]);
+        assert_eq!(b.as_str(), "g");
+    }
+}

@@ -1,0 +1,138 @@
+//! `hermes` (Qwen2.5, Qwen3, Hermes): `<tool_call>{"name": ..., "arguments": {...}}</tool_call>`,
+//! repeated; text before, between and after calls is content.
+//!
+//! A call is decided when its name is read: before that the text since `<tool_call>` is held, and
+//! if it turns out not to be a call object (bad JSON, no name, end of output) it is content,
+//! markers and all. After the object, everything up to `</tool_call>` is framing.
+
+use crate::parse::out::{Channel, Out};
+use crate::parse::text::{scan, Markers, Scan, SegBuf};
+use crate::parse::tools::json_call::{CallEvent, JsonCall};
+use crate::parse::Stage;
+
+/// The markers this format uses.
+pub(crate) const MARKERS: &[&str] = &["<tool_call>", "</tool_call>"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Content,
+    /// After `<tool_call>`, before the name; `cursor` bytes of input were read but not routed.
+    Undecided {
+        cursor: usize,
+    },
+    InCall {
+        index: u32,
+    },
+    AfterCall,
+}
+
+/// The parser (see the module docs).
+pub(crate) struct Hermes {
+    open: String,
+    close: String,
+    state: State,
+    call: JsonCall,
+}
+
+impl Hermes {
+    pub(crate) fn new(markers: &Markers) -> Self {
+        Hermes {
+            open: markers.pattern(MARKERS[0]),
+            close: markers.pattern(MARKERS[1]),
+            state: State::Content,
+            call: JsonCall::new(&["arguments", "parameters"]),
+        }
+    }
+}
+
+impl Stage for Hermes {
+    fn held(&self) -> usize {
+        self.call.held()
+    }
+
+    fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
+        loop {
+            match self.state {
+                State::Content => match scan(input.as_str(), &[&self.open]) {
+                    Scan::Found { at, .. } => {
+                        out.route(input, at, Channel::Content);
+                        self.state = State::Undecided {
+                            cursor: self.open.len(),
+                        };
+                        self.call = JsonCall::new(&["arguments", "parameters"]);
+                    }
+                    Scan::Partial { at } => {
+                        out.route(input, at, Channel::Content);
+                        if end {
+                            out.route_all(input, Channel::Content);
+                        }
+                        return;
+                    }
+                    Scan::None => return out.route_all(input, Channel::Content),
+                },
+                State::Undecided { cursor } => {
+                    let (n, event) = self.call.feed(&input.as_str()[cursor..]);
+                    let cursor = cursor + n;
+                    match event {
+                        CallEvent::Named => {
+                            let name = self.call.name.clone().unwrap_or_default();
+                            let index = out.start_call(&name, None);
+                            out.route(input, self.open.len(), Channel::Framing);
+                            out.route(input, cursor - self.open.len(), Channel::Tool);
+                            out.call_args(index, &self.call.args);
+                            self.call.args.clear();
+                            self.state = State::InCall { index };
+                        }
+                        CallEvent::More if !end => {
+                            self.state = State::Undecided { cursor };
+                            return;
+                        }
+                        // Not a call: the marker is text, and what follows is read as content.
+                        _ => {
+                            out.route(input, self.open.len(), Channel::Content);
+                            self.state = State::Content;
+                        }
+                    }
+                }
+                State::InCall { index } => {
+                    let (n, event) = self.call.feed(input.as_str());
+                    out.route(input, n, Channel::Tool);
+                    if event == CallEvent::More && !end {
+                        out.call_args(index, &self.call.args);
+                        self.call.args.clear();
+                        return;
+                    }
+                    self.call.complete_args();
+                    out.call_args(index, &self.call.args);
+                    self.call.args.clear();
+                    self.state = State::AfterCall;
+                }
+                State::AfterCall => match scan(input.as_str(), &[&self.close, &self.open]) {
+                    Scan::Found { at, index } => {
+                        if index == 0 {
+                            out.route(input, at + self.close.len(), Channel::Framing);
+                            self.state = State::Content;
+                        } else {
+                            out.route(input, at, Channel::Framing);
+                            self.state = State::Content;
+                        }
+                    }
+                    Scan::Partial { at } => {
+                        out.route(input, at, Channel::Framing);
+                        if end {
+                            out.route_all(input, Channel::Framing);
+                        }
+                        return;
+                    }
+                    Scan::None => return out.route_all(input, Channel::Framing),
+                },
+            }
+            if input.is_empty() && !matches!(self.state, State::InCall { .. }) {
+                if end && matches!(self.state, State::Undecided { .. }) {
+                    continue;
+                }
+                return;
+            }
+        }
+    }
+}

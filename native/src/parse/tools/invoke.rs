@@ -1,0 +1,308 @@
+//! Calls written as `invoke` elements inside a block (MiniMax-M2 and DeepSeek-V3.2 DSML):
+//!
+//! ```text
+//! <minimax:tool_call>                         <｜DSML｜function_calls>
+//! <invoke name="f">                           <｜DSML｜invoke name="f">
+//! <parameter name="k">v</parameter>           <｜DSML｜parameter name="k" string="true">v</｜DSML｜parameter>
+//! </invoke>                                   </｜DSML｜invoke>
+//! </minimax:tool_call>                        </｜DSML｜function_calls>
+//! ```
+//!
+//! Values are raw text. MiniMax values are typed by the request's tool schema; DSML's `string`
+//! attribute decides (`true`: the text is the string; `false`: the text is JSON, kept as a string
+//! when it does not parse). A call starts at its name's closing `">`; a missing `</parameter>` is
+//! closed by the next parameter, the invoke's end or the block's end. Inside a block, text outside
+//! elements is framing; outside blocks it is content.
+
+use crate::parse::json::is_sentinel;
+use crate::parse::out::{Channel, Out};
+use crate::parse::schema::{Tools, TypeSet};
+use crate::parse::text::{could_become, leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::xml_args::ArgsBuilder;
+use crate::parse::Stage;
+
+/// The tags of one dialect.
+pub(crate) struct InvokeSpec {
+    pub(crate) block_open: &'static str,
+    pub(crate) block_close: &'static str,
+    pub(crate) invoke_open: &'static str,
+    pub(crate) invoke_close: &'static str,
+    pub(crate) param_open: &'static str,
+    pub(crate) param_close: &'static str,
+    /// Types come from a `string="true|false"` attribute instead of the schema.
+    pub(crate) string_attr: bool,
+}
+
+/// MiniMax-M2.
+pub(crate) const MINIMAX: InvokeSpec = InvokeSpec {
+    block_open: "<minimax:tool_call>",
+    block_close: "</minimax:tool_call>",
+    invoke_open: "<invoke name=\"",
+    invoke_close: "</invoke>",
+    param_open: "<parameter name=\"",
+    param_close: "</parameter>",
+    string_attr: false,
+};
+
+/// DeepSeek-V3.2 DSML.
+pub(crate) const DSML: InvokeSpec = InvokeSpec {
+    block_open: "<｜DSML｜function_calls>",
+    block_close: "</｜DSML｜function_calls>",
+    invoke_open: "<｜DSML｜invoke name=\"",
+    invoke_close: "</｜DSML｜invoke>",
+    param_open: "<｜DSML｜parameter name=\"",
+    param_close: "</｜DSML｜parameter>",
+    string_attr: true,
+};
+
+/// The markers (block tags) of MiniMax-M2.
+pub(crate) const MINIMAX_MARKERS: &[&str] = &["<minimax:tool_call>", "</minimax:tool_call>"];
+/// The markers (block tags) of DSML.
+pub(crate) const DSML_MARKERS: &[&str] = &["<｜DSML｜function_calls>", "</｜DSML｜function_calls>"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Content,
+    Block,
+    /// The input starts with the invoke tag (`prefix` bytes); reading `name">`.
+    InvokeName {
+        prefix: usize,
+    },
+    Params {
+        index: u32,
+    },
+    ParamHeader {
+        index: u32,
+    },
+    Value {
+        index: u32,
+    },
+}
+
+/// The parser (see the module docs).
+pub(crate) struct InvokeCalls {
+    spec: &'static InvokeSpec,
+    block_open: String,
+    block_close: String,
+    state: State,
+    tools: Tools,
+    function: String,
+    args: ArgsBuilder,
+}
+
+/// Reads `"key" attr="v" ...>` (the part after `name="`): the key, the attributes text and the
+/// length through `>`; `None` when `>` has not arrived.
+fn element_header(s: &str) -> Option<(&str, &str, usize)> {
+    let quote = s.find('"')?;
+    let close = s[quote..].find('>')? + quote;
+    Some((&s[..quote], &s[quote + 1..close], close + 1))
+}
+
+impl InvokeCalls {
+    pub(crate) fn new(spec: &'static InvokeSpec, markers: &Markers, tools: &Tools) -> Self {
+        InvokeCalls {
+            spec,
+            block_open: markers.pattern(spec.block_open),
+            block_close: markers.pattern(spec.block_close),
+            state: State::Content,
+            tools: tools.clone(),
+            function: String::new(),
+            args: ArgsBuilder::new(false),
+        }
+    }
+
+    fn finish_call(&mut self, index: u32, out: &mut Out) {
+        let mut text = String::new();
+        self.args.close(&mut text);
+        out.call_args(index, &text);
+    }
+
+    /// Skips framing up to the next `<` (or marker), at least one character.
+    fn skip_stray(s: &str) -> usize {
+        let first = s.chars().next().map_or(0, char::len_utf8);
+        first
+            + s[first..]
+                .find(|c| c == '<' || is_sentinel(c))
+                .unwrap_or(s.len() - first)
+    }
+}
+
+impl Stage for InvokeCalls {
+    fn held(&self) -> usize {
+        self.args.held() + self.function.len()
+    }
+
+    fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
+        let spec = self.spec;
+        loop {
+            match self.state {
+                State::Content => match scan(input.as_str(), &[&self.block_open]) {
+                    Scan::Found { at, .. } => {
+                        out.route(input, at, Channel::Content);
+                        out.route(input, self.block_open.len(), Channel::Framing);
+                        self.state = State::Block;
+                    }
+                    Scan::Partial { at } => {
+                        out.route(input, at, Channel::Content);
+                        if end {
+                            out.route_all(input, Channel::Content);
+                        }
+                        return;
+                    }
+                    Scan::None => return out.route_all(input, Channel::Content),
+                },
+                State::Block => {
+                    let s = input.as_str();
+                    let ws = leading_ws(s);
+                    let after = &s[ws..];
+                    if after.starts_with(spec.invoke_open) {
+                        out.route(input, ws, Channel::Framing);
+                        self.state = State::InvokeName {
+                            prefix: spec.invoke_open.len(),
+                        };
+                    } else if after.starts_with(self.block_close.as_str()) {
+                        out.route(input, ws + self.block_close.len(), Channel::Framing);
+                        self.state = State::Content;
+                    } else if after.is_empty() || end {
+                        out.route_all(input, Channel::Framing);
+                        return;
+                    } else if could_become(after, spec.invoke_open)
+                        || could_become(after, &self.block_close)
+                    {
+                        out.route(input, ws, Channel::Framing);
+                        return;
+                    } else {
+                        out.route(input, ws + Self::skip_stray(after), Channel::Framing);
+                    }
+                }
+                State::InvokeName { prefix } => {
+                    let rest = &input.as_str()[prefix..];
+                    let bad = rest.find(|c| c == '\n' || c == '<' || is_sentinel(c));
+                    match element_header(rest) {
+                        Some((name, _, len))
+                            if !name.is_empty() && bad.map_or(true, |b| b > name.len()) =>
+                        {
+                            self.function = name.to_string();
+                            let index = out.start_call(&self.function, None);
+                            out.route(input, prefix + len, Channel::Tool);
+                            self.args = ArgsBuilder::new(false);
+                            let mut text = String::new();
+                            self.args.open(&mut text);
+                            out.call_args(index, &text);
+                            self.state = State::Params { index };
+                        }
+                        None if bad.is_none() && !end => return,
+                        // A malformed invoke tag is framing.
+                        _ => {
+                            out.route(input, prefix, Channel::Framing);
+                            self.state = State::Block;
+                        }
+                    }
+                }
+                State::Params { index } => {
+                    let s = input.as_str();
+                    let ws = leading_ws(s);
+                    let after = &s[ws..];
+                    if after.starts_with(spec.param_open) {
+                        out.route(input, ws + spec.param_open.len(), Channel::Tool);
+                        self.state = State::ParamHeader { index };
+                    } else if after.starts_with(spec.invoke_close) {
+                        out.route(input, ws + spec.invoke_close.len(), Channel::Tool);
+                        self.finish_call(index, out);
+                        self.state = State::Block;
+                    } else if after.starts_with(self.block_close.as_str()) {
+                        out.route(input, ws, Channel::Tool);
+                        self.finish_call(index, out);
+                        self.state = State::Block;
+                    } else if end {
+                        out.route_all(input, Channel::Tool);
+                        self.finish_call(index, out);
+                        self.state = State::Content;
+                        return;
+                    } else if after.is_empty()
+                        || [
+                            spec.param_open,
+                            spec.invoke_close,
+                            self.block_close.as_str(),
+                        ]
+                        .iter()
+                        .any(|p| could_become(after, p))
+                    {
+                        out.route(input, ws, Channel::Tool);
+                        return;
+                    } else {
+                        out.route(input, ws + Self::skip_stray(after), Channel::Tool);
+                    }
+                }
+                State::ParamHeader { index } => match element_header(input.as_str()) {
+                    Some((key, attrs, len)) => {
+                        let types = if spec.string_attr {
+                            if attrs.contains("string=\"false\"") {
+                                TypeSet::json()
+                            } else {
+                                TypeSet::string()
+                            }
+                        } else {
+                            self.tools.param_types(&self.function, key)
+                        };
+                        let key = key.to_string();
+                        out.route(input, len, Channel::Tool);
+                        let mut text = String::new();
+                        self.args.begin(&key, types, &mut text);
+                        out.call_args(index, &text);
+                        self.state = State::Value { index };
+                    }
+                    None if !end => return,
+                    None => {
+                        out.route_all(input, Channel::Tool);
+                        self.finish_call(index, out);
+                        self.state = State::Content;
+                        return;
+                    }
+                },
+                State::Value { index } => {
+                    let block_close = self.block_close.clone();
+                    let patterns = [
+                        spec.param_close,
+                        spec.param_open,
+                        spec.invoke_close,
+                        block_close.as_str(),
+                    ];
+                    let mut text = String::new();
+                    match scan(input.as_str(), &patterns) {
+                        Scan::Found { at, index: which } => {
+                            self.args.text(&input.as_str()[..at], &mut text);
+                            out.route(input, at, Channel::Tool);
+                            self.args.end(&mut text);
+                            if which == 0 {
+                                out.route(input, spec.param_close.len(), Channel::Tool);
+                            }
+                            out.call_args(index, &text);
+                            self.state = State::Params { index };
+                        }
+                        Scan::Partial { at } if !end => {
+                            self.args.text(&input.as_str()[..at], &mut text);
+                            out.route(input, at, Channel::Tool);
+                            out.call_args(index, &text);
+                            return;
+                        }
+                        _ if !end => {
+                            self.args.text(input.as_str(), &mut text);
+                            out.route_all(input, Channel::Tool);
+                            out.call_args(index, &text);
+                            return;
+                        }
+                        _ => {
+                            self.args.text(input.as_str(), &mut text);
+                            out.route_all(input, Channel::Tool);
+                            out.call_args(index, &text);
+                            self.finish_call(index, out);
+                            self.state = State::Content;
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+}

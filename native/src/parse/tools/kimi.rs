@@ -1,0 +1,214 @@
+//! `kimi_k2`: `<|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{...}<|tool_call_end|>...<|tool_calls_section_end|>`
+//! (the singular `<|tool_call_section_begin|>` spelling too).
+//!
+//! The header `functions.NAME:IDX` is Kimi's own call id: it is kept verbatim as the id (clients
+//! must echo it back). The name is the header without the `functions.` prefix and the `:IDX`
+//! suffix; when the model drops the separators (`functionsexec5`), the `functions` prefix and the
+//! trailing digits are removed. Text inside the section outside calls is framing; a section cut off
+//! keeps its complete and partial calls.
+
+use crate::parse::json::{JsonRelay, Relay};
+use crate::parse::out::{Channel, Out};
+use crate::parse::text::{ascii_trim, scan, Markers, Scan, SegBuf};
+use crate::parse::Stage;
+
+/// The markers this format uses.
+pub(crate) const MARKERS: &[&str] = &[
+    "<|tool_calls_section_begin|>",
+    "<|tool_call_section_begin|>",
+    "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>",
+    "<|tool_call_end|>",
+    "<|tool_calls_section_end|>",
+    "<|tool_call_section_end|>",
+];
+
+/// The function name in a Kimi call header (see the module docs).
+pub(crate) fn name_of(header: &str) -> String {
+    if let Some((left, index)) = header.rsplit_once(':') {
+        if !index.is_empty() && index.bytes().all(|b| b.is_ascii_digit()) {
+            return left.strip_prefix("functions.").unwrap_or(left).to_string();
+        }
+    }
+    if let Some(rest) = header.strip_prefix("functions.") {
+        return rest.to_string();
+    }
+    let rest = header
+        .strip_prefix("functions")
+        .filter(|r| !r.is_empty())
+        .unwrap_or(header);
+    let trimmed = rest.trim_end_matches(|c: char| c.is_ascii_digit());
+    if trimmed.is_empty() {
+        rest.to_string()
+    } else {
+        trimmed.to_string()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Content,
+    Section,
+    Header,
+    Args { index: u32 },
+    CallTail,
+}
+
+/// The parser (see the module docs).
+pub(crate) struct Kimi {
+    section_begin: [String; 2],
+    call_begin: String,
+    arg_begin: String,
+    call_end: String,
+    section_end: [String; 2],
+    state: State,
+    relay: JsonRelay,
+}
+
+impl Kimi {
+    pub(crate) fn new(markers: &Markers) -> Self {
+        let p = |i: usize| markers.pattern(MARKERS[i]);
+        Kimi {
+            section_begin: [p(0), p(1)],
+            call_begin: p(2),
+            arg_begin: p(3),
+            call_end: p(4),
+            section_end: [p(5), p(6)],
+            state: State::Content,
+            relay: JsonRelay::new(),
+        }
+    }
+}
+
+impl Stage for Kimi {
+    fn held(&self) -> usize {
+        self.relay.held()
+    }
+
+    fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
+        loop {
+            match self.state {
+                State::Content => {
+                    let pats = [
+                        self.section_begin[0].as_str(),
+                        self.section_begin[1].as_str(),
+                        self.call_begin.as_str(),
+                    ];
+                    match scan(input.as_str(), &pats) {
+                        Scan::Found { at, index } => {
+                            out.route(input, at, Channel::Content);
+                            out.route(input, pats[index].len(), Channel::Framing);
+                            self.state = if index == 2 {
+                                State::Header
+                            } else {
+                                State::Section
+                            };
+                        }
+                        Scan::Partial { at } => {
+                            out.route(input, at, Channel::Content);
+                            if end {
+                                out.route_all(input, Channel::Content);
+                            }
+                            return;
+                        }
+                        Scan::None => return out.route_all(input, Channel::Content),
+                    }
+                }
+                State::Section | State::CallTail => {
+                    let pats = [
+                        self.call_begin.as_str(),
+                        self.section_end[0].as_str(),
+                        self.section_end[1].as_str(),
+                        self.call_end.as_str(),
+                    ];
+                    match scan(input.as_str(), &pats) {
+                        Scan::Found { at, index } => {
+                            out.route(input, at, Channel::Framing);
+                            out.route(input, pats[index].len(), Channel::Framing);
+                            self.state = match index {
+                                0 => State::Header,
+                                1 | 2 => State::Content,
+                                _ => State::Section,
+                            };
+                        }
+                        Scan::Partial { at } => {
+                            out.route(input, at, Channel::Framing);
+                            if end {
+                                out.route_all(input, Channel::Framing);
+                            }
+                            return;
+                        }
+                        Scan::None => return out.route_all(input, Channel::Framing),
+                    }
+                }
+                State::Header => {
+                    let pats = [
+                        self.arg_begin.as_str(),
+                        self.call_end.as_str(),
+                        self.call_begin.as_str(),
+                        self.section_end[0].as_str(),
+                        self.section_end[1].as_str(),
+                    ];
+                    match scan(input.as_str(), &pats) {
+                        Scan::Found { at, index: 0 } => {
+                            let header = ascii_trim(&input.as_str()[..at]).to_string();
+                            if header.is_empty() {
+                                out.route(input, at + self.arg_begin.len(), Channel::Framing);
+                                self.state = State::CallTail;
+                                continue;
+                            }
+                            let index = out.start_call(&name_of(&header), Some(header));
+                            out.route(input, at + self.arg_begin.len(), Channel::Tool);
+                            self.relay = JsonRelay::new();
+                            self.state = State::Args { index };
+                        }
+                        // A header without arguments is framing.
+                        Scan::Found { at, .. } => {
+                            out.route(input, at, Channel::Framing);
+                            self.state = State::CallTail;
+                        }
+                        _ if end => {
+                            out.route_all(input, Channel::Framing);
+                            return;
+                        }
+                        _ => return,
+                    }
+                }
+                State::Args { index } => {
+                    let mut text = String::new();
+                    let result = self.relay.feed(input.as_str(), &mut text);
+                    let consumed = match result {
+                        Relay::More => input.len(),
+                        Relay::Done(n) | Relay::Error(n) => n,
+                    };
+                    out.route(input, consumed, Channel::Tool);
+                    out.call_args(index, &text);
+                    if result == Relay::More && !end {
+                        return;
+                    }
+                    let mut text = String::new();
+                    if !self.relay.close(&mut text) {
+                        text.push_str("{}");
+                    }
+                    out.call_args(index, &text);
+                    self.state = State::CallTail;
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::name_of;
+
+    #[test]
+    fn names_from_headers() {
+        assert_eq!(name_of("functions.get_weather:0"), "get_weather");
+        assert_eq!(name_of("functions.a.b:12"), "a.b");
+        assert_eq!(name_of("get_weather:1"), "get_weather");
+        assert_eq!(name_of("functions.search"), "search");
+        assert_eq!(name_of("functionsexec5"), "exec");
+        assert_eq!(name_of("plain"), "plain");
+    }
+}

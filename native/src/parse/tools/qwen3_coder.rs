@@ -1,0 +1,302 @@
+//! `qwen3_coder` (Qwen3-Coder, also `qwen3_xml`):
+//!
+//! ```text
+//! <tool_call>
+//! <function=NAME>
+//! <parameter=KEY>
+//! VALUE
+//! </parameter>
+//! ...
+//! </function>
+//! </tool_call>
+//! ```
+//!
+//! Values are raw text typed by the request's tool schema (see [`super::xml_args`]); one leading
+//! and one trailing newline of each value are template framing. A missing `</parameter>` is closed
+//! by the next `<parameter=`, `</function>` or `</tool_call>`; `<function=` is also accepted
+//! without `<tool_call>`. A call starts when its name's `>` arrives; text that turns out not to be
+//! a call (no `<function=` after `<tool_call>`, a name cut off) is content.
+
+use crate::parse::json::is_sentinel;
+use crate::parse::out::{Channel, Out};
+use crate::parse::schema::Tools;
+use crate::parse::text::{ascii_trim, could_become, leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::xml_args::ArgsBuilder;
+use crate::parse::Stage;
+
+/// The markers this format uses.
+pub(crate) const MARKERS: &[&str] = &["<tool_call>", "</tool_call>"];
+
+const FUNCTION: &str = "<function=";
+const FUNCTION_END: &str = "</function>";
+const PARAMETER: &str = "<parameter=";
+const PARAMETER_END: &str = "</parameter>";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    Content,
+    /// After `<tool_call>` (already routed as framing when `marker_len` is 0).
+    Block {
+        marker_len: usize,
+    },
+    /// Reading `NAME>`; the input starts with `block` bytes of `<tool_call>` and whitespace, then
+    /// `<function=` (`prefix` bytes in all).
+    Name {
+        block: usize,
+        prefix: usize,
+    },
+    Params {
+        index: u32,
+    },
+    ParamName {
+        index: u32,
+    },
+    Value {
+        index: u32,
+    },
+    AfterFunction,
+}
+
+/// The parser (see the module docs).
+pub(crate) struct Qwen3Coder {
+    open: String,
+    close: String,
+    state: State,
+    tools: Tools,
+    function: String,
+    args: ArgsBuilder,
+}
+
+impl Qwen3Coder {
+    pub(crate) fn new(markers: &Markers, tools: &Tools) -> Self {
+        Qwen3Coder {
+            open: markers.pattern(MARKERS[0]),
+            close: markers.pattern(MARKERS[1]),
+            state: State::Content,
+            tools: tools.clone(),
+            function: String::new(),
+            args: ArgsBuilder::new(true),
+        }
+    }
+
+    fn finish_call(&mut self, index: u32, out: &mut Out) {
+        let mut text = String::new();
+        self.args.close(&mut text);
+        out.call_args(index, &text);
+    }
+}
+
+impl Stage for Qwen3Coder {
+    fn held(&self) -> usize {
+        self.args.held() + self.function.len()
+    }
+
+    fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
+        loop {
+            match self.state {
+                State::Content => match scan(input.as_str(), &[&self.open, FUNCTION]) {
+                    Scan::Found { at, index } => {
+                        out.route(input, at, Channel::Content);
+                        self.state = if index == 0 {
+                            State::Block {
+                                marker_len: self.open.len(),
+                            }
+                        } else {
+                            State::Name {
+                                block: 0,
+                                prefix: FUNCTION.len(),
+                            }
+                        };
+                    }
+                    Scan::Partial { at } => {
+                        out.route(input, at, Channel::Content);
+                        if end {
+                            out.route_all(input, Channel::Content);
+                        }
+                        return;
+                    }
+                    Scan::None => return out.route_all(input, Channel::Content),
+                },
+                State::Block { marker_len } => {
+                    let rest = &input.as_str()[marker_len..];
+                    let ws = leading_ws(rest);
+                    let after = &rest[ws..];
+                    if after.starts_with(FUNCTION) {
+                        self.state = State::Name {
+                            block: marker_len + ws,
+                            prefix: marker_len + ws + FUNCTION.len(),
+                        };
+                    } else if after.starts_with(self.close.as_str()) {
+                        // An empty block.
+                        out.route(input, marker_len + ws + self.close.len(), Channel::Framing);
+                        self.state = State::Content;
+                    } else if !end
+                        && (after.is_empty()
+                            || could_become(after, FUNCTION)
+                            || could_become(after, &self.close))
+                    {
+                        return;
+                    } else {
+                        // Not a call: the marker is text.
+                        out.route(input, marker_len, Channel::Content);
+                        self.state = State::Content;
+                    }
+                }
+                State::Name { block, prefix } => {
+                    let rest = &input.as_str()[prefix..];
+                    match rest.find(|c| matches!(c, '>' | '\n' | '<') || is_sentinel(c)) {
+                        Some(at)
+                            if rest.as_bytes()[at] == b'>'
+                                && !ascii_trim(&rest[..at]).is_empty() =>
+                        {
+                            self.function = ascii_trim(&rest[..at]).to_string();
+                            let index = out.start_call(&self.function, None);
+                            out.route(input, block, Channel::Framing);
+                            out.route(input, prefix - block + at + 1, Channel::Tool);
+                            self.args = ArgsBuilder::new(true);
+                            let mut text = String::new();
+                            self.args.open(&mut text);
+                            out.call_args(index, &text);
+                            self.state = State::Params { index };
+                        }
+                        None if !end => return,
+                        _ => {
+                            // Not a function header: `<function=` is text.
+                            out.route(input, prefix, Channel::Content);
+                            self.state = State::Content;
+                        }
+                    }
+                }
+                State::Params { index } => {
+                    let s = input.as_str();
+                    let ws = leading_ws(s);
+                    let after = &s[ws..];
+                    if after.starts_with(PARAMETER) {
+                        out.route(input, ws + PARAMETER.len(), Channel::Tool);
+                        self.state = State::ParamName { index };
+                    } else if after.starts_with(FUNCTION_END) {
+                        out.route(input, ws + FUNCTION_END.len(), Channel::Tool);
+                        self.finish_call(index, out);
+                        self.state = State::AfterFunction;
+                    } else if after.starts_with(self.close.as_str()) {
+                        out.route(input, ws, Channel::Tool);
+                        self.finish_call(index, out);
+                        self.state = State::AfterFunction;
+                    } else if end {
+                        out.route_all(input, Channel::Tool);
+                        self.finish_call(index, out);
+                        self.state = State::Content;
+                        return;
+                    } else if after.is_empty()
+                        || [PARAMETER, FUNCTION_END, self.close.as_str()]
+                            .iter()
+                            .any(|p| could_become(after, p))
+                    {
+                        out.route(input, ws, Channel::Tool);
+                        return;
+                    } else {
+                        // Stray text between parameters: skip up to the next tag.
+                        let first = after.chars().next().map_or(1, char::len_utf8);
+                        let skip = first
+                            + after[first..]
+                                .find(|c| c == '<' || is_sentinel(c))
+                                .unwrap_or(after.len() - first);
+                        out.route(input, ws + skip, Channel::Tool);
+                    }
+                }
+                State::ParamName { index } => {
+                    let s = input.as_str();
+                    match s.find('>') {
+                        Some(at) => {
+                            let key = ascii_trim(&s[..at]).to_string();
+                            out.route(input, at + 1, Channel::Tool);
+                            let types = self.tools.param_types(&self.function, &key);
+                            let mut text = String::new();
+                            self.args.begin(&key, types, &mut text);
+                            out.call_args(index, &text);
+                            self.state = State::Value { index };
+                        }
+                        None if !end => return,
+                        None => {
+                            out.route_all(input, Channel::Tool);
+                            self.finish_call(index, out);
+                            self.state = State::Content;
+                            return;
+                        }
+                    }
+                }
+                State::Value { index } => {
+                    let close = self.close.clone();
+                    let patterns = [PARAMETER_END, PARAMETER, FUNCTION_END, close.as_str()];
+                    let mut text = String::new();
+                    match scan(input.as_str(), &patterns) {
+                        Scan::Found { at, index: which } => {
+                            self.args.text(&input.as_str()[..at], &mut text);
+                            out.route(input, at, Channel::Tool);
+                            self.args.end(&mut text);
+                            if which == 0 {
+                                out.route(input, PARAMETER_END.len(), Channel::Tool);
+                            }
+                            out.call_args(index, &text);
+                            self.state = State::Params { index };
+                        }
+                        Scan::Partial { at } => {
+                            self.args.text(&input.as_str()[..at], &mut text);
+                            out.route(input, at, Channel::Tool);
+                            if end {
+                                self.args.text(input.as_str(), &mut text);
+                                out.route_all(input, Channel::Tool);
+                            }
+                            out.call_args(index, &text);
+                            if !end {
+                                return;
+                            }
+                        }
+                        Scan::None => {
+                            self.args.text(input.as_str(), &mut text);
+                            out.route_all(input, Channel::Tool);
+                            out.call_args(index, &text);
+                            if !end {
+                                return;
+                            }
+                        }
+                    }
+                    if end && input.is_empty() && self.state == (State::Value { index }) {
+                        self.finish_call(index, out);
+                        self.state = State::Content;
+                        return;
+                    }
+                }
+                State::AfterFunction => {
+                    let s = input.as_str();
+                    let ws = leading_ws(s);
+                    let after = &s[ws..];
+                    if after.starts_with(self.close.as_str()) {
+                        out.route(input, ws + self.close.len(), Channel::Framing);
+                        self.state = State::Content;
+                    } else if after.starts_with(FUNCTION) {
+                        out.route(input, ws, Channel::Framing);
+                        self.state = State::Name {
+                            block: 0,
+                            prefix: FUNCTION.len(),
+                        };
+                    } else if !end
+                        && (after.is_empty()
+                            || could_become(after, &self.close)
+                            || could_become(after, FUNCTION))
+                    {
+                        return;
+                    } else {
+                        self.state = State::Content;
+                    }
+                }
+            }
+            if input.is_empty() && !end {
+                return;
+            }
+            if input.is_empty() && matches!(self.state, State::Content | State::AfterFunction) {
+                return;
+            }
+        }
+    }
+}

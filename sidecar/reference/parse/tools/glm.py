@@ -1,0 +1,112 @@
+"""Reference `glm45` / `glm47`: `<tool_call>NAME(\\n)?<arg_key>k</arg_key>(\\n)?<arg_value>v</arg_value>...</tool_call>`."""
+
+from __future__ import annotations
+
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker, is_sentinel
+from sidecar.reference.parse.schema import Tools
+from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json
+
+MARKERS = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
+_WS = " \t\n\r\x0c"
+
+
+def _ws(s: str, i: int = 0) -> int:
+    while i < len(s) and s[i] in _WS:
+        i += 1
+    return i
+
+
+def _name_char(ch: str) -> bool:
+    return not (ch in _WS or ch in '<>{}"[]' or is_sentinel(ch))
+
+
+class Glm:
+    def __init__(self, markers: Markers, tools: Tools) -> None:
+        self.open, self.close, self.key_open, self.key_close, self.value_open, self.value_close = (
+            markers.pattern(m) for m in MARKERS
+        )
+        self.tools = tools
+        self.state = "content"
+
+    def held(self) -> int:
+        return 0
+
+    def primed(self, flag: bool | None) -> None:
+        pass
+
+    def _call(self, s: str, end: bool):  # noqa: ANN202
+        """None = wait, "text" = not a call, else (name, members, consumed, closed)."""
+        start = _ws(s, len(self.open))
+        j = start
+        while j < len(s) and _name_char(s[j]):
+            j += 1
+        name, after = s[start:j], s[j:]
+        ok_end = after.startswith("\n") or after.startswith(self.key_open) or after.startswith(self.close)
+        if not (name and ok_end):
+            if not end and (not after or (name and (could_become(after, self.key_open) or could_become(after, self.close)))):
+                return None
+            return "text"
+        members: list[str] = []
+        i = j
+        while True:
+            k = _ws(s, i)
+            rest = s[k:]
+            if rest.startswith(self.key_open):
+                kind, at, _ = find_marker(s[k + len(self.key_open) :], [self.key_close])
+                if kind != "found":
+                    return None if not end else (name, members, len(s), False)
+                key_start = k + len(self.key_open)
+                key = s[key_start : key_start + at].strip(_WS)
+                i = key_start + at + len(self.key_close)
+                v = _ws(s, i)
+                if s[v:].startswith(self.value_open):
+                    vs = v + len(self.value_open)
+                    kind, at, which = find_marker(s[vs:], [self.value_close, self.key_open, self.close])
+                    if kind != "found":
+                        if not end:
+                            return None
+                        members.append(member_json(key, s[vs:], self.tools.types(name, key), False))
+                        return name, members, len(s), False
+                    members.append(member_json(key, s[vs : vs + at], self.tools.types(name, key), False))
+                    i = vs + at + (len(self.value_close) if which == 0 else 0)
+                elif not end and (not s[v:] or could_become(s[v:], self.value_open)):
+                    return None
+                continue
+            if rest.startswith(self.close):
+                return name, members, k + len(self.close), True
+            if end:
+                return name, members, len(s), False
+            if not rest or could_become(rest, self.key_open) or could_become(rest, self.close):
+                return None
+            m = k + 1
+            while m < len(s) and not (s[m] == "<" or is_sentinel(s[m])):
+                m += 1
+            i = m
+
+    def feed(self, buf: Buf, out: Out, end: bool) -> None:
+        while True:
+            s = buf.text
+            if self.state == "content":
+                kind, at, _ = find_marker(s, [self.open])
+                if kind == "found":
+                    out.route(buf, at, CONTENT)
+                    self.state = "call"
+                    continue
+                if kind == "partial" and not end:
+                    out.route(buf, at, CONTENT)
+                    return
+                out.route_all(buf, CONTENT)
+                return
+            parsed = self._call(s, end)
+            if parsed is None:
+                return
+            if parsed == "text":
+                out.route(buf, len(self.open), CONTENT)
+                self.state = "content"
+                continue
+            name, members, consumed, _closed = parsed
+            index = out.start_call(name)
+            out.call_args(index, object_json(members))
+            out.route(buf, len(self.open), FRAMING)
+            out.route(buf, consumed - len(self.open), TOOL)
+            self.state = "content"

@@ -1,0 +1,168 @@
+"""End to end: the real server, driven like an engine drives it: one ParseStream, requests
+opened, then one message per decode step carrying one new token of every running request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import grpc
+import pytest
+
+from conftest import LiveServer, require_shared_models, start_server, stop_server
+from harness import Result, absorb, check_delta_shape, check_expected, load_cases, output_ids, prompt_ids
+from sidecar.v1 import preprocessor_pb2 as pb
+from sidecar.v1 import preprocessor_pb2_grpc
+
+pytestmark = [pytest.mark.e2e, pytest.mark.models]
+
+
+def open_request(request_id: str, case: dict, model: str = "qwen3") -> pb.ParseStreamRequest:
+    kwargs = {}
+    if "skip_special_tokens" in case:
+        kwargs["skip_special_tokens"] = case["skip_special_tokens"]
+    return pb.ParseStreamRequest(open=pb.OpenRequest(
+        request_id=request_id, model=model, tool_parser=case.get("tool_parser", ""),
+        reasoning_parser=case.get("reasoning_parser", ""),
+        tools_json=json.dumps(case["tools"]) if case.get("tools") else "",
+        prompt_token_ids=prompt_ids(case),
+        chat_template_kwargs_json=json.dumps(case["kwargs"]) if case.get("kwargs") else "",
+        stop=case.get("stop", []), include_stop_str_in_output=case.get("include_stop", False), **kwargs,
+    ))
+
+
+async def engine(target: str, cases: dict[str, dict]) -> dict[str, Result]:
+    """Runs every case on one stream, one token per request per step, in lock-step."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+        results = {rid: Result() for rid in cases}
+        for rid, case in cases.items():
+            await call.write(open_request(rid, case))
+            answer = await call.read()
+            assert not answer.deltas, f"open {rid} failed: {answer}"
+        pending = {rid: output_ids(case) for rid, case in cases.items()}
+        position = 0
+        while pending:
+            items = []
+            for rid, ids in list(pending.items()):
+                last = position + 1 >= len(ids)
+                end = cases[rid].get("end", True)
+                items.append(pb.StepTokens(request_id=rid, token_ids=ids[position : position + 1], finished=last and end))
+                if last:
+                    del pending[rid]
+            await call.write(pb.ParseStreamRequest(step=pb.Step(items=items)))
+            answer = await call.read()
+            for d in answer.deltas:
+                absorb(results[d.request_id], d)
+                if d.finished:
+                    pending.pop(d.request_id, None)
+            position += 1
+        await call.done_writing()
+        return results
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    models = require_shared_models()
+    tmp = tmp_path_factory.mktemp("parse-e2e")
+    live = start_server(tmp, "--model", f"qwen3={models / 'qwen3'}", "--model", f"gpt2={models / 'gpt2'}",
+                        "--parse-max-requests", "200")
+    yield live
+    stop_server(live)
+
+
+def qwen3_cases() -> dict[str, dict]:
+    cases = [c for c in load_cases("hermes") if c["model"] == "qwen3"]
+    cases += [c for c in load_cases("reasoning") if c["model"] == "qwen3"]
+    # Several copies of each case run at once on the same stream.
+    return {f"{k}-{i}": c for k in range(3) for i, c in enumerate(cases)}
+
+
+def test_many_concurrent_requests_on_one_stream(server: LiveServer) -> None:
+    cases = qwen3_cases()
+    assert len(cases) > 90
+    results = asyncio.run(engine(server.uds, cases))
+    for rid, case in cases.items():
+        result = results[rid]
+        assert result.finished or not case.get("end", True), rid
+        check_delta_shape(result)
+        check_expected(result, case["expect"])
+
+
+def test_many_streams_at_once(server: LiveServer) -> None:
+    cases = list(qwen3_cases().items())
+
+    async def all_streams() -> list[dict[str, Result]]:
+        groups = [dict(cases[i::4]) for i in range(4)]
+        return await asyncio.gather(*(engine(server.tcp, g) for g in groups))
+
+    merged: dict[str, Result] = {}
+    for part in asyncio.run(all_streams()):
+        merged.update(part)
+    for rid, case in cases:
+        check_expected(merged[rid], case["expect"])
+
+
+def test_request_errors_do_not_end_the_stream(server: LiveServer) -> None:
+    async def scenario() -> list[pb.ParseStreamResponse]:
+        async with grpc.aio.insecure_channel(server.uds) as channel:
+            call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+            answers = []
+            for message in [
+                pb.ParseStreamRequest(open=pb.OpenRequest(request_id="m", model="no-such-model")),
+                pb.ParseStreamRequest(open=pb.OpenRequest(request_id="p", model="qwen3", tool_parser="nope")),
+                pb.ParseStreamRequest(open=pb.OpenRequest(request_id="ok", model="qwen3", reasoning_parser="none")),
+                pb.ParseStreamRequest(step=pb.Step(items=[
+                    pb.StepTokens(request_id="ghost", token_ids=[1]),
+                    pb.StepTokens(request_id="ok", token_ids=[9707], finished=True),
+                ])),
+                pb.ParseStreamRequest(cancel=pb.CancelRequest(request_id="ok")),
+            ]:
+                await call.write(message)
+                answers.append(await call.read())
+            await call.done_writing()
+            return answers
+
+    answers = asyncio.run(scenario())
+    assert answers[0].deltas[0].error.code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert "no-such-model" in answers[0].deltas[0].error.message
+    assert answers[1].deltas[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "tool_parser" in answers[1].deltas[0].error.message
+    assert not answers[2].deltas
+    by_id = {d.request_id: d for d in answers[3].deltas}
+    assert by_id["ghost"].error.code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert by_id["ok"].content == "Hello" and by_id["ok"].finished and by_id["ok"].fingerprint.startswith("sha256:")
+    assert not answers[4].deltas
+
+
+def test_malformed_message_ends_the_stream(server: LiveServer) -> None:
+    async def scenario() -> grpc.StatusCode:
+        async with grpc.aio.insecure_channel(server.uds) as channel:
+            raw = channel.stream_stream("/sidecar.v1.Preprocessor/ParseStream")
+            call = raw()
+            await call.write(b"\x12\xff\xff\xff\x0f")
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call.read()
+            return info.value.code()
+
+    assert asyncio.run(scenario()) == grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_list_models_reports_default_parsers(server: LiveServer) -> None:
+    with grpc.insecure_channel(server.tcp) as channel:
+        models = preprocessor_pb2_grpc.PreprocessorStub(channel).ListModels(pb.ListModelsRequest()).models
+    by_name = {m.name: m for m in models}
+    assert (by_name["qwen3"].default_tool_parser, by_name["qwen3"].default_reasoning_parser) == ("hermes", "qwen3")
+    assert (by_name["gpt2"].default_tool_parser, by_name["gpt2"].default_reasoning_parser) == ("", "")
+
+
+def test_reference_backend_server(tmp_path) -> None:  # noqa: ANN001
+    models = require_shared_models()
+    live = start_server(tmp_path, "--backend", "reference", "--model", f"qwen3={models / 'qwen3'}")
+    try:
+        cases = dict(list(qwen3_cases().items())[:12])
+        results = asyncio.run(engine(live.uds, cases))
+        for rid, case in cases.items():
+            check_expected(results[rid], case["expect"])
+    finally:
+        stop_server(live)

@@ -1,0 +1,133 @@
+"""Per-request failures on a ParseStream multiplexer: each bad request gets its own error and
+the others go on; limits give RESOURCE_EXHAUSTED; cancel frees state. Both backends."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import require_shared_models
+from harness import encode, parse_model, step_message
+from sidecar.backend import ParseLimits, get_backend
+from sidecar.errors import InvalidArgument, ResourceExhausted
+from sidecar.v1 import preprocessor_pb2 as pb
+
+BACKENDS = ["native", "reference"]
+CONFIG = {"tool_parser": "hermes"}
+
+
+def deltas(answer: bytes) -> dict[str, pb.RequestDelta]:
+    return {d.request_id: d for d in pb.ParseStreamResponse.FromString(answer).deltas}
+
+
+def step(mux, items: list[tuple[str, list[int], bool]]) -> dict[str, pb.RequestDelta]:  # noqa: ANN001
+    message = pb.ParseStreamRequest(
+        step=pb.Step(items=[pb.StepTokens(request_id=r, token_ids=ids, finished=f) for r, ids, f in items])
+    ).SerializeToString()
+    return deltas(mux.handle(message))
+
+
+@pytest.fixture(params=BACKENDS)
+def env(request):  # noqa: ANN001, ANN201
+    require_shared_models()
+    backend = request.param
+    mux = get_backend(backend).new_parse_mux(ParseLimits(max_requests=3))
+    yield backend, mux, parse_model(backend, "qwen3")
+    mux.close()
+
+
+@pytest.mark.models
+def test_bad_items_fail_alone(env) -> None:  # noqa: ANN001
+    backend, mux, model = env
+    mux.open(model, "good", "fp", CONFIG, [])
+    mux.open(model, "bad", "fp", CONFIG, [])
+    hello = encode("qwen3", "Hello")
+    out = step(mux, [("good", hello, False), ("bad", [10**9], False), ("ghost", hello, False)])
+    assert out["good"].content == "Hello" and not out["good"].HasField("error")
+    assert out["good"].fingerprint == "fp"
+    assert out["bad"].error.code == 3 and "10000000" in out["bad"].error.message and out["bad"].finished
+    assert out["ghost"].error.code == 5 and "ghost" in out["ghost"].error.message
+    again = step(mux, [("bad", hello, False), ("good", encode("qwen3", " world"), True)])
+    assert again["bad"].error.code == 9, "a failed request is finished"
+    assert again["good"].content == " world" and again["good"].finished and again["good"].fingerprint == ""
+    after = step(mux, [("good", hello, False)])
+    assert after["good"].error.code == 9 and "already finished" in after["good"].error.message
+    assert len(mux) == 0
+
+
+@pytest.mark.models
+def test_open_errors(env) -> None:  # noqa: ANN001
+    backend, mux, model = env
+    with pytest.raises(InvalidArgument, match="tool_parser"):
+        mux.open(model, "a", "fp", {"tool_parser": "nope"}, [])
+    with pytest.raises(InvalidArgument, match="reasoning_parser"):
+        mux.open(model, "a", "fp", {"reasoning_parser": "nope"}, [])
+    with pytest.raises(InvalidArgument, match="harmony"):
+        mux.open(model, "a", "fp", {"tool_parser": "hermes", "reasoning_parser": "openai"}, [])
+    with pytest.raises(InvalidArgument, match="tools_json"):
+        mux.open(model, "a", "fp", {"tools_json": "{not json"}, [])
+    with pytest.raises(InvalidArgument, match="chat_template_kwargs_json"):
+        mux.open(model, "a", "fp", {"chat_template_kwargs_json": "[1]"}, [])
+    with pytest.raises(InvalidArgument, match="prompt_token_ids"):
+        mux.open(model, "a", "fp", {}, [1, 10**9])
+    with pytest.raises(InvalidArgument, match="request_id"):
+        mux.open(model, "", "fp", {}, [])
+    mux.open(model, "a", "fp", {}, [])
+    with pytest.raises(InvalidArgument, match="already open"):
+        mux.open(model, "a", "fp", {}, [])
+    mux.open(model, "b", "fp", {}, [])
+    mux.open(model, "c", "fp", {}, [])
+    with pytest.raises(ResourceExhausted, match="open requests"):
+        mux.open(model, "d", "fp", {}, [])
+    assert len(mux) == 3
+
+
+@pytest.mark.models
+def test_cancel_frees_and_is_idempotent(env) -> None:  # noqa: ANN001
+    backend, mux, model = env
+    mux.open(model, "a", "fp", CONFIG, [])
+    cancel = pb.ParseStreamRequest(cancel=pb.CancelRequest(request_id="a")).SerializeToString()
+    assert mux.handle(cancel) == b""
+    assert len(mux) == 0
+    assert mux.handle(cancel) == b""
+    assert step(mux, [("a", [1], False)])["a"].error.code == 9
+    mux.open(model, "a", "fp", CONFIG, [])  # the id can be reused
+    assert step(mux, [("a", encode("qwen3", "hi"), True)])["a"].content == "hi"
+
+
+@pytest.mark.models
+def test_held_back_limit(env) -> None:  # noqa: ANN001
+    backend, mux, model = env
+    mux.open(model, "a", "fp", {**CONFIG, "max_held_bytes": 64}, [])
+    mux.open(model, "b", "fp", CONFIG, [])
+    # An undecided tool call (no name yet) is held back until it is decided.
+    opening = encode("qwen3", '<tool_call>{"note": "')
+    first = step(mux, [("a", opening, False), ("b", encode("qwen3", "ok"), False)])
+    assert "a" not in first
+    filler = encode("qwen3", "x" * 200)
+    out = step(mux, [("a", filler, False), ("b", encode("qwen3", "!"), False)])
+    assert out["a"].error.code == 8 and "holds back" in out["a"].error.message
+    assert out["b"].content == "!"
+
+
+@pytest.mark.models
+def test_malformed_messages(env) -> None:  # noqa: ANN001
+    backend, mux, model = env
+    with pytest.raises(InvalidArgument):
+        mux.handle(b"\x12\xff\xff\xff")
+    with pytest.raises(InvalidArgument):
+        mux.handle(b"")
+    opened = pb.ParseStreamRequest(open=pb.OpenRequest(request_id="x", model="qwen3")).SerializeToString()
+    assert mux.handle(opened) is None
+
+
+@pytest.mark.models
+def test_non_streaming_is_one_step(env) -> None:  # noqa: ANN001
+    """A whole output in one finished step gives the same result as streaming it."""
+    backend, mux, model = env
+    text = 'Hi <tool_call>{"name": "f", "arguments": {"a": [1, 2]}}</tool_call> bye'
+    ids = encode("qwen3", text)
+    mux.open(model, "whole", "fp", CONFIG, encode("qwen3", "<think>\n\n</think>\n\n"))
+    whole = step(mux, [("whole", ids, True)])["whole"]
+    assert whole.content == "Hi  bye" and whole.finish_reason == "tool_calls"
+    assert [(c.index, c.name, c.arguments) for c in whole.tool_calls] == [(0, "f", '{"a": [1, 2]}')]
+    assert whole.completion_tokens == len(ids)
