@@ -11,8 +11,8 @@ from prometheus_client.registry import REGISTRY, Collector
 
 from router_adapter import KvRouter
 from router_adapter.spec import MmItem
-from sidecar.backend import EncodeOptions
-from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound, Unimplemented
+from sidecar.backend import EncodeOptions, RenderOptions
+from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound
 from sidecar.hashing import spec_to_proto
 from sidecar.rpc import Call
 from sidecar.runtime import Runtime
@@ -55,7 +55,19 @@ class KvRouterServicer:
             )
             token_ids = encodings[0].ids
         elif kind == "messages_json":
-            raise Unimplemented("messages_json: chat rendering is not available in this build; send text or token_ids")
+            # Rendered exactly as Render renders it with its defaults, so the blocks are the ones the
+            # engine will hash for this chat request.
+            model = self._runtime.registry.get(request.model)
+            fingerprint = model.fingerprint
+            opts = RenderOptions(
+                messages_json=request.messages_json,
+                tools_json=request.tools_json,
+                chat_template_kwargs_json=request.chat_template_kwargs_json,
+                timeout_s=call.timeout_s,
+            )
+            renderer = model.extras["renderer"]
+            cost = len(opts.messages_json) + len(opts.tools_json)
+            token_ids = (await self._runtime.offloader.run(lambda: renderer.render(opts), cost, call.rpc)).ids
         else:
             raise InvalidArgument("input: one of text, messages_json or token_ids is required")
         score = await self._runtime.offloader.run(

@@ -7,9 +7,11 @@ from dataclasses import replace
 
 import grpc
 
+from router_adapter import hashing
 from sidecar import metrics
-from sidecar.backend import Renderer, RenderOptions
-from sidecar.errors import InvalidArgument, Unimplemented
+from sidecar.backend import CacheStats, Rendered, Renderer, RenderOptions
+from sidecar.errors import InvalidArgument
+from sidecar.hashing import spec_from_proto, spec_to_proto
 from sidecar.rpc import Call
 from sidecar.runtime import Runtime
 from sidecar.v1 import preprocessor_pb2 as pb
@@ -54,26 +56,44 @@ class RenderServicer:
 
     async def Render(self, request: pb.RenderRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.RenderResponse:
         model = self._runtime.registry.get(request.model)
-        if request.HasField("block_hashing"):
-            raise Unimplemented("block_hashing: block hashes are not built yet in this server")
         renderer: Renderer = model.extras["renderer"]
         opts = replace(render_options(request, self._runtime.config.allow_request_templates, call.timeout_s), wire_response=True)
+        # A bad hashing spec fails before any rendering work; hashing needs the ids even when the
+        # caller does not want them back.
+        hash_spec = spec_from_proto(request.block_hashing) if request.HasField("block_hashing") else None
+        wants_ids = opts.return_token_ids
+        if hash_spec is not None:
+            opts = replace(opts, return_token_ids=True)
+        backend = self._runtime.config.backend
+
+        def work() -> tuple[CacheStats, pb.RenderResponse]:
+            rendered = renderer.render(opts)
+            response = _response(rendered)
+            if hash_spec is not None:
+                response.block_hashes.extend(hashing.block_hashes(response.token_ids, hash_spec, backend=backend))
+                response.block_hash_spec.CopyFrom(spec_to_proto(hash_spec))
+                if not wants_ids:
+                    del response.token_ids[:]
+            return rendered.cache, response
+
         cost = len(opts.messages_json) + len(opts.tools_json) + len(opts.documents_json)
-        rendered = await self._runtime.offloader.run(lambda: renderer.render(opts), cost, call.rpc)
-        stats = rendered.cache
+        stats, response = await self._runtime.offloader.run(work, cost, call.rpc)
         if stats.hit_segments or stats.miss_segments:
             self._cache_hits[0].inc(stats.hit_segments)
             self._cache_hits[1].inc(stats.hit_bytes)
             self._cache_misses[0].inc(stats.miss_segments)
             self._cache_misses[1].inc(stats.miss_bytes)
-        if rendered.wire is not None:
-            # Parsed by protobuf's C core: no Python object per token id.
-            response = pb.RenderResponse.FromString(rendered.wire)
-            response.fingerprint = model.fingerprint
-            return response
-        response = pb.RenderResponse(fingerprint=model.fingerprint, token_ids=rendered.ids)
-        if rendered.text is not None:
-            response.text = rendered.text
-        if rendered.offsets:
-            response.offsets.extend(rendered.offsets)
+        response.fingerprint = model.fingerprint
         return response
+
+
+def _response(rendered: Rendered) -> pb.RenderResponse:
+    if rendered.wire is not None:
+        # Parsed by protobuf's C core: no Python object per token id.
+        return pb.RenderResponse.FromString(rendered.wire)
+    response = pb.RenderResponse(token_ids=rendered.ids)
+    if rendered.text is not None:
+        response.text = rendered.text
+    if rendered.offsets:
+        response.offsets.extend(rendered.offsets)
+    return response

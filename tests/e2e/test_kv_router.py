@@ -14,7 +14,7 @@ import zmq
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "router_adapter"))
 
-from conftest import LiveServer, start_server, stop_server  # noqa: E402
+from tests.conftest import LiveServer, start_server, stop_server  # noqa: E402
 from kv_publisher import FakeEnginePublisher, removed, stored, wait_until  # noqa: E402
 from router_adapter import _reference  # noqa: E402
 from router_adapter.spec import HashSpec  # noqa: E402
@@ -83,6 +83,13 @@ def test_score_after_real_events(server: LiveServer, engines: list[FakeEnginePub
     # Text input is tokenized by the server with the same tokenizer: same scores.
     by_text = router.Score(kv.ScoreRequest(model="qwen3", text=TEXT))
     assert list(by_text.block_hashes) == list(response.block_hashes) and by_text.fingerprint
+    # A chat request is rendered as Render renders it: its blocks are the rendered prompt's blocks.
+    chat = '[{"role": "user", "content": "Which worker has this conversation cached?"}]'
+    rendered = pre.Render(pb.RenderRequest(model="qwen3", messages_json=chat))
+    by_messages = router.Score(kv.ScoreRequest(model="qwen3", messages_json=chat))
+    by_rendered_ids = router.Score(kv.ScoreRequest(model="qwen3", token_ids=pb.TokenIds(token_ids=rendered.token_ids)))
+    assert by_messages.num_tokens == len(rendered.token_ids) and by_messages.fingerprint == rendered.fingerprint
+    assert list(by_messages.block_hashes) == list(by_rendered_ids.block_hashes)
     # A salted request matches nothing those workers stored.
     salted = router.Score(kv.ScoreRequest(model="qwen3", token_ids=pb.TokenIds(token_ids=ids), cache_salt="t"))
     assert all(w.blocks == 0 for w in salted.workers)
@@ -104,7 +111,7 @@ def test_score_errors(server: LiveServer) -> None:
     cases = [
         (kv.ScoreRequest(model="nope", text="x"), grpc.StatusCode.NOT_FOUND, "model"),
         (kv.ScoreRequest(model="qwen3"), grpc.StatusCode.INVALID_ARGUMENT, "input"),
-        (kv.ScoreRequest(model="qwen3", messages_json="[]"), grpc.StatusCode.UNIMPLEMENTED, "messages_json"),
+        (kv.ScoreRequest(model="qwen3", messages_json="[{"), grpc.StatusCode.INVALID_ARGUMENT, "messages_json"),
     ]
     for request, code, field in cases:
         with pytest.raises(grpc.RpcError) as info:

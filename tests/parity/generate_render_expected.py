@@ -30,7 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent))
 
-import render_support as rs  # noqa: E402
+import tests.render.support as rs  # noqa: E402
 
 SHARED = HERE.parent.parent.parent / "shared" / "models"
 

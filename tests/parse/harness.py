@@ -16,7 +16,7 @@ from pathlib import Path
 
 from sidecar.backend import ParseLimits, get_backend
 from sidecar.v1 import preprocessor_pb2 as pb
-from conftest import REPO, load_tokenizer, require_shared_models
+from tests.conftest import REPO, load_tokenizer, require_shared_models
 
 DATA = REPO / "tests" / "data" / "parse"
 

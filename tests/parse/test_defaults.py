@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import require_shared_models
+from tests.conftest import require_shared_models
 from sidecar.backend import get_backend
 from sidecar.parse_defaults import default_parsers, detect_parsers
 from sidecar.registry import ModelRegistry, ModelSpec

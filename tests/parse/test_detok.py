@@ -13,8 +13,8 @@ import random
 
 import pytest
 
-from conftest import TOKENIZER_MODELS, require_shared_models
-from harness import hf_tokenizer, run
+from tests.conftest import TOKENIZER_MODELS, require_shared_models
+from tests.parse.harness import hf_tokenizer, run
 
 TEXTS = [
     "Hello, world! How are you today?",

@@ -9,8 +9,8 @@ import json
 import grpc
 import pytest
 
-from conftest import LiveServer, require_shared_models, start_server, stop_server
-from harness import Result, absorb, check_delta_shape, check_expected, load_cases, output_ids, prompt_ids
+from tests.conftest import LiveServer, require_shared_models, start_server, stop_server
+from tests.parse.harness import Result, absorb, check_delta_shape, check_expected, load_cases, output_ids, prompt_ids
 from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc
 

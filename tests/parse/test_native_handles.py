@@ -8,8 +8,8 @@ import resource
 
 import pytest
 
-from conftest import require_shared_models
-from harness import encode, parse_model, step_message
+from tests.conftest import require_shared_models
+from tests.parse.harness import encode, parse_model, step_message
 from sidecar.backend import ParseLimits
 from sidecar.errors import InvalidArgument
 from sidecar.native import NativeParseMux, ffi, lib

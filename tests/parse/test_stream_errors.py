@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import require_shared_models
-from harness import encode, parse_model, step_message
+from tests.conftest import require_shared_models
+from tests.parse.harness import encode, parse_model, step_message
 from sidecar.backend import ParseLimits, get_backend
 from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.v1 import preprocessor_pb2 as pb

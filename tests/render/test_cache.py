@@ -9,8 +9,8 @@ import random
 
 import pytest
 
-import render_support as rs
-from conftest import load_tokenizer, require_shared_models
+import tests.render.support as rs
+from tests.conftest import load_tokenizer, require_shared_models
 from sidecar.backend import EncodeOptions, RenderOptions, RendererSettings, get_backend
 from sidecar.chat_template import renderer_inputs
 from sidecar.model_config import ModelConfig

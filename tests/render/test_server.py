@@ -11,7 +11,7 @@ import urllib.request
 import grpc
 import pytest
 
-from conftest import REPO, SHARED_MODELS, LiveServer, require_shared_models, start_server, stop_server
+from tests.conftest import REPO, SHARED_MODELS, LiveServer, require_shared_models, start_server, stop_server
 from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
 
@@ -93,8 +93,8 @@ def test_continue_final_message(live_server: LiveServer) -> None:
         ({"model": "qwen3", "messages_json": CHAT, "chat_template": "rag"}, grpc.StatusCode.NOT_FOUND, "chat_template"),
         ({"model": "qwen3", "messages_json": CHAT, "chat_template": "{{ 1 }}"}, grpc.StatusCode.FAILED_PRECONDITION, "--allow-request-templates"),
         ({"model": "gpt2", "messages_json": CHAT}, grpc.StatusCode.FAILED_PRECONDITION, "no chat template"),
-        ({"model": "qwen3", "messages_json": CHAT, "block_hashing": {"algorithm": "vllm_sha256", "block_size": 16}},
-         grpc.StatusCode.UNIMPLEMENTED, "block_hashing"),
+        ({"model": "qwen3", "messages_json": CHAT, "block_hashing": {"algorithm": "md5", "block_size": 16}},
+         grpc.StatusCode.INVALID_ARGUMENT, "block_hashing.algorithm"),
     ],
     ids=["malformed-json", "bad-role", "unknown-model", "unknown-template", "request-template", "no-template", "block-hashing"],
 )
@@ -104,6 +104,24 @@ def test_errors(live_server: LiveServer, request_fields: dict, code: grpc.Status
         stub(live_server.tcp).Render(pb.RenderRequest(**request_fields))
     assert err.value.code() == code
     assert needle in err.value.details()
+
+
+def test_block_hashes_of_the_rendered_prompt(live_server: LiveServer) -> None:
+    from router_adapter import _reference
+    from router_adapter.spec import HashSpec
+
+    s = stub(live_server.tcp)
+    long_chat = json.dumps([{"role": "user", "content": "block hashing " * 40}])
+    hashing = pb.BlockHashing(algorithm="vllm_sha256_cbor", block_size=16, seed="0")
+    response = s.Render(pb.RenderRequest(model="qwen3", messages_json=long_chat, block_hashing=hashing))
+    ids = list(response.token_ids)
+    expected = _reference.block_hashes(ids, HashSpec("vllm_sha256_cbor", 16, seed="0"))
+    assert len(expected) == len(ids) // 16 > 0
+    assert list(response.block_hashes) == expected
+    assert (response.block_hash_spec.algorithm, response.block_hash_spec.seed) == ("vllm_sha256_cbor", "0")
+    # Hashes without the ids when the caller does not want them back.
+    no_ids = s.Render(pb.RenderRequest(model="qwen3", messages_json=long_chat, block_hashing=hashing, return_token_ids=False))
+    assert list(no_ids.token_ids) == [] and list(no_ids.block_hashes) == expected
 
 
 def test_request_templates_when_allowed(permissive_server: LiveServer) -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import SHARED_MODELS, require_shared_models
-import render_support as rs
+from tests.conftest import SHARED_MODELS, require_shared_models
+import tests.render.support as rs
 
 pytestmark = pytest.mark.models
 
@@ -248,8 +248,7 @@ def test_content_format_native_matches_reference(renderers: Renderers) -> None:
 
 def test_recorded_outputs_are_transformers(renderers: Renderers, expected: dict) -> None:
     """Re-runs transformers live on a sample and compares with the recorded file."""
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "parity"))
-    import generate_render_expected as gen
+    from tests.parity import generate_render_expected as gen
 
     gen.pin_clock()
     tf = gen.Transformers(renderers.scratch)

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DATA = Path(__file__).resolve().parent / "data" / "render"
+DATA = Path(__file__).resolve().parent.parent / "data" / "render"
 CONVERSATIONS = DATA / "conversations"
 EXPECTED = DATA / "expected.json.xz"
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-import render_support as rs
+import tests.render.support as rs
 from sidecar.backend import RenderOptions, RendererSettings, get_backend
 from sidecar.errors import InvalidArgument
 from sidecar.registry import materialize_embedded

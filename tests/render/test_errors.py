@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import require_shared_models
+from tests.conftest import require_shared_models
 from sidecar.backend import EncodeOptions, RenderOptions, RendererSettings, get_backend
 from sidecar.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from sidecar.registry import materialize_embedded
