@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED_MODELS, require_shared_models
+from tests.conftest import SHARED_MODELS, count_parity, require_shared_models
 import tests.render.support as rs
 
 pytestmark = pytest.mark.models
@@ -161,10 +161,12 @@ def test_native_matches_transformers(target: rs.Target, renderers: Renderers, ex
         got = outcomes[conv.name]
         kind = compare(got, want, target.compare_ids)
         if kind is None:
+            count_parity("render:native-vs-transformers", cases=1, **({"errors_matched": 1} if "error" in want else {"equal": 1}))
             if conv.name in known:
                 problems.append(f"{conv.name}: listed in known_mismatches.json but now matches; remove it")
             continue
         if conv.name in known and kind == known_kind:
+            count_parity("render:native-vs-transformers", cases=1, known_mismatches=1)
             continue
         detail = ""
         if kind == "text":
@@ -185,11 +187,13 @@ def test_reference_agrees_with_native(target: rs.Target, renderers: Renderers, e
     for conv in CONVERSATIONS:
         n, r = native[conv.name], reference[conv.name]
         if n.same_as(r):
+            count_parity("render:reference-vs-native", cases=1, agree=1)
             continue
         want = expected[target.id][conv.name]
         native_right = compare(n, want, target.compare_ids) is None
         reference_right = compare(r, want, target.compare_ids) is None
         if native_right and not reference_right:
+            count_parity("render:reference-vs-native", cases=1, only_native_exact=1)
             continue  # a limit of the minijinja Python binding (COMPATIBILITY.md), native is exact
         problems.append(f"{conv.name}: native {n.error or (n.text or '')[:120]!r} != reference {r.error or (r.text or '')[:120]!r}")
     assert not problems, "\n".join(problems)
@@ -207,6 +211,7 @@ def test_cache_gives_the_same_ids(target: rs.Target, renderers: Renderers) -> No
             without = render(renderer, target, conv, use_cache=False)
             again = render(renderer, target, conv)  # warm: the same prompt, every segment a hit
             for label, other in (("cold cache", cached[conv.name]), ("warm cache", again)):
+                count_parity("render:cache-vs-no-cache", cases=1)
                 if without.error is None and other.ids != without.ids:
                     problems.append(f"{conv.name} ({'fastokens' if fast else 'tokenizers'} encoder, {label}): ids differ")
     assert not problems, "\n".join(problems)
