@@ -50,6 +50,15 @@ def load_registry(config: ServerConfig) -> ModelRegistry:
     return registry
 
 
+def unary_handler(rpc: str, handler, request_cls, response_cls) -> grpc.RpcMethodHandler:  # noqa: ANN001
+    """A unary method wrapped by `sidecar.rpc.unary` (request id, logs, metrics, status mapping)."""
+    return grpc.unary_unary_rpc_method_handler(
+        unary(rpc, handler),
+        request_deserializer=request_cls.FromString,
+        response_serializer=response_cls.SerializeToString,
+    )
+
+
 def preprocessor_handler(runtime: Runtime) -> grpc.GenericRpcHandler:
     """The `sidecar.v1.Preprocessor` service, one servicer object per RPC."""
     tokenize = TokenizeServicer(runtime)
@@ -57,13 +66,6 @@ def preprocessor_handler(runtime: Runtime) -> grpc.GenericRpcHandler:
     render = RenderServicer(runtime)
     models = ModelsServicer(runtime)
     parse = ParseStreamServicer(runtime)
-
-    def unary_handler(rpc, handler, request_cls, response_cls):  # noqa: ANN001, ANN202
-        return grpc.unary_unary_rpc_method_handler(
-            unary(rpc, handler),
-            request_deserializer=request_cls.FromString,
-            response_serializer=response_cls.SerializeToString,
-        )
 
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
@@ -98,13 +100,6 @@ def build_kv_router(config: ServerConfig):  # noqa: ANN201 - router_adapter.KvRo
 def kv_router_handler(runtime: Runtime, router) -> grpc.GenericRpcHandler:  # noqa: ANN001
     """The `sidecar.v1.KvRouter` service (FAILED_PRECONDITION everywhere without KV-event sources)."""
     servicer = KvRouterServicer(runtime, router)
-
-    def unary_handler(rpc, handler, request_cls, response_cls):  # noqa: ANN001, ANN202
-        return grpc.unary_unary_rpc_method_handler(
-            unary(rpc, handler),
-            request_deserializer=request_cls.FromString,
-            response_serializer=response_cls.SerializeToString,
-        )
 
     return grpc.method_handlers_generic_handler(
         KV_SERVICE_NAME,

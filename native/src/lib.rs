@@ -10,8 +10,8 @@ pub mod detok;
 pub mod error;
 pub mod ffi;
 pub mod hash;
-pub mod template;
 pub mod parse;
+pub mod template;
 pub mod tokenizer;
 
 pub use error::{Error, ErrorKind, Result};

@@ -84,7 +84,10 @@ pub(crate) unsafe fn read_str<'a>(s: sc_str, field: &str) -> Result<&'a str> {
     // SAFETY: forwarded from the caller.
     let bytes = unsafe { read_slice(s.ptr, s.len, field)? };
     std::str::from_utf8(bytes).map_err(|e| {
-        Error::invalid_argument(format!("{field}: not valid UTF-8 (at byte {})", e.valid_up_to()))
+        Error::invalid_argument(format!(
+            "{field}: not valid UTF-8 (at byte {})",
+            e.valid_up_to()
+        ))
     })
 }
 
@@ -106,7 +109,9 @@ pub(crate) unsafe fn read_slice<'a, T>(ptr: *const T, len: usize, field: &str) -
         return Ok(&[]);
     }
     if ptr.is_null() {
-        return Err(Error::invalid_argument(format!("{field}: null pointer with length {len}")));
+        return Err(Error::invalid_argument(format!(
+            "{field}: null pointer with length {len}"
+        )));
     }
     // SAFETY: non-null and valid for `len` reads, as the caller promises.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })

@@ -75,9 +75,15 @@ pub unsafe extern "C" fn sc_prefix_keys(
             return Err(Error::invalid_argument("block_size: must be > 0"));
         }
         let bs = block_size as usize;
-        let mut local = hash::local_block_hashes(ids, bs, hash::dynamo_block_seed(lora_name, ""), &[]);
+        let mut local =
+            hash::local_block_hashes(ids, bs, hash::dynamo_block_seed(lora_name, ""), &[]);
         if !has_parent && !namespace.is_empty() && !local.is_empty() {
-            local[0] = hash::local_block_hashes(&ids[..bs], bs, hash::dynamo_block_seed(lora_name, namespace), &[])[0];
+            local[0] = hash::local_block_hashes(
+                &ids[..bs],
+                bs,
+                hash::dynamo_block_seed(lora_name, namespace),
+                &[],
+            )[0];
         }
         let keys = hash::sequence_hashes(has_parent.then_some(parent), &local);
         // SAFETY: the caller promises `out` holds `out_cap` writable values.
@@ -91,7 +97,10 @@ pub unsafe extern "C" fn sc_prefix_keys(
 /// `out` must be valid for `out_cap` writes (or NULL with `out_cap` 0).
 unsafe fn write_values(values: &[u64], out: *mut u64, out_cap: usize) -> crate::Result<()> {
     if values.len() > out_cap {
-        return Err(Error::invalid_argument(format!("out: room for {out_cap} values, {} needed", values.len())));
+        return Err(Error::invalid_argument(format!(
+            "out: room for {out_cap} values, {} needed",
+            values.len()
+        )));
     }
     if values.is_empty() {
         return Ok(());

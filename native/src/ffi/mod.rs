@@ -41,7 +41,11 @@ pub(crate) fn guard(err: *mut *mut sc_error, body: impl FnOnce() -> Result<()>) 
         }
         Err(payload) => {
             let message = status::panic_message(payload.as_ref());
-            status::write_error(err, status::SC_ERR_KIND_PANIC, &format!("panic in native core: {message}"));
+            status::write_error(
+                err,
+                status::SC_ERR_KIND_PANIC,
+                &format!("panic in native core: {message}"),
+            );
             SC_STATUS_PANIC
         }
     }
@@ -53,7 +57,9 @@ pub(crate) fn guard(err: *mut *mut sc_error, body: impl FnOnce() -> Result<()>) 
 /// `out` must be NULL or valid for a write of `T`.
 pub(crate) unsafe fn write_out<T>(out: *mut T, value: T, field: &str) -> Result<()> {
     if out.is_null() {
-        return Err(crate::Error::invalid_argument(format!("{field}: null out-pointer")));
+        return Err(crate::Error::invalid_argument(format!(
+            "{field}: null out-pointer"
+        )));
     }
     // SAFETY: non-null, and the caller promises it is valid for writes.
     unsafe { out.write(value) };

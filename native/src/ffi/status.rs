@@ -59,7 +59,11 @@ pub(crate) fn write_error(err: *mut *mut sc_error, kind: i32, message: &str) {
     bytes.push(0);
     let message_len = message.len();
     let message = Box::into_raw(bytes.into_boxed_slice()) as *mut u8;
-    let record = Box::into_raw(Box::new(sc_error { kind, message, message_len }));
+    let record = Box::into_raw(Box::new(sc_error {
+        kind,
+        message,
+        message_len,
+    }));
     // SAFETY: `err` is non-null and the caller promises it is valid for a pointer write.
     unsafe { err.write(record) };
 }
@@ -91,7 +95,9 @@ pub(crate) fn install_panic_hook() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         std::panic::set_hook(Box::new(|info| {
-            let location = info.location().map(|l| format!("{}:{}", l.file(), l.line()));
+            let location = info
+                .location()
+                .map(|l| format!("{}:{}", l.file(), l.line()));
             LAST_PANIC_LOCATION.with(|slot| *slot.borrow_mut() = location);
         }));
     });

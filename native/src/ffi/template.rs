@@ -131,8 +131,8 @@ pub unsafe extern "C" fn sc_renderer_new(
         let tokenizer = unsafe { read_handle(tok, "tokenizer")? }.shared();
         // SAFETY: as above.
         let config = unsafe { read_str(config, "config")? };
-        let config: RendererConfig =
-            serde_json::from_str(config).map_err(|e| Error::invalid_argument(format!("config: {e}")))?;
+        let config: RendererConfig = serde_json::from_str(config)
+            .map_err(|e| Error::invalid_argument(format!("config: {e}")))?;
         let defaults = Limits::default();
         let limits = Limits {
             fuel: config.fuel.unwrap_or(defaults.fuel),
@@ -142,7 +142,11 @@ pub unsafe extern "C" fn sc_renderer_new(
         let clock = config.fixed_time.map(Clock::Fixed).unwrap_or(Clock::Now);
         let templates = ChatTemplates::new(config.templates, config.variables, limits, clock);
         let cache = (config.cache_bytes > 0).then(|| SegmentCache::new(config.cache_bytes));
-        let handle = Box::into_raw(Box::new(sc_renderer { templates, tokenizer, cache }));
+        let handle = Box::into_raw(Box::new(sc_renderer {
+            templates,
+            tokenizer,
+            cache,
+        }));
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
             // SAFETY: we just made `handle` and nobody else has it.
@@ -169,7 +173,11 @@ pub unsafe extern "C" fn sc_renderer_free(r: *mut sc_renderer) {
 /// # Safety
 /// `r` must be a live handle; `out` and `err` must be NULL or valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn sc_renderer_info(r: *const sc_renderer, out: *mut sc_bytes, err: *mut *mut sc_error) -> i32 {
+pub unsafe extern "C" fn sc_renderer_info(
+    r: *const sc_renderer,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
     guard(err, || {
         // SAFETY: the caller passes a live handle.
         let r = unsafe { read_handle(r, "renderer")? };
@@ -206,7 +214,8 @@ pub unsafe extern "C" fn sc_renderer_render(
         let r = unsafe { read_handle(r, "renderer")? };
         // SAFETY: as above.
         let raw = unsafe { read_handle(req, "request")? };
-        let deadline = (raw.timeout_us > 0).then(|| Instant::now() + Duration::from_micros(raw.timeout_us));
+        let deadline =
+            (raw.timeout_us > 0).then(|| Instant::now() + Duration::from_micros(raw.timeout_us));
         // SAFETY: every string of the request is borrowed for the call.
         let request = unsafe {
             RenderRequest {
@@ -214,7 +223,11 @@ pub unsafe extern "C" fn sc_renderer_render(
                 tools_json: read_str(raw.tools_json, "tools_json")?,
                 documents_json: read_str(raw.documents_json, "documents_json")?,
                 kwargs_json: read_str(raw.kwargs_json, "chat_template_kwargs_json")?,
-                chat_template: if raw.has_chat_template { Some(read_str(raw.chat_template, "chat_template")?) } else { None },
+                chat_template: if raw.has_chat_template {
+                    Some(read_str(raw.chat_template, "chat_template")?)
+                } else {
+                    None
+                },
                 allow_source: raw.allow_request_template,
                 add_generation_prompt: raw.add_generation_prompt,
                 continue_final_message: raw.continue_final_message,
@@ -234,9 +247,21 @@ pub unsafe extern "C" fn sc_renderer_render(
         } else {
             (std::ptr::null_mut(), 0)
         };
-        let (text, ids, offsets) = if raw.wire_response { (String::new(), Vec::new(), Vec::new()) } else { (text, ids, offsets) };
-        let (text_ptr, text_len) = if raw.return_text { leak_slice(text.into_bytes()) } else { (std::ptr::null_mut(), 0) };
-        let (ids, ids_len) = if raw.return_ids { leak_slice(ids) } else { (std::ptr::null_mut(), 0) };
+        let (text, ids, offsets) = if raw.wire_response {
+            (String::new(), Vec::new(), Vec::new())
+        } else {
+            (text, ids, offsets)
+        };
+        let (text_ptr, text_len) = if raw.return_text {
+            leak_slice(text.into_bytes())
+        } else {
+            (std::ptr::null_mut(), 0)
+        };
+        let (ids, ids_len) = if raw.return_ids {
+            leak_slice(ids)
+        } else {
+            (std::ptr::null_mut(), 0)
+        };
         let (offsets, offsets_len) = leak_slice(offsets);
         let result = sc_render_result {
             wire,
@@ -279,7 +304,8 @@ fn render_response_wire(text: Option<&str>, ids: &[u32], offsets: &[u32]) -> Vec
         varint(out, body.len() as u64);
         out.extend_from_slice(&body);
     }
-    let mut out = Vec::with_capacity(text.map_or(0, str::len) + ids.len() * 3 + offsets.len() * 2 + 16);
+    let mut out =
+        Vec::with_capacity(text.map_or(0, str::len) + ids.len() * 3 + offsets.len() * 2 + 16);
     if let Some(text) = text.filter(|t| !t.is_empty()) {
         out.push((1 << 3) | 2);
         varint(&mut out, text.len() as u64);
@@ -292,19 +318,27 @@ fn render_response_wire(text: Option<&str>, ids: &[u32], offsets: &[u32]) -> Vec
 
 fn past_deadline(deadline: Option<Instant>) -> Result<()> {
     match deadline {
-        Some(d) if Instant::now() >= d => {
-            Err(Error::new(crate::ErrorKind::DeadlineExceeded, "the request's deadline passed while rendering"))
-        }
+        Some(d) if Instant::now() >= d => Err(Error::new(
+            crate::ErrorKind::DeadlineExceeded,
+            "the request's deadline passed while rendering",
+        )),
         _ => Ok(()),
     }
 }
 
 type Tokenized = (Vec<u32>, Vec<u32>, CacheStats);
 
-fn tokenize(r: &sc_renderer, text: &str, raw: &sc_render_request, deadline: Option<Instant>) -> Result<Tokenized> {
+fn tokenize(
+    r: &sc_renderer,
+    text: &str,
+    raw: &sc_render_request,
+    deadline: Option<Instant>,
+) -> Result<Tokenized> {
     match &r.cache {
         Some(cache) if raw.use_cache && !raw.return_offsets => {
-            let (ids, stats) = r.tokenizer.encode_with_cache(text, raw.add_special_tokens, cache, deadline)?;
+            let (ids, stats) =
+                r.tokenizer
+                    .encode_with_cache(text, raw.add_special_tokens, cache, deadline)?;
             Ok((ids, Vec::new(), stats))
         }
         _ => {

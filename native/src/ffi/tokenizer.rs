@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::buf::{free_slice, leak_slice, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str};
+use super::buf::{
+    free_slice, leak_slice, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str,
+};
 use super::status::sc_error;
 use super::{guard, write_out};
 use crate::error::Error;
@@ -93,12 +95,18 @@ pub struct sc_texts {
 /// # Safety
 /// `dir` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn sc_tokenizer_new(dir: sc_str, out: *mut *mut sc_tokenizer, err: *mut *mut sc_error) -> i32 {
+pub unsafe extern "C" fn sc_tokenizer_new(
+    dir: sc_str,
+    out: *mut *mut sc_tokenizer,
+    err: *mut *mut sc_error,
+) -> i32 {
     guard(err, || {
         // SAFETY: the caller lends `dir` for the call.
         let dir = unsafe { read_str(dir, "dir")? };
         let inner = Tokenizer::from_dir(Path::new(dir))?;
-        let handle = Box::into_raw(Box::new(sc_tokenizer { inner: Arc::new(inner) }));
+        let handle = Box::into_raw(Box::new(sc_tokenizer {
+            inner: Arc::new(inner),
+        }));
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
             // SAFETY: we just made `handle` and nobody else has it.
@@ -112,12 +120,19 @@ pub unsafe extern "C" fn sc_tokenizer_new(dir: sc_str, out: *mut *mut sc_tokeniz
 /// # Safety
 /// `json` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn sc_tokenizer_from_json(json: sc_str, out: *mut *mut sc_tokenizer, err: *mut *mut sc_error) -> i32 {
+pub unsafe extern "C" fn sc_tokenizer_from_json(
+    json: sc_str,
+    out: *mut *mut sc_tokenizer,
+    err: *mut *mut sc_error,
+) -> i32 {
     guard(err, || {
         // SAFETY: the caller lends `json` for the call.
         let json = unsafe { read_str(json, "json")? };
-        let inner = Tokenizer::from_json_text(json, crate::tokenizer::TokenizerFormat::TokenizerJson)?;
-        let handle = Box::into_raw(Box::new(sc_tokenizer { inner: Arc::new(inner) }));
+        let inner =
+            Tokenizer::from_json_text(json, crate::tokenizer::TokenizerFormat::TokenizerJson)?;
+        let handle = Box::into_raw(Box::new(sc_tokenizer {
+            inner: Arc::new(inner),
+        }));
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
             // SAFETY: we just made `handle` and nobody else has it.
@@ -144,7 +159,11 @@ pub unsafe extern "C" fn sc_tokenizer_free(tok: *mut sc_tokenizer) {
 /// # Safety
 /// `tok` must be a live handle; `out` and `err` must be NULL or valid for writes.
 #[no_mangle]
-pub unsafe extern "C" fn sc_tokenizer_info(tok: *const sc_tokenizer, out: *mut sc_bytes, err: *mut *mut sc_error) -> i32 {
+pub unsafe extern "C" fn sc_tokenizer_info(
+    tok: *const sc_tokenizer,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
     guard(err, || {
         // SAFETY: the caller passes a live handle.
         let t = unsafe { read_handle(tok, "tokenizer")? }.tokenizer();
@@ -199,7 +218,11 @@ pub unsafe extern "C" fn sc_tokenizer_encode_batch(
             return_offsets: raw_opts.return_offsets,
             return_tokens: raw_opts.return_tokens,
             max_length: (raw_opts.max_length > 0).then_some(raw_opts.max_length as usize),
-            truncation_side: if raw_opts.truncate_left { TruncationSide::Left } else { TruncationSide::Right },
+            truncation_side: if raw_opts.truncate_left {
+                TruncationSide::Left
+            } else {
+                TruncationSide::Right
+            },
             deadline: deadline_after(raw_opts.timeout_us),
         };
         let encodings = t.encode_batch(&texts, &options)?;
@@ -213,7 +236,10 @@ fn deadline_after(timeout_us: u64) -> Option<Instant> {
     (timeout_us > 0).then(|| Instant::now() + Duration::from_micros(timeout_us))
 }
 
-fn flatten_encodings(encodings: Vec<crate::tokenizer::Encoded>, opts: &EncodeOptions) -> sc_encodings {
+fn flatten_encodings(
+    encodings: Vec<crate::tokenizer::Encoded>,
+    opts: &EncodeOptions,
+) -> sc_encodings {
     let total: usize = encodings.iter().map(|e| e.ids.len()).sum();
     let mut ids = Vec::with_capacity(total);
     let mut lens = Vec::with_capacity(encodings.len());
@@ -238,7 +264,19 @@ fn flatten_encodings(encodings: Vec<crate::tokenizer::Encoded>, opts: &EncodeOpt
     let (offsets, offsets_len) = leak_slice(offsets);
     let (tokens, tokens_len) = leak_slice(tokens);
     let (token_lens, token_lens_len) = leak_slice(token_lens);
-    sc_encodings { count, ids, ids_len, lens, offsets, offsets_len, tokens, tokens_len, token_lens, token_lens_len, truncated }
+    sc_encodings {
+        count,
+        ids,
+        ids_len,
+        lens,
+        offsets,
+        offsets_len,
+        tokens,
+        tokens_len,
+        token_lens,
+        token_lens_len,
+        truncated,
+    }
 }
 
 /// Frees the result of `sc_tokenizer_encode_batch`. NULL is a no-op.
@@ -300,7 +338,12 @@ pub unsafe extern "C" fn sc_tokenizer_decode_batch(
         let count = texts.len();
         let (data, data_len) = leak_slice(data);
         let (lens, _) = leak_slice(lens);
-        let result = Box::into_raw(Box::new(sc_texts { count, data, data_len, lens }));
+        let result = Box::into_raw(Box::new(sc_texts {
+            count,
+            data,
+            data_len,
+            lens,
+        }));
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, result, "out") }
     })
@@ -329,5 +372,7 @@ pub unsafe extern "C" fn sc_texts_free(texts: *mut sc_texts) {
 /// `err` must be NULL or valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn sc_test_panic(err: *mut *mut sc_error) -> i32 {
-    guard(err, || panic!("deliberate panic requested by sc_test_panic"))
+    guard(err, || {
+        panic!("deliberate panic requested by sc_test_panic")
+    })
 }

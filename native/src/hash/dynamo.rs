@@ -26,7 +26,12 @@ pub fn block_seed(lora_name: &str, namespace: &str) -> u64 {
 
 /// Local block hashes of the full blocks of `tokens`; `mm[i]` are block i's multimodal hashes
 /// (missing or empty = none).
-pub fn local_block_hashes(tokens: &[u32], block_size: usize, seed: u64, mm: &[Vec<u64>]) -> Vec<u64> {
+pub fn local_block_hashes(
+    tokens: &[u32],
+    block_size: usize,
+    seed: u64,
+    mm: &[Vec<u64>],
+) -> Vec<u64> {
     let mut bytes = Vec::with_capacity(block_size * 4 + 64);
     tokens
         .chunks_exact(block_size)

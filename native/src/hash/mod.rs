@@ -25,7 +25,10 @@ mod vllm;
 mod tests;
 
 pub use cbor::encode as cbor_encode;
-pub use dynamo::{block_seed as dynamo_block_seed, local_block_hashes, mm_identifier_hash, sequence_hashes, DYNAMO_SEED};
+pub use dynamo::{
+    block_seed as dynamo_block_seed, local_block_hashes, mm_identifier_hash, sequence_hashes,
+    DYNAMO_SEED,
+};
 pub use pickle::dumps as pickle_dumps;
 pub use spec::{Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat};
 pub use value::Value;
@@ -47,16 +50,27 @@ pub fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashes> {
     spec.validate()?;
     let bs = spec.block_size as usize;
     match spec.algorithm {
-        Algorithm::VllmSha256 | Algorithm::VllmSha256Cbor | Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor => {
-            vllm::block_hashes(tokens, spec)
-        }
-        Algorithm::SglangSha256 => Ok(BlockHashes { values: sglang::block_hashes(tokens, spec), seed: String::new() }),
+        Algorithm::VllmSha256
+        | Algorithm::VllmSha256Cbor
+        | Algorithm::VllmXxhash
+        | Algorithm::VllmXxhashCbor => vllm::block_hashes(tokens, spec),
+        Algorithm::SglangSha256 => Ok(BlockHashes {
+            values: sglang::block_hashes(tokens, spec),
+            seed: String::new(),
+        }),
         Algorithm::DynamoXxh3 => {
             let mm = dynamo::block_mm_hashes(tokens.len() / bs, bs, &spec.mm_items);
             let seed = dynamo::block_seed(&spec.lora_name, &spec.namespace);
             let local = local_block_hashes(tokens, bs, seed, &mm);
-            let values = if spec.sequence_hashes { sequence_hashes(None, &local) } else { local };
-            Ok(BlockHashes { values, seed: String::new() })
+            let values = if spec.sequence_hashes {
+                sequence_hashes(None, &local)
+            } else {
+                local
+            };
+            Ok(BlockHashes {
+                values,
+                seed: String::new(),
+            })
         }
     }
 }

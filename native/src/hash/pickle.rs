@@ -48,7 +48,13 @@ const LONG_BINGET: u8 = b'j';
 
 /// Appends `pickle.dumps(value, protocol=5)` to `out` (which may hold other data before).
 pub fn dumps_into(value: &Value<'_>, out: &mut Vec<u8>) {
-    let mut p = Pickler { out, frame_start: None, framing: false, memo_len: 0, shared: Vec::new() };
+    let mut p = Pickler {
+        out,
+        frame_start: None,
+        framing: false,
+        memo_len: 0,
+        shared: Vec::new(),
+    };
     p.out.extend_from_slice(&[PROTO, 5]);
     p.framing = true;
     p.save(value);
@@ -59,11 +65,21 @@ pub fn dumps_into(value: &Value<'_>, out: &mut Vec<u8>) {
 /// Appends `pickle.dumps((parent, tuple(tokens), extra), protocol=5)` to `out`: vLLM's block tuple,
 /// without building a `Value` for it (this is the hot path of block hashing).
 pub fn dumps_block_into(parent: &[u8], tokens: &[u32], extra: &Value<'_>, out: &mut Vec<u8>) {
-    if *extra == Value::None && parent.len() < 256 && !tokens.is_empty() && MAX_TOKEN_BYTES * tokens.len() + 64 < FRAME_SIZE_TARGET {
+    if *extra == Value::None
+        && parent.len() < 256
+        && !tokens.is_empty()
+        && MAX_TOKEN_BYTES * tokens.len() + 64 < FRAME_SIZE_TARGET
+    {
         dumps_plain_block_into(parent, tokens, out);
         return;
     }
-    let mut p = Pickler { out, frame_start: None, framing: false, memo_len: 0, shared: Vec::new() };
+    let mut p = Pickler {
+        out,
+        frame_start: None,
+        framing: false,
+        memo_len: 0,
+        shared: Vec::new(),
+    };
     p.out.extend_from_slice(&[PROTO, 5]);
     p.framing = true;
     p.boundary();
@@ -82,7 +98,21 @@ pub fn dumps_block_into(parent: &[u8], tokens: &[u32], extra: &Value<'_>, out: &
 fn dumps_plain_block_into(parent: &[u8], tokens: &[u32], out: &mut Vec<u8>) {
     out.reserve(32 + parent.len() + MAX_TOKEN_BYTES * tokens.len());
     let base = out.len();
-    out.extend_from_slice(&[PROTO, 5, FRAME, 0, 0, 0, 0, 0, 0, 0, 0, SHORT_BINBYTES, parent.len() as u8]);
+    out.extend_from_slice(&[
+        PROTO,
+        5,
+        FRAME,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        0,
+        SHORT_BINBYTES,
+        parent.len() as u8,
+    ]);
     out.extend_from_slice(parent);
     out.push(MEMOIZE);
     let short = tokens.len() <= 3;
@@ -92,7 +122,11 @@ fn dumps_plain_block_into(parent: &[u8], tokens: &[u32], out: &mut Vec<u8>) {
     for &id in tokens {
         push_u32_int(out, id);
     }
-    out.push(if short { [TUPLE1, TUPLE2, TUPLE3][tokens.len() - 1] } else { TUPLE });
+    out.push(if short {
+        [TUPLE1, TUPLE2, TUPLE3][tokens.len() - 1]
+    } else {
+        TUPLE
+    });
     out.extend_from_slice(&[MEMOIZE, NONE, TUPLE3, MEMOIZE, STOP]);
     let frame_len = (out.len() - base - 2 - FRAME_HEADER_SIZE) as u64;
     out[base + 3..base + 3 + 8].copy_from_slice(&frame_len.to_le_bytes());
@@ -126,11 +160,14 @@ impl<'v> Pickler<'_, 'v> {
     }
 
     fn commit_frame(&mut self) {
-        let Some(start) = self.frame_start.take() else { return };
+        let Some(start) = self.frame_start.take() else {
+            return;
+        };
         let len = self.out.len() - start - FRAME_HEADER_SIZE;
         if len >= FRAME_SIZE_MIN {
             self.out[start] = FRAME;
-            self.out[start + 1..start + FRAME_HEADER_SIZE].copy_from_slice(&(len as u64).to_le_bytes());
+            self.out[start + 1..start + FRAME_HEADER_SIZE]
+                .copy_from_slice(&(len as u64).to_le_bytes());
         } else {
             self.out.drain(start..start + FRAME_HEADER_SIZE);
         }
@@ -225,8 +262,11 @@ impl<'v> Pickler<'_, 'v> {
         if !short {
             self.write(&[MARK]);
         }
-        let frame_len = self.frame_start.map_or(0, |start| self.out.len() - start - FRAME_HEADER_SIZE);
-        if self.frame_start.is_some() && frame_len + MAX_TOKEN_BYTES * ids.len() < FRAME_SIZE_TARGET {
+        let frame_len = self
+            .frame_start
+            .map_or(0, |start| self.out.len() - start - FRAME_HEADER_SIZE);
+        if self.frame_start.is_some() && frame_len + MAX_TOKEN_BYTES * ids.len() < FRAME_SIZE_TARGET
+        {
             // No frame can fill up inside this tuple: skip the per-element boundary checks.
             self.out.reserve(MAX_TOKEN_BYTES * ids.len() + 2);
             for &id in ids {

@@ -15,8 +15,8 @@ const NAMESPACE_TAG: &[u8] = b"sglang-kv-event-namespace-v1";
 
 pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Vec<u64> {
     let page = spec.block_size as usize;
-    let mut prior: Option<[u8; 32]> =
-        (!spec.cache_salt.is_empty()).then(|| sha256_parts(&[SALT_TAG, spec.cache_salt.as_bytes()]));
+    let mut prior: Option<[u8; 32]> = (!spec.cache_salt.is_empty())
+        .then(|| sha256_parts(&[SALT_TAG, spec.cache_salt.as_bytes()]));
     let seed = namespace_seed(spec);
     let mut bytes = Vec::with_capacity(page * 4);
     tokens

@@ -57,7 +57,13 @@ impl Algorithm {
 
     /// Whether this is one of vLLM's algorithms.
     pub fn is_vllm(self) -> bool {
-        matches!(self, Algorithm::VllmSha256 | Algorithm::VllmSha256Cbor | Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor)
+        matches!(
+            self,
+            Algorithm::VllmSha256
+                | Algorithm::VllmSha256Cbor
+                | Algorithm::VllmXxhash
+                | Algorithm::VllmXxhashCbor
+        )
     }
 }
 
@@ -156,9 +162,15 @@ impl HashSpec {
     /// Refuses specs no engine could have produced hashes for, naming the field.
     pub fn validate(&self) -> Result<()> {
         if self.block_size == 0 {
-            return Err(Error::invalid_argument("block_hashing.block_size: must be > 0"));
+            return Err(Error::invalid_argument(
+                "block_hashing.block_size: must be > 0",
+            ));
         }
-        if matches!(self.algorithm, Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor) && self.seed.is_none() {
+        if matches!(
+            self.algorithm,
+            Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor
+        ) && self.seed.is_none()
+        {
             return Err(Error::invalid_argument(format!(
                 "block_hashing.seed: {} without PYTHONHASHSEED uses a random per-process seed in vLLM, so its \
                  hashes cannot be reproduced; give the engine's PYTHONHASHSEED",
@@ -168,7 +180,9 @@ impl HashSpec {
         let mut previous = 0;
         for (i, item) in self.mm_items.iter().enumerate() {
             if item.identifier.is_empty() {
-                return Err(Error::invalid_argument(format!("block_hashing.mm_items[{i}].identifier: empty")));
+                return Err(Error::invalid_argument(format!(
+                    "block_hashing.mm_items[{i}].identifier: empty"
+                )));
             }
             if item.offset < previous {
                 return Err(Error::invalid_argument(format!(
@@ -176,7 +190,9 @@ impl HashSpec {
                 )));
             }
             if item.offset.checked_add(item.length).is_none() || item.offset > i64::MAX as u64 {
-                return Err(Error::invalid_argument(format!("block_hashing.mm_items[{i}]: offset + length overflows")));
+                return Err(Error::invalid_argument(format!(
+                    "block_hashing.mm_items[{i}]: offset + length overflows"
+                )));
             }
             previous = item.offset;
         }

@@ -16,17 +16,38 @@ fn first_value(algorithm: Algorithm, seed: Option<&str>) -> u64 {
 
 #[test]
 fn vllm_first_block_matches_the_worked_values() {
-    assert_eq!(first_value(Algorithm::VllmSha256, None), 3262291359910021016);
-    assert_eq!(first_value(Algorithm::VllmSha256, Some("0")), 7982712666671721126);
-    assert_eq!(first_value(Algorithm::VllmSha256Cbor, None), 2233398808101521225);
-    assert_eq!(first_value(Algorithm::VllmSha256Cbor, Some("0")), 12687895063098490012);
-    assert_eq!(first_value(Algorithm::VllmXxhash, Some("0")), 12446601617588617037);
-    assert_eq!(first_value(Algorithm::VllmXxhashCbor, Some("0")), 4168120356241826254);
+    assert_eq!(
+        first_value(Algorithm::VllmSha256, None),
+        3262291359910021016
+    );
+    assert_eq!(
+        first_value(Algorithm::VllmSha256, Some("0")),
+        7982712666671721126
+    );
+    assert_eq!(
+        first_value(Algorithm::VllmSha256Cbor, None),
+        2233398808101521225
+    );
+    assert_eq!(
+        first_value(Algorithm::VllmSha256Cbor, Some("0")),
+        12687895063098490012
+    );
+    assert_eq!(
+        first_value(Algorithm::VllmXxhash, Some("0")),
+        12446601617588617037
+    );
+    assert_eq!(
+        first_value(Algorithm::VllmXxhashCbor, Some("0")),
+        4168120356241826254
+    );
 }
 
 #[test]
 fn sglang_and_dynamo_match_the_worked_values() {
-    assert_eq!(first_value(Algorithm::SglangSha256, None) as i64, 6738917275443968386);
+    assert_eq!(
+        first_value(Algorithm::SglangSha256, None) as i64,
+        6738917275443968386
+    );
     let spec = HashSpec::new(Algorithm::DynamoXxh3, 16);
     let values = block_hashes(&range(100), &spec).unwrap().values;
     assert_eq!(&values[..2], &[15310707395893867146, 15292316782987903195]);
@@ -56,16 +77,30 @@ fn unreproducible_and_malformed_specs_are_refused() {
     assert!(err.message().contains("block_size"));
     let mut spec = HashSpec::new(Algorithm::VllmSha256, 16);
     spec.mm_items = vec![
-        MmItem { identifier: "b".into(), offset: 10, length: 4 },
-        MmItem { identifier: "a".into(), offset: 2, length: 4 },
+        MmItem {
+            identifier: "b".into(),
+            offset: 10,
+            length: 4,
+        },
+        MmItem {
+            identifier: "a".into(),
+            offset: 2,
+            length: 4,
+        },
     ];
-    assert!(block_hashes(&range(32), &spec).unwrap_err().message().contains("mm_items[1]"));
+    assert!(block_hashes(&range(32), &spec)
+        .unwrap_err()
+        .message()
+        .contains("mm_items[1]"));
 }
 
 #[test]
 fn the_effective_seed_is_reported() {
     let spec = HashSpec::new(Algorithm::VllmSha256Cbor, 16);
-    assert_eq!(block_hashes(&range(16), &spec).unwrap().seed, "vllm-none-hash");
+    assert_eq!(
+        block_hashes(&range(16), &spec).unwrap().seed,
+        "vllm-none-hash"
+    );
 }
 
 #[test]
@@ -96,8 +131,15 @@ fn salt_and_lora_change_every_algorithm() {
 #[test]
 fn pickle_small_shapes() {
     // Bytes CPython writes for pickle.dumps("0", protocol=5) and ((b"", (1, 300), None)).
-    assert_eq!(pickle_dumps(&Value::Str("0")), b"\x80\x05\x95\x05\x00\x00\x00\x00\x00\x00\x00\x8c\x010\x94.");
-    let v = Value::Tuple(vec![Value::Bytes(b""), Value::Tokens(&[1, 300]), Value::None]);
+    assert_eq!(
+        pickle_dumps(&Value::Str("0")),
+        b"\x80\x05\x95\x05\x00\x00\x00\x00\x00\x00\x00\x8c\x010\x94."
+    );
+    let v = Value::Tuple(vec![
+        Value::Bytes(b""),
+        Value::Tokens(&[1, 300]),
+        Value::None,
+    ]);
     assert_eq!(
         pickle_dumps(&v),
         b"\x80\x05\x95\x0e\x00\x00\x00\x00\x00\x00\x00C\x00\x94K\x01M,\x01\x86\x94N\x87\x94."
@@ -106,8 +148,15 @@ fn pickle_small_shapes() {
 
 #[test]
 fn cbor_small_shapes() {
-    let v = Value::Tuple(vec![Value::Bytes(b"\x01"), Value::Tokens(&[0, 24, 65536]), Value::Int(-25)]);
-    assert_eq!(cbor_encode(&v), b"\x83\x41\x01\x83\x00\x18\x18\x1a\x00\x01\x00\x00\x38\x18");
+    let v = Value::Tuple(vec![
+        Value::Bytes(b"\x01"),
+        Value::Tokens(&[0, 24, 65536]),
+        Value::Int(-25),
+    ]);
+    assert_eq!(
+        cbor_encode(&v),
+        b"\x83\x41\x01\x83\x00\x18\x18\x1a\x00\x01\x00\x00\x38\x18"
+    );
 }
 
 /// Minimum over runs of `f` (robust to other processes sharing the machine).
@@ -126,11 +175,16 @@ fn min_time(mut f: impl FnMut()) -> std::time::Duration {
 #[ignore = "timing probe, run by hand: cargo test --release hash -- --ignored --nocapture --test-threads 1"]
 fn timing_probe() {
     use sha2::{Digest, Sha256};
-    let tokens: Vec<u32> = (0..32768u32).map(|i| i.wrapping_mul(2654435761) % 151_000).collect();
+    let tokens: Vec<u32> = (0..32768u32)
+        .map(|i| i.wrapping_mul(2654435761) % 151_000)
+        .collect();
     for algorithm in Algorithm::ALL {
         let mut spec = HashSpec::new(algorithm, 16);
         spec.seed = Some("0".into());
-        eprintln!("{algorithm:?}: {:?}", min_time(|| drop(std::hint::black_box(block_hashes(&tokens, &spec).unwrap()))));
+        eprintln!(
+            "{algorithm:?}: {:?}",
+            min_time(|| drop(std::hint::black_box(block_hashes(&tokens, &spec).unwrap())))
+        );
     }
     let parent = [7u8; 32];
     let mut buf = Vec::with_capacity(256);

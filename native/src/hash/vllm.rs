@@ -16,9 +16,18 @@ use crate::error::Result;
 pub const DEFAULT_NONE_HASH_SEED: &str = "vllm-none-hash";
 
 pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashes> {
-    let seed = spec.seed.clone().unwrap_or_else(|| DEFAULT_NONE_HASH_SEED.to_owned());
-    let mut hasher = Hasher { algorithm: spec.algorithm, buf: Vec::with_capacity(256) };
-    let pickled = matches!(spec.algorithm, Algorithm::VllmSha256 | Algorithm::VllmXxhash);
+    let seed = spec
+        .seed
+        .clone()
+        .unwrap_or_else(|| DEFAULT_NONE_HASH_SEED.to_owned());
+    let mut hasher = Hasher {
+        algorithm: spec.algorithm,
+        buf: Vec::with_capacity(256),
+    };
+    let pickled = matches!(
+        spec.algorithm,
+        Algorithm::VllmSha256 | Algorithm::VllmXxhash
+    );
     hasher.buf.clear();
     if pickled {
         pickle::dumps_into(&Value::Str(&seed), &mut hasher.buf);
@@ -34,7 +43,11 @@ pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashe
     let plain = spec.lora_name.is_empty() && spec.mm_items.is_empty() && spec.cache_salt.is_empty();
     for (i, block) in tokens.chunks_exact(bs).enumerate() {
         let (start, end) = (i * bs, (i + 1) * bs);
-        let extra = if plain { Value::None } else { extra_keys(spec, start, end, &mut mm) };
+        let extra = if plain {
+            Value::None
+        } else {
+            extra_keys(spec, start, end, &mut mm)
+        };
         hasher.buf.clear();
         if pickled {
             pickle::dumps_block_into(&parent[..parent_len], block, &extra, &mut hasher.buf);
@@ -50,7 +63,9 @@ pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashe
 
 /// The value vLLM publishes in events: the last 8 bytes, big-endian.
 pub fn event_value(digest: &[u8]) -> u64 {
-    let tail: [u8; 8] = digest[digest.len() - 8..].try_into().expect("digests are >= 8 bytes");
+    let tail: [u8; 8] = digest[digest.len() - 8..]
+        .try_into()
+        .expect("digests are >= 8 bytes");
     u64::from_be_bytes(tail)
 }
 
@@ -88,14 +103,22 @@ fn extra_keys<'a>(spec: &'a HashSpec, start: usize, end: usize, mm: &mut MmCurso
     let mut keys = Vec::new();
     if !spec.lora_name.is_empty() {
         keys.push(if tagged {
-            Value::Tuple(vec![Value::Tag("lora"), Value::Str(&spec.lora_name), Value::Str(&spec.lora_path)])
+            Value::Tuple(vec![
+                Value::Tag("lora"),
+                Value::Str(&spec.lora_name),
+                Value::Str(&spec.lora_path),
+            ])
         } else {
             Value::Str(&spec.lora_name)
         });
     }
     for (identifier, relative) in mm_keys(&spec.mm_items, start as u64, end as u64, mm) {
         keys.push(if tagged {
-            Value::Tuple(vec![Value::Tag("mm"), Value::Str(identifier), Value::Int(relative)])
+            Value::Tuple(vec![
+                Value::Tag("mm"),
+                Value::Str(identifier),
+                Value::Int(relative),
+            ])
         } else {
             Value::Tuple(vec![Value::Str(identifier), Value::Int(relative)])
         });
@@ -116,9 +139,16 @@ fn extra_keys<'a>(spec: &'a HashSpec, start: usize, end: usize, mm: &mut MmCurso
 
 /// vLLM's `_gen_mm_extra_hash_keys`: the items whose placeholder run overlaps the block, with their
 /// offset relative to the block start (negative for an item that began in an earlier block).
-fn mm_keys<'a>(items: &'a [MmItem], start: u64, end: u64, cursor: &mut MmCursor) -> Vec<(&'a str, i64)> {
+fn mm_keys<'a>(
+    items: &'a [MmItem],
+    start: u64,
+    end: u64,
+    cursor: &mut MmCursor,
+) -> Vec<(&'a str, i64)> {
     let mut keys = Vec::new();
-    let Some(last) = items.last() else { return keys };
+    let Some(last) = items.last() else {
+        return keys;
+    };
     if last.offset + last.length <= start {
         return keys;
     }

@@ -21,20 +21,103 @@ use super::normalize::ContentFormat;
 
 /// Filters Jinja2 3.1 knows (`jinja2.filters.FILTERS`), plus transformers' `tojson`.
 const JINJA2_FILTERS: &[&str] = &[
-    "abs", "attr", "batch", "capitalize", "center", "count", "d", "default", "dictsort", "e", "escape",
-    "filesizeformat", "first", "float", "forceescape", "format", "groupby", "indent", "int", "items", "join",
-    "last", "length", "list", "lower", "map", "max", "min", "pprint", "random", "reject", "rejectattr",
-    "replace", "reverse", "round", "safe", "select", "selectattr", "slice", "sort", "string", "striptags", "sum",
-    "title", "tojson", "trim", "truncate", "unique", "upper", "urlencode", "urlize", "wordcount", "wordwrap",
+    "abs",
+    "attr",
+    "batch",
+    "capitalize",
+    "center",
+    "count",
+    "d",
+    "default",
+    "dictsort",
+    "e",
+    "escape",
+    "filesizeformat",
+    "first",
+    "float",
+    "forceescape",
+    "format",
+    "groupby",
+    "indent",
+    "int",
+    "items",
+    "join",
+    "last",
+    "length",
+    "list",
+    "lower",
+    "map",
+    "max",
+    "min",
+    "pprint",
+    "random",
+    "reject",
+    "rejectattr",
+    "replace",
+    "reverse",
+    "round",
+    "safe",
+    "select",
+    "selectattr",
+    "slice",
+    "sort",
+    "string",
+    "striptags",
+    "sum",
+    "title",
+    "tojson",
+    "trim",
+    "truncate",
+    "unique",
+    "upper",
+    "urlencode",
+    "urlize",
+    "wordcount",
+    "wordwrap",
     "xmlattr",
 ];
 
 /// Tests Jinja2 3.1 knows (`jinja2.tests.TESTS`).
 const JINJA2_TESTS: &[&str] = &[
-    "!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped",
-    "even", "false", "filter", "float", "ge", "greaterthan", "gt", "in", "integer", "iterable", "le", "lessthan",
-    "lower", "lt", "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "test", "true",
-    "undefined", "upper",
+    "!=",
+    "<",
+    "<=",
+    "==",
+    ">",
+    ">=",
+    "boolean",
+    "callable",
+    "defined",
+    "divisibleby",
+    "eq",
+    "equalto",
+    "escaped",
+    "even",
+    "false",
+    "filter",
+    "float",
+    "ge",
+    "greaterthan",
+    "gt",
+    "in",
+    "integer",
+    "iterable",
+    "le",
+    "lessthan",
+    "lower",
+    "lt",
+    "mapping",
+    "ne",
+    "none",
+    "number",
+    "odd",
+    "sameas",
+    "sequence",
+    "string",
+    "test",
+    "true",
+    "undefined",
+    "upper",
 ];
 
 /// The result of analyzing a template source.
@@ -50,7 +133,10 @@ pub struct Analysis {
 /// cannot parse gets the "string" format; rendering reports the syntax error.
 pub fn analyze(source: &str) -> Analysis {
     let Ok(root) = parse(source, "chat_template", SyntaxConfig::default()) else {
-        return Analysis { content_format: ContentFormat::String, compile_error: None };
+        return Analysis {
+            content_format: ContentFormat::String,
+            compile_error: None,
+        };
     };
     let mut nodes = Nodes::default();
     collect(&root, false, &mut nodes);
@@ -152,7 +238,9 @@ fn check_expr<'a, 'n>(expr: &'n Expr<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>)
         }
         Expr::Compare(c) => {
             check_expr(&c.expr, soft, nodes);
-            c.ops.iter().for_each(|op| check_expr(&op.expr, soft, nodes));
+            c.ops
+                .iter()
+                .for_each(|op| check_expr(&op.expr, soft, nodes));
         }
         Expr::IfExpr(i) => {
             check_expr(&i.test_expr, true, nodes);
@@ -188,16 +276,21 @@ fn check_expr<'a, 'n>(expr: &'n Expr<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>)
         }
         Expr::List(l) => l.items.iter().for_each(|e| check_expr(e, soft, nodes)),
         Expr::Tuple(t) => t.items.iter().for_each(|e| check_expr(e, soft, nodes)),
-        Expr::Map(m) => m.keys.iter().chain(&m.values).for_each(|e| check_expr(e, soft, nodes)),
+        Expr::Map(m) => m
+            .keys
+            .iter()
+            .chain(&m.values)
+            .for_each(|e| check_expr(e, soft, nodes)),
     }
 }
 
 fn check_call_args<'a, 'n>(args: &'n [CallArg<'a>], soft: bool, nodes: &mut Nodes<'a, 'n>) {
     for arg in args {
         match arg {
-            CallArg::Pos(e) | CallArg::Kwarg(_, e) | CallArg::PosSplat(e) | CallArg::KwargSplat(e) => {
-                check_expr(e, soft, nodes)
-            }
+            CallArg::Pos(e)
+            | CallArg::Kwarg(_, e)
+            | CallArg::PosSplat(e)
+            | CallArg::KwargSplat(e) => check_expr(e, soft, nodes),
         }
     }
 }
@@ -208,12 +301,17 @@ fn detect_content_format(nodes: &Nodes<'_, '_>) -> Option<ContentFormat> {
     // Loop variables over `messages` (or over variables assigned from it).
     let mut message_vars: Vec<&str> = Vec::new();
     for (target, iter) in &nodes.loops {
-        if messages_vars.iter().any(|v| is_var_or_elems_access(iter, v, None)) {
+        if messages_vars
+            .iter()
+            .any(|v| is_var_or_elems_access(iter, v, None))
+        {
             message_vars.push(name_of(target)?);
         }
     }
     for (target, iter) in &nodes.loops {
-        let over_content = message_vars.iter().any(|v| is_var_or_elems_access(iter, v, Some("content")))
+        let over_content = message_vars
+            .iter()
+            .any(|v| is_var_or_elems_access(iter, v, Some("content")))
             || matches!(iter, Expr::Var(v) if v.id == "content");
         if over_content {
             name_of(target)?;
@@ -257,7 +355,10 @@ fn name_of<'a>(target: &Expr<'a>) -> Option<&'a str> {
 /// key `var.key` / `var['key']` (also under filters, tests and slices).
 fn is_var_or_elems_access(expr: &Expr<'_>, varname: &str, key: Option<&str>) -> bool {
     match expr {
-        Expr::Filter(f) => f.expr.as_ref().is_some_and(|e| is_var_or_elems_access(e, varname, key)),
+        Expr::Filter(f) => f
+            .expr
+            .as_ref()
+            .is_some_and(|e| is_var_or_elems_access(e, varname, key)),
         Expr::Test(t) => is_var_or_elems_access(&t.expr, varname, key),
         Expr::Slice(s) => is_var_or_elems_access(&s.expr, varname, key),
         _ => match key {
@@ -272,7 +373,8 @@ fn is_attr_access(expr: &Expr<'_>, varname: &str, key: &str) -> bool {
     match expr {
         Expr::GetAttr(g) => is_var(&g.expr) && g.name == key,
         Expr::GetItem(g) => {
-            is_var(&g.expr) && matches!(&g.subscript_expr, Expr::Const(c) if c.value.as_str() == Some(key))
+            is_var(&g.expr)
+                && matches!(&g.subscript_expr, Expr::Const(c) if c.value.as_str() == Some(key))
         }
         _ => false,
     }
@@ -288,7 +390,10 @@ mod tests {
 
     #[test]
     fn detects_loops_over_content() {
-        assert_eq!(format_of("{% for m in messages %}{{ m.content }}{% endfor %}"), ContentFormat::String);
+        assert_eq!(
+            format_of("{% for m in messages %}{{ m.content }}{% endfor %}"),
+            ContentFormat::String
+        );
         assert_eq!(
             format_of("{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}{% endfor %}"),
             ContentFormat::OpenAi
@@ -300,7 +405,10 @@ mod tests {
             ),
             ContentFormat::OpenAi
         );
-        assert_eq!(format_of("{% macro r(content) %}{% for i in content %}{% endfor %}{% endmacro %}"), ContentFormat::OpenAi);
+        assert_eq!(
+            format_of("{% macro r(content) %}{% for i in content %}{% endfor %}{% endmacro %}"),
+            ContentFormat::OpenAi
+        );
         // vLLM's assert on a non-name target makes it fall back to "string".
         assert_eq!(
             format_of("{% set ns = namespace() %}{% set ns.m = messages %}{% for m in messages %}{% for p in m.content %}{% endfor %}{% endfor %}"),
@@ -310,12 +418,28 @@ mod tests {
 
     #[test]
     fn unknown_filters_tests_and_do_are_compile_errors() {
-        assert_eq!(analyze("{{ x|from_json }}").compile_error.as_deref(), Some("No filter named 'from_json'."));
+        assert_eq!(
+            analyze("{{ x|from_json }}").compile_error.as_deref(),
+            Some("No filter named 'from_json'.")
+        );
         // Inside an `if` Jinja2 defers the check to run time, except in a new scope such as a loop.
-        assert_eq!(analyze("{% if x %}{{ x|from_json }}{% endif %}").compile_error, None);
-        assert!(analyze("{% if x %}{% for y in x %}{{ y|from_json }}{% endfor %}{% endif %}").compile_error.is_some());
-        assert_eq!(analyze("{{ x is sting }}").compile_error.as_deref(), Some("No test named 'sting'."));
+        assert_eq!(
+            analyze("{% if x %}{{ x|from_json }}{% endif %}").compile_error,
+            None
+        );
+        assert!(
+            analyze("{% if x %}{% for y in x %}{{ y|from_json }}{% endfor %}{% endif %}")
+                .compile_error
+                .is_some()
+        );
+        assert_eq!(
+            analyze("{{ x is sting }}").compile_error.as_deref(),
+            Some("No test named 'sting'.")
+        );
         assert!(analyze("{% do x.append(1) %}").compile_error.is_some());
-        assert_eq!(analyze("{{ x|tojson|trim }}{% if x is not none %}{% endif %}").compile_error, None);
+        assert_eq!(
+            analyze("{{ x|tojson|trim }}{% if x is not none %}{% endif %}").compile_error,
+            None
+        );
     }
 }

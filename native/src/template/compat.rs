@@ -123,7 +123,8 @@ pub fn guard_none_iteration(source: &str) -> Cow<'_, str> {
                 };
                 if word == "for" {
                     if let Some((start, stop)) = for_iterable(source, after_word, end - 2) {
-                        let expr = source[start..stop].trim_end_matches(|c: char| c.is_ascii_whitespace());
+                        let expr =
+                            source[start..stop].trim_end_matches(|c: char| c.is_ascii_whitespace());
                         let stop = start + expr.len();
                         out.push_str(&source[copied..start]);
                         out.push_str(&format!(
@@ -159,7 +160,10 @@ fn tag_word(source: &str, mut i: usize) -> (&str, usize) {
         i += 1;
     }
     let start = i;
-    while bytes.get(i).is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_') {
+    while bytes
+        .get(i)
+        .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+    {
         i += 1;
     }
     (&source[start..i], i)
@@ -263,7 +267,10 @@ mod tests {
             rewrite("a{%- generation -%}b{% endgeneration %}c{%+generation%}"),
             "a{%- if true -%}b{% endif %}c{%+ if true %}"
         );
-        assert_eq!(rewrite("{{ add_generation_prompt }}{% generations %}"), "{{ add_generation_prompt }}{% generations %}");
+        assert_eq!(
+            rewrite("{{ add_generation_prompt }}{% generations %}"),
+            "{{ add_generation_prompt }}{% generations %}"
+        );
         assert!(matches!(rewrite("{% if x %}{% endif %}"), Cow::Borrowed(_)));
     }
 
@@ -271,7 +278,10 @@ mod tests {
     fn guards_loop_iterables_against_none() {
         let g = |s: &str| guard_none_iteration(s).into_owned();
         let f = NONE_ITERATION_FUNCTION;
-        assert_eq!(g("{% for t in tools %}x{% endfor %}"), format!("{{% for t in ((tools) if (tools) is not none else {f}()) %}}x{{% endfor %}}"));
+        assert_eq!(
+            g("{% for t in tools %}x{% endfor %}"),
+            format!("{{% for t in ((tools) if (tools) is not none else {f}()) %}}x{{% endfor %}}")
+        );
         assert_eq!(
             g("{%- for k, v in m.items() if k != 'a' -%}{% endfor %}"),
             format!("{{%- for k, v in ((m.items()) if (m.items()) is not none else {f}()) if k != 'a' -%}}{{% endfor %}}")
@@ -285,4 +295,3 @@ mod tests {
         assert_eq!(g(untouched), untouched);
     }
 }
-

@@ -32,7 +32,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { fuel: 50_000_000, recursion: 100, max_output_bytes: 64 << 20 }
+        Limits {
+            fuel: 50_000_000,
+            recursion: 100,
+            max_output_bytes: 64 << 20,
+        }
     }
 }
 
@@ -64,7 +68,12 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     let mut env = Environment::new();
     minijinja_contrib::add_to_environment(&mut env);
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
-    let syntax = env.syntax().to_builder().trim_blocks(true).lstrip_blocks(true).build()?;
+    let syntax = env
+        .syntax()
+        .to_builder()
+        .trim_blocks(true)
+        .lstrip_blocks(true)
+        .build()?;
     env.set_syntax(syntax);
     env.set_auto_escape_callback(|_| AutoEscape::None);
     env.set_fuel(Some(limits.fuel));
@@ -75,11 +84,19 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.add_filter("indent", indent);
     env.add_test("iterable", is_iterable);
     env.add_function("raise_exception", raise_exception);
-    env.add_function(super::compat::NONE_ITERATION_FUNCTION, || -> Result<Value, Error> {
-        Err(Error::new(ErrorKind::InvalidOperation, "'NoneType' object is not iterable"))
-    });
+    env.add_function(
+        super::compat::NONE_ITERATION_FUNCTION,
+        || -> Result<Value, Error> {
+            Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "'NoneType' object is not iterable",
+            ))
+        },
+    );
     let clock = Arc::new(clock);
-    env.add_function("strftime_now", move |format: &str| strftime_now(&clock, format));
+    env.add_function("strftime_now", move |format: &str| {
+        strftime_now(&clock, format)
+    });
     env.add_template_owned(TEMPLATE_NAME, source)?;
     Ok(env)
 }
@@ -88,7 +105,8 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
 /// display otherwise.
 fn python_formatter(out: &mut Output, state: &mut State, value: &Value) -> Result<(), Error> {
     if pyjson::needs_python_str(value) {
-        out.write_str(&pyjson::py_str(value)).map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed"))
+        out.write_str(&pyjson::py_str(value))
+            .map_err(|_| Error::new(ErrorKind::WriteFailure, "write failed"))
     } else {
         minijinja::escape_formatter(out, state, value)
     }
@@ -100,12 +118,18 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let args = args.into_values();
     let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
     if positional.len() > 4 {
-        return Err(Error::new(ErrorKind::TooManyArguments, "tojson takes at most 4 arguments"));
+        return Err(Error::new(
+            ErrorKind::TooManyArguments,
+            "tojson takes at most 4 arguments",
+        ));
     }
     let param = |i: usize, name: &str| -> Result<Option<Value>, Error> {
         let by_name: Option<Value> = kwargs.get(name)?;
         match (positional.get(i), by_name) {
-            (Some(_), Some(_)) => Err(Error::new(ErrorKind::InvalidOperation, format!("tojson got multiple values for argument '{name}'"))),
+            (Some(_), Some(_)) => Err(Error::new(
+                ErrorKind::InvalidOperation,
+                format!("tojson got multiple values for argument '{name}'"),
+            )),
             (Some(v), None) => Ok(Some(v.clone())),
             (None, v) => Ok(v),
         }
@@ -114,11 +138,18 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let indent = match param(1, "indent")? {
         None => None,
         Some(v) if v.is_none() => None,
-        Some(v) if v.kind() == ValueKind::String => Some(v.as_str().unwrap_or_default().to_string()),
+        Some(v) if v.kind() == ValueKind::String => {
+            Some(v.as_str().unwrap_or_default().to_string())
+        }
         Some(v) => match i64::try_from(v.clone()) {
             // Python: an int indent is that many spaces (none when negative).
             Ok(n) => Some(" ".repeat(n.max(0) as usize)),
-            Err(_) => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: indent must be an int or a string")),
+            Err(_) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    "tojson: indent must be an int or a string",
+                ))
+            }
         },
     };
     let separators = match param(2, "separators")? {
@@ -127,16 +158,27 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
         Some(v) => {
             let items: Vec<Value> = v.try_iter()?.collect();
             match items.as_slice() {
-                [a, b] if a.as_str().is_some() && b.as_str().is_some() => {
-                    Some((a.as_str().unwrap_or_default().to_string(), b.as_str().unwrap_or_default().to_string()))
+                [a, b] if a.as_str().is_some() && b.as_str().is_some() => Some((
+                    a.as_str().unwrap_or_default().to_string(),
+                    b.as_str().unwrap_or_default().to_string(),
+                )),
+                _ => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidOperation,
+                        "tojson: separators must be two strings",
+                    ))
                 }
-                _ => return Err(Error::new(ErrorKind::InvalidOperation, "tojson: separators must be two strings")),
             }
         }
     };
     let sort_keys = param(3, "sort_keys")?.is_some_and(|v| v.is_true());
     kwargs.assert_all_used()?;
-    let opts = DumpOptions { ensure_ascii, indent, separators, sort_keys };
+    let opts = DumpOptions {
+        ensure_ascii,
+        indent,
+        separators,
+        sort_keys,
+    };
     pyjson::dumps(value, &opts).map(Value::from)
 }
 
@@ -146,19 +188,34 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let args = args.into_values();
     let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
     if positional.len() > 3 {
-        return Err(Error::new(ErrorKind::TooManyArguments, "indent takes at most 3 arguments"));
+        return Err(Error::new(
+            ErrorKind::TooManyArguments,
+            "indent takes at most 3 arguments",
+        ));
     }
     let param = |i: usize, name: &str| -> Result<Option<Value>, Error> {
         let by_name: Option<Value> = kwargs.get(name)?;
         Ok(positional.get(i).cloned().or(by_name))
     };
     let Some(text) = value.as_str() else {
-        return Err(Error::new(ErrorKind::InvalidOperation, format!("indent: expected a string, got {}", value.kind())));
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("indent: expected a string, got {}", value.kind()),
+        ));
     };
     let indention = match param(0, "width")? {
         None => "    ".to_string(),
         Some(w) if w.kind() == ValueKind::String => w.as_str().unwrap_or_default().to_string(),
-        Some(w) => " ".repeat(i64::try_from(w).map_err(|_| Error::new(ErrorKind::InvalidOperation, "indent: width must be an int or a string"))?.max(0) as usize),
+        Some(w) => " ".repeat(
+            i64::try_from(w)
+                .map_err(|_| {
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        "indent: width must be an int or a string",
+                    )
+                })?
+                .max(0) as usize,
+        ),
     };
     let first = param(1, "first")?.is_some_and(|v| v.is_true());
     let blank = param(2, "blank")?.is_some_and(|v| v.is_true());
@@ -173,8 +230,16 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
         out.push_str(head);
         if !rest.is_empty() {
             out.push('\n');
-            let body: Vec<String> =
-                rest.iter().map(|line| if line.is_empty() { String::new() } else { format!("{indention}{line}") }).collect();
+            let body: Vec<String> = rest
+                .iter()
+                .map(|line| {
+                    if line.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{indention}{line}")
+                    }
+                })
+                .collect();
             out.push_str(&body.join("\n"));
         }
     }
@@ -190,7 +255,18 @@ fn py_splitlines(s: &str) -> Vec<&str> {
     let mut start = 0;
     let mut chars = s.char_indices().peekable();
     while let Some((i, c)) = chars.next() {
-        let is_break = matches!(c, '\n' | '\r' | '\u{b}' | '\u{c}' | '\u{1c}' | '\u{1d}' | '\u{1e}' | '\u{85}' | '\u{2028}' | '\u{2029}');
+        let is_break = matches!(
+            c,
+            '\n' | '\r'
+                | '\u{b}'
+                | '\u{c}'
+                | '\u{1c}'
+                | '\u{1d}'
+                | '\u{1e}'
+                | '\u{85}'
+                | '\u{2028}'
+                | '\u{2029}'
+        );
         if is_break {
             lines.push(&s[start..i]);
             let mut end = i + c.len_utf8();
@@ -226,12 +302,21 @@ fn strftime_now(clock: &Clock, format: &str) -> Result<Value, Error> {
         Clock::Fixed(secs) => Utc
             .timestamp_opt(secs, 0)
             .single()
-            .ok_or_else(|| Error::new(ErrorKind::InvalidOperation, "strftime_now: the fixed clock is out of range"))?
+            .ok_or_else(|| {
+                Error::new(
+                    ErrorKind::InvalidOperation,
+                    "strftime_now: the fixed clock is out of range",
+                )
+            })?
             .naive_utc(),
     };
     let mut out = String::new();
-    write!(out, "{}", now.format(format))
-        .map_err(|_| Error::new(ErrorKind::InvalidOperation, format!("strftime_now: unsupported format {format:?}")))?;
+    write!(out, "{}", now.format(format)).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: unsupported format {format:?}"),
+        )
+    })?;
     Ok(Value::from(out))
 }
 
@@ -240,31 +325,68 @@ mod tests {
     use super::*;
 
     fn render(src: &str, ctx: Value) -> Result<String, Error> {
-        let env = build(src.to_string(), Limits::default(), Clock::Fixed(1_736_942_400))?;
+        let env = build(
+            src.to_string(),
+            Limits::default(),
+            Clock::Fixed(1_736_942_400),
+        )?;
         let tmpl = env.get_template(TEMPLATE_NAME)?;
         tmpl.render(ctx)
     }
 
     #[test]
     fn python_spelling_and_functions() {
-        let ctx = crate::template::to_value(crate::template::json::parse(r#"{"f": 1e-7, "t": true, "n": null, "x": {"a": [1.5, "é"]}}"#, "test").unwrap());
-        assert_eq!(render("{{ f }} {{ t }} {{ n }} {{ f|string }}", ctx.clone()).unwrap(), "1e-07 True None 1e-07");
+        let ctx = crate::template::to_value(
+            crate::template::json::parse(
+                r#"{"f": 1e-7, "t": true, "n": null, "x": {"a": [1.5, "é"]}}"#,
+                "test",
+            )
+            .unwrap(),
+        );
+        assert_eq!(
+            render("{{ f }} {{ t }} {{ n }} {{ f|string }}", ctx.clone()).unwrap(),
+            "1e-07 True None 1e-07"
+        );
         assert_eq!(render("{{ x|tojson }}|{{ x|tojson(indent=2) }}|{{ x|tojson(true) }}", ctx.clone()).unwrap(),
             "{\"a\": [1.5, \"é\"]}|{\n  \"a\": [\n    1.5,\n    \"é\"\n  ]\n}|{\"a\": [1.5, \"\\u00e9\"]}");
-        assert_eq!(render("{{ n is iterable }} {{ x is iterable }} {{ ' a '.strip() }}", ctx.clone()).unwrap(), "False True a");
-        assert_eq!(render("  {% if true %}\nx\n  {% endif %}y", ctx.clone()).unwrap(), "x\ny");
+        assert_eq!(
+            render(
+                "{{ n is iterable }} {{ x is iterable }} {{ ' a '.strip() }}",
+                ctx.clone()
+            )
+            .unwrap(),
+            "False True a"
+        );
+        assert_eq!(
+            render("  {% if true %}\nx\n  {% endif %}y", ctx.clone()).unwrap(),
+            "x\ny"
+        );
         let err = render("{{ raise_exception('no system role') }}", ctx).unwrap_err();
-        let raised = std::error::Error::source(&err).and_then(|s| s.downcast_ref::<RaisedByTemplate>()).map(|r| r.0.clone());
+        let raised = std::error::Error::source(&err)
+            .and_then(|s| s.downcast_ref::<RaisedByTemplate>())
+            .map(|r| r.0.clone());
         assert_eq!(raised.as_deref(), Some("no system role"));
     }
 
     #[test]
     fn indent_keeps_jinja2_line_handling() {
         let ctx = Value::UNDEFINED;
-        assert_eq!(render("[{{ '{\n'|indent(4, first=true) }}]", ctx.clone()).unwrap(), "[    {\n]");
-        assert_eq!(render("[{{ 'a\n\nb'|indent(2) }}]", ctx.clone()).unwrap(), "[a\n\n  b]");
-        assert_eq!(render("[{{ 'a\n\nb'|indent(2, blank=true) }}]", ctx.clone()).unwrap(), "[a\n  \n  b]");
-        assert_eq!(render("[{{ 'a\nb'|indent('> ', true) }}]", ctx).unwrap(), "[> a\n> b]");
+        assert_eq!(
+            render("[{{ '{\n'|indent(4, first=true) }}]", ctx.clone()).unwrap(),
+            "[    {\n]"
+        );
+        assert_eq!(
+            render("[{{ 'a\n\nb'|indent(2) }}]", ctx.clone()).unwrap(),
+            "[a\n\n  b]"
+        );
+        assert_eq!(
+            render("[{{ 'a\n\nb'|indent(2, blank=true) }}]", ctx.clone()).unwrap(),
+            "[a\n  \n  b]"
+        );
+        assert_eq!(
+            render("[{{ 'a\nb'|indent('> ', true) }}]", ctx).unwrap(),
+            "[> a\n> b]"
+        );
     }
 
     #[test]

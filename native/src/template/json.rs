@@ -71,7 +71,11 @@ const MAX_DEPTH: usize = 256;
 
 /// Parses `text` (the whole of it) as one JSON value; errors name `field` and the position.
 pub fn parse(text: &str, field: &str) -> Result<Json> {
-    let mut p = Parser { s: text.as_bytes(), pos: 0, text };
+    let mut p = Parser {
+        s: text.as_bytes(),
+        pos: 0,
+        text,
+    };
     let value = p.value(0).map_err(|msg| p.error(field, &msg))?;
     p.skip_ws();
     if p.pos != p.s.len() {
@@ -93,7 +97,9 @@ impl Parser<'_> {
         let upto = &self.text.as_bytes()[..self.pos.min(self.s.len())];
         let line = upto.iter().filter(|&&b| b == b'\n').count() + 1;
         let column = upto.iter().rev().take_while(|&&b| b != b'\n').count() + 1;
-        Error::invalid_argument(format!("{field}: invalid JSON at line {line} column {column}: {msg}"))
+        Error::invalid_argument(format!(
+            "{field}: invalid JSON at line {line} column {column}: {msg}"
+        ))
     }
 
     fn skip_ws(&mut self) {
@@ -204,7 +210,9 @@ impl Parser<'_> {
             _ => return Err("expected a digit".into()),
         }
         let mut is_float = false;
-        if self.s.get(self.pos) == Some(&b'.') && matches!(self.s.get(self.pos + 1), Some(b'0'..=b'9')) {
+        if self.s.get(self.pos) == Some(&b'.')
+            && matches!(self.s.get(self.pos + 1), Some(b'0'..=b'9'))
+        {
             is_float = true;
             self.pos += 1;
             self.digits();
@@ -226,12 +234,14 @@ impl Parser<'_> {
         let literal = &self.text[start..self.pos];
         if is_float {
             // Rust's parser rounds correctly, as Python's does.
-            return literal.parse::<f64>().map(Json::Float).map_err(|e| format!("bad number {literal:?}: {e}"));
+            return literal
+                .parse::<f64>()
+                .map(Json::Float)
+                .map_err(|e| format!("bad number {literal:?}: {e}"));
         }
-        literal
-            .parse::<i128>()
-            .map(Json::Int)
-            .map_err(|_| format!("integer {literal} is outside the supported range (a signed 128-bit integer)"))
+        literal.parse::<i128>().map(Json::Int).map_err(|_| {
+            format!("integer {literal} is outside the supported range (a signed 128-bit integer)")
+        })
     }
 
     fn digits(&mut self) {
@@ -310,9 +320,13 @@ impl Parser<'_> {
     }
 
     fn hex4(&mut self) -> PResult<u32> {
-        let digits = self.s.get(self.pos..self.pos + 4).ok_or("truncated \\u escape")?;
+        let digits = self
+            .s
+            .get(self.pos..self.pos + 4)
+            .ok_or("truncated \\u escape")?;
         let text = std::str::from_utf8(digits).map_err(|_| "invalid \\u escape".to_string())?;
-        let value = u32::from_str_radix(text, 16).map_err(|_| format!("invalid \\u escape {text:?}"))?;
+        let value =
+            u32::from_str_radix(text, 16).map_err(|_| format!("invalid \\u escape {text:?}"))?;
         self.pos += 4;
         Ok(value)
     }
@@ -328,7 +342,11 @@ mod tests {
 
     #[test]
     fn keeps_order_exact_ints_and_python_dict_semantics() {
-        let v = parse(r#"{"b": 1, "a": 123456789012345678901234567890, "b": 2.5e-7}"#, "f").unwrap();
+        let v = parse(
+            r#"{"b": 1, "a": 123456789012345678901234567890, "b": 2.5e-7}"#,
+            "f",
+        )
+        .unwrap();
         assert_eq!(
             v,
             Json::Object(vec![
@@ -342,16 +360,26 @@ mod tests {
     fn escapes_and_surrogate_pairs() {
         let v = parse(r#""a\n\u00e9\ud83d\ude00\/""#, "f").unwrap();
         assert_eq!(v, Json::Str("a\né😀/".into()));
-        assert!(parse(r#""\ud800""#, "f").unwrap_err().message().contains("lone surrogate"));
+        assert!(parse(r#""\ud800""#, "f")
+            .unwrap_err()
+            .message()
+            .contains("lone surrogate"));
     }
 
     #[test]
     fn python_extensions_and_errors_name_the_field() {
         assert_eq!(parse("[NaN, -Infinity]", "f").unwrap().type_name(), "array");
         let e = parse("{\"a\": [1, 2}", "messages_json").unwrap_err();
-        assert!(e.message().starts_with("messages_json: invalid JSON at line 1 column 12"), "{e}");
+        assert!(
+            e.message()
+                .starts_with("messages_json: invalid JSON at line 1 column 12"),
+            "{e}"
+        );
         assert!(parse("\"a\u{1}\"", "f").is_err());
         assert!(parse("1 2", "f").is_err());
-        assert!(parse(&"[".repeat(1000), "f").unwrap_err().message().contains("nested deeper"));
+        assert!(parse(&"[".repeat(1000), "f")
+            .unwrap_err()
+            .message()
+            .contains("nested deeper"));
     }
 }

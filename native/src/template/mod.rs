@@ -35,8 +35,15 @@ const REQUEST_TEMPLATE_CACHE: usize = 32;
 
 /// Names a request may not pass in `chat_template_kwargs`: they are request fields of their own,
 /// and transformers would fail (or silently take them) as duplicate arguments.
-const RESERVED_KWARGS: &[&str] =
-    &["messages", "tools", "documents", "add_generation_prompt", "continue_final_message", "chat_template", "tokenize"];
+const RESERVED_KWARGS: &[&str] = &[
+    "messages",
+    "tools",
+    "documents",
+    "add_generation_prompt",
+    "continue_final_message",
+    "chat_template",
+    "tokenize",
+];
 
 /// A compiled template and what its source says about it.
 pub struct CompiledTemplate {
@@ -53,12 +60,18 @@ impl CompiledTemplate {
         let rewritten = compat::rewrite(source);
         let analysis = analyze::analyze(&rewritten);
         if let Some(reason) = &analysis.compile_error {
-            return Err(Error::invalid_argument(format!("chat_template: Jinja2 cannot compile this template: {reason}")));
+            return Err(Error::invalid_argument(format!(
+                "chat_template: Jinja2 cannot compile this template: {reason}"
+            )));
         }
         let guarded = compat::guard_none_iteration(&rewritten).into_owned();
         let env = env::build(guarded, limits, clock)
             .map_err(|e| Error::invalid_argument(format!("chat_template: {e}")))?;
-        Ok(CompiledTemplate { env, analysis, mentions_content: source.contains("content") })
+        Ok(CompiledTemplate {
+            env,
+            analysis,
+            mentions_content: source.contains("content"),
+        })
     }
 
     /// How the template wants message content.
@@ -100,17 +113,33 @@ pub struct ChatTemplates {
 impl ChatTemplates {
     /// `templates` are (name, source) pairs; `variables` the special-token variables
     /// (`bos_token`, ...). A named template that does not compile fails its requests, not the load.
-    pub fn new(templates: Vec<(String, String)>, variables: Vec<(String, String)>, limits: Limits, clock: Clock) -> Self {
+    pub fn new(
+        templates: Vec<(String, String)>,
+        variables: Vec<(String, String)>,
+        limits: Limits,
+        clock: Clock,
+    ) -> Self {
         let named = templates
             .into_iter()
             .map(|(name, source)| {
-                let compiled = CompiledTemplate::compile(&source, limits, clock).map(Arc::new).map_err(|e| {
-                    Error::failed_precondition(format!("the model's chat template {name:?} is broken: {}", e.message()))
-                });
+                let compiled = CompiledTemplate::compile(&source, limits, clock)
+                    .map(Arc::new)
+                    .map_err(|e| {
+                        Error::failed_precondition(format!(
+                            "the model's chat template {name:?} is broken: {}",
+                            e.message()
+                        ))
+                    });
                 (name, compiled)
             })
             .collect();
-        ChatTemplates { named, variables, limits, clock, request_templates: Mutex::new(VecDeque::new()) }
+        ChatTemplates {
+            named,
+            variables,
+            limits,
+            clock,
+            request_templates: Mutex::new(VecDeque::new()),
+        }
     }
 
     /// The names of the model's templates.
@@ -120,7 +149,11 @@ impl ChatTemplates {
 
     /// The content format of a named template, if it compiles.
     pub fn content_format_of(&self, name: &str) -> Option<ContentFormat> {
-        self.named.iter().find(|(n, _)| n == name).and_then(|(_, t)| t.as_ref().ok()).map(|t| t.content_format())
+        self.named
+            .iter()
+            .find(|(n, _)| n == name)
+            .and_then(|(_, t)| t.as_ref().ok())
+            .map(|t| t.content_format())
     }
 
     /// Renders a request to the prompt text.
@@ -136,13 +169,20 @@ impl ChatTemplates {
         let messages = json::parse(req.messages_json, "messages_json")?;
         let mut messages = normalize::messages(messages, template.content_format())?;
         if messages.is_empty() {
-            return Err(Error::invalid_argument("messages_json: the conversation is empty; send at least one message"));
+            return Err(Error::invalid_argument(
+                "messages_json: the conversation is empty; send at least one message",
+            ));
         }
         let documents = optional_json_array(req.documents_json, "documents_json", "documents")?;
         let kwargs = template_kwargs(req.kwargs_json)?;
-        let continued = if req.continue_final_message { Some(tag_final_message(&mut messages, &template)?) } else { None };
+        let continued = if req.continue_final_message {
+            Some(tag_final_message(&mut messages, &template)?)
+        } else {
+            None
+        };
 
-        let mut context: Vec<(Value, Value)> = Vec::with_capacity(self.variables.len() + kwargs.len() + 4);
+        let mut context: Vec<(Value, Value)> =
+            Vec::with_capacity(self.variables.len() + kwargs.len() + 4);
         for (name, value) in &self.variables {
             if !kwargs.iter().any(|(k, _)| k == name) {
                 context.push((Value::from(name.as_str()), Value::from(value.as_str())));
@@ -151,10 +191,22 @@ impl ChatTemplates {
         for (name, value) in kwargs {
             context.push((Value::from(name), to_value(value)));
         }
-        context.push((Value::from("messages"), Value::from(messages.into_iter().map(to_value).collect::<Vec<_>>())));
-        context.push((Value::from("tools"), tools.map(to_value).unwrap_or(Value::from(()))));
-        context.push((Value::from("documents"), documents.map(to_value).unwrap_or(Value::from(()))));
-        context.push((Value::from("add_generation_prompt"), Value::from(req.add_generation_prompt)));
+        context.push((
+            Value::from("messages"),
+            Value::from(messages.into_iter().map(to_value).collect::<Vec<_>>()),
+        ));
+        context.push((
+            Value::from("tools"),
+            tools.map(to_value).unwrap_or(Value::from(())),
+        ));
+        context.push((
+            Value::from("documents"),
+            documents.map(to_value).unwrap_or(Value::from(())),
+        ));
+        context.push((
+            Value::from("add_generation_prompt"),
+            Value::from(req.add_generation_prompt),
+        ));
         let mut text = self.run(template, Value::from_pairs(context))?;
         if let Some(original) = continued {
             cut_at_continue_tag(&mut text, &original)?;
@@ -162,11 +214,25 @@ impl ChatTemplates {
         Ok(text)
     }
 
-    fn select(&self, requested: Option<&str>, has_tools: bool, allow_source: bool) -> Result<Arc<CompiledTemplate>> {
-        let named = |name: &str| self.named.iter().find(|(n, _)| n == name).map(|(_, t)| t.clone());
+    fn select(
+        &self,
+        requested: Option<&str>,
+        has_tools: bool,
+        allow_source: bool,
+    ) -> Result<Arc<CompiledTemplate>> {
+        let named = |name: &str| {
+            self.named
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, t)| t.clone())
+        };
         let available = || {
             let names = self.names();
-            if names.is_empty() { "none".to_string() } else { names.join(", ") }
+            if names.is_empty() {
+                "none".to_string()
+            } else {
+                names.join(", ")
+            }
         };
         match requested {
             Some(name) if !looks_like_jinja(name) => match named(name) {
@@ -210,7 +276,10 @@ impl ChatTemplates {
 
     fn request_template(&self, source: &str) -> Result<Arc<CompiledTemplate>> {
         {
-            let mut cache = self.request_templates.lock().unwrap_or_else(|p| p.into_inner());
+            let mut cache = self
+                .request_templates
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             if let Some(pos) = cache.iter().position(|(s, _)| s == source) {
                 let entry = cache.remove(pos).expect("position is in range");
                 let compiled = entry.1.clone();
@@ -220,15 +289,25 @@ impl ChatTemplates {
         }
         // Compiled outside the lock: a slow compile must not stall other requests.
         let compiled = Arc::new(CompiledTemplate::compile(source, self.limits, self.clock)?);
-        let mut cache = self.request_templates.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self
+            .request_templates
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         cache.push_front((source.to_string(), compiled.clone()));
         cache.truncate(REQUEST_TEMPLATE_CACHE);
         Ok(compiled)
     }
 
     fn run(&self, template: Arc<CompiledTemplate>, context: Value) -> Result<String> {
-        let tmpl = template.env.get_template(env::TEMPLATE_NAME).map_err(|e| Error::internal(e.to_string()))?;
-        let mut out = LimitedWriter { buf: Vec::new(), limit: self.limits.max_output_bytes, exceeded: false };
+        let tmpl = template
+            .env
+            .get_template(env::TEMPLATE_NAME)
+            .map_err(|e| Error::internal(e.to_string()))?;
+        let mut out = LimitedWriter {
+            buf: Vec::new(),
+            limit: self.limits.max_output_bytes,
+            exceeded: false,
+        };
         let result = tmpl.render_captured_to(context, &mut out);
         if out.exceeded {
             return Err(Error::resource_exhausted(format!(
@@ -237,11 +316,14 @@ impl ChatTemplates {
             )));
         }
         result.map_err(|e| self.template_error(e))?;
-        String::from_utf8(out.buf).map_err(|e| Error::internal(format!("template output is not UTF-8: {e}")))
+        String::from_utf8(out.buf)
+            .map_err(|e| Error::internal(format!("template output is not UTF-8: {e}")))
     }
 
     fn template_error(&self, e: minijinja::Error) -> Error {
-        if let Some(raised) = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<RaisedByTemplate>()) {
+        if let Some(raised) =
+            std::error::Error::source(&e).and_then(|s| s.downcast_ref::<RaisedByTemplate>())
+        {
             return Error::invalid_argument(format!("chat template error: {}", raised.0));
         }
         match e.kind() {
@@ -271,7 +353,11 @@ fn optional_json_array(text: &str, field: &str, what: &str) -> Result<Option<Jso
     match json::parse(text, field)? {
         Json::Null => Ok(None),
         Json::Array(items) => {
-            if let Some((i, bad)) = items.iter().enumerate().find(|(_, v)| !matches!(v, Json::Object(_))) {
+            if let Some((i, bad)) = items
+                .iter()
+                .enumerate()
+                .find(|(_, v)| !matches!(v, Json::Object(_)))
+            {
                 return Err(Error::invalid_argument(format!(
                     "{field}: {what}[{i}] must be an object, got {}",
                     bad.type_name()
@@ -279,7 +365,10 @@ fn optional_json_array(text: &str, field: &str, what: &str) -> Result<Option<Jso
             }
             Ok(Some(Json::Array(items)))
         }
-        other => Err(Error::invalid_argument(format!("{field}: expected an array of {what}, got {}", other.type_name()))),
+        other => Err(Error::invalid_argument(format!(
+            "{field}: expected an array of {what}, got {}",
+            other.type_name()
+        ))),
     }
 }
 
@@ -290,7 +379,10 @@ fn template_kwargs(text: &str) -> Result<Vec<(String, Json)>> {
     match json::parse(text, "chat_template_kwargs_json")? {
         Json::Null => Ok(Vec::new()),
         Json::Object(pairs) => {
-            if let Some((key, _)) = pairs.iter().find(|(k, _)| RESERVED_KWARGS.contains(&k.as_str())) {
+            if let Some((key, _)) = pairs
+                .iter()
+                .find(|(k, _)| RESERVED_KWARGS.contains(&k.as_str()))
+            {
                 return Err(Error::invalid_argument(format!(
                     "chat_template_kwargs_json: {key:?} is reserved; use the request field of that name"
                 )));
@@ -392,7 +484,11 @@ pub(crate) fn to_value(json: Json) -> Value {
         Json::Float(f) => Value::from(f),
         Json::Str(s) => Value::from(s),
         Json::Array(items) => Value::from(items.into_iter().map(to_value).collect::<Vec<_>>()),
-        Json::Object(pairs) => Value::from_pairs(pairs.into_iter().map(|(k, v)| (Value::from(k), to_value(v)))),
+        Json::Object(pairs) => Value::from_pairs(
+            pairs
+                .into_iter()
+                .map(|(k, v)| (Value::from(k), to_value(v))),
+        ),
     }
 }
 

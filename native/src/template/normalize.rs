@@ -34,13 +34,28 @@ impl ContentFormat {
 
 /// Part types that carry media; Render is text-only (the engine expands media itself).
 const MEDIA_PART_TYPES: &[&str] = &[
-    "image_url", "input_image", "image_embeds", "audio_embeds", "prompt_embeds", "image_pil", "audio_url",
-    "input_audio", "video_url",
+    "image_url",
+    "input_image",
+    "image_embeds",
+    "audio_embeds",
+    "prompt_embeds",
+    "image_pil",
+    "audio_url",
+    "input_audio",
+    "video_url",
 ];
 
 /// Keys that mark a media part when `type` is missing.
-const MEDIA_PART_KEYS: &[&str] =
-    &["image_url", "image_pil", "image_embeds", "audio_embeds", "prompt_embeds", "audio_url", "input_audio", "video_url"];
+const MEDIA_PART_KEYS: &[&str] = &[
+    "image_url",
+    "image_pil",
+    "image_embeds",
+    "audio_embeds",
+    "prompt_embeds",
+    "audio_url",
+    "input_audio",
+    "video_url",
+];
 
 /// Normalizes the parsed `messages_json` array.
 pub fn messages(parsed: Json, format: ContentFormat) -> Result<Vec<Json>> {
@@ -72,12 +87,18 @@ enum Part {
 fn message_for_vllm(message: Json, format: ContentFormat, i: usize) -> Result<Json> {
     let field = format!("messages[{i}]");
     if !matches!(message, Json::Object(_)) {
-        return Err(Error::invalid_argument(format!("{field}: expected an object, got {}", message.type_name())));
+        return Err(Error::invalid_argument(format!(
+            "{field}: expected an object, got {}",
+            message.type_name()
+        )));
     }
     let role = match message.get("role") {
         Some(Json::Str(role)) => role.clone(),
         Some(other) => {
-            return Err(Error::invalid_argument(format!("{field}.role: expected a string, got {}", other.type_name())))
+            return Err(Error::invalid_argument(format!(
+                "{field}.role: expected a string, got {}",
+                other.type_name()
+            )))
         }
         None => return Err(Error::invalid_argument(format!("{field}.role: missing"))),
     };
@@ -88,7 +109,9 @@ fn message_for_vllm(message: Json, format: ContentFormat, i: usize) -> Result<Js
             let texts: Vec<&str> = parts
                 .iter()
                 .filter_map(|p| match p {
-                    Part::Text(Some(t)) | Part::ToolReference(Some(t)) if !t.is_empty() => Some(t.as_str()),
+                    Part::Text(Some(t)) | Part::ToolReference(Some(t)) if !t.is_empty() => {
+                        Some(t.as_str())
+                    }
                     _ => None,
                 })
                 .collect();
@@ -98,10 +121,14 @@ fn message_for_vllm(message: Json, format: ContentFormat, i: usize) -> Result<Js
             parts
                 .into_iter()
                 .map(|p| match p {
-                    Part::Text(t) => obj(vec![("type", Json::Str("text".into())), ("text", opt_str(t))]),
-                    Part::ToolReference(n) => {
-                        obj(vec![("type", Json::Str("tool_reference".into())), ("name", opt_str(n))])
-                    }
+                    Part::Text(t) => obj(vec![
+                        ("type", Json::Str("text".into())),
+                        ("text", opt_str(t)),
+                    ]),
+                    Part::ToolReference(n) => obj(vec![
+                        ("type", Json::Str("tool_reference".into())),
+                        ("name", opt_str(n)),
+                    ]),
                 })
                 .collect(),
         ),
@@ -109,7 +136,10 @@ fn message_for_vllm(message: Json, format: ContentFormat, i: usize) -> Result<Js
     if role == "tool" {
         content = tool_content_as_text(content);
     }
-    let mut out: Vec<(String, Json)> = vec![("role".into(), Json::Str(role.clone())), ("content".into(), content)];
+    let mut out: Vec<(String, Json)> = vec![
+        ("role".into(), Json::Str(role.clone())),
+        ("content".into(), content),
+    ];
     match role.as_str() {
         "assistant" => {
             match message.get("tool_calls") {
@@ -144,7 +174,10 @@ fn message_for_vllm(message: Json, format: ContentFormat, i: usize) -> Result<Js
         }
     }
     if role == "developer" {
-        out.push(("tools".into(), message.get("tools").cloned().unwrap_or(Json::Null)));
+        out.push((
+            "tools".into(),
+            message.get("tools").cloned().unwrap_or(Json::Null),
+        ));
     }
     Ok(Json::Object(out))
 }
@@ -190,16 +223,20 @@ fn content_part(part: &Json, field: &str) -> Result<Option<Part>> {
             return Err(Error::invalid_argument(format!("{field}.type: missing")));
         }
         Some(other) => {
-            return Err(Error::invalid_argument(format!("{field}.type: expected a string, got {}", other.type_name())))
+            return Err(Error::invalid_argument(format!(
+                "{field}.type: expected a string, got {}",
+                other.type_name()
+            )))
         }
     };
     let text_of = |key: &str| -> Result<Option<String>> {
         match part.get(key) {
             None | Some(Json::Null) => Ok(None),
             Some(Json::Str(s)) => Ok(Some(s.clone())),
-            Some(other) => {
-                Err(Error::invalid_argument(format!("{field}.{key}: expected a string, got {}", other.type_name())))
-            }
+            Some(other) => Err(Error::invalid_argument(format!(
+                "{field}.{key}: expected a string, got {}",
+                other.type_name()
+            ))),
         }
     };
     match part_type {
@@ -230,7 +267,9 @@ fn tool_content_as_text(content: Json) -> Json {
     let Json::Array(items) = &content else {
         return content;
     };
-    let all_text = items.iter().all(|item| !matches!(item, Json::Object(_)) || item.get("type").and_then(Json::as_str) == Some("text"));
+    let all_text = items.iter().all(|item| {
+        !matches!(item, Json::Object(_)) || item.get("type").and_then(Json::as_str) == Some("text")
+    });
     if !all_text {
         return content;
     }
@@ -263,7 +302,10 @@ fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
     for (j, call) in calls.iter_mut().enumerate() {
         let field = format!("messages[{i}].tool_calls[{j}]");
         if !matches!(call, Json::Object(_)) {
-            return Err(Error::invalid_argument(format!("{field}: expected an object, got {}", call.type_name())));
+            return Err(Error::invalid_argument(format!(
+                "{field}: expected an object, got {}",
+                call.type_name()
+            )));
         }
         let function = match call.get_mut("function") {
             Some(f @ Json::Object(_)) => f,
@@ -273,11 +315,17 @@ fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
                     other.type_name()
                 )))
             }
-            None => return Err(Error::invalid_argument(format!("{field}.function: missing"))),
+            None => {
+                return Err(Error::invalid_argument(format!(
+                    "{field}.function: missing"
+                )))
+            }
         };
         let arguments = match function.get("arguments") {
             // Invalid or empty JSON text becomes {} as in vLLM, rather than failing the request.
-            Some(Json::Str(text)) => json::parse(text, "arguments").unwrap_or(Json::Object(Vec::new())),
+            Some(Json::Str(text)) => {
+                json::parse(text, "arguments").unwrap_or(Json::Object(Vec::new()))
+            }
             Some(value @ (Json::Object(_) | Json::Array(_))) => value.clone(),
             _ => Json::Object(Vec::new()),
         };
@@ -362,7 +410,10 @@ mod tests {
             other => panic!("{other:?}"),
         };
         let args = |c: &Json| c.get("function").unwrap().get("arguments").unwrap().clone();
-        assert_eq!(args(&calls[0]), Json::Object(vec![("x".into(), Json::Float(1.5e-7))]));
+        assert_eq!(
+            args(&calls[0]),
+            Json::Object(vec![("x".into(), Json::Float(1.5e-7))])
+        );
         assert_eq!(args(&calls[1]), Json::Object(vec![]));
         assert_eq!(args(&calls[2]), Json::Object(vec![]));
         assert_eq!(m[0].get("content"), Some(&Json::Str(String::new())));
@@ -370,23 +421,50 @@ mod tests {
 
     #[test]
     fn reasoning_is_aliased_in_transformers_order() {
-        let m = norm(r#"[{"role": "assistant", "content": "x", "reasoning_content": "r", "extra": 1}]"#, ContentFormat::String)
-            .unwrap();
+        let m = norm(
+            r#"[{"role": "assistant", "content": "x", "reasoning_content": "r", "extra": 1}]"#,
+            ContentFormat::String,
+        )
+        .unwrap();
         let keys: Vec<&str> = match &m[0] {
             Json::Object(p) => p.iter().map(|(k, _)| k.as_str()).collect(),
             _ => unreachable!(),
         };
-        assert_eq!(keys, ["thinking", "role", "content", "reasoning", "reasoning_content"]);
+        assert_eq!(
+            keys,
+            [
+                "thinking",
+                "role",
+                "content",
+                "reasoning",
+                "reasoning_content"
+            ]
+        );
     }
 
     #[test]
     fn bad_shapes_name_the_field() {
-        let e = norm(r#"[{"role": "user", "content": "a"}, {"content": "b"}]"#, ContentFormat::String).unwrap_err();
+        let e = norm(
+            r#"[{"role": "user", "content": "a"}, {"content": "b"}]"#,
+            ContentFormat::String,
+        )
+        .unwrap_err();
         assert_eq!(e.message(), "messages[1].role: missing");
-        let e = norm(r#"[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]"#, ContentFormat::String)
-            .unwrap_err();
-        assert!(e.message().starts_with("messages[0].content[0]: image_url parts are not supported"), "{e}");
-        let e = norm(r#"[{"role": "assistant", "tool_calls": [{"id": "x"}]}]"#, ContentFormat::String).unwrap_err();
+        let e = norm(
+            r#"[{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]"#,
+            ContentFormat::String,
+        )
+        .unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("messages[0].content[0]: image_url parts are not supported"),
+            "{e}"
+        );
+        let e = norm(
+            r#"[{"role": "assistant", "tool_calls": [{"id": "x"}]}]"#,
+            ContentFormat::String,
+        )
+        .unwrap_err();
         assert_eq!(e.message(), "messages[0].tool_calls[0].function: missing");
     }
 }

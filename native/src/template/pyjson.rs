@@ -22,7 +22,9 @@ pub fn float_repr(x: f64) -> String {
     }
     // Rust's `{:e}` gives the same shortest round-trip digits Python uses, e.g. "1.5e16".
     let sci = format!("{:e}", x.abs());
-    let (mantissa, exp) = sci.split_once('e').expect("LowerExp always writes an exponent");
+    let (mantissa, exp) = sci
+        .split_once('e')
+        .expect("LowerExp always writes an exponent");
     let exp: i32 = exp.parse().expect("LowerExp writes an integer exponent");
     let digits: String = mantissa.chars().filter(|c| *c != '.').collect();
     let sign = if x.is_sign_negative() { "-" } else { "" };
@@ -44,7 +46,11 @@ pub fn float_repr(x: f64) -> String {
     } else if point >= n {
         format!("{digits}{}.0", "0".repeat((point - n) as usize))
     } else {
-        format!("{}.{}", &digits[..point as usize], &digits[point as usize..])
+        format!(
+            "{}.{}",
+            &digits[..point as usize],
+            &digits[point as usize..]
+        )
     };
     format!("{sign}{body}")
 }
@@ -141,7 +147,12 @@ pub fn dumps(value: &Value, opts: &DumpOptions) -> Result<String, Error> {
         None if opts.indent.is_some() => (",", ": "),
         None => (", ", ": "),
     };
-    let mut w = Writer { out: String::new(), opts, item_sep, key_sep };
+    let mut w = Writer {
+        out: String::new(),
+        opts,
+        item_sep,
+        key_sep,
+    };
     w.value(value, 0)?;
     Ok(w.out)
 }
@@ -159,11 +170,16 @@ const MAX_DEPTH: usize = 512;
 impl Writer<'_> {
     fn value(&mut self, value: &Value, depth: usize) -> Result<(), Error> {
         if depth > MAX_DEPTH {
-            return Err(Error::new(ErrorKind::InvalidOperation, "tojson: maximum recursion depth exceeded"));
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: maximum recursion depth exceeded",
+            ));
         }
         match value.kind() {
             ValueKind::None => self.out.push_str("null"),
-            ValueKind::Bool => self.out.push_str(if value.is_true() { "true" } else { "false" }),
+            ValueKind::Bool => self
+                .out
+                .push_str(if value.is_true() { "true" } else { "false" }),
             ValueKind::Number => self.number(value),
             ValueKind::String => self.string(value.as_str().unwrap_or_default()),
             ValueKind::Seq => {
@@ -179,7 +195,10 @@ impl Writer<'_> {
     fn number(&mut self, value: &Value) {
         match float_of(value) {
             Some(x) if x.is_nan() => self.out.push_str("NaN"),
-            Some(x) if x.is_infinite() => self.out.push_str(if x > 0.0 { "Infinity" } else { "-Infinity" }),
+            Some(x) if x.is_infinite() => {
+                self.out
+                    .push_str(if x > 0.0 { "Infinity" } else { "-Infinity" })
+            }
             Some(x) => self.out.push_str(&float_repr(x)),
             None => {
                 let _ = write!(self.out, "{value}");
@@ -274,7 +293,9 @@ impl Writer<'_> {
 /// Objects that behave as mappings. (A `namespace()` does too; Python would refuse it, we write
 /// its attributes, which no real template relies on either way.)
 fn is_plain_map(value: &Value) -> bool {
-    value.as_object().is_some_and(|obj| matches!(obj.repr(), ObjectRepr::Map))
+    value
+        .as_object()
+        .is_some_and(|obj| matches!(obj.repr(), ObjectRepr::Map))
 }
 
 /// Python's `json.dumps` turns str, int, float, bool and None keys into strings; others fail.
@@ -292,7 +313,10 @@ fn key_string(key: &Value) -> Result<String, Error> {
         _ => {
             return Err(Error::new(
                 ErrorKind::InvalidOperation,
-                format!("tojson: keys must be str, int, float, bool or None, not {}", key.kind()),
+                format!(
+                    "tojson: keys must be str, int, float, bool or None, not {}",
+                    key.kind()
+                ),
             ))
         }
     })
@@ -303,7 +327,10 @@ fn not_serializable(value: &Value) -> Error {
         ValueKind::Undefined => "Undefined".to_string(),
         other => other.to_string(),
     };
-    Error::new(ErrorKind::InvalidOperation, format!("tojson: Object of type {type_name} is not JSON serializable"))
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("tojson: Object of type {type_name} is not JSON serializable"),
+    )
 }
 
 #[cfg(test)]
@@ -338,13 +365,41 @@ mod tests {
 
     #[test]
     fn dumps_spelling() {
-        let v = crate::template::to_value(crate::template::json::parse(r#"{"b": [1, 2.0, null, true], "a": "é\"<\n"}"#, "test").unwrap());
-        assert_eq!(dumps(&v, &DumpOptions::default()).unwrap(), r#"{"b": [1, 2.0, null, true], "a": "é\"<\n"}"#);
-        let ascii = DumpOptions { ensure_ascii: true, sort_keys: true, ..Default::default() };
-        assert_eq!(dumps(&v, &ascii).unwrap(), r#"{"a": "\u00e9\"<\n", "b": [1, 2.0, null, true]}"#);
-        let indented = DumpOptions { indent: Some("  ".into()), ..Default::default() };
-        assert_eq!(dumps(&crate::template::to_value(crate::template::json::parse(r#"{"k": [], "m": {}, "l": [1]}"#, "test").unwrap()), &indented).unwrap(),
-            "{\n  \"k\": [],\n  \"m\": {},\n  \"l\": [\n    1\n  ]\n}");
-        assert!(dumps(&Value::UNDEFINED, &DumpOptions::default()).unwrap_err().to_string().contains("Undefined"));
+        let v = crate::template::to_value(
+            crate::template::json::parse(r#"{"b": [1, 2.0, null, true], "a": "é\"<\n"}"#, "test")
+                .unwrap(),
+        );
+        assert_eq!(
+            dumps(&v, &DumpOptions::default()).unwrap(),
+            r#"{"b": [1, 2.0, null, true], "a": "é\"<\n"}"#
+        );
+        let ascii = DumpOptions {
+            ensure_ascii: true,
+            sort_keys: true,
+            ..Default::default()
+        };
+        assert_eq!(
+            dumps(&v, &ascii).unwrap(),
+            r#"{"a": "\u00e9\"<\n", "b": [1, 2.0, null, true]}"#
+        );
+        let indented = DumpOptions {
+            indent: Some("  ".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            dumps(
+                &crate::template::to_value(
+                    crate::template::json::parse(r#"{"k": [], "m": {}, "l": [1]}"#, "test")
+                        .unwrap()
+                ),
+                &indented
+            )
+            .unwrap(),
+            "{\n  \"k\": [],\n  \"m\": {},\n  \"l\": [\n    1\n  ]\n}"
+        );
+        assert!(dumps(&Value::UNDEFINED, &DumpOptions::default())
+            .unwrap_err()
+            .to_string()
+            .contains("Undefined"));
     }
 }

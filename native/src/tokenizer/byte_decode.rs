@@ -37,14 +37,21 @@ impl ByteDecodeTable {
         };
         for id in 0..vocab_size as u32 {
             table.starts.push(table.bytes.len() as u32);
-            let token = added.simple_id_to_token(id).or_else(|| hf.get_model().id_to_token(id));
+            let token = added
+                .simple_id_to_token(id)
+                .or_else(|| hf.get_model().id_to_token(id));
             let Some(token) = token else {
                 table.special.push(false);
                 continue;
             };
             table.special.push(added.is_special_token(&token));
-            let mapped: Option<Vec<u8>> = token.chars().map(|c| char_to_byte.get(&c).copied()).collect();
-            table.bytes.extend_from_slice(mapped.as_deref().unwrap_or(token.as_bytes()));
+            let mapped: Option<Vec<u8>> = token
+                .chars()
+                .map(|c| char_to_byte.get(&c).copied())
+                .collect();
+            table
+                .bytes
+                .extend_from_slice(mapped.as_deref().unwrap_or(token.as_bytes()));
         }
         table.starts.push(table.bytes.len() as u32);
         Some(table)
@@ -58,7 +65,9 @@ impl ByteDecodeTable {
             if skip_special_tokens && self.special[id] {
                 continue;
             }
-            out.extend_from_slice(&self.bytes[self.starts[id] as usize..self.starts[id + 1] as usize]);
+            out.extend_from_slice(
+                &self.bytes[self.starts[id] as usize..self.starts[id + 1] as usize],
+            );
         }
         match String::from_utf8(out) {
             Ok(text) => text,

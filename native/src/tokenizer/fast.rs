@@ -22,7 +22,8 @@ pub(super) fn load(json: &str) -> Result<fastokens::Tokenizer, String> {
         return Err("disabled by SIDECAR_DISABLE_FASTOKENS".into());
     }
     let value: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("json: {e}"))?;
-    fastokens::Tokenizer::from_json(value).map_err(|e| format!("fastokens cannot load this tokenizer: {e}"))
+    fastokens::Tokenizer::from_json(value)
+        .map_err(|e| format!("fastokens cannot load this tokenizer: {e}"))
 }
 
 /// Checks that `fast` gives `reference`'s ids on the probe corpus, or says where it differs.
@@ -60,7 +61,10 @@ fn probe_corpus(reference: &Tokenizer) -> Vec<String> {
     let mut corpus: Vec<String> = serde_json::from_str(PROBE_JSON).expect("probe.json is valid");
     let added = &reference.added_tokens;
     let ends = if added.len() > 2 * ADDED_TOKENS_PER_END {
-        added[..ADDED_TOKENS_PER_END].iter().chain(&added[added.len() - ADDED_TOKENS_PER_END..]).collect()
+        added[..ADDED_TOKENS_PER_END]
+            .iter()
+            .chain(&added[added.len() - ADDED_TOKENS_PER_END..])
+            .collect()
     } else {
         added.iter().collect::<Vec<_>>()
     };

@@ -30,7 +30,10 @@ impl TokenizerFormat {
 /// transformers), else one converted from the directory's tiktoken file.
 pub(crate) fn tokenizer_json_from_dir(dir: &Path) -> Result<(String, TokenizerFormat)> {
     if !dir.is_dir() {
-        return Err(Error::not_found(format!("model directory {} does not exist", dir.display())));
+        return Err(Error::not_found(format!(
+            "model directory {} does not exist",
+            dir.display()
+        )));
     }
     let json_path = dir.join("tokenizer.json");
     if json_path.is_file() {
@@ -44,7 +47,10 @@ pub(crate) fn tokenizer_json_from_dir(dir: &Path) -> Result<(String, TokenizerFo
     };
     let ranks = read_text(&ranks_path)?;
     let config = read_tokenizer_config(dir)?;
-    let file_name = ranks_path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+    let file_name = ranks_path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or_default();
     let json = tiktoken::tokenizer_json(&ranks, file_name, &config)?;
     Ok((json, TokenizerFormat::Tiktoken))
 }
@@ -77,8 +83,9 @@ pub(crate) fn read_tokenizer_config(dir: &Path) -> Result<Value> {
     if !path.is_file() {
         return Ok(Value::Object(Default::default()));
     }
-    serde_json::from_str(&read_text(&path)?)
-        .map_err(|e| Error::failed_precondition(format!("{} is not valid JSON: {e}", path.display())))
+    serde_json::from_str(&read_text(&path)?).map_err(|e| {
+        Error::failed_precondition(format!("{} is not valid JSON: {e}", path.display()))
+    })
 }
 
 fn read_text(path: &Path) -> Result<String> {

@@ -117,7 +117,9 @@ impl Tokenizer {
         let (reference, fast) = std::thread::scope(|scope| {
             let fast_load = scope.spawn(|| fast::load(json));
             let reference = Self::reference_only(json, format);
-            let fast = fast_load.join().unwrap_or_else(|_| Err("fastokens panicked while loading".into()));
+            let fast = fast_load
+                .join()
+                .unwrap_or_else(|_| Err("fastokens panicked while loading".into()));
             (reference, fast)
         });
         let mut tokenizer = reference?;
@@ -149,7 +151,11 @@ impl Tokenizer {
         let mut added_tokens: Vec<AddedToken> = hf
             .get_added_tokens_decoder()
             .into_iter()
-            .map(|(id, t)| AddedToken { id, content: t.content, special: t.special })
+            .map(|(id, t)| AddedToken {
+                id,
+                content: t.content,
+                special: t.special,
+            })
             .collect();
         added_tokens.sort_by_key(|t| t.id);
         let byte_decode = ByteDecodeTable::build(&hf, known_ids.len());
@@ -219,7 +225,11 @@ impl Tokenizer {
 
     /// Encodes one text.
     pub fn encode(&self, text: &str, opts: &EncodeOptions) -> Result<Encoded> {
-        let n_added = if opts.add_special_tokens { self.num_special_tokens_to_add() } else { 0 };
+        let n_added = if opts.add_special_tokens {
+            self.num_special_tokens_to_add()
+        } else {
+            0
+        };
         let limit = match opts.max_length {
             Some(max) if max < n_added => {
                 return Err(Error::invalid_argument(format!(
@@ -258,7 +268,11 @@ impl Tokenizer {
         } else {
             raw
         };
-        Ok(Encoded { ids, truncated, ..Encoded::default() })
+        Ok(Encoded {
+            ids,
+            truncated,
+            ..Encoded::default()
+        })
     }
 
     /// The `tokenizers` crate path: exact by construction, with offsets and token strings.
@@ -289,7 +303,11 @@ impl Tokenizer {
                 .post_process(enc, None, true)
                 .map_err(|e| Error::internal(format!("post-processor failed: {e}")))?;
         }
-        let mut out = Encoded { ids: enc.get_ids().to_vec(), truncated, ..Encoded::default() };
+        let mut out = Encoded {
+            ids: enc.get_ids().to_vec(),
+            truncated,
+            ..Encoded::default()
+        };
         if opts.return_offsets {
             out.offsets = enc
                 .get_offsets()
@@ -418,9 +436,10 @@ impl Tokenizer {
 
 fn check_deadline(deadline: Option<Instant>) -> Result<()> {
     match deadline {
-        Some(d) if Instant::now() >= d => {
-            Err(Error::new(ErrorKind::DeadlineExceeded, "the request's deadline passed"))
-        }
+        Some(d) if Instant::now() >= d => Err(Error::new(
+            ErrorKind::DeadlineExceeded,
+            "the request's deadline passed",
+        )),
         _ => Ok(()),
     }
 }
@@ -460,8 +479,12 @@ fn special_affixes(hf: &tokenizers::Tokenizer) -> Result<(Vec<u32>, Vec<u32>)> {
         .post_process(probe, None, true)
         .map_err(|e| Error::failed_precondition(format!("post-processor failed: {e}")))?;
     let ids = processed.get_ids();
-    let positions: Vec<usize> =
-        ids.iter().enumerate().filter(|(_, &id)| id == SENTINEL).map(|(i, _)| i).collect();
+    let positions: Vec<usize> = ids
+        .iter()
+        .enumerate()
+        .filter(|(_, &id)| id == SENTINEL)
+        .map(|(i, _)| i)
+        .collect();
     match positions.as_slice() {
         [pos] => Ok((ids[..*pos].to_vec(), ids[pos + 1..].to_vec())),
         _ => Err(Error::failed_precondition(
@@ -472,7 +495,12 @@ fn special_affixes(hf: &tokenizers::Tokenizer) -> Result<(Vec<u32>, Vec<u32>)> {
 
 fn known_id_table(hf: &tokenizers::Tokenizer) -> Vec<bool> {
     let vocab = hf.get_vocab(true);
-    let size = vocab.values().copied().max().map(|m| m as usize + 1).unwrap_or(0);
+    let size = vocab
+        .values()
+        .copied()
+        .max()
+        .map(|m| m as usize + 1)
+        .unwrap_or(0);
     let mut known = vec![false; size];
     for id in vocab.into_values() {
         known[id as usize] = true;

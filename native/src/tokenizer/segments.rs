@@ -45,7 +45,11 @@ pub(crate) struct Boundaries {
 impl Boundaries {
     pub(crate) fn new(hf: &tokenizers::Tokenizer) -> Self {
         let encode_special = hf.get_encode_special_tokens();
-        let mut tokens: Vec<_> = hf.get_added_tokens_decoder().into_iter().filter(|(_, t)| !t.normalized).collect();
+        let mut tokens: Vec<_> = hf
+            .get_added_tokens_decoder()
+            .into_iter()
+            .filter(|(_, t)| !t.normalized)
+            .collect();
         tokens.sort_by_key(|(id, _)| *id);
         let patterns: Vec<&str> = tokens.iter().map(|(_, t)| t.content.as_str()).collect();
         let is_boundary: Vec<bool> = tokens
@@ -59,9 +63,15 @@ impl Boundaries {
         let scanner = if patterns.is_empty() || !is_boundary.iter().any(|b| *b) {
             None
         } else {
-            AhoCorasick::builder().match_kind(MatchKind::LeftmostLongest).build(&patterns).ok()
+            AhoCorasick::builder()
+                .match_kind(MatchKind::LeftmostLongest)
+                .build(&patterns)
+                .ok()
         };
-        Boundaries { scanner, is_boundary }
+        Boundaries {
+            scanner,
+            is_boundary,
+        }
     }
 
     /// Byte offsets where segments start, after 0, in increasing order.
@@ -151,7 +161,9 @@ impl SegmentCache {
     }
 
     fn shard(&self, key: u64) -> std::sync::MutexGuard<'_, Shard> {
-        self.shards[(key as usize) % SHARDS].lock().unwrap_or_else(|p| p.into_inner())
+        self.shards[(key as usize) % SHARDS]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Appends the cached ids of `text` to `out`; false when absent.
@@ -173,7 +185,11 @@ impl SegmentCache {
     }
 
     pub(crate) fn insert(&self, text: &str, ids: &[u32]) {
-        let entry = Entry { text: text.into(), ids: ids.into(), last_used: self.clock.fetch_add(1, Ordering::Relaxed) };
+        let entry = Entry {
+            text: text.into(),
+            ids: ids.into(),
+            last_used: self.clock.fetch_add(1, Ordering::Relaxed),
+        };
         let cost = entry.cost();
         if cost > self.shard_budget {
             return;
@@ -193,7 +209,10 @@ impl SegmentCache {
 
     /// Bytes held, for tests and metrics.
     pub fn bytes(&self) -> usize {
-        self.shards.iter().map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).bytes).sum()
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|p| p.into_inner()).bytes)
+            .sum()
     }
 }
 

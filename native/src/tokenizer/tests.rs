@@ -161,10 +161,23 @@ fn empty_text_and_empty_batch() {
 fn segment_cache_gives_the_same_ids_and_hits_on_repeats() {
     let t = toy();
     let cache = SegmentCache::new(1 << 20);
-    let texts = ["ab ab<s>ab</s> b<pad>a", "<s>ab ab</s><s>ab ab</s><s>b", "ab ab<s>ab</s> b<pad>a<s>c"];
+    let texts = [
+        "ab ab<s>ab</s> b<pad>a",
+        "<s>ab ab</s><s>ab ab</s><s>b",
+        "ab ab<s>ab</s> b<pad>a<s>c",
+    ];
     for (i, text) in texts.iter().enumerate() {
         for add in [false, true] {
-            let want = t.encode(text, &EncodeOptions { add_special_tokens: add, ..opts() }).unwrap().ids;
+            let want = t
+                .encode(
+                    text,
+                    &EncodeOptions {
+                        add_special_tokens: add,
+                        ..opts()
+                    },
+                )
+                .unwrap()
+                .ids;
             let (got, stats) = t.encode_with_cache(text, add, &cache, None).unwrap();
             assert_eq!(got, want, "{text:?} add_special_tokens={add}");
             if i == 2 && !add {
