@@ -14,12 +14,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
-import tempfile
 import time
 from pathlib import Path
 
 from bench.common import Section, Stats, fmt_time
+from bench.server import BenchServer
 
 REPO = Path(__file__).resolve().parent.parent
 MODELS = Path(os.environ.get("SIDECAR_SHARED_MODELS", REPO.parent / "shared" / "models"))
@@ -170,60 +169,41 @@ def _open_messages(n: int, model: str, tool: str, reasoning: str, prompt: list[i
     ]
 
 
-def _start_server(tmp: Path, backend: str) -> tuple[object, str]:
-    import subprocess
-
-    uds = tmp / f"{backend}.sock"
-    log = open(tmp / f"{backend}.log", "w")  # noqa: SIM115 - lives with the process
-    cmd = [sys.executable, "-m", "sidecar", "serve", "--backend", backend, "--port", "-1", "--uds", str(uds),
-           "--model", f"qwen3={MODELS / 'qwen3'}", "--parse-max-requests", "1024", "--log-level", "warning"]
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
-    deadline = time.monotonic() + 120
-    while not uds.exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"server did not start: {(tmp / f'{backend}.log').read_text()}")
-        time.sleep(0.1)
-    time.sleep(0.5)
-    return proc, f"unix:{uds}"
-
-
 def section_grpc(quick: bool) -> list[Section]:
     sections = []
     prompt = _encode("qwen3", QWEN_PROMPT)
     ids = _encode("qwen3", HERMES)
-    with tempfile.TemporaryDirectory() as tmp:
-        for backend in ("native", "reference"):
-            proc, target = _start_server(Path(tmp), backend)
-            try:
-                section = Section(
-                    f"ParseStream over gRPC (UDS), engine-like client, {backend} backend (hermes + qwen3 output, "
-                    f"{len(ids)} tokens)",
-                    ["concurrent requests", "steps/s", "request-steps/s", "p50 step", "p99 step"],
-                    notes=[
-                        "One stream; each step message carries one new token of every running request and waits for "
-                        "the answer (lock-step), so a step's round trip is the latency an engine would add per "
-                        "decode step.",
-                        "Target (native): under 5 ms p99 at 256 concurrent requests.",
-                    ],
-                )
-                counts = [1, 64, 256] if backend == "native" else [1, 64]
-                for n in counts:
-                    steps = ids if not quick and backend == "native" else ids[: min(len(ids), 40)]
-                    # Warm-up on its own stream (its requests are freed when that stream ends).
-                    warm_opens = _open_messages(n, "qwen3", "hermes", "qwen3", prompt, "", prefix="w")
-                    asyncio.run(_engine(target, _step_messages(n, steps[:5], prefix="w"), warm_opens))
-                    opens = _open_messages(n, "qwen3", "hermes", "qwen3", prompt, "")
-                    latencies = asyncio.run(_engine(target, _step_messages(n, steps), opens))
-                    stats = Stats(latencies)
-                    total = sum(latencies)
-                    section.rows.append([
-                        str(n), f"{len(latencies) / total:,.0f}", f"{n * len(latencies) / total:,.0f}",
-                        fmt_time(stats.p50), fmt_time(stats.p99),
-                    ])
-                sections.append(section)
-            finally:
-                proc.terminate()
-                proc.wait(30)
+    for backend in ("native", "reference"):
+        server_args = ("--backend", backend, "--model", f"qwen3={MODELS / 'qwen3'}", "--parse-max-requests", "1024",
+                       "--log-level", "warning")
+        with BenchServer(*server_args) as server:
+            target = server.uds
+            section = Section(
+                f"ParseStream over gRPC (UDS), engine-like client, {backend} backend (hermes + qwen3 output, "
+                f"{len(ids)} tokens)",
+                ["concurrent requests", "steps/s", "request-steps/s", "p50 step", "p99 step"],
+                notes=[
+                    "One stream; each step message carries one new token of every running request and waits for "
+                    "the answer (lock-step), so a step's round trip is the latency an engine would add per "
+                    "decode step.",
+                    "Target (native): under 5 ms p99 at 256 concurrent requests.",
+                ],
+            )
+            counts = [1, 64, 256] if backend == "native" else [1, 64]
+            for n in counts:
+                steps = ids if not quick and backend == "native" else ids[: min(len(ids), 40)]
+                # Warm-up on its own stream (its requests are freed when that stream ends).
+                warm_opens = _open_messages(n, "qwen3", "hermes", "qwen3", prompt, "", prefix="w")
+                asyncio.run(_engine(target, _step_messages(n, steps[:5], prefix="w"), warm_opens))
+                opens = _open_messages(n, "qwen3", "hermes", "qwen3", prompt, "")
+                latencies = asyncio.run(_engine(target, _step_messages(n, steps), opens))
+                stats = Stats(latencies)
+                total = sum(latencies)
+                section.rows.append([
+                    str(n), f"{len(latencies) / total:,.0f}", f"{n * len(latencies) / total:,.0f}",
+                    fmt_time(stats.p50), fmt_time(stats.p99),
+                ])
+            sections.append(section)
     return sections
 
 

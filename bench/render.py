@@ -13,20 +13,16 @@ from __future__ import annotations
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
-import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
-from bench.common import Section, Stats, fmt_time, measure
+from bench.common import Section, fmt_time, measure
+from bench.peers import VllmRs
+from bench.server import BenchServer
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = Path(os.environ.get("SIDECAR_SHARED_MODELS", REPO.parent / "shared" / "models"))
 MODEL = SHARED / "qwen3"
-PEER_SCRIPT = REPO.parent / "shared" / "peers" / "vllm-rs.sh"
 
 _WORDS = (
     "the model request server token cache prompt engine router latency throughput batch schedule memory "
@@ -194,38 +190,12 @@ def in_process(quick: bool) -> Section:
     return section
 
 
-class Server:
-    """The real server on a Unix socket (subprocess)."""
-
-    def __init__(self) -> None:
-        self.tmp = tempfile.mkdtemp(prefix="sidecar-bench-")
-        self.uds = os.path.join(self.tmp, "sidecar.sock")
-        log = open(os.path.join(self.tmp, "server.log"), "w")  # noqa: SIM115 - owned by the process
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "sidecar", "serve", "--port", "-1", "--uds", self.uds, "--model", f"qwen3={MODEL}",
-             "--log-level", "warning"],
-            stdout=log, stderr=subprocess.STDOUT, cwd=REPO,
-        )
-        deadline = time.monotonic() + 120
-        while not os.path.exists(self.uds):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server did not start: {open(os.path.join(self.tmp, 'server.log')).read()}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-
-
 def _grpc_stub(uds: str):  # noqa: ANN202
     import grpc
 
     from sidecar.v1 import preprocessor_pb2_grpc
 
-    channel = grpc.insecure_channel(f"unix:{uds}", options=[("grpc.max_receive_message_length", 64 << 20)])
+    channel = grpc.insecure_channel(uds, options=[("grpc.max_receive_message_length", 64 << 20)])
     return preprocessor_pb2_grpc.PreprocessorStub(channel)
 
 
@@ -238,35 +208,14 @@ def _pb_request(body: dict, bypass: bool):  # noqa: ANN202
     )
 
 
-def _start_peer() -> tuple[int, int] | None:
-    if not PEER_SCRIPT.is_file():
-        return None
-    try:
-        out = subprocess.run(["bash", str(PEER_SCRIPT), "18231"], capture_output=True, text=True, timeout=600, check=True)
-        pid, port = out.stdout.split()
-        return int(pid), int(port)
-    except (subprocess.SubprocessError, ValueError):
-        return None
-
-
-def _peer_render(port: int, body: dict) -> list[int]:
-    model = str(Path.home() / ".cache" / "sidecar-peers" / "qwen3-model")
-    payload = json.dumps({"model": model, **body}).encode()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions/render", payload, {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())["token_ids"]
-
-
 def over_grpc(quick: bool, tf_p50: dict[str, float]) -> Section:
-    server = Server()
-    stub = _grpc_stub(server.uds)
-    peer = _start_peer()
     section = Section(
         "Render over gRPC (Unix socket) vs in-process transformers",
         ["request", "gRPC p50 (no cache)", "gRPC p99 (no cache)", "gRPC p50 (cache warm)", "transformers in-process p50",
          "vllm-rs HTTP p50", "vllm-rs HTTP p99"],
     )
-    try:
+    with BenchServer("--model", f"qwen3={MODEL}", "--log-level", "warning") as server, VllmRs.start_or_none() as peer:
+        stub = _grpc_stub(server.uds)
         for name, body in requests().items():
             slow = "100k" in name
             n = iterations(quick, slow) * (1 if slow else 2)
@@ -276,8 +225,8 @@ def over_grpc(quick: bool, tf_p50: dict[str, float]) -> Section:
             cache = measure(lambda _i: stub.Render(warm), n)
             peer_cells = ["not started", ""]
             if peer is not None:
-                peer_ids = _peer_render(peer[1], body)
-                peer_stats = measure(lambda _i: _peer_render(peer[1], body), n)
+                peer_ids = peer.render_chat(body)
+                peer_stats = measure(lambda _i: peer.render_chat(body), n)
                 peer_cells = [fmt_time(peer_stats.p50), fmt_time(peer_stats.p99)]
                 if peer_ids != ids:
                     section.notes.append(f"{name}: vllm-rs ids differ from the sidecar's ({len(peer_ids)} vs {len(ids)})")
@@ -285,15 +234,12 @@ def over_grpc(quick: bool, tf_p50: dict[str, float]) -> Section:
                 name, fmt_time(no_cache.p50), fmt_time(no_cache.p99), fmt_time(cache.p50), fmt_time(tf_p50.get(name, float("nan"))),
                 *peer_cells,
             ])
-    finally:
-        server.stop()
-        if peer is not None:
-            os.kill(peer[0], signal.SIGTERM)
     section.notes.append("Sequential unary calls on one channel; 'no cache' sets bypass_cache.")
     if peer is None:
         section.notes.append("vllm-rs (../shared/peers/vllm-rs.sh) did not start here.")
     else:
-        section.notes.append("vllm-rs: vLLM 0.33.0's Rust render server on the same Qwen3 files, POST /v1/chat/completions/render over HTTP/1.1.")
+        section.notes.append("vllm-rs: vLLM 0.33.0's Rust render server on the same Qwen3 files, POST "
+                             "/v1/chat/completions/render over a keep-alive HTTP/1.1 connection.")
     return section
 
 

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import json
 import signal
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 _REPO = Path(__file__).resolve().parent.parent
 
@@ -27,17 +29,30 @@ class BenchServer:
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in __exit__
         cmd = [sys.executable, "-m", "sidecar", "serve", "--port", "-1", "--uds", self.uds.removeprefix("unix:"), *self._args]
         self._process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=_REPO)
+        try:
+            self._wait_until_serving(log_path)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def _wait_until_serving(self, log_path: Path) -> None:
+        # Readiness from the health service, so any --log-level works.
+        health = health_pb2_grpc.HealthStub(grpc.insecure_channel(self.uds))
         deadline = time.monotonic() + 180
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
                 raise RuntimeError(f"bench server exited:\n{log_path.read_text()}")
-            if any(json.loads(line).get("event") == "listening" for line in log_path.read_text().splitlines() if line.startswith("{")):
-                return self
+            try:
+                if health.Check(health_pb2.HealthCheckRequest(), timeout=1).status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
             time.sleep(0.1)
-        raise RuntimeError("bench server did not start")
+        raise RuntimeError(f"bench server did not start:\n{log_path.read_text()}")
 
     def __exit__(self, *exc: object) -> None:
-        if self._process and self._process.poll() is None:
+        if self._process is not None and self._process.poll() is None:
             self._process.send_signal(signal.SIGTERM)
             try:
                 self._process.wait(30)

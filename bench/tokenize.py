@@ -8,11 +8,9 @@ of the tokenizers can flatter the numbers.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 import random
 import time
-import urllib.request
 from pathlib import Path
 
 import grpc
