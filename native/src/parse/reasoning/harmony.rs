@@ -175,20 +175,10 @@ impl Stage for Harmony {
                 }
                 State::Text(channel) => {
                     let ends = self.ends();
-                    match scan(input.as_str(), &ends) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, channel);
-                            self.after_body(input, out, index);
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, channel);
-                            if end {
-                                out.route_all(input, channel);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, channel),
-                    }
+                    let Some(index) = out.route_until(input, &ends, channel, end) else {
+                        return;
+                    };
+                    self.after_body(input, out, index);
                 }
                 State::Call { index } => {
                     let s = input.as_str();
@@ -221,28 +211,22 @@ impl Stage for Harmony {
                 }
                 State::CallTail => {
                     let ends = self.ends();
-                    match scan(input.as_str(), &ends) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Framing);
-                            self.after_body(input, out, index);
-                        }
-                        Scan::Partial { at } if !end => {
-                            return out.route(input, at, Channel::Framing)
-                        }
-                        _ => return out.route_all(input, Channel::Framing),
-                    }
+                    let Some(index) = out.route_until(input, &ends, Channel::Framing, end) else {
+                        return;
+                    };
+                    self.after_body(input, out, index);
                 }
-                State::Between => match scan(input.as_str(), &[&self.start, &self.channel]) {
-                    Scan::Found { at, index } => {
-                        out.route(input, at, Channel::Framing);
-                        if index == 0 {
-                            out.route(input, self.start.len(), Channel::Framing);
-                        }
-                        self.state = State::Header;
+                State::Between => {
+                    let patterns = [self.start.as_str(), self.channel.as_str()];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Framing, end)
+                    else {
+                        return;
+                    };
+                    if index == 0 {
+                        out.route(input, self.start.len(), Channel::Framing);
                     }
-                    Scan::Partial { at } if !end => return out.route(input, at, Channel::Framing),
-                    _ => return out.route_all(input, Channel::Framing),
-                },
+                    self.state = State::Header;
+                }
             }
         }
     }

@@ -136,21 +136,16 @@ impl Stage for InvokeCalls {
         let spec = self.spec;
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.block_open]) {
-                    Scan::Found { at, .. } => {
-                        out.route(input, at, Channel::Content);
-                        out.route(input, self.block_open.len(), Channel::Framing);
-                        self.state = State::Block;
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    if out
+                        .route_until(input, &[&self.block_open], Channel::Content, end)
+                        .is_none()
+                    {
                         return;
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    out.route(input, self.block_open.len(), Channel::Framing);
+                    self.state = State::Block;
+                }
                 State::Block => {
                     let s = input.as_str();
                     let ws = leading_ws(s);

@@ -94,25 +94,15 @@ impl Stage for Kimi {
                         self.section_begin[1].as_str(),
                         self.call_begin.as_str(),
                     ];
-                    match scan(input.as_str(), &pats) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Content);
-                            out.route(input, pats[index].len(), Channel::Framing);
-                            self.state = if index == 2 {
-                                State::Header
-                            } else {
-                                State::Section
-                            };
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, Channel::Content);
-                            if end {
-                                out.route_all(input, Channel::Content);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, Channel::Content),
-                    }
+                    let Some(index) = out.route_until(input, &pats, Channel::Content, end) else {
+                        return;
+                    };
+                    out.route(input, pats[index].len(), Channel::Framing);
+                    self.state = if index == 2 {
+                        State::Header
+                    } else {
+                        State::Section
+                    };
                 }
                 State::Section | State::CallTail => {
                     let pats = [
@@ -121,25 +111,15 @@ impl Stage for Kimi {
                         self.section_end[1].as_str(),
                         self.call_end.as_str(),
                     ];
-                    match scan(input.as_str(), &pats) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Framing);
-                            out.route(input, pats[index].len(), Channel::Framing);
-                            self.state = match index {
-                                0 => State::Header,
-                                1 | 2 => State::Content,
-                                _ => State::Section,
-                            };
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, Channel::Framing);
-                            if end {
-                                out.route_all(input, Channel::Framing);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, Channel::Framing),
-                    }
+                    let Some(index) = out.route_until(input, &pats, Channel::Framing, end) else {
+                        return;
+                    };
+                    out.route(input, pats[index].len(), Channel::Framing);
+                    self.state = match index {
+                        0 => State::Header,
+                        1 | 2 => State::Content,
+                        _ => State::Section,
+                    };
                 }
                 State::Header => {
                     let pats = [

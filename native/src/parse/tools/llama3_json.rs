@@ -8,7 +8,7 @@
 //! (Llama's built-in `brave_search.call(...)` syntax) leaves that text as content.
 
 use crate::parse::out::{Channel, Out};
-use crate::parse::text::{leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::text::{leading_ws, Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
 use crate::parse::Stage;
 
@@ -99,23 +99,18 @@ impl Stage for Llama3Json {
                         self.state = State::Content;
                     }
                 }
-                State::Content => match scan(input.as_str(), &[&self.tag]) {
-                    Scan::Found { at, .. } => {
-                        out.route(input, at, Channel::Content);
-                        self.state = State::Expect {
-                            tagged: true,
-                            marker: self.tag.len(),
-                        };
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    if out
+                        .route_until(input, &[&self.tag], Channel::Content, end)
+                        .is_none()
+                    {
                         return;
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    self.state = State::Expect {
+                        tagged: true,
+                        marker: self.tag.len(),
+                    };
+                }
                 State::Undecided {
                     tagged,
                     marker,

@@ -10,7 +10,7 @@
 
 use crate::parse::json::{JsonRelay, Relay};
 use crate::parse::out::{Channel, Out};
-use crate::parse::text::{could_become, leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::text::{could_become, leading_ws, Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
 use crate::parse::Stage;
 
@@ -129,22 +129,17 @@ impl Stage for Mistral {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.tag]) {
-                    Scan::Found { at, .. } => {
-                        out.route(input, at, Channel::Content);
-                        self.state = State::AfterTag {
-                            marker: self.tag.len(),
-                        };
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    if out
+                        .route_until(input, &[&self.tag], Channel::Content, end)
+                        .is_none()
+                    {
                         return;
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    self.state = State::AfterTag {
+                        marker: self.tag.len(),
+                    };
+                }
                 State::AfterTag { marker } => {
                     let s = &input.as_str()[marker..];
                     let ws = leading_ws(s);

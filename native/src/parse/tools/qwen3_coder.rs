@@ -94,29 +94,23 @@ impl Stage for Qwen3Coder {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.open, FUNCTION]) {
-                    Scan::Found { at, index } => {
-                        out.route(input, at, Channel::Content);
-                        self.state = if index == 0 {
-                            State::Block {
-                                marker_len: self.open.len(),
-                            }
-                        } else {
-                            State::Name {
-                                block: 0,
-                                prefix: FUNCTION.len(),
-                            }
-                        };
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    let patterns = [self.open.as_str(), FUNCTION];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Content, end)
+                    else {
                         return;
-                    }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    };
+                    self.state = if index == 0 {
+                        State::Block {
+                            marker_len: self.open.len(),
+                        }
+                    } else {
+                        State::Name {
+                            block: 0,
+                            prefix: FUNCTION.len(),
+                        }
+                    };
+                }
                 State::Block { marker_len } => {
                     let rest = &input.as_str()[marker_len..];
                     let ws = leading_ws(rest);
