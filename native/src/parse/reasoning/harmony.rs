@@ -10,9 +10,10 @@
 //! The prompt, which ends with `<|start|>assistant`, primes the parser; without a prompt it starts
 //! in a header.
 
-use crate::parse::json::{is_sentinel, JsonRelay, Relay};
+use crate::parse::json::{is_sentinel, JsonRelay};
 use crate::parse::out::{Channel, Out};
 use crate::parse::text::{leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers (all single tokens in gpt-oss's vocabulary).
@@ -193,20 +194,9 @@ impl Stage for Harmony {
                             continue;
                         }
                     }
-                    let mut text = String::new();
-                    let result = self.relay.feed(s, &mut text);
-                    let consumed = match result {
-                        Relay::More => s.len(),
-                        Relay::Done(n) | Relay::Error(n) => n,
-                    };
-                    out.route(input, consumed, Channel::Tool);
-                    out.call_args(index, &text);
-                    if result == Relay::More && !end {
+                    if !stream_json_args(&mut self.relay, index, input, out, end) {
                         return;
                     }
-                    let mut text = String::new();
-                    self.relay.close(&mut text);
-                    out.call_args(index, &text);
                     self.state = State::CallTail;
                 }
                 State::CallTail => {

@@ -8,9 +8,10 @@
 //! section or call begin marker missing is tolerated (`<｜tool▁call▁begin｜>` alone opens a
 //! section, a new call begin ends the previous call).
 
-use crate::parse::json::{is_sentinel, JsonRelay, Relay};
+use crate::parse::json::{is_sentinel, JsonRelay};
 use crate::parse::out::{Channel, Out};
 use crate::parse::text::{ascii_trim, could_become, leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers both dialects use.
@@ -72,14 +73,6 @@ impl DeepSeek {
             state: State::Content,
             relay: JsonRelay::new(),
         }
-    }
-
-    fn finish_args(&mut self, index: u32, out: &mut Out) {
-        let mut text = String::new();
-        if !self.relay.close(&mut text) {
-            text.push_str("{}");
-        }
-        out.call_args(index, &text);
     }
 }
 
@@ -201,18 +194,9 @@ impl Stage for DeepSeek {
                     }
                 }
                 State::Args { index } => {
-                    let mut text = String::new();
-                    let result = self.relay.feed(input.as_str(), &mut text);
-                    let consumed = match result {
-                        Relay::More => input.len(),
-                        Relay::Done(n) | Relay::Error(n) => n,
-                    };
-                    out.route(input, consumed, Channel::Tool);
-                    out.call_args(index, &text);
-                    if result == Relay::More && !end {
+                    if !stream_json_args(&mut self.relay, index, input, out, end) {
                         return;
                     }
-                    self.finish_args(index, out);
                     self.state = State::CallTail;
                 }
                 State::CallTail => {

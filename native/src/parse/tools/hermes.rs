@@ -70,12 +70,9 @@ impl Stage for Hermes {
                     let cursor = cursor + n;
                     match event {
                         CallEvent::Named => {
-                            let name = self.call.name.clone().unwrap_or_default();
-                            let index = out.start_call(&name, None);
+                            let index = self.call.start(out);
                             out.route(input, self.open.len(), Channel::Framing);
                             out.route(input, cursor - self.open.len(), Channel::Tool);
-                            out.call_args(index, &self.call.args);
-                            self.call.args.clear();
                             self.state = State::InCall { index };
                         }
                         CallEvent::More if !end => {
@@ -90,16 +87,9 @@ impl Stage for Hermes {
                     }
                 }
                 State::InCall { index } => {
-                    let (n, event) = self.call.feed(input.as_str());
-                    out.route(input, n, Channel::Tool);
-                    if event == CallEvent::More && !end {
-                        out.call_args(index, &self.call.args);
-                        self.call.args.clear();
+                    if self.call.stream(index, input, out, end).is_none() {
                         return;
                     }
-                    self.call.complete_args();
-                    out.call_args(index, &self.call.args);
-                    self.call.args.clear();
                     self.state = State::AfterCall;
                 }
                 State::AfterCall => {

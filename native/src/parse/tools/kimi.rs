@@ -7,9 +7,10 @@
 //! trailing digits are removed. Text inside the section outside calls is framing; a section cut off
 //! keeps its complete and partial calls.
 
-use crate::parse::json::{JsonRelay, Relay};
+use crate::parse::json::JsonRelay;
 use crate::parse::out::{Channel, Out};
 use crate::parse::text::{ascii_trim, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -155,22 +156,9 @@ impl Stage for Kimi {
                     }
                 }
                 State::Args { index } => {
-                    let mut text = String::new();
-                    let result = self.relay.feed(input.as_str(), &mut text);
-                    let consumed = match result {
-                        Relay::More => input.len(),
-                        Relay::Done(n) | Relay::Error(n) => n,
-                    };
-                    out.route(input, consumed, Channel::Tool);
-                    out.call_args(index, &text);
-                    if result == Relay::More && !end {
+                    if !stream_json_args(&mut self.relay, index, input, out, end) {
                         return;
                     }
-                    let mut text = String::new();
-                    if !self.relay.close(&mut text) {
-                        text.push_str("{}");
-                    }
-                    out.call_args(index, &text);
                     self.state = State::CallTail;
                 }
             }

@@ -124,17 +124,12 @@ impl Stage for Llama3Json {
                             self.call.name.is_some() && (tagged || self.call.has_args_key());
                         match event {
                             _ if decided => {
-                                let name = self.call.name.clone().unwrap_or_default();
-                                let index = out.start_call(&name, None);
+                                let index = self.call.start(out);
                                 out.route(input, marker, Channel::Framing);
                                 out.route(input, cursor - marker, Channel::Tool);
-                                out.call_args(index, &self.call.args);
-                                self.call.args.clear();
                                 self.state = match event {
                                     CallEvent::Done | CallEvent::Broken => {
-                                        self.call.complete_args();
-                                        out.call_args(index, &self.call.args);
-                                        self.call.args.clear();
+                                        self.call.finish(index, out);
                                         State::AfterCall { tagged }
                                     }
                                     _ => State::InCall { index, tagged },
@@ -160,16 +155,9 @@ impl Stage for Llama3Json {
                     }
                 }
                 State::InCall { index, tagged } => {
-                    let (n, event) = self.call.feed(input.as_str());
-                    out.route(input, n, Channel::Tool);
-                    if event == CallEvent::More && !end {
-                        out.call_args(index, &self.call.args);
-                        self.call.args.clear();
+                    if self.call.stream(index, input, out, end).is_none() {
                         return;
                     }
-                    self.call.complete_args();
-                    out.call_args(index, &self.call.args);
-                    self.call.args.clear();
                     self.state = State::AfterCall { tagged };
                 }
                 State::AfterCall { tagged } => {

@@ -8,10 +8,11 @@
 //! templates require that shape) unless the model wrote one after `[CALL_ID]`. A marker followed by
 //! anything else is content.
 
-use crate::parse::json::{JsonRelay, Relay};
+use crate::parse::json::JsonRelay;
 use crate::parse::out::{Channel, Out};
 use crate::parse::text::{could_become, leading_ws, Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
+use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -184,21 +185,9 @@ impl Stage for Mistral {
                     }
                 }
                 State::Args { index } => {
-                    let mut text = String::new();
-                    let result = self.relay.feed(input.as_str(), &mut text);
-                    let consumed = match result {
-                        Relay::More => input.len(),
-                        Relay::Done(n) | Relay::Error(n) => n,
-                    };
-                    out.route(input, consumed, Channel::Tool);
-                    if result == Relay::More && !end {
-                        out.call_args(index, &text);
+                    if !stream_json_args(&mut self.relay, index, input, out, end) {
                         return;
                     }
-                    if !self.relay.close(&mut text) {
-                        text.push_str("{}");
-                    }
-                    out.call_args(index, &text);
                     self.state = State::Content;
                 }
                 State::ArrayItem { first } => {
@@ -222,11 +211,8 @@ impl Stage for Mistral {
                     let cursor = cursor + n;
                     match event {
                         CallEvent::Named => {
-                            let name = self.call.name.clone().unwrap_or_default();
-                            let index = out.start_call(&name, None);
+                            let index = self.call.start(out);
                             out.route(input, cursor, Channel::Tool);
-                            out.call_args(index, &self.call.args);
-                            self.call.args.clear();
                             self.state = State::ArrayCall { index };
                         }
                         CallEvent::More if !end => {
@@ -237,16 +223,9 @@ impl Stage for Mistral {
                     }
                 }
                 State::ArrayCall { index } => {
-                    let (n, event) = self.call.feed(input.as_str());
-                    out.route(input, n, Channel::Tool);
-                    if event == CallEvent::More && !end {
-                        out.call_args(index, &self.call.args);
-                        self.call.args.clear();
+                    let Some(event) = self.call.stream(index, input, out, end) else {
                         return;
-                    }
-                    self.call.complete_args();
-                    out.call_args(index, &self.call.args);
-                    self.call.args.clear();
+                    };
                     self.state = if event == CallEvent::Done {
                         State::ArrayNext
                     } else {
