@@ -115,7 +115,7 @@ def tokenizer(backend: str, model: str, scratch: Path, fast: bool = True):  # no
     tokenizer with the fast encoder disabled (the `tokenizers` crate encodes everything)."""
     import os
 
-    from conftest import load_tokenizer
+    from tests.conftest import load_tokenizer
 
     if fast and model != NEUTRAL:
         return load_tokenizer(backend, model)
@@ -138,7 +138,7 @@ def tokenizer(backend: str, model: str, scratch: Path, fast: bool = True):  # no
 
 
 def _shared() -> Path:
-    from conftest import require_shared_models
+    from tests.conftest import require_shared_models
 
     return require_shared_models()
 
