@@ -16,8 +16,19 @@ SENTINEL_END = 0xFDEF
 CONTENT, REASONING, TOOL, FRAMING, VISIBLE = "content", "reasoning", "tool", "framing", "visible"
 
 
+#: ASCII whitespace, the set Rust's `is_ascii_whitespace` (the native parsers) skips.
+WS = " \t\n\r\x0c"
+
+
 def is_sentinel(ch: str) -> bool:
     return SENTINEL_BASE <= ord(ch) <= SENTINEL_END
+
+
+def after_ws(s: str, i: int = 0) -> int:
+    """The index after the ASCII whitespace that starts at `i`."""
+    while i < len(s) and s[i] in WS:
+        i += 1
+    return i
 
 
 class Buf:
@@ -140,6 +151,20 @@ class Out:
 
     def route_all(self, buf: Buf, channel: str) -> None:
         self.route(buf, len(buf), channel)
+
+    def route_until(self, buf: Buf, patterns: list[str], channel: str, end: bool) -> int | None:
+        """Routes `buf` to `channel` up to the earliest of `patterns`: the index of the pattern the
+        buffer now starts with, or None when all it could was routed (the rest may still turn into
+        a pattern, or `end` flushed it too) and the stage waits for more input."""
+        kind, at, index = find_marker(buf.text, patterns)
+        if kind == "found":
+            self.route(buf, at, channel)
+            return index
+        if kind == "partial" and not end:
+            self.route(buf, at, channel)
+        else:
+            self.route_all(buf, channel)
+        return None
 
     def start_call(self, name: str, call_id: str | None = None) -> int:
         index = self.call_count

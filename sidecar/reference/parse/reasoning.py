@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.reference.parse.pipeline import FRAMING, REASONING, VISIBLE, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import FRAMING, REASONING, VISIBLE, Buf, Markers, Out
 
 
 @dataclass(frozen=True)
@@ -63,21 +63,13 @@ class ThinkSplit:
         while buf.text:
             if self.reasoning:
                 patterns = self.end + self.start + ([] if self.opened else self.implicit)
-                kind, at, index = find_marker(buf.text, patterns)
                 here = REASONING
             else:
                 patterns = list(self.start)
-                kind, at, index = find_marker(buf.text, patterns)
                 here = VISIBLE
-            if kind == "none":
-                out.route_all(buf, here)
+            index = out.route_until(buf, patterns, here, end)
+            if index is None:
                 return
-            if kind == "partial":
-                out.route(buf, at, here)
-                if end:
-                    out.route_all(buf, here)
-                return
-            out.route(buf, at, here)
             marker = patterns[index]
             if not self.reasoning:
                 out.route(buf, len(marker), FRAMING)

@@ -6,13 +6,12 @@ from __future__ import annotations
 import re
 
 from sidecar.reference.parse.jsonish import parse_value
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, find_marker
 
 MARKERS = (
     "<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
     "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|tool_call_section_end|>",
 )
-_WS = " \t\n\r\x0c"
 
 
 def name_of(header: str) -> str:
@@ -46,30 +45,20 @@ class Kimi:
             s = buf.text
             if self.state == "content":
                 pats = [*self.section_begin, self.call_begin]
-                kind, at, which = find_marker(s, pats)
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    out.route(buf, len(pats[which]), FRAMING)
-                    self.state = "header" if which == 2 else "section"
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                which = out.route_until(buf, pats, CONTENT, end)
+                if which is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                out.route(buf, len(pats[which]), FRAMING)
+                self.state = "header" if which == 2 else "section"
+                continue
             if self.state == "section":
                 pats = [self.call_begin, *self.section_end, self.call_end]
-                kind, at, which = find_marker(s, pats)
-                if kind == "found":
-                    out.route(buf, at, FRAMING)
-                    out.route(buf, len(pats[which]), FRAMING)
-                    self.state = {0: "header", 1: "content", 2: "content"}.get(which, "section")
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, FRAMING)
+                which = out.route_until(buf, pats, FRAMING, end)
+                if which is None:
                     return
-                out.route_all(buf, FRAMING)
-                return
+                out.route(buf, len(pats[which]), FRAMING)
+                self.state = {0: "header", 1: "content", 2: "content"}.get(which, "section")
+                continue
             # header
             kind, at, which = find_marker(s, [self.arg_begin, self.call_end, self.call_begin, *self.section_end])
             if kind != "found":
@@ -80,7 +69,7 @@ class Kimi:
                 out.route(buf, at, FRAMING)
                 self.state = "section"
                 continue
-            header = s[:at].strip(_WS)
+            header = s[:at].strip(WS)
             if not header:
                 out.route(buf, at + len(self.arg_begin), FRAMING)
                 self.state = "section"

@@ -5,14 +5,9 @@ member."""
 from __future__ import annotations
 
 from sidecar.reference.parse.jsonish import parse_call_object
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, after_ws
 
 MARKERS = ("<|python_tag|>",)
-_WS = " \t\n\r\x0c"
-
-
-def _ws(s: str) -> int:
-    return len(s) - len(s.lstrip(_WS))
 
 
 class Llama3Json:
@@ -33,7 +28,7 @@ class Llama3Json:
             s = buf.text
             if self.state in ("start", "expect"):
                 marker = self.marker if self.state == "expect" else 0
-                k = _ws(s[marker:])
+                k = after_ws(s[marker:])
                 after = s[marker + k :]
                 if after.startswith("{"):
                     self.state = "object"
@@ -48,16 +43,10 @@ class Llama3Json:
                     self.state = "content"
                 continue
             if self.state == "content":
-                kind, at, _ = find_marker(s, [self.tag])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    self.state, self.tagged, self.marker = "expect", True, len(self.tag)
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                if out.route_until(buf, [self.tag], CONTENT, end) is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                self.state, self.tagged, self.marker = "expect", True, len(self.tag)
+                continue
             if self.state == "object":
                 call = parse_call_object(s, self.marker, ("parameters", "arguments"))
                 if call.status == "cut" and not end:
@@ -73,7 +62,7 @@ class Llama3Json:
                 self.state = "after"
                 continue
             # after a call
-            k = _ws(s)
+            k = after_ws(s)
             after = s[k:]
             if after.startswith(";"):
                 out.route(buf, k + 1, FRAMING)

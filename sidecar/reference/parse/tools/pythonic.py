@@ -7,7 +7,7 @@ import ast
 import json
 import re
 
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out
 
 MARKERS = ("<|python_start|>", "<|python_end|>")
 _WS = " \t\n\r"
@@ -233,19 +233,15 @@ class Pythonic:
         while True:
             s = buf.text
             if self.state == "content":
-                kind, at, which = find_marker(s, ["[", self.start, self.end])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    if which == 0:
-                        self.state = "list"
-                    else:
-                        out.route(buf, len(self.start if which == 1 else self.end), FRAMING)
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                pats = ["[", self.start, self.end]
+                which = out.route_until(buf, pats, CONTENT, end)
+                if which is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                if which == 0:
+                    self.state = "list"
+                else:
+                    out.route(buf, len(pats[which]), FRAMING)
+                continue
             calls, status, stop = parse_list(s)
             if status == "wait" and not end:
                 return
