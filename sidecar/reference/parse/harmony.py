@@ -8,7 +8,7 @@ import re
 
 from sidecar.reference.parse.jsonish import parse_value
 from sidecar.reference.parse.pipeline import (
-    CONTENT, FRAMING, REASONING, TOOL, Buf, Markers, Out, after_ws, find_marker, is_sentinel,
+    CONTENT, FRAMING, REASONING, TOOL, Buf, Markers, Out, Stage, after_ws, find_marker, is_sentinel,
 )
 
 MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")
@@ -18,17 +18,11 @@ def _words(s: str) -> list[str]:
     return [w for w in re.split(r"[ \t\n\r\x0c\ufdd0-\ufdef]", s)]
 
 
-class Harmony:
+class Harmony(Stage):
     def __init__(self, markers: Markers) -> None:
         self.start, self.channel, self.message, self.end, self.call, self.ret, _ = (markers.pattern(m) for m in MARKERS)
         self.state = "header"
         self.route_to: str | None = None
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _route(self, header: str):  # noqa: ANN202
         if len(self.channel) > 1:  # markers matched as text separate words too

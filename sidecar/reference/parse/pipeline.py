@@ -188,6 +188,21 @@ class Out:
         return body if self._mistral_ids else "call_" + body
 
 
+class Stage:
+    """One stage of the pipeline (the native `Stage` trait): reads its buffer as far as it can
+    decide, routes what it read and leaves the undecided rest in the buffer."""
+
+    def feed(self, buf: Buf, out: Out, end: bool) -> None:
+        raise NotImplementedError
+
+    def primed(self, flag: bool | None) -> None:
+        """Called once after the prompt primed the stage, with the request's thinking flag."""
+
+    def held(self) -> int:
+        """Bytes held inside the stage beyond its buffer: none, reference stages keep text there."""
+        return 0
+
+
 class Ledger:
     """First-byte ownership: counts tokens whose first byte went to reasoning."""
 

@@ -4,24 +4,18 @@ from __future__ import annotations
 
 from sidecar.reference.parse.jsonish import parse_value
 from sidecar.reference.parse.pipeline import (
-    CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, after_ws, find_marker, is_sentinel,
+    CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, after_ws, find_marker, is_sentinel,
 )
 from sidecar.reference.parse.tools.xmlish import could_become
 
 MARKERS = ("<｜tool▁calls▁begin｜>", "<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>", "<｜tool▁calls▁end｜>")
 
 
-class DeepSeek:
+class DeepSeek(Stage):
     def __init__(self, markers: Markers, v31: bool) -> None:
         self.calls_begin, self.call_begin, self.sep, self.call_end, self.calls_end = (markers.pattern(m) for m in MARKERS)
         self.v31 = v31
         self.state = "content"
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _header(self, s: str, end: bool):  # noqa: ANN202
         """(name or None, consumed) or None to wait."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sidecar.reference.parse.pipeline import (
-    CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, after_ws, find_marker, is_sentinel,
+    CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, after_ws, find_marker, is_sentinel,
 )
 from sidecar.reference.parse.schema import Tools
 from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json, read_value, stray_end
@@ -15,19 +15,13 @@ def _name_char(ch: str) -> bool:
     return not (ch in WS or ch in '<>{}"[]' or is_sentinel(ch))
 
 
-class Glm:
+class Glm(Stage):
     def __init__(self, markers: Markers, tools: Tools) -> None:
         self.open, self.close, self.key_open, self.key_close, self.value_open, self.value_close = (
             markers.pattern(m) for m in MARKERS
         )
         self.tools = tools
         self.state = "content"
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _call(self, s: str, end: bool):  # noqa: ANN202
         """None = wait, "text" = not a call, else (name, members, consumed, closed)."""

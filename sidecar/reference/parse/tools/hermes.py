@@ -3,22 +3,16 @@
 from __future__ import annotations
 
 from sidecar.reference.parse.jsonish import parse_call_object
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, Stage
 
 MARKERS = ("<tool_call>", "</tool_call>")
 
 
-class Hermes:
+class Hermes(Stage):
     def __init__(self, markers: Markers) -> None:
         self.open = markers.pattern(MARKERS[0])
         self.close = markers.pattern(MARKERS[1])
         self.state = "content"
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:

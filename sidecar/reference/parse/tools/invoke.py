@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, after_ws, is_sentinel
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, Stage, after_ws, is_sentinel
 from sidecar.reference.parse.schema import JSON_TEXT, Tools
 from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json, read_value, stray_end
 
@@ -41,19 +41,13 @@ def _header(s: str, i: int):  # noqa: ANN202
     return s[i:quote], s[quote + 1 : close], close + 1
 
 
-class InvokeCalls:
+class InvokeCalls(Stage):
     def __init__(self, dialect: Dialect, markers: Markers, tools: Tools) -> None:
         self.d = dialect
         self.block_open = markers.pattern(dialect.block_open)
         self.block_close = markers.pattern(dialect.block_close)
         self.tools = tools
         self.state = "content"
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _invoke(self, s: str, end: bool):  # noqa: ANN202
         """Reads an invoke at 0 (s starts with the invoke tag): None = wait, "bad" = malformed,

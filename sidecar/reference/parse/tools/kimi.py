@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from sidecar.reference.parse.jsonish import parse_value
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, find_marker
 
 MARKERS = (
     "<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
@@ -26,19 +26,13 @@ def name_of(header: str) -> str:
     return trimmed or rest
 
 
-class Kimi:
+class Kimi(Stage):
     def __init__(self, markers: Markers) -> None:
         p = [markers.pattern(m) for m in MARKERS]
         self.section_begin = p[0:2]
         self.call_begin, self.arg_begin, self.call_end = p[2], p[3], p[4]
         self.section_end = p[5:7]
         self.state = "content"
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:

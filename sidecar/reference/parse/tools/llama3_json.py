@@ -5,23 +5,17 @@ member."""
 from __future__ import annotations
 
 from sidecar.reference.parse.jsonish import parse_call_object
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, after_ws
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, Stage, after_ws
 
 MARKERS = ("<|python_tag|>",)
 
 
-class Llama3Json:
+class Llama3Json(Stage):
     def __init__(self, markers: Markers) -> None:
         self.tag = markers.pattern(MARKERS[0])
         self.state = "start"
         self.tagged = False
         self.marker = 0  # a tag (and whitespace before it) at the start of the input, not yet routed
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:

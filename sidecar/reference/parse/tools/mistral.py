@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from sidecar.reference.parse.jsonish import parse_call_object, parse_value
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, after_ws
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, after_ws
 from sidecar.reference.parse.tools.xmlish import could_become
 
 MARKERS = ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")
@@ -14,17 +14,11 @@ _NAME = re.compile(r"[A-Za-z0-9_.\-]*")
 _ID = re.compile(r"[A-Za-z0-9]*")
 
 
-class Mistral:
+class Mistral(Stage):
     def __init__(self, markers: Markers) -> None:
         self.tag, self.args_tag, self.id_tag = (markers.pattern(m) for m in MARKERS)
         self.state = "content"
         self.first = True
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _header(self, s: str, end: bool):  # noqa: ANN202
         name = _NAME.match(s).group()

@@ -7,7 +7,7 @@ import ast
 import json
 import re
 
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, Stage
 
 MARKERS = ("<|python_start|>", "<|python_end|>")
 _WS = " \t\n\r"
@@ -218,16 +218,10 @@ def parse_list(s: str):  # noqa: ANN201
             members.append((key, value))
 
 
-class Pythonic:
+class Pythonic(Stage):
     def __init__(self, markers: Markers) -> None:
         self.start, self.end = (markers.pattern(m) for m in MARKERS)
         self.state = "content"
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:

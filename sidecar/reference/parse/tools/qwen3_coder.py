@@ -5,7 +5,9 @@ parameters; a value ends at `</parameter>`, `<parameter=`, `</function>` or `</t
 
 from __future__ import annotations
 
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, after_ws, is_sentinel
+from sidecar.reference.parse.pipeline import (
+    CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, after_ws, is_sentinel,
+)
 from sidecar.reference.parse.schema import Tools
 from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json, read_value, stray_end
 
@@ -13,19 +15,13 @@ MARKERS = ("<tool_call>", "</tool_call>")
 FUNCTION, FUNCTION_END, PARAMETER, PARAMETER_END = "<function=", "</function>", "<parameter=", "</parameter>"
 
 
-class Qwen3Coder:
+class Qwen3Coder(Stage):
     def __init__(self, markers: Markers, tools: Tools) -> None:
         self.open = markers.pattern(MARKERS[0])
         self.close = markers.pattern(MARKERS[1])
         self.tools = tools
         self.state = "content"
         self.block = 0  # bytes of `<tool_call>` + whitespace before a `<function=`
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _function(self, s: str, end: bool):  # noqa: ANN202
         """Reads a function at the start of `s` (which starts with `<function=`): None = wait,
