@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::buf::{
-    free_handle, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str,
-    write_handle, write_json,
+    free_handle, read_handle, read_handle_mut, read_ids, read_slice, read_str, sc_bytes, sc_ids,
+    sc_str, write_handle, write_json,
 };
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
@@ -198,11 +198,8 @@ pub unsafe extern "C" fn sc_parse_mux_open(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
-        if mux.is_null() {
-            return Err(Error::invalid_argument("mux: null handle"));
-        }
-        // SAFETY: non-null live handle used by this thread only, as the caller promises.
-        let mux = unsafe { &mut *mux };
+        // SAFETY: the caller passes a live handle that no other thread uses.
+        let mux = unsafe { read_handle_mut(mux, "mux")? };
         // SAFETY: the caller passes a live handle and lends the arguments for the call.
         let model = Arc::clone(&unsafe { read_handle(model, "model")? }.inner);
         // SAFETY: as above.
@@ -241,11 +238,8 @@ pub unsafe extern "C" fn sc_parse_mux_handle(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
-        if mux.is_null() {
-            return Err(Error::invalid_argument("mux: null handle"));
-        }
-        // SAFETY: non-null live handle used by this thread only, as the caller promises.
-        let mux = unsafe { &mut *mux };
+        // SAFETY: the caller passes a live handle that no other thread uses.
+        let mux = unsafe { read_handle_mut(mux, "mux")? };
         // SAFETY: the caller lends the bytes for the call.
         let message = unsafe { read_slice(message, len, "message")? };
         let mut response = Vec::new();
