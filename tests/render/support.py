@@ -137,6 +137,16 @@ def tokenizer(backend: str, model: str, scratch: Path, fast: bool = True):  # no
     return _TOKENIZERS[key]
 
 
+def bare_renderer(backend: str):  # noqa: ANN201
+    """A renderer on the embedded model with no model templates and no cache, for tests whose
+    requests bring their own template."""
+    from sidecar.backend import RendererSettings, get_backend
+    from sidecar.registry import materialize_embedded
+
+    loader = get_backend(backend)
+    return loader.load_renderer([], [], loader.load_tokenizer(materialize_embedded()), RendererSettings(cache_bytes=0))
+
+
 def _shared() -> Path:
     from tests.conftest import require_shared_models
 
