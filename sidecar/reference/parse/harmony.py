@@ -76,15 +76,13 @@ class Harmony(Stage):
                 if k == len(s) and not end:
                     return
                 if not s[k:].startswith("{"):
-                    index = out.start_call(self.route_to)
-                    out.call_args(index, "{}")
+                    out.add_call(self.route_to, "{}")
                     self.state = "tail"
                     continue
                 value = parse_value(s, k)
                 if value.status == "cut" and not end:
                     return
-                index = out.start_call(self.route_to)
-                out.call_args(index, value.text if value.text is not None else "{}")
+                out.add_call(self.route_to, value.text if value.text is not None else "{}")
                 out.route(buf, value.end if value.status != "cut" else len(s), TOOL)
                 self.state = "tail"
                 continue

@@ -172,6 +172,10 @@ class Out:
         self.calls.append({"index": index, "id": call_id or self._new_id(), "name": name, "arguments": ""})
         return index
 
+    def add_call(self, name: str, arguments: str, call_id: str | None = None) -> None:
+        """A whole call at once (the reference reads each call complete): its name and arguments."""
+        self.call_args(self.start_call(name, call_id), arguments)
+
     def call_args(self, index: int, fragment: str) -> None:
         if not fragment:
             return

@@ -90,8 +90,7 @@ class DeepSeek(Stage):
                     if not s[j:].startswith("{"):
                         if not s[j:] and not end:
                             return
-                        index = out.start_call(name)
-                        out.call_args(index, "{}")
+                        out.add_call(name, "{}")
                         out.route(buf, consumed, TOOL)
                         self.state = "tail"
                         continue
@@ -99,8 +98,7 @@ class DeepSeek(Stage):
                 value = parse_value(s, start)
                 if value.status == "cut" and not end:
                     return
-                index = out.start_call(name)
-                out.call_args(index, value.text if value.text is not None else "{}")
+                out.add_call(name, value.text if value.text is not None else "{}")
                 out.route(buf, value.end if value.status != "cut" else len(s), TOOL)
                 self.state = "tail"
                 continue

@@ -83,8 +83,7 @@ class Glm(Stage):
                 self.state = "content"
                 continue
             name, members, consumed, _closed = parsed
-            index = out.start_call(name)
-            out.call_args(index, object_json(members))
+            out.add_call(name, object_json(members))
             out.route(buf, len(self.open), FRAMING)
             out.route(buf, consumed - len(self.open), TOOL)
             self.state = "content"

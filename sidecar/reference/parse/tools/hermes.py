@@ -29,8 +29,7 @@ class Hermes(Stage):
                     out.route(buf, len(self.open), CONTENT)
                     self.state = "content"
                     continue
-                index = out.start_call(call.name)
-                out.call_args(index, call.arguments)
+                out.add_call(call.name, call.arguments)
                 out.route(buf, len(self.open), FRAMING)
                 out.route(buf, call.end - len(self.open), TOOL)
                 self.state = "after"

@@ -129,7 +129,6 @@ class InvokeCalls(Stage):
                 self.state = "block"
                 continue
             name, members, consumed, finished_by = parsed
-            index = out.start_call(name)
-            out.call_args(index, object_json(members))
+            out.add_call(name, object_json(members))
             out.route(buf, consumed, TOOL)
             self.state = "content" if finished_by == "end" else "block"

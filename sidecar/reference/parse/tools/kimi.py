@@ -72,7 +72,6 @@ class Kimi(Stage):
             value = parse_value(s, start)
             if value.status == "cut" and not end:
                 return
-            index = out.start_call(name_of(header), header)
-            out.call_args(index, value.text if value.text is not None else "{}")
+            out.add_call(name_of(header), value.text if value.text is not None else "{}", header)
             out.route(buf, value.end if value.status != "cut" else len(s), TOOL)
             self.state = "section"

@@ -49,8 +49,7 @@ class Llama3Json(Stage):
                     out.route(buf, self.marker, CONTENT)
                     self.state = "content"
                     continue
-                index = out.start_call(call.name)
-                out.call_args(index, call.arguments)
+                out.add_call(call.name, call.arguments)
                 out.route(buf, self.marker, FRAMING)
                 out.route(buf, call.end - self.marker, TOOL)
                 self.state = "after"

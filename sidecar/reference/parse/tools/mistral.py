@@ -78,8 +78,7 @@ class Mistral(Stage):
                     value = parse_value(after, length)
                     if value.status == "cut" and not end:
                         return
-                    index = out.start_call(name, call_id)
-                    out.call_args(index, value.text if value.text is not None else "{}")
+                    out.add_call(name, value.text if value.text is not None else "{}", call_id)
                     out.route(buf, m, FRAMING)
                     out.route(buf, k + (value.end if value.status != "cut" else len(after)), TOOL)
                     self.state = "content"
@@ -99,8 +98,7 @@ class Mistral(Stage):
                     if call.name is None:
                         self.state = "content"
                         continue
-                    index = out.start_call(call.name)
-                    out.call_args(index, call.arguments)
+                    out.add_call(call.name, call.arguments)
                     out.route(buf, call.end, TOOL)
                     self.state = "next" if call.status == "done" else "content"
                 elif self.first and after.startswith("]"):

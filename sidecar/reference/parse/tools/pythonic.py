@@ -244,6 +244,5 @@ class Pythonic(Stage):
                 out.route(buf, 1, CONTENT)
                 continue
             for name, members, _closed in calls:
-                index = out.start_call(name)
-                out.call_args(index, "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in members) + "}")
+                out.add_call(name, "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in members) + "}")
             out.route(buf, len(s) if status == "wait" else stop, TOOL)

@@ -96,9 +96,8 @@ class Qwen3Coder(Stage):
                     self.state = "content"
                     continue
                 _, name, members, consumed, closed_by = parsed
-                index = out.start_call(name)
                 fields = [member_json(k, v, self.tools.types(name, k), True) for k, v in members]
-                out.call_args(index, object_json(fields))
+                out.add_call(name, object_json(fields))
                 out.route(buf, self.block, FRAMING)
                 out.route(buf, consumed, TOOL)
                 self.state = "content" if closed_by == "end" else "after"
