@@ -14,16 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sidecar.model_config import SPECIAL_TOKEN_KEYS, ModelConfig
-
-
-def _token_text(value: Any) -> str | None:
-    # Tokens are stored as plain strings or as serialized AddedToken objects.
-    if isinstance(value, str):
-        return value
-    if isinstance(value, dict) and isinstance(value.get("content"), str):
-        return value["content"]
-    return None
+from sidecar.model_config import SPECIAL_TOKEN_KEYS, ModelConfig, token_text
 
 
 _LLAMA = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>"}
@@ -44,19 +35,19 @@ def template_variables(tokenizer_config: dict[str, Any]) -> list[tuple[str, str]
     variables: dict[str, str] = {}
     defaults = _CLASS_DEFAULTS.get(str(tokenizer_config.get("tokenizer_class")), {})
     for key in SPECIAL_TOKEN_KEYS:
-        text = _token_text(tokenizer_config[key]) if key in tokenizer_config else defaults.get(key)
+        text = token_text(tokenizer_config[key]) if key in tokenizer_config else defaults.get(key)
         if text is not None:
             variables[key] = text
     for key, value in tokenizer_config.items():
         if key in SPECIAL_TOKEN_KEYS or not key.endswith("_token"):
             continue
-        text = _token_text(value)
+        text = token_text(value)
         if text is not None:
             variables[key] = text
     extra = tokenizer_config.get("extra_special_tokens")
     if isinstance(extra, dict):
         for key, value in extra.items():
-            text = _token_text(value)
+            text = token_text(value)
             if isinstance(key, str) and text is not None:
                 variables[key] = text
     return list(variables.items())

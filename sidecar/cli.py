@@ -157,7 +157,7 @@ def _detokenize(args: argparse.Namespace) -> int:
     return 0
 
 
-def _raw_json_fields(text: str) -> dict[str, str]:
+def raw_json_fields(text: str) -> dict[str, str]:
     """A JSON object's top-level values as raw text, so numbers keep their spelling on the way."""
     decoder = json.JSONDecoder()
     fields: dict[str, str] = {}
@@ -194,7 +194,7 @@ def _render(args: argparse.Namespace) -> int:
     if body.startswith("{"):
         # An OpenAI chat request body: messages, tools, documents, chat_template_kwargs.
         try:
-            fields = _raw_json_fields(body)
+            fields = raw_json_fields(body)
         except (ValueError, IndexError) as e:
             print(f"sidecar: {args.messages}: not a JSON object: {e}", file=sys.stderr)
             return 2

@@ -32,8 +32,8 @@ def _read_json(path: Path) -> dict[str, Any]:
     return data
 
 
-def _token_text(value: Any) -> str | None:
-    # Special tokens are stored as plain strings or as serialized AddedToken objects.
+def token_text(value: Any) -> str | None:
+    """A special token's text: tokenizer_config.json stores plain strings or serialized AddedTokens."""
     if isinstance(value, str):
         return value
     if isinstance(value, dict) and isinstance(value.get("content"), str):
@@ -72,7 +72,7 @@ class ModelConfig:
         if config_path.is_file():
             config = _read_json(config_path)
             files.append(config_path)
-        special = {k: t for k in SPECIAL_TOKEN_KEYS if (t := _token_text(config.get(k))) is not None}
+        special = {k: t for k in SPECIAL_TOKEN_KEYS if (t := token_text(config.get(k))) is not None}
         templates = _chat_templates(directory, config, files)
         eos_ids: tuple[int, ...] = ()
         gen_path = directory / "generation_config.json"

@@ -12,13 +12,10 @@ from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
 from sidecar.errors import InvalidArgument
+from sidecar.native._calls import call_bytes, call_out, ids_arg, str_arg
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
 from sidecar.native.tokenizer import NativeTokenizer
-
-
-def _str(b: bytes):  # noqa: ANN202 - cffi struct initializer
-    return {"ptr": ffi.from_buffer("uint8_t[]", b) if b else ffi.NULL, "len": len(b)}
 
 
 class NativeParseModel:
@@ -26,11 +23,9 @@ class NativeParseModel:
 
     def __init__(self, tokenizer: NativeTokenizer, force_generic: bool = False) -> None:
         options = json.dumps({"force_generic": force_generic}).encode()
-        out = ffi.new("sc_parse_model **")
-        err = ffi.new("sc_error **")
-        raise_for_status(lib.sc_parse_model_new(tokenizer.handle, _str(options), out, err), err)
-        self._handle = ffi.gc(out[0], lib.sc_parse_model_free)
-        info = self._info()
+        handle = call_out("sc_parse_model *", lib.sc_parse_model_new, tokenizer.handle, str_arg(options))
+        self._handle = ffi.gc(handle, lib.sc_parse_model_free)
+        info = json.loads(call_bytes(lib.sc_parse_model_info, self._handle))
         self.decoder: str = info["decoder"]
         self.vocab_size: int = info["vocab_size"]
         self.tool_parsers: list[str] = info["tool_parsers"]
@@ -40,31 +35,16 @@ class NativeParseModel:
     def handle(self):  # noqa: ANN201 - cffi cdata
         return self._handle
 
-    def _info(self) -> dict:
-        out = ffi.new("sc_bytes *")
-        err = ffi.new("sc_error **")
-        raise_for_status(lib.sc_parse_model_info(self._handle, out, err), err)
-        try:
-            return json.loads(ffi.unpack(ffi.cast("char *", out.ptr), out.len))
-        finally:
-            lib.sc_bytes_free(out)
-
     def bench(self, config: dict[str, Any], prompt_ids: Sequence[int], ids: Sequence[int], per_step: int,
               iterations: int) -> float:
         """Mean native nanoseconds per token of a whole request (no FFI, no protobuf)."""
         cfg = json.dumps(config).encode()
         prompt = array("I", prompt_ids)
         toks = array("I", ids)
-        ns = ffi.new("double *")
-        err = ffi.new("sc_error **")
-        status = lib.sc_parse_bench(
-            self._handle, _str(cfg), {"ptr": ffi.from_buffer("uint32_t[]", prompt) if prompt else ffi.NULL,
-                                      "len": len(prompt)},
-            {"ptr": ffi.from_buffer("uint32_t[]", toks) if toks else ffi.NULL, "len": len(toks)},
-            per_step, iterations, ns, err,
+        return call_out(
+            "double", lib.sc_parse_bench, self._handle, str_arg(cfg), ids_arg(prompt), ids_arg(toks), per_step,
+            iterations,
         )
-        raise_for_status(status, err)
-        return ns[0]
 
 
 class NativeParseMux:
@@ -72,10 +52,7 @@ class NativeParseMux:
 
     def __init__(self, limits: ParseLimits) -> None:
         text = json.dumps({"max_requests": limits.max_requests, "remember_finished": limits.remember_finished}).encode()
-        out = ffi.new("sc_parse_mux **")
-        err = ffi.new("sc_error **")
-        raise_for_status(lib.sc_parse_mux_new(_str(text), out, err), err)
-        self._handle = ffi.gc(out[0], lib.sc_parse_mux_free)
+        self._handle = ffi.gc(call_out("sc_parse_mux *", lib.sc_parse_mux_new, str_arg(text)), lib.sc_parse_mux_free)
         self._out = ffi.new("sc_bytes *")
         self._kind = ffi.new("int32_t *")
         self._err = ffi.new("sc_error **")
@@ -90,11 +67,10 @@ class NativeParseMux:
             prompt = array("I", prompt_ids)
         except (OverflowError, TypeError) as e:
             raise InvalidArgument(f"open.prompt_token_ids: ids must be integers in [0, 2^32): {e}") from None
-        ids = {"ptr": ffi.from_buffer("uint32_t[]", prompt) if prompt else ffi.NULL, "len": len(prompt)}
         err = ffi.new("sc_error **")
         status = lib.sc_parse_mux_open(
-            self._handle, model.handle, _str(request_id.encode()), _str(fingerprint.encode()),
-            _str(json.dumps(config).encode()), ids, err,
+            self._handle, model.handle, str_arg(request_id.encode()), str_arg(fingerprint.encode()),
+            str_arg(json.dumps(config).encode()), ids_arg(prompt), err,
         )
         raise_for_status(status, err)
 
@@ -112,13 +88,8 @@ class NativeParseMux:
 
     def trace(self, request_id: str) -> dict | None:
         """The attribution trace of a request opened with `trace`."""
-        out = ffi.new("sc_bytes *")
-        err = ffi.new("sc_error **")
-        raise_for_status(lib.sc_parse_mux_trace(self._handle, _str(request_id.encode()), out, err), err)
-        try:
-            return json.loads(ffi.unpack(ffi.cast("char *", out.ptr), out.len)) if out.len else None
-        finally:
-            lib.sc_bytes_free(out)
+        raw = call_bytes(lib.sc_parse_mux_trace, self._handle, str_arg(request_id.encode()))
+        return json.loads(raw) if raw else None
 
     def close(self) -> None:
         """Frees every open request now."""

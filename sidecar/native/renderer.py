@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 
 from sidecar.backend import CacheStats, RenderOptions, Rendered, RendererSettings
-from sidecar.native._errors import raise_for_status
+from sidecar.native._calls import call_bytes, call_out, str_arg, timeout_us, unpack_bytes
 from sidecar.native._ffi import ffi, lib
-from sidecar.native.tokenizer import NativeTokenizer, _timeout_us
+from sidecar.native.tokenizer import NativeTokenizer
 
 _EMPTY = b""
 
@@ -29,11 +29,8 @@ class NativeRenderer:
             "cache_bytes": settings.cache_bytes,
         }
         raw = json.dumps(config).encode()
-        out = ffi.new("sc_renderer **")
-        err = ffi.new("sc_error **")
-        status = lib.sc_renderer_new(tokenizer.handle, {"ptr": ffi.from_buffer("uint8_t[]", raw), "len": len(raw)}, out, err)
-        raise_for_status(status, err)
-        self._handle = ffi.gc(out[0], lib.sc_renderer_free)
+        handle = call_out("sc_renderer *", lib.sc_renderer_new, tokenizer.handle, str_arg(raw))
+        self._handle = ffi.gc(handle, lib.sc_renderer_free)
         info = self.info()
         self.template_names: list[str] = [t["name"] for t in info["templates"]]
         #: Template name -> "string" or "openai" (vLLM's content format), for the ones that compile.
@@ -41,13 +38,7 @@ class NativeRenderer:
 
     def info(self) -> dict:
         """Templates with their content format, and the bytes the multi-turn cache holds."""
-        out = ffi.new("sc_bytes *")
-        err = ffi.new("sc_error **")
-        raise_for_status(lib.sc_renderer_info(self._handle, out, err), err)
-        try:
-            return json.loads(ffi.unpack(ffi.cast("char *", out.ptr), out.len))
-        finally:
-            lib.sc_bytes_free(out)
+        return json.loads(call_bytes(lib.sc_renderer_info, self._handle))
 
     def close(self) -> None:
         """Frees the native renderer now instead of at garbage collection."""
@@ -83,19 +74,15 @@ class NativeRenderer:
         req.return_offsets = opts.return_offsets
         req.use_cache = opts.use_cache
         req.wire_response = opts.wire_response
-        req.timeout_us = _timeout_us(opts.timeout_s)
-        out = ffi.new("sc_render_result **")
-        err = ffi.new("sc_error **")
-        raise_for_status(lib.sc_renderer_render(self._handle, req, out, err), err)
-        res = out[0]
+        req.timeout_us = timeout_us(opts.timeout_s)
+        res = call_out("sc_render_result *", lib.sc_renderer_render, self._handle, req)
         try:
             cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)
             if opts.wire_response:
-                wire = ffi.unpack(ffi.cast("char *", res.wire), res.wire_len) if res.wire_len else b""
-                return Rendered(text=None, ids=[], cache=cache, wire=wire)
+                return Rendered(text=None, ids=[], cache=cache, wire=unpack_bytes(res.wire, res.wire_len))
             text = None
             if opts.return_text:
-                text = ffi.unpack(ffi.cast("char *", res.text), res.text_len).decode("utf-8") if res.text_len else ""
+                text = unpack_bytes(res.text, res.text_len).decode("utf-8")
             ids = ffi.unpack(res.ids, res.ids_len) if res.ids_len else []
             offsets = ffi.unpack(res.offsets, res.offsets_len) if res.offsets_len else []
             return Rendered(text=text, ids=ids, offsets=offsets, cache=cache)

@@ -3,29 +3,12 @@
 from __future__ import annotations
 
 import json
-from array import array
 from pathlib import Path
 from typing import Sequence
 
 from sidecar.backend import AddedToken, EncodeOptions, Encoding
-from sidecar.errors import InvalidArgument
-from sidecar.native._errors import raise_for_status
+from sidecar.native._calls import call_bytes, call_out, ids_array, str_arg, timeout_us, unpack_bytes
 from sidecar.native._ffi import ffi, lib
-
-
-def _timeout_us(timeout_s: float | None) -> int:
-    # 0 means "no deadline" to the native side, so a deadline already passed becomes 1 us.
-    if timeout_s is None:
-        return 0
-    return max(1, int(timeout_s * 1e6))
-
-
-def ids_array(ids: Sequence[int], field: str) -> array:
-    """Token ids as a C `uint32_t` array; an id outside 0..2^32-1 is InvalidArgument naming `field`."""
-    try:
-        return array("I", ids)
-    except (OverflowError, TypeError) as e:
-        raise InvalidArgument(f"{field}: token ids must be integers in [0, 2^32): {e}") from None
 
 
 class NativeTokenizer:
@@ -45,11 +28,7 @@ class NativeTokenizer:
     def from_dir(cls, model_dir: Path | str) -> NativeTokenizer:
         """Loads `tokenizer.json` (or a tiktoken file) from a model directory."""
         path = str(model_dir).encode()
-        out = ffi.new("sc_tokenizer **")
-        err = ffi.new("sc_error **")
-        status = lib.sc_tokenizer_new({"ptr": ffi.from_buffer("uint8_t[]", path), "len": len(path)}, out, err)
-        raise_for_status(status, err)
-        return cls(out[0])
+        return cls(call_out("sc_tokenizer *", lib.sc_tokenizer_new, str_arg(path)))
 
     @property
     def handle(self):  # noqa: ANN201 - cffi cdata
@@ -63,13 +42,7 @@ class NativeTokenizer:
             self._handle = None
 
     def _info(self) -> dict:
-        out = ffi.new("sc_bytes *")
-        err = ffi.new("sc_error **")
-        raise_for_status(lib.sc_tokenizer_info(self._handle, out, err), err)
-        try:
-            return json.loads(ffi.unpack(ffi.cast("char *", out.ptr), out.len))
-        finally:
-            lib.sc_bytes_free(out)
+        return json.loads(call_bytes(lib.sc_tokenizer_info, self._handle))
 
     def encode_batch(self, texts: Sequence[str], opts: EncodeOptions) -> list[Encoding]:
         count = len(texts)
@@ -87,13 +60,10 @@ class NativeTokenizer:
                 "return_tokens": opts.return_tokens,
                 "truncate_left": opts.truncate_left,
                 "max_length": opts.max_length,
-                "timeout_us": _timeout_us(opts.timeout_s),
+                "timeout_us": timeout_us(opts.timeout_s),
             },
         )
-        out = ffi.new("sc_encodings **")
-        err = ffi.new("sc_error **")
-        raise_for_status(lib.sc_tokenizer_encode_batch(self._handle, items, count, options, out, err), err)
-        enc = out[0]
+        enc = call_out("sc_encodings *", lib.sc_tokenizer_encode_batch, self._handle, items, count, options)
         try:
             return _unpack_encodings(enc)
         finally:
@@ -109,15 +79,12 @@ class NativeTokenizer:
         for i, (arr, buf) in enumerate(zip(arrays, keep)):
             items[i].ptr = buf
             items[i].len = len(arr)
-        out = ffi.new("sc_texts **")
-        err = ffi.new("sc_error **")
-        status = lib.sc_tokenizer_decode_batch(
-            self._handle, items, count, skip_special_tokens, _timeout_us(timeout_s), out, err
+        texts = call_out(
+            "sc_texts *", lib.sc_tokenizer_decode_batch, self._handle, items, count, skip_special_tokens,
+            timeout_us(timeout_s),
         )
-        raise_for_status(status, err)
-        texts = out[0]
         try:
-            data = ffi.unpack(ffi.cast("char *", texts.data), texts.data_len) if texts.data_len else b""
+            data = unpack_bytes(texts.data, texts.data_len)
             lens = ffi.unpack(texts.lens, texts.count) if texts.count else []
             result, pos = [], 0
             for n in lens:
@@ -137,7 +104,7 @@ def _unpack_encodings(enc) -> list[Encoding]:  # noqa: ANN001 - cffi cdata
     truncated = ffi.unpack(enc.truncated, count)
     offsets = ffi.unpack(enc.offsets, enc.offsets_len) if enc.offsets_len else None
     token_lens = ffi.unpack(enc.token_lens, enc.token_lens_len) if enc.token_lens_len else None
-    token_bytes = ffi.unpack(ffi.cast("char *", enc.tokens), enc.tokens_len) if enc.tokens_len else b""
+    token_bytes = unpack_bytes(enc.tokens, enc.tokens_len)
     result: list[Encoding] = []
     pos = 0
     byte_pos = 0

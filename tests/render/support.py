@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sidecar.cli import raw_json_fields
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "render"
 CONVERSATIONS = DATA / "conversations"
 EXPECTED = DATA / "expected.json.xz"
@@ -49,28 +51,10 @@ class Conversation:
         return load(self.messages_json), load(self.tools_json), load(self.documents_json), load(self.kwargs_json) or {}
 
 
-def _raw_fields(text: str) -> dict[str, str]:
-    # The top-level object's values as their raw text (json.loads would respell numbers).
-    decoder = json.JSONDecoder()
-    fields: dict[str, str] = {}
-    pos = text.index("{") + 1
-    while True:
-        while text[pos] in " \t\r\n,":
-            pos += 1
-        if text[pos] == "}":
-            return fields
-        key, pos = decoder.raw_decode(text, pos)
-        while text[pos] in " \t\r\n:":
-            pos += 1
-        _, end = decoder.raw_decode(text, pos)
-        fields[key] = text[pos:end]
-        pos = end
-
-
 def load_conversations() -> list[Conversation]:
     out = []
     for path in sorted(CONVERSATIONS.glob("*.json")):
-        raw = _raw_fields(path.read_text(encoding="utf-8"))
+        raw = raw_json_fields(path.read_text(encoding="utf-8"))
         out.append(
             Conversation(
                 name=path.stem,
@@ -151,6 +135,16 @@ def tokenizer(backend: str, model: str, scratch: Path, fast: bool = True):  # no
             else:
                 os.environ["SIDECAR_DISABLE_FASTOKENS"] = saved
     return _TOKENIZERS[key]
+
+
+def bare_renderer(backend: str):  # noqa: ANN201
+    """A renderer on the embedded model with no model templates and no cache, for tests whose
+    requests bring their own template."""
+    from sidecar.backend import RendererSettings, get_backend
+    from sidecar.registry import materialize_embedded
+
+    loader = get_backend(backend)
+    return loader.load_renderer([], [], loader.load_tokenizer(materialize_embedded()), RendererSettings(cache_bytes=0))
 
 
 def _shared() -> Path:

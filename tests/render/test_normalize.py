@@ -10,9 +10,8 @@ import json
 import pytest
 
 import tests.render.support as rs
-from sidecar.backend import RenderOptions, RendererSettings, get_backend
+from sidecar.backend import RenderOptions
 from sidecar.errors import InvalidArgument
-from sidecar.registry import materialize_embedded
 
 CASES = json.loads((rs.DATA / "normalize" / "cases.json").read_text(encoding="utf-8"))
 TEMPLATES = {
@@ -24,9 +23,7 @@ TEMPLATES = {
 
 @pytest.fixture(scope="module", params=["native", "reference"])
 def renderer(request: pytest.FixtureRequest):  # noqa: ANN201
-    backend = get_backend(request.param)
-    tokenizer = backend.load_tokenizer(materialize_embedded())
-    return backend.load_renderer([], [], tokenizer, RendererSettings(cache_bytes=0))
+    return rs.bare_renderer(request.param)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])

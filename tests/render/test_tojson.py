@@ -10,8 +10,8 @@ import struct
 
 import pytest
 
-from sidecar.backend import RenderOptions, RendererSettings, get_backend
-from sidecar.registry import materialize_embedded
+import tests.render.support as rs
+from sidecar.backend import RenderOptions
 
 VARIANTS = [
     ("", {}),
@@ -65,9 +65,7 @@ def finite(value) -> bool:  # noqa: ANN001
 
 @pytest.fixture(scope="module", params=["native", "reference"])
 def renderer(request: pytest.FixtureRequest):  # noqa: ANN201
-    backend = get_backend(request.param)
-    tokenizer = backend.load_tokenizer(materialize_embedded())
-    return backend.load_renderer([], [], tokenizer, RendererSettings(cache_bytes=0))
+    return rs.bare_renderer(request.param)
 
 
 def render(renderer, template: str, variables: dict) -> str:  # noqa: ANN001
@@ -92,8 +90,7 @@ def test_tojson_matches_python_json_dumps(renderer, seed: int) -> None:  # noqa:
 
 
 def test_floats_print_as_python_writes_them() -> None:
-    backend = get_backend("native")
-    renderer = backend.load_renderer([], [], backend.load_tokenizer(materialize_embedded()), RendererSettings(cache_bytes=0))
+    renderer = rs.bare_renderer("native")
     rng = random.Random(7)
     floats = [random_float(rng) for _ in range(300)]
     floats = [f for f in floats if math.isfinite(f)]
@@ -109,7 +106,6 @@ def test_tojson_refuses_what_python_refuses() -> None:
     # Native only: the minijinja Python binding hands undefined to Python filters as None.
     from sidecar.errors import InvalidArgument
 
-    backend = get_backend("native")
-    renderer = backend.load_renderer([], [], backend.load_tokenizer(materialize_embedded()), RendererSettings(cache_bytes=0))
+    renderer = rs.bare_renderer("native")
     with pytest.raises(InvalidArgument):
         render(renderer, "{{ undefined_thing|tojson }}", {})

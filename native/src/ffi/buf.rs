@@ -1,5 +1,6 @@
-//! Borrowed inputs and owned output buffers.
+//! Borrowed inputs, owned output buffers and handles.
 
+use super::write_out;
 use crate::error::{Error, Result};
 
 /// A borrowed UTF-8 string: pointer + length, not NUL-terminated. `ptr` may be NULL when `len` is 0.
@@ -127,4 +128,51 @@ pub(crate) unsafe fn read_handle<'a, T>(ptr: *const T, field: &str) -> Result<&'
     }
     // SAFETY: non-null live handle, as the caller promises.
     Ok(unsafe { &*ptr })
+}
+
+/// Reads a handle argument for exclusive use, refusing NULL.
+///
+/// # Safety
+/// `ptr` must be NULL or a live handle of type `T` created by this library and used by no other
+/// thread during the call.
+pub(crate) unsafe fn read_handle_mut<'a, T>(ptr: *mut T, field: &str) -> Result<&'a mut T> {
+    if ptr.is_null() {
+        return Err(Error::invalid_argument(format!("{field}: null handle")));
+    }
+    // SAFETY: non-null live handle used by this thread only, as the caller promises.
+    Ok(unsafe { &mut *ptr })
+}
+
+/// Hands a new handle to the caller through `out` (the handle is dropped again when `out` is NULL).
+///
+/// # Safety
+/// `out` must be NULL or valid for a write of a pointer.
+pub(crate) unsafe fn write_handle<T>(out: *mut *mut T, value: T) -> Result<()> {
+    let handle = Box::into_raw(Box::new(value));
+    // SAFETY: forwarded from the caller.
+    unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
+        // SAFETY: we just made `handle` and nobody else has it.
+        drop(unsafe { Box::from_raw(handle) });
+    })
+}
+
+/// Takes back a handle made by [`write_handle`] and drops it; NULL is a no-op.
+///
+/// # Safety
+/// `handle` must be NULL or a handle from `write_handle`, not yet freed and not in use.
+pub(crate) unsafe fn free_handle<T>(handle: *mut T) {
+    if !handle.is_null() {
+        // SAFETY: made by Box::into_raw; ownership returns here exactly once.
+        drop(unsafe { Box::from_raw(handle) });
+    }
+}
+
+/// Writes `value` as JSON through an `sc_bytes` out-pointer.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write of an `sc_bytes`.
+pub(crate) unsafe fn write_json(out: *mut sc_bytes, value: &serde_json::Value) -> Result<()> {
+    let bytes = serde_json::to_vec(value).map_err(|e| Error::internal(e.to_string()))?;
+    // SAFETY: forwarded from the caller.
+    unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
 }

@@ -8,7 +8,10 @@ use std::time::Instant;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::buf::{read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str};
+use super::buf::{
+    free_handle, read_handle, read_handle_mut, read_ids, read_slice, read_str, sc_bytes, sc_ids,
+    sc_str, write_handle, write_json,
+};
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
 use super::{guard, write_out};
@@ -84,12 +87,8 @@ pub unsafe extern "C" fn sc_parse_model_new(
             "options_json",
         )?;
         let inner = Arc::new(ParseModel::new(t, options.force_generic)?);
-        let handle = Box::into_raw(Box::new(sc_parse_model { inner }));
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
-            // SAFETY: we just made `handle` and nobody else has it.
-            drop(unsafe { Box::from_raw(handle) });
-        })
+        unsafe { write_handle(out, sc_parse_model { inner }) }
     })
 }
 
@@ -99,10 +98,8 @@ pub unsafe extern "C" fn sc_parse_model_new(
 /// `model` must be NULL or a handle from `sc_parse_model_new`, not yet freed.
 #[no_mangle]
 pub unsafe extern "C" fn sc_parse_model_free(model: *mut sc_parse_model) {
-    if !model.is_null() {
-        // SAFETY: made by Box::into_raw; ownership returns here exactly once.
-        drop(unsafe { Box::from_raw(model) });
-    }
+    // SAFETY: the caller passes NULL or a handle it no longer uses.
+    unsafe { free_handle(model) }
 }
 
 /// Describes the parse data as JSON: `decoder` (`byte_level`, `sentencepiece`, `generic`),
@@ -125,9 +122,8 @@ pub unsafe extern "C" fn sc_parse_model_info(
             "tool_parsers": crate::parse::TOOL_PARSERS,
             "reasoning_parsers": crate::parse::REASONING_PARSERS,
         });
-        let bytes = serde_json::to_vec(&info).map_err(|e| Error::internal(e.to_string()))?;
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
+        unsafe { write_json(out, &info) }
     })
 }
 
@@ -151,14 +147,11 @@ pub unsafe extern "C" fn sc_parse_mux_new(
             max_requests: limits.max_requests,
             remember_finished: limits.remember_finished,
         };
-        let handle = Box::into_raw(Box::new(sc_parse_mux {
+        let handle = sc_parse_mux {
             inner: Mux::new(limits),
-        }));
+        };
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
-            // SAFETY: we just made `handle` and nobody else has it.
-            drop(unsafe { Box::from_raw(handle) });
-        })
+        unsafe { write_handle(out, handle) }
     })
 }
 
@@ -168,10 +161,8 @@ pub unsafe extern "C" fn sc_parse_mux_new(
 /// `mux` must be NULL or a handle from `sc_parse_mux_new`, not yet freed and not in use.
 #[no_mangle]
 pub unsafe extern "C" fn sc_parse_mux_free(mux: *mut sc_parse_mux) {
-    if !mux.is_null() {
-        // SAFETY: made by Box::into_raw; ownership returns here exactly once.
-        drop(unsafe { Box::from_raw(mux) });
-    }
+    // SAFETY: the caller passes NULL or a handle it no longer uses and no request runs in it.
+    unsafe { free_handle(mux) }
 }
 
 /// Number of open requests.
@@ -207,11 +198,8 @@ pub unsafe extern "C" fn sc_parse_mux_open(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
-        if mux.is_null() {
-            return Err(Error::invalid_argument("mux: null handle"));
-        }
-        // SAFETY: non-null live handle used by this thread only, as the caller promises.
-        let mux = unsafe { &mut *mux };
+        // SAFETY: the caller passes a live handle that no other thread uses.
+        let mux = unsafe { read_handle_mut(mux, "mux")? };
         // SAFETY: the caller passes a live handle and lends the arguments for the call.
         let model = Arc::clone(&unsafe { read_handle(model, "model")? }.inner);
         // SAFETY: as above.
@@ -250,11 +238,8 @@ pub unsafe extern "C" fn sc_parse_mux_handle(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
-        if mux.is_null() {
-            return Err(Error::invalid_argument("mux: null handle"));
-        }
-        // SAFETY: non-null live handle used by this thread only, as the caller promises.
-        let mux = unsafe { &mut *mux };
+        // SAFETY: the caller passes a live handle that no other thread uses.
+        let mux = unsafe { read_handle_mut(mux, "mux")? };
         // SAFETY: the caller lends the bytes for the call.
         let message = unsafe { read_slice(message, len, "message")? };
         let mut response = Vec::new();

@@ -7,7 +7,10 @@ use std::time::{Duration, Instant};
 use serde::Deserialize;
 use serde_json::json;
 
-use super::buf::{free_slice, leak_slice, read_handle, read_str, sc_bytes, sc_str};
+use super::buf::{
+    free_handle, free_slice, leak_slice, read_handle, read_str, sc_bytes, sc_str, write_handle,
+    write_json,
+};
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
 use super::{guard, write_out};
@@ -142,16 +145,13 @@ pub unsafe extern "C" fn sc_renderer_new(
         let clock = config.fixed_time.map(Clock::Fixed).unwrap_or(Clock::Now);
         let templates = ChatTemplates::new(config.templates, config.variables, limits, clock);
         let cache = (config.cache_bytes > 0).then(|| SegmentCache::new(config.cache_bytes));
-        let handle = Box::into_raw(Box::new(sc_renderer {
+        let handle = sc_renderer {
             templates,
             tokenizer,
             cache,
-        }));
+        };
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
-            // SAFETY: we just made `handle` and nobody else has it.
-            drop(unsafe { Box::from_raw(handle) });
-        })
+        unsafe { write_handle(out, handle) }
     })
 }
 
@@ -161,10 +161,8 @@ pub unsafe extern "C" fn sc_renderer_new(
 /// `r` must be NULL or a handle from `sc_renderer_new`, not yet freed and not in use.
 #[no_mangle]
 pub unsafe extern "C" fn sc_renderer_free(r: *mut sc_renderer) {
-    if !r.is_null() {
-        // SAFETY: made by Box::into_raw; ownership returns here exactly once.
-        drop(unsafe { Box::from_raw(r) });
-    }
+    // SAFETY: the caller passes NULL or a handle it no longer uses.
+    unsafe { free_handle(r) }
 }
 
 /// Describes the renderer as JSON: `templates` (`[{name, content_format, error}]`) and
@@ -191,9 +189,8 @@ pub unsafe extern "C" fn sc_renderer_info(
             })
             .collect();
         let info = json!({"templates": templates, "cache_bytes": r.cache.as_ref().map(SegmentCache::bytes)});
-        let bytes = serde_json::to_vec(&info).map_err(|e| Error::internal(e.to_string()))?;
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
+        unsafe { write_json(out, &info) }
     })
 }
 

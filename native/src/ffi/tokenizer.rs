@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use serde_json::json;
 
 use super::buf::{
-    free_slice, leak_slice, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str,
+    free_handle, free_slice, leak_slice, read_handle, read_ids, read_slice, read_str, sc_bytes,
+    sc_ids, sc_str, write_handle, write_json,
 };
 use super::status::sc_error;
 use super::{guard, write_out};
-use crate::error::Error;
 use crate::tokenizer::{EncodeOptions, Tokenizer, TruncationSide};
 
 /// A loaded tokenizer; immutable, shareable across threads. Free with `sc_tokenizer_free`.
@@ -104,14 +104,11 @@ pub unsafe extern "C" fn sc_tokenizer_new(
         // SAFETY: the caller lends `dir` for the call.
         let dir = unsafe { read_str(dir, "dir")? };
         let inner = Tokenizer::from_dir(Path::new(dir))?;
-        let handle = Box::into_raw(Box::new(sc_tokenizer {
+        let handle = sc_tokenizer {
             inner: Arc::new(inner),
-        }));
+        };
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
-            // SAFETY: we just made `handle` and nobody else has it.
-            drop(unsafe { Box::from_raw(handle) });
-        })
+        unsafe { write_handle(out, handle) }
     })
 }
 
@@ -130,14 +127,11 @@ pub unsafe extern "C" fn sc_tokenizer_from_json(
         let json = unsafe { read_str(json, "json")? };
         let inner =
             Tokenizer::from_json_text(json, crate::tokenizer::TokenizerFormat::TokenizerJson)?;
-        let handle = Box::into_raw(Box::new(sc_tokenizer {
+        let handle = sc_tokenizer {
             inner: Arc::new(inner),
-        }));
+        };
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, handle, "out") }.inspect_err(|_| {
-            // SAFETY: we just made `handle` and nobody else has it.
-            drop(unsafe { Box::from_raw(handle) });
-        })
+        unsafe { write_handle(out, handle) }
     })
 }
 
@@ -147,10 +141,8 @@ pub unsafe extern "C" fn sc_tokenizer_from_json(
 /// `tok` must be NULL or a handle from `sc_tokenizer_new`, not yet freed and not in use.
 #[no_mangle]
 pub unsafe extern "C" fn sc_tokenizer_free(tok: *mut sc_tokenizer) {
-    if !tok.is_null() {
-        // SAFETY: the handle was made by Box::into_raw and ownership returns here exactly once.
-        drop(unsafe { Box::from_raw(tok) });
-    }
+    // SAFETY: the caller passes NULL or a handle it no longer uses.
+    unsafe { free_handle(tok) }
 }
 
 /// Describes the tokenizer as JSON: `vocab_size`, `encoder`, `fast_rejection`, `format`,
@@ -180,9 +172,8 @@ pub unsafe extern "C" fn sc_tokenizer_info(
             "num_special_tokens_to_add": t.num_special_tokens_to_add(),
             "added_tokens": added,
         });
-        let bytes = serde_json::to_vec(&info).map_err(|e| Error::internal(e.to_string()))?;
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
+        unsafe { write_json(out, &info) }
     })
 }
 

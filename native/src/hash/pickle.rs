@@ -48,18 +48,9 @@ const LONG_BINGET: u8 = b'j';
 
 /// Appends `pickle.dumps(value, protocol=5)` to `out` (which may hold other data before).
 pub fn dumps_into(value: &Value<'_>, out: &mut Vec<u8>) {
-    let mut p = Pickler {
-        out,
-        frame_start: None,
-        framing: false,
-        memo_len: 0,
-        shared: Vec::new(),
-    };
-    p.out.extend_from_slice(&[PROTO, 5]);
-    p.framing = true;
+    let mut p = Pickler::start(out);
     p.save(value);
-    p.write(&[STOP]);
-    p.commit_frame();
+    p.finish();
 }
 
 /// Appends `pickle.dumps((parent, tuple(tokens), extra), protocol=5)` to `out`: vLLM's block tuple,
@@ -73,15 +64,7 @@ pub fn dumps_block_into(parent: &[u8], tokens: &[u32], extra: &Value<'_>, out: &
         dumps_plain_block_into(parent, tokens, out);
         return;
     }
-    let mut p = Pickler {
-        out,
-        frame_start: None,
-        framing: false,
-        memo_len: 0,
-        shared: Vec::new(),
-    };
-    p.out.extend_from_slice(&[PROTO, 5]);
-    p.framing = true;
+    let mut p = Pickler::start(out);
     p.boundary();
     p.save(&Value::Bytes(parent));
     p.boundary();
@@ -89,8 +72,7 @@ pub fn dumps_block_into(parent: &[u8], tokens: &[u32], extra: &Value<'_>, out: &
     p.save(extra);
     p.write(&[TUPLE3]);
     p.memoize();
-    p.write(&[STOP]);
-    p.commit_frame();
+    p.finish();
 }
 
 /// The common case of [`dumps_block_into`]: no extra keys and one frame, written straight out
@@ -148,7 +130,25 @@ struct Pickler<'o, 'v> {
     shared: Vec<(&'v str, u32)>,
 }
 
-impl<'v> Pickler<'_, 'v> {
+impl<'o, 'v> Pickler<'o, 'v> {
+    /// Starts a protocol-5 pickle at the end of `out`: the header, then framed opcodes.
+    fn start(out: &'o mut Vec<u8>) -> Self {
+        out.extend_from_slice(&[PROTO, 5]);
+        Pickler {
+            out,
+            frame_start: None,
+            framing: true,
+            memo_len: 0,
+            shared: Vec::new(),
+        }
+    }
+
+    /// Ends the pickle: STOP, and the last frame's header filled in.
+    fn finish(mut self) {
+        self.write(&[STOP]);
+        self.commit_frame();
+    }
+
     fn write(&mut self, bytes: &[u8]) {
         if self.framing && self.frame_start.is_none() {
             self.frame_start = Some(self.out.len());

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 use crate::error::{Error, ErrorKind, Result};
 use crate::parse::model::ParseModel;
-use crate::parse::proto::{self, Request, Status};
+use crate::parse::proto::{self, Request};
 use crate::parse::session::{Delta, Session, SessionConfig};
 
 /// Limits of one stream.
@@ -177,16 +177,7 @@ impl Mux {
                     format!("step.items.request_id: no open request {request_id:?} on this stream"),
                 )
             };
-            proto::put_delta(
-                out,
-                request_id,
-                None,
-                Some(Status {
-                    code,
-                    message: &message,
-                }),
-                "",
-            );
+            proto::put_error(out, request_id, code, &message, "");
             return;
         };
         let delta = &mut self.scratch;
@@ -217,16 +208,7 @@ impl Mux {
             Err(e) => {
                 let code = grpc_code(e.kind());
                 let message = e.context("step.items").message().to_string();
-                proto::put_delta(
-                    out,
-                    request_id,
-                    None,
-                    Some(Status {
-                        code,
-                        message: &message,
-                    }),
-                    fingerprint,
-                );
+                proto::put_error(out, request_id, code, &message, fingerprint);
                 self.retire(request_id);
             }
         }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::parse::text::{Markers, SegBuf};
+use crate::parse::text::{scan, Markers, Scan, SegBuf};
 
 /// Where a stretch of the output stream went.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -116,6 +116,35 @@ impl Out {
     pub(crate) fn route_all(&mut self, input: &mut SegBuf, channel: Channel) {
         let n = input.len();
         self.route(input, n, channel);
+    }
+
+    /// Sends `input` to `channel` up to the earliest of `patterns`: `Some(index)` when the input
+    /// now starts with pattern `index`, `None` when all it could was sent (the rest may still turn
+    /// into a pattern, or `end` flushed it too) and the stage waits for more input.
+    pub(crate) fn route_until(
+        &mut self,
+        input: &mut SegBuf,
+        patterns: &[&str],
+        channel: Channel,
+        end: bool,
+    ) -> Option<usize> {
+        match scan(input.as_str(), patterns) {
+            Scan::Found { at, index } => {
+                self.route(input, at, channel);
+                Some(index)
+            }
+            Scan::Partial { at } => {
+                self.route(input, at, channel);
+                if end {
+                    self.route_all(input, channel);
+                }
+                None
+            }
+            Scan::None => {
+                self.route_all(input, channel);
+                None
+            }
+        }
     }
 
     /// Starts a call; returns its index. `id` empty = make one.

@@ -194,6 +194,23 @@ pub(crate) struct Status<'a> {
     pub(crate) message: &'a str,
 }
 
+/// Appends a `ParseStreamResponse.deltas` entry that fails request `request_id` with `code`.
+pub(crate) fn put_error(
+    out: &mut Vec<u8>,
+    request_id: &str,
+    code: i32,
+    message: &str,
+    fingerprint: &str,
+) {
+    put_delta(
+        out,
+        request_id,
+        None,
+        Some(Status { code, message }),
+        fingerprint,
+    );
+}
+
 /// Appends one `ParseStreamResponse.deltas` entry (field 1) to `out`.
 pub(crate) fn put_delta(
     out: &mut Vec<u8>,

@@ -7,27 +7,22 @@ from __future__ import annotations
 import re
 
 from sidecar.reference.parse.jsonish import parse_value
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, REASONING, TOOL, Buf, Markers, Out, find_marker, is_sentinel
+from sidecar.reference.parse.pipeline import (
+    CONTENT, FRAMING, REASONING, TOOL, Buf, Markers, Out, Stage, after_ws, find_marker, is_sentinel,
+)
 
 MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")
-_WS = " \t\n\r\x0c"
 
 
 def _words(s: str) -> list[str]:
     return [w for w in re.split(r"[ \t\n\r\x0c\ufdd0-\ufdef]", s)]
 
 
-class Harmony:
+class Harmony(Stage):
     def __init__(self, markers: Markers) -> None:
         self.start, self.channel, self.message, self.end, self.call, self.ret, _ = (markers.pattern(m) for m in MARKERS)
         self.state = "header"
         self.route_to: str | None = None
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _route(self, header: str):  # noqa: ANN202
         if len(self.channel) > 1:  # markers matched as text separate words too
@@ -71,54 +66,36 @@ class Harmony:
                 self.state, self.route_to = ("call", route[1]) if isinstance(route, tuple) else ("text", route)
                 continue
             if self.state == "text":
-                kind, at, which = find_marker(s, self._ends())
-                if kind == "found":
-                    out.route(buf, at, self.route_to)
-                    self._after_body(buf, out, which)
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, self.route_to)
+                which = out.route_until(buf, self._ends(), self.route_to, end)
+                if which is None:
                     return
-                out.route_all(buf, self.route_to)
-                return
+                self._after_body(buf, out, which)
+                continue
             if self.state == "call":
-                k = len(s) - len(s.lstrip(_WS))
+                k = after_ws(s)
                 if k == len(s) and not end:
                     return
                 if not s[k:].startswith("{"):
-                    index = out.start_call(self.route_to)
-                    out.call_args(index, "{}")
+                    out.add_call(self.route_to, "{}")
                     self.state = "tail"
                     continue
                 value = parse_value(s, k)
                 if value.status == "cut" and not end:
                     return
-                index = out.start_call(self.route_to)
-                out.call_args(index, value.text if value.text is not None else "{}")
+                out.add_call(self.route_to, value.text if value.text is not None else "{}")
                 out.route(buf, value.end if value.status != "cut" else len(s), TOOL)
                 self.state = "tail"
                 continue
             if self.state == "tail":
-                kind, at, which = find_marker(s, self._ends())
-                if kind == "found":
-                    out.route(buf, at, FRAMING)
-                    self._after_body(buf, out, which)
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, FRAMING)
+                which = out.route_until(buf, self._ends(), FRAMING, end)
+                if which is None:
                     return
-                out.route_all(buf, FRAMING)
-                return
-            # between messages
-            kind, at, which = find_marker(s, [self.start, self.channel])
-            if kind == "found":
-                out.route(buf, at, FRAMING)
-                if which == 0:
-                    out.route(buf, len(self.start), FRAMING)
-                self.state = "header"
+                self._after_body(buf, out, which)
                 continue
-            if kind == "partial" and not end:
-                out.route(buf, at, FRAMING)
+            # between messages
+            which = out.route_until(buf, [self.start, self.channel], FRAMING, end)
+            if which is None:
                 return
-            out.route_all(buf, FRAMING)
-            return
+            if which == 0:
+                out.route(buf, len(self.start), FRAMING)
+            self.state = "header"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 from sidecar.reference.parse.pipeline import is_sentinel
 
@@ -132,64 +133,76 @@ def _string_result(chars: list[str], status: str, end: int) -> Parsed:
     return Parsed(escape_json_string(value), status, end, string=value)
 
 
-def _parse_object(s: str, i: int) -> Parsed:
-    members: list[str] = []
+def _items(s: str, i: int, closer: str, read_item: Callable[[int], tuple[str, int]]) -> tuple[str, int]:
+    """Walks a container's items from just after its opening bracket to `closer`; `read_item(i)`
+    reads one item at `i` (not whitespace) and says where it stopped. Returns the container's
+    status and where it stopped."""
     first = True
     while True:
         i = skip_ws(s, i)
         if i >= len(s):
-            return Parsed(_obj(members), "cut", i)
-        if s[i] == "}" and first:
-            return Parsed(_obj(members), "done", i + 1)
-        if s[i] != '"':
-            return Parsed(_obj(members), "error", i)
-        key = parse_string(s, i + 1)
-        if key.status != "done":
-            return Parsed(_obj(members), key.status, key.end)
-        i = skip_ws(s, key.end)
+            return "cut", i
+        if s[i] == closer and first:
+            return "done", i + 1
+        status, i = read_item(i)
+        if status != "done":
+            return status, i
+        i = skip_ws(s, i)
         if i >= len(s):
-            return Parsed(_obj(members), "cut", i)
-        if s[i] != ":":
-            return Parsed(_obj(members), "error", i)
-        value = parse_value(s, i + 1)
-        if value.text is not None:
-            members.append(f"{key.text}: {value.text}")
-        if value.status != "done":
-            return Parsed(_obj(members), value.status, value.end)
-        i = skip_ws(s, value.end)
-        if i >= len(s):
-            return Parsed(_obj(members), "cut", i)
-        if s[i] == "}":
-            return Parsed(_obj(members), "done", i + 1)
+            return "cut", i
+        if s[i] == closer:
+            return "done", i + 1
         if s[i] != ",":
-            return Parsed(_obj(members), "error", i)
+            return "error", i
         i += 1
         first = False
+
+
+def _members(s: str, i: int, read_value: Callable[[Parsed, int], Parsed]) -> tuple[str, int]:
+    """Walks an object's members from just after its `{`; `read_value(key, i)` reads the value of
+    member `key` at `i` (just after the colon)."""
+
+    def member(i: int) -> tuple[str, int]:
+        if s[i] != '"':
+            return "error", i
+        key = parse_string(s, i + 1)
+        if key.status != "done":
+            return key.status, key.end
+        i = skip_ws(s, key.end)
+        if i >= len(s):
+            return "cut", i
+        if s[i] != ":":
+            return "error", i
+        value = read_value(key, i + 1)
+        return value.status, value.end
+
+    return _items(s, i, "}", member)
+
+
+def _parse_object(s: str, i: int) -> Parsed:
+    members: list[str] = []
+
+    def read_value(key: Parsed, i: int) -> Parsed:
+        value = parse_value(s, i)
+        if value.text is not None:
+            members.append(f"{key.text}: {value.text}")
+        return value
+
+    status, end = _members(s, i, read_value)
+    return Parsed(_obj(members), status, end)
 
 
 def _parse_array(s: str, i: int) -> Parsed:
     items: list[str] = []
-    first = True
-    while True:
-        i = skip_ws(s, i)
-        if i >= len(s):
-            return Parsed(_arr(items), "cut", i)
-        if s[i] == "]" and first:
-            return Parsed(_arr(items), "done", i + 1)
+
+    def read_item(i: int) -> tuple[str, int]:
         value = parse_value(s, i)
         if value.text is not None:
             items.append(value.text)
-        if value.status != "done":
-            return Parsed(_arr(items), value.status, value.end)
-        i = skip_ws(s, value.end)
-        if i >= len(s):
-            return Parsed(_arr(items), "cut", i)
-        if s[i] == "]":
-            return Parsed(_arr(items), "done", i + 1)
-        if s[i] != ",":
-            return Parsed(_arr(items), "error", i)
-        i += 1
-        first = False
+        return value.status, value.end
+
+    status, end = _items(s, i, "]", read_item)
+    return Parsed(_arr(items), status, end)
 
 
 def _obj(members: list[str]) -> str:
@@ -229,65 +242,33 @@ def parse_call_object(s: str, i: int, arg_keys: tuple[str, ...]) -> CallObject:
     args: str | None = None
     seen_args = False
 
-    def result(status: str, end: int) -> CallObject:
-        return CallObject(name, args if args is not None else "{}", status, end, seen_args)
-
-    i = skip_ws(s, i)
-    if i >= len(s):
-        return result("cut", i)
-    if s[i] != "{":
-        return result("error", i)
-    i += 1
-    first = True
-    while True:
-        i = skip_ws(s, i)
-        if i >= len(s):
-            return result("cut", i)
-        if s[i] == "}" and first:
-            return result("done", i + 1)
-        if s[i] != '"':
-            return result("error", i)
-        key = parse_string(s, i + 1)
-        if key.status != "done":
-            return result(key.status, key.end)
-        i = skip_ws(s, key.end)
-        if i >= len(s):
-            return result("cut", i)
-        if s[i] != ":":
-            return result("error", i)
-        i += 1
+    def read_value(key: Parsed, i: int) -> Parsed:
+        nonlocal name, args, seen_args
         if key.string == "name" and name is None:
-            j = skip_ws(s, i)
-            value = parse_value(s, j)
-            if value.status != "done":
-                return result(value.status, value.end)
-            if value.string is None:
-                return result("error", value.end)
-            name = value.string
-        elif key.string in arg_keys and not seen_args:
+            value = parse_value(s, i)
+            if value.status == "done":
+                if value.string is None:
+                    return Parsed(None, "error", value.end)
+                name = value.string
+            return value
+        if key.string in arg_keys and not seen_args:
             seen_args = True
             j = skip_ws(s, i)
-            if j >= len(s):
-                return result("cut", j)
             value = parse_value(s, j)
-            if s[j] == "{":
+            if j < len(s) and s[j] == "{":
                 args = value.text
-            elif s[j] == '"' and value.status == "done":
+            elif j < len(s) and s[j] == '"' and value.status == "done":
                 inner = canonical(value.string or "")
                 if inner is not None and inner.startswith("{"):
                     args = inner
-            if value.status != "done":
-                return result(value.status, value.end)
-        else:
-            value = parse_value(s, i)
-            if value.status != "done":
-                return result(value.status, value.end)
-        i = skip_ws(s, value.end)
-        if i >= len(s):
-            return result("cut", i)
-        if s[i] == "}":
-            return result("done", i + 1)
-        if s[i] != ",":
-            return result("error", i)
-        i += 1
-        first = False
+            return value
+        return parse_value(s, i)
+
+    i = skip_ws(s, i)
+    if i >= len(s):
+        status, end = "cut", i
+    elif s[i] != "{":
+        status, end = "error", i
+    else:
+        status, end = _members(s, i + 1, read_value)
+    return CallObject(name, args if args is not None else "{}", status, end, seen_args)

@@ -16,8 +16,19 @@ SENTINEL_END = 0xFDEF
 CONTENT, REASONING, TOOL, FRAMING, VISIBLE = "content", "reasoning", "tool", "framing", "visible"
 
 
+#: ASCII whitespace, the set Rust's `is_ascii_whitespace` (the native parsers) skips.
+WS = " \t\n\r\x0c"
+
+
 def is_sentinel(ch: str) -> bool:
     return SENTINEL_BASE <= ord(ch) <= SENTINEL_END
+
+
+def after_ws(s: str, i: int = 0) -> int:
+    """The index after the ASCII whitespace that starts at `i`."""
+    while i < len(s) and s[i] in WS:
+        i += 1
+    return i
 
 
 class Buf:
@@ -141,11 +152,29 @@ class Out:
     def route_all(self, buf: Buf, channel: str) -> None:
         self.route(buf, len(buf), channel)
 
+    def route_until(self, buf: Buf, patterns: list[str], channel: str, end: bool) -> int | None:
+        """Routes `buf` to `channel` up to the earliest of `patterns`: the index of the pattern the
+        buffer now starts with, or None when all it could was routed (the rest may still turn into
+        a pattern, or `end` flushed it too) and the stage waits for more input."""
+        kind, at, index = find_marker(buf.text, patterns)
+        if kind == "found":
+            self.route(buf, at, channel)
+            return index
+        if kind == "partial" and not end:
+            self.route(buf, at, channel)
+        else:
+            self.route_all(buf, channel)
+        return None
+
     def start_call(self, name: str, call_id: str | None = None) -> int:
         index = self.call_count
         self.call_count += 1
         self.calls.append({"index": index, "id": call_id or self._new_id(), "name": name, "arguments": ""})
         return index
+
+    def add_call(self, name: str, arguments: str, call_id: str | None = None) -> None:
+        """A whole call at once (the reference reads each call complete): its name and arguments."""
+        self.call_args(self.start_call(name, call_id), arguments)
 
     def call_args(self, index: int, fragment: str) -> None:
         if not fragment:
@@ -161,6 +190,21 @@ class Out:
         raw = os.urandom(n)
         body = "".join(alphabet[b % len(alphabet)] for b in raw)
         return body if self._mistral_ids else "call_" + body
+
+
+class Stage:
+    """One stage of the pipeline (the native `Stage` trait): reads its buffer as far as it can
+    decide, routes what it read and leaves the undecided rest in the buffer."""
+
+    def feed(self, buf: Buf, out: Out, end: bool) -> None:
+        raise NotImplementedError
+
+    def primed(self, flag: bool | None) -> None:
+        """Called once after the prompt primed the stage, with the request's thinking flag."""
+
+    def held(self) -> int:
+        """Bytes held inside the stage beyond its buffer: none, reference stages keep text there."""
+        return 0
 
 
 class Ledger:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.reference.parse.pipeline import FRAMING, REASONING, VISIBLE, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import FRAMING, REASONING, VISIBLE, Buf, Markers, Out, Stage
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ THINK_FORMATS = {
 }
 
 
-class ThinkSplit:
+class ThinkSplit(Stage):
     def __init__(self, fmt: ThinkFormat, markers: Markers) -> None:
         self.start = [markers.pattern(m) for m in fmt.start]
         self.end = [markers.pattern(m) for m in fmt.end]
@@ -43,9 +43,6 @@ class ThinkSplit:
         self.opened = False  # reasoning (or content) was decided by a marker
         self.needs_flag = fmt.needs_flag
         self.enabled = True
-
-    def held(self) -> int:
-        return 0
 
     def primed(self, flag: bool | None) -> None:
         opened_by_prompt = self.reasoning and self.opened
@@ -63,21 +60,13 @@ class ThinkSplit:
         while buf.text:
             if self.reasoning:
                 patterns = self.end + self.start + ([] if self.opened else self.implicit)
-                kind, at, index = find_marker(buf.text, patterns)
                 here = REASONING
             else:
                 patterns = list(self.start)
-                kind, at, index = find_marker(buf.text, patterns)
                 here = VISIBLE
-            if kind == "none":
-                out.route_all(buf, here)
+            index = out.route_until(buf, patterns, here, end)
+            if index is None:
                 return
-            if kind == "partial":
-                out.route(buf, at, here)
-                if end:
-                    out.route_all(buf, here)
-                return
-            out.route(buf, at, here)
             marker = patterns[index]
             if not self.reasoning:
                 out.route(buf, len(marker), FRAMING)
@@ -92,15 +81,9 @@ class ThinkSplit:
                 self.reasoning, self.opened = False, False
 
 
-class Passthrough:
+class Passthrough(Stage):
     def __init__(self, channel: str) -> None:
         self.channel = channel
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         out.route_all(buf, self.channel)

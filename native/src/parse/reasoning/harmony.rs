@@ -10,9 +10,10 @@
 //! The prompt, which ends with `<|start|>assistant`, primes the parser; without a prompt it starts
 //! in a header.
 
-use crate::parse::json::{is_sentinel, JsonRelay, Relay};
+use crate::parse::json::{is_sentinel, JsonRelay};
 use crate::parse::out::{Channel, Out};
 use crate::parse::text::{leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers (all single tokens in gpt-oss's vocabulary).
@@ -175,20 +176,10 @@ impl Stage for Harmony {
                 }
                 State::Text(channel) => {
                     let ends = self.ends();
-                    match scan(input.as_str(), &ends) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, channel);
-                            self.after_body(input, out, index);
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, channel);
-                            if end {
-                                out.route_all(input, channel);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, channel),
-                    }
+                    let Some(index) = out.route_until(input, &ends, channel, end) else {
+                        return;
+                    };
+                    self.after_body(input, out, index);
                 }
                 State::Call { index } => {
                     let s = input.as_str();
@@ -203,46 +194,29 @@ impl Stage for Harmony {
                             continue;
                         }
                     }
-                    let mut text = String::new();
-                    let result = self.relay.feed(s, &mut text);
-                    let consumed = match result {
-                        Relay::More => s.len(),
-                        Relay::Done(n) | Relay::Error(n) => n,
-                    };
-                    out.route(input, consumed, Channel::Tool);
-                    out.call_args(index, &text);
-                    if result == Relay::More && !end {
+                    if !stream_json_args(&mut self.relay, index, input, out, end) {
                         return;
                     }
-                    let mut text = String::new();
-                    self.relay.close(&mut text);
-                    out.call_args(index, &text);
                     self.state = State::CallTail;
                 }
                 State::CallTail => {
                     let ends = self.ends();
-                    match scan(input.as_str(), &ends) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Framing);
-                            self.after_body(input, out, index);
-                        }
-                        Scan::Partial { at } if !end => {
-                            return out.route(input, at, Channel::Framing)
-                        }
-                        _ => return out.route_all(input, Channel::Framing),
-                    }
+                    let Some(index) = out.route_until(input, &ends, Channel::Framing, end) else {
+                        return;
+                    };
+                    self.after_body(input, out, index);
                 }
-                State::Between => match scan(input.as_str(), &[&self.start, &self.channel]) {
-                    Scan::Found { at, index } => {
-                        out.route(input, at, Channel::Framing);
-                        if index == 0 {
-                            out.route(input, self.start.len(), Channel::Framing);
-                        }
-                        self.state = State::Header;
+                State::Between => {
+                    let patterns = [self.start.as_str(), self.channel.as_str()];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Framing, end)
+                    else {
+                        return;
+                    };
+                    if index == 0 {
+                        out.route(input, self.start.len(), Channel::Framing);
                     }
-                    Scan::Partial { at } if !end => return out.route(input, at, Channel::Framing),
-                    _ => return out.route_all(input, Channel::Framing),
-                },
+                    self.state = State::Header;
+                }
             }
         }
     }

@@ -12,7 +12,7 @@
 //! is reasoning text.
 
 use crate::parse::out::{Channel, Out};
-use crate::parse::text::{scan, Markers, Scan, SegBuf};
+use crate::parse::text::{Markers, SegBuf};
 use crate::parse::Stage;
 
 /// A think-tag parser's markers and defaults.
@@ -122,30 +122,21 @@ impl Stage for ThinkSplitter {
                         *slot = p.as_str();
                     }
                     let patterns = &buf[..n.min(8)];
-                    match scan(input.as_str(), patterns) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Reasoning);
-                            let len = patterns[index].len();
-                            if index < n_closing {
-                                out.route(input, len, Channel::Framing);
-                                self.state = State::Content { explicit: true };
-                            } else if index < n_closing + n_opening {
-                                // A (repeated) opening marker inside reasoning is framing.
-                                out.route(input, len, Channel::Framing);
-                                self.state = State::Reasoning { explicit: true };
-                            } else {
-                                // The tool-call start stays in the input for the tool parser.
-                                self.state = State::Content { explicit: false };
-                            }
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, Channel::Reasoning);
-                            if end {
-                                out.route_all(input, Channel::Reasoning);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, Channel::Reasoning),
+                    let Some(index) = out.route_until(input, patterns, Channel::Reasoning, end)
+                    else {
+                        return;
+                    };
+                    let len = patterns[index].len();
+                    if index < n_closing {
+                        out.route(input, len, Channel::Framing);
+                        self.state = State::Content { explicit: true };
+                    } else if index < n_closing + n_opening {
+                        // A (repeated) opening marker inside reasoning is framing.
+                        out.route(input, len, Channel::Framing);
+                        self.state = State::Reasoning { explicit: true };
+                    } else {
+                        // The tool-call start stays in the input for the tool parser.
+                        self.state = State::Content { explicit: false };
                     }
                 }
                 State::Content { .. } => {
@@ -154,21 +145,12 @@ impl Stage for ThinkSplitter {
                         *slot = p.as_str();
                     }
                     let patterns = &buf[..self.start.len().min(4)];
-                    match scan(input.as_str(), patterns) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Visible);
-                            out.route(input, patterns[index].len(), Channel::Framing);
-                            self.state = State::Reasoning { explicit: true };
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, Channel::Visible);
-                            if end {
-                                out.route_all(input, Channel::Visible);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, Channel::Visible),
-                    }
+                    let Some(index) = out.route_until(input, patterns, Channel::Visible, end)
+                    else {
+                        return;
+                    };
+                    out.route(input, patterns[index].len(), Channel::Framing);
+                    self.state = State::Reasoning { explicit: true };
                 }
             }
         }

@@ -8,9 +8,10 @@
 //! section or call begin marker missing is tolerated (`<｜tool▁call▁begin｜>` alone opens a
 //! section, a new call begin ends the previous call).
 
-use crate::parse::json::{is_sentinel, JsonRelay, Relay};
+use crate::parse::json::{is_sentinel, JsonRelay};
 use crate::parse::out::{Channel, Out};
 use crate::parse::text::{ascii_trim, could_become, leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers both dialects use.
@@ -73,14 +74,6 @@ impl DeepSeek {
             relay: JsonRelay::new(),
         }
     }
-
-    fn finish_args(&mut self, index: u32, out: &mut Out) {
-        let mut text = String::new();
-        if !self.relay.close(&mut text) {
-            text.push_str("{}");
-        }
-        out.call_args(index, &text);
-    }
 }
 
 impl Stage for DeepSeek {
@@ -92,48 +85,30 @@ impl Stage for DeepSeek {
         loop {
             match self.state {
                 State::Content => {
-                    match scan(input.as_str(), &[&self.calls_begin, &self.call_begin]) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Content);
-                            if index == 0 {
-                                out.route(input, self.calls_begin.len(), Channel::Framing);
-                                self.state = State::Section;
-                            } else {
-                                out.route(input, self.call_begin.len(), Channel::Framing);
-                                self.state = State::Header;
-                            }
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, Channel::Content);
-                            if end {
-                                out.route_all(input, Channel::Content);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, Channel::Content),
-                    }
+                    let patterns = [self.calls_begin.as_str(), self.call_begin.as_str()];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Content, end)
+                    else {
+                        return;
+                    };
+                    out.route(input, patterns[index].len(), Channel::Framing);
+                    self.state = if index == 0 {
+                        State::Section
+                    } else {
+                        State::Header
+                    };
                 }
                 State::Section => {
-                    match scan(input.as_str(), &[&self.call_begin, &self.calls_end]) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Framing);
-                            if index == 0 {
-                                out.route(input, self.call_begin.len(), Channel::Framing);
-                                self.state = State::Header;
-                            } else {
-                                out.route(input, self.calls_end.len(), Channel::Framing);
-                                self.state = State::Content;
-                            }
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, Channel::Framing);
-                            if end {
-                                out.route_all(input, Channel::Framing);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, Channel::Framing),
-                    }
+                    let patterns = [self.call_begin.as_str(), self.calls_end.as_str()];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Framing, end)
+                    else {
+                        return;
+                    };
+                    out.route(input, patterns[index].len(), Channel::Framing);
+                    self.state = if index == 0 {
+                        State::Header
+                    } else {
+                        State::Content
+                    };
                 }
                 State::Header => {
                     let s = input.as_str();
@@ -219,47 +194,34 @@ impl Stage for DeepSeek {
                     }
                 }
                 State::Args { index } => {
-                    let mut text = String::new();
-                    let result = self.relay.feed(input.as_str(), &mut text);
-                    let consumed = match result {
-                        Relay::More => input.len(),
-                        Relay::Done(n) | Relay::Error(n) => n,
-                    };
-                    out.route(input, consumed, Channel::Tool);
-                    out.call_args(index, &text);
-                    if result == Relay::More && !end {
+                    if !stream_json_args(&mut self.relay, index, input, out, end) {
                         return;
                     }
-                    self.finish_args(index, out);
                     self.state = State::CallTail;
                 }
-                State::CallTail => match scan(
-                    input.as_str(),
-                    &[&self.call_end, &self.call_begin, &self.calls_end],
-                ) {
-                    Scan::Found { at, index } => {
-                        out.route(input, at, Channel::Framing);
-                        match index {
-                            0 => {
-                                out.route(input, self.call_end.len(), Channel::Framing);
-                                self.state = State::Section;
-                            }
-                            1 => self.state = State::Section,
-                            _ => {
-                                out.route(input, self.calls_end.len(), Channel::Framing);
-                                self.state = State::Content;
-                            }
-                        }
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Framing);
-                        if end {
-                            out.route_all(input, Channel::Framing);
-                        }
+                State::CallTail => {
+                    let patterns = [
+                        self.call_end.as_str(),
+                        self.call_begin.as_str(),
+                        self.calls_end.as_str(),
+                    ];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Framing, end)
+                    else {
                         return;
+                    };
+                    match index {
+                        0 => {
+                            out.route(input, self.call_end.len(), Channel::Framing);
+                            self.state = State::Section;
+                        }
+                        // The next call's begin marker is read by the section.
+                        1 => self.state = State::Section,
+                        _ => {
+                            out.route(input, self.calls_end.len(), Channel::Framing);
+                            self.state = State::Content;
+                        }
                     }
-                    Scan::None => return out.route_all(input, Channel::Framing),
-                },
+                }
             }
         }
     }

@@ -8,7 +8,7 @@ use crate::parse::json::is_sentinel;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::Tools;
 use crate::parse::text::{could_become, leading_ws, scan, Markers, Scan, SegBuf};
-use crate::parse::tools::xml_args::ArgsBuilder;
+use crate::parse::tools::xml_args::{stray_len, ArgsBuilder, ValueEnd};
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -26,19 +26,11 @@ enum State {
     Content,
     /// The input starts with `<tool_call>`; reading the name.
     Name,
-    Args {
-        index: u32,
-    },
-    Key {
-        index: u32,
-    },
+    Args,
+    Key,
     /// After a key, before its `<arg_value>`.
-    BeforeValue {
-        index: u32,
-    },
-    Value {
-        index: u32,
-    },
+    BeforeValue,
+    Value,
 }
 
 /// The parser (see the module docs).
@@ -79,12 +71,6 @@ impl Glm {
             args: ArgsBuilder::new(false),
         }
     }
-
-    fn finish_call(&mut self, index: u32, out: &mut Out) {
-        let mut text = String::new();
-        self.args.close(&mut text);
-        out.call_args(index, &text);
-    }
 }
 
 impl Stage for Glm {
@@ -95,20 +81,15 @@ impl Stage for Glm {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.open]) {
-                    Scan::Found { at, .. } => {
-                        out.route(input, at, Channel::Content);
-                        self.state = State::Name;
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    if out
+                        .route_until(input, &[&self.open], Channel::Content, end)
+                        .is_none()
+                    {
                         return;
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    self.state = State::Name;
+                }
                 State::Name => {
                     let s = &input.as_str()[self.open.len()..];
                     let ws = leading_ws(s);
@@ -122,11 +103,8 @@ impl Stage for Glm {
                         let index = out.start_call(&self.function, None);
                         out.route(input, self.open.len(), Channel::Framing);
                         out.route(input, ws + name_len, Channel::Tool);
-                        self.args = ArgsBuilder::new(false);
-                        let mut text = String::new();
-                        self.args.open(&mut text);
-                        out.call_args(index, &text);
-                        self.state = State::Args { index };
+                        self.args.start(index, out);
+                        self.state = State::Args;
                     } else if !end
                         && (after.is_empty()
                             || (name_len > 0
@@ -139,20 +117,19 @@ impl Stage for Glm {
                         self.state = State::Content;
                     }
                 }
-                State::Args { index } => {
+                State::Args => {
                     let s = input.as_str();
                     let ws = leading_ws(s);
                     let after = &s[ws..];
                     if after.starts_with(self.key_open.as_str()) {
                         out.route(input, ws + self.key_open.len(), Channel::Tool);
-                        self.state = State::Key { index };
+                        self.state = State::Key;
                     } else if after.starts_with(self.close.as_str()) {
                         out.route(input, ws + self.close.len(), Channel::Framing);
-                        self.finish_call(index, out);
+                        self.args.finish(out);
                         self.state = State::Content;
                     } else if end {
-                        out.route_all(input, Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.cut_off(input, out);
                         self.state = State::Content;
                         return;
                     } else if after.is_empty()
@@ -162,80 +139,50 @@ impl Stage for Glm {
                         out.route(input, ws, Channel::Tool);
                         return;
                     } else {
-                        let first = after.chars().next().map_or(0, char::len_utf8);
-                        let skip = first
-                            + after[first..]
-                                .find(|c| c == '<' || is_sentinel(c))
-                                .unwrap_or(after.len() - first);
-                        out.route(input, ws + skip, Channel::Tool);
+                        out.route(input, ws + stray_len(after), Channel::Tool);
                     }
                 }
-                State::Key { index } => match scan(input.as_str(), &[&self.key_close]) {
+                State::Key => match scan(input.as_str(), &[&self.key_close]) {
                     Scan::Found { at, .. } => {
                         self.key = input.as_str()[..at]
                             .trim_matches(|c: char| c.is_ascii_whitespace())
                             .to_string();
                         out.route(input, at + self.key_close.len(), Channel::Tool);
-                        self.state = State::BeforeValue { index };
+                        self.state = State::BeforeValue;
                     }
                     _ if !end => return,
                     _ => {
-                        out.route_all(input, Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.cut_off(input, out);
                         self.state = State::Content;
                         return;
                     }
                 },
-                State::BeforeValue { index } => {
+                State::BeforeValue => {
                     let s = input.as_str();
                     let ws = leading_ws(s);
                     let after = &s[ws..];
                     if after.starts_with(self.value_open.as_str()) {
                         out.route(input, ws + self.value_open.len(), Channel::Tool);
                         let types = self.tools.param_types(&self.function, &self.key);
-                        let mut text = String::new();
-                        self.args.begin(&self.key, types, &mut text);
-                        out.call_args(index, &text);
-                        self.state = State::Value { index };
+                        self.args.begin(&self.key, types);
+                        self.state = State::Value;
                     } else if !end && (after.is_empty() || could_become(after, &self.value_open)) {
                         return;
                     } else {
                         // A key without a value is dropped.
-                        self.state = State::Args { index };
+                        self.state = State::Args;
                     }
                 }
-                State::Value { index } => {
-                    let patterns = [
+                State::Value => {
+                    let ends = [
                         self.value_close.as_str(),
                         self.key_open.as_str(),
                         self.close.as_str(),
                     ];
-                    let mut text = String::new();
-                    match scan(input.as_str(), &patterns) {
-                        Scan::Found { at, index: which } => {
-                            self.args.text(&input.as_str()[..at], &mut text);
-                            out.route(input, at, Channel::Tool);
-                            self.args.end(&mut text);
-                            if which == 0 {
-                                out.route(input, self.value_close.len(), Channel::Tool);
-                            }
-                            out.call_args(index, &text);
-                            self.state = State::Args { index };
-                        }
-                        Scan::Partial { at } if !end => {
-                            self.args.text(&input.as_str()[..at], &mut text);
-                            out.route(input, at, Channel::Tool);
-                            out.call_args(index, &text);
-                            return;
-                        }
-                        _ => {
-                            self.args.text(input.as_str(), &mut text);
-                            out.route_all(input, Channel::Tool);
-                            out.call_args(index, &text);
-                            if !end {
-                                return;
-                            }
-                            self.finish_call(index, out);
+                    match self.args.value(input, out, &ends, end) {
+                        ValueEnd::Closed => self.state = State::Args,
+                        ValueEnd::Pending => return,
+                        ValueEnd::Cut => {
                             self.state = State::Content;
                             return;
                         }

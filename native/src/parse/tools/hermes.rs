@@ -6,7 +6,7 @@
 //! markers and all. After the object, everything up to `</tool_call>` is framing.
 
 use crate::parse::out::{Channel, Out};
-use crate::parse::text::{scan, Markers, Scan, SegBuf};
+use crate::parse::text::{Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
 use crate::parse::Stage;
 
@@ -53,34 +53,26 @@ impl Stage for Hermes {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.open]) {
-                    Scan::Found { at, .. } => {
-                        out.route(input, at, Channel::Content);
-                        self.state = State::Undecided {
-                            cursor: self.open.len(),
-                        };
-                        self.call = JsonCall::new(&["arguments", "parameters"]);
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    if out
+                        .route_until(input, &[&self.open], Channel::Content, end)
+                        .is_none()
+                    {
                         return;
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    self.state = State::Undecided {
+                        cursor: self.open.len(),
+                    };
+                    self.call = JsonCall::new(&["arguments", "parameters"]);
+                }
                 State::Undecided { cursor } => {
                     let (n, event) = self.call.feed(&input.as_str()[cursor..]);
                     let cursor = cursor + n;
                     match event {
                         CallEvent::Named => {
-                            let name = self.call.name.clone().unwrap_or_default();
-                            let index = out.start_call(&name, None);
+                            let index = self.call.start(out);
                             out.route(input, self.open.len(), Channel::Framing);
                             out.route(input, cursor - self.open.len(), Channel::Tool);
-                            out.call_args(index, &self.call.args);
-                            self.call.args.clear();
                             self.state = State::InCall { index };
                         }
                         CallEvent::More if !end => {
@@ -95,37 +87,23 @@ impl Stage for Hermes {
                     }
                 }
                 State::InCall { index } => {
-                    let (n, event) = self.call.feed(input.as_str());
-                    out.route(input, n, Channel::Tool);
-                    if event == CallEvent::More && !end {
-                        out.call_args(index, &self.call.args);
-                        self.call.args.clear();
+                    if self.call.stream(index, input, out, end).is_none() {
                         return;
                     }
-                    self.call.complete_args();
-                    out.call_args(index, &self.call.args);
-                    self.call.args.clear();
                     self.state = State::AfterCall;
                 }
-                State::AfterCall => match scan(input.as_str(), &[&self.close, &self.open]) {
-                    Scan::Found { at, index } => {
-                        if index == 0 {
-                            out.route(input, at + self.close.len(), Channel::Framing);
-                            self.state = State::Content;
-                        } else {
-                            out.route(input, at, Channel::Framing);
-                            self.state = State::Content;
-                        }
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Framing);
-                        if end {
-                            out.route_all(input, Channel::Framing);
-                        }
+                State::AfterCall => {
+                    let patterns = [self.close.as_str(), self.open.as_str()];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Framing, end)
+                    else {
                         return;
+                    };
+                    // Framing through `</tool_call>`; a new `<tool_call>` starts over.
+                    if index == 0 {
+                        out.route(input, self.close.len(), Channel::Framing);
                     }
-                    Scan::None => return out.route_all(input, Channel::Framing),
-                },
+                    self.state = State::Content;
+                }
             }
             if input.is_empty() && !matches!(self.state, State::InCall { .. }) {
                 if end && matches!(self.state, State::Undecided { .. }) {

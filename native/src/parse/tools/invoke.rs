@@ -17,8 +17,8 @@
 use crate::parse::json::is_sentinel;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::{Tools, TypeSet};
-use crate::parse::text::{could_become, leading_ws, scan, Markers, Scan, SegBuf};
-use crate::parse::tools::xml_args::ArgsBuilder;
+use crate::parse::text::{could_become, leading_ws, Markers, SegBuf};
+use crate::parse::tools::xml_args::{stray_len, ArgsBuilder, ValueEnd};
 use crate::parse::Stage;
 
 /// The tags of one dialect.
@@ -68,15 +68,9 @@ enum State {
     InvokeName {
         prefix: usize,
     },
-    Params {
-        index: u32,
-    },
-    ParamHeader {
-        index: u32,
-    },
-    Value {
-        index: u32,
-    },
+    Params,
+    ParamHeader,
+    Value,
 }
 
 /// The parser (see the module docs).
@@ -110,21 +104,6 @@ impl InvokeCalls {
             args: ArgsBuilder::new(false),
         }
     }
-
-    fn finish_call(&mut self, index: u32, out: &mut Out) {
-        let mut text = String::new();
-        self.args.close(&mut text);
-        out.call_args(index, &text);
-    }
-
-    /// Skips framing up to the next `<` (or marker), at least one character.
-    fn skip_stray(s: &str) -> usize {
-        let first = s.chars().next().map_or(0, char::len_utf8);
-        first
-            + s[first..]
-                .find(|c| c == '<' || is_sentinel(c))
-                .unwrap_or(s.len() - first)
-    }
 }
 
 impl Stage for InvokeCalls {
@@ -136,21 +115,16 @@ impl Stage for InvokeCalls {
         let spec = self.spec;
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.block_open]) {
-                    Scan::Found { at, .. } => {
-                        out.route(input, at, Channel::Content);
-                        out.route(input, self.block_open.len(), Channel::Framing);
-                        self.state = State::Block;
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    if out
+                        .route_until(input, &[&self.block_open], Channel::Content, end)
+                        .is_none()
+                    {
                         return;
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    out.route(input, self.block_open.len(), Channel::Framing);
+                    self.state = State::Block;
+                }
                 State::Block => {
                     let s = input.as_str();
                     let ws = leading_ws(s);
@@ -172,7 +146,7 @@ impl Stage for InvokeCalls {
                         out.route(input, ws, Channel::Framing);
                         return;
                     } else {
-                        out.route(input, ws + Self::skip_stray(after), Channel::Framing);
+                        out.route(input, ws + stray_len(after), Channel::Framing);
                     }
                 }
                 State::InvokeName { prefix } => {
@@ -185,11 +159,8 @@ impl Stage for InvokeCalls {
                             self.function = name.to_string();
                             let index = out.start_call(&self.function, None);
                             out.route(input, prefix + len, Channel::Tool);
-                            self.args = ArgsBuilder::new(false);
-                            let mut text = String::new();
-                            self.args.open(&mut text);
-                            out.call_args(index, &text);
-                            self.state = State::Params { index };
+                            self.args.start(index, out);
+                            self.state = State::Params;
                         }
                         None if bad.is_none() && !end => return,
                         // A malformed invoke tag is framing.
@@ -199,24 +170,23 @@ impl Stage for InvokeCalls {
                         }
                     }
                 }
-                State::Params { index } => {
+                State::Params => {
                     let s = input.as_str();
                     let ws = leading_ws(s);
                     let after = &s[ws..];
                     if after.starts_with(spec.param_open) {
                         out.route(input, ws + spec.param_open.len(), Channel::Tool);
-                        self.state = State::ParamHeader { index };
+                        self.state = State::ParamHeader;
                     } else if after.starts_with(spec.invoke_close) {
                         out.route(input, ws + spec.invoke_close.len(), Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.finish(out);
                         self.state = State::Block;
                     } else if after.starts_with(self.block_close.as_str()) {
                         out.route(input, ws, Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.finish(out);
                         self.state = State::Block;
                     } else if end {
-                        out.route_all(input, Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.cut_off(input, out);
                         self.state = State::Content;
                         return;
                     } else if after.is_empty()
@@ -231,10 +201,10 @@ impl Stage for InvokeCalls {
                         out.route(input, ws, Channel::Tool);
                         return;
                     } else {
-                        out.route(input, ws + Self::skip_stray(after), Channel::Tool);
+                        out.route(input, ws + stray_len(after), Channel::Tool);
                     }
                 }
-                State::ParamHeader { index } => match element_header(input.as_str()) {
+                State::ParamHeader => match element_header(input.as_str()) {
                     Some((key, attrs, len)) => {
                         let types = if spec.string_attr {
                             if attrs.contains("string=\"false\"") {
@@ -245,58 +215,28 @@ impl Stage for InvokeCalls {
                         } else {
                             self.tools.param_types(&self.function, key)
                         };
-                        let key = key.to_string();
+                        self.args.begin(key, types);
                         out.route(input, len, Channel::Tool);
-                        let mut text = String::new();
-                        self.args.begin(&key, types, &mut text);
-                        out.call_args(index, &text);
-                        self.state = State::Value { index };
+                        self.state = State::Value;
                     }
                     None if !end => return,
                     None => {
-                        out.route_all(input, Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.cut_off(input, out);
                         self.state = State::Content;
                         return;
                     }
                 },
-                State::Value { index } => {
-                    let block_close = self.block_close.clone();
-                    let patterns = [
+                State::Value => {
+                    let ends = [
                         spec.param_close,
                         spec.param_open,
                         spec.invoke_close,
-                        block_close.as_str(),
+                        self.block_close.as_str(),
                     ];
-                    let mut text = String::new();
-                    match scan(input.as_str(), &patterns) {
-                        Scan::Found { at, index: which } => {
-                            self.args.text(&input.as_str()[..at], &mut text);
-                            out.route(input, at, Channel::Tool);
-                            self.args.end(&mut text);
-                            if which == 0 {
-                                out.route(input, spec.param_close.len(), Channel::Tool);
-                            }
-                            out.call_args(index, &text);
-                            self.state = State::Params { index };
-                        }
-                        Scan::Partial { at } if !end => {
-                            self.args.text(&input.as_str()[..at], &mut text);
-                            out.route(input, at, Channel::Tool);
-                            out.call_args(index, &text);
-                            return;
-                        }
-                        _ if !end => {
-                            self.args.text(input.as_str(), &mut text);
-                            out.route_all(input, Channel::Tool);
-                            out.call_args(index, &text);
-                            return;
-                        }
-                        _ => {
-                            self.args.text(input.as_str(), &mut text);
-                            out.route_all(input, Channel::Tool);
-                            out.call_args(index, &text);
-                            self.finish_call(index, out);
+                    match self.args.value(input, out, &ends, end) {
+                        ValueEnd::Closed => self.state = State::Params,
+                        ValueEnd::Pending => return,
+                        ValueEnd::Cut => {
                             self.state = State::Content;
                             return;
                         }

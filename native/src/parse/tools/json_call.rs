@@ -6,6 +6,8 @@
 //! emitted whole. Other members are skipped.
 
 use crate::parse::json::{canonical, decode_canonical_string, JsonRelay, Relay};
+use crate::parse::out::{Channel, Out};
+use crate::parse::text::SegBuf;
 
 /// What reading stopped at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -49,8 +51,8 @@ pub(crate) struct JsonCall {
     arg_keys: &'static [&'static str],
     /// The function name, once read.
     pub(crate) name: Option<String>,
-    /// Arguments text not yet taken by the caller.
-    pub(crate) args: String,
+    /// Arguments text not yet sent to the call.
+    args: String,
     args_started: bool,
     args_seen: bool,
     args_done: bool,
@@ -218,8 +220,37 @@ impl JsonCall {
         (input.len(), CallEvent::More)
     }
 
-    /// Makes the arguments text complete: `{}` when none came, closers for a cut-off object.
-    pub(crate) fn complete_args(&mut self) {
+    /// Starts the call once its name is read: its first delta carries the name and the arguments
+    /// read so far. Returns the call's index.
+    pub(crate) fn start(&mut self, out: &mut Out) -> u32 {
+        let index = out.start_call(self.name.as_deref().unwrap_or_default(), None);
+        self.send_args(index, out);
+        index
+    }
+
+    /// Reads the rest of call `index` at the start of `input`, sending its arguments as they
+    /// arrive: `None` while the object goes on, else the event that ended it (the arguments are
+    /// then complete, see [`Self::finish`]).
+    pub(crate) fn stream(
+        &mut self,
+        index: u32,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<CallEvent> {
+        let (n, event) = self.feed(input.as_str());
+        out.route(input, n, Channel::Tool);
+        if event == CallEvent::More && !end {
+            self.send_args(index, out);
+            return None;
+        }
+        self.finish(index, out);
+        Some(event)
+    }
+
+    /// Completes call `index`'s arguments (`{}` when none came, closers for a cut-off object) and
+    /// sends what is left of them.
+    pub(crate) fn finish(&mut self, index: u32, out: &mut Out) {
         if !self.args_started {
             self.args.push_str("{}");
             self.args_started = true;
@@ -227,5 +258,11 @@ impl JsonCall {
             self.relay.close(&mut self.args);
         }
         self.args_done = true;
+        self.send_args(index, out);
+    }
+
+    fn send_args(&mut self, index: u32, out: &mut Out) {
+        out.call_args(index, &self.args);
+        self.args.clear();
     }
 }

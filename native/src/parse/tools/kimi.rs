@@ -7,9 +7,10 @@
 //! trailing digits are removed. Text inside the section outside calls is framing; a section cut off
 //! keeps its complete and partial calls.
 
-use crate::parse::json::{JsonRelay, Relay};
+use crate::parse::json::JsonRelay;
 use crate::parse::out::{Channel, Out};
 use crate::parse::text::{ascii_trim, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -94,25 +95,15 @@ impl Stage for Kimi {
                         self.section_begin[1].as_str(),
                         self.call_begin.as_str(),
                     ];
-                    match scan(input.as_str(), &pats) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Content);
-                            out.route(input, pats[index].len(), Channel::Framing);
-                            self.state = if index == 2 {
-                                State::Header
-                            } else {
-                                State::Section
-                            };
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, Channel::Content);
-                            if end {
-                                out.route_all(input, Channel::Content);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, Channel::Content),
-                    }
+                    let Some(index) = out.route_until(input, &pats, Channel::Content, end) else {
+                        return;
+                    };
+                    out.route(input, pats[index].len(), Channel::Framing);
+                    self.state = if index == 2 {
+                        State::Header
+                    } else {
+                        State::Section
+                    };
                 }
                 State::Section | State::CallTail => {
                     let pats = [
@@ -121,25 +112,15 @@ impl Stage for Kimi {
                         self.section_end[1].as_str(),
                         self.call_end.as_str(),
                     ];
-                    match scan(input.as_str(), &pats) {
-                        Scan::Found { at, index } => {
-                            out.route(input, at, Channel::Framing);
-                            out.route(input, pats[index].len(), Channel::Framing);
-                            self.state = match index {
-                                0 => State::Header,
-                                1 | 2 => State::Content,
-                                _ => State::Section,
-                            };
-                        }
-                        Scan::Partial { at } => {
-                            out.route(input, at, Channel::Framing);
-                            if end {
-                                out.route_all(input, Channel::Framing);
-                            }
-                            return;
-                        }
-                        Scan::None => return out.route_all(input, Channel::Framing),
-                    }
+                    let Some(index) = out.route_until(input, &pats, Channel::Framing, end) else {
+                        return;
+                    };
+                    out.route(input, pats[index].len(), Channel::Framing);
+                    self.state = match index {
+                        0 => State::Header,
+                        1 | 2 => State::Content,
+                        _ => State::Section,
+                    };
                 }
                 State::Header => {
                     let pats = [
@@ -175,22 +156,9 @@ impl Stage for Kimi {
                     }
                 }
                 State::Args { index } => {
-                    let mut text = String::new();
-                    let result = self.relay.feed(input.as_str(), &mut text);
-                    let consumed = match result {
-                        Relay::More => input.len(),
-                        Relay::Done(n) | Relay::Error(n) => n,
-                    };
-                    out.route(input, consumed, Channel::Tool);
-                    out.call_args(index, &text);
-                    if result == Relay::More && !end {
+                    if !stream_json_args(&mut self.relay, index, input, out, end) {
                         return;
                     }
-                    let mut text = String::new();
-                    if !self.relay.close(&mut text) {
-                        text.push_str("{}");
-                    }
-                    out.call_args(index, &text);
                     self.state = State::CallTail;
                 }
             }

@@ -8,7 +8,7 @@
 //! (Llama's built-in `brave_search.call(...)` syntax) leaves that text as content.
 
 use crate::parse::out::{Channel, Out};
-use crate::parse::text::{leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::text::{leading_ws, Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
 use crate::parse::Stage;
 
@@ -99,23 +99,18 @@ impl Stage for Llama3Json {
                         self.state = State::Content;
                     }
                 }
-                State::Content => match scan(input.as_str(), &[&self.tag]) {
-                    Scan::Found { at, .. } => {
-                        out.route(input, at, Channel::Content);
-                        self.state = State::Expect {
-                            tagged: true,
-                            marker: self.tag.len(),
-                        };
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    if out
+                        .route_until(input, &[&self.tag], Channel::Content, end)
+                        .is_none()
+                    {
                         return;
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    self.state = State::Expect {
+                        tagged: true,
+                        marker: self.tag.len(),
+                    };
+                }
                 State::Undecided {
                     tagged,
                     marker,
@@ -129,17 +124,12 @@ impl Stage for Llama3Json {
                             self.call.name.is_some() && (tagged || self.call.has_args_key());
                         match event {
                             _ if decided => {
-                                let name = self.call.name.clone().unwrap_or_default();
-                                let index = out.start_call(&name, None);
+                                let index = self.call.start(out);
                                 out.route(input, marker, Channel::Framing);
                                 out.route(input, cursor - marker, Channel::Tool);
-                                out.call_args(index, &self.call.args);
-                                self.call.args.clear();
                                 self.state = match event {
                                     CallEvent::Done | CallEvent::Broken => {
-                                        self.call.complete_args();
-                                        out.call_args(index, &self.call.args);
-                                        self.call.args.clear();
+                                        self.call.finish(index, out);
                                         State::AfterCall { tagged }
                                     }
                                     _ => State::InCall { index, tagged },
@@ -165,16 +155,9 @@ impl Stage for Llama3Json {
                     }
                 }
                 State::InCall { index, tagged } => {
-                    let (n, event) = self.call.feed(input.as_str());
-                    out.route(input, n, Channel::Tool);
-                    if event == CallEvent::More && !end {
-                        out.call_args(index, &self.call.args);
-                        self.call.args.clear();
+                    if self.call.stream(index, input, out, end).is_none() {
                         return;
                     }
-                    self.call.complete_args();
-                    out.call_args(index, &self.call.args);
-                    self.call.args.clear();
                     self.state = State::AfterCall { tagged };
                 }
                 State::AfterCall { tagged } => {

@@ -8,10 +8,11 @@
 //! templates require that shape) unless the model wrote one after `[CALL_ID]`. A marker followed by
 //! anything else is content.
 
-use crate::parse::json::{JsonRelay, Relay};
+use crate::parse::json::JsonRelay;
 use crate::parse::out::{Channel, Out};
-use crate::parse::text::{could_become, leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::text::{could_become, leading_ws, Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
+use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -129,22 +130,17 @@ impl Stage for Mistral {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.tag]) {
-                    Scan::Found { at, .. } => {
-                        out.route(input, at, Channel::Content);
-                        self.state = State::AfterTag {
-                            marker: self.tag.len(),
-                        };
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    if out
+                        .route_until(input, &[&self.tag], Channel::Content, end)
+                        .is_none()
+                    {
                         return;
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    self.state = State::AfterTag {
+                        marker: self.tag.len(),
+                    };
+                }
                 State::AfterTag { marker } => {
                     let s = &input.as_str()[marker..];
                     let ws = leading_ws(s);
@@ -189,21 +185,9 @@ impl Stage for Mistral {
                     }
                 }
                 State::Args { index } => {
-                    let mut text = String::new();
-                    let result = self.relay.feed(input.as_str(), &mut text);
-                    let consumed = match result {
-                        Relay::More => input.len(),
-                        Relay::Done(n) | Relay::Error(n) => n,
-                    };
-                    out.route(input, consumed, Channel::Tool);
-                    if result == Relay::More && !end {
-                        out.call_args(index, &text);
+                    if !stream_json_args(&mut self.relay, index, input, out, end) {
                         return;
                     }
-                    if !self.relay.close(&mut text) {
-                        text.push_str("{}");
-                    }
-                    out.call_args(index, &text);
                     self.state = State::Content;
                 }
                 State::ArrayItem { first } => {
@@ -227,11 +211,8 @@ impl Stage for Mistral {
                     let cursor = cursor + n;
                     match event {
                         CallEvent::Named => {
-                            let name = self.call.name.clone().unwrap_or_default();
-                            let index = out.start_call(&name, None);
+                            let index = self.call.start(out);
                             out.route(input, cursor, Channel::Tool);
-                            out.call_args(index, &self.call.args);
-                            self.call.args.clear();
                             self.state = State::ArrayCall { index };
                         }
                         CallEvent::More if !end => {
@@ -242,16 +223,9 @@ impl Stage for Mistral {
                     }
                 }
                 State::ArrayCall { index } => {
-                    let (n, event) = self.call.feed(input.as_str());
-                    out.route(input, n, Channel::Tool);
-                    if event == CallEvent::More && !end {
-                        out.call_args(index, &self.call.args);
-                        self.call.args.clear();
+                    let Some(event) = self.call.stream(index, input, out, end) else {
                         return;
-                    }
-                    self.call.complete_args();
-                    out.call_args(index, &self.call.args);
-                    self.call.args.clear();
+                    };
                     self.state = if event == CallEvent::Done {
                         State::ArrayNext
                     } else {

@@ -14,7 +14,9 @@ mod qwen3_coder;
 mod xml_args;
 
 use crate::error::{Error, Result};
-use crate::parse::text::Markers;
+use crate::parse::json::{JsonRelay, Relay};
+use crate::parse::out::{Channel, Out};
+use crate::parse::text::{Markers, SegBuf};
 use crate::parse::Stage;
 
 /// The markers tool parser `name` looks for; `None` for an unknown name.
@@ -58,4 +60,29 @@ pub(crate) fn build(
             )))
         }
     })
+}
+
+/// Streams call `index`'s arguments, a JSON value at the start of `input`, through `relay`:
+/// `false` while the value goes on; `true` once it ended (complete, broken, or cut off by the end
+/// of the output), its arguments then closed (`{}` when no value began).
+pub(crate) fn stream_json_args(
+    relay: &mut JsonRelay,
+    index: u32,
+    input: &mut SegBuf,
+    out: &mut Out,
+    end: bool,
+) -> bool {
+    let mut text = String::new();
+    let result = relay.feed(input.as_str(), &mut text);
+    let consumed = match result {
+        Relay::More => input.len(),
+        Relay::Done(n) | Relay::Error(n) => n,
+    };
+    out.route(input, consumed, Channel::Tool);
+    let done = result != Relay::More || end;
+    if done && !relay.close(&mut text) {
+        text.push_str("{}");
+    }
+    out.call_args(index, &text);
+    done
 }

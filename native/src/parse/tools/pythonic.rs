@@ -14,7 +14,7 @@
 use crate::parse::json::push_json_string;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::coerce_number;
-use crate::parse::text::{scan, Markers, Scan, SegBuf};
+use crate::parse::text::{Markers, SegBuf};
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -455,30 +455,19 @@ impl Stage for Pythonic {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &["[", &self.start, &self.end]) {
-                    Scan::Found { at, index } => {
-                        out.route(input, at, Channel::Content);
-                        if index == 0 {
-                            self.state = State::List;
-                            self.sent.clear();
-                        } else {
-                            let len = if index == 1 {
-                                self.start.len()
-                            } else {
-                                self.end.len()
-                            };
-                            out.route(input, len, Channel::Framing);
-                        }
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    let patterns = ["[", self.start.as_str(), self.end.as_str()];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Content, end)
+                    else {
                         return;
+                    };
+                    if index == 0 {
+                        self.state = State::List;
+                        self.sent.clear();
+                    } else {
+                        out.route(input, patterns[index].len(), Channel::Framing);
                     }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                }
                 State::List => {
                     let (calls, status) = parse_list(input.as_str());
                     match status {

@@ -20,8 +20,8 @@
 use crate::parse::json::is_sentinel;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::Tools;
-use crate::parse::text::{ascii_trim, could_become, leading_ws, scan, Markers, Scan, SegBuf};
-use crate::parse::tools::xml_args::ArgsBuilder;
+use crate::parse::text::{ascii_trim, could_become, leading_ws, Markers, SegBuf};
+use crate::parse::tools::xml_args::{stray_len, ArgsBuilder, ValueEnd};
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -45,15 +45,9 @@ enum State {
         block: usize,
         prefix: usize,
     },
-    Params {
-        index: u32,
-    },
-    ParamName {
-        index: u32,
-    },
-    Value {
-        index: u32,
-    },
+    Params,
+    ParamName,
+    Value,
     AfterFunction,
 }
 
@@ -78,12 +72,6 @@ impl Qwen3Coder {
             args: ArgsBuilder::new(true),
         }
     }
-
-    fn finish_call(&mut self, index: u32, out: &mut Out) {
-        let mut text = String::new();
-        self.args.close(&mut text);
-        out.call_args(index, &text);
-    }
 }
 
 impl Stage for Qwen3Coder {
@@ -94,29 +82,23 @@ impl Stage for Qwen3Coder {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
             match self.state {
-                State::Content => match scan(input.as_str(), &[&self.open, FUNCTION]) {
-                    Scan::Found { at, index } => {
-                        out.route(input, at, Channel::Content);
-                        self.state = if index == 0 {
-                            State::Block {
-                                marker_len: self.open.len(),
-                            }
-                        } else {
-                            State::Name {
-                                block: 0,
-                                prefix: FUNCTION.len(),
-                            }
-                        };
-                    }
-                    Scan::Partial { at } => {
-                        out.route(input, at, Channel::Content);
-                        if end {
-                            out.route_all(input, Channel::Content);
-                        }
+                State::Content => {
+                    let patterns = [self.open.as_str(), FUNCTION];
+                    let Some(index) = out.route_until(input, &patterns, Channel::Content, end)
+                    else {
                         return;
-                    }
-                    Scan::None => return out.route_all(input, Channel::Content),
-                },
+                    };
+                    self.state = if index == 0 {
+                        State::Block {
+                            marker_len: self.open.len(),
+                        }
+                    } else {
+                        State::Name {
+                            block: 0,
+                            prefix: FUNCTION.len(),
+                        }
+                    };
+                }
                 State::Block { marker_len } => {
                     let rest = &input.as_str()[marker_len..];
                     let ws = leading_ws(rest);
@@ -153,11 +135,8 @@ impl Stage for Qwen3Coder {
                             let index = out.start_call(&self.function, None);
                             out.route(input, block, Channel::Framing);
                             out.route(input, prefix - block + at + 1, Channel::Tool);
-                            self.args = ArgsBuilder::new(true);
-                            let mut text = String::new();
-                            self.args.open(&mut text);
-                            out.call_args(index, &text);
-                            self.state = State::Params { index };
+                            self.args.start(index, out);
+                            self.state = State::Params;
                         }
                         None if !end => return,
                         _ => {
@@ -167,24 +146,23 @@ impl Stage for Qwen3Coder {
                         }
                     }
                 }
-                State::Params { index } => {
+                State::Params => {
                     let s = input.as_str();
                     let ws = leading_ws(s);
                     let after = &s[ws..];
                     if after.starts_with(PARAMETER) {
                         out.route(input, ws + PARAMETER.len(), Channel::Tool);
-                        self.state = State::ParamName { index };
+                        self.state = State::ParamName;
                     } else if after.starts_with(FUNCTION_END) {
                         out.route(input, ws + FUNCTION_END.len(), Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.finish(out);
                         self.state = State::AfterFunction;
                     } else if after.starts_with(self.close.as_str()) {
                         out.route(input, ws, Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.finish(out);
                         self.state = State::AfterFunction;
                     } else if end {
-                        out.route_all(input, Channel::Tool);
-                        self.finish_call(index, out);
+                        self.args.cut_off(input, out);
                         self.state = State::Content;
                         return;
                     } else if after.is_empty()
@@ -196,75 +174,36 @@ impl Stage for Qwen3Coder {
                         return;
                     } else {
                         // Stray text between parameters: skip up to the next tag.
-                        let first = after.chars().next().map_or(1, char::len_utf8);
-                        let skip = first
-                            + after[first..]
-                                .find(|c| c == '<' || is_sentinel(c))
-                                .unwrap_or(after.len() - first);
-                        out.route(input, ws + skip, Channel::Tool);
+                        out.route(input, ws + stray_len(after), Channel::Tool);
                     }
                 }
-                State::ParamName { index } => {
+                State::ParamName => {
                     let s = input.as_str();
                     match s.find('>') {
                         Some(at) => {
-                            let key = ascii_trim(&s[..at]).to_string();
+                            let key = ascii_trim(&s[..at]);
+                            let types = self.tools.param_types(&self.function, key);
+                            self.args.begin(key, types);
                             out.route(input, at + 1, Channel::Tool);
-                            let types = self.tools.param_types(&self.function, &key);
-                            let mut text = String::new();
-                            self.args.begin(&key, types, &mut text);
-                            out.call_args(index, &text);
-                            self.state = State::Value { index };
+                            self.state = State::Value;
                         }
                         None if !end => return,
                         None => {
-                            out.route_all(input, Channel::Tool);
-                            self.finish_call(index, out);
+                            self.args.cut_off(input, out);
                             self.state = State::Content;
                             return;
                         }
                     }
                 }
-                State::Value { index } => {
-                    let close = self.close.clone();
-                    let patterns = [PARAMETER_END, PARAMETER, FUNCTION_END, close.as_str()];
-                    let mut text = String::new();
-                    match scan(input.as_str(), &patterns) {
-                        Scan::Found { at, index: which } => {
-                            self.args.text(&input.as_str()[..at], &mut text);
-                            out.route(input, at, Channel::Tool);
-                            self.args.end(&mut text);
-                            if which == 0 {
-                                out.route(input, PARAMETER_END.len(), Channel::Tool);
-                            }
-                            out.call_args(index, &text);
-                            self.state = State::Params { index };
+                State::Value => {
+                    let ends = [PARAMETER_END, PARAMETER, FUNCTION_END, self.close.as_str()];
+                    match self.args.value(input, out, &ends, end) {
+                        ValueEnd::Closed => self.state = State::Params,
+                        ValueEnd::Pending => return,
+                        ValueEnd::Cut => {
+                            self.state = State::Content;
+                            return;
                         }
-                        Scan::Partial { at } => {
-                            self.args.text(&input.as_str()[..at], &mut text);
-                            out.route(input, at, Channel::Tool);
-                            if end {
-                                self.args.text(input.as_str(), &mut text);
-                                out.route_all(input, Channel::Tool);
-                            }
-                            out.call_args(index, &text);
-                            if !end {
-                                return;
-                            }
-                        }
-                        Scan::None => {
-                            self.args.text(input.as_str(), &mut text);
-                            out.route_all(input, Channel::Tool);
-                            out.call_args(index, &text);
-                            if !end {
-                                return;
-                            }
-                        }
-                    }
-                    if end && input.is_empty() && self.state == (State::Value { index }) {
-                        self.finish_call(index, out);
-                        self.state = State::Content;
-                        return;
                     }
                 }
                 State::AfterFunction => {

@@ -1,5 +1,5 @@
 //! Building a call's JSON arguments from key/value pairs whose values arrive as raw text (the
-//! XML-style formats: `qwen3_coder`, GLM, MiniMax, DSML).
+//! XML-style formats: `qwen3_coder`, GLM, MiniMax, DSML), and the reading those formats share.
 //!
 //! A value whose parameter is a plain string (by the request's tool schema, or unknown) streams:
 //! `"key": "` goes out with its first character, then the text, JSON-escaped as it arrives. Any
@@ -9,12 +9,36 @@
 //! dropped when it comes, a trailing newline is held until it is known not to be the last
 //! character.
 
-use crate::parse::json::{push_escaped, push_json_string};
+use crate::parse::json::{is_sentinel, push_escaped, push_json_string};
+use crate::parse::out::{Channel, Out};
 use crate::parse::schema::{coerce, TypeSet};
+use crate::parse::text::{scan, Scan, SegBuf};
 
-/// The arguments object of one call, built member by member.
+/// How reading a value stopped (see [`ArgsBuilder::value`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ValueEnd {
+    /// At a tag: the member is complete.
+    Closed,
+    /// The value may go on: wait for more input.
+    Pending,
+    /// The output ended inside the value: the call's arguments are closed.
+    Cut,
+}
+
+/// Bytes of stray text between elements (at least one character): up to the next `<` or marker.
+pub(crate) fn stray_len(s: &str) -> usize {
+    let first = s.chars().next().map_or(0, char::len_utf8);
+    first
+        + s[first..]
+            .find(|c| c == '<' || is_sentinel(c))
+            .unwrap_or(s.len() - first)
+}
+
+/// The arguments object of one call, built member by member and sent to the call as it grows.
 #[derive(Debug, Default)]
 pub(crate) struct ArgsBuilder {
+    /// The call these arguments belong to.
+    index: u32,
     members: usize,
     key: String,
     types: TypeSet,
@@ -30,7 +54,8 @@ pub(crate) struct ArgsBuilder {
 }
 
 impl ArgsBuilder {
-    /// Starts the object; `strip_newlines` strips one leading and one trailing newline per value.
+    /// A builder for a format whose values are framed by newlines (`strip_newlines`: one leading
+    /// and one trailing newline per value are stripped) or not.
     pub(crate) fn new(strip_newlines: bool) -> Self {
         ArgsBuilder {
             strip_newlines,
@@ -43,17 +68,18 @@ impl ArgsBuilder {
         self.value.len() + self.key.len()
     }
 
-    /// Emits the opening brace.
-    pub(crate) fn open(&mut self, out: &mut String) {
-        if !self.open {
-            out.push('{');
-            self.open = true;
-        }
+    /// Starts the arguments of call `index`: a new object, its opening brace sent.
+    pub(crate) fn start(&mut self, index: u32, out: &mut Out) {
+        *self = ArgsBuilder {
+            index,
+            open: true,
+            ..ArgsBuilder::new(self.strip_newlines)
+        };
+        out.call_args(index, "{");
     }
 
     /// Starts a member whose value has `types`.
-    pub(crate) fn begin(&mut self, key: &str, types: TypeSet, out: &mut String) {
-        self.open(out);
+    pub(crate) fn begin(&mut self, key: &str, types: TypeSet) {
         self.key = key.to_string();
         self.types = types;
         self.value.clear();
@@ -63,8 +89,63 @@ impl ArgsBuilder {
         self.in_member = true;
     }
 
+    /// Reads the current member's value at the start of `input` up to the first of `ends`: the
+    /// value's own closing tag (`ends[0]`, consumed) or a tag that closes it implicitly (left in
+    /// the input). With `end`, a value cut off by the end of the output closes the call.
+    pub(crate) fn value(
+        &mut self,
+        input: &mut SegBuf,
+        out: &mut Out,
+        ends: &[&str],
+        end: bool,
+    ) -> ValueEnd {
+        let mut text = String::new();
+        let stop = match scan(input.as_str(), ends) {
+            Scan::Found { at, index } => {
+                self.text(&input.as_str()[..at], &mut text);
+                out.route(input, at, Channel::Tool);
+                self.end(&mut text);
+                if index == 0 {
+                    out.route(input, ends[0].len(), Channel::Tool);
+                }
+                ValueEnd::Closed
+            }
+            Scan::Partial { at } if !end => {
+                self.text(&input.as_str()[..at], &mut text);
+                out.route(input, at, Channel::Tool);
+                ValueEnd::Pending
+            }
+            _ => {
+                self.text(input.as_str(), &mut text);
+                out.route_all(input, Channel::Tool);
+                if end {
+                    self.close(&mut text);
+                    ValueEnd::Cut
+                } else {
+                    ValueEnd::Pending
+                }
+            }
+        };
+        out.call_args(self.index, &text);
+        stop
+    }
+
+    /// Ends any open member and closes the call's arguments object.
+    pub(crate) fn finish(&mut self, out: &mut Out) {
+        let mut text = String::new();
+        self.close(&mut text);
+        out.call_args(self.index, &text);
+    }
+
+    /// The output ended inside the call: the rest of the input is the call's, and its arguments
+    /// close.
+    pub(crate) fn cut_off(&mut self, input: &mut SegBuf, out: &mut Out) {
+        out.route_all(input, Channel::Tool);
+        self.finish(out);
+    }
+
     /// Adds raw value text.
-    pub(crate) fn text(&mut self, s: &str, out: &mut String) {
+    fn text(&mut self, s: &str, out: &mut String) {
         let mut s = s;
         if self.at_value_start && !s.is_empty() {
             self.at_value_start = false;
@@ -115,7 +196,7 @@ impl ArgsBuilder {
     }
 
     /// Ends the current member (also when the output was cut off inside it).
-    pub(crate) fn end(&mut self, out: &mut String) {
+    fn end(&mut self, out: &mut String) {
         if !self.in_member {
             return;
         }
@@ -144,12 +225,15 @@ impl ArgsBuilder {
     }
 
     /// Ends any open member and closes the object (`{}` when no member came).
-    pub(crate) fn close(&mut self, out: &mut String) {
+    fn close(&mut self, out: &mut String) {
         if self.closed {
             return;
         }
         self.end(out);
-        self.open(out);
+        if !self.open {
+            out.push('{');
+            self.open = true;
+        }
         out.push('}');
         self.closed = true;
     }

@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker, is_sentinel
+from sidecar.reference.parse.pipeline import (
+    CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, after_ws, find_marker, is_sentinel,
+)
 from sidecar.reference.parse.schema import Tools
-from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json
+from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json, read_value, stray_end
 
 MARKERS = ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>")
-_WS = " \t\n\r\x0c"
-
-
-def _ws(s: str, i: int = 0) -> int:
-    while i < len(s) and s[i] in _WS:
-        i += 1
-    return i
 
 
 def _name_char(ch: str) -> bool:
-    return not (ch in _WS or ch in '<>{}"[]' or is_sentinel(ch))
+    return not (ch in WS or ch in '<>{}"[]' or is_sentinel(ch))
 
 
-class Glm:
+class Glm(Stage):
     def __init__(self, markers: Markers, tools: Tools) -> None:
         self.open, self.close, self.key_open, self.key_close, self.value_open, self.value_close = (
             markers.pattern(m) for m in MARKERS
@@ -28,15 +23,9 @@ class Glm:
         self.tools = tools
         self.state = "content"
 
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
-
     def _call(self, s: str, end: bool):  # noqa: ANN202
         """None = wait, "text" = not a call, else (name, members, consumed, closed)."""
-        start = _ws(s, len(self.open))
+        start = after_ws(s, len(self.open))
         j = start
         while j < len(s) and _name_char(s[j]):
             j += 1
@@ -49,26 +38,24 @@ class Glm:
         members: list[str] = []
         i = j
         while True:
-            k = _ws(s, i)
+            k = after_ws(s, i)
             rest = s[k:]
             if rest.startswith(self.key_open):
                 kind, at, _ = find_marker(s[k + len(self.key_open) :], [self.key_close])
                 if kind != "found":
                     return None if not end else (name, members, len(s), False)
                 key_start = k + len(self.key_open)
-                key = s[key_start : key_start + at].strip(_WS)
+                key = s[key_start : key_start + at].strip(WS)
                 i = key_start + at + len(self.key_close)
-                v = _ws(s, i)
+                v = after_ws(s, i)
                 if s[v:].startswith(self.value_open):
-                    vs = v + len(self.value_open)
-                    kind, at, which = find_marker(s[vs:], [self.value_close, self.key_open, self.close])
-                    if kind != "found":
-                        if not end:
-                            return None
-                        members.append(member_json(key, s[vs:], self.tools.types(name, key), False))
+                    raw, after = read_value(s, v + len(self.value_open), [self.value_close, self.key_open, self.close])
+                    if after is None and not end:
+                        return None
+                    members.append(member_json(key, raw, self.tools.types(name, key), False))
+                    if after is None:
                         return name, members, len(s), False
-                    members.append(member_json(key, s[vs : vs + at], self.tools.types(name, key), False))
-                    i = vs + at + (len(self.value_close) if which == 0 else 0)
+                    i = after
                 elif not end and (not s[v:] or could_become(s[v:], self.value_open)):
                     return None
                 continue
@@ -78,25 +65,16 @@ class Glm:
                 return name, members, len(s), False
             if not rest or could_become(rest, self.key_open) or could_become(rest, self.close):
                 return None
-            m = k + 1
-            while m < len(s) and not (s[m] == "<" or is_sentinel(s[m])):
-                m += 1
-            i = m
+            i = stray_end(s, k)
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:
             s = buf.text
             if self.state == "content":
-                kind, at, _ = find_marker(s, [self.open])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    self.state = "call"
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                if out.route_until(buf, [self.open], CONTENT, end) is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                self.state = "call"
+                continue
             parsed = self._call(s, end)
             if parsed is None:
                 return
@@ -105,8 +83,7 @@ class Glm:
                 self.state = "content"
                 continue
             name, members, consumed, _closed = parsed
-            index = out.start_call(name)
-            out.call_args(index, object_json(members))
+            out.add_call(name, object_json(members))
             out.route(buf, len(self.open), FRAMING)
             out.route(buf, consumed - len(self.open), TOOL)
             self.state = "content"

@@ -3,36 +3,24 @@
 from __future__ import annotations
 
 from sidecar.reference.parse.jsonish import parse_call_object
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, Stage
 
 MARKERS = ("<tool_call>", "</tool_call>")
 
 
-class Hermes:
+class Hermes(Stage):
     def __init__(self, markers: Markers) -> None:
         self.open = markers.pattern(MARKERS[0])
         self.close = markers.pattern(MARKERS[1])
         self.state = "content"
 
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
-
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:
             if self.state == "content":
-                kind, at, _ = find_marker(buf.text, [self.open])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    self.state = "call"
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                if out.route_until(buf, [self.open], CONTENT, end) is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                self.state = "call"
+                continue
             if self.state == "call":
                 call = parse_call_object(buf.text, len(self.open), ("arguments", "parameters"))
                 if call.status == "cut" and not end:
@@ -41,20 +29,15 @@ class Hermes:
                     out.route(buf, len(self.open), CONTENT)
                     self.state = "content"
                     continue
-                index = out.start_call(call.name)
-                out.call_args(index, call.arguments)
+                out.add_call(call.name, call.arguments)
                 out.route(buf, len(self.open), FRAMING)
                 out.route(buf, call.end - len(self.open), TOOL)
                 self.state = "after"
                 continue
             # after a call: framing up to `</tool_call>`, or up to the next `<tool_call>`
-            kind, at, index = find_marker(buf.text, [self.close, self.open])
-            if kind == "found":
-                out.route(buf, at + (len(self.close) if index == 0 else 0), FRAMING)
-                self.state = "content"
-                continue
-            if kind == "partial" and not end:
-                out.route(buf, at, FRAMING)
+            index = out.route_until(buf, [self.close, self.open], FRAMING, end)
+            if index is None:
                 return
-            out.route_all(buf, FRAMING)
-            return
+            if index == 0:
+                out.route(buf, len(self.close), FRAMING)
+            self.state = "content"

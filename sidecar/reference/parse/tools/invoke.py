@@ -6,11 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker, is_sentinel
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, Stage, after_ws, is_sentinel
 from sidecar.reference.parse.schema import JSON_TEXT, Tools
-from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json
-
-_WS = " \t\n\r\x0c"
+from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json, read_value, stray_end
 
 
 @dataclass(frozen=True)
@@ -32,12 +30,6 @@ MINIMAX_MARKERS = (MINIMAX.block_open, MINIMAX.block_close)
 DSML_MARKERS = (DSML.block_open, DSML.block_close)
 
 
-def _ws(s: str, i: int = 0) -> int:
-    while i < len(s) and s[i] in _WS:
-        i += 1
-    return i
-
-
 def _header(s: str, i: int):  # noqa: ANN202
     """(key, attributes, end) of `key" attrs>` at i, or None before `>`."""
     quote = s.find('"', i)
@@ -49,26 +41,13 @@ def _header(s: str, i: int):  # noqa: ANN202
     return s[i:quote], s[quote + 1 : close], close + 1
 
 
-def _stray(s: str, i: int) -> int:
-    j = i + 1
-    while j < len(s) and not (s[j] == "<" or is_sentinel(s[j])):
-        j += 1
-    return j
-
-
-class InvokeCalls:
+class InvokeCalls(Stage):
     def __init__(self, dialect: Dialect, markers: Markers, tools: Tools) -> None:
         self.d = dialect
         self.block_open = markers.pattern(dialect.block_open)
         self.block_close = markers.pattern(dialect.block_close)
         self.tools = tools
         self.state = "content"
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _invoke(self, s: str, end: bool):  # noqa: ANN202
         """Reads an invoke at 0 (s starts with the invoke tag): None = wait, "bad" = malformed,
@@ -86,7 +65,7 @@ class InvokeCalls:
         i = start + header[2]
         members: list[str] = []
         while True:
-            k = _ws(s, i)
+            k = after_ws(s, i)
             after = s[k:]
             if after.startswith(d.param_open):
                 h = _header(s, k + len(d.param_open))
@@ -97,15 +76,13 @@ class InvokeCalls:
                     types = JSON_TEXT if 'string="false"' in attrs else frozenset({"string"})
                 else:
                     types = self.tools.types(name, key)
-                kind, at, which = find_marker(s[j:], [d.param_close, d.param_open, d.invoke_close, self.block_close])
-                if kind == "found":
-                    members.append(member_json(key, s[j : j + at], types, False))
-                    i = j + at + (len(d.param_close) if which == 0 else 0)
-                    continue
-                if not end:
+                raw, i = read_value(s, j, [d.param_close, d.param_open, d.invoke_close, self.block_close])
+                if i is None and not end:
                     return None
-                members.append(member_json(key, s[j:], types, False))
-                return name, members, len(s), "end"
+                members.append(member_json(key, raw, types, False))
+                if i is None:
+                    return name, members, len(s), "end"
+                continue
             if after.startswith(d.invoke_close):
                 return name, members, k + len(d.invoke_close), "invoke"
             if after.startswith(self.block_close):
@@ -114,26 +91,20 @@ class InvokeCalls:
                 return name, members, len(s), "end"
             if not after or any(could_become(after, p) for p in (d.param_open, d.invoke_close, self.block_close)):
                 return None
-            i = _stray(s, k)
+            i = stray_end(s, k)
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         d = self.d
         while True:
             s = buf.text
             if self.state == "content":
-                kind, at, _ = find_marker(s, [self.block_open])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    out.route(buf, len(self.block_open), FRAMING)
-                    self.state = "block"
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                if out.route_until(buf, [self.block_open], CONTENT, end) is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                out.route(buf, len(self.block_open), FRAMING)
+                self.state = "block"
+                continue
             if self.state == "block":
-                k = _ws(s)
+                k = after_ws(s)
                 after = s[k:]
                 if after.startswith(d.invoke_open):
                     out.route(buf, k, FRAMING)
@@ -148,7 +119,7 @@ class InvokeCalls:
                     out.route(buf, k, FRAMING)
                     return
                 else:
-                    out.route(buf, _stray(s, k), FRAMING)
+                    out.route(buf, stray_end(s, k), FRAMING)
                 continue
             parsed = self._invoke(s, end)
             if parsed is None:
@@ -158,7 +129,6 @@ class InvokeCalls:
                 self.state = "block"
                 continue
             name, members, consumed, finished_by = parsed
-            index = out.start_call(name)
-            out.call_args(index, object_json(members))
+            out.add_call(name, object_json(members))
             out.route(buf, consumed, TOOL)
             self.state = "content" if finished_by == "end" else "block"

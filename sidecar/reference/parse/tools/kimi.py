@@ -6,13 +6,12 @@ from __future__ import annotations
 import re
 
 from sidecar.reference.parse.jsonish import parse_value
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, find_marker
 
 MARKERS = (
     "<|tool_calls_section_begin|>", "<|tool_call_section_begin|>", "<|tool_call_begin|>", "<|tool_call_argument_begin|>",
     "<|tool_call_end|>", "<|tool_calls_section_end|>", "<|tool_call_section_end|>",
 )
-_WS = " \t\n\r\x0c"
 
 
 def name_of(header: str) -> str:
@@ -27,7 +26,7 @@ def name_of(header: str) -> str:
     return trimmed or rest
 
 
-class Kimi:
+class Kimi(Stage):
     def __init__(self, markers: Markers) -> None:
         p = [markers.pattern(m) for m in MARKERS]
         self.section_begin = p[0:2]
@@ -35,41 +34,25 @@ class Kimi:
         self.section_end = p[5:7]
         self.state = "content"
 
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
-
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:
             s = buf.text
             if self.state == "content":
                 pats = [*self.section_begin, self.call_begin]
-                kind, at, which = find_marker(s, pats)
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    out.route(buf, len(pats[which]), FRAMING)
-                    self.state = "header" if which == 2 else "section"
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                which = out.route_until(buf, pats, CONTENT, end)
+                if which is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                out.route(buf, len(pats[which]), FRAMING)
+                self.state = "header" if which == 2 else "section"
+                continue
             if self.state == "section":
                 pats = [self.call_begin, *self.section_end, self.call_end]
-                kind, at, which = find_marker(s, pats)
-                if kind == "found":
-                    out.route(buf, at, FRAMING)
-                    out.route(buf, len(pats[which]), FRAMING)
-                    self.state = {0: "header", 1: "content", 2: "content"}.get(which, "section")
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, FRAMING)
+                which = out.route_until(buf, pats, FRAMING, end)
+                if which is None:
                     return
-                out.route_all(buf, FRAMING)
-                return
+                out.route(buf, len(pats[which]), FRAMING)
+                self.state = {0: "header", 1: "content", 2: "content"}.get(which, "section")
+                continue
             # header
             kind, at, which = find_marker(s, [self.arg_begin, self.call_end, self.call_begin, *self.section_end])
             if kind != "found":
@@ -80,7 +63,7 @@ class Kimi:
                 out.route(buf, at, FRAMING)
                 self.state = "section"
                 continue
-            header = s[:at].strip(_WS)
+            header = s[:at].strip(WS)
             if not header:
                 out.route(buf, at + len(self.arg_begin), FRAMING)
                 self.state = "section"
@@ -89,7 +72,6 @@ class Kimi:
             value = parse_value(s, start)
             if value.status == "cut" and not end:
                 return
-            index = out.start_call(name_of(header), header)
-            out.call_args(index, value.text if value.text is not None else "{}")
+            out.add_call(name_of(header), value.text if value.text is not None else "{}", header)
             out.route(buf, value.end if value.status != "cut" else len(s), TOOL)
             self.state = "section"

@@ -5,35 +5,24 @@ member."""
 from __future__ import annotations
 
 from sidecar.reference.parse.jsonish import parse_call_object
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, Stage, after_ws
 
 MARKERS = ("<|python_tag|>",)
-_WS = " \t\n\r\x0c"
 
 
-def _ws(s: str) -> int:
-    return len(s) - len(s.lstrip(_WS))
-
-
-class Llama3Json:
+class Llama3Json(Stage):
     def __init__(self, markers: Markers) -> None:
         self.tag = markers.pattern(MARKERS[0])
         self.state = "start"
         self.tagged = False
         self.marker = 0  # a tag (and whitespace before it) at the start of the input, not yet routed
 
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
-
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:
             s = buf.text
             if self.state in ("start", "expect"):
                 marker = self.marker if self.state == "expect" else 0
-                k = _ws(s[marker:])
+                k = after_ws(s[marker:])
                 after = s[marker + k :]
                 if after.startswith("{"):
                     self.state = "object"
@@ -48,16 +37,10 @@ class Llama3Json:
                     self.state = "content"
                 continue
             if self.state == "content":
-                kind, at, _ = find_marker(s, [self.tag])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    self.state, self.tagged, self.marker = "expect", True, len(self.tag)
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                if out.route_until(buf, [self.tag], CONTENT, end) is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                self.state, self.tagged, self.marker = "expect", True, len(self.tag)
+                continue
             if self.state == "object":
                 call = parse_call_object(s, self.marker, ("parameters", "arguments"))
                 if call.status == "cut" and not end:
@@ -66,14 +49,13 @@ class Llama3Json:
                     out.route(buf, self.marker, CONTENT)
                     self.state = "content"
                     continue
-                index = out.start_call(call.name)
-                out.call_args(index, call.arguments)
+                out.add_call(call.name, call.arguments)
                 out.route(buf, self.marker, FRAMING)
                 out.route(buf, call.end - self.marker, TOOL)
                 self.state = "after"
                 continue
             # after a call
-            k = _ws(s)
+            k = after_ws(s)
             after = s[k:]
             if after.startswith(";"):
                 out.route(buf, k + 1, FRAMING)

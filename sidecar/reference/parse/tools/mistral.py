@@ -6,30 +6,19 @@ from __future__ import annotations
 import re
 
 from sidecar.reference.parse.jsonish import parse_call_object, parse_value
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, after_ws
 from sidecar.reference.parse.tools.xmlish import could_become
 
 MARKERS = ("[TOOL_CALLS]", "[ARGS]", "[CALL_ID]")
-_WS = " \t\n\r\x0c"
 _NAME = re.compile(r"[A-Za-z0-9_.\-]*")
 _ID = re.compile(r"[A-Za-z0-9]*")
 
 
-def _ws(s: str) -> int:
-    return len(s) - len(s.lstrip(_WS))
-
-
-class Mistral:
+class Mistral(Stage):
     def __init__(self, markers: Markers) -> None:
         self.tag, self.args_tag, self.id_tag = (markers.pattern(m) for m in MARKERS)
         self.state = "content"
         self.first = True
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _header(self, s: str, end: bool):  # noqa: ANN202
         name = _NAME.match(s).group()
@@ -46,9 +35,9 @@ class Mistral:
         if s[pos:].startswith(self.args_tag):
             pos += len(self.args_tag)
         rest = s[pos:]
-        after = rest[_ws(rest):]
+        after = rest[after_ws(rest):]
         if after.startswith("{"):
-            return name, call_id, pos + _ws(rest)
+            return name, call_id, pos + after_ws(rest)
         if not after and not end:
             return None
         if after and not end and (could_become(rest, self.id_tag) or could_become(rest, self.args_tag)):
@@ -59,22 +48,16 @@ class Mistral:
         while True:
             s = buf.text
             if self.state == "content":
-                kind, at, _ = find_marker(s, [self.tag])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    self.state = "tag"
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                if out.route_until(buf, [self.tag], CONTENT, end) is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                self.state = "tag"
+                continue
             if self.state == "tag":
                 m = len(self.tag)
-                k = _ws(s[m:])
+                k = after_ws(s[m:])
                 after = s[m + k :]
                 if after.startswith("["):
-                    inner = after[1:].lstrip(_WS)
+                    inner = after[1:].lstrip(WS)
                     if inner[:1] in ("{", "]") and inner:
                         out.route(buf, m + k + 1, FRAMING)
                         self.state, self.first = "item", True
@@ -95,8 +78,7 @@ class Mistral:
                     value = parse_value(after, length)
                     if value.status == "cut" and not end:
                         return
-                    index = out.start_call(name, call_id)
-                    out.call_args(index, value.text if value.text is not None else "{}")
+                    out.add_call(name, value.text if value.text is not None else "{}", call_id)
                     out.route(buf, m, FRAMING)
                     out.route(buf, k + (value.end if value.status != "cut" else len(after)), TOOL)
                     self.state = "content"
@@ -107,7 +89,7 @@ class Mistral:
                     self.state = "content"
                 continue
             if self.state == "item":
-                k = _ws(s)
+                k = after_ws(s)
                 after = s[k:]
                 if after.startswith("{"):
                     call = parse_call_object(s, 0, ("arguments", "parameters"))
@@ -116,8 +98,7 @@ class Mistral:
                     if call.name is None:
                         self.state = "content"
                         continue
-                    index = out.start_call(call.name)
-                    out.call_args(index, call.arguments)
+                    out.add_call(call.name, call.arguments)
                     out.route(buf, call.end, TOOL)
                     self.state = "next" if call.status == "done" else "content"
                 elif self.first and after.startswith("]"):
@@ -129,7 +110,7 @@ class Mistral:
                     self.state = "content"
                 continue
             # after an array element
-            k = _ws(s)
+            k = after_ws(s)
             after = s[k:]
             if after.startswith(","):
                 out.route(buf, k + 1, FRAMING)

@@ -7,7 +7,7 @@ import ast
 import json
 import re
 
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker
+from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, Stage
 
 MARKERS = ("<|python_start|>", "<|python_end|>")
 _WS = " \t\n\r"
@@ -218,34 +218,24 @@ def parse_list(s: str):  # noqa: ANN201
             members.append((key, value))
 
 
-class Pythonic:
+class Pythonic(Stage):
     def __init__(self, markers: Markers) -> None:
         self.start, self.end = (markers.pattern(m) for m in MARKERS)
         self.state = "content"
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:
             s = buf.text
             if self.state == "content":
-                kind, at, which = find_marker(s, ["[", self.start, self.end])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    if which == 0:
-                        self.state = "list"
-                    else:
-                        out.route(buf, len(self.start if which == 1 else self.end), FRAMING)
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                pats = ["[", self.start, self.end]
+                which = out.route_until(buf, pats, CONTENT, end)
+                if which is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                if which == 0:
+                    self.state = "list"
+                else:
+                    out.route(buf, len(pats[which]), FRAMING)
+                continue
             calls, status, stop = parse_list(s)
             if status == "wait" and not end:
                 return
@@ -254,6 +244,5 @@ class Pythonic:
                 out.route(buf, 1, CONTENT)
                 continue
             for name, members, _closed in calls:
-                index = out.start_call(name)
-                out.call_args(index, "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in members) + "}")
+                out.add_call(name, "{" + ", ".join(f"{json.dumps(k, ensure_ascii=False)}: {v}" for k, v in members) + "}")
             out.route(buf, len(s) if status == "wait" else stop, TOOL)

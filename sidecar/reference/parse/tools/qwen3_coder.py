@@ -5,34 +5,23 @@ parameters; a value ends at `</parameter>`, `<parameter=`, `</function>` or `</t
 
 from __future__ import annotations
 
-from sidecar.reference.parse.pipeline import CONTENT, FRAMING, TOOL, Buf, Markers, Out, find_marker, is_sentinel
+from sidecar.reference.parse.pipeline import (
+    CONTENT, FRAMING, TOOL, WS, Buf, Markers, Out, Stage, after_ws, is_sentinel,
+)
 from sidecar.reference.parse.schema import Tools
-from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json
+from sidecar.reference.parse.tools.xmlish import could_become, member_json, object_json, read_value, stray_end
 
 MARKERS = ("<tool_call>", "</tool_call>")
 FUNCTION, FUNCTION_END, PARAMETER, PARAMETER_END = "<function=", "</function>", "<parameter=", "</parameter>"
-_WS = " \t\n\r\x0c"
 
 
-def _ws(s: str, i: int) -> int:
-    while i < len(s) and s[i] in _WS:
-        i += 1
-    return i
-
-
-class Qwen3Coder:
+class Qwen3Coder(Stage):
     def __init__(self, markers: Markers, tools: Tools) -> None:
         self.open = markers.pattern(MARKERS[0])
         self.close = markers.pattern(MARKERS[1])
         self.tools = tools
         self.state = "content"
         self.block = 0  # bytes of `<tool_call>` + whitespace before a `<function=`
-
-    def held(self) -> int:
-        return 0
-
-    def primed(self, flag: bool | None) -> None:
-        pass
 
     def _function(self, s: str, end: bool):  # noqa: ANN202
         """Reads a function at the start of `s` (which starts with `<function=`): None = wait,
@@ -43,28 +32,25 @@ class Qwen3Coder:
             j += 1
         if j >= len(s):
             return None if not end else ("text",)
-        name = s[i:j].strip(_WS)
+        name = s[i:j].strip(WS)
         if s[j] != ">" or not name:
             return ("text",)
         i = j + 1
         members: list[tuple[str, str]] = []
         while True:  # parameters
-            k = _ws(s, i)
+            k = after_ws(s, i)
             rest = s[k:]
             if rest.startswith(PARAMETER):
                 close_name = s.find(">", k + len(PARAMETER))
                 if close_name < 0:
                     return None if not end else ("call", name, members, len(s), "end")
-                key = s[k + len(PARAMETER) : close_name].strip(_WS)
-                i = close_name + 1
-                kind, at, which = find_marker(s[i:], [PARAMETER_END, PARAMETER, FUNCTION_END, self.close])
-                if kind != "found":
-                    if not end:
-                        return None
-                    members.append((key, s[i:]))
+                key = s[k + len(PARAMETER) : close_name].strip(WS)
+                raw, i = read_value(s, close_name + 1, [PARAMETER_END, PARAMETER, FUNCTION_END, self.close])
+                if i is None and not end:
+                    return None
+                members.append((key, raw))
+                if i is None:
                     return ("call", name, members, len(s), "end")
-                members.append((key, s[i : i + at]))
-                i += at + (len(PARAMETER_END) if which == 0 else 0)
                 continue
             if rest.startswith(FUNCTION_END):
                 return ("call", name, members, k + len(FUNCTION_END), "function")
@@ -74,29 +60,20 @@ class Qwen3Coder:
                 return ("call", name, members, len(s), "end")
             if not rest or any(could_become(rest, p) for p in (PARAMETER, FUNCTION_END, self.close)):
                 return None
-            # stray text: skip to the next tag
-            m = k + 1
-            while m < len(s) and not (s[m] == "<" or is_sentinel(s[m])):
-                m += 1
-            i = m
+            i = stray_end(s, k)  # stray text: skip to the next tag
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:
             s = buf.text
             if self.state == "content":
-                kind, at, which = find_marker(s, [self.open, FUNCTION])
-                if kind == "found":
-                    out.route(buf, at, CONTENT)
-                    self.state = "block" if which == 0 else "function"
-                    self.block = 0
-                    continue
-                if kind == "partial" and not end:
-                    out.route(buf, at, CONTENT)
+                which = out.route_until(buf, [self.open, FUNCTION], CONTENT, end)
+                if which is None:
                     return
-                out.route_all(buf, CONTENT)
-                return
+                self.state = "block" if which == 0 else "function"
+                self.block = 0
+                continue
             if self.state == "block":
-                k = _ws(s, len(self.open))
+                k = after_ws(s, len(self.open))
                 after = s[k:]
                 if after.startswith(FUNCTION):
                     self.block = k
@@ -119,15 +96,14 @@ class Qwen3Coder:
                     self.state = "content"
                     continue
                 _, name, members, consumed, closed_by = parsed
-                index = out.start_call(name)
                 fields = [member_json(k, v, self.tools.types(name, k), True) for k, v in members]
-                out.call_args(index, object_json(fields))
+                out.add_call(name, object_json(fields))
                 out.route(buf, self.block, FRAMING)
                 out.route(buf, consumed, TOOL)
                 self.state = "content" if closed_by == "end" else "after"
                 continue
             # after a function
-            k = _ws(s, 0)
+            k = after_ws(s)
             after = s[k:]
             if after.startswith(self.close):
                 out.route(buf, k + len(self.close), FRAMING)

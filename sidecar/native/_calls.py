@@ -1,0 +1,61 @@
+"""How the wrappers call the library: borrowed arguments in, owned results out, and every failed
+call raised as its `SidecarError` (the conventions of the C ABI, see native/src/ffi/mod.rs)."""
+
+from __future__ import annotations
+
+from array import array
+from typing import Any, Callable, Sequence
+
+from sidecar.errors import InvalidArgument
+from sidecar.native._errors import raise_for_status
+from sidecar.native._ffi import ffi, lib
+
+
+def str_arg(data: bytes) -> dict:
+    """An `sc_str` borrowing `data`; the caller keeps `data` alive for the call."""
+    return {"ptr": ffi.from_buffer("uint8_t[]", data) if data else ffi.NULL, "len": len(data)}
+
+
+def ids_arg(ids: array) -> dict:
+    """An `sc_ids` borrowing a `uint32_t` array; the caller keeps it alive for the call."""
+    return {"ptr": ffi.from_buffer("uint32_t[]", ids) if ids else ffi.NULL, "len": len(ids)}
+
+
+def ids_array(ids: Sequence[int], field: str) -> array:
+    """Token ids as a C `uint32_t` array; an id outside 0..2^32-1 is InvalidArgument naming `field`."""
+    try:
+        return array("I", ids)
+    except (OverflowError, TypeError) as e:
+        raise InvalidArgument(f"{field}: token ids must be integers in [0, 2^32): {e}") from None
+
+
+def timeout_us(timeout_s: float | None) -> int:
+    # 0 means "no deadline" to the native side, so a deadline already passed becomes 1 us.
+    if timeout_s is None:
+        return 0
+    return max(1, int(timeout_s * 1e6))
+
+
+def unpack_bytes(ptr: Any, n: int) -> bytes:
+    """`n` bytes at a `uint8_t *` of a result (which is NULL when empty)."""
+    return ffi.unpack(ffi.cast("char *", ptr), n) if n else b""
+
+
+def call_out(ctype: str, fn: Callable[..., int], *args: Any) -> Any:
+    """Calls `fn(*args, out, err)` with a fresh `ctype *` out-slot and returns what it wrote there
+    (a handle or a result the caller frees), raising the error of a failed call."""
+    out = ffi.new(ctype + " *")
+    err = ffi.new("sc_error **")
+    raise_for_status(fn(*args, out, err), err)
+    return out[0]
+
+
+def call_bytes(fn: Callable[..., int], *args: Any) -> bytes:
+    """Calls `fn(*args, out, err)` that fills an `sc_bytes`; returns a copy and frees the buffer."""
+    out = ffi.new("sc_bytes *")
+    err = ffi.new("sc_error **")
+    raise_for_status(fn(*args, out, err), err)
+    try:
+        return unpack_bytes(out.ptr, out.len)
+    finally:
+        lib.sc_bytes_free(out)
