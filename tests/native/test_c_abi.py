@@ -128,6 +128,35 @@ def test_null_out_pointer_is_an_error_not_a_leak_or_crash() -> None:
     assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "out: null out-pointer")
 
 
+def _null_out_calls(n: int) -> None:
+    """Calls every export whose result owns memory with a NULL out-pointer, `n` times each."""
+    tok = new_toy()
+    err = ffi.new("sc_error **")
+    text = b"ab " * 4000
+    buf = ffi.from_buffer("uint8_t[]", text)
+    items = ffi.new("sc_str[]", [{"ptr": buf, "len": len(text)}])
+    options = ffi.new("sc_encode_options *", {"add_special_tokens": True, "return_offsets": True})
+    ids = ffi.new("uint32_t[]", [6, 2, 4, 7] * 2000)
+    seqs = ffi.new("sc_ids[]", [{"ptr": ids, "len": 8000}])
+    try:
+        for _ in range(n):
+            assert lib.sc_tokenizer_encode_batch(tok, items, 1, options, ffi.NULL, err) == lib.SC_STATUS_ERROR
+            assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "out: null out-pointer")
+            assert lib.sc_tokenizer_decode_batch(tok, seqs, 1, False, 0, ffi.NULL, err) == lib.SC_STATUS_ERROR
+            assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "out: null out-pointer")
+            assert lib.sc_tokenizer_info(tok, ffi.NULL, err) == lib.SC_STATUS_ERROR
+            assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "out: null out-pointer")
+    finally:
+        lib.sc_tokenizer_free(tok)
+
+
+def test_null_out_pointer_after_work_is_refused_before_allocating() -> None:
+    # The result of each call is ~100 KiB; were it built before the NULL check, 300 calls would leak
+    # tens of MiB.
+    grown = _rss_growth_in_fresh_process("_null_out_calls", 30, 300)
+    assert grown < 3072, f"RSS grew by {grown} KiB over 300 NULL-out calls"
+
+
 def test_null_err_pointer_still_reports_status() -> None:
     s, keep = c_str(b"{not json")
     out = ffi.new("sc_tokenizer **")

@@ -1,6 +1,6 @@
 //! Borrowed inputs, owned output buffers and handles.
 
-use super::write_out;
+use super::{require_out, write_out};
 use crate::error::{Error, Result};
 
 /// A borrowed UTF-8 string: pointer + length, not NUL-terminated. `ptr` may be NULL when `len` is 0.
@@ -172,6 +172,7 @@ pub(crate) unsafe fn free_handle<T>(handle: *mut T) {
 /// # Safety
 /// `out` must be NULL or valid for a write of an `sc_bytes`.
 pub(crate) unsafe fn write_json(out: *mut sc_bytes, value: &serde_json::Value) -> Result<()> {
+    require_out(out, "out")?;
     let bytes = serde_json::to_vec(value).map_err(|e| Error::internal(e.to_string()))?;
     // SAFETY: forwarded from the caller.
     unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }

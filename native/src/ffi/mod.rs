@@ -51,16 +51,23 @@ pub(crate) fn guard(err: *mut *mut sc_error, body: impl FnOnce() -> Result<()>) 
     }
 }
 
-/// Writes `value` through an out-pointer, refusing NULL.
-///
-/// # Safety
-/// `out` must be NULL or valid for a write of `T`.
-pub(crate) unsafe fn write_out<T>(out: *mut T, value: T, field: &str) -> Result<()> {
+/// Refuses a NULL out-pointer. Exports whose result owns memory call this before doing any
+/// work, so a NULL `out` can never leave an allocation behind that nobody can free.
+pub(crate) fn require_out<T>(out: *mut T, field: &str) -> Result<()> {
     if out.is_null() {
         return Err(crate::Error::invalid_argument(format!(
             "{field}: null out-pointer"
         )));
     }
+    Ok(())
+}
+
+/// Writes `value` through an out-pointer, refusing NULL.
+///
+/// # Safety
+/// `out` must be NULL or valid for a write of `T`.
+pub(crate) unsafe fn write_out<T>(out: *mut T, value: T, field: &str) -> Result<()> {
+    require_out(out, field)?;
     // SAFETY: non-null, and the caller promises it is valid for writes.
     unsafe { out.write(value) };
     Ok(())

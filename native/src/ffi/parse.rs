@@ -14,7 +14,7 @@ use super::buf::{
 };
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
-use super::{guard, write_out};
+use super::{guard, require_out, write_out};
 use crate::error::Error;
 use crate::parse::{Handled, Mux, MuxLimits, OpenOptions, ParseModel, Session, SessionConfig};
 
@@ -238,6 +238,8 @@ pub unsafe extern "C" fn sc_parse_mux_handle(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
+        require_out(kind, "kind")?;
+        require_out(out, "out")?;
         // SAFETY: the caller passes a live handle that no other thread uses.
         let mux = unsafe { read_handle_mut(mux, "mux")? };
         // SAFETY: the caller lends the bytes for the call.
@@ -270,6 +272,7 @@ pub unsafe extern "C" fn sc_parse_mux_trace(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
+        require_out(out, "out")?;
         // SAFETY: the caller passes a live handle and lends the string.
         let mux = unsafe { read_handle(mux, "mux")? };
         // SAFETY: as above.

@@ -13,7 +13,7 @@ use super::buf::{
 };
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
-use super::{guard, write_out};
+use super::{guard, require_out, write_out};
 use crate::error::{Error, Result};
 use crate::template::{ChatTemplates, Clock, Limits, RenderRequest};
 use crate::tokenizer::{CacheStats, EncodeOptions, SegmentCache, Tokenizer};
@@ -207,6 +207,7 @@ pub unsafe extern "C" fn sc_renderer_render(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
+        require_out(out, "out")?;
         // SAFETY: the caller passes a live handle and a readable request for the call.
         let r = unsafe { read_handle(r, "renderer")? };
         // SAFETY: as above.

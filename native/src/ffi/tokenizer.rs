@@ -11,7 +11,7 @@ use super::buf::{
     sc_ids, sc_str, write_handle, write_json,
 };
 use super::status::sc_error;
-use super::{guard, write_out};
+use super::{guard, require_out, write_out};
 use crate::tokenizer::{EncodeOptions, Tokenizer, TruncationSide};
 
 /// A loaded tokenizer; immutable, shareable across threads. Free with `sc_tokenizer_free`.
@@ -192,6 +192,7 @@ pub unsafe extern "C" fn sc_tokenizer_encode_batch(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
+        require_out(out, "out")?;
         // SAFETY: the caller passes a live handle and readable arguments for the call.
         let t = unsafe { read_handle(tok, "tokenizer")? }.tokenizer();
         // SAFETY: as above.
@@ -309,6 +310,7 @@ pub unsafe extern "C" fn sc_tokenizer_decode_batch(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
+        require_out(out, "out")?;
         // SAFETY: the caller passes a live handle and readable arguments for the call.
         let t = unsafe { read_handle(tok, "tokenizer")? }.tokenizer();
         // SAFETY: as above.
