@@ -50,9 +50,10 @@ test-python: build ## pytest: unit, C-ABI contract, differential parity, end to 
 bench: build ## Benchmarks; results go to bench/results.md (quoted by the README)
 	$(PY) -m bench.run --out bench/results.md
 
-lint: setup ## cargo clippy and fmt check
+lint: setup ## cargo clippy and fmt check, pyflakes on the Python code
 	cargo clippy $(CARGO_FLAGS) -- -D warnings
 	cargo fmt --manifest-path native/Cargo.toml --check
+	$(PY) -m pyflakes $$(git ls-files '*.py' | grep -v '^sidecar/v1/')
 
 clean: ## Remove build outputs (keeps .venv)
 	cargo clean --manifest-path native/Cargo.toml

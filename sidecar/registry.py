@@ -142,6 +142,9 @@ class ModelRegistry:
         )
         templates, variables = renderer_inputs(config)
         model.extras["renderer"] = self.backend.load_renderer(templates, variables, tokenizer, self.render_settings)
+        # Built here, not on the first ParseStream open: it takes ~100 ms per model natively and
+        # would stall the event loop under live traffic.
+        model.extras["parse_model"] = self.backend.load_parse_model(tokenizer)
         self._models[spec.name] = model
         return model
 

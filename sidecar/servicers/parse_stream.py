@@ -23,22 +23,12 @@ from sidecar.backend import ParseLimits, ParseModel, ParseMux
 from sidecar.errors import InvalidArgument, SidecarError
 from sidecar.logs import get_logger
 from sidecar.parse_defaults import default_parsers
-from sidecar.registry import Model
 from sidecar.runtime import Runtime
 from sidecar.v1 import preprocessor_pb2 as pb
 
 _log = get_logger("sidecar.parse_stream")
 
 _RPC = "ParseStream"
-
-
-def parse_model_of(model: Model, backend) -> ParseModel:  # noqa: ANN001 - Backend
-    """The model's parse data, built on first use and kept with the model."""
-    parse_model = model.extras.get("parse_model")
-    if parse_model is None:
-        parse_model = backend.load_parse_model(model.tokenizer)
-        model.extras["parse_model"] = parse_model
-    return parse_model
 
 
 def error_delta(request_id: str, error: SidecarError) -> bytes:
@@ -108,6 +98,6 @@ class ParseStreamServicer:
             "include_stop_str_in_output": request.include_stop_str_in_output,
             "max_held_bytes": self._limits.max_held_bytes,
         }
-        parse_model = parse_model_of(model, self._runtime.registry.backend)
+        parse_model: ParseModel = model.extras["parse_model"]
         mux.open(parse_model, request.request_id, model.fingerprint, config, request.prompt_token_ids)
 

@@ -12,7 +12,6 @@ import json
 import random
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from sidecar.backend import ParseLimits, get_backend
 from sidecar.v1 import preprocessor_pb2 as pb

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import count_parity, require_shared_models
-from tests.parse.harness import case_ids, check_case, load_cases
+from tests.parse.harness import check_case, load_cases
 
 FORMATS = ["reasoning", "hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "deepseek_v31", "deepseek_v32", "minimax_m2", "glm45", "kimi_k2", "openai", "pythonic"]
 CASES = [case for fmt in FORMATS for case in load_cases(fmt)]

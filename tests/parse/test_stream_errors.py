@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import require_shared_models
-from tests.parse.harness import encode, parse_model, step_message
+from tests.parse.harness import encode, parse_model
 from sidecar.backend import ParseLimits, get_backend
 from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.v1 import preprocessor_pb2 as pb

@@ -115,7 +115,7 @@ def test_text_ids_and_offsets_agree_with_tokenize(backend_name: str) -> None:
 
 def test_add_special_tokens_defaults_off_and_can_be_asked_for(backend_name: str) -> None:
     # Llama 3's post-processor adds <|begin_of_text|>; chat templates already write it.
-    shared = require_shared_models()
+    require_shared_models()
     from tests.conftest import load_tokenizer
 
     backend = get_backend(backend_name)

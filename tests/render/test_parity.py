@@ -15,7 +15,6 @@ re-checked live on a sample here).
 from __future__ import annotations
 
 import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 

@@ -72,8 +72,16 @@ fn extend_uint32s(out: &mut Vec<u8>, ids: &[u32]) {
         for &id in chunk {
             let significant = (4 - id.leading_zeros() / 8) as usize;
             let immediate = id < 24;
-            let width = if immediate { 0 } else { UINT_WIDTH[significant] };
-            buf[pos] = if immediate { id as u8 } else { UINT_HEAD[significant] };
+            let width = if immediate {
+                0
+            } else {
+                UINT_WIDTH[significant]
+            };
+            buf[pos] = if immediate {
+                id as u8
+            } else {
+                UINT_HEAD[significant]
+            };
             let payload = ((u64::from(id) << (32 - 8 * width)) as u32).to_be_bytes();
             buf[pos + 1..pos + 5].copy_from_slice(&payload);
             pos += 1 + width as usize;

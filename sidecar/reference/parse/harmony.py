@@ -8,7 +8,7 @@ import re
 
 from sidecar.reference.parse.jsonish import parse_value
 from sidecar.reference.parse.pipeline import (
-    CONTENT, FRAMING, REASONING, TOOL, Buf, Markers, Out, Stage, after_ws, find_marker, is_sentinel,
+    CONTENT, FRAMING, REASONING, TOOL, Buf, Markers, Out, Stage, after_ws, find_marker,
 )
 
 MARKERS = ("<|start|>", "<|channel|>", "<|message|>", "<|end|>", "<|call|>", "<|return|>", "<|constrain|>")
