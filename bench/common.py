@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -35,6 +36,9 @@ def measure(fn: Callable[[int], object], iterations: int, warmup: int = 3, min_s
     """Calls `fn(i)` with distinct i; keeps going until both `iterations` and `min_seconds` are met."""
     for i in range(warmup):
         fn(-1 - i)
+    # Start clean: otherwise a full collection of garbage left by an earlier section (transformers,
+    # big corpora) can land inside this one's samples and be charged to the path under test.
+    gc.collect()
     samples = []
     started = time.perf_counter()
     i = 0
