@@ -284,10 +284,11 @@ def growing(quick: bool) -> Section:
     tokens = len(_renderer(0).render(_options({"messages": steps[-1]}, False)).ids)
     section.notes.append(
         f"Each turn is about 250 tokens; the last prompt has {tokens} tokens. Best of {rounds} interleaved runs, each with a "
-        "fresh cache. The total includes JSON parsing, message normalization, the Jinja render and returning ids to "
-        "Python, which the cache does not change ('render only' measures them); it replaces tokenization of unchanged "
-        "segments by a lookup, so its effect on the total is bounded by the encoder's share: large with the "
-        "`tokenizers` crate, small with fastokens, which is itself several times faster."
+        "fresh cache. Requests return ids packed as the server's protobuf response (the Render servicer's path). The "
+        "total includes JSON parsing, message normalization and the Jinja render, which the cache does not change "
+        "('render only' measures them); the cache replaces tokenization of unchanged segments by a lookup, so its "
+        "effect on the total is bounded by the encoder's share: large with the `tokenizers` crate, small with "
+        "fastokens, which encodes this prose at roughly the cost of finding and looking up the segments."
     )
     section.notes.append("Target: cache on at least 3x faster than cache off.")
     return section
