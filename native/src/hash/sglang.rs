@@ -18,17 +18,20 @@ pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Vec<u64> {
     let mut prior: Option<[u8; 32]> = (!spec.cache_salt.is_empty())
         .then(|| sha256_parts(&[SALT_TAG, spec.cache_salt.as_bytes()]));
     let seed = namespace_seed(spec);
-    let mut bytes = Vec::with_capacity(page * 4);
+    // One reused buffer holds `prior || u32le(page)`, so each page is a single digest call.
+    let mut buf = vec![0u8; 32 + page * 4];
     tokens
         .chunks_exact(page)
         .map(|chunk| {
-            bytes.clear();
-            for t in chunk {
-                bytes.extend_from_slice(&t.to_le_bytes());
+            for (dst, t) in buf[32..].chunks_exact_mut(4).zip(chunk) {
+                dst.copy_from_slice(&t.to_le_bytes());
             }
-            let digest = match &prior {
-                Some(p) => sha256_parts(&[p, &bytes]),
-                None => sha256_parts(&[&bytes]),
+            let digest: [u8; 32] = match &prior {
+                Some(p) => {
+                    buf[..32].copy_from_slice(p);
+                    Sha256::digest(&buf).into()
+                }
+                None => Sha256::digest(&buf[32..]).into(),
             };
             prior = Some(digest);
             let value = i64::from_be_bytes(digest[..8].try_into().expect("32-byte digest"));
