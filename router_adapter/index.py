@@ -17,7 +17,11 @@ from __future__ import annotations
 
 import threading
 import time
+from bisect import bisect_right
 from collections import deque
+from functools import reduce
+from itertools import accumulate, repeat
+from operator import and_, neg, or_
 from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
@@ -392,21 +396,25 @@ def _walk(keys: list[int], holders_by_medium: list[dict[int, int]], active: int)
     depth: dict[int, int] = {}
     if not active:
         return depth
-    single = holders_by_medium[0] if len(holders_by_medium) == 1 else None
-    for i, key in enumerate(keys):
-        if single is not None:
-            present = single.get(key, 0)
-        else:
-            present = 0
-            for holders in holders_by_medium:
-                present |= holders.get(key, 0)
-        dropped = active & ~present
-        if dropped:
-            _record(depth, dropped, i)
-            active &= present
-            if not active:
-                return depth
-    _record(depth, active, len(keys))
+    if len(holders_by_medium) == 1:
+        present = list(map(holders_by_medium[0].get, keys, repeat(0, len(keys))))
+    else:
+        gets = [holders.get for holders in holders_by_medium]
+        present = [reduce(or_, [get(key, 0) for get in gets], 0) for key in keys]
+    # running[j]: the workers holding all of keys[:j]. Each value's bits are a subset of the one
+    # before, so the list is non-increasing as integers and each value is one contiguous run: the
+    # lookups and intersections run in C, and Python only visits the (at most one per worker)
+    # places where a worker drops out.
+    running = list(accumulate(present, and_, initial=active))
+    j = 0
+    current = active
+    while current:
+        j = bisect_right(running, -current, lo=j, key=neg)
+        if j == len(running):
+            _record(depth, current, len(keys))
+            break
+        _record(depth, current & ~running[j], j - 1)
+        current = running[j]
     return depth
 
 
