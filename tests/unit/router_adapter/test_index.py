@@ -148,3 +148,27 @@ def test_engine_mode_matches_the_engines_hashes(backend: str) -> None:
     salted = _reference.block_hashes(TOKENS, HashSpec("vllm_sha256", BS, seed="0", cache_salt="t"))
     index.apply("b", BlockStored(salted[:2], None, [], BS))
     assert depths(index, TOKENS, cache_salt="t") == {"b": 2, "a": 0}
+
+
+def test_walk_equals_the_definition_on_random_holdings() -> None:
+    """`_walk` (C-level lookups, visiting only drop-out points) against the plain definition: each
+    active worker's count of leading keys it holds in any medium. Holdings here need not be
+    prefix-closed, so drop-outs happen anywhere."""
+    import random
+
+    from router_adapter.index import _walk
+
+    rng = random.Random(7)
+    for _ in range(3000):
+        keys = [rng.randrange(40) for _ in range(rng.randrange(30))]
+        media = [{k: rng.getrandbits(5) for k in rng.sample(range(40), rng.randrange(40))}
+                 for _ in range(rng.choice([0, 1, 1, 2, 3]))]
+        active = rng.getrandbits(5)
+        expected = {}
+        for bit in range(5):
+            if active >> bit & 1:
+                held = 0
+                while held < len(keys) and any(m.get(keys[held], 0) >> bit & 1 for m in media):
+                    held += 1
+                expected[bit] = held
+        assert _walk(keys, media, active) == expected
