@@ -19,10 +19,10 @@ import threading
 import time
 from bisect import bisect_right
 from collections import deque
+from dataclasses import dataclass, field, replace
 from functools import reduce
 from itertools import accumulate, repeat
 from operator import and_, neg, or_
-from dataclasses import dataclass, field, replace
 from typing import Callable, Sequence
 
 from router_adapter import hashing
