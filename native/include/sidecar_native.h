@@ -101,8 +101,10 @@ typedef struct Algorithm Algorithm;
 typedef struct sc_parse_model sc_parse_model;
 
 /*
- The open requests of one ParseStream; used by one thread at a time. Free with
- `sc_parse_mux_free`.
+ The open requests of one ParseStream. Calls on one multiplexer must not overlap: a call that
+ finds another one in progress fails with `FAILED_PRECONDITION` instead of racing it. Free with
+ `sc_parse_mux_free`, never while a call on it is in progress (the Python wrapper's lease
+ guarantees that).
  */
 typedef struct sc_parse_mux sc_parse_mux;
 
@@ -503,7 +505,8 @@ int32_t sc_parse_mux_new(struct sc_str limits_json,
  Frees a multiplexer and every request still open in it. NULL is a no-op.
 
  # Safety
- `mux` must be NULL or a handle from `sc_parse_mux_new`, not yet freed and not in use.
+ `mux` must be NULL or a handle from `sc_parse_mux_new`, not yet freed, with no call on it in
+ progress on any thread.
  */
 void sc_parse_mux_free(struct sc_parse_mux *mux);
 
@@ -523,8 +526,8 @@ uintptr_t sc_parse_mux_len(const struct sc_parse_mux *mux);
  duplicate id, prompt id outside the vocabulary), `RESOURCE_EXHAUSTED` (too many open requests).
 
  # Safety
- `mux` and `model` must be live handles (the mux used by no other thread); strings and ids are
- borrowed for the call; `err` NULL or writable.
+ `mux` and `model` must be live handles (a concurrent call on the same mux fails with
+ `FAILED_PRECONDITION`); strings and ids are borrowed for the call; `err` NULL or writable.
  */
 int32_t sc_parse_mux_open(struct sc_parse_mux *mux,
                           const struct sc_parse_model *model,
@@ -541,8 +544,9 @@ int32_t sc_parse_mux_open(struct sc_parse_mux *mux,
  `SC_ERR_KIND_INVALID_ARGUMENT`; failures of single requests are inside the answer.
 
  # Safety
- `mux` must be a live handle used by no other thread; `message` must be NULL (len 0) or readable
- for `len` bytes during the call; `out`, `kind` and `err` NULL or writable.
+ `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
+ `message` must be NULL (len 0) or readable for `len` bytes during the call; `out`, `kind` and
+ `err` NULL or writable.
  */
 int32_t sc_parse_mux_handle(struct sc_parse_mux *mux,
                             const uint8_t *message,

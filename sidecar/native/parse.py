@@ -15,6 +15,7 @@ from sidecar.errors import InvalidArgument
 from sidecar.native._calls import call_bytes, call_out, ids_arg, str_arg
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
+from sidecar.native._handle import Handle
 from sidecar.native.tokenizer import NativeTokenizer
 
 
@@ -23,17 +24,24 @@ class NativeParseModel:
 
     def __init__(self, tokenizer: NativeTokenizer, force_generic: bool = False) -> None:
         options = json.dumps({"force_generic": force_generic}).encode()
-        handle = call_out("sc_parse_model *", lib.sc_parse_model_new, tokenizer.handle, str_arg(options))
-        self._handle = ffi.gc(handle, lib.sc_parse_model_free)
-        info = json.loads(call_bytes(lib.sc_parse_model_info, self._handle))
+        with tokenizer.handle as tok:
+            handle = call_out("sc_parse_model *", lib.sc_parse_model_new, tok, str_arg(options))
+        self._handle = Handle(handle, lib.sc_parse_model_free, "parse model")
+        with self._handle as model:
+            info = json.loads(call_bytes(lib.sc_parse_model_info, model))
         self.decoder: str = info["decoder"]
         self.vocab_size: int = info["vocab_size"]
         self.tool_parsers: list[str] = info["tool_parsers"]
         self.reasoning_parsers: list[str] = info["reasoning_parsers"]
 
     @property
-    def handle(self):  # noqa: ANN201 - cffi cdata
+    def handle(self) -> Handle:
+        """The leased `sc_parse_model *` (requests opened with it keep their own reference)."""
         return self._handle
+
+    def close(self) -> None:
+        """Frees the parse data now, or when the last call in flight returns."""
+        self._handle.close()
 
     def bench(self, config: dict[str, Any], prompt_ids: Sequence[int], ids: Sequence[int], per_step: int,
               iterations: int) -> float:
@@ -41,24 +49,31 @@ class NativeParseModel:
         cfg = json.dumps(config).encode()
         prompt = array("I", prompt_ids)
         toks = array("I", ids)
-        return call_out(
-            "double", lib.sc_parse_bench, self._handle, str_arg(cfg), ids_arg(prompt), ids_arg(toks), per_step,
-            iterations,
-        )
+        with self._handle as model:
+            return call_out(
+                "double", lib.sc_parse_bench, model, str_arg(cfg), ids_arg(prompt), ids_arg(toks), per_step,
+                iterations,
+            )
 
 
 class NativeParseMux:
-    """The open requests of one ParseStream; used from one thread (the event loop)."""
+    """The open requests of one ParseStream.
+
+    The stream hands it one message at a time, inline or on a worker thread, and may close it while
+    a worker is still inside a large step (the client cancelled): the lease on the handle defers the
+    free until that step returns, and the native mux refuses a second concurrent call.
+    """
 
     def __init__(self, limits: ParseLimits) -> None:
         text = json.dumps({"max_requests": limits.max_requests, "remember_finished": limits.remember_finished}).encode()
-        self._handle = ffi.gc(call_out("sc_parse_mux *", lib.sc_parse_mux_new, str_arg(text)), lib.sc_parse_mux_free)
-        self._out = ffi.new("sc_bytes *")
-        self._kind = ffi.new("int32_t *")
-        self._err = ffi.new("sc_error **")
+        self._handle = Handle(call_out("sc_parse_mux *", lib.sc_parse_mux_new, str_arg(text)), lib.sc_parse_mux_free,
+                              "parse stream")
 
     def __len__(self) -> int:
-        return lib.sc_parse_mux_len(self._handle) if self._handle is not None else 0
+        if self._handle.closed:
+            return 0
+        with self._handle as mux:
+            return lib.sc_parse_mux_len(mux)
 
     def open(self, model: NativeParseModel, request_id: str, fingerprint: str, config: dict[str, Any],
              prompt_ids: Sequence[int]) -> None:
@@ -68,16 +83,19 @@ class NativeParseMux:
         except (OverflowError, TypeError) as e:
             raise InvalidArgument(f"open.prompt_token_ids: ids must be integers in [0, 2^32): {e}") from None
         err = ffi.new("sc_error **")
-        status = lib.sc_parse_mux_open(
-            self._handle, model.handle, str_arg(request_id.encode()), str_arg(fingerprint.encode()),
-            str_arg(json.dumps(config).encode()), ids_arg(prompt), err,
-        )
+        with self._handle as mux, model.handle as parse_model:
+            status = lib.sc_parse_mux_open(
+                mux, parse_model, str_arg(request_id.encode()), str_arg(fingerprint.encode()),
+                str_arg(json.dumps(config).encode()), ids_arg(prompt), err,
+            )
         raise_for_status(status, err)
 
     def handle(self, message: bytes) -> bytes | None:
         """Answers a raw step or cancel message; None for an open (the caller opens it)."""
-        out, kind, err = self._out, self._kind, self._err
-        status = lib.sc_parse_mux_handle(self._handle, ffi.from_buffer(message), len(message), out, kind, err)
+        # Fresh out-slots per call: a worker still finishing a cancelled step must not share them.
+        out, kind, err = ffi.new("sc_bytes *"), ffi.new("int32_t *"), ffi.new("sc_error **")
+        with self._handle as mux:
+            status = lib.sc_parse_mux_handle(mux, ffi.from_buffer(message), len(message), out, kind, err)
         raise_for_status(status, err)
         try:
             if kind[0] == lib.SC_PARSE_OPEN:
@@ -88,12 +106,10 @@ class NativeParseMux:
 
     def trace(self, request_id: str) -> dict | None:
         """The attribution trace of a request opened with `trace`."""
-        raw = call_bytes(lib.sc_parse_mux_trace, self._handle, str_arg(request_id.encode()))
+        with self._handle as mux:
+            raw = call_bytes(lib.sc_parse_mux_trace, mux, str_arg(request_id.encode()))
         return json.loads(raw) if raw else None
 
     def close(self) -> None:
-        """Frees every open request now."""
-        handle, self._handle = self._handle, None
-        if handle is not None:
-            ffi.gc(handle, None)  # detach the finalizer; freed right here
-            lib.sc_parse_mux_free(handle)
+        """Frees every open request now, or when the step in flight returns; idempotent."""
+        self._handle.close()

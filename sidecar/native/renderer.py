@@ -7,6 +7,7 @@ import json
 from sidecar.backend import CacheStats, RenderOptions, Rendered, RendererSettings
 from sidecar.native._calls import call_bytes, call_out, str_arg, timeout_us, unpack_bytes
 from sidecar.native._ffi import ffi, lib
+from sidecar.native._handle import Handle
 from sidecar.native.tokenizer import NativeTokenizer
 
 _EMPTY = b""
@@ -29,8 +30,9 @@ class NativeRenderer:
             "cache_bytes": settings.cache_bytes,
         }
         raw = json.dumps(config).encode()
-        handle = call_out("sc_renderer *", lib.sc_renderer_new, tokenizer.handle, str_arg(raw))
-        self._handle = ffi.gc(handle, lib.sc_renderer_free)
+        with tokenizer.handle as tok:
+            handle = call_out("sc_renderer *", lib.sc_renderer_new, tok, str_arg(raw))
+        self._handle = Handle(handle, lib.sc_renderer_free, "renderer")
         info = self.info()
         self.template_names: list[str] = [t["name"] for t in info["templates"]]
         #: Template name -> "string" or "openai" (vLLM's content format), for the ones that compile.
@@ -38,13 +40,12 @@ class NativeRenderer:
 
     def info(self) -> dict:
         """Templates with their content format, and the bytes the multi-turn cache holds."""
-        return json.loads(call_bytes(lib.sc_renderer_info, self._handle))
+        with self._handle as renderer:
+            return json.loads(call_bytes(lib.sc_renderer_info, renderer))
 
     def close(self) -> None:
-        """Frees the native renderer now instead of at garbage collection."""
-        if self._handle is not None:
-            lib.sc_renderer_free(ffi.gc(self._handle, None))
-            self._handle = None
+        """Frees the native renderer now, or when the last render in flight returns."""
+        self._handle.close()
 
     def render(self, opts: RenderOptions) -> Rendered:
         # Encoded strings must outlive the call: cffi's from_buffer borrows them.
@@ -75,7 +76,8 @@ class NativeRenderer:
         req.use_cache = opts.use_cache
         req.wire_response = opts.wire_response
         req.timeout_us = timeout_us(opts.timeout_s)
-        res = call_out("sc_render_result *", lib.sc_renderer_render, self._handle, req)
+        with self._handle as renderer:
+            res = call_out("sc_render_result *", lib.sc_renderer_render, renderer, req)
         try:
             cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)
             if opts.wire_response:

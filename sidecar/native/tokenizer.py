@@ -9,13 +9,14 @@ from typing import Sequence
 from sidecar.backend import AddedToken, EncodeOptions, Encoding
 from sidecar.native._calls import call_bytes, call_out, ids_array, str_arg, timeout_us, unpack_bytes
 from sidecar.native._ffi import ffi, lib
+from sidecar.native._handle import Handle
 
 
 class NativeTokenizer:
     """A tokenizer loaded in the native core; immutable and safe to share between threads."""
 
     def __init__(self, handle) -> None:  # noqa: ANN001 - cffi cdata
-        self._handle = ffi.gc(handle, lib.sc_tokenizer_free)
+        self._handle = Handle(handle, lib.sc_tokenizer_free, "tokenizer")
         info = self._info()
         self.encoder: str = info["encoder"]
         self.fast_rejection: str | None = info["fast_rejection"]
@@ -31,18 +32,17 @@ class NativeTokenizer:
         return cls(call_out("sc_tokenizer *", lib.sc_tokenizer_new, str_arg(path)))
 
     @property
-    def handle(self):  # noqa: ANN201 - cffi cdata
-        """The raw `sc_tokenizer *` (for other native calls that take a tokenizer)."""
+    def handle(self) -> Handle:
+        """The leased `sc_tokenizer *` (for other native calls that take a tokenizer)."""
         return self._handle
 
     def close(self) -> None:
-        """Frees the native tokenizer now instead of at garbage collection."""
-        if self._handle is not None:
-            lib.sc_tokenizer_free(ffi.gc(self._handle, None))
-            self._handle = None
+        """Frees the native tokenizer now, or when the last call in flight returns."""
+        self._handle.close()
 
     def _info(self) -> dict:
-        return json.loads(call_bytes(lib.sc_tokenizer_info, self._handle))
+        with self._handle as tok:
+            return json.loads(call_bytes(lib.sc_tokenizer_info, tok))
 
     def encode_batch(self, texts: Sequence[str], opts: EncodeOptions) -> list[Encoding]:
         count = len(texts)
@@ -63,7 +63,8 @@ class NativeTokenizer:
                 "timeout_us": timeout_us(opts.timeout_s),
             },
         )
-        enc = call_out("sc_encodings *", lib.sc_tokenizer_encode_batch, self._handle, items, count, options)
+        with self._handle as tok:
+            enc = call_out("sc_encodings *", lib.sc_tokenizer_encode_batch, tok, items, count, options)
         try:
             return _unpack_encodings(enc)
         finally:
@@ -79,10 +80,11 @@ class NativeTokenizer:
         for i, (arr, buf) in enumerate(zip(arrays, keep)):
             items[i].ptr = buf
             items[i].len = len(arr)
-        texts = call_out(
-            "sc_texts *", lib.sc_tokenizer_decode_batch, self._handle, items, count, skip_special_tokens,
-            timeout_us(timeout_s),
-        )
+        with self._handle as tok:
+            texts = call_out(
+                "sc_texts *", lib.sc_tokenizer_decode_batch, tok, items, count, skip_special_tokens,
+                timeout_us(timeout_s),
+            )
         try:
             data = unpack_bytes(texts.data, texts.data_len)
             lens = ffi.unpack(texts.lens, texts.count) if texts.count else []

@@ -42,13 +42,14 @@ def test_bad_open_arguments_name_the_field() -> None:
     model = parse_model("native", "qwen3")
     err = ffi.new("sc_error **")
     bad_json = _str(b"{not json")
-    status = lib.sc_parse_mux_open(mux._handle, model.handle, _str(b"a"), _str(b""), bad_json, {"ptr": ffi.NULL, "len": 0}, err)
-    with pytest.raises(InvalidArgument, match="config_json"):
-        raise_for_status(status, err)
-    with pytest.raises(InvalidArgument, match="request_id"):
-        raise_for_status(
-            lib.sc_parse_mux_open(mux._handle, model.handle, {"ptr": ffi.NULL, "len": 3}, _str(b""), _str(b"{}"),
-                                  {"ptr": ffi.NULL, "len": 0}, err), err)
+    with mux._handle as mux_ptr, model.handle as model_ptr:
+        status = lib.sc_parse_mux_open(mux_ptr, model_ptr, _str(b"a"), _str(b""), bad_json, {"ptr": ffi.NULL, "len": 0}, err)
+        with pytest.raises(InvalidArgument, match="config_json"):
+            raise_for_status(status, err)
+        with pytest.raises(InvalidArgument, match="request_id"):
+            raise_for_status(
+                lib.sc_parse_mux_open(mux_ptr, model_ptr, {"ptr": ffi.NULL, "len": 3}, _str(b""), _str(b"{}"),
+                                      {"ptr": ffi.NULL, "len": 0}, err), err)
     mux.close()
     mux.close()  # idempotent
 

@@ -130,19 +130,6 @@ pub(crate) unsafe fn read_handle<'a, T>(ptr: *const T, field: &str) -> Result<&'
     Ok(unsafe { &*ptr })
 }
 
-/// Reads a handle argument for exclusive use, refusing NULL.
-///
-/// # Safety
-/// `ptr` must be NULL or a live handle of type `T` created by this library and used by no other
-/// thread during the call.
-pub(crate) unsafe fn read_handle_mut<'a, T>(ptr: *mut T, field: &str) -> Result<&'a mut T> {
-    if ptr.is_null() {
-        return Err(Error::invalid_argument(format!("{field}: null handle")));
-    }
-    // SAFETY: non-null live handle used by this thread only, as the caller promises.
-    Ok(unsafe { &mut *ptr })
-}
-
 /// Hands a new handle to the caller through `out` (the handle is dropped again when `out` is NULL).
 ///
 /// # Safety

@@ -2,15 +2,15 @@
 //! takes raw `ParseStreamRequest` bytes and answers with raw `ParseStreamResponse` bytes, so a
 //! whole decode step is one call with no per-request Python work.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Instant;
 
 use serde::Deserialize;
 use serde_json::json;
 
 use super::buf::{
-    free_handle, read_handle, read_handle_mut, read_ids, read_slice, read_str, sc_bytes, sc_ids,
-    sc_str, write_handle, write_json,
+    free_handle, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str,
+    write_handle, write_json,
 };
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
@@ -24,10 +24,26 @@ pub struct sc_parse_model {
     inner: Arc<ParseModel>,
 }
 
-/// The open requests of one ParseStream; used by one thread at a time. Free with
-/// `sc_parse_mux_free`.
+/// The open requests of one ParseStream. Calls on one multiplexer must not overlap: a call that
+/// finds another one in progress fails with `FAILED_PRECONDITION` instead of racing it. Free with
+/// `sc_parse_mux_free`, never while a call on it is in progress (the Python wrapper's lease
+/// guarantees that).
 pub struct sc_parse_mux {
-    inner: Mux,
+    inner: Mutex<Mux>,
+}
+
+impl sc_parse_mux {
+    /// Exclusive use for one call. A poisoned lock (a panic inside an earlier call, caught by
+    /// `guard`) still holds a consistent map of sessions, so it is used as is.
+    fn lock(&self) -> crate::Result<MutexGuard<'_, Mux>> {
+        match self.inner.try_lock() {
+            Ok(mux) => Ok(mux),
+            Err(TryLockError::Poisoned(poisoned)) => Ok(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => Err(Error::failed_precondition(
+                "mux: another call on this parse stream is still in progress",
+            )),
+        }
+    }
 }
 
 /// `sc_parse_mux_handle` answered a step or a cancel.
@@ -148,7 +164,7 @@ pub unsafe extern "C" fn sc_parse_mux_new(
             remember_finished: limits.remember_finished,
         };
         let handle = sc_parse_mux {
-            inner: Mux::new(limits),
+            inner: Mutex::new(Mux::new(limits)),
         };
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_handle(out, handle) }
@@ -158,7 +174,8 @@ pub unsafe extern "C" fn sc_parse_mux_new(
 /// Frees a multiplexer and every request still open in it. NULL is a no-op.
 ///
 /// # Safety
-/// `mux` must be NULL or a handle from `sc_parse_mux_new`, not yet freed and not in use.
+/// `mux` must be NULL or a handle from `sc_parse_mux_new`, not yet freed, with no call on it in
+/// progress on any thread.
 #[no_mangle]
 pub unsafe extern "C" fn sc_parse_mux_free(mux: *mut sc_parse_mux) {
     // SAFETY: the caller passes NULL or a handle it no longer uses and no request runs in it.
@@ -175,7 +192,7 @@ pub unsafe extern "C" fn sc_parse_mux_len(mux: *const sc_parse_mux) -> usize {
         return 0;
     }
     // SAFETY: non-null live handle, as the caller promises.
-    unsafe { &*mux }.inner.len()
+    unsafe { &*mux }.lock().map_or(0, |m| m.len())
 }
 
 /// Opens a request. `config_json` is a session configuration (`tool_parser`,
@@ -185,8 +202,8 @@ pub unsafe extern "C" fn sc_parse_mux_len(mux: *const sc_parse_mux) -> usize {
 /// duplicate id, prompt id outside the vocabulary), `RESOURCE_EXHAUSTED` (too many open requests).
 ///
 /// # Safety
-/// `mux` and `model` must be live handles (the mux used by no other thread); strings and ids are
-/// borrowed for the call; `err` NULL or writable.
+/// `mux` and `model` must be live handles (a concurrent call on the same mux fails with
+/// `FAILED_PRECONDITION`); strings and ids are borrowed for the call; `err` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn sc_parse_mux_open(
     mux: *mut sc_parse_mux,
@@ -198,8 +215,8 @@ pub unsafe extern "C" fn sc_parse_mux_open(
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
-        // SAFETY: the caller passes a live handle that no other thread uses.
-        let mux = unsafe { read_handle_mut(mux, "mux")? };
+        // SAFETY: the caller passes a live handle.
+        let mut mux = unsafe { read_handle(mux, "mux")? }.lock()?;
         // SAFETY: the caller passes a live handle and lends the arguments for the call.
         let model = Arc::clone(&unsafe { read_handle(model, "model")? }.inner);
         // SAFETY: as above.
@@ -216,7 +233,7 @@ pub unsafe extern "C" fn sc_parse_mux_open(
             request_id: request_id.to_string(),
             fingerprint: fingerprint.to_string(),
         };
-        mux.inner.open(model, &opts, &cfg, prompt)
+        mux.open(model, &opts, &cfg, prompt)
     })
 }
 
@@ -226,8 +243,9 @@ pub unsafe extern "C" fn sc_parse_mux_open(
 /// `SC_ERR_KIND_INVALID_ARGUMENT`; failures of single requests are inside the answer.
 ///
 /// # Safety
-/// `mux` must be a live handle used by no other thread; `message` must be NULL (len 0) or readable
-/// for `len` bytes during the call; `out`, `kind` and `err` NULL or writable.
+/// `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
+/// `message` must be NULL (len 0) or readable for `len` bytes during the call; `out`, `kind` and
+/// `err` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn sc_parse_mux_handle(
     mux: *mut sc_parse_mux,
@@ -240,12 +258,12 @@ pub unsafe extern "C" fn sc_parse_mux_handle(
     guard(err, || {
         require_out(kind, "kind")?;
         require_out(out, "out")?;
-        // SAFETY: the caller passes a live handle that no other thread uses.
-        let mux = unsafe { read_handle_mut(mux, "mux")? };
+        // SAFETY: the caller passes a live handle.
+        let mut mux = unsafe { read_handle(mux, "mux")? }.lock()?;
         // SAFETY: the caller lends the bytes for the call.
         let message = unsafe { read_slice(message, len, "message")? };
         let mut response = Vec::new();
-        let handled = mux.inner.handle(message, &mut response)?;
+        let handled = mux.handle(message, &mut response)?;
         let code = match handled {
             Handled::Done => SC_PARSE_HANDLED,
             Handled::Open => SC_PARSE_OPEN,
@@ -274,10 +292,10 @@ pub unsafe extern "C" fn sc_parse_mux_trace(
     guard(err, || {
         require_out(out, "out")?;
         // SAFETY: the caller passes a live handle and lends the string.
-        let mux = unsafe { read_handle(mux, "mux")? };
+        let mux = unsafe { read_handle(mux, "mux")? }.lock()?;
         // SAFETY: as above.
         let id = unsafe { read_str(request_id, "request_id")? };
-        let bytes = match mux.inner.trace(id) {
+        let bytes = match mux.trace(id) {
             Some(v) => serde_json::to_vec(&v).map_err(|e| Error::internal(e.to_string()))?,
             None => Vec::new(),
         };

@@ -1,0 +1,58 @@
+"""Clients that cancel, disconnect or misbehave on purpose must not take the server down.
+
+The first case is a crash reported against the server: a ParseStream step large enough to run on
+the worker pool, cancelled by the client while it runs, freed the stream's native state under the
+worker (SIGSEGV). It is replayed here many times with different sizes and delays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import grpc
+import pytest
+
+from sidecar.v1 import preprocessor_pb2 as pb
+from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
+from tests.conftest import LiveServer, start_server, stop_server
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    live = start_server(tmp_path_factory.mktemp("hostile"))
+    yield live
+    stop_server(live)
+
+
+async def _cancel_mid_step(target: str, rng: random.Random) -> None:
+    async with grpc.aio.insecure_channel(target, options=[("grpc.max_send_message_length", 64 << 20)]) as channel:
+        call = channel.stream_stream(
+            "/sidecar.v1.Preprocessor/ParseStream",
+            request_serializer=pb.ParseStreamRequest.SerializeToString,
+            response_deserializer=pb.ParseStreamResponse.FromString,
+        )()
+        await call.write(pb.ParseStreamRequest(open=pb.OpenRequest(
+            request_id="r", model="qwen3", tool_parser="none", reasoning_parser="none")))
+        opened = await call.read()
+        assert not opened.deltas, opened
+        ids = [rng.randrange(0, 150_000) for _ in range(rng.choice([30_000, 120_000, 400_000, 1_000_000]))]
+        await call.write(pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id="r", token_ids=ids)])))
+        await asyncio.sleep(rng.uniform(0.001, 0.05))
+        call.cancel()
+
+
+def test_cancelling_large_parse_steps_does_not_crash(server: LiveServer) -> None:
+    rng = random.Random(7)
+
+    async def rounds() -> None:
+        for _ in range(24):
+            await _cancel_mid_step(server.tcp, rng)
+
+    asyncio.run(rounds())
+    assert server.process.poll() is None, "the server died while clients cancelled large steps"
+    stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(server.uds))
+    assert stub.Tokenize(pb.TokenizeRequest(model="qwen3", texts=["still here"]), timeout=30).encodings[0].token_ids
+    assert not [e for e in server.log_lines() if e.get("event") == "rpc_crashed"]
