@@ -62,7 +62,7 @@ class Renderers:
     def get(self, backend: str, model: str, fast: bool = True):  # noqa: ANN201
         key = (backend, model, fast)
         if key not in self._cache:
-            from sidecar.backend import get_backend
+            from sidecar.factory import get_backend
             from sidecar.chat_template import renderer_inputs
             from sidecar.model_config import ModelConfig
 
