@@ -21,7 +21,7 @@ from router_adapter.spec import HashSpec
 
 
 class BlockHasher(Protocol):
-    """Block hashes and prefix keys; implementations must agree bit for bit (tests/parity)."""
+    """Block hashes and prefix keys; implementations must agree bit for bit (tests/kv/test_hashing.py)."""
 
     #: Shown in logs: which implementation a router or a server runs.
     name: str

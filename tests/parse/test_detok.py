@@ -16,6 +16,8 @@ import pytest
 from tests.conftest import TOKENIZER_MODELS, require_shared_models
 from tests.parse.harness import hf_tokenizer, run
 
+pytestmark = pytest.mark.parity
+
 TEXTS = [
     "Hello, world! How are you today?",
     "漢字とひらがな、カタカナ。中文测试：你好世界！한국어 텍스트",

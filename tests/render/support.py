@@ -1,7 +1,7 @@
 """The Render parity suite's inputs: the conversation files, the templates under test (every template
 in ../shared/models) and the model directory each one renders with.
 
-Shared by the tests and by `tests/parity/generate_render_expected.py`, which records transformers'
+Shared by the tests and by `tests/render/generate_expected.py`, which records transformers'
 output for every (template, conversation) pair.
 """
 

@@ -6,19 +6,18 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from router_adapter import _reference
+from router_adapter.errors import InvalidSpec
+from router_adapter.spec import ALGORITHMS, HashSpec, MmItem
+from sidecar.errors import InvalidArgument
+from sidecar.factory import get_hasher
+from tests.kv.cases import lcg_tokens, spec_of, tokens_of
 
-from kv_cases import lcg_tokens, spec_of, tokens_of  # noqa: E402
-from router_adapter import _reference  # noqa: E402
-from router_adapter.errors import InvalidSpec  # noqa: E402
-from router_adapter.spec import ALGORITHMS, HashSpec, MmItem  # noqa: E402
-from sidecar.errors import InvalidArgument  # noqa: E402
-from sidecar.factory import get_hasher  # noqa: E402
+pytestmark = pytest.mark.parity
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "data" / "kv" / "vectors.json").read_text())["cases"]
 native = pytest.importorskip("sidecar.native.hashing", reason="native library not built")
