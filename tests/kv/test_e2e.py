@@ -3,6 +3,7 @@ Tokenize with block hashes; errors as statuses."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Iterator
 
 import grpc
