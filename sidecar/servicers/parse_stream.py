@@ -65,6 +65,9 @@ class ParseStreamServicer:
             mux.close()
 
     def _open(self, mux: ParseMux, message: bytes, counts: StreamCounts) -> bytes:
+        """Opens the request of an `open` message; counts it as opened or, refused, as an error.
+        (A step's per-request errors are written by the native mux into its response bytes, which
+        the stream does not decode, so they are not in the count.)"""
         try:
             request = pb.ParseStreamRequest.FromString(message).open
         except Exception:  # noqa: BLE001 - protobuf raises DecodeError; native already parsed it
