@@ -24,9 +24,9 @@ import msgspec
 from bench.common import Section, Stats, fmt_time, measure
 from router_adapter import _reference
 from router_adapter.events import decode_batch
-from router_adapter.hashing import block_hashes, native_available
 from router_adapter.index import PrefixIndex
 from router_adapter.spec import ALGORITHMS, HashSpec
+from sidecar.factory import get_hasher
 
 BS = 16
 PROMPT = 32 * 1024
@@ -46,12 +46,13 @@ def hashing_section(quick: bool) -> Section:
     tokens = _tokens(PROMPT, 1)
     ids = array("I", tokens)
     rounds = 4 if quick else 30
+    native = get_hasher("native")
     for algorithm in ALGORITHMS:
         spec = HashSpec(algorithm, BS, seed="0")
-        assert block_hashes(tokens, spec, backend="native") == _reference.block_hashes(tokens, spec)
+        assert native.block_hashes(tokens, spec) == _reference.block_hashes(tokens, spec)
         paths = {
-            "array": lambda _: block_hashes(ids, spec, backend="native"),
-            "list": lambda _: block_hashes(tokens, spec, backend="native"),
+            "array": lambda _: native.block_hashes(ids, spec),
+            "list": lambda _: native.block_hashes(tokens, spec),
             "python": lambda _: _reference.block_hashes(tokens, spec),
         }
         # Interleaved rounds (one Python call, then a few native ones) so that a slow patch of a
@@ -98,7 +99,9 @@ def ingestion_section(quick: bool) -> Section:
     batches = _store_batches(16, sequences, blocks_per_seq, 7)
     total_blocks = sequences * blocks_per_seq
     for mode in ("content", "engine"):
-        index = PrefixIndex(BS) if mode == "content" else PrefixIndex(engine_spec=HashSpec("vllm_sha256", BS))
+        hasher = get_hasher("native")
+        index = (PrefixIndex(BS, hasher=hasher) if mode == "content"
+                 else PrefixIndex(engine_spec=HashSpec("vllm_sha256", BS), hasher=hasher))
         start = time.perf_counter()
         for worker, payload in batches:
             index.apply_batch(worker, decode_batch(payload))
@@ -122,8 +125,9 @@ def score_section(quick: bool) -> Section:
     rng = random.Random(11)
     for mode in ("content", "engine"):
         spec = HashSpec("vllm_sha256_cbor", BS, seed="0")
-        index = PrefixIndex(BS) if mode == "content" else PrefixIndex(engine_spec=spec)
-        engine_prompt = block_hashes(prompt, spec) if mode == "engine" else None
+        hasher = get_hasher("native")
+        index = PrefixIndex(BS, hasher=hasher) if mode == "content" else PrefixIndex(engine_spec=spec, hasher=hasher)
+        engine_prompt = hasher.block_hashes(prompt, spec) if mode == "engine" else None
         # Every worker holds a prefix of the prompt of a different depth, plus unrelated sequences up
         # to its share of the total.
         per_worker = total // workers
@@ -182,6 +186,4 @@ def _stored(hashes: list[int], tokens: list[int]):  # noqa: ANN202
 
 
 def run(quick: bool) -> list[Section]:
-    if not native_available():
-        return [Section("Router adapter", ["note"], [["native library not built: run `make native`"]])]
     return [hashing_section(quick), ingestion_section(quick), score_section(quick)]

@@ -121,7 +121,7 @@ _TOKENIZERS: dict[bool, object] = {}
 def _tokenizer(fast: bool = True):  # noqa: ANN202
     """The native Qwen3 tokenizer; `fast=False` keeps the fast encoder off (the `tokenizers` crate
     encodes everything, as for models where fastokens is not proven exact)."""
-    from sidecar.backend import get_backend
+    from sidecar.factory import get_backend
 
     if fast not in _TOKENIZERS:
         saved = os.environ.pop("SIDECAR_DISABLE_FASTOKENS", None)
@@ -137,7 +137,8 @@ def _tokenizer(fast: bool = True):  # noqa: ANN202
 
 
 def _renderer(cache_mb: int, fast: bool = True):  # noqa: ANN202
-    from sidecar.backend import RendererSettings, get_backend
+    from sidecar.backend import RendererSettings
+    from sidecar.factory import get_backend
     from sidecar.chat_template import renderer_inputs
     from sidecar.model_config import ModelConfig
 

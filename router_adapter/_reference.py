@@ -1,9 +1,9 @@
 """Pure-Python block hashing: the engines' algorithms written the obvious way, on the same
 libraries the engines call (`pickle`, `cbor2`, `hashlib`, `xxhash`).
 
-It is the reference the native core is held to (tests/parity) and the Python baseline of the
+It is the reference the native core is held to (tests/kv/test_hashing.py) and the Python baseline of the
 benchmarks. It is checked itself against vectors produced with the engines' own code
-(tests/data/kv, tests/parity/generate_kv_vectors.py).
+(tests/data/kv, tests/kv/generate_vectors.py).
 """
 
 from __future__ import annotations

@@ -25,8 +25,8 @@ from itertools import accumulate, repeat
 from operator import and_, neg, or_
 from typing import Callable, Sequence
 
-from router_adapter import hashing
 from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, Event, cache_salt_of
+from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
 from router_adapter.spec import HashSpec, MmItem
 
 #: Index keys of a request's or an event's full blocks.
@@ -99,7 +99,7 @@ class PrefixIndex:
         engine_spec: HashSpec | None = None,
         max_blocks: int = 4_000_000,
         group_idx: int = 0,
-        backend: str = "auto",
+        hasher: BlockHasher = REFERENCE_HASHER,
     ) -> None:
         if engine_spec is not None:
             engine_spec.validate()
@@ -115,7 +115,8 @@ class PrefixIndex:
         self.max_blocks = max_blocks
         self.group_idx = group_idx
         self.stats = IndexStats()
-        self._backend = backend
+        #: Computes request keys and event content keys (the pure-Python reference unless injected).
+        self.hasher = hasher
         self._lock = threading.Lock()
         self._workers: dict[str, _Worker] = {}
         self._free_bits: list[int] = []
@@ -161,8 +162,8 @@ class PrefixIndex:
             return []
         if self.engine_spec is not None:
             spec = replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, mm_items=tuple(mm_items))
-            return hashing.block_hashes(token_ids, spec, backend=self._backend)
-        return hashing.prefix_keys(token_ids, self.block_size, lora_name, cache_salt, backend=self._backend)
+            return self.hasher.block_hashes(token_ids, spec)
+        return self.hasher.prefix_keys(token_ids, self.block_size, lora_name, cache_salt)
 
     def score(
         self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
@@ -273,7 +274,7 @@ class PrefixIndex:
                 salt = cache_salt_of(event)
             bs = self.block_size
             tokens = event.token_ids[: len(hashes) * bs]
-            keys = hashing.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key, backend=self._backend)
+            keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key)
             if len(keys) < len(hashes):
                 # Fewer tokens than blocks: index what the tokens cover.
                 hashes = hashes[: len(keys)]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from router_adapter.events import Batch
+from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
 from router_adapter.index import PrefixIndex, Score
 from router_adapter.spec import HashSpec, MmItem
 from router_adapter.subscriber import Source, SourceStats, Subscriber
@@ -43,7 +44,7 @@ class KvRouter:
         max_blocks: int = 4_000_000,
         silence_timeout_s: float | None = 300.0,
         replay_timeout_s: float = 2.0,
-        backend: str = "auto",
+        hasher: BlockHasher = REFERENCE_HASHER,
     ) -> None:
         models = dict(models or {})
         self._worker_model: dict[str, str] = {}
@@ -53,10 +54,11 @@ class KvRouter:
         self.indexes: dict[str, PrefixIndex] = {
             name: PrefixIndex(
                 opts.block_size if opts.engine_spec is None else None,
-                engine_spec=opts.engine_spec, max_blocks=max_blocks, backend=backend,
+                engine_spec=opts.engine_spec, max_blocks=max_blocks, hasher=hasher,
             )
             for name, opts in models.items()
         }
+        _log.info("kv_router_hasher name=%s models=%s", hasher.name, ",".join(sorted(self.indexes)))
         self.subscriber = Subscriber(
             sources, self._on_batch, self._on_reset,
             silence_timeout_s=silence_timeout_s, replay_timeout_s=replay_timeout_s,

@@ -1,8 +1,8 @@
 """`HashSpec`: which engine algorithm to reproduce and the request facts it mixes in.
 
 The same fields as the native `HashSpec` (native/src/hash/spec.rs) and the `BlockHashing` proto
-message; `to_json()` is what crosses the C ABI. Validation lives here so both backends refuse the
-same specs with the same messages.
+message; `to_json()` is what a native hasher reads. Validation lives here so every hasher refuses
+the same specs with the same messages.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from sidecar.errors import InvalidArgument
+from router_adapter.errors import InvalidSpec
 
 ALGORITHMS = ("vllm_sha256", "vllm_sha256_cbor", "vllm_xxhash", "vllm_xxhash_cbor", "sglang_sha256", "dynamo_xxh3")
 VLLM_ALGORITHMS = ALGORITHMS[:4]
@@ -51,32 +51,32 @@ class HashSpec:
     sequence_hashes: bool = False
 
     def validate(self) -> None:
-        """Raises InvalidArgument naming the field when no engine could produce these hashes."""
+        """Raises InvalidSpec naming the field when no engine could produce these hashes."""
         if self.algorithm not in ALGORITHMS:
-            raise InvalidArgument(
+            raise InvalidSpec(
                 f"block_hashing.algorithm: unknown {self.algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
             )
         if not isinstance(self.block_size, int) or self.block_size <= 0:
-            raise InvalidArgument("block_hashing.block_size: must be > 0")
+            raise InvalidSpec("block_hashing.block_size: must be > 0")
         if self.algorithm in ("vllm_xxhash", "vllm_xxhash_cbor") and self.seed is None:
-            raise InvalidArgument(
+            raise InvalidSpec(
                 f"block_hashing.seed: {self.algorithm} without PYTHONHASHSEED uses a random per-process seed in "
                 "vLLM, so its hashes cannot be reproduced; give the engine's PYTHONHASHSEED"
             )
         if self.extra_keys not in ("tagged", "legacy"):
-            raise InvalidArgument(f"block_hashing.vllm_extra_keys: expected 'tagged' or 'legacy', got {self.extra_keys!r}")
+            raise InvalidSpec(f"block_hashing.vllm_extra_keys: expected 'tagged' or 'legacy', got {self.extra_keys!r}")
         if self.sglang_event_format not in ("default", "dynamo"):
-            raise InvalidArgument(
+            raise InvalidSpec(
                 f"block_hashing.sglang_event_format: expected 'default' or 'dynamo', got {self.sglang_event_format!r}"
             )
         previous = 0
         for i, item in enumerate(self.mm_items):
             if not item.identifier:
-                raise InvalidArgument(f"block_hashing.mm_items[{i}].identifier: empty")
+                raise InvalidSpec(f"block_hashing.mm_items[{i}].identifier: empty")
             if item.offset < 0 or item.length < 0:
-                raise InvalidArgument(f"block_hashing.mm_items[{i}]: offset and length must be >= 0")
+                raise InvalidSpec(f"block_hashing.mm_items[{i}]: offset and length must be >= 0")
             if item.offset < previous:
-                raise InvalidArgument(
+                raise InvalidSpec(
                     f"block_hashing.mm_items[{i}].offset: items must be sorted by offset (as the engine keeps them)"
                 )
             previous = item.offset

@@ -1,7 +1,9 @@
-"""The backend interface: what the servicers need from a tokenizer, a renderer and a parser,
-implemented twice: `sidecar.native` (the Rust core, the default) and `sidecar.reference`
-(pure Python on the PyPI `tokenizers` package). The differential tests hold the two to identical
-outputs and identical errors.
+"""The backend interface: what the servicers need from a tokenizer, a renderer and a parser.
+
+A leaf: types and protocols only, importing nothing of the project. The implementations,
+`sidecar.native` (the Rust core, the default) and `sidecar.reference` (pure Python on the PyPI
+`tokenizers` package: tokenize and render), import this module; `sidecar.factory` picks one by
+name. The differential tests hold the two to identical outputs and identical errors.
 """
 
 from __future__ import annotations
@@ -154,21 +156,62 @@ class ParseLimits:
 class ParseModel(Protocol):
     """A model's parsing data, shared by all its requests."""
 
-    #: "byte_level", "sentencepiece" or "generic" (native); "window" (reference).
+    #: "byte_level", "sentencepiece" or "generic".
     decoder: str
     tool_parsers: list[str]
     reasoning_parsers: list[str]
 
 
+@dataclass(frozen=True, slots=True)
+class ParseOpenConfig:
+    """How one ParseStream request is parsed: its `OpenRequest` with the model's defaults applied
+    (built once, where the request enters, by the ParseStream servicer). Parser names are checked
+    by the backend against the model's parsers."""
+
+    #: Resolved tool-call parser ("" or "none" = none).
+    tool_parser: str = ""
+    #: Resolved reasoning parser ("" or "none" = none).
+    reasoning_parser: str = ""
+    #: The request's tools, OpenAI shape, as JSON text ("" = none).
+    tools_json: str = ""
+    #: The request's `chat_template_kwargs` as JSON text ("" = none).
+    chat_template_kwargs_json: str = ""
+    skip_special_tokens: bool = True
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    #: Bytes of undecided output the request may hold back; more fails it (RESOURCE_EXHAUSTED).
+    max_held_bytes: int = 1 << 20
+    #: Keep the decoded stream and attributions for `ParseMux.trace` (tests).
+    trace: bool = False
+    #: Seed of generated tool-call ids; 0 = random (tests pin it).
+    id_seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("tool_parser", "reasoning_parser", "tools_json", "chat_template_kwargs_json"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"ParseOpenConfig.{name}: expected str, got {type(getattr(self, name)).__name__}")
+        if not isinstance(self.stop, tuple) or not all(isinstance(s, str) for s in self.stop):
+            raise TypeError("ParseOpenConfig.stop: expected a tuple of str")
+        if self.max_held_bytes <= 0 or self.id_seed < 0:
+            raise ValueError("ParseOpenConfig: max_held_bytes must be > 0 and id_seed >= 0")
+
+    def as_dict(self) -> dict:
+        """The fields by name (what the native core reads as JSON)."""
+        return {
+            "tool_parser": self.tool_parser, "reasoning_parser": self.reasoning_parser, "tools_json": self.tools_json,
+            "chat_template_kwargs_json": self.chat_template_kwargs_json,
+            "skip_special_tokens": self.skip_special_tokens, "stop": list(self.stop),
+            "include_stop_str_in_output": self.include_stop_str_in_output, "max_held_bytes": self.max_held_bytes,
+            "trace": self.trace, "id_seed": self.id_seed,
+        }
+
+
 class ParseMux(Protocol):
-    """The open requests of one ParseStream (used from one thread).
+    """The open requests of one ParseStream (used from one thread)."""
 
-    `config` of `open` holds the session options: `tool_parser`, `reasoning_parser` (resolved;
-    "" = none), `tools_json`, `chat_template_kwargs_json`, `skip_special_tokens`, `stop`,
-    `include_stop_str_in_output`, `max_held_bytes`, `trace`, `id_seed`.
-    """
-
-    def open(self, model: ParseModel, request_id: str, fingerprint: str, config: dict, prompt_ids: Sequence[int]) -> None:
+    def open(
+        self, model: ParseModel, request_id: str, fingerprint: str, config: ParseOpenConfig, prompt_ids: Sequence[int]
+    ) -> None:
         """Opens a request; raises InvalidArgument / ResourceExhausted naming the field."""
         ...
 
@@ -205,23 +248,11 @@ class Backend(Protocol):
         """Binds (name, source) chat templates and special-token variables to a loaded tokenizer."""
         ...
 
-    def load_parse_model(self, tokenizer: Tokenizer, force_generic: bool = False) -> ParseModel:
-        """Builds the parsing data of a loaded tokenizer."""
+    def load_parse_model(self, tokenizer: Tokenizer, force_generic: bool = False) -> ParseModel | None:
+        """Builds the parsing data of a loaded tokenizer; None on a backend that does not parse."""
         ...
 
     def new_parse_mux(self, limits: ParseLimits) -> ParseMux:
-        """A fresh ParseStream multiplexer."""
+        """A fresh ParseStream multiplexer; a backend that does not parse raises FailedPrecondition
+        saying why (the stream's status)."""
         ...
-
-
-def get_backend(name: str) -> Backend:
-    """The backend called `name` ("native" or "reference")."""
-    if name == "native":
-        from sidecar.native import NativeBackend
-
-        return NativeBackend()
-    if name == "reference":
-        from sidecar.reference import ReferenceBackend
-
-        return ReferenceBackend()
-    raise ValueError(f"unknown backend {name!r}; expected 'native' or 'reference'")

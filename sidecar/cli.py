@@ -75,11 +75,9 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
             fields[key] = int(value) if key == "block_size" else value
         if not sep or not algorithm:
             raise ValueError(f"--kv-engine-hash {text!r}: expected MODEL=ALGORITHM[,block_size=N][,seed=S]")
-        spec = HashSpec(**fields)
-        spec.validate()
-        engine_specs[name] = spec
-    return KvConfig(
-        sources=sources, block_size=args.kv_block_size or None, engine_specs=engine_specs,
+        engine_specs[name] = HashSpec(**fields)
+    return KvConfig(  # validated there
+        sources=tuple(sources), block_size=args.kv_block_size or None, engine_specs=engine_specs,
         max_blocks=args.kv_max_blocks, silence_timeout_s=args.kv_silence_timeout,
     )
 

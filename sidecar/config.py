@@ -5,23 +5,33 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from router_adapter import HashSpec, Source
 from sidecar.registry import ModelSpec
 
 
 @dataclass(frozen=True)
 class KvConfig:
-    """The router adapter: KV-event sources and how their indexes key blocks (`--kv-*` flags)."""
+    """The router adapter: KV-event sources and how their indexes key blocks (`--kv-*` flags).
+    Checked once here, where the flags enter: a bad value raises ValueError (an `InvalidSpec` for a
+    hash spec) naming it, before anything is started."""
 
     #: `--kv-events WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]`, parsed.
-    sources: list = field(default_factory=list)
+    sources: tuple[Source, ...] = ()
     #: Tokens per block; None = learned from the first event of each model.
     block_size: int | None = None
     #: Model name -> engine HashSpec (`--kv-engine-hash`): that model's index matches engine hashes.
-    engine_specs: dict = field(default_factory=dict)
+    engine_specs: dict[str, HashSpec] = field(default_factory=dict)
     #: Bound on indexed blocks per model (all workers and media).
     max_blocks: int = 4_000_000
     #: Seconds without a message after which a worker's state is dropped; 0 = never.
     silence_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sources", tuple(self.sources))
+        if self.block_size is not None and self.block_size <= 0:
+            raise ValueError("--kv-block-size: must be > 0")
+        for spec in self.engine_specs.values():
+            spec.validate()
 
 
 @dataclass(frozen=True)

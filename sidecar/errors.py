@@ -1,14 +1,19 @@
 """Every error the server can return, and the one table that maps them to gRPC status codes.
 
 Code anywhere in the server raises a `SidecarError` subclass with a message that names the field;
-the RPC wrapper (`sidecar.rpc`) turns it into the status below. Native errors arrive here through
-`sidecar.native._errors`, reference-backend errors are raised as these classes directly, so both
-backends fail the same way.
+its status is the class's `code` below. Native errors arrive here through `sidecar.native._errors`,
+reference-backend errors are raised as these classes directly, so both backends fail the same way;
+the router adapter library raises its own exception types (no gRPC there), mapped in
+`_LIBRARY_STATUS`. Every path reads the table through `status_of`: the unary and stream wrappers
+(`sidecar.rpc`) and the per-request errors of ParseStream (`status_proto_fields`). No other module
+maps errors to codes.
 """
 
 from __future__ import annotations
 
 import grpc
+
+from router_adapter.errors import InvalidSpec
 
 
 class SidecarError(Exception):
@@ -63,8 +68,43 @@ class Internal(SidecarError):
     code = grpc.StatusCode.INTERNAL
 
 
+def error_for_code(code: int, message: str) -> SidecarError:
+    """The error whose status has the numeric gRPC `code` (for a table exported by the native core
+    as code numbers); an unknown number is Internal."""
+    for cls in (InvalidArgument, NotFound, ResourceExhausted, FailedPrecondition, DeadlineExceeded, Unimplemented):
+        if cls.code.value[0] == code:
+            return cls(message)
+    return Internal(message)
+
+
+#: The router adapter's exceptions: they mean the caller asked for something no engine does.
+_LIBRARY_STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
+    (InvalidSpec, grpc.StatusCode.INVALID_ARGUMENT),
+)
+
+
+def is_expected(exc: BaseException) -> bool:
+    """Whether `exc` is an error the server raises on purpose (a status for the caller), as opposed
+    to a bug (logged with its traceback and answered INTERNAL)."""
+    return isinstance(exc, SidecarError) or any(isinstance(exc, cls) for cls, _ in _LIBRARY_STATUS)
+
+
 def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
     """The gRPC status and message for any exception; unexpected ones are INTERNAL."""
     if isinstance(exc, SidecarError):
         return exc.code, exc.message
+    for cls, code in _LIBRARY_STATUS:
+        if isinstance(exc, cls):
+            return code, str(exc)
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
+
+
+#: How a call the client abandoned is recorded (metrics and log line; nobody receives it).
+CANCELLED: tuple[grpc.StatusCode, str] = (grpc.StatusCode.CANCELLED, "cancelled by the client")
+
+
+def status_proto_fields(exc: BaseException) -> tuple[int, str]:
+    """`status_of` as the numeric code and message of a `sidecar.v1.Status` (a per-request error
+    inside a ParseStream response)."""
+    code, message = status_of(exc)
+    return code.value[0], message

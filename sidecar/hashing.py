@@ -1,6 +1,6 @@
 """Block hashes for Tokenize and Render responses: `BlockHashing` proto in, values + `BlockHashSpec` out.
 
-    hashes, spec = block_hashes_for(token_ids, request.block_hashing, backend=runtime.config.backend)
+    hashes, spec = block_hashes_for(runtime.hasher, token_ids, request.block_hashing)
     encoding.block_hashes.extend(hashes); response.block_hash_spec.CopyFrom(spec)
 """
 
@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from router_adapter import hashing
+from router_adapter.hashing import BlockHasher
 from router_adapter.spec import HashSpec, MmItem
 from sidecar.v1 import preprocessor_pb2 as pb
 
 
 def spec_from_proto(msg: pb.BlockHashing) -> HashSpec:
-    """The `HashSpec` a `BlockHashing` message asks for (validated: InvalidArgument names the field)."""
+    """The `HashSpec` a `BlockHashing` message asks for (validated: `InvalidSpec` names the field, and
+    `sidecar.errors` makes it INVALID_ARGUMENT)."""
     spec = HashSpec(
         algorithm=msg.algorithm,
         block_size=msg.block_size,
@@ -45,8 +46,8 @@ def spec_to_proto(spec: HashSpec) -> pb.BlockHashSpec:
 
 
 def block_hashes_for(
-    token_ids: Sequence[int], msg: pb.BlockHashing, *, backend: str = "native"
+    hasher: BlockHasher, token_ids: Sequence[int], msg: pb.BlockHashing
 ) -> tuple[list[int], pb.BlockHashSpec]:
     """The engine block hashes of `token_ids` and the spec that produced them."""
     spec = spec_from_proto(msg)
-    return hashing.block_hashes(token_ids, spec, backend=backend), spec_to_proto(spec)
+    return hasher.block_hashes(token_ids, spec), spec_to_proto(spec)

@@ -8,7 +8,16 @@ token...). The rules are ordered from the most specific marker to the most gener
 
 from __future__ import annotations
 
-from sidecar.registry import Model
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+
+@dataclass(frozen=True, slots=True)
+class ParseDefaults:
+    """The parsers a model's ParseStream requests get when they name none ("" = none)."""
+
+    tool_parser: str = ""
+    reasoning_parser: str = ""
 
 
 def detect_parsers(templates: list[str], added_tokens: set[str]) -> tuple[str, str]:
@@ -42,12 +51,8 @@ def detect_parsers(templates: list[str], added_tokens: set[str]) -> tuple[str, s
     return "", ""
 
 
-def default_parsers(model: Model) -> tuple[str, str]:
-    """The model's default (tool parser, reasoning parser): configured, else recognised."""
-    cached = model.extras.get("default_parsers")
-    if cached is None:
-        tokens = {t.content for t in model.tokenizer.added_tokens}
-        tool, reasoning = detect_parsers(list(model.config.chat_templates.values()), tokens)
-        cached = (model.options.get("tool_parser", tool), model.options.get("reasoning_parser", reasoning))
-        model.extras["default_parsers"] = cached
-    return cached
+def parse_defaults(templates: Iterable[str], added_tokens: Iterable[str], options: Mapping[str, str]) -> ParseDefaults:
+    """A model's defaults: configured (`tool_parser=`, `reasoning_parser=` options), else recognised
+    from its template sources and added-token texts."""
+    tool, reasoning = detect_parsers(list(templates), set(added_tokens))
+    return ParseDefaults(options.get("tool_parser", tool), options.get("reasoning_parser", reasoning))

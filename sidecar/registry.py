@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from sidecar.backend import Backend, RendererSettings, Tokenizer
+from sidecar.backend import Backend, ParseModel, Renderer, RendererSettings, Tokenizer
 from sidecar.chat_template import renderer_inputs
 from sidecar.errors import InvalidArgument, NotFound
 from sidecar.model_config import ModelConfig
+from sidecar.parse_defaults import ParseDefaults, parse_defaults
 
 #: Name of the model served when no `--model` is given.
 EMBEDDED_MODEL_NAME = "qwen3"
@@ -92,19 +93,24 @@ def compute_fingerprint(config: ModelConfig, defaults: dict[str, Any]) -> str:
     return "sha256:" + h.hexdigest()[:32]
 
 
-@dataclass
+@dataclass(frozen=True)
 class Model:
-    """A hosted model; its components are immutable and shared by all requests."""
+    """A hosted model; every component is built at load, immutable and shared by all requests."""
 
     name: str
     source: str
     config: ModelConfig
     tokenizer: Tokenizer
+    #: The name of the backend that loaded it (reported by ListModels).
     backend: str
     options: dict[str, str]
     fingerprint: str
-    #: Components added by later capabilities (renderer, parser defaults) keyed by name.
-    extras: dict[str, Any] = field(default_factory=dict)
+    #: Its chat templates bound to its tokenizer.
+    renderer: Renderer
+    #: Its parsing data; None on a backend that does not parse (ParseStream refuses it).
+    parse_model: ParseModel | None
+    #: The parsers its ParseStream requests get when they name none.
+    parse_defaults: ParseDefaults
 
     @property
     def stop_token_ids(self) -> list[int]:
@@ -131,6 +137,7 @@ class ModelRegistry:
         config = ModelConfig.from_dir(spec.directory)
         tokenizer = self.backend.load_tokenizer(spec.directory)
         defaults = {"options": spec.options, "add_special_tokens": {"tokenize": True, "render": False}}
+        templates, variables = renderer_inputs(config)
         model = Model(
             name=spec.name,
             source=spec.source or str(spec.directory),
@@ -139,12 +146,14 @@ class ModelRegistry:
             backend=self.backend.name,
             options=dict(spec.options),
             fingerprint=compute_fingerprint(config, defaults),
+            renderer=self.backend.load_renderer(templates, variables, tokenizer, self.render_settings),
+            # Built here, not on the first ParseStream open: it takes ~100 ms per model natively
+            # and would stall the event loop under live traffic.
+            parse_model=self.backend.load_parse_model(tokenizer),
+            parse_defaults=parse_defaults(
+                config.chat_templates.values(), (t.content for t in tokenizer.added_tokens), spec.options
+            ),
         )
-        templates, variables = renderer_inputs(config)
-        model.extras["renderer"] = self.backend.load_renderer(templates, variables, tokenizer, self.render_settings)
-        # Built here, not on the first ParseStream open: it takes ~100 ms per model natively and
-        # would stall the event loop under live traffic.
-        model.extras["parse_model"] = self.backend.load_parse_model(tokenizer)
         self._models[spec.name] = model
         return model
 

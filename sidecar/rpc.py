@@ -1,19 +1,25 @@
-"""The wrapper every RPC handler runs in: request id, structured log line, metrics, deadline, and the
-translation of exceptions into gRPC statuses (the table itself is in `sidecar.errors`).
+"""The wrappers every RPC handler runs in, unary and streaming alike: request id (from `x-request-id`
+metadata or generated, echoed in trailing metadata), one structured log line per call, metrics
+(requests and errors by code, latency, in-flight), the deadline, and the translation of exceptions
+into gRPC statuses (the table itself is in `sidecar.errors`). Anything unexpected that escapes a
+handler is logged with its traceback and answered INTERNAL.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import sys
 import time
+from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 import grpc
 import structlog
 
 from sidecar import metrics
-from sidecar.errors import DeadlineExceeded, SidecarError, status_of
+from sidecar.errors import CANCELLED, DeadlineExceeded, is_expected, status_of
 from sidecar.logs import get_logger
 
 _log = get_logger("sidecar.rpc")
@@ -33,6 +39,18 @@ class Call:
             raise DeadlineExceeded("the request's deadline passed before work started")
 
 
+@dataclass(slots=True)
+class StreamCounts:
+    """What one stream did, for its log line. The wrapper counts messages; the handler the rest."""
+
+    #: Client messages answered.
+    messages: int = 0
+    #: Requests the stream opened.
+    opened: int = 0
+    #: Requests that failed on their own (the stream went on).
+    errors: int = 0
+
+
 def request_id_of(context: grpc.aio.ServicerContext) -> str:
     """The caller's `x-request-id` metadata, or a fresh id."""
     for key, value in context.invocation_metadata() or ():
@@ -41,45 +59,106 @@ def request_id_of(context: grpc.aio.ServicerContext) -> str:
     return os.urandom(8).hex()
 
 
+def _failure(rpc: str, **fields: Any) -> tuple[grpc.StatusCode, str]:
+    """The status of the exception being handled; a bug is logged with its traceback."""
+    exc = sys.exc_info()[1]
+    if not is_expected(exc):
+        _log.exception("rpc_crashed", rpc=rpc, **fields)
+    return status_of(exc)
+
+
+class _Meters:
+    """One RPC's metric children, resolved once (a `labels()` lookup costs microseconds per call)."""
+
+    def __init__(self, rpc: str) -> None:
+        self.inflight = metrics.INFLIGHT.labels(rpc)
+        self.latency = metrics.LATENCY.labels(rpc)
+        self.ok = metrics.REQUESTS.labels(rpc, "OK")
+
+
+class _Outcome:
+    """Starts a call's bookkeeping and records how it ended (metrics and the log line)."""
+
+    def __init__(self, rpc: str, meters: _Meters, context: grpc.aio.ServicerContext) -> None:
+        self.rpc = rpc
+        self.meters = meters
+        self.start = time.perf_counter()
+        self.call = Call(rpc, request_id_of(context), context.time_remaining())
+        structlog.contextvars.bind_contextvars(request_id=self.call.request_id, rpc=rpc)
+        meters.inflight.inc()
+
+    def finish(self, failure: tuple[grpc.StatusCode, str] | None, **fields: Any) -> None:
+        elapsed = time.perf_counter() - self.start
+        self.meters.inflight.dec()
+        self.meters.latency.observe(elapsed)
+        structlog.contextvars.unbind_contextvars("request_id", "rpc")
+        if failure is None:
+            code = "OK"
+            self.meters.ok.inc()
+        else:
+            code = failure[0].name
+            metrics.REQUESTS.labels(self.rpc, code).inc()
+            metrics.ERRORS.labels(self.rpc, code).inc()
+            fields["error"] = failure[1]
+        _log.info("rpc", rpc=self.rpc, request_id=self.call.request_id, code=code, ms=round(elapsed * 1e3, 3),
+                  **fields)
+
+
 Handler = Callable[[Any, grpc.aio.ServicerContext, Call], Awaitable[Any]]
 
 
 def unary(rpc: str, handler: Handler) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
     """Wraps a unary handler `(request, context, call) -> response`."""
-    requests_ok = metrics.REQUESTS.labels(rpc, "OK")
-    latency = metrics.LATENCY.labels(rpc)
-    inflight = metrics.INFLIGHT.labels(rpc)
+    meters = _Meters(rpc)
 
     async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        start = time.perf_counter()
-        call = Call(rpc, request_id_of(context), context.time_remaining())
-        structlog.contextvars.bind_contextvars(request_id=call.request_id, rpc=rpc)
-        inflight.inc()
+        outcome = _Outcome(rpc, meters, context)
+        model = getattr(request, "model", "")
         failure: tuple[grpc.StatusCode, str] | None = None
         try:
-            call.check_deadline()
-            response = await handler(request, context, call)
-        except SidecarError as e:
-            failure = (e.code, e.message)
-        except Exception as e:  # noqa: BLE001 - anything else is a bug, reported as INTERNAL
-            failure = status_of(e)
-            _log.exception("rpc_crashed", model=getattr(request, "model", ""))
-        finally:
-            inflight.dec()
-            elapsed = time.perf_counter() - start
-            latency.observe(elapsed)
-            structlog.contextvars.unbind_contextvars("request_id", "rpc")
-        context.set_trailing_metadata((("x-request-id", call.request_id),))
+            outcome.call.check_deadline()
+            response = await handler(request, context, outcome.call)
+        except Exception:  # noqa: BLE001 - every exception becomes a status
+            failure = _failure(rpc, model=model)
+        except asyncio.CancelledError:
+            outcome.finish(CANCELLED, model=model)
+            raise
+        context.set_trailing_metadata((("x-request-id", outcome.call.request_id),))
+        outcome.finish(failure, model=model)
         if failure is None:
-            requests_ok.inc()
-            _log.info("rpc", rpc=rpc, request_id=call.request_id, code="OK", ms=round(elapsed * 1e3, 3),
-                      model=getattr(request, "model", ""))
             return response
-        code, message = failure
-        metrics.REQUESTS.labels(rpc, code.name).inc()
-        metrics.ERRORS.labels(rpc, code.name).inc()
-        _log.info("rpc", rpc=rpc, request_id=call.request_id, code=code.name, ms=round(elapsed * 1e3, 3),
-                  model=getattr(request, "model", ""), error=message)
-        await context.abort(code, message)
+        await context.abort(*failure)
+
+    return wrapped
+
+
+StreamHandler = Callable[[AsyncIterator[Any], grpc.aio.ServicerContext, Call, StreamCounts], AsyncIterator[Any]]
+
+
+def stream(rpc: str, handler: StreamHandler) -> Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]]:
+    """Wraps a bidirectional handler `(requests, context, call, counts) -> async iterator of answers`.
+    The call's status is the handler's: OK when it ends, the mapped status of what it raises."""
+    meters = _Meters(rpc)
+
+    async def wrapped(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        outcome = _Outcome(rpc, meters, context)
+        counts = StreamCounts()
+        context.set_trailing_metadata((("x-request-id", outcome.call.request_id),))
+        failure: tuple[grpc.StatusCode, str] | None = None
+        try:
+            outcome.call.check_deadline()
+            async with aclosing(handler(requests, context, outcome.call, counts)) as answers:
+                async for answer in answers:
+                    counts.messages += 1
+                    yield answer
+        except Exception:  # noqa: BLE001 - every exception becomes a status
+            failure = _failure(rpc, messages=counts.messages)
+        except (asyncio.CancelledError, GeneratorExit):
+            # The client went away mid-stream: recorded, then the cancellation goes on.
+            outcome.finish(CANCELLED, messages=counts.messages, opened=counts.opened, errors=counts.errors)
+            raise
+        outcome.finish(failure, messages=counts.messages, opened=counts.opened, errors=counts.errors)
+        if failure is not None:
+            await context.abort(*failure)
 
     return wrapped

@@ -1,4 +1,4 @@
-"""What every servicer shares: the registry, the settings, and the native worker pool.
+"""What every servicer shares: the registry, the settings, the block hasher and the native worker pool.
 
 CPU-heavy work never runs on the event loop: a call whose input is larger than `inline_bytes` goes to
 a bounded thread pool (cffi releases the GIL during native calls, so the pool runs truly in parallel),
@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Callable, TypeVar
 
+from router_adapter.hashing import BlockHasher
 from sidecar import metrics
 from sidecar.config import ServerConfig
 from sidecar.errors import ResourceExhausted
@@ -77,3 +78,5 @@ class Runtime:
     config: ServerConfig
     registry: ModelRegistry
     offloader: Offloader
+    #: Block hashes for Tokenize, Render and the KV router (chosen with the backend by `sidecar.factory`).
+    hasher: BlockHasher

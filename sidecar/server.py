@@ -14,13 +14,16 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from router_adapter import KvRouter, ModelOptions
+from router_adapter.hashing import BlockHasher
 from sidecar import metrics
-from sidecar.backend import RendererSettings, get_backend
+from sidecar.backend import RendererSettings
+from sidecar.factory import get_backend, get_hasher
 from sidecar.config import ServerConfig
 from sidecar.errors import FailedPrecondition
 from sidecar.logs import get_logger
 from sidecar.registry import ModelRegistry, embedded_spec
-from sidecar.rpc import unary
+from sidecar.rpc import stream, unary
 from sidecar.runtime import Offloader, Runtime
 from sidecar.servicers.detokenize import DetokenizeServicer
 from sidecar.servicers.kv_router import KvRouterServicer, register_metrics
@@ -76,16 +79,15 @@ def preprocessor_handler(runtime: Runtime) -> grpc.GenericRpcHandler:
             "Render": unary_handler("Render", render.Render, pb.RenderRequest, pb.RenderResponse),
             "ListModels": unary_handler("ListModels", models.ListModels, pb.ListModelsRequest, pb.ListModelsResponse),
             # Raw bytes both ways: the parse multiplexer reads and writes the wire format itself.
-            "ParseStream": grpc.stream_stream_rpc_method_handler(parse.ParseStream),
+            "ParseStream": grpc.stream_stream_rpc_method_handler(stream("ParseStream", parse.ParseStream)),
         },
     )
 
 
-def build_kv_router(config: ServerConfig):  # noqa: ANN201 - router_adapter.KvRouter
+def build_kv_router(config: ServerConfig, hasher: BlockHasher) -> KvRouter | None:
     """The router adapter for `--kv-events` sources, or None without any."""
     if config.kv is None or not config.kv.sources:
         return None
-    from router_adapter import KvRouter, ModelOptions
 
     kv_config = config.kv
     models = {
@@ -94,7 +96,7 @@ def build_kv_router(config: ServerConfig):  # noqa: ANN201 - router_adapter.KvRo
     }
     return KvRouter(
         kv_config.sources, block_size=kv_config.block_size, models=models, max_blocks=kv_config.max_blocks,
-        silence_timeout_s=kv_config.silence_timeout_s or None, backend=config.backend,
+        silence_timeout_s=kv_config.silence_timeout_s or None, hasher=hasher,
     )
 
 
@@ -148,7 +150,7 @@ class RunningServer:
     runtime: Runtime
     addresses: list[str]
     metrics_port: int | None
-    kv_router: object | None = None
+    kv_router: KvRouter | None = None
 
     async def drain(self, grace: float) -> None:
         """Stops taking new RPCs, lets in-flight ones finish for `grace` seconds, then stops."""
@@ -162,7 +164,8 @@ class RunningServer:
 async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> RunningServer:
     """Loads models (unless given) and starts listening."""
     registry = registry or load_registry(config)
-    runtime = Runtime(config, registry, Offloader(config.workers, config.max_queue, config.inline_bytes))
+    hasher = get_hasher(config.backend)
+    runtime = Runtime(config, registry, Offloader(config.workers, config.max_queue, config.inline_bytes), hasher)
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", config.max_message_bytes),
@@ -170,7 +173,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
             ("grpc.so_reuseport", 0),
         ]
     )
-    kv_router = build_kv_router(config)
+    kv_router = build_kv_router(config, hasher)
     server.add_generic_rpc_handlers((preprocessor_handler(runtime), kv_router_handler(runtime, kv_router)))
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -212,7 +215,7 @@ async def serve(config: ServerConfig) -> None:
     models = [m.name for m in running.runtime.registry]
     _log.info(
         "listening", addresses=running.addresses, metrics_port=running.metrics_port, backend=config.backend,
-        models=models,
+        hasher=running.runtime.hasher.name, models=models,
     )
     metrics_note = f", metrics on :{running.metrics_port}/metrics" if running.metrics_port else ""
     print(f"sidecar: serving {', '.join(models)} on {', '.join(running.addresses)}{metrics_note}", file=sys.stderr, flush=True)

@@ -50,7 +50,7 @@ def load_tokenizer(backend: str, model: str):  # noqa: ANN201
     """A tokenizer of a shared model, loaded once per session per backend."""
     key = (backend, model)
     if key not in _TOKENIZERS:
-        from sidecar.backend import get_backend
+        from sidecar.factory import get_backend
 
         _TOKENIZERS[key] = get_backend(backend).load_tokenizer(require_shared_models() / model)
     return _TOKENIZERS[key]

@@ -1,23 +1,34 @@
-"""The reference backend: the same operations in pure Python on the PyPI `tokenizers` package.
+"""The reference backend: tokenize and render in pure Python on the PyPI `tokenizers` and
+`minijinja` packages (block hashing has its reference in `router_adapter`).
 
 It exists to be obviously right, not fast: the native backend must match it exactly, and the
 differential tests prove that on every model in `../shared/models`. Select it with
-`sidecar serve --backend reference`.
+`sidecar serve --backend reference`. It does not parse: ParseStream is held to the engines' own
+parsers (their vectors), not to a second implementation written from the same notes, so on this
+backend the stream answers FAILED_PRECONDITION saying so.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from sidecar.backend import ParseLimits, RendererSettings
+from sidecar.backend import ParseLimits, ParseMux, RendererSettings
+from sidecar.errors import FailedPrecondition
 from sidecar.reference.renderer import ReferenceRenderer
 from sidecar.reference.tokenizer import ReferenceTokenizer
 
-__all__ = ["ReferenceBackend", "ReferenceRenderer", "ReferenceTokenizer"]
+__all__ = ["PARSE_REFUSED", "ReferenceBackend", "ReferenceRenderer", "ReferenceTokenizer"]
+
+#: ParseStream's FAILED_PRECONDITION message on this backend.
+PARSE_REFUSED = (
+    "ParseStream: the reference backend does not parse; it covers tokenize, render and block hashing, while "
+    "parsing is held to the engines' own parsers (vLLM and SGLang vectors) in the native core: start the server "
+    "with --backend native"
+)
 
 
 class ReferenceBackend:
-    """Backend running every operation in Python."""
+    """Backend running tokenize and render in Python; it does not parse (see `PARSE_REFUSED`)."""
 
     name = "reference"
 
@@ -30,12 +41,8 @@ class ReferenceBackend:
     ) -> ReferenceRenderer:
         return ReferenceRenderer(templates, variables, tokenizer, settings)
 
-    def load_parse_model(self, tokenizer: ReferenceTokenizer, force_generic: bool = False):  # noqa: ANN201
-        from sidecar.reference.parse import ReferenceParseModel
+    def load_parse_model(self, tokenizer: ReferenceTokenizer, force_generic: bool = False) -> None:
+        return None  # nothing to build: the stream is refused
 
-        return ReferenceParseModel(tokenizer)
-
-    def new_parse_mux(self, limits: ParseLimits):  # noqa: ANN201
-        from sidecar.reference.parse import ReferenceParseMux
-
-        return ReferenceParseMux(limits)
+    def new_parse_mux(self, limits: ParseLimits) -> ParseMux:
+        raise FailedPrecondition(PARSE_REFUSED)

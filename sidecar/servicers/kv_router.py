@@ -65,7 +65,7 @@ class KvRouterServicer:
                 chat_template_kwargs_json=request.chat_template_kwargs_json,
                 timeout_s=call.timeout_s,
             )
-            renderer = model.extras["renderer"]
+            renderer = model.renderer
             cost = len(opts.messages_json) + len(opts.tools_json)
             token_ids = (await self._runtime.offloader.run(lambda: renderer.render(opts), cost, call.rpc)).ids
         else:

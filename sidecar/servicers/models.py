@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import grpc
 
-from sidecar.parse_defaults import default_parsers
 from sidecar.registry import Model
 from sidecar.rpc import Call
 from sidecar.runtime import Runtime
@@ -13,7 +12,6 @@ from sidecar.v1 import preprocessor_pb2 as pb
 
 def model_info(model: Model) -> pb.ModelInfo:
     tok = model.tokenizer
-    tool_parser, reasoning_parser = default_parsers(model)
     return pb.ModelInfo(
         name=model.name,
         fingerprint=model.fingerprint,
@@ -22,8 +20,8 @@ def model_info(model: Model) -> pb.ModelInfo:
         stop_token_ids=model.stop_token_ids,
         bos_token=model.config.bos_token or "",
         eos_token=model.config.eos_token or "",
-        default_tool_parser=tool_parser,
-        default_reasoning_parser=reasoning_parser,
+        default_tool_parser=model.parse_defaults.tool_parser,
+        default_reasoning_parser=model.parse_defaults.reasoning_parser,
         chat_templates=sorted(model.config.chat_templates),
         encoder=tok.encoder,
         tokenizer_format=tok.format,

@@ -19,23 +19,21 @@ from typing import AsyncIterator
 import grpc
 
 from sidecar import metrics
-from sidecar.backend import ParseLimits, ParseModel, ParseMux
-from sidecar.errors import InvalidArgument, SidecarError
+from sidecar.backend import ParseLimits, ParseMux, ParseOpenConfig
+from sidecar.errors import FailedPrecondition, InvalidArgument, SidecarError, status_proto_fields
 from sidecar.logs import get_logger
-from sidecar.parse_defaults import default_parsers
+from sidecar.parse_defaults import ParseDefaults
+from sidecar.rpc import Call, StreamCounts
 from sidecar.runtime import Runtime
 from sidecar.v1 import preprocessor_pb2 as pb
 
 _log = get_logger("sidecar.parse_stream")
 
-_RPC = "ParseStream"
-
 
 def error_delta(request_id: str, error: SidecarError) -> bytes:
     """A `ParseStreamResponse` holding one failed request."""
-    delta = pb.RequestDelta(
-        request_id=request_id, finished=True, error=pb.Status(code=error.code.value[0], message=error.message)
-    )
+    code, message = status_proto_fields(error)
+    delta = pb.RequestDelta(request_id=request_id, finished=True, error=pb.Status(code=code, message=message))
     return pb.ParseStreamResponse(deltas=[delta]).SerializeToString()
 
 
@@ -46,58 +44,62 @@ class ParseStreamServicer:
         self._limits = ParseLimits(max_requests=config.parse_max_requests, max_held_bytes=config.parse_max_held_bytes)
 
     async def ParseStream(
-        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext
+        self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, call: Call, counts: StreamCounts
     ) -> AsyncIterator[bytes]:
+        """Runs inside `sidecar.rpc.stream` (request id, log line, metrics, status mapping)."""
         mux = self._runtime.registry.backend.new_parse_mux(self._limits)
-        metrics.INFLIGHT.labels(_RPC).inc()
-        step_latency = metrics.STAGE_LATENCY.labels(_RPC, "message")
-        code = "OK"
+        step_latency = metrics.STAGE_LATENCY.labels(call.rpc, "message")
         try:
             async for message in requests:
                 started = time.perf_counter()
-                try:
-                    # A step is microseconds per request and runs inline; a large message (a whole
-                    # output parsed in one step) goes to the worker pool so the loop stays free. The
-                    # stream's messages are handled one at a time, so the mux is never shared.
-                    answer = await self._runtime.offloader.run(lambda: mux.handle(message), len(message), _RPC)
-                except SidecarError as e:
-                    code = e.code.name
-                    await context.abort(e.code, e.message)
-                    return
+                # A step is microseconds per request and runs inline; a large message (a whole
+                # output parsed in one step) goes to the worker pool so the loop stays free. The
+                # stream's messages are handled one at a time, so the mux is never shared. A
+                # malformed message raises: the stream ends with its status.
+                answer = await self._runtime.offloader.run(lambda: mux.handle(message), len(message), call.rpc)
                 if answer is None:
-                    answer = self._open(mux, message)
+                    answer = self._open(mux, message, counts)
                 step_latency.observe(time.perf_counter() - started)
                 yield answer
         finally:
             mux.close()
-            metrics.INFLIGHT.labels(_RPC).dec()
-            metrics.REQUESTS.labels(_RPC, code).inc()
 
-    def _open(self, mux: ParseMux, message: bytes) -> bytes:
+    def _open(self, mux: ParseMux, message: bytes, counts: StreamCounts) -> bytes:
+        """Opens the request of an `open` message; counts it as opened or, refused, as an error.
+        (A step's per-request errors are written by the native mux into its response bytes, which
+        the stream does not decode, so they are not in the count.)"""
         try:
             request = pb.ParseStreamRequest.FromString(message).open
         except Exception:  # noqa: BLE001 - protobuf raises DecodeError; native already parsed it
+            counts.errors += 1
             return error_delta("", InvalidArgument("open: malformed OpenRequest"))
         try:
             self._open_checked(mux, request)
         except SidecarError as e:
-            _log.info("parse_open_failed", request_id=request.request_id, model=request.model, error=e.message)
+            counts.errors += 1
+            _log.info("parse_open_failed", parse_request_id=request.request_id, model=request.model, error=e.message)
             return error_delta(request.request_id, e)
+        counts.opened += 1
         return b""
 
     def _open_checked(self, mux: ParseMux, request: pb.OpenRequest) -> None:
         model = self._runtime.registry.get(request.model)
-        default_tool, default_reasoning = default_parsers(model)
-        config = {
-            "tool_parser": request.tool_parser or default_tool,
-            "reasoning_parser": request.reasoning_parser or default_reasoning,
-            "tools_json": request.tools_json,
-            "chat_template_kwargs_json": request.chat_template_kwargs_json,
-            "skip_special_tokens": request.skip_special_tokens if request.HasField("skip_special_tokens") else True,
-            "stop": list(request.stop),
-            "include_stop_str_in_output": request.include_stop_str_in_output,
-            "max_held_bytes": self._limits.max_held_bytes,
-        }
-        parse_model: ParseModel = model.extras["parse_model"]
-        mux.open(parse_model, request.request_id, model.fingerprint, config, request.prompt_token_ids)
+        if model.parse_model is None:
+            raise FailedPrecondition(f"model: {model.name!r} has no parsing data on this backend")
+        config = open_config(request, model.parse_defaults, self._limits)
+        mux.open(model.parse_model, request.request_id, model.fingerprint, config, request.prompt_token_ids)
 
+
+def open_config(request: pb.OpenRequest, defaults: ParseDefaults, limits: ParseLimits) -> ParseOpenConfig:
+    """The parse configuration of an `OpenRequest`: the model's defaults where it names no parser,
+    the proto's defaults where a field is unset, the stream's held-back bound."""
+    return ParseOpenConfig(
+        tool_parser=request.tool_parser or defaults.tool_parser,
+        reasoning_parser=request.reasoning_parser or defaults.reasoning_parser,
+        tools_json=request.tools_json,
+        chat_template_kwargs_json=request.chat_template_kwargs_json,
+        skip_special_tokens=request.skip_special_tokens if request.HasField("skip_special_tokens") else True,
+        stop=tuple(request.stop),
+        include_stop_str_in_output=request.include_stop_str_in_output,
+        max_held_bytes=limits.max_held_bytes,
+    )

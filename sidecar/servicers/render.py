@@ -7,9 +7,8 @@ from dataclasses import replace
 
 import grpc
 
-from router_adapter import hashing
 from sidecar import metrics
-from sidecar.backend import CacheStats, Rendered, Renderer, RenderOptions
+from sidecar.backend import CacheStats, Rendered, RenderOptions
 from sidecar.errors import InvalidArgument
 from sidecar.hashing import spec_from_proto, spec_to_proto
 from sidecar.rpc import Call
@@ -56,7 +55,7 @@ class RenderServicer:
 
     async def Render(self, request: pb.RenderRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.RenderResponse:
         model = self._runtime.registry.get(request.model)
-        renderer: Renderer = model.extras["renderer"]
+        renderer = model.renderer
         opts = replace(render_options(request, self._runtime.config.allow_request_templates, call.timeout_s), wire_response=True)
         # A bad hashing spec fails before any rendering work; hashing needs the ids even when the
         # caller does not want them back.
@@ -64,13 +63,13 @@ class RenderServicer:
         wants_ids = opts.return_token_ids
         if hash_spec is not None:
             opts = replace(opts, return_token_ids=True)
-        backend = self._runtime.config.backend
+        hasher = self._runtime.hasher
 
         def work() -> tuple[CacheStats, pb.RenderResponse]:
             rendered = renderer.render(opts)
             response = _response(rendered)
             if hash_spec is not None:
-                response.block_hashes.extend(hashing.block_hashes(response.token_ids, hash_spec, backend=backend))
+                response.block_hashes.extend(hasher.block_hashes(response.token_ids, hash_spec))
                 response.block_hash_spec.CopyFrom(spec_to_proto(hash_spec))
                 if not wants_ids:
                     del response.token_ids[:]

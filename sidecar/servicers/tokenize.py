@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import grpc
 
-from router_adapter import hashing
 from sidecar.backend import EncodeOptions
 from sidecar.errors import InvalidArgument
 from sidecar.hashing import spec_from_proto, spec_to_proto
@@ -34,11 +33,11 @@ class TokenizeServicer:
             timeout_s=call.timeout_s,
         )
         cost = sum(len(t) for t in texts)
-        backend = self._runtime.config.backend
+        hasher = self._runtime.hasher
 
         def work() -> tuple[list, list[list[int]]]:
             encodings = model.tokenizer.encode_batch(texts, opts)
-            hashes = [] if hash_spec is None else [hashing.block_hashes(e.ids, hash_spec, backend=backend) for e in encodings]
+            hashes = [] if hash_spec is None else [hasher.block_hashes(e.ids, hash_spec) for e in encodings]
             return encodings, hashes
 
         encodings, hashes = await self._runtime.offloader.run(work, cost, call.rpc)

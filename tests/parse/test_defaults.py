@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import require_shared_models
-from sidecar.backend import get_backend
-from sidecar.parse_defaults import default_parsers, detect_parsers
+from sidecar.factory import get_backend
+from sidecar.parse_defaults import ParseDefaults, detect_parsers
 from sidecar.registry import ModelRegistry, ModelSpec
 
 EXPECTED = {
@@ -38,7 +38,7 @@ def test_recognised_from_model_files(model: str) -> None:
     models = require_shared_models()
     registry = ModelRegistry(get_backend("reference"))
     loaded = registry.load(ModelSpec(model, models / model))
-    assert default_parsers(loaded) == EXPECTED[model]
+    assert loaded.parse_defaults == ParseDefaults(*EXPECTED[model])
 
 
 @pytest.mark.models
@@ -54,4 +54,4 @@ def test_configuration_wins() -> None:
     models = require_shared_models()
     registry = ModelRegistry(get_backend("reference"))
     spec = ModelSpec.parse(f"q={models / 'qwen3'},tool_parser=qwen3_coder,reasoning_parser=none")
-    assert default_parsers(registry.load(spec)) == ("qwen3_coder", "none")
+    assert registry.load(spec).parse_defaults == ParseDefaults("qwen3_coder", "none")

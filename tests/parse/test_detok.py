@@ -4,7 +4,7 @@ The invariant: fed output ids O after the prompt ids P (the decoder is primed wi
 the concatenated deltas equal `decode(C + O)` minus the text of `decode(C)` at its start, where
 C = P[-32:], with the same `skip_special_tokens`. Checked with parsers off (so content is the
 decoder's whole output) on real texts (CJK, emoji, combining marks, code) and random id streams,
-one token per step and all at once, on both backends and on the native generic (window) decoder.
+one token per step and all at once, with the table decoders and the generic (window) decoder.
 """
 
 from __future__ import annotations
@@ -15,6 +15,8 @@ import pytest
 
 from tests.conftest import TOKENIZER_MODELS, require_shared_models
 from tests.parse.harness import hf_tokenizer, run
+
+pytestmark = pytest.mark.parity
 
 TEXTS = [
     "Hello, world! How are you today?",
@@ -58,11 +60,11 @@ def streams(model: str) -> list[tuple[str, list[int], list[int]]]:
     return out
 
 
-def decode_run(backend: str, model: str, prompt: list[int], ids: list[int], skip: bool, per_step: int,
+def decode_run(model: str, prompt: list[int], ids: list[int], skip: bool, per_step: int,
                force_generic: bool = False) -> str:
     case = {"model": model, "prompt_ids": prompt, "skip_special_tokens": skip}
     chunks = [ids[i : i + per_step] for i in range(0, len(ids), per_step)] or [[]]
-    result, _ = run(backend, case, chunks, force_generic=force_generic)
+    result, _ = run(case, chunks, force_generic=force_generic)
     assert result.error is None, result.error
     assert result.completion_tokens == len(ids)
     return result.content
@@ -79,22 +81,10 @@ def test_native_matches_hf_decode(model: str, skip: bool) -> None:
         if want is None:
             continue
         for per_step in (1, 5, len(ids) or 1):
-            got = decode_run("native", model, prompt, ids, skip, per_step)
+            got = decode_run(model, prompt, ids, skip, per_step)
             assert got == want, f"{model} {name} per_step={per_step}: {got!r} != {want!r}"
         checked += 1
     assert checked >= len(TEXTS)
-
-
-@pytest.mark.models
-@pytest.mark.parametrize("model", TOKENIZER_MODELS)
-def test_reference_matches_hf_decode(model: str) -> None:
-    require_shared_models()
-    for name, prompt, ids in streams(model)[: len(TEXTS) + 3]:
-        want = expected(model, prompt, ids, True)
-        if want is None:
-            continue
-        got = decode_run("reference", model, prompt, ids, True, 1)
-        assert got == want, f"{model} {name}: {got!r} != {want!r}"
 
 
 @pytest.mark.models
@@ -106,5 +96,5 @@ def test_generic_window_decoder_matches_on_real_text(model: str) -> None:
     require_shared_models()
     for name, prompt, ids in streams(model)[: len(TEXTS)]:
         want = expected(model, prompt, ids, True)
-        got = decode_run("native", model, prompt, ids, True, 1, force_generic=True)
+        got = decode_run(model, prompt, ids, True, 1, force_generic=True)
         assert got == want, f"{model} {name}: {got!r} != {want!r}"

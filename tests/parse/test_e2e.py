@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
+import urllib.request
 
 import grpc
 import pytest
 
 from tests.conftest import LiveServer, require_shared_models, start_server, stop_server
-from tests.parse.harness import Result, absorb, check_delta_shape, check_expected, load_cases, output_ids, prompt_ids
+from tests.parse.harness import (
+    Result, absorb, check_delta_shape, check_expected, encode, load_cases, output_ids, prompt_ids,
+)
 from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc
 
@@ -135,6 +139,38 @@ def test_request_errors_do_not_end_the_stream(server: LiveServer) -> None:
     assert not answers[4].deltas
 
 
+def test_stream_has_a_request_id_a_log_line_and_metrics(server: LiveServer) -> None:
+    """ParseStream runs in the same per-call wrapper as the unary RPCs."""
+    async def scenario() -> tuple:
+        async with grpc.aio.insecure_channel(server.uds) as channel:
+            call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream(metadata=(("x-request-id", "ps-e2e-1"),))
+            for message in [
+                pb.ParseStreamRequest(open=pb.OpenRequest(request_id="ok", model="qwen3")),
+                pb.ParseStreamRequest(open=pb.OpenRequest(request_id="m", model="no-such-model")),
+                pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id="ok", token_ids=[9707], finished=True)])),
+            ]:
+                await call.write(message)
+                await call.read()
+            await call.done_writing()
+            assert await call.read() == grpc.aio.EOF
+            return await call.code(), await call.trailing_metadata()
+
+    code, trailing = asyncio.run(scenario())
+    assert code == grpc.StatusCode.OK
+    assert ("x-request-id", "ps-e2e-1") in tuple(trailing)
+    deadline = time.monotonic() + 10
+    while not (lines := [e for e in server.log_lines() if e.get("request_id") == "ps-e2e-1" and e.get("event") == "rpc"]):
+        assert time.monotonic() < deadline, "no log line for the stream"
+        time.sleep(0.05)
+    assert len(lines) == 1
+    line = lines[0]
+    assert (line["rpc"], line["code"], line["messages"], line["opened"], line["errors"]) == ("ParseStream", "OK", 3, 1, 1)
+    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    assert 'sidecar_requests_total{code="OK",rpc="ParseStream"}' in body
+    assert 'sidecar_request_seconds_count{rpc="ParseStream"}' in body
+    assert 'sidecar_inflight_requests{rpc="ParseStream"} 0.0' in body
+
+
 def test_malformed_message_ends_the_stream(server: LiveServer) -> None:
     async def scenario() -> grpc.StatusCode:
         async with grpc.aio.insecure_channel(server.uds) as channel:
@@ -156,13 +192,26 @@ def test_list_models_reports_default_parsers(server: LiveServer) -> None:
     assert (by_name["gpt2"].default_tool_parser, by_name["gpt2"].default_reasoning_parser) == ("", "")
 
 
-def test_reference_backend_server(tmp_path) -> None:  # noqa: ANN001
+def test_reference_backend_refuses_parse_stream(tmp_path) -> None:  # noqa: ANN001
+    """The reference backend covers tokenize, render and hashing; ParseStream says why it is refused."""
     models = require_shared_models()
     live = start_server(tmp_path, "--backend", "reference", "--model", f"qwen3={models / 'qwen3'}")
+
+    async def scenario() -> grpc.aio.AioRpcError:
+        async with grpc.aio.insecure_channel(live.uds) as channel:
+            call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+            # The stream is refused as it starts: the write itself may already see the status.
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call.write(open_request("r", {"model": "qwen3"}))
+                await call.read()
+            return info.value
+
     try:
-        cases = dict(list(qwen3_cases().items())[:12])
-        results = asyncio.run(engine(live.uds, cases))
-        for rid, case in cases.items():
-            check_expected(results[rid], case["expect"])
+        error = asyncio.run(scenario())
+        assert error.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "reference backend does not parse" in error.details() and "--backend native" in error.details()
+        with grpc.insecure_channel(live.uds) as channel:
+            tokens = preprocessor_pb2_grpc.PreprocessorStub(channel).Tokenize(pb.TokenizeRequest(model="qwen3", texts=["Hi"]))
+        assert list(tokens.encodings[0].token_ids) == encode("qwen3", "Hi")
     finally:
         stop_server(live)

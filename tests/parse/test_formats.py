@@ -1,4 +1,4 @@
-"""Every case of tests/data/parse/<format>/cases.json, in every chunking, on both backends."""
+"""Every case of tests/data/parse/<format>/cases.json, in every chunking, against its expectation."""
 
 from __future__ import annotations
 

@@ -1,18 +1,20 @@
 """Per-request failures on a ParseStream multiplexer: each bad request gets its own error and
-the others go on; limits give RESOURCE_EXHAUSTED; cancel frees state. Both backends."""
+the others go on; limits give RESOURCE_EXHAUSTED; cancel frees state."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 from tests.conftest import require_shared_models
 from tests.parse.harness import encode, parse_model
-from sidecar.backend import ParseLimits, get_backend
+from sidecar.backend import ParseLimits, ParseOpenConfig
+from sidecar.factory import get_backend
 from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.v1 import preprocessor_pb2 as pb
 
-BACKENDS = ["native", "reference"]
-CONFIG = {"tool_parser": "hermes"}
+CONFIG = ParseOpenConfig(tool_parser="hermes")
 
 
 def deltas(answer: bytes) -> dict[str, pb.RequestDelta]:
@@ -26,18 +28,17 @@ def step(mux, items: list[tuple[str, list[int], bool]]) -> dict[str, pb.RequestD
     return deltas(mux.handle(message))
 
 
-@pytest.fixture(params=BACKENDS)
-def env(request):  # noqa: ANN001, ANN201
+@pytest.fixture
+def env():  # noqa: ANN201
     require_shared_models()
-    backend = request.param
-    mux = get_backend(backend).new_parse_mux(ParseLimits(max_requests=3))
-    yield backend, mux, parse_model(backend, "qwen3")
+    mux = get_backend("native").new_parse_mux(ParseLimits(max_requests=3))
+    yield mux, parse_model("qwen3")
     mux.close()
 
 
 @pytest.mark.models
 def test_bad_items_fail_alone(env) -> None:  # noqa: ANN001
-    backend, mux, model = env
+    mux, model = env
     mux.open(model, "good", "fp", CONFIG, [])
     mux.open(model, "bad", "fp", CONFIG, [])
     hello = encode("qwen3", "Hello")
@@ -56,34 +57,34 @@ def test_bad_items_fail_alone(env) -> None:  # noqa: ANN001
 
 @pytest.mark.models
 def test_open_errors(env) -> None:  # noqa: ANN001
-    backend, mux, model = env
+    mux, model = env
     with pytest.raises(InvalidArgument, match="tool_parser"):
-        mux.open(model, "a", "fp", {"tool_parser": "nope"}, [])
+        mux.open(model, "a", "fp", ParseOpenConfig(tool_parser="nope"), [])
     with pytest.raises(InvalidArgument, match="reasoning_parser"):
-        mux.open(model, "a", "fp", {"reasoning_parser": "nope"}, [])
+        mux.open(model, "a", "fp", ParseOpenConfig(reasoning_parser="nope"), [])
     with pytest.raises(InvalidArgument, match="harmony"):
-        mux.open(model, "a", "fp", {"tool_parser": "hermes", "reasoning_parser": "openai"}, [])
+        mux.open(model, "a", "fp", ParseOpenConfig(tool_parser="hermes", reasoning_parser="openai"), [])
     with pytest.raises(InvalidArgument, match="tools_json"):
-        mux.open(model, "a", "fp", {"tools_json": "{not json"}, [])
+        mux.open(model, "a", "fp", ParseOpenConfig(tools_json="{not json"), [])
     with pytest.raises(InvalidArgument, match="chat_template_kwargs_json"):
-        mux.open(model, "a", "fp", {"chat_template_kwargs_json": "[1]"}, [])
+        mux.open(model, "a", "fp", ParseOpenConfig(chat_template_kwargs_json="[1]"), [])
     with pytest.raises(InvalidArgument, match="prompt_token_ids"):
-        mux.open(model, "a", "fp", {}, [1, 10**9])
+        mux.open(model, "a", "fp", ParseOpenConfig(), [1, 10**9])
     with pytest.raises(InvalidArgument, match="request_id"):
-        mux.open(model, "", "fp", {}, [])
-    mux.open(model, "a", "fp", {}, [])
+        mux.open(model, "", "fp", ParseOpenConfig(), [])
+    mux.open(model, "a", "fp", ParseOpenConfig(), [])
     with pytest.raises(InvalidArgument, match="already open"):
-        mux.open(model, "a", "fp", {}, [])
-    mux.open(model, "b", "fp", {}, [])
-    mux.open(model, "c", "fp", {}, [])
+        mux.open(model, "a", "fp", ParseOpenConfig(), [])
+    mux.open(model, "b", "fp", ParseOpenConfig(), [])
+    mux.open(model, "c", "fp", ParseOpenConfig(), [])
     with pytest.raises(ResourceExhausted, match="open requests"):
-        mux.open(model, "d", "fp", {}, [])
+        mux.open(model, "d", "fp", ParseOpenConfig(), [])
     assert len(mux) == 3
 
 
 @pytest.mark.models
 def test_cancel_frees_and_is_idempotent(env) -> None:  # noqa: ANN001
-    backend, mux, model = env
+    mux, model = env
     mux.open(model, "a", "fp", CONFIG, [])
     cancel = pb.ParseStreamRequest(cancel=pb.CancelRequest(request_id="a")).SerializeToString()
     assert mux.handle(cancel) == b""
@@ -96,8 +97,8 @@ def test_cancel_frees_and_is_idempotent(env) -> None:  # noqa: ANN001
 
 @pytest.mark.models
 def test_held_back_limit(env) -> None:  # noqa: ANN001
-    backend, mux, model = env
-    mux.open(model, "a", "fp", {**CONFIG, "max_held_bytes": 64}, [])
+    mux, model = env
+    mux.open(model, "a", "fp", replace(CONFIG, max_held_bytes=64), [])
     mux.open(model, "b", "fp", CONFIG, [])
     # An undecided tool call (no name yet) is held back until it is decided.
     opening = encode("qwen3", '<tool_call>{"note": "')
@@ -111,7 +112,7 @@ def test_held_back_limit(env) -> None:  # noqa: ANN001
 
 @pytest.mark.models
 def test_malformed_messages(env) -> None:  # noqa: ANN001
-    backend, mux, model = env
+    mux, model = env
     with pytest.raises(InvalidArgument):
         mux.handle(b"\x12\xff\xff\xff")
     with pytest.raises(InvalidArgument):
@@ -123,7 +124,7 @@ def test_malformed_messages(env) -> None:  # noqa: ANN001
 @pytest.mark.models
 def test_non_streaming_is_one_step(env) -> None:  # noqa: ANN001
     """A whole output in one finished step gives the same result as streaming it."""
-    backend, mux, model = env
+    mux, model = env
     text = 'Hi <tool_call>{"name": "f", "arguments": {"a": [1, 2]}}</tool_call> bye'
     ids = encode("qwen3", text)
     mux.open(model, "whole", "fp", CONFIG, encode("qwen3", "<think>\n\n</think>\n\n"))

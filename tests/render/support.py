@@ -1,7 +1,7 @@
 """The Render parity suite's inputs: the conversation files, the templates under test (every template
 in ../shared/models) and the model directory each one renders with.
 
-Shared by the tests and by `tests/parity/generate_render_expected.py`, which records transformers'
+Shared by the tests and by `tests/render/generate_expected.py`, which records transformers'
 output for every (template, conversation) pair.
 """
 
@@ -121,7 +121,7 @@ def tokenizer(backend: str, model: str, scratch: Path, fast: bool = True):  # no
         return load_tokenizer(backend, model)
     key = (backend, model, fast)
     if key not in _TOKENIZERS:
-        from sidecar.backend import get_backend
+        from sidecar.factory import get_backend
 
         directory = model_dir(_shared(), model, scratch)
         saved = os.environ.get("SIDECAR_DISABLE_FASTOKENS")
@@ -140,7 +140,8 @@ def tokenizer(backend: str, model: str, scratch: Path, fast: bool = True):  # no
 def bare_renderer(backend: str):  # noqa: ANN201
     """A renderer on the embedded model with no model templates and no cache, for tests whose
     requests bring their own template."""
-    from sidecar.backend import RendererSettings, get_backend
+    from sidecar.backend import RendererSettings
+    from sidecar.factory import get_backend
     from sidecar.registry import materialize_embedded
 
     loader = get_backend(backend)

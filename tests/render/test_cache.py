@@ -11,7 +11,8 @@ import pytest
 
 import tests.render.support as rs
 from tests.conftest import load_tokenizer, require_shared_models
-from sidecar.backend import EncodeOptions, RenderOptions, RendererSettings, get_backend
+from sidecar.backend import EncodeOptions, RenderOptions, RendererSettings
+from sidecar.factory import get_backend
 from sidecar.chat_template import renderer_inputs
 from sidecar.model_config import ModelConfig
 

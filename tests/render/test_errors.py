@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from tests.conftest import require_shared_models
-from sidecar.backend import EncodeOptions, RenderOptions, RendererSettings, get_backend
+from sidecar.backend import EncodeOptions, RenderOptions, RendererSettings
+from sidecar.factory import get_backend
 from sidecar.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted
 from sidecar.registry import materialize_embedded
 

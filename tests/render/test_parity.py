@@ -1,6 +1,6 @@
 """Render parity: every template in ../shared/models against every conversation in
 tests/data/render/conversations, compared with what transformers' `apply_chat_template` produced
-(tests/data/render/expected.json.xz, recorded by tests/parity/generate_render_expected.py and
+(tests/data/render/expected.json.xz, recorded by tests/render/generate_expected.py and
 re-checked live on a sample here).
 
 - native: text equal byte for byte, ids equal where the template's family has a tokenizer, and an
@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import SHARED_MODELS, count_parity, require_shared_models
 import tests.render.support as rs
 
-pytestmark = pytest.mark.models
+pytestmark = [pytest.mark.models, pytest.mark.parity]
 
 KNOWN = json.loads((rs.DATA / "known_mismatches.json").read_text(encoding="utf-8"))
 
@@ -62,7 +62,7 @@ class Renderers:
     def get(self, backend: str, model: str, fast: bool = True):  # noqa: ANN201
         key = (backend, model, fast)
         if key not in self._cache:
-            from sidecar.backend import get_backend
+            from sidecar.factory import get_backend
             from sidecar.chat_template import renderer_inputs
             from sidecar.model_config import ModelConfig
 
@@ -252,7 +252,7 @@ def test_content_format_native_matches_reference(renderers: Renderers) -> None:
 
 def test_recorded_outputs_are_transformers(renderers: Renderers, expected: dict) -> None:
     """Re-runs transformers live on a sample and compares with the recorded file."""
-    from tests.parity import generate_render_expected as gen
+    from tests.render import generate_expected as gen
 
     gen.pin_clock()
     tf = gen.Transformers(renderers.scratch)

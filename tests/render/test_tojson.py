@@ -13,6 +13,8 @@ import pytest
 import tests.render.support as rs
 from sidecar.backend import RenderOptions
 
+pytestmark = pytest.mark.parity
+
 VARIANTS = [
     ("", {}),
     ("(ensure_ascii=true)", {"ensure_ascii": True}),

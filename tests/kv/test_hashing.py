@@ -6,17 +6,18 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+from router_adapter import _reference
+from router_adapter.errors import InvalidSpec
+from router_adapter.spec import ALGORITHMS, HashSpec, MmItem
+from sidecar.errors import InvalidArgument
+from sidecar.factory import get_hasher
+from tests.kv.cases import lcg_tokens, spec_of, tokens_of
 
-from kv_cases import lcg_tokens, spec_of, tokens_of  # noqa: E402
-from router_adapter import _reference, hashing  # noqa: E402
-from router_adapter.spec import ALGORITHMS, HashSpec, MmItem  # noqa: E402
-from sidecar.errors import InvalidArgument  # noqa: E402
+pytestmark = pytest.mark.parity
 
 VECTORS = json.loads((Path(__file__).resolve().parents[1] / "data" / "kv" / "vectors.json").read_text())["cases"]
 native = pytest.importorskip("sidecar.native.hashing", reason="native library not built")
@@ -115,10 +116,11 @@ def test_prefix_keys_native_matches_reference() -> None:
 
 def test_prefix_keys_chain_continues_across_events() -> None:
     tokens = lcg_tokens(1, 64, 1000)
-    whole = hashing.prefix_keys(tokens, 16, "lora", "salt")
-    first = hashing.prefix_keys(tokens[:32], 16, "lora", "salt")
-    rest = hashing.prefix_keys(tokens[32:], 16, "lora", "", parent=first[-1])
-    assert first + rest == whole
+    for hasher in (get_hasher("native"), get_hasher("reference")):
+        whole = hasher.prefix_keys(tokens, 16, "lora", "salt")
+        first = hasher.prefix_keys(tokens[:32], 16, "lora", "salt")
+        rest = hasher.prefix_keys(tokens[32:], 16, "lora", "", parent=first[-1])
+        assert first + rest == whole
 
 
 BAD_SPECS = [
@@ -135,9 +137,9 @@ BAD_SPECS = [
 
 @pytest.mark.parametrize(("spec", "field"), BAD_SPECS, ids=[f for _, f in BAD_SPECS])
 @pytest.mark.parametrize("backend", ["native", "reference"])
-def test_bad_specs_are_invalid_argument_naming_the_field(spec: HashSpec, field: str, backend: str) -> None:
-    with pytest.raises(InvalidArgument, match=field.replace("[", r"\[").replace("]", r"\]")):
-        hashing.block_hashes(list(range(32)), spec, backend=backend)
+def test_bad_specs_are_invalid_spec_naming_the_field(spec: HashSpec, field: str, backend: str) -> None:
+    with pytest.raises(InvalidSpec, match=field.replace("[", r"\[").replace("]", r"\]")):
+        get_hasher(backend).block_hashes(list(range(32)), spec)
 
 
 def test_native_refuses_an_undersized_output_buffer_and_bad_utf8() -> None:
@@ -164,6 +166,6 @@ def test_only_full_blocks_and_prefix_stability() -> None:
     for algorithm, n in itertools.product(ALGORITHMS, (0, 15, 16, 47, 48)):
         spec = HashSpec(algorithm, 16, seed="0")
         tokens = lcg_tokens(n, n, 1000)
-        values = hashing.block_hashes(tokens, spec)
+        values = native.block_hashes(tokens, spec)
         assert len(values) == n // 16
-        assert values == hashing.block_hashes(tokens + [1, 2, 3], spec)[: n // 16]
+        assert values == native.block_hashes(tokens + [1, 2, 3], spec)[: n // 16]

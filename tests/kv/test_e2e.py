@@ -3,7 +3,6 @@ Tokenize with block hashes; errors as statuses."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Iterator
 
@@ -11,17 +10,14 @@ import grpc
 import pytest
 import zmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit" / "router_adapter"))
-
-from tests.conftest import LiveServer, start_server, stop_server  # noqa: E402
-from kv_publisher import FakeEnginePublisher, removed, stored, wait_until  # noqa: E402
-from router_adapter import _reference  # noqa: E402
-from router_adapter.spec import HashSpec  # noqa: E402
-from sidecar.v1 import kv_router_pb2 as kv  # noqa: E402
-from sidecar.v1 import kv_router_pb2_grpc as kv_grpc  # noqa: E402
-from sidecar.v1 import preprocessor_pb2 as pb  # noqa: E402
-from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc  # noqa: E402
+from router_adapter import _reference
+from router_adapter.spec import HashSpec
+from sidecar.v1 import kv_router_pb2 as kv
+from sidecar.v1 import kv_router_pb2_grpc as kv_grpc
+from sidecar.v1 import preprocessor_pb2 as pb
+from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
+from tests.conftest import LiveServer, start_server, stop_server
+from tests.kv.publisher import FakeEnginePublisher, removed, stored, wait_until
 
 pytestmark = pytest.mark.e2e
 

@@ -8,6 +8,7 @@ from router_adapter import _reference
 from router_adapter.events import AllBlocksCleared, BlockRemoved, BlockStored
 from router_adapter.index import PrefixIndex
 from router_adapter.spec import HashSpec
+from sidecar.factory import get_hasher
 
 BS = 4
 TOKENS = list(range(100, 132))  # 8 blocks
@@ -36,7 +37,7 @@ def depths(index: PrefixIndex, tokens: list[int], **kw: str) -> dict[str, int]:
 
 @pytest.fixture(params=["native", "reference"])
 def index(request: pytest.FixtureRequest) -> PrefixIndex:
-    return PrefixIndex(BS, backend=request.param)
+    return PrefixIndex(BS, hasher=get_hasher(request.param))
 
 
 def test_stores_in_spans_match_the_whole_request(index: PrefixIndex) -> None:
@@ -138,7 +139,7 @@ def test_eviction_keeps_memory_bounded() -> None:
 @pytest.mark.parametrize("backend", ["native", "reference"])
 def test_engine_mode_matches_the_engines_hashes(backend: str) -> None:
     spec = HashSpec("vllm_sha256", BS, seed="0")
-    index = PrefixIndex(engine_spec=spec, backend=backend)
+    index = PrefixIndex(engine_spec=spec, hasher=get_hasher(backend))
     hashes = _reference.block_hashes(TOKENS, spec)
     # No token ids needed: engine mode keys on the published hashes.
     index.apply("a", BlockStored(hashes[:5], None, [], BS))

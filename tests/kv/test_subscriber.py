@@ -3,18 +3,14 @@ message (gap then replay), a gap without replay, an engine restart and a silent 
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
 from typing import Iterator
 
 import pytest
 import zmq
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from kv_publisher import CLEARED, FakeEnginePublisher, removed, stored, wait_until  # noqa: E402
-from router_adapter import KvRouter, Source, _reference  # noqa: E402
-from router_adapter.spec import HashSpec  # noqa: E402
+from router_adapter import KvRouter, Source, _reference
+from router_adapter.spec import HashSpec
+from tests.kv.publisher import CLEARED, FakeEnginePublisher, removed, stored, wait_until
 
 BS = 4
 TOKENS = list(range(500, 532))  # 8 blocks

@@ -20,6 +20,8 @@ import tokenizers
 from sidecar.backend import EncodeOptions
 from tests.conftest import REPO, TOKENIZER_MODELS, count_parity, load_tokenizer, require_shared_models
 
+pytestmark = pytest.mark.parity
+
 #: llama.cpp vocabulary file -> model folders it was verified against (../shared/models/SOURCES.md).
 VECTOR_OWNERS = {
     "qwen2": ["qwen3", "qwen2.5"],

@@ -13,10 +13,13 @@ from pathlib import Path
 import pytest
 import tokenizers
 
-from sidecar.backend import EncodeOptions, get_backend
+from sidecar.backend import EncodeOptions
+from sidecar.factory import get_backend
 from sidecar.reference import tiktoken as reference_tiktoken
 from tests.conftest import count_parity, require_shared_models
-from tests.parity.test_tokenizer_parity import corpus_texts, random_mixes, read_vector, vector_files
+from tests.tokenize.test_parity import corpus_texts, random_mixes, read_vector, vector_files
+
+pytestmark = pytest.mark.parity
 
 
 @pytest.fixture(scope="module")

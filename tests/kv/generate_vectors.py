@@ -5,7 +5,7 @@ Not run by the tests (they only read the JSON). Re-run it when cases change:
     mkdir -p /tmp/wheels && cd /tmp/wheels
     pip download --no-deps vllm==0.33.0 vllm==0.30.0 sglang==0.5.23 ai-dynamo-runtime==1.6.1
     pip install pybind11            # to build SGLang's page-hash extension
-    .venv/bin/python tests/parity/generate_kv_vectors.py --wheels /tmp/wheels
+    .venv/bin/python tests/kv/generate_vectors.py --wheels /tmp/wheels
 
 How each engine's code is run without installing the engine (nothing of it is copied into this
 repository):
@@ -47,9 +47,8 @@ from typing import Any, Callable
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from kv_cases import spec_of, tokens_of, vector_cases  # noqa: E402
+from tests.kv.cases import spec_of, tokens_of, vector_cases  # noqa: E402
 from router_adapter._reference import dynamo_mm_identifier_hash  # noqa: E402
 
 OUT = REPO / "tests" / "data" / "kv" / "vectors.json"
@@ -243,7 +242,7 @@ def main() -> int:
                 engine, hashes = "ai-dynamo-runtime-1.6.1", runners["dynamo"](tokens, spec)
             cases.append({**case, "engine": engine, "hashes": [str(h) for h in hashes]})
     OUT.write_text(json.dumps({
-        "produced_by": "tests/parity/generate_kv_vectors.py (see its docstring)",
+        "produced_by": "tests/kv/generate_vectors.py (see its docstring)",
         "hashes": "unsigned 64-bit event values as decimal strings",
         "cases": cases,
     }, indent=1, ensure_ascii=False) + "\n")

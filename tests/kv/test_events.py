@@ -19,7 +19,7 @@ from router_adapter.events import (
     hash_value,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "kv" / "events"
+DATA = Path(__file__).resolve().parents[1] / "data" / "kv" / "events"
 RECORDED = sorted(p.name.removesuffix(".msgpack") for p in DATA.glob("*.msgpack"))
 
 

@@ -1,9 +1,9 @@
 """Writes tests/data/kv/events/*.msgpack: KV-event batches encoded with the engines' own msgspec
 classes, and next to each a `.expected.json` with what our decoder must return.
 
-Not run by the tests. Re-run it when scenarios change (wheels as for generate_kv_vectors.py):
+Not run by the tests. Re-run it when scenarios change (wheels as for generate_vectors.py):
 
-    .venv/bin/python tests/parity/generate_kv_events.py --wheels /tmp/wheels
+    .venv/bin/python tests/kv/generate_events.py --wheels /tmp/wheels
 
 The classes `EventBatch`, `KVCacheEvent`, `BlockStored`, `BlockRemoved`, `AllBlocksCleared` are
 taken unchanged (with `ast`) from `vllm/distributed/kv_events.py` of vLLM 0.33.0 (events as tagged

@@ -86,7 +86,7 @@ def test_embedded_model_unpacks_once_with_license(tmp_path: Path, monkeypatch: p
 
 
 def test_registry_lookup_and_duplicates() -> None:
-    from sidecar.backend import get_backend
+    from sidecar.factory import get_backend
 
     registry = ModelRegistry(get_backend("native"))
     with pytest.raises(NotFound, match="unknown model 'x'; this server hosts: none"):

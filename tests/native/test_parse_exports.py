@@ -39,7 +39,7 @@ def test_null_handles_and_bad_arguments() -> None:
 def test_bad_open_arguments_name_the_field() -> None:
     require_shared_models()
     mux = NativeParseMux(ParseLimits())
-    model = parse_model("native", "qwen3")
+    model = parse_model("qwen3")
     err = ffi.new("sc_error **")
     bad_json = _str(b"{not json")
     with mux._handle as mux_ptr, model.handle as model_ptr:
@@ -62,7 +62,7 @@ def _rss_mb() -> float:
 @pytest.mark.models
 def test_streams_do_not_leak() -> None:
     require_shared_models()
-    model = parse_model("native", "qwen3")
+    model = parse_model("qwen3")
     ids = encode("qwen3", '<think>x</think>Hi <tool_call>{"name": "f", "arguments": {"a": "b"}}</tool_call>')
     config = {"tool_parser": "hermes", "reasoning_parser": "qwen3", "stop": ["zz"], "trace": False}
 

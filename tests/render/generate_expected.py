@@ -1,18 +1,18 @@
 """Records what transformers' `apply_chat_template` produces for every (template, conversation) pair
 of the Render parity suite, into tests/data/render/expected.json.xz.
 
-    .venv/bin/python tests/parity/generate_render_expected.py            # regenerate (about 2 minutes)
-    .venv/bin/python tests/parity/generate_render_expected.py --show qwen3/default 14_tool_call_string_arguments
+    .venv/bin/python tests/render/generate_expected.py            # regenerate (about 2 minutes)
+    .venv/bin/python tests/render/generate_expected.py --show qwen3/default 14_tool_call_string_arguments
 
 Each conversation is first normalized as vLLM does before it calls transformers (the sidecar's
 reference normalizer, whose rules are listed in COMPATIBILITY.md and checked on their own by
-tests/test_render_normalize.py), with the content format vLLM detects for the template. Then
+tests/render/test_normalize.py), with the content format vLLM detects for the template. Then
 transformers renders it (`tokenize=False`) and tokenizes it (`tokenize=True`, ids stored as a digest
 and a count), with `strftime_now` pinned to `render_support.FIXED_TIME`. When transformers raises,
 the error (type and message) is recorded instead; the sidecar must then fail too.
 
 Loading transformers tokenizers takes seconds each, which is why the tests read this file and only
-re-run transformers live on a sample (tests/test_render_parity.py::test_recorded_outputs_are_transformers).
+re-run transformers live on a sample (tests/render/test_parity.py::test_recorded_outputs_are_transformers).
 """
 
 from __future__ import annotations

@@ -5,15 +5,16 @@ from __future__ import annotations
 import router_adapter
 from router_adapter import _reference
 from router_adapter.spec import HashSpec, MmItem
+from sidecar.factory import get_hasher
 from sidecar.hashing import block_hashes_for
 from sidecar.v1 import preprocessor_pb2 as pb
 
 
 def test_export_list_is_pinned() -> None:
     assert sorted(router_adapter.__all__) == [
-        "AllBlocksCleared", "Batch", "BlockRemoved", "BlockStored", "DecodeError", "HashSpec", "KvRouter", "MmItem",
-        "ModelOptions", "PrefixIndex", "Score", "Source", "Subscriber", "WorkerScore", "block_hashes", "decode_batch",
-        "prefix_keys",
+        "AllBlocksCleared", "Batch", "BlockHasher", "BlockRemoved", "BlockStored", "DecodeError", "HashSpec",
+        "InvalidSpec", "KvRouter", "MmItem", "ModelOptions", "PrefixIndex", "REFERENCE_HASHER", "RouterAdapterError",
+        "Score", "Source", "Subscriber", "WorkerScore", "block_hashes", "decode_batch", "prefix_keys",
     ]
     for name in router_adapter.__all__:
         assert getattr(router_adapter, name) is not None
@@ -25,16 +26,16 @@ def test_block_hashes_for_maps_every_proto_field() -> None:
         vllm_extra_keys="legacy", mm_items=[pb.MultimodalItem(identifier="img", offset=2, length=5)],
     )
     tokens = list(range(20))
-    hashes, spec = block_hashes_for(tokens, msg)
+    hashes, spec = block_hashes_for(get_hasher("native"), tokens, msg)
     expected = _reference.block_hashes(tokens, HashSpec(
         "vllm_sha256", 4, seed="9", cache_salt="s", lora_name="l", lora_path="/l", extra_keys="legacy",
         mm_items=(MmItem("img", 2, 5),)))
     assert hashes == expected
     assert (spec.algorithm, spec.block_size, spec.seed, spec.vllm_extra_keys) == ("vllm_sha256", 4, "9", "legacy")
     sg = pb.BlockHashing(algorithm="sglang_sha256", block_size=4, sglang_extra_key="k", sglang_event_format="dynamo")
-    hashes, spec = block_hashes_for(tokens, sg, backend="reference")
+    hashes, spec = block_hashes_for(get_hasher("reference"), tokens, sg)
     assert hashes == _reference.block_hashes(tokens, HashSpec("sglang_sha256", 4, sglang_extra_key="k",
                                                               sglang_event_format="dynamo"))
     assert (spec.seed, spec.event_value, spec.vllm_extra_keys) == ("", "first8_be_signed_as_u64", "")
     dy = pb.BlockHashing(algorithm="dynamo_xxh3", block_size=4, namespace="n", sequence_hashes=True)
-    assert block_hashes_for(tokens, dy)[1].event_value == "xxh3_64_sequence"
+    assert block_hashes_for(router_adapter.REFERENCE_HASHER, tokens, dy)[1].event_value == "xxh3_64_sequence"

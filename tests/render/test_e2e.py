@@ -41,7 +41,8 @@ def permissive_server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 
 
 def direct_render(**fields) -> tuple[str, list[int]]:  # noqa: ANN003
-    from sidecar.backend import RenderOptions, RendererSettings, get_backend
+    from sidecar.backend import RenderOptions, RendererSettings
+    from sidecar.factory import get_backend
     from sidecar.chat_template import renderer_inputs
     from sidecar.model_config import ModelConfig
 

@@ -1,0 +1,170 @@
+"""The per-call wrappers (`sidecar.rpc`) driven with a stand-in context: a stream gets the same
+request id, log line, metrics and status mapping as a unary call, and a bug that escapes it is
+recorded and answered INTERNAL."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from typing import AsyncIterator
+
+import grpc
+import pytest
+from prometheus_client import REGISTRY
+
+from sidecar import logs, rpc
+from sidecar.errors import InvalidArgument
+from sidecar.rpc import Call, StreamCounts, stream, unary
+
+
+class Aborted(Exception):
+    """What `context.abort` raises (grpc raises its own AbortError)."""
+
+
+class FakeContext:
+    def __init__(self, metadata: tuple = ()) -> None:
+        self._metadata = metadata
+        self.trailing: tuple = ()
+        self.aborted: tuple[grpc.StatusCode, str] | None = None
+
+    def invocation_metadata(self) -> tuple:
+        return self._metadata
+
+    def time_remaining(self) -> float | None:
+        return None
+
+    def set_trailing_metadata(self, metadata: tuple) -> None:
+        self.trailing = metadata
+
+    async def abort(self, code: grpc.StatusCode, message: str) -> None:
+        self.aborted = (code, message)
+        raise Aborted(message)
+
+
+async def _messages(*items: bytes) -> AsyncIterator[bytes]:
+    for item in items:
+        yield item
+
+
+def _echo(fail_on: bytes | None = None, error: Exception | None = None):  # noqa: ANN202
+    """A stream handler answering every message, opening on b"open", failing a request on b"bad",
+    and raising `error` on `fail_on`."""
+
+    async def handler(requests, context, call: Call, counts: StreamCounts) -> AsyncIterator[bytes]:  # noqa: ANN001
+        assert call.request_id and call.rpc
+        async for message in requests:
+            if message == fail_on:
+                raise error
+            counts.opened += message == b"open"
+            counts.errors += message == b"bad"
+            yield message.upper()
+
+    return handler
+
+
+def _run(rpc: str, handler, context: FakeContext, *messages: bytes) -> list[bytes]:  # noqa: ANN001
+    async def drain() -> list[bytes]:
+        return [answer async for answer in stream(rpc, handler)(_messages(*messages), context)]
+
+    return asyncio.run(drain())
+
+
+@pytest.fixture
+def log_lines(monkeypatch: pytest.MonkeyPatch):  # noqa: ANN201
+    buffer = io.StringIO()
+    logs.configure("info", stream=buffer)
+    # Loggers cache their output on first use: a fresh one writes to this test's buffer.
+    monkeypatch.setattr(rpc, "_log", logs.get_logger("sidecar.rpc"))
+    yield lambda: [json.loads(line) for line in buffer.getvalue().splitlines()]
+    logs.configure("info")
+
+
+def _sample(name: str, **labels: str) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_stream_echoes_the_callers_request_id_and_logs_one_line_with_counts(log_lines) -> None:  # noqa: ANN001
+    context = FakeContext((("x-request-id", "stream-7"),))
+    answers = _run("StreamA", _echo(), context, b"open", b"bad", b"step")
+    assert answers == [b"OPEN", b"BAD", b"STEP"]
+    assert context.trailing == (("x-request-id", "stream-7"),) and context.aborted is None
+    lines = [line for line in log_lines() if line["event"] == "rpc"]
+    assert len(lines) == 1
+    line = lines[0]
+    assert (line["rpc"], line["request_id"], line["code"]) == ("StreamA", "stream-7", "OK")
+    assert (line["messages"], line["opened"], line["errors"]) == (3, 1, 1)
+
+
+def test_stream_generates_a_request_id_when_none_is_given() -> None:
+    context = FakeContext()
+    _run("StreamB", _echo(), context, b"x")
+    (key, value), = context.trailing
+    assert key == "x-request-id" and len(value) == 16 and int(value, 16) >= 0
+
+
+def test_stream_metrics_are_the_unary_ones() -> None:
+    before = _sample("sidecar_requests_total", rpc="StreamC", code="OK")
+    latency = _sample("sidecar_request_seconds_count", rpc="StreamC")
+    _run("StreamC", _echo(), FakeContext(), b"x", b"y")
+    assert _sample("sidecar_requests_total", rpc="StreamC", code="OK") == before + 1
+    assert _sample("sidecar_request_seconds_count", rpc="StreamC") == latency + 1
+    assert _sample("sidecar_inflight_requests", rpc="StreamC") == 0
+    # The same families a unary call reports.
+    async def ok(request, context, call):  # noqa: ANN001, ANN202
+        return b"ok"
+
+    assert asyncio.run(unary("UnaryC", ok)(object(), FakeContext())) == b"ok"
+    assert _sample("sidecar_requests_total", rpc="UnaryC", code="OK") == 1
+    assert _sample("sidecar_request_seconds_count", rpc="UnaryC") == 1
+
+
+def test_an_expected_error_ends_the_stream_with_its_status(log_lines) -> None:  # noqa: ANN001
+    context = FakeContext()
+    with pytest.raises(Aborted):
+        _run("StreamD", _echo(b"boom", InvalidArgument("message: malformed")), context, b"open", b"boom", b"never")
+    assert context.aborted == (grpc.StatusCode.INVALID_ARGUMENT, "message: malformed")
+    assert _sample("sidecar_errors_total", rpc="StreamD", code="INVALID_ARGUMENT") == 1
+    line = next(line for line in log_lines() if line["event"] == "rpc")
+    assert (line["code"], line["messages"], line["opened"], line["error"]) == ("INVALID_ARGUMENT", 1, 1, "message: malformed")
+    assert not [line for line in log_lines() if line["event"] == "rpc_crashed"]
+
+
+def test_an_unexpected_exception_is_recorded_and_answered_internal(log_lines) -> None:  # noqa: ANN001
+    context = FakeContext((("x-request-id", "bug-1"),))
+    with pytest.raises(Aborted):
+        _run("StreamE", _echo(b"boom", ZeroDivisionError("division by zero")), context, b"a", b"boom")
+    assert context.aborted == (grpc.StatusCode.INTERNAL, "internal error: ZeroDivisionError")
+    assert _sample("sidecar_requests_total", rpc="StreamE", code="INTERNAL") == 1
+    assert _sample("sidecar_requests_total", rpc="StreamE", code="OK") == 0
+    assert _sample("sidecar_errors_total", rpc="StreamE", code="INTERNAL") == 1
+    assert _sample("sidecar_inflight_requests", rpc="StreamE") == 0
+    crashed = [line for line in log_lines() if line["event"] == "rpc_crashed"]
+    assert len(crashed) == 1 and "ZeroDivisionError" in crashed[0]["exception"]
+    assert crashed[0]["request_id"] == "bug-1"
+    line = next(line for line in log_lines() if line["event"] == "rpc")
+    assert (line["code"], line["request_id"]) == ("INTERNAL", "bug-1")
+
+
+def test_a_stream_the_client_abandons_is_recorded_as_cancelled(log_lines) -> None:  # noqa: ANN001
+    async def abandon() -> None:
+        answers = stream("StreamF", _echo())(_messages(b"a", b"b", b"c"), FakeContext())
+        assert await answers.__anext__() == b"A"
+        await answers.aclose()  # what grpc does when the client goes away
+
+    asyncio.run(abandon())
+    assert _sample("sidecar_requests_total", rpc="StreamF", code="CANCELLED") == 1
+    assert _sample("sidecar_inflight_requests", rpc="StreamF") == 0
+    line = next(line for line in log_lines() if line["event"] == "rpc")
+    assert (line["code"], line["messages"]) == ("CANCELLED", 1)
+
+
+def test_unary_maps_a_bug_to_internal_too(log_lines) -> None:  # noqa: ANN001
+    async def broken(request, context, call):  # noqa: ANN001, ANN202
+        raise KeyError("x")
+
+    context = FakeContext()
+    with pytest.raises(Aborted):
+        asyncio.run(unary("UnaryG", broken)(object(), context))
+    assert context.aborted == (grpc.StatusCode.INTERNAL, "internal error: KeyError")
+    assert [line["event"] for line in log_lines()] == ["rpc_crashed", "rpc"]
