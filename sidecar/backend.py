@@ -6,6 +6,7 @@ outputs and identical errors.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -61,9 +62,6 @@ class RenderOptions:
     return_offsets: bool = False
     #: Reuse token ids of unchanged prompt segments from earlier requests (native backend).
     use_cache: bool = True
-    #: Ask for text/ids/offsets as encoded `RenderResponse` bytes (`Rendered.wire`) when the backend
-    #: can produce them; the server parses those in C instead of building a Python int per token.
-    wire_response: bool = False
     timeout_s: float | None = None
 
 
@@ -79,15 +77,17 @@ class CacheStats:
 
 @dataclass(slots=True)
 class Rendered:
-    """A rendered prompt."""
+    """A rendered prompt.
+
+    `ids` and `offsets` are sequences of ints: the native backend returns `array("I")` buffers (a
+    caller hands them on, e.g. to a protobuf encoder or a hasher, without a Python int per id;
+    compare with `list(ids)`), the reference backend lists.
+    """
 
     text: str | None
-    ids: list[int]
-    offsets: list[int] = field(default_factory=list)
+    ids: Sequence[int]
+    offsets: Sequence[int] = field(default_factory=lambda: array("I"))
     cache: CacheStats = field(default_factory=CacheStats)
-    #: `RenderResponse` fields 1-3 in protobuf wire format, when asked for and supported (then
-    #: text, ids and offsets above are left empty).
-    wire: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 
 from sidecar.backend import CacheStats, RenderOptions, Rendered, RendererSettings
 from sidecar.native._calls import call_bytes, call_out, str_arg, timeout_us, unpack_bytes
@@ -74,19 +75,23 @@ class NativeRenderer:
         req.return_ids = opts.return_token_ids
         req.return_offsets = opts.return_offsets
         req.use_cache = opts.use_cache
-        req.wire_response = opts.wire_response
         req.timeout_us = timeout_us(opts.timeout_s)
         with self._handle as renderer:
             res = call_out("sc_render_result *", lib.sc_renderer_render, renderer, req)
         try:
             cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)
-            if opts.wire_response:
-                return Rendered(text=None, ids=[], cache=cache, wire=unpack_bytes(res.wire, res.wire_len))
             text = None
             if opts.return_text:
                 text = unpack_bytes(res.text, res.text_len).decode("utf-8")
-            ids = ffi.unpack(res.ids, res.ids_len) if res.ids_len else []
-            offsets = ffi.unpack(res.offsets, res.offsets_len) if res.offsets_len else []
-            return Rendered(text=text, ids=ids, offsets=offsets, cache=cache)
+            return Rendered(text=text, ids=_u32_array(res.ids, res.ids_len), offsets=_u32_array(res.offsets, res.offsets_len),
+                            cache=cache)
         finally:
             lib.sc_render_result_free(res)
+
+
+def _u32_array(ptr, n: int) -> array:  # noqa: ANN001 - cffi cdata
+    """A copy of `n` uint32 values as an `array("I")`: one memcpy, no Python int per value."""
+    out = array("I")
+    if n:
+        out.frombytes(ffi.buffer(ptr, n * out.itemsize))
+    return out
