@@ -91,7 +91,7 @@ fn rejects_unknown_parsers_and_ids() {
 }
 
 #[test]
-fn mux_answers_unknown_and_finished_requests_with_their_status() {
+fn mux_answers_an_unknown_request_with_not_found_from_the_table() {
     use crate::parse::{Handled, Mux, MuxLimits};
     use crate::wire::pb::{self, parse_stream_request::Kind};
     use prost::Message;
