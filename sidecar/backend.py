@@ -6,7 +6,6 @@ outputs and identical errors.
 
 from __future__ import annotations
 
-from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, Sequence
@@ -79,14 +78,15 @@ class CacheStats:
 class Rendered:
     """A rendered prompt.
 
-    `ids` and `offsets` are sequences of ints: the native backend returns `array("I")` buffers (a
-    caller hands them on, e.g. to a protobuf encoder or a hasher, without a Python int per id;
-    compare with `list(ids)`), the reference backend lists.
+    `ids` and `offsets` are sequences of ints: the native backend returns read-only uint32
+    memoryviews (format "I") over the native result, so a caller hands them on (to the protobuf
+    encoder, to a hasher) without a Python int per id or a copy; compare with `list(ids)`. The
+    reference backend returns lists.
     """
 
     text: str | None
     ids: Sequence[int]
-    offsets: Sequence[int] = field(default_factory=lambda: array("I"))
+    offsets: Sequence[int] = field(default_factory=list)
     cache: CacheStats = field(default_factory=CacheStats)
 
 

@@ -14,7 +14,10 @@ from sidecar.native._calls import call_bytes, ids_arg, ids_array, str_arg
 from sidecar.native._ffi import lib
 
 
-def _u32(values: Sequence[int], field: str) -> array:
+def _u32(values: Sequence[int], field: str) -> array | memoryview:
+    """`values` as a uint32 buffer: a renderer's id view or an `array("I")` as is, else converted."""
+    if isinstance(values, memoryview) and values.format == "I" and values.c_contiguous:
+        return values
     if isinstance(values, array) and values.typecode == "I":
         return values
     return ids_array(values, field)

@@ -126,18 +126,65 @@ pub(crate) fn put_uint(out: &mut Vec<u8>, field: u64, v: u64) {
     put_varint(out, v);
 }
 
-/// A packed `repeated uint32` field; left out when empty.
+/// A packed `repeated uint32` field; left out when empty. A prompt's ids are the bulk of a
+/// `RenderResponse`, so the body is written in place with room for the longest length prefix and
+/// moved back over the unused prefix bytes once its length is known (no separate sizing pass).
 pub(crate) fn put_packed(out: &mut Vec<u8>, field: u64, values: &[u32]) {
     if values.is_empty() {
         return;
     }
-    let body: usize = values.iter().map(|&v| varint_len(u64::from(v))).sum();
     put_key(out, field, LEN);
-    put_varint(out, body as u64);
-    out.reserve(body);
+    let prefix_at = out.len();
+    // A u32 varint takes at most 5 bytes; the body is at most 5 bytes per value.
+    let body_room = 5 * values.len();
+    let max_prefix = varint_len(body_room as u64);
+    out.resize(prefix_at + max_prefix + body_room, 0);
+    let body = &mut out[prefix_at + max_prefix..];
+    let mut len = 0;
     for &v in values {
-        put_varint(out, u64::from(v));
+        let slot: &mut [u8; 5] = (&mut body[len..len + 5]).try_into().expect("room for 5");
+        len += write_varint32(slot, v);
     }
+    let mut prefix = [0u8; 10];
+    let prefix_len = write_varint64(&mut prefix, len as u64);
+    out[prefix_at..prefix_at + prefix_len].copy_from_slice(&prefix[..prefix_len]);
+    let body_at = prefix_at + max_prefix;
+    out.copy_within(body_at..body_at + len, prefix_at + prefix_len);
+    out.truncate(prefix_at + prefix_len + len);
+}
+
+/// Writes `v` as a varint into `slot` and returns its length (token ids and offsets are mostly
+/// under 2^21: three bytes or fewer).
+fn write_varint32(slot: &mut [u8; 5], v: u32) -> usize {
+    if v < 1 << 7 {
+        slot[0] = v as u8;
+        1
+    } else if v < 1 << 14 {
+        slot[0] = v as u8 | 0x80;
+        slot[1] = (v >> 7) as u8;
+        2
+    } else if v < 1 << 21 {
+        slot[0] = v as u8 | 0x80;
+        slot[1] = (v >> 7) as u8 | 0x80;
+        slot[2] = (v >> 14) as u8;
+        3
+    } else {
+        let mut wide = [0u8; 10];
+        let n = write_varint64(&mut wide, u64::from(v));
+        slot[..n].copy_from_slice(&wide[..n]);
+        n
+    }
+}
+
+fn write_varint64(buf: &mut [u8; 10], mut v: u64) -> usize {
+    let mut n = 0;
+    while v >= 0x80 {
+        buf[n] = (v as u8) | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    buf[n] = v as u8;
+    n + 1
 }
 
 /// A nested message field: `body` writes the message into `out`, whose length prefix is patched in
