@@ -24,34 +24,45 @@ $(SETUP_STAMP): pyproject.toml
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
 
-native: ## Build the Rust library (release) and put it next to the Python loader
+native: ## Build the Rust library for users (release, no test exports) and put it next to the Python loader
 	cargo build $(CARGO_FLAGS)
 	cp native/target/release/libsidecar_native.so $(LIB)
 
-build: setup native ## Everything `run` and `test` need
+native-testing: ## The same library plus the test- and bench-only exports (cargo feature `testing`); test and bench use it
+	cargo build $(CARGO_FLAGS) --features testing
+	cp native/target/release/libsidecar_native.so $(LIB)
+
+build: setup native ## Everything `run` needs (the user build of the library)
 
 proto: setup ## Regenerate sidecar/v1/*_pb2.py, *_pb2_grpc.py and .pyi from protos/
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. protos/sidecar/v1/*.proto
 
+# The header is the same for both builds (test exports sit under #if defined(SIDECAR_TESTING)).
+CHECK_GENERATED = @git diff --exit-code -- sidecar/v1 $(HEADER) || { echo "generated files drifted: commit the output of 'make proto native'"; exit 1; }
+
 check-generated: proto native ## Fail when the committed stubs or C header differ from their sources
-	@git diff --exit-code -- sidecar/v1 $(HEADER) || { echo "generated files drifted: commit the output of 'make proto native'"; exit 1; }
+	$(CHECK_GENERATED)
+
+check-generated-testing: proto native-testing
+	$(CHECK_GENERATED)
 
 run: build ## Start the server on the embedded default model (Qwen3)
 	$(VENV)/bin/sidecar serve $(RUN_ARGS)
 
-test: build check-generated test-rust test-python ## Run every test (Rust, C ABI, parity, end to end)
+test: setup check-generated-testing test-rust test-python ## Run every test (Rust, C ABI, parity, end to end) on the test build
 
 test-rust: ## cargo test of the native core
-	cargo test $(CARGO_FLAGS) -q
+	cargo test $(CARGO_FLAGS) --features testing -q
 
-test-python: build ## pytest: unit, C-ABI contract, differential parity, end to end
+test-python: setup native-testing ## pytest: unit, C-ABI contract, differential parity, end to end
 	$(PY) -m pytest -q tests
 
-bench: build ## Benchmarks; results go to bench/results.md (quoted by the README)
+bench: setup native-testing ## Benchmarks; results go to bench/results.md (quoted by the README)
 	$(PY) -m bench.run --out bench/results.md
 
 lint: setup ## cargo clippy and fmt check, pyflakes on the Python code
 	cargo clippy $(CARGO_FLAGS) -- -D warnings
+	cargo clippy $(CARGO_FLAGS) --features testing --all-targets -- -D warnings
 	cargo fmt --manifest-path native/Cargo.toml --check
 	$(PY) -m pyflakes $$(git ls-files '*.py' | grep -v '^sidecar/v1/')
 
@@ -59,4 +70,4 @@ clean: ## Remove build outputs (keeps .venv)
 	cargo clean --manifest-path native/Cargo.toml
 	rm -f $(LIB)
 
-.PHONY: help setup native build proto check-generated run test test-rust test-python bench lint clean
+.PHONY: help setup native native-testing build proto check-generated check-generated-testing run test test-rust test-python bench lint clean

@@ -63,9 +63,6 @@ class RenderOptions:
     return_offsets: bool = False
     #: Reuse token ids of unchanged prompt segments from earlier requests (native backend).
     use_cache: bool = True
-    #: Ask for text/ids/offsets as encoded `RenderResponse` bytes (`Rendered.wire`) when the backend
-    #: can produce them; the server parses those in C instead of building a Python int per token.
-    wire_response: bool = False
     timeout_s: float | None = None
 
 
@@ -81,15 +78,18 @@ class CacheStats:
 
 @dataclass(slots=True)
 class Rendered:
-    """A rendered prompt."""
+    """A rendered prompt.
+
+    `ids` and `offsets` are sequences of ints: the native backend returns read-only uint32
+    memoryviews (format "I") over the native result, so a caller hands them on (to the protobuf
+    encoder, to a hasher) without a Python int per id or a copy; compare with `list(ids)`. The
+    reference backend returns lists.
+    """
 
     text: str | None
-    ids: list[int]
-    offsets: list[int] = field(default_factory=list)
+    ids: Sequence[int]
+    offsets: Sequence[int] = field(default_factory=list)
     cache: CacheStats = field(default_factory=CacheStats)
-    #: `RenderResponse` fields 1-3 in protobuf wire format, when asked for and supported (then
-    #: text, ids and offsets above are left empty).
-    wire: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,19 @@ def require_shared_models() -> Path:
     pytest.skip(message)
 
 
+def require_native_testing_exports() -> None:
+    """Skip (fail under CI) unless the loaded native library is the test build, which has the test-
+    and benchmark-only exports (`make native-testing`; `make test` builds it)."""
+    from sidecar.native._ffi import has_testing_exports
+
+    if has_testing_exports():
+        return
+    message = "the loaded native library is the user build, without the test exports (build `make native-testing`)"
+    if IN_CI:
+        pytest.fail(f"CI=true but {message}")
+    pytest.skip(message)
+
+
 @pytest.fixture(scope="session")
 def shared_models() -> Path:
     return require_shared_models()

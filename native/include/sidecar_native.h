@@ -71,7 +71,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 1
+#define SC_ABI_VERSION 2
 
 /*
  Dynamo's fixed XXH3 seed.
@@ -88,11 +88,6 @@
  How far back the reasoning split looks in the prompt for its last marker.
  */
 #define PRIME_PARSER_IDS 512
-
-/*
- The engine algorithm (see the table in [`super`]).
- */
-typedef struct Algorithm Algorithm;
 
 /*
  A model's parse data (decode table, added tokens); immutable, shareable across threads. Free
@@ -240,12 +235,6 @@ typedef struct sc_render_request {
    */
   bool use_cache;
   /*
-   Return text, ids and offsets encoded as a protobuf `sidecar.v1.RenderResponse` (fields 1-3)
-   in `wire` instead of separate arrays: the server parses it in C without making a Python int
-   per token.
-   */
-  bool wire_response;
-  /*
    Give up with `SC_ERR_KIND_DEADLINE_EXCEEDED` after this many microseconds; 0 = never.
    */
   uint64_t timeout_us;
@@ -295,14 +284,6 @@ typedef struct sc_render_result {
    Bytes of prompt text in missed segments.
    */
   uint64_t cache_miss_bytes;
-  /*
-   The protobuf encoding when `wire_response` was set, else NULL.
-   */
-  uint8_t *wire;
-  /*
-   Bytes in `wire`.
-   */
-  uintptr_t wire_len;
 } sc_render_result;
 
 /*
@@ -409,6 +390,8 @@ typedef struct sc_texts {
 
 
 
+
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus
@@ -440,10 +423,8 @@ int32_t sc_block_hashes(struct sc_str spec,
                         struct sc_error **err);
 
 /*
- The router adapter index's own content keys: Dynamo-style local block hashes of the full blocks
- of `ids` (LoRA name mixed into every block's seed; the namespace, i.e. the cache salt, into the
- first block of a sequence only, so it reaches later blocks through the chain as in vLLM)
- chained into SequenceHashes after `parent` (`has_parent` false = sequence start).
+ The router adapter index's own content keys (see `hash::prefix_keys`): Dynamo-style SequenceHash
+ keys of the full blocks of `ids`, chained after `parent` (`has_parent` false = sequence start).
 
  # Safety
  `ids`, `lora_name` and `namespace` are borrowed for the call; `out` must be valid for `out_cap`
@@ -569,32 +550,6 @@ int32_t sc_parse_mux_trace(const struct sc_parse_mux *mux,
                            struct sc_error **err);
 
 /*
- Benchmark helper: runs `ids` through a fresh session `iterations` times, `per_step` ids per
- feed, and writes the mean nanoseconds per token (detokenize + stop strings + parse; no FFI
- or protobuf) to `*ns_per_token`.
-
- # Safety
- `model` must be a live handle; strings and ids are borrowed for the call; `ns_per_token` and
- `err` NULL or writable.
- */
-int32_t sc_parse_bench(const struct sc_parse_model *model,
-                       struct sc_str config_json,
-                       struct sc_ids prompt_ids,
-                       struct sc_ids ids,
-                       uintptr_t per_step,
-                       uintptr_t iterations,
-                       double *ns_per_token,
-                       struct sc_error **err);
-
-/*
- Frees an error returned by any call. NULL is a no-op.
-
- # Safety
- `err` must be NULL or a pointer returned through an `err` out-parameter, not yet freed.
- */
-void sc_error_free(struct sc_error *err);
-
-/*
  Builds a renderer for a tokenizer from a JSON configuration: `templates` (`[[name, source],
  ...]`), `variables` (`[[name, value], ...]`), optional `fuel`, `recursion_limit`,
  `max_output_bytes`, `fixed_time` and `cache_bytes` (0 = no multi-turn cache). The renderer keeps
@@ -618,8 +573,8 @@ int32_t sc_renderer_new(const struct sc_tokenizer *tok,
 void sc_renderer_free(struct sc_renderer *r);
 
 /*
- Describes the renderer as JSON: `templates` (`[{name, content_format, error}]`) and
- `cache_bytes` (bytes the multi-turn cache holds now, or null without a cache).
+ Describes the renderer as JSON: `templates` (`[{name, content_format}]`) and `cache_bytes`
+ (bytes the multi-turn cache holds now, or null without a cache).
 
  # Safety
  `r` must be a live handle; `out` and `err` must be NULL or valid for writes.
@@ -647,16 +602,37 @@ int32_t sc_renderer_render(const struct sc_renderer *r,
 void sc_render_result_free(struct sc_render_result *res);
 
 /*
- Loads the tokenizer of a model directory (`tokenizer.json`, or a tiktoken file plus
- `tokenizer_config.json`).
+ The status table as JSON: `[{"kind": SC_ERR_KIND_*, "name": "invalid_argument", "grpc_code":
+ 3}, ...]`, one entry per error kind a call can fail with. Python raises each kind as the error
+ of its gRPC code, so this is the one place that mapping is decided.
 
  # Safety
- `dir` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
+ `out` and `err` must be NULL or valid for writes.
  */
-int32_t sc_tokenizer_new(struct sc_str dir, struct sc_tokenizer **out, struct sc_error **err);
+int32_t sc_error_kinds(struct sc_bytes *out, struct sc_error **err);
 
 /*
- Builds a tokenizer from `tokenizer.json` text (for models that do not live in a directory).
+ Frees an error returned by any call. NULL is a no-op.
+
+ # Safety
+ `err` must be NULL or a pointer returned through an `err` out-parameter, not yet freed.
+ */
+void sc_error_free(struct sc_error *err);
+
+#if defined(SIDECAR_TESTING)
+/*
+ Panics inside the guard; lets tests prove a panic becomes `SC_STATUS_PANIC`, not an abort.
+
+ # Safety
+ `err` must be NULL or valid for writes.
+ */
+int32_t sc_test_panic(struct sc_error **err);
+#endif
+
+#if defined(SIDECAR_TESTING)
+/*
+ Builds a tokenizer from `tokenizer.json` text (tests of the C ABI build small vocabularies
+ in memory).
 
  # Safety
  `json` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
@@ -664,6 +640,36 @@ int32_t sc_tokenizer_new(struct sc_str dir, struct sc_tokenizer **out, struct sc
 int32_t sc_tokenizer_from_json(struct sc_str json,
                                struct sc_tokenizer **out,
                                struct sc_error **err);
+#endif
+
+#if defined(SIDECAR_TESTING)
+/*
+ Benchmark helper: runs `ids` through a fresh session `iterations` times, `per_step` ids per
+ feed, and writes the mean nanoseconds per token (detokenize + stop strings + parse; no FFI
+ or protobuf) to `*ns_per_token`.
+
+ # Safety
+ `model` must be a live handle; strings and ids are borrowed for the call; `ns_per_token` and
+ `err` NULL or writable.
+ */
+int32_t sc_parse_bench(const struct sc_parse_model *model,
+                       struct sc_str config_json,
+                       struct sc_ids prompt_ids,
+                       struct sc_ids ids,
+                       uintptr_t per_step,
+                       uintptr_t iterations,
+                       double *ns_per_token,
+                       struct sc_error **err);
+#endif
+
+/*
+ Loads the tokenizer of a model directory (`tokenizer.json`, or a tiktoken file plus
+ `tokenizer_config.json`).
+
+ # Safety
+ `dir` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
+ */
+int32_t sc_tokenizer_new(struct sc_str dir, struct sc_tokenizer **out, struct sc_error **err);
 
 /*
  Frees a tokenizer. NULL is a no-op.
@@ -731,14 +737,6 @@ int32_t sc_tokenizer_decode_batch(const struct sc_tokenizer *tok,
 void sc_texts_free(struct sc_texts *texts);
 
 /*
- Panics inside the guard; lets tests prove a panic becomes `SC_STATUS_PANIC`, not an abort.
-
- # Safety
- `err` must be NULL or valid for writes.
- */
-int32_t sc_test_panic(struct sc_error **err);
-
-/*
  The ABI version of this build.
  */
 uint32_t sc_abi_version(void);
@@ -747,6 +745,22 @@ uint32_t sc_abi_version(void);
  The crate version as a NUL-terminated static string (never freed).
  */
 const uint8_t *sc_version(void);
+
+/*
+ Encodes `sidecar.v1.RenderResponse` fields 1-3 (`text` when `has_text`, `token_ids`,
+ `offsets`) in protobuf wire format into `out`, so the server builds its response from a
+ rendered prompt's id buffer without a Python int per id.
+
+ # Safety
+ `text`, `ids` and `offsets` are borrowed for the call; `out` and `err` must be NULL or valid for
+ writes.
+ */
+int32_t sc_render_response_encode(struct sc_str text,
+                                  bool has_text,
+                                  struct sc_ids ids,
+                                  struct sc_ids offsets,
+                                  struct sc_bytes *out,
+                                  struct sc_error **err);
 
 #ifdef __cplusplus
 }  // extern "C"

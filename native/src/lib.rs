@@ -1,8 +1,14 @@
 //! Native core of the sidecar: tokenization, chat templates, incremental decoding, parsers and
 //! block hashing, behind a C ABI that Python loads through cffi.
 //!
-//! Capability modules (`tokenizer`, ...) are plain Rust: `&str` and `&[u32]` in, `Result<T, Error>`
-//! out, no FFI types. Every `extern "C"` export and every `unsafe` block lives in [`ffi`].
+//! Capability modules (`tokenizer`, `template`, `render`, `detok`, `parse`, `hash`) are plain Rust:
+//! `&str` and `&[u32]` in, `Result<T, Error>` out, no FFI types. [`wire`] holds the protobuf
+//! messages generated from `protos/`, [`settings`] reads the JSON settings the server passes in,
+//! [`error`] the error kinds and their one gRPC status table. Every `extern "C"` export and every
+//! `unsafe` block lives in [`ffi`], which only converts.
+//!
+//! Tests that need the real models of `../shared/models` go through [`test_support`]: they skip
+//! with a printed reason when the data is absent and fail when `CI=true`.
 
 #![deny(unsafe_code)]
 
@@ -11,8 +17,14 @@ pub mod error;
 pub mod ffi;
 pub mod hash;
 pub mod parse;
+pub mod render;
+pub mod settings;
 pub mod template;
 pub mod tokenizer;
+pub mod wire;
+
+#[cfg(test)]
+pub(crate) mod test_support;
 
 pub use error::{Error, ErrorKind, Result};
 

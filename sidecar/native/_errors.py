@@ -1,23 +1,59 @@
-"""Turns a native `sc_error` into the matching `SidecarError`, and checks call statuses."""
+"""Turns a native `sc_error` into the matching `SidecarError`, and checks call statuses.
+
+Which error a native kind becomes is not decided here: the library exports its table of kinds and
+their gRPC status codes (`sc_error_kinds`, built from `ErrorKind::grpc_code` in native/src/error.rs,
+the same table the parse multiplexer writes into `RequestDelta.error`), and each kind is raised as
+the `SidecarError` class of its status code.
+"""
 
 from __future__ import annotations
+
+import json
+
+import grpc
 
 from sidecar import errors
 from sidecar.native._ffi import ffi, lib
 
-_KIND_TO_ERROR: dict[int, type[errors.SidecarError]] = {
-    lib.SC_ERR_KIND_INVALID_ARGUMENT: errors.InvalidArgument,
-    lib.SC_ERR_KIND_NOT_FOUND: errors.NotFound,
-    lib.SC_ERR_KIND_RESOURCE_EXHAUSTED: errors.ResourceExhausted,
-    lib.SC_ERR_KIND_FAILED_PRECONDITION: errors.FailedPrecondition,
-    lib.SC_ERR_KIND_DEADLINE_EXCEEDED: errors.DeadlineExceeded,
-    lib.SC_ERR_KIND_INTERNAL: errors.Internal,
-    lib.SC_ERR_KIND_PANIC: errors.Internal,
-}
+
+def _error_classes_by_code() -> dict[int, type[errors.SidecarError]]:
+    classes: dict[int, type[errors.SidecarError]] = {}
+    pending = list(errors.SidecarError.__subclasses__())
+    while pending:
+        cls = pending.pop()
+        classes.setdefault(cls.code.value[0], cls)
+        pending.extend(cls.__subclasses__())
+    return classes
+
+
+def native_status_table() -> list[dict]:
+    """The library's table: `[{"kind": SC_ERR_KIND_*, "name": ..., "grpc_code": n}, ...]`."""
+    out = ffi.new("sc_bytes *")
+    err = ffi.new("sc_error **")
+    if lib.sc_error_kinds(out, err) != lib.SC_STATUS_OK:
+        lib.sc_error_free(err[0])
+        raise errors.Internal("sc_error_kinds failed")
+    try:
+        return json.loads(ffi.buffer(out.ptr, out.len)[:])
+    finally:
+        lib.sc_bytes_free(out)
+
+
+def _kind_to_error() -> dict[int, type[errors.SidecarError]]:
+    by_code = _error_classes_by_code()
+    table = {}
+    for row in native_status_table():
+        code = grpc.StatusCode.INTERNAL.value[0] if row["grpc_code"] not in by_code else row["grpc_code"]
+        table[row["kind"]] = by_code[code]
+    return table
+
+
+#: Native error kind -> the error raised for it (every kind of the library's table).
+KIND_TO_ERROR: dict[int, type[errors.SidecarError]] = _kind_to_error()
 
 
 def _error_class(kind: int) -> type[errors.SidecarError]:
-    return _KIND_TO_ERROR.get(kind, errors.Internal)
+    return KIND_TO_ERROR.get(kind, errors.Internal)
 
 
 def raise_for_status(status: int, err_box) -> None:  # noqa: ANN001 - cffi cdata

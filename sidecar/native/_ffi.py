@@ -3,6 +3,12 @@
 The cdef is the committed header `native/include/sidecar_native.h`, generated from the Rust `ffi`
 module, so the declarations Python uses cannot drift from the exports. The library's ABI version is
 checked at load; a stale build is refused with the command that fixes it.
+
+Two builds of the library load alike: the user build (`make native`) and the test build (`make
+native-testing`, cargo feature `testing`), which adds the test- and benchmark-only exports the
+header declares under `#if defined(SIDECAR_TESTING)`. Those declarations are kept in the cdef; in
+ABI mode a symbol is looked up when first used, so the user build simply lacks them
+(`has_testing_exports()` says which build is loaded).
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from pathlib import Path
 import cffi
 
 #: The ABI version this Python code was written for (`SC_ABI_VERSION` in native/src/ffi/version.rs).
-EXPECTED_ABI_VERSION = 1
+EXPECTED_ABI_VERSION = 2
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = _PACKAGE_DIR.parent.parent
@@ -76,3 +82,11 @@ def check_abi_version(found: int, lib_path: Path | str) -> None:
 
 ffi, lib = _load()
 LIBRARY_VERSION: str = ffi.string(ffi.cast("char *", lib.sc_version())).decode()
+
+#: The exports only the test build has (cargo feature `testing`).
+TESTING_EXPORTS = ("sc_test_panic", "sc_tokenizer_from_json", "sc_parse_bench")
+
+
+def has_testing_exports() -> bool:
+    """Whether the loaded library is the test build (it has every export of `TESTING_EXPORTS`)."""
+    return all(hasattr(lib, name) for name in TESTING_EXPORTS)

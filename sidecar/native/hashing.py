@@ -12,9 +12,11 @@ from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
 
 
-def _ids(tokens: Sequence[int]) -> array:
+def _ids(tokens: Sequence[int]) -> array | memoryview:
     if isinstance(tokens, array) and tokens.typecode == "I":
         arr = tokens
+    elif isinstance(tokens, memoryview) and tokens.format == "I" and tokens.c_contiguous:
+        arr = tokens  # a rendered prompt's ids, still in native memory
     elif isinstance(tokens, list):
         # fromlist is about twice as fast as array("I", list) on a 32k-token prompt.
         arr = array("I")

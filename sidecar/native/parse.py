@@ -11,10 +11,10 @@ from array import array
 from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, Unimplemented
 from sidecar.native._calls import call_bytes, call_out, ids_arg, str_arg
 from sidecar.native._errors import raise_for_status
-from sidecar.native._ffi import ffi, lib
+from sidecar.native._ffi import ffi, has_testing_exports, lib
 from sidecar.native._handle import Handle
 from sidecar.native.tokenizer import NativeTokenizer
 
@@ -45,7 +45,10 @@ class NativeParseModel:
 
     def bench(self, config: dict[str, Any], prompt_ids: Sequence[int], ids: Sequence[int], per_step: int,
               iterations: int) -> float:
-        """Mean native nanoseconds per token of a whole request (no FFI, no protobuf)."""
+        """Mean native nanoseconds per token of a whole request (no FFI, no protobuf); needs the test
+        build of the library (`make native-testing`)."""
+        if not has_testing_exports():
+            raise Unimplemented("sc_parse_bench: the loaded library is the user build; build `make native-testing`")
         cfg = json.dumps(config).encode()
         prompt = array("I", prompt_ids)
         toks = array("I", ids)

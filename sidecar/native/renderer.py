@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from array import array
 
 from sidecar.backend import CacheStats, RenderOptions, Rendered, RendererSettings
 from sidecar.native._calls import call_bytes, call_out, str_arg, timeout_us, unpack_bytes
@@ -74,19 +75,24 @@ class NativeRenderer:
         req.return_ids = opts.return_token_ids
         req.return_offsets = opts.return_offsets
         req.use_cache = opts.use_cache
-        req.wire_response = opts.wire_response
         req.timeout_us = timeout_us(opts.timeout_s)
         with self._handle as renderer:
-            res = call_out("sc_render_result *", lib.sc_renderer_render, renderer, req)
-        try:
-            cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)
-            if opts.wire_response:
-                return Rendered(text=None, ids=[], cache=cache, wire=unpack_bytes(res.wire, res.wire_len))
-            text = None
-            if opts.return_text:
-                text = unpack_bytes(res.text, res.text_len).decode("utf-8")
-            ids = ffi.unpack(res.ids, res.ids_len) if res.ids_len else []
-            offsets = ffi.unpack(res.offsets, res.offsets_len) if res.offsets_len else []
-            return Rendered(text=text, ids=ids, offsets=offsets, cache=cache)
-        finally:
-            lib.sc_render_result_free(res)
+            res = ffi.gc(call_out("sc_render_result *", lib.sc_renderer_render, renderer, req), lib.sc_render_result_free)
+        cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)
+        text = unpack_bytes(res.text, res.text_len).decode("utf-8") if opts.return_text else None
+        return Rendered(text=text, ids=_u32_view(res, res.ids, res.ids_len),
+                        offsets=_u32_view(res, res.offsets, res.offsets_len), cache=cache)
+
+
+_NO_IDS = memoryview(array("I"))
+
+
+def _u32_view(owner, ptr, n: int) -> memoryview:  # noqa: ANN001 - cffi cdata
+    """The `n` uint32 values at `ptr` inside the render result `owner`, as a read-only
+    memoryview (format "I") without copying them; the result is freed once every view of it is
+    gone."""
+    if not n:
+        return _NO_IDS
+    # The pointer's own (no-op) destructor holds `owner`, so the view keeps the result alive.
+    keep = ffi.gc(ffi.cast("uint32_t *", ptr), lambda _p, owner=owner: None)
+    return memoryview(ffi.buffer(keep, n * 4)).toreadonly().cast("B").cast("I")

@@ -15,6 +15,11 @@ from sidecar.rpc import Call
 from sidecar.runtime import Runtime
 from sidecar.v1 import preprocessor_pb2 as pb
 
+try:
+    from sidecar.native.wire import render_response_bytes
+except ImportError:  # no native library (a reference-only install): protobuf builds the response itself
+    render_response_bytes = None
+
 
 def render_options(request: pb.RenderRequest, allow_request_templates: bool, timeout_s: float | None) -> RenderOptions:
     """The backend options for a request, with the proto's defaults applied."""
@@ -56,7 +61,7 @@ class RenderServicer:
     async def Render(self, request: pb.RenderRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.RenderResponse:
         model = self._runtime.registry.get(request.model)
         renderer = model.renderer
-        opts = replace(render_options(request, self._runtime.config.allow_request_templates, call.timeout_s), wire_response=True)
+        opts = render_options(request, self._runtime.config.allow_request_templates, call.timeout_s)
         # A bad hashing spec fails before any rendering work; hashing needs the ids even when the
         # caller does not want them back.
         hash_spec = spec_from_proto(request.block_hashing) if request.HasField("block_hashing") else None
@@ -67,12 +72,10 @@ class RenderServicer:
 
         def work() -> tuple[CacheStats, pb.RenderResponse]:
             rendered = renderer.render(opts)
-            response = _response(rendered)
+            response = response_from(rendered, wants_ids)
             if hash_spec is not None:
-                response.block_hashes.extend(hasher.block_hashes(response.token_ids, hash_spec))
+                response.block_hashes.extend(hasher.block_hashes(rendered.ids, hash_spec))
                 response.block_hash_spec.CopyFrom(spec_to_proto(hash_spec))
-                if not wants_ids:
-                    del response.token_ids[:]
             return rendered.cache, response
 
         cost = len(opts.messages_json) + len(opts.tools_json) + len(opts.documents_json)
@@ -86,13 +89,13 @@ class RenderServicer:
         return response
 
 
-def _response(rendered: Rendered) -> pb.RenderResponse:
-    if rendered.wire is not None:
-        # Parsed by protobuf's C core: no Python object per token id.
-        return pb.RenderResponse.FromString(rendered.wire)
-    response = pb.RenderResponse(token_ids=rendered.ids)
+def response_from(rendered: Rendered, with_ids: bool) -> pb.RenderResponse:
+    """The response's text, token ids (when `with_ids`) and offsets."""
+    ids = rendered.ids if with_ids else ()
+    if render_response_bytes is not None:
+        # Encoded natively from the id buffer and parsed by protobuf's C core: no Python int per id.
+        return pb.RenderResponse.FromString(render_response_bytes(rendered.text, ids, rendered.offsets))
+    response = pb.RenderResponse(token_ids=ids, offsets=rendered.offsets)
     if rendered.text is not None:
         response.text = rendered.text
-    if rendered.offsets:
-        response.offsets.extend(rendered.offsets)
     return response

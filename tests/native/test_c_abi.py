@@ -16,9 +16,15 @@ import pytest
 
 from sidecar.native import ffi, lib
 from sidecar.native._ffi import EXPECTED_ABI_VERSION, NativeLibraryError, check_abi_version
-from tests.conftest import REPO
+from tests.conftest import REPO, require_native_testing_exports
 
 TOY_JSON = (REPO / "tests" / "data" / "native" / "toy_tokenizer.json").read_bytes()
+
+
+@pytest.fixture(autouse=True)
+def _test_build() -> None:
+    # The toy tokenizer comes from `sc_tokenizer_from_json`, an export of the test build only.
+    require_native_testing_exports()
 
 
 def c_str(data: bytes):  # noqa: ANN201
@@ -198,7 +204,7 @@ def test_forced_panic_becomes_a_panic_status() -> None:
     kind, message = take_error(err)
     assert kind == lib.SC_ERR_KIND_PANIC
     assert "deliberate panic requested by sc_test_panic" in message
-    assert "ffi/tokenizer.rs" in message  # the hook recorded where it happened
+    assert "ffi/testing.rs" in message  # the hook recorded where it happened
     # The library still works afterwards.
     tok = new_toy()
     lib.sc_tokenizer_free(tok)

@@ -22,6 +22,7 @@ from sidecar.native._calls import call_out, str_arg
 from sidecar.native._handle import Handle
 from sidecar.registry import materialize_embedded
 from sidecar.v1 import preprocessor_pb2 as pb
+from tests.conftest import require_native_testing_exports
 
 BACKEND = NativeBackend()
 LONG_TEXT = "The quick brown fox, 12345; jumps over the lazy dog! " * 20_000  # ~1 MB
@@ -110,7 +111,7 @@ def test_renderer_closed_mid_render(tokenizer) -> None:  # noqa: ANN001
     renderer = BACKEND.load_renderer(templates, [], tokenizer, RendererSettings(cache_bytes=0))
     opts = RenderOptions(messages_json=json.dumps([{"role": "user", "content": LONG_TEXT}]))
     rendered = _close_during(lambda: renderer.render(opts), renderer._handle, renderer.close)
-    assert rendered.ids == tokenizer.encode_batch([LONG_TEXT], EncodeOptions(add_special_tokens=False))[0].ids
+    assert list(rendered.ids) == tokenizer.encode_batch([LONG_TEXT], EncodeOptions(add_special_tokens=False))[0].ids
     with pytest.raises(FailedPrecondition, match="renderer"):
         renderer.render(opts)
     # The tokenizer it was built from is still fine (the renderer held its own reference).
@@ -160,6 +161,7 @@ def test_parse_stream_refuses_an_overlapping_call(tokenizer) -> None:  # noqa: A
 
 
 def test_parse_model_closed_mid_bench(tokenizer) -> None:  # noqa: ANN001
+    require_native_testing_exports()  # sc_parse_bench
     model = BACKEND.load_parse_model(tokenizer)
     ids = tokenizer.encode_batch([LONG_TEXT[:200_000]], EncodeOptions(add_special_tokens=False))[0].ids
     config = {"tool_parser": "", "reasoning_parser": ""}

@@ -109,9 +109,9 @@ def test_text_ids_and_offsets_agree_with_tokenize(backend_name: str) -> None:
     out = renderer.render(opts(return_text=True, return_offsets=True))
     assert out.text == "<|im_start|>user\nHello<|im_end|>\n<|im_start|>assistant\n"
     enc = tokenizer.encode_batch([out.text], EncodeOptions(add_special_tokens=False, return_offsets=True))[0]
-    assert out.ids == enc.ids
-    assert out.offsets == enc.offsets and len(out.offsets) == 2 * len(out.ids)
-    assert renderer.render(opts(return_token_ids=False, return_text=False)).ids == []
+    assert list(out.ids) == enc.ids
+    assert list(out.offsets) == enc.offsets and len(out.offsets) == 2 * len(out.ids)
+    assert list(renderer.render(opts(return_token_ids=False, return_text=False)).ids) == []
 
 
 def test_add_special_tokens_defaults_off_and_can_be_asked_for(backend_name: str) -> None:
@@ -123,7 +123,7 @@ def test_add_special_tokens_defaults_off_and_can_be_asked_for(backend_name: str)
     tokenizer = load_tokenizer(backend_name, "llama3")
     renderer = backend.load_renderer([("default", "{{ bos_token }}{{ messages[0].content }}")], [("bos_token", "<|begin_of_text|>")],
                                      tokenizer, RendererSettings())
-    plain = renderer.render(opts()).ids
-    doubled = renderer.render(opts(add_special_tokens=True)).ids
+    plain = list(renderer.render(opts()).ids)
+    doubled = list(renderer.render(opts(add_special_tokens=True)).ids)
     assert plain[0] == 128000 and plain.count(128000) == 1
     assert doubled == [128000, *plain]

@@ -33,9 +33,7 @@ pub unsafe extern "C" fn sc_block_hashes(
         let spec_text = unsafe { read_str(spec, "spec")? };
         // SAFETY: as above.
         let ids = unsafe { read_ids(ids, "token_ids")? };
-        let spec: HashSpec = serde_json::from_str(spec_text)
-            .map_err(|e| Error::invalid_argument(format!("block_hashing: {e}")))?;
-        let result = hash::block_hashes(ids, &spec)?;
+        let result = hash::block_hashes(ids, &HashSpec::from_json(spec_text)?)?;
         // SAFETY: the caller promises `out` holds `out_cap` writable values.
         unsafe { write_values(&result.values, out, out_cap)? };
         // SAFETY: the caller promises `written` is NULL or writable.
@@ -43,10 +41,8 @@ pub unsafe extern "C" fn sc_block_hashes(
     })
 }
 
-/// The router adapter index's own content keys: Dynamo-style local block hashes of the full blocks
-/// of `ids` (LoRA name mixed into every block's seed; the namespace, i.e. the cache salt, into the
-/// first block of a sequence only, so it reaches later blocks through the chain as in vLLM)
-/// chained into SequenceHashes after `parent` (`has_parent` false = sequence start).
+/// The router adapter index's own content keys (see `hash::prefix_keys`): Dynamo-style SequenceHash
+/// keys of the full blocks of `ids`, chained after `parent` (`has_parent` false = sequence start).
 ///
 /// # Safety
 /// `ids`, `lora_name` and `namespace` are borrowed for the call; `out` must be valid for `out_cap`
@@ -71,21 +67,13 @@ pub unsafe extern "C" fn sc_prefix_keys(
         let lora_name = unsafe { read_str(lora_name, "lora_name")? };
         // SAFETY: as above.
         let namespace = unsafe { read_str(namespace, "namespace")? };
-        if block_size == 0 {
-            return Err(Error::invalid_argument("block_size: must be > 0"));
-        }
-        let bs = block_size as usize;
-        let mut local =
-            hash::local_block_hashes(ids, bs, hash::dynamo_block_seed(lora_name, ""), &[]);
-        if !has_parent && !namespace.is_empty() && !local.is_empty() {
-            local[0] = hash::local_block_hashes(
-                &ids[..bs],
-                bs,
-                hash::dynamo_block_seed(lora_name, namespace),
-                &[],
-            )[0];
-        }
-        let keys = hash::sequence_hashes(has_parent.then_some(parent), &local);
+        let keys = hash::prefix_keys(
+            ids,
+            block_size,
+            lora_name,
+            namespace,
+            has_parent.then_some(parent),
+        )?;
         // SAFETY: the caller promises `out` holds `out_cap` writable values.
         unsafe { write_values(&keys, out, out_cap)? };
         // SAFETY: the caller promises `written` is NULL or writable.

@@ -13,16 +13,24 @@
 //!   `sc_*_free`; handles are opaque pointers created by `sc_<obj>_new` and freed by `sc_<obj>_free`.
 //! - Handles built from models (`sc_tokenizer`) are immutable and may be used from many threads at
 //!   once; stream handles belong to one request and one thread at a time.
+//! - An export only converts: it reads its arguments, calls one function of a core module and
+//!   writes that function's result. Decisions (which cache path, which status a kind maps to, how
+//!   a message is encoded) live in the core modules.
+//! - Exports for tests and benchmarks live in [`testing`], built only with the cargo feature
+//!   `testing` and declared in the header under `#if defined(SIDECAR_TESTING)`.
 #![allow(unsafe_code)]
 #![allow(non_camel_case_types)]
 
 pub mod buf;
 pub mod hash;
 pub mod parse;
+pub mod render;
 pub mod status;
-pub mod template;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tokenizer;
 pub mod version;
+pub mod wire;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 

@@ -3,10 +3,6 @@
 //! whole decode step is one call with no per-request Python work.
 
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::time::Instant;
-
-use serde::Deserialize;
-use serde_json::json;
 
 use super::buf::{
     free_handle, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str,
@@ -16,12 +12,23 @@ use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
 use super::{guard, require_out, write_out};
 use crate::error::Error;
-use crate::parse::{Handled, Mux, MuxLimits, OpenOptions, ParseModel, Session, SessionConfig};
+use crate::parse::{
+    Handled, Mux, MuxLimits, OpenOptions, ParseModel, ParseModelOptions, SessionConfig,
+};
+use crate::settings::from_json_or_default;
 
 /// A model's parse data (decode table, added tokens); immutable, shareable across threads. Free
 /// with `sc_parse_model_free`.
 pub struct sc_parse_model {
     inner: Arc<ParseModel>,
+}
+
+impl sc_parse_model {
+    /// The parse data inside a handle, for other exports (benchmarks).
+    #[cfg_attr(not(feature = "testing"), allow(dead_code))]
+    pub(crate) fn model(&self) -> &Arc<ParseModel> {
+        &self.inner
+    }
 }
 
 /// The open requests of one ParseStream. Calls on one multiplexer must not overlap: a call that
@@ -51,37 +58,6 @@ pub const SC_PARSE_HANDLED: i32 = 0;
 /// `sc_parse_mux_handle` saw an `open`: resolve the model and call `sc_parse_mux_open`.
 pub const SC_PARSE_OPEN: i32 = 1;
 
-#[derive(Deserialize, Default)]
-#[serde(default)]
-struct ModelOptions {
-    /// Use the generic window decoder even where a table would do (tests).
-    force_generic: bool,
-}
-
-#[derive(Deserialize)]
-#[serde(default)]
-struct LimitOptions {
-    max_requests: usize,
-    remember_finished: usize,
-}
-
-impl Default for LimitOptions {
-    fn default() -> Self {
-        let d = MuxLimits::default();
-        LimitOptions {
-            max_requests: d.max_requests,
-            remember_finished: d.remember_finished,
-        }
-    }
-}
-
-fn json_arg<T: for<'de> Deserialize<'de> + Default>(text: &str, field: &str) -> crate::Result<T> {
-    if text.trim().is_empty() {
-        return Ok(T::default());
-    }
-    serde_json::from_str(text).map_err(|e| Error::invalid_argument(format!("{field}: {e}")))
-}
-
 /// Builds the parse data of a tokenizer. `options_json`: `{"force_generic": bool}` or empty.
 ///
 /// # Safety
@@ -98,11 +74,9 @@ pub unsafe extern "C" fn sc_parse_model_new(
         // SAFETY: the caller passes a live handle and lends the string for the call.
         let t = unsafe { read_handle(tok, "tokenizer")? }.tokenizer();
         // SAFETY: as above.
-        let options: ModelOptions = json_arg(
-            unsafe { read_str(options_json, "options_json")? },
-            "options_json",
-        )?;
-        let inner = Arc::new(ParseModel::new(t, options.force_generic)?);
+        let options = unsafe { read_str(options_json, "options_json")? };
+        let options: ParseModelOptions = from_json_or_default(options, "options_json")?;
+        let inner = Arc::new(ParseModel::with_options(t, options)?);
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_handle(out, sc_parse_model { inner }) }
     })
@@ -132,14 +106,8 @@ pub unsafe extern "C" fn sc_parse_model_info(
     guard(err, || {
         // SAFETY: the caller passes a live handle.
         let m = &unsafe { read_handle(model, "model")? }.inner;
-        let info = json!({
-            "decoder": m.decoder_family(),
-            "vocab_size": m.vocab_size(),
-            "tool_parsers": crate::parse::TOOL_PARSERS,
-            "reasoning_parsers": crate::parse::REASONING_PARSERS,
-        });
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_json(out, &info) }
+        unsafe { write_json(out, &m.info()) }
     })
 }
 
@@ -155,14 +123,8 @@ pub unsafe extern "C" fn sc_parse_mux_new(
 ) -> i32 {
     guard(err, || {
         // SAFETY: the caller lends the string for the call.
-        let limits: LimitOptions = json_arg(
-            unsafe { read_str(limits_json, "limits_json")? },
-            "limits_json",
-        )?;
-        let limits = MuxLimits {
-            max_requests: limits.max_requests,
-            remember_finished: limits.remember_finished,
-        };
+        let limits = unsafe { read_str(limits_json, "limits_json")? };
+        let limits: MuxLimits = from_json_or_default(limits, "limits_json")?;
         let handle = sc_parse_mux {
             inner: Mutex::new(Mux::new(limits)),
         };
@@ -228,7 +190,7 @@ pub unsafe extern "C" fn sc_parse_mux_open(
                 read_ids(prompt_ids, "open.prompt_token_ids")?,
             )
         };
-        let cfg: SessionConfig = json_arg(config, "config_json")?;
+        let cfg: SessionConfig = from_json_or_default(config, "config_json")?;
         let opts = OpenOptions {
             request_id: request_id.to_string(),
             fingerprint: fingerprint.to_string(),
@@ -301,58 +263,5 @@ pub unsafe extern "C" fn sc_parse_mux_trace(
         };
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
-    })
-}
-
-/// Benchmark helper: runs `ids` through a fresh session `iterations` times, `per_step` ids per
-/// feed, and writes the mean nanoseconds per token (detokenize + stop strings + parse; no FFI
-/// or protobuf) to `*ns_per_token`.
-///
-/// # Safety
-/// `model` must be a live handle; strings and ids are borrowed for the call; `ns_per_token` and
-/// `err` NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn sc_parse_bench(
-    model: *const sc_parse_model,
-    config_json: sc_str,
-    prompt_ids: sc_ids,
-    ids: sc_ids,
-    per_step: usize,
-    iterations: usize,
-    ns_per_token: *mut f64,
-    err: *mut *mut sc_error,
-) -> i32 {
-    guard(err, || {
-        // SAFETY: the caller passes a live handle and lends the arguments for the call.
-        let model = Arc::clone(&unsafe { read_handle(model, "model")? }.inner);
-        // SAFETY: as above.
-        let (config, prompt, ids) = unsafe {
-            (
-                read_str(config_json, "config_json")?,
-                read_ids(prompt_ids, "prompt_ids")?,
-                read_ids(ids, "ids")?,
-            )
-        };
-        let cfg: SessionConfig = json_arg(config, "config_json")?;
-        let per_step = per_step.max(1);
-        let mut delta = crate::parse::Delta::default();
-        let started = Instant::now();
-        for _ in 0..iterations.max(1) {
-            let mut session = Session::new(Arc::clone(&model), &cfg, prompt)?;
-            let chunks: Vec<&[u32]> = ids.chunks(per_step).collect();
-            for (i, chunk) in chunks.iter().enumerate() {
-                session.feed_into(chunk, i + 1 == chunks.len(), &mut delta)?;
-                std::hint::black_box(&delta);
-            }
-        }
-        let tokens = (ids.len().max(1) * iterations.max(1)) as f64;
-        // SAFETY: the caller promises the pointer is NULL or writable.
-        unsafe {
-            write_out(
-                ns_per_token,
-                started.elapsed().as_nanos() as f64 / tokens,
-                "ns_per_token",
-            )
-        }
     })
 }

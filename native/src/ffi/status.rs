@@ -4,7 +4,11 @@ use std::any::Any;
 use std::cell::RefCell;
 use std::sync::Once;
 
-use crate::error::ErrorKind;
+use serde_json::json;
+
+use super::buf::{sc_bytes, write_json};
+use super::guard;
+use crate::error::{grpc_code, ErrorKind};
 
 /// The call succeeded; out-parameters are written.
 pub const SC_STATUS_OK: i32 = 0;
@@ -48,6 +52,33 @@ pub(crate) fn kind_code(kind: ErrorKind) -> i32 {
         ErrorKind::DeadlineExceeded => SC_ERR_KIND_DEADLINE_EXCEEDED,
         ErrorKind::Internal => SC_ERR_KIND_INTERNAL,
     }
+}
+
+/// Every `SC_ERR_KIND_*` with its name and gRPC status code ([`ErrorKind::grpc_code`]; a caught
+/// panic is `INTERNAL`).
+fn status_table() -> serde_json::Value {
+    let mut rows: Vec<_> = ErrorKind::ALL
+        .iter()
+        .map(|&k| json!({"kind": kind_code(k), "name": k.name(), "grpc_code": k.grpc_code()}))
+        .collect();
+    rows.push(
+        json!({"kind": SC_ERR_KIND_PANIC, "name": "panic", "grpc_code": grpc_code::INTERNAL}),
+    );
+    json!(rows)
+}
+
+/// The status table as JSON: `[{"kind": SC_ERR_KIND_*, "name": "invalid_argument", "grpc_code":
+/// 3}, ...]`, one entry per error kind a call can fail with. Python raises each kind as the error
+/// of its gRPC code, so this is the one place that mapping is decided.
+///
+/// # Safety
+/// `out` and `err` must be NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn sc_error_kinds(out: *mut sc_bytes, err: *mut *mut sc_error) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_json(out, &status_table()) }
+    })
 }
 
 pub(crate) fn write_error(err: *mut *mut sc_error, kind: i32, message: &str) {
@@ -114,5 +145,39 @@ pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     match LAST_PANIC_LOCATION.with(|slot| slot.borrow_mut().take()) {
         Some(location) => format!("{text} (at {location})"),
         None => text,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_table_lists_every_kind_once_with_its_status() {
+        let table = status_table();
+        let rows = table.as_array().expect("an array");
+        let mut kinds: Vec<i64> = rows
+            .iter()
+            .map(|r| r["kind"].as_i64().expect("kind"))
+            .collect();
+        kinds.sort_unstable();
+        assert_eq!(
+            kinds,
+            (1..=7).collect::<Vec<i64>>(),
+            "SC_ERR_KIND_* 1..7, each once"
+        );
+        for kind in ErrorKind::ALL {
+            let row = rows
+                .iter()
+                .find(|r| r["kind"] == kind_code(kind))
+                .expect("listed");
+            assert_eq!(row["grpc_code"], kind.grpc_code(), "{kind:?}");
+            assert_eq!(row["name"], kind.name());
+        }
+        let panic = rows
+            .iter()
+            .find(|r| r["kind"] == SC_ERR_KIND_PANIC)
+            .expect("panic");
+        assert_eq!(panic["grpc_code"], grpc_code::INTERNAL);
     }
 }

@@ -4,8 +4,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
-
 use super::buf::{
     free_handle, free_slice, leak_slice, read_handle, read_ids, read_slice, read_str, sc_bytes,
     sc_ids, sc_str, write_handle, write_json,
@@ -21,6 +19,13 @@ pub struct sc_tokenizer {
 }
 
 impl sc_tokenizer {
+    /// A handle owning `tokenizer`.
+    pub(crate) fn new(tokenizer: Tokenizer) -> Self {
+        sc_tokenizer {
+            inner: Arc::new(tokenizer),
+        }
+    }
+
     /// The tokenizer inside a handle, for other capability exports (render, decode streams).
     pub(crate) fn tokenizer(&self) -> &Tokenizer {
         &self.inner
@@ -103,35 +108,9 @@ pub unsafe extern "C" fn sc_tokenizer_new(
     guard(err, || {
         // SAFETY: the caller lends `dir` for the call.
         let dir = unsafe { read_str(dir, "dir")? };
-        let inner = Tokenizer::from_dir(Path::new(dir))?;
-        let handle = sc_tokenizer {
-            inner: Arc::new(inner),
-        };
+        let tokenizer = Tokenizer::from_dir(Path::new(dir))?;
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_handle(out, handle) }
-    })
-}
-
-/// Builds a tokenizer from `tokenizer.json` text (for models that do not live in a directory).
-///
-/// # Safety
-/// `json` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
-#[no_mangle]
-pub unsafe extern "C" fn sc_tokenizer_from_json(
-    json: sc_str,
-    out: *mut *mut sc_tokenizer,
-    err: *mut *mut sc_error,
-) -> i32 {
-    guard(err, || {
-        // SAFETY: the caller lends `json` for the call.
-        let json = unsafe { read_str(json, "json")? };
-        let inner =
-            Tokenizer::from_json_text(json, crate::tokenizer::TokenizerFormat::TokenizerJson)?;
-        let handle = sc_tokenizer {
-            inner: Arc::new(inner),
-        };
-        // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_handle(out, handle) }
+        unsafe { write_handle(out, sc_tokenizer::new(tokenizer)) }
     })
 }
 
@@ -159,21 +138,8 @@ pub unsafe extern "C" fn sc_tokenizer_info(
     guard(err, || {
         // SAFETY: the caller passes a live handle.
         let t = unsafe { read_handle(tok, "tokenizer")? }.tokenizer();
-        let added: Vec<_> = t
-            .added_tokens()
-            .iter()
-            .map(|a| json!({"id": a.id, "content": a.content, "special": a.special}))
-            .collect();
-        let info = json!({
-            "vocab_size": t.vocab_size(),
-            "encoder": t.encoder(),
-            "fast_rejection": t.fast_rejection(),
-            "format": t.format().name(),
-            "num_special_tokens_to_add": t.num_special_tokens_to_add(),
-            "added_tokens": added,
-        });
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_json(out, &info) }
+        unsafe { write_json(out, &t.info()) }
     })
 }
 
@@ -357,15 +323,4 @@ pub unsafe extern "C" fn sc_texts_free(texts: *mut sc_texts) {
         free_slice(t.data, t.data_len);
         free_slice(t.lens, t.count);
     }
-}
-
-/// Panics inside the guard; lets tests prove a panic becomes `SC_STATUS_PANIC`, not an abort.
-///
-/// # Safety
-/// `err` must be NULL or valid for writes.
-#[no_mangle]
-pub unsafe extern "C" fn sc_test_panic(err: *mut *mut sc_error) -> i32 {
-    guard(err, || {
-        panic!("deliberate panic requested by sc_test_panic")
-    })
 }

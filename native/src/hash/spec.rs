@@ -91,6 +91,7 @@ pub enum SglangEventFormat {
 
 /// A multimodal item of the prompt: its placeholder run and its content identifier.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct MmItem {
     /// The engine's identifier of the item (vLLM `mm_feature.identifier`, the mm hash).
     pub identifier: String,
@@ -141,6 +142,13 @@ pub struct HashSpec {
 }
 
 impl HashSpec {
+    /// Reads the server's JSON spec and validates it: the one place a spec enters the core.
+    pub fn from_json(text: &str) -> Result<HashSpec> {
+        let spec: HashSpec = crate::settings::from_json(text, "block_hashing")?;
+        spec.validate()?;
+        Ok(spec)
+    }
+
     /// A spec with only the algorithm and block size set.
     pub fn new(algorithm: Algorithm, block_size: u32) -> Self {
         HashSpec {

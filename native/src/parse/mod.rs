@@ -8,12 +8,13 @@
 //! (content, reasoning, tool, framing), and each token is attributed to the channel that holds its
 //! first byte; `reasoning_tokens` counts the tokens attributed to reasoning.
 
+#[cfg(feature = "testing")]
+pub mod bench;
 mod json;
 mod ledger;
 mod model;
 mod mux;
 mod out;
-mod proto;
 mod reasoning;
 mod schema;
 mod session;
@@ -23,7 +24,7 @@ mod tools;
 #[cfg(test)]
 mod tests;
 
-pub use model::ParseModel;
+pub use model::{ParseModel, ParseModelOptions};
 pub use mux::{Handled, Mux, MuxLimits, OpenOptions};
 pub use out::{CallDelta, Channel};
 pub use session::{Delta, Session, SessionConfig};

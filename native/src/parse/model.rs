@@ -4,9 +4,19 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde::Deserialize;
+
 use crate::detok::DecodeTable;
 use crate::error::Result;
 use crate::tokenizer::Tokenizer;
+
+/// How a model's parsing data is built (JSON from the server; empty = the defaults).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ParseModelOptions {
+    /// Use the generic window decoder even where a table would do (tests).
+    pub force_generic: bool,
+}
 
 /// A model's parsing data; immutable, `Send + Sync`.
 pub struct ParseModel {
@@ -16,6 +26,11 @@ pub struct ParseModel {
 }
 
 impl ParseModel {
+    /// Builds the parsing data of `tok` as `options` say.
+    pub fn with_options(tok: &Tokenizer, options: ParseModelOptions) -> Result<ParseModel> {
+        Self::new(tok, options.force_generic)
+    }
+
     /// Builds the parsing data of `tok`; `force_generic` selects the generic decoder (tests).
     pub fn new(tok: &Tokenizer, force_generic: bool) -> Result<ParseModel> {
         let table = Arc::new(DecodeTable::build(tok, force_generic)?);
@@ -35,6 +50,17 @@ impl ParseModel {
     /// Vocabulary size.
     pub fn vocab_size(&self) -> usize {
         self.table.vocab_size()
+    }
+
+    /// What the server reports about the parse data (JSON): `decoder`, `vocab_size`,
+    /// `tool_parsers`, `reasoning_parsers`.
+    pub fn info(&self) -> serde_json::Value {
+        serde_json::json!({
+            "decoder": self.decoder_family(),
+            "vocab_size": self.vocab_size(),
+            "tool_parsers": crate::parse::TOOL_PARSERS,
+            "reasoning_parsers": crate::parse::REASONING_PARSERS,
+        })
     }
 
     /// The id of the added token spelled exactly `text`, with what `decode` shows for it.

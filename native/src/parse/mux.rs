@@ -1,5 +1,5 @@
 //! The requests of one ParseStream: request id -> [`Session`], fed from raw `ParseStreamRequest`
-//! bytes, answering with raw `ParseStreamResponse` bytes.
+//! bytes, answering with raw `ParseStreamResponse` bytes (the generated types of [`crate::wire`]).
 //!
 //! A bad item (unknown or finished request id, an id outside the vocabulary, too much held-back
 //! text, even a bug) fails only its request: it gets a `RequestDelta` with `error` set and the rest
@@ -9,15 +9,19 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
+use serde::Deserialize;
 use serde_json::Value;
 
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{Error, Result};
 use crate::parse::model::ParseModel;
-use crate::parse::proto::{self, Request};
+use crate::parse::out::CallDelta;
 use crate::parse::session::{Delta, Session, SessionConfig};
+use crate::wire::{self, ClientMessage, DeltaFields, ToolCallFields};
 
-/// Limits of one stream.
-#[derive(Debug, Clone, Copy)]
+/// Limits of one stream (JSON `{"max_requests": n, "remember_finished": n}`; a missing field keeps
+/// its default).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct MuxLimits {
     /// Open requests at once; one more is `RESOURCE_EXHAUSTED`.
     pub max_requests: usize,
@@ -67,18 +71,6 @@ pub struct Mux {
     limits: MuxLimits,
     /// Reused for every request-step.
     scratch: Delta,
-}
-
-/// gRPC status codes carried in `RequestDelta.error`.
-fn grpc_code(kind: ErrorKind) -> i32 {
-    match kind {
-        ErrorKind::InvalidArgument => 3,
-        ErrorKind::DeadlineExceeded => 4,
-        ErrorKind::NotFound => 5,
-        ErrorKind::ResourceExhausted => 8,
-        ErrorKind::FailedPrecondition => 9,
-        _ => 13,
-    }
 }
 
 impl Mux {
@@ -145,39 +137,37 @@ impl Mux {
     /// Handles a raw `ParseStreamRequest`; a step's answer is appended to `out` as
     /// `ParseStreamResponse` bytes. A malformed message is `InvalidArgument`.
     pub fn handle(&mut self, message: &[u8], out: &mut Vec<u8>) -> Result<Handled> {
-        match proto::decode_request(message)? {
-            Request::Open => Ok(Handled::Open),
-            Request::Cancel(id) => {
+        match wire::decode_request(message)? {
+            ClientMessage::Open => Ok(Handled::Open),
+            ClientMessage::Cancel(id) => {
                 self.cancel(id);
                 Ok(Handled::Done)
             }
-            Request::Step(items) => {
+            ClientMessage::Step(items) => {
                 for item in items {
                     self.step_one(item.request_id, &item.token_ids, item.finished, out);
                 }
                 Ok(Handled::Done)
             }
-            Request::Empty => Err(Error::invalid_argument(
+            ClientMessage::Empty => Err(Error::invalid_argument(
                 "ParseStreamRequest: none of open, step, cancel is set",
             )),
         }
     }
 
     /// Feeds one request's tokens and appends its delta (if any) to `out`.
-    pub fn step_one(&mut self, request_id: &str, ids: &[u32], finished: bool, out: &mut Vec<u8>) {
+    fn step_one(&mut self, request_id: &str, ids: &[u32], finished: bool, out: &mut Vec<u8>) {
         let Some(entry) = self.entries.get_mut(request_id) else {
-            let (code, message) = if self.finished.contains(request_id) {
-                (
-                    9,
-                    format!("step.items.request_id: request {request_id:?} already finished"),
-                )
+            let error = if self.finished.contains(request_id) {
+                Error::failed_precondition(format!(
+                    "step.items.request_id: request {request_id:?} already finished"
+                ))
             } else {
-                (
-                    5,
-                    format!("step.items.request_id: no open request {request_id:?} on this stream"),
-                )
+                Error::not_found(format!(
+                    "step.items.request_id: no open request {request_id:?} on this stream"
+                ))
             };
-            proto::put_error(out, request_id, code, &message, "");
+            wire::put_error(out, request_id, &error, "");
             return;
         };
         let delta = &mut self.scratch;
@@ -198,7 +188,7 @@ impl Mux {
                     || !delta.reasoning.is_empty()
                     || !delta.calls.is_empty();
                 if has_news {
-                    proto::put_delta(out, request_id, Some(delta), None, fingerprint);
+                    wire::put_delta(out, request_id, &fields(delta), fingerprint);
                     entry.sent_first = true;
                 }
                 if delta.finished {
@@ -206,9 +196,8 @@ impl Mux {
                 }
             }
             Err(e) => {
-                let code = grpc_code(e.kind());
-                let message = e.context("step.items").message().to_string();
-                proto::put_error(out, request_id, code, &message, fingerprint);
+                let error = e.context("step.items");
+                wire::put_error(out, request_id, &error, fingerprint);
                 self.retire(request_id);
             }
         }
@@ -256,5 +245,34 @@ impl Mux {
         if self.finished.remove(request_id) {
             self.finished_order.retain(|id| id != request_id);
         }
+    }
+}
+
+/// A step's delta as `RequestDelta` fields (borrowed).
+fn fields(delta: &Delta) -> DeltaFields<'_, CallDelta> {
+    DeltaFields {
+        content: &delta.content,
+        reasoning: &delta.reasoning,
+        tool_calls: &delta.calls,
+        reasoning_tokens: delta.reasoning_tokens,
+        completion_tokens: delta.completion_tokens,
+        finished: delta.finished,
+        finish_reason: delta.finish_reason,
+        matched_stop: delta.matched_stop.as_deref().unwrap_or_default(),
+    }
+}
+
+impl ToolCallFields for CallDelta {
+    fn index(&self) -> u32 {
+        self.index
+    }
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn arguments(&self) -> &str {
+        &self.arguments
     }
 }

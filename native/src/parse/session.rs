@@ -22,9 +22,11 @@ pub const PRIME_DETOK_IDS: usize = 32;
 /// How far back the reasoning split looks in the prompt for its last marker.
 pub const PRIME_PARSER_IDS: usize = 512;
 
-/// How a request is parsed (the `OpenRequest` fields that matter here).
+/// How a request is parsed (the `OpenRequest` fields that matter here, with the model's defaults
+/// and the server's limits applied). The server sends it as JSON when it opens a request; a
+/// missing field keeps its default and an unknown field is refused.
 #[derive(Debug, Clone, Deserialize)]
-#[serde(default)]
+#[serde(default, deny_unknown_fields)]
 pub struct SessionConfig {
     /// Tool parser name; empty or `none` for none.
     pub tool_parser: String,

@@ -223,6 +223,25 @@ impl Tokenizer {
         self.special_prefix.len() + self.special_suffix.len()
     }
 
+    /// What the server reports about the tokenizer (JSON): `vocab_size`, `encoder`,
+    /// `fast_rejection`, `format`, `num_special_tokens_to_add`, `added_tokens`
+    /// (`[{id, content, special}]`).
+    pub fn info(&self) -> serde_json::Value {
+        let added: Vec<_> = self
+            .added_tokens()
+            .iter()
+            .map(|a| serde_json::json!({"id": a.id, "content": a.content, "special": a.special}))
+            .collect();
+        serde_json::json!({
+            "vocab_size": self.vocab_size(),
+            "encoder": self.encoder(),
+            "fast_rejection": self.fast_rejection(),
+            "format": self.format().name(),
+            "num_special_tokens_to_add": self.num_special_tokens_to_add(),
+            "added_tokens": added,
+        })
+    }
+
     /// Encodes one text.
     pub fn encode(&self, text: &str, opts: &EncodeOptions) -> Result<Encoded> {
         let n_added = if opts.add_special_tokens {

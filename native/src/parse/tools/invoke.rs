@@ -154,7 +154,7 @@ impl Stage for InvokeCalls {
                     let bad = rest.find(|c| c == '\n' || c == '<' || is_sentinel(c));
                     match element_header(rest) {
                         Some((name, _, len))
-                            if !name.is_empty() && bad.map_or(true, |b| b > name.len()) =>
+                            if !name.is_empty() && bad.is_none_or(|b| b > name.len()) =>
                         {
                             self.function = name.to_string();
                             let index = out.start_call(&self.function, None);

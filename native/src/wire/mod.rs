@@ -1,0 +1,28 @@
+//! The protobuf contract (`protos/sidecar/v1/*.proto`) in the native core: the Rust types prost
+//! generates from it at build time ([`pb`]), and the encoders and decoders of the messages the
+//! core reads and writes on hot paths ([`decode_request`], [`put_delta`], [`put_error`],
+//! [`render_response`]).
+//!
+//! The hot-path codecs are written by hand for speed (each module says what it measured); the
+//! tests in this module check every message and every field they read or write against the
+//! generated types, so a field number cannot drift from the contract without a test failing.
+//! This module depends on nothing of the crate but [`crate::error`].
+
+mod codec;
+mod parse_stream;
+mod render;
+
+#[cfg(test)]
+mod tests;
+
+pub use parse_stream::{
+    decode_request, put_delta, put_error, ClientMessage, DeltaFields, StepTokens, ToolCallFields,
+};
+pub use render::render_response;
+
+/// The generated messages of package `sidecar.v1` (services are not generated: the server is
+/// Python).
+#[allow(missing_docs, clippy::all, clippy::pedantic)]
+pub mod pb {
+    include!(concat!(env!("OUT_DIR"), "/sidecar.v1.rs"));
+}
