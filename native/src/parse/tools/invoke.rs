@@ -185,10 +185,6 @@ impl Stage for InvokeCalls {
                         out.route(input, ws, Channel::Tool);
                         self.args.finish(out);
                         self.state = State::Block;
-                    } else if end {
-                        self.args.cut_off(input, out);
-                        self.state = State::Content;
-                        return;
                     } else if after.is_empty()
                         || [
                             spec.param_open,
@@ -198,9 +194,15 @@ impl Stage for InvokeCalls {
                         .iter()
                         .any(|p| could_become(after, p))
                     {
-                        out.route(input, ws, Channel::Tool);
+                        if end {
+                            self.args.cut_off(input, out);
+                            self.state = State::Content;
+                        } else {
+                            out.route(input, ws, Channel::Tool);
+                        }
                         return;
                     } else {
+                        // Stray text is skipped even at the end of the output: elements may follow.
                         out.route(input, ws + stray_len(after), Channel::Tool);
                     }
                 }

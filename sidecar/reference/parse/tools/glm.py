@@ -61,11 +61,9 @@ class Glm(Stage):
                 continue
             if rest.startswith(self.close):
                 return name, members, k + len(self.close), True
-            if end:
-                return name, members, len(s), False
             if not rest or could_become(rest, self.key_open) or could_become(rest, self.close):
-                return None
-            i = stray_end(s, k)
+                return (name, members, len(s), False) if end else None
+            i = stray_end(s, k)  # stray text: skip to the next tag (even at the end: more may follow)
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:

@@ -87,11 +87,9 @@ class InvokeCalls(Stage):
                 return name, members, k + len(d.invoke_close), "invoke"
             if after.startswith(self.block_close):
                 return name, members, k, "invoke"
-            if end:
-                return name, members, len(s), "end"
             if not after or any(could_become(after, p) for p in (d.param_open, d.invoke_close, self.block_close)):
-                return None
-            i = stray_end(s, k)
+                return (name, members, len(s), "end") if end else None
+            i = stray_end(s, k)  # stray text: skip to the next tag (even at the end: more may follow)
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         d = self.d

@@ -56,11 +56,9 @@ class Qwen3Coder(Stage):
                 return ("call", name, members, k + len(FUNCTION_END), "function")
             if rest.startswith(self.close):
                 return ("call", name, members, k, "block")
-            if end:
-                return ("call", name, members, len(s), "end")
             if not rest or any(could_become(rest, p) for p in (PARAMETER, FUNCTION_END, self.close)):
-                return None
-            i = stray_end(s, k)  # stray text: skip to the next tag
+                return ("call", name, members, len(s), "end") if end else None
+            i = stray_end(s, k)  # stray text: skip to the next tag (even at the end: more may follow)
 
     def feed(self, buf: Buf, out: Out, end: bool) -> None:
         while True:
