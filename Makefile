@@ -39,10 +39,43 @@ check-generated: proto native ## Fail when the committed stubs or C header diffe
 run: build ## Start the server on the embedded default model (Qwen3)
 	$(VENV)/bin/sidecar serve $(RUN_ARGS)
 
-test: build check-generated test-rust test-python ## Run every test (Rust, C ABI, parity, end to end)
+test: build check-generated test-rust test-fuzz test-python ## Run every test (Rust, C ABI, parity, end to end)
 
 test-rust: ## cargo test of the native core
 	cargo test $(CARGO_FLAGS) -q
+
+# Fuzzing (docs/fuzzing.md). `make test` replays the committed corpora plus seeded mutations through
+# the fuzz targets as a plain cargo test, sharing native/target with the library build (about a
+# minute); an instrumented libFuzzer build from clean costs several minutes more than CI can spare,
+# so the coverage-guided run is `make fuzz` only.
+FUZZ_DIR := native/fuzz
+FUZZ_TARGETS ?= parse_session parse_wire json_args detok render template_source
+FUZZ_SECONDS ?= 600
+FUZZ_SANITIZER ?= none
+FUZZ_ARGS ?=
+FUZZ_REPLAY_MUTATIONS ?= 400
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ := $(FUZZ_DIR)/.tools/bin/cargo-fuzz
+
+test-fuzz: ## Short fuzz run: committed corpora + FUZZ_REPLAY_MUTATIONS seeded mutations per target (cargo test)
+	FUZZ_REPLAY_MUTATIONS=$(FUZZ_REPLAY_MUTATIONS) cargo test --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir native/target -q
+
+$(CARGO_FUZZ):
+	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(FUZZ_DIR)/.tools
+
+fuzz: $(CARGO_FUZZ) ## Coverage-guided libFuzzer run, FUZZ_SECONDS (default 600) per target in FUZZ_TARGETS
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/target/fuzz-corpus/$$t || exit 1; \
+	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	  RUSTC_BOOTSTRAP=1 PATH="$(abspath $(FUZZ_DIR)/.tools/bin):$$PATH" cargo fuzz run --fuzz-dir $(FUZZ_DIR) \
+	    --features libfuzzer --sanitizer $(FUZZ_SANITIZER) --debug-assertions $$t \
+	    $(FUZZ_DIR)/target/fuzz-corpus/$$t $(FUZZ_DIR)/corpus/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=4096 -max_len=16384 -print_final_stats=1 $(FUZZ_ARGS) \
+	    || exit 1; \
+	done
+
+soak: build ## Mixed load against a real server for SOAK_SECONDS (default 600); report in bench/soak.md
+	$(PY) -m bench.soak --seconds $${SOAK_SECONDS:-600} --out bench/soak.md
 
 test-python: build ## pytest: unit, C-ABI contract, differential parity, end to end
 	$(PY) -m pytest -q tests
@@ -53,10 +86,12 @@ bench: build ## Benchmarks; results go to bench/results.md (quoted by the README
 lint: setup ## cargo clippy and fmt check, pyflakes on the Python code
 	cargo clippy $(CARGO_FLAGS) -- -D warnings
 	cargo fmt --manifest-path native/Cargo.toml --check
+	cargo clippy --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir native/target --all-targets -- -D warnings
+	cargo fmt --manifest-path $(FUZZ_DIR)/Cargo.toml --check
 	$(PY) -m pyflakes $$(git ls-files '*.py' | grep -v '^sidecar/v1/')
 
 clean: ## Remove build outputs (keeps .venv)
 	cargo clean --manifest-path native/Cargo.toml
 	rm -f $(LIB)
 
-.PHONY: help setup native build proto check-generated run test test-rust test-python bench lint clean
+.PHONY: help setup native build proto check-generated run test test-rust test-fuzz fuzz soak test-python bench lint clean
