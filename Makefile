@@ -57,13 +57,13 @@ FUZZ_REPLAY_MUTATIONS ?= 400
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ := $(FUZZ_DIR)/.tools/bin/cargo-fuzz
 
-test-fuzz: ## Short fuzz run: committed corpora + FUZZ_REPLAY_MUTATIONS seeded mutations per target (cargo test)
+test-fuzz: ## Short fuzz run in make test: corpora + seeded mutations as a cargo test (libFuzzer's build does not fit CI; docs/fuzzing.md)
 	FUZZ_REPLAY_MUTATIONS=$(FUZZ_REPLAY_MUTATIONS) cargo test --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir native/target -q
 
 $(CARGO_FUZZ):
 	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(FUZZ_DIR)/.tools
 
-fuzz: $(CARGO_FUZZ) ## Coverage-guided libFuzzer run, FUZZ_SECONDS (default 600) per target in FUZZ_TARGETS
+fuzz: $(CARGO_FUZZ) ## Coverage-guided libFuzzer run (cargo-fuzz), FUZZ_SECONDS (default 600) per target in FUZZ_TARGETS
 	@for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_DIR)/target/fuzz-corpus/$$t || exit 1; \
 	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \

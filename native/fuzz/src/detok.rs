@@ -21,7 +21,7 @@ pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     let (model_byte, flags, prompt_len) = (input.byte(), input.byte(), input.byte());
     let name = PARSE_MODELS[model_byte as usize % PARSE_MODELS.len()];
-    let Some(model) = models::model(name, flags & 2 != 0) else {
+    let Some(model) = models::model(name) else {
         return;
     };
     let body = input.rest();
@@ -42,7 +42,12 @@ pub fn run(data: &[u8]) {
     let split = (prompt_len as usize % 33).min(ids.len());
     let (context, output) = ids.split_at(split);
 
-    let mut detok = Detokenizer::new(model.table.clone(), skip);
+    let table = if flags & 2 != 0 {
+        &model.generic_table
+    } else {
+        &model.table
+    };
+    let mut detok = Detokenizer::new(table.clone(), skip);
     detok.prime(context);
     let mut sink = TextSink::default();
     for (seq, &id) in output.iter().enumerate() {

@@ -61,7 +61,7 @@ pub fn run(data: &[u8]) {
 }
 
 fn through_parser((parser, model, before, after): (&str, &str, &str, &str), x: &str, flags: u8) {
-    let Some(model) = models::model(model, false) else {
+    let Some(model) = models::model(model) else {
         return;
     };
     // The format's markers as the model's tokens; with flags bit 0 the arguments one token per

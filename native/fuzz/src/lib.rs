@@ -28,6 +28,24 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("template_source", template_source::run),
 ];
 
+/// Loads what `target` needs (models, compiled templates) before libFuzzer starts timing inputs,
+/// so that a first input is not charged with seconds of loading (and `-timeout` stays tight).
+pub fn warm_up(target: &str) {
+    let models: &[&str] = match target {
+        "parse_session" | "detok" => models::PARSE_MODELS,
+        "parse_wire" => &["qwen3"],
+        "json_args" => &["qwen3", "llama3", "mistral-v3-spm"],
+        _ => &[],
+    };
+    for name in models {
+        models::model(name);
+    }
+    // One pass over a trivial input builds the targets' own lazy state (templates, environments).
+    if let Some((_, run)) = TARGETS.iter().find(|(n, _)| *n == target) {
+        run(&[]);
+    }
+}
+
 /// An error is a bug when it is `Internal`: every input the caller can send must get one of the
 /// documented client-facing kinds.
 pub fn assert_clean_error(e: &sidecar_native::Error, what: &str) {

@@ -44,23 +44,33 @@ pub struct Model {
     pub parse: Arc<ParseModel>,
     /// Its incremental decoding table.
     pub table: Arc<DecodeTable>,
+    /// The generic decoder's table (the path for vocabularies that are neither byte-level nor
+    /// SentencePiece), forced on this vocabulary.
+    pub generic_table: Arc<DecodeTable>,
 }
 
-type Cache = Mutex<HashMap<(String, bool), Option<Arc<Model>>>>;
+type Cache = Mutex<HashMap<String, Option<Arc<Model>>>>;
 
-/// The model folder `name` (`generic` forces the generic decoder), loaded on first use.
-pub fn model(name: &str, generic: bool) -> Option<Arc<Model>> {
+/// The model folder `name`, loaded on first use.
+pub fn model(name: &str) -> Option<Arc<Model>> {
     static CACHE: OnceLock<Cache> = OnceLock::new();
     let cache = CACHE.get_or_init(Default::default);
     let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
     cache
-        .entry((name.to_string(), generic))
+        .entry(name.to_string())
         .or_insert_with(|| {
             let dir = shared_models()?.join(name);
             let tok = Tokenizer::from_dir(&dir).expect("a shared model loads");
-            let parse = Arc::new(ParseModel::new(&tok, generic).expect("parse model builds"));
-            let table = Arc::new(DecodeTable::build(&tok, generic).expect("decode table builds"));
-            Some(Arc::new(Model { tok, parse, table }))
+            let parse = Arc::new(ParseModel::new(&tok, false).expect("parse model builds"));
+            let table = Arc::new(DecodeTable::build(&tok, false).expect("decode table builds"));
+            let generic_table =
+                Arc::new(DecodeTable::build(&tok, true).expect("generic table builds"));
+            Some(Arc::new(Model {
+                tok,
+                parse,
+                table,
+                generic_table,
+            }))
         })
         .clone()
 }

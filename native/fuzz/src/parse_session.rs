@@ -26,10 +26,7 @@ pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     let (tool, reasoning) = (input.byte(), input.byte());
     let (flags, chunk_seed, model_byte) = (input.byte(), input.byte(), input.byte());
-    let Some(model) = models::model(
-        PARSE_MODELS[model_byte as usize % PARSE_MODELS.len()],
-        false,
-    ) else {
+    let Some(model) = models::model(PARSE_MODELS[model_byte as usize % PARSE_MODELS.len()]) else {
         return;
     };
     let parts = fields(input.rest(), 4);

@@ -191,7 +191,7 @@ struct Model {
 
 /// Runs one input (see the module docs).
 pub fn run(data: &[u8]) {
-    let Some(model) = models::model("qwen3", false) else {
+    let Some(model) = models::model("qwen3") else {
         return;
     };
     let mut input = Input::new(data);
