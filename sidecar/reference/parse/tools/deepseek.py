@@ -24,12 +24,12 @@ class DeepSeek(Stage):
             if kind == "found":
                 return (s[:at].strip(WS), at + len(self.sep)) if which == 0 else (None, at)
             return (None, len(s)) if end else None
-        sep_at = s.find(self.sep)
-        if sep_at < 0:
-            kind, at, _ = find_marker(s, [self.call_end, self.call_begin, self.calls_end])
-            if kind == "found":
-                return None, at
+        # The separator counts only before the call's other markers (a header cut short is malformed).
+        kind, sep_at, which = find_marker(s, [self.sep, self.call_end, self.call_begin, self.calls_end])
+        if kind != "found":
             return (None, len(s)) if end else None
+        if which != 0:
+            return None, sep_at
         rest = s[sep_at + len(self.sep) :]
         for i, ch in enumerate(rest):
             if ch in "\n`{" or is_sentinel(ch):
