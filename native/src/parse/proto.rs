@@ -66,7 +66,18 @@ impl<'a> Reader<'a> {
         Ok(out)
     }
 
-    fn skip(&mut self, wire: u64) -> Result<()> {
+    /// Skips the value of field `key` (an unknown field).
+    fn skip(&mut self, key: u64) -> Result<()> {
+        match key & 7 {
+            3 => self.skip_group(key >> 3),
+            4 => Err(Error::invalid_argument(
+                "malformed ParseStreamRequest: end of a group that was not started",
+            )),
+            wire => self.skip_value(wire),
+        }
+    }
+
+    fn skip_value(&mut self, wire: u64) -> Result<()> {
         match wire {
             0 => {
                 self.varint()?;
@@ -84,6 +95,28 @@ impl<'a> Reader<'a> {
         }
         if self.pos > self.buf.len() {
             return Err(truncated());
+        }
+        Ok(())
+    }
+
+    /// Skips a group (protobuf's deprecated wire types 3 and 4, still valid in unknown fields) up
+    /// to its end tag, nested groups included; a stack, not recursion, so depth costs no stack.
+    fn skip_group(&mut self, field: u64) -> Result<()> {
+        let mut open = vec![field];
+        while let Some(&top) = open.last() {
+            let key = self.varint()?;
+            match key & 7 {
+                3 => open.push(key >> 3),
+                4 if key >> 3 == top => {
+                    open.pop();
+                }
+                4 => {
+                    return Err(Error::invalid_argument(
+                        "malformed ParseStreamRequest: a group ends with another field's tag",
+                    ))
+                }
+                wire => self.skip_value(wire)?,
+            }
         }
         Ok(())
     }
@@ -110,7 +143,7 @@ pub(crate) fn decode_request(buf: &[u8]) -> Result<Request<'_>> {
             }
             (2, 2) => request = Request::Step(decode_step(r.bytes()?)?),
             (3, 2) => request = Request::Cancel(decode_cancel(r.bytes()?)?),
-            (_, wire) => r.skip(wire)?,
+            _ => r.skip(key)?,
         }
     }
     Ok(request)
@@ -123,7 +156,7 @@ fn decode_step(buf: &[u8]) -> Result<Vec<StepTokens<'_>>> {
         let key = r.varint()?;
         match (key >> 3, key & 7) {
             (1, 2) => items.push(decode_step_tokens(r.bytes()?)?),
-            (_, wire) => r.skip(wire)?,
+            _ => r.skip(key)?,
         }
     }
     Ok(items)
@@ -144,7 +177,7 @@ fn decode_step_tokens(buf: &[u8]) -> Result<StepTokens<'_>> {
             }
             (2, 0) => item.token_ids.push(r.varint()? as u32),
             (3, 0) => item.finished = r.varint()? != 0,
-            (_, wire) => r.skip(wire)?,
+            _ => r.skip(key)?,
         }
     }
     Ok(item)
@@ -157,7 +190,7 @@ fn decode_cancel(buf: &[u8]) -> Result<&str> {
         let key = r.varint()?;
         match (key >> 3, key & 7) {
             (1, 2) => id = utf8(r.bytes()?, "cancel.request_id")?,
-            (_, wire) => r.skip(wire)?,
+            _ => r.skip(key)?,
         }
     }
     Ok(id)
@@ -256,4 +289,31 @@ pub(crate) fn put_delta(
     put_varint(out, 1 << 3 | 2);
     put_varint(out, body.len() as u64);
     out.extend_from_slice(&body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skips_unknown_groups() {
+        // Found by the parse_wire fuzz target: a valid message with an unknown field in group
+        // encoding (wire types 3/4, nested) was refused; protobuf parsers skip it.
+        let cancel = [0x0a, 0x01, b'r'];
+        let mut msg = vec![0x1a, cancel.len() as u8];
+        msg.extend_from_slice(&cancel);
+        // Field 9 as a group holding field 10 as a group holding a varint, then the end tags.
+        msg.extend_from_slice(&[
+            (9 << 3) | 3,
+            (10 << 3) | 3,
+            0x08,
+            0x01,
+            (10 << 3) | 4,
+            (9 << 3) | 4,
+        ]);
+        assert!(matches!(decode_request(&msg), Ok(Request::Cancel("r"))));
+        assert!(decode_request(&[(9 << 3) | 3, (8 << 3) | 4]).is_err());
+        assert!(decode_request(&[(9 << 3) | 4]).is_err());
+        assert!(decode_request(&[(9 << 3) | 3]).is_err());
+    }
 }
