@@ -74,8 +74,11 @@ impl Rng {
 }
 
 /// Cuts `len` items into chunks: one chunk, one item per chunk, or random sizes 0..=4 (empty steps
-/// included), by `mode`.
+/// included), by `mode`. Never no chunk: an empty output is still one (empty) final step.
 pub fn chunking(len: usize, mode: u8, rng: &mut Rng) -> Vec<std::ops::Range<usize>> {
+    if len == 0 {
+        return vec![0..0];
+    }
     match mode % 3 {
         0 => vec![0..len],
         1 => (0..len).map(|i| i..i + 1).collect(),

@@ -169,6 +169,7 @@ fn replay(target: &str) {
         "{target}: no committed corpus in {}",
         Path::new("corpus").join(target).display()
     );
+    check(target, run, "the empty input", &[]);
     for (name, data) in &seeds {
         check(target, run, name, data);
     }
