@@ -64,15 +64,16 @@ $(CARGO_FUZZ):
 	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(FUZZ_DIR)/.tools
 
 fuzz: $(CARGO_FUZZ) ## Coverage-guided libFuzzer run (cargo-fuzz), FUZZ_SECONDS (default 600) per target in FUZZ_TARGETS
-	@for t in $(FUZZ_TARGETS); do \
+	@failed=""; for t in $(FUZZ_TARGETS); do \
 	  mkdir -p $(FUZZ_DIR)/target/fuzz-corpus/$$t || exit 1; \
 	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
 	  RUSTC_BOOTSTRAP=1 PATH="$(abspath $(FUZZ_DIR)/.tools/bin):$$PATH" cargo fuzz run --fuzz-dir $(FUZZ_DIR) \
 	    --features libfuzzer --sanitizer $(FUZZ_SANITIZER) --debug-assertions $$t \
 	    $(FUZZ_DIR)/target/fuzz-corpus/$$t $(FUZZ_DIR)/corpus/$$t -- \
 	    -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=4096 -max_len=16384 -print_final_stats=1 $(FUZZ_ARGS) \
-	    || exit 1; \
-	done
+	    || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: findings in:$$failed (inputs in $(FUZZ_DIR)/artifacts/)"; exit 1; fi
 
 soak: build ## Mixed load against a real server for SOAK_SECONDS (default 600); report in bench/soak.md
 	$(PY) -m bench.soak --seconds $${SOAK_SECONDS:-600} --out bench/soak.md

@@ -75,6 +75,7 @@ impl Rng {
 
 /// Cuts `len` items into chunks: one chunk, one item per chunk, or random sizes 0..=4 (empty steps
 /// included), by `mode`. Never no chunk: an empty output is still one (empty) final step.
+#[allow(clippy::single_range_in_vec_init)] // one chunk holding every item, on purpose
 pub fn chunking(len: usize, mode: u8, rng: &mut Rng) -> Vec<std::ops::Range<usize>> {
     if len == 0 {
         return vec![0..0];

@@ -16,10 +16,13 @@ pub mod render;
 pub mod stream_check;
 pub mod template_source;
 
+/// A target's entry point.
+pub type Target = fn(&[u8]);
+
 /// Every target: name and entry point. `kv_events` joins when the KV-event decoder moves into the
 /// native core (`native/src/index`): arbitrary bytes as a msgpack event batch, checked for a clean
 /// error or a batch whose re-encoding decodes to the same events.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("parse_session", parse_session::run),
     ("parse_wire", parse_wire::run),
     ("json_args", json_args::run),
