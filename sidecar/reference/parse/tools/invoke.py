@@ -110,14 +110,14 @@ class InvokeCalls(Stage):
                 elif after.startswith(self.block_close):
                     out.route(buf, k + len(self.block_close), FRAMING)
                     self.state = "content"
-                elif not after or end:
-                    out.route_all(buf, FRAMING)
-                    return
-                elif could_become(after, d.invoke_open) or could_become(after, self.block_close):
-                    out.route(buf, k, FRAMING)
+                elif not after or could_become(after, d.invoke_open) or could_become(after, self.block_close):
+                    if end:
+                        out.route_all(buf, FRAMING)
+                    else:
+                        out.route(buf, k, FRAMING)
                     return
                 else:
-                    out.route(buf, stray_end(s, k), FRAMING)
+                    out.route(buf, stray_end(s, k), FRAMING)  # even at the end: the block may still close
                 continue
             parsed = self._invoke(s, end)
             if parsed is None:
