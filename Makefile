@@ -53,7 +53,7 @@ FUZZ_TARGETS ?= parse_session parse_wire json_args detok render template_source
 FUZZ_SECONDS ?= 600
 FUZZ_SANITIZER ?= none
 FUZZ_ARGS ?=
-FUZZ_REPLAY_MUTATIONS ?= 400
+FUZZ_REPLAY_MUTATIONS ?= 2000
 CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ := $(FUZZ_DIR)/.tools/bin/cargo-fuzz
 

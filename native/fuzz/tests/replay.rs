@@ -2,7 +2,7 @@
 //! and the reproducers of fixed findings in `regressions/<target>/`), then a bounded number of
 //! seeded random mutations of them, through the same `run` functions libFuzzer drives. No
 //! coverage feedback here (that is `make fuzz`); the mutations are deterministic, so a failure
-//! reproduces. `FUZZ_REPLAY_MUTATIONS` sets the number per target (default 400); a failing input
+//! reproduces. `FUZZ_REPLAY_MUTATIONS` sets the number per target (default 2000); a failing input
 //! is written to `target/replay-failures/` for `cargo fuzz run <target> <file>`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -176,7 +176,7 @@ fn replay(target: &str) {
     let count: usize = std::env::var("FUZZ_REPLAY_MUTATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(400);
+        .unwrap_or(2000);
     let mut rng = Rng::new(fnv(target.as_bytes()));
     for i in 0..count {
         let data = mutate(&seeds, &mut rng);
