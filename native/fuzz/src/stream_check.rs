@@ -114,11 +114,26 @@ pub fn run(
 
 /// `text` parsed as Python's `json.loads` would: the template JSON parser (Python's rules), with
 /// escaped lone surrogates (`\ud83d`, valid JSON text that Python and JavaScript read but no
-/// UTF-8 string can hold) read as U+FFFD.
+/// UTF-8 string can hold) read as U+FFFD, and integers beyond its 128 bits (Python's are
+/// unbounded) checked by `serde_json` instead (which reads them as floats).
 pub fn python_json(text: &str) -> Result<Json, String> {
-    json::parse(text, "arguments")
-        .or_else(|_| json::parse(&replace_surrogate_escapes(text), "arguments"))
-        .map_err(|e| e.message().to_string())
+    let first = json::parse(text, "arguments").map_err(|e| e.message().to_string());
+    let Err(message) = first else {
+        return first;
+    };
+    if let Ok(value) = json::parse(&replace_surrogate_escapes(text), "arguments") {
+        return Ok(value);
+    }
+    if message.contains("outside the supported range") {
+        if let Ok(value) = serde_json::from_str::<Value>(text) {
+            // Only the shape matters to the callers: an object stays an object.
+            return Ok(match value {
+                Value::Object(_) => Json::Object(Vec::new()),
+                _ => Json::Null,
+            });
+        }
+    }
+    Err(message)
 }
 
 fn replace_surrogate_escapes(text: &str) -> String {
