@@ -93,6 +93,7 @@ lint: setup ## cargo clippy and fmt check, pyflakes on the Python code
 
 clean: ## Remove build outputs (keeps .venv)
 	cargo clean --manifest-path native/Cargo.toml
+	rm -rf $(FUZZ_DIR)/target
 	rm -f $(LIB)
 
 .PHONY: help setup native build proto check-generated run test test-rust test-fuzz fuzz soak test-python bench lint clean
