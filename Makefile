@@ -49,10 +49,44 @@ check-generated-testing: proto native-testing
 run: build ## Start the server on the embedded default model (Qwen3)
 	$(VENV)/bin/sidecar serve $(RUN_ARGS)
 
-test: setup check-generated-testing test-rust test-python ## Run every test (Rust, C ABI, parity, end to end) on the test build
+test: setup check-generated-testing test-rust test-fuzz test-python ## Run every test (Rust, fuzz replay, C ABI, parity, end to end) on the test build
 
 test-rust: ## cargo test of the native core
 	cargo test $(CARGO_FLAGS) --features testing -q
+
+# Fuzzing (docs/fuzzing.md). `make test` replays the committed corpora plus seeded mutations through
+# the fuzz targets as a plain cargo test, sharing native/target with the library build (about a
+# minute); an instrumented libFuzzer build from clean costs several minutes more than CI can spare,
+# so the coverage-guided run is `make fuzz` only.
+FUZZ_DIR := native/fuzz
+FUZZ_TARGETS ?= parse_session parse_wire json_args detok render template_source
+FUZZ_SECONDS ?= 600
+FUZZ_SANITIZER ?= none
+FUZZ_ARGS ?=
+FUZZ_REPLAY_MUTATIONS ?= 2000
+CARGO_FUZZ_VERSION := 0.13.2
+CARGO_FUZZ := $(FUZZ_DIR)/.tools/bin/cargo-fuzz
+
+test-fuzz: ## Short fuzz run in make test: corpora + seeded mutations as a cargo test (libFuzzer's build does not fit CI; docs/fuzzing.md)
+	FUZZ_REPLAY_MUTATIONS=$(FUZZ_REPLAY_MUTATIONS) cargo test --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir native/target -q
+
+$(CARGO_FUZZ):
+	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(FUZZ_DIR)/.tools
+
+fuzz: $(CARGO_FUZZ) ## Coverage-guided libFuzzer run (cargo-fuzz), FUZZ_SECONDS (default 600) per target in FUZZ_TARGETS
+	@failed=""; for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(FUZZ_DIR)/target/fuzz-corpus/$$t || exit 1; \
+	  echo "== fuzz $$t for $(FUZZ_SECONDS) s"; \
+	  RUSTC_BOOTSTRAP=1 PATH="$(abspath $(FUZZ_DIR)/.tools/bin):$$PATH" cargo fuzz run --fuzz-dir $(FUZZ_DIR) \
+	    --features libfuzzer --sanitizer $(FUZZ_SANITIZER) --debug-assertions $$t \
+	    $(FUZZ_DIR)/target/fuzz-corpus/$$t $(FUZZ_DIR)/corpus/$$t -- \
+	    -max_total_time=$(FUZZ_SECONDS) -timeout=30 -rss_limit_mb=4096 -max_len=16384 -print_final_stats=1 $(FUZZ_ARGS) \
+	    || failed="$$failed $$t"; \
+	done; \
+	if [ -n "$$failed" ]; then echo "fuzz: findings in:$$failed (inputs in $(FUZZ_DIR)/artifacts/)"; exit 1; fi
+
+soak: build ## Mixed load against a real server for SOAK_SECONDS (default 600); report in bench/soak.md
+	$(PY) -m bench.soak --seconds $${SOAK_SECONDS:-600} --out bench/soak.md
 
 test-python: setup native-testing ## pytest: unit, C-ABI contract, differential parity, end to end
 	$(PY) -m pytest -q tests
@@ -64,10 +98,13 @@ lint: setup ## cargo clippy and fmt check, pyflakes on the Python code
 	cargo clippy $(CARGO_FLAGS) -- -D warnings
 	cargo clippy $(CARGO_FLAGS) --features testing --all-targets -- -D warnings
 	cargo fmt --manifest-path native/Cargo.toml --check
+	cargo clippy --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir native/target --all-targets -- -D warnings
+	cargo fmt --manifest-path $(FUZZ_DIR)/Cargo.toml --check
 	$(PY) -m pyflakes $$(git ls-files '*.py' | grep -v '^sidecar/v1/')
 
 clean: ## Remove build outputs (keeps .venv)
 	cargo clean --manifest-path native/Cargo.toml
+	rm -rf $(FUZZ_DIR)/target
 	rm -f $(LIB)
 
-.PHONY: help setup native native-testing build proto check-generated check-generated-testing run test test-rust test-python bench lint clean
+.PHONY: help setup native native-testing build proto check-generated check-generated-testing run test test-rust test-fuzz fuzz soak test-python bench lint clean

@@ -425,6 +425,8 @@ struct GenericWindow {
 /// Ids of context kept before the undecided ones: decoders that treat the first token of a text
 /// specially (leading-space removal) must not see a new token as the first.
 const GENERIC_CONTEXT_IDS: usize = 4;
+/// How far back the window may reach for a token with visible text.
+const GENERIC_MAX_CONTEXT_IDS: usize = 64;
 
 impl GenericWindow {
     fn held_bytes(&self) -> usize {
@@ -474,11 +476,21 @@ impl GenericWindow {
         self.settle(hf, skip);
     }
 
-    /// Forgets emitted ids beyond the context window.
+    /// Forgets emitted ids beyond the context window. The window reaches back to a token with
+    /// visible text (up to [`GENERIC_MAX_CONTEXT_IDS`]): a window of skipped special tokens alone
+    /// (a context ending in `<unk>` or image tokens) would make the next token the start of the
+    /// text, and a `Strip` decoder would drop its leading space.
     fn settle(&mut self, hf: &tokenizers::Tokenizer, skip: bool) {
         self.read = self.ids.len();
         if self.ids.len() > GENERIC_CONTEXT_IDS {
-            self.ids.drain(..self.ids.len() - GENERIC_CONTEXT_IDS);
+            let mut start = self.ids.len() - GENERIC_CONTEXT_IDS;
+            while start > 0
+                && self.ids.len() - start < GENERIC_MAX_CONTEXT_IDS
+                && decode(hf, &self.ids[start..], skip).is_empty()
+            {
+                start -= 1;
+            }
+            self.ids.drain(..start);
             self.read = self.ids.len();
             self.prefix = decode(hf, &self.ids, skip);
         } else {

@@ -87,3 +87,30 @@ fn sentencepiece_runs_resolve_as_a_whole() {
     let (text, _) = run(&tok, &ids[..3], true);
     assert_eq!(text, "中");
 }
+
+#[test]
+fn generic_window_keeps_visible_context_behind_skipped_tokens() {
+    // Found by the detok fuzz target: primed with text then more than the window's 4 ids of
+    // skipped special tokens, the generic decoder's window held only those, and a Strip decoder
+    // dropped the next token's leading space ("werd" instead of " werd").
+    let Some(tok) = shared_model("mistral-v3-spm") else {
+        return;
+    };
+    let unk = tok.token_to_id("<unk>").expect("<unk>");
+    let word = tok.token_to_id("▁werd").expect("▁werd");
+    let tre = tok.token_to_id("▁Tre").expect("▁Tre");
+    let mut context = vec![tre];
+    context.extend([unk; 13]);
+    let table = Arc::new(DecodeTable::build(&tok, true).expect("generic table"));
+    let mut d = Detokenizer::new(table, true);
+    d.prime(&context);
+    let mut sink = TextSink::default();
+    d.push(word, 0, &mut sink);
+    d.flush(&mut sink);
+    let mut all = context.clone();
+    all.push(word);
+    let whole = tok.decode(&all, true).expect("decode");
+    let before = tok.decode(&context, true).expect("decode");
+    assert_eq!(sink.text, whole[before.len()..]);
+    assert_eq!(sink.text, " werd");
+}

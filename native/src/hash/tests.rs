@@ -1,6 +1,6 @@
 //! Worked values from `shared/docs/kv-hashing.md` (computed there with each engine's own code), and
 //! the rules every algorithm shares. Exhaustive parity against the engines lives in the Python
-//! tests (tests/parity), which compare with vectors produced from the engines' wheels.
+//! tests (tests/kv/test_hashing.py), which compare with vectors produced from the engines' wheels.
 
 use super::*;
 

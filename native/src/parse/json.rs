@@ -166,6 +166,7 @@ impl JsonRelay {
                 if !valid_scalar(&self.scalar) {
                     return Step::Error;
                 }
+                self.started = true;
                 self.flush_pending(out);
                 out.push_str(&self.scalar);
                 self.scalar.clear();
@@ -244,22 +245,27 @@ impl JsonRelay {
         }
     }
 
+    /// `started` is set only once the value has emitted something: a byte that cannot begin a
+    /// value, or a number or literal that never completes, emits nothing, so `close` reports that
+    /// no value began and the caller writes `{}`.
     fn start_value(&mut self, c: char, out: &mut String) -> Step {
-        self.started = true;
         match c {
             '{' => {
+                self.started = true;
                 self.flush_pending(out);
                 out.push('{');
                 self.stack.push(Ctx::ObjKey { first: true });
                 Step::Continue
             }
             '[' => {
+                self.started = true;
                 self.flush_pending(out);
                 out.push('[');
                 self.stack.push(Ctx::ArrValue { first: true });
                 Step::Continue
             }
             '"' => {
+                self.started = true;
                 self.flush_pending(out);
                 out.push('"');
                 self.lex = Lex::Str { key: false };
@@ -611,6 +617,25 @@ mod tests {
         assert_eq!(out, "{\"a\": 12");
         assert!(r.close(&mut out));
         assert_eq!(out, "{\"a\": 12}");
+    }
+
+    #[test]
+    fn a_value_that_never_began_emits_nothing() {
+        // Found by the parse_session fuzz target: a DeepSeek call whose arguments started with a
+        // byte no JSON value starts with (or an unfinished literal) was sent as "" instead of "{}".
+        for input in ["\u{FFFD}call", "call}", "nul"] {
+            let mut r = JsonRelay::new();
+            let mut out = String::new();
+            r.feed(input, &mut out);
+            assert!(!r.close(&mut out), "{input:?}");
+            assert_eq!(out, "", "{input:?}");
+            assert!(!r.started(), "{input:?}");
+        }
+        let mut r = JsonRelay::new();
+        let mut out = String::new();
+        assert_eq!(r.feed("true,", &mut out), Relay::Done(4));
+        assert!(r.close(&mut out));
+        assert_eq!(out, "true");
     }
 
     #[test]

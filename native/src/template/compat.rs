@@ -175,7 +175,8 @@ fn tag_end(source: &str, mut i: usize, close: &str) -> Option<usize> {
     while i < bytes.len() {
         match bytes[i] {
             q @ (b'\'' | b'"') => i = string_end(bytes, i, q)?,
-            _ if source[i..].starts_with(close) => return Some(i),
+            // Bytes, not `source[i..]`: `i` steps through multi-byte characters one byte at a time.
+            _ if bytes[i..].starts_with(close.as_bytes()) => return Some(i),
             _ => i += 1,
         }
     }
@@ -293,5 +294,15 @@ mod tests {
         // Strings, comments, raw blocks and print tags are left alone.
         let untouched = "{{ 'for x in y' }}{# {% for a in b %} #}{% raw %}{% for a in b %}{% endraw %}{% set s = '%}' %}";
         assert_eq!(g(untouched), untouched);
+    }
+
+    #[test]
+    fn scans_tags_with_multibyte_characters() {
+        // Found by the template_source fuzz target: the tag scanner sliced the source inside a
+        // multi-byte character and panicked.
+        let source = "{% for m\u{FFFD}in messages %}{{ x\u{FFFD} }}{% endfor %}";
+        assert!(guard_none_iteration(source).contains("{{ x\u{FFFD} }}{% endfor %}"));
+        let g = guard_none_iteration("{% for m in ms %}é{{ 'é' }}{% endfor %}").into_owned();
+        assert!(g.contains("((ms) if (ms) is not none"), "{g}");
     }
 }

@@ -61,8 +61,17 @@ impl<'a> Reader<'a> {
             .map_err(|_| Error::invalid_argument(format!("{field}: not valid UTF-8")))
     }
 
-    /// Skips a field this reader does not use (unknown fields are allowed, as in protobuf).
-    pub(crate) fn skip(&mut self, wire: u64) -> Result<()> {
+    /// Skips field `field` of wire type `wire`, which this reader does not use (unknown fields are
+    /// allowed, as in protobuf, including groups: deprecated wire types 3 and 4, still valid there).
+    pub(crate) fn skip(&mut self, field: u64, wire: u64) -> Result<()> {
+        match wire {
+            3 => self.skip_group(field),
+            4 => Err(self.malformed("end of a group that was not started")),
+            _ => self.skip_value(wire),
+        }
+    }
+
+    fn skip_value(&mut self, wire: u64) -> Result<()> {
         match wire {
             VARINT => {
                 self.varint()?;
@@ -76,6 +85,24 @@ impl<'a> Reader<'a> {
         }
         if self.pos > self.buf.len() {
             return Err(self.truncated());
+        }
+        Ok(())
+    }
+
+    /// Skips a group up to its end tag, nested groups included; a stack, not recursion, so a deep
+    /// nesting costs no call stack.
+    fn skip_group(&mut self, field: u64) -> Result<()> {
+        let mut open = vec![field];
+        while let Some(&top) = open.last() {
+            let (inner, wire) = self.key()?;
+            match wire {
+                3 => open.push(inner),
+                4 if inner == top => {
+                    open.pop();
+                }
+                4 => return Err(self.malformed("a group ends with another field's tag")),
+                _ => self.skip_value(wire)?,
+            }
         }
         Ok(())
     }

@@ -90,7 +90,7 @@ pub fn decode_request(buf: &[u8]) -> Result<ClientMessage<'_>> {
             }
             (request::STEP, LEN) => message = ClientMessage::Step(decode_step(r.bytes()?)?),
             (request::CANCEL, LEN) => message = ClientMessage::Cancel(decode_cancel(r.bytes()?)?),
-            (_, wire) => r.skip(wire)?,
+            (field, wire) => r.skip(field, wire)?,
         }
     }
     Ok(message)
@@ -102,7 +102,7 @@ fn decode_step(buf: &[u8]) -> Result<Vec<StepTokens<'_>>> {
     while !r.done() {
         match r.key()? {
             (request::STEP_ITEMS, LEN) => items.push(decode_step_tokens(r.bytes()?)?),
-            (_, wire) => r.skip(wire)?,
+            (field, wire) => r.skip(field, wire)?,
         }
     }
     Ok(items)
@@ -123,7 +123,7 @@ fn decode_step_tokens(buf: &[u8]) -> Result<StepTokens<'_>> {
             // A sender may write repeated scalars unpacked; protobuf parsers accept both.
             (request::ITEM_TOKEN_IDS, VARINT) => item.token_ids.push(r.varint()? as u32),
             (request::ITEM_FINISHED, VARINT) => item.finished = r.varint()? != 0,
-            (_, wire) => r.skip(wire)?,
+            (field, wire) => r.skip(field, wire)?,
         }
     }
     Ok(item)
@@ -135,7 +135,7 @@ fn decode_cancel(buf: &[u8]) -> Result<&str> {
     while !r.done() {
         match r.key()? {
             (request::CANCEL_REQUEST_ID, LEN) => id = r.str("cancel.request_id")?,
-            (_, wire) => r.skip(wire)?,
+            (field, wire) => r.skip(field, wire)?,
         }
     }
     Ok(id)

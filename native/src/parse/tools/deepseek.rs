@@ -125,8 +125,16 @@ impl Stage for DeepSeek {
                             _ if end => (None, s.len()),
                             _ => return,
                         },
-                        Dialect::V3 => match s.find(self.sep.as_str()) {
-                            Some(sep_at) => {
+                        // The separator counts only before the call's other markers: a header
+                        // cut short by `<｜tool▁call▁end｜>` is malformed, whatever follows.
+                        Dialect::V3 => match scan(
+                            s,
+                            &[&self.sep, &self.call_end, &self.call_begin, &self.calls_end],
+                        ) {
+                            Scan::Found {
+                                at: sep_at,
+                                index: 0,
+                            } => {
                                 let rest = &s[sep_at + self.sep.len()..];
                                 match rest
                                     .find(|c: char| matches!(c, '\n' | '`' | '{') || is_sentinel(c))
@@ -142,14 +150,9 @@ impl Stage for DeepSeek {
                                     None => return,
                                 }
                             }
-                            None => {
-                                match scan(s, &[&self.call_end, &self.call_begin, &self.calls_end])
-                                {
-                                    Scan::Found { at, .. } => (None, at),
-                                    _ if end => (None, s.len()),
-                                    _ => return,
-                                }
-                            }
+                            Scan::Found { at, .. } => (None, at),
+                            _ if end => (None, s.len()),
+                            _ => return,
                         },
                     };
                     match name.filter(|n| !n.is_empty()) {

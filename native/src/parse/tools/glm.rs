@@ -128,17 +128,19 @@ impl Stage for Glm {
                         out.route(input, ws + self.close.len(), Channel::Framing);
                         self.args.finish(out);
                         self.state = State::Content;
-                    } else if end {
-                        self.args.cut_off(input, out);
-                        self.state = State::Content;
-                        return;
                     } else if after.is_empty()
                         || could_become(after, &self.key_open)
                         || could_become(after, &self.close)
                     {
-                        out.route(input, ws, Channel::Tool);
+                        if end {
+                            self.args.cut_off(input, out);
+                            self.state = State::Content;
+                        } else {
+                            out.route(input, ws, Channel::Tool);
+                        }
                         return;
                     } else {
+                        // Stray text is skipped even at the end of the output: elements may follow.
                         out.route(input, ws + stray_len(after), Channel::Tool);
                     }
                 }

@@ -137,15 +137,19 @@ impl Stage for InvokeCalls {
                     } else if after.starts_with(self.block_close.as_str()) {
                         out.route(input, ws + self.block_close.len(), Channel::Framing);
                         self.state = State::Content;
-                    } else if after.is_empty() || end {
-                        out.route_all(input, Channel::Framing);
-                        return;
-                    } else if could_become(after, spec.invoke_open)
+                    } else if after.is_empty()
+                        || could_become(after, spec.invoke_open)
                         || could_become(after, &self.block_close)
                     {
-                        out.route(input, ws, Channel::Framing);
+                        if end {
+                            out.route_all(input, Channel::Framing);
+                        } else {
+                            out.route(input, ws, Channel::Framing);
+                        }
                         return;
                     } else {
+                        // Stray text is skipped even at the end of the output: the block may
+                        // still close, and content follow.
                         out.route(input, ws + stray_len(after), Channel::Framing);
                     }
                 }
@@ -185,10 +189,6 @@ impl Stage for InvokeCalls {
                         out.route(input, ws, Channel::Tool);
                         self.args.finish(out);
                         self.state = State::Block;
-                    } else if end {
-                        self.args.cut_off(input, out);
-                        self.state = State::Content;
-                        return;
                     } else if after.is_empty()
                         || [
                             spec.param_open,
@@ -198,9 +198,15 @@ impl Stage for InvokeCalls {
                         .iter()
                         .any(|p| could_become(after, p))
                     {
-                        out.route(input, ws, Channel::Tool);
+                        if end {
+                            self.args.cut_off(input, out);
+                            self.state = State::Content;
+                        } else {
+                            out.route(input, ws, Channel::Tool);
+                        }
                         return;
                     } else {
+                        // Stray text is skipped even at the end of the output: elements may follow.
                         out.route(input, ws + stray_len(after), Channel::Tool);
                     }
                 }

@@ -161,19 +161,21 @@ impl Stage for Qwen3Coder {
                         out.route(input, ws, Channel::Tool);
                         self.args.finish(out);
                         self.state = State::AfterFunction;
-                    } else if end {
-                        self.args.cut_off(input, out);
-                        self.state = State::Content;
-                        return;
                     } else if after.is_empty()
                         || [PARAMETER, FUNCTION_END, self.close.as_str()]
                             .iter()
                             .any(|p| could_become(after, p))
                     {
-                        out.route(input, ws, Channel::Tool);
+                        if end {
+                            self.args.cut_off(input, out);
+                            self.state = State::Content;
+                        } else {
+                            out.route(input, ws, Channel::Tool);
+                        }
                         return;
                     } else {
-                        // Stray text between parameters: skip up to the next tag.
+                        // Stray text between parameters: skip up to the next tag (even at the end of
+                        // the output: more parameters may follow).
                         out.route(input, ws + stray_len(after), Channel::Tool);
                     }
                 }

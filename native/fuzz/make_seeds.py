@@ -1,0 +1,196 @@
+"""Writes the seed corpora of the fuzz targets (native/fuzz/corpus/<target>/) from the project's
+own test data, so every target starts from real cases: tests/data/parse (the hand-written parser
+cases), tests/data/render (the conversation set and normalization cases), tests/data/tokenize
+(the tokenizer corpus) and the chat templates of ../shared/models.
+
+Run from the repository root with the project's venv: `.venv/bin/python native/fuzz/make_seeds.py`.
+The layouts are documented in native/fuzz/src/<target>.rs; the parser and model lists are read
+from the Rust sources so that the index bytes stay right when a list grows. Re-running replaces
+the seed folders (libFuzzer's own finds go to target/fuzz-corpus/, never here).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from tests.conftest import require_shared_models  # noqa: E402
+
+CORPUS = REPO / "native" / "fuzz" / "corpus"
+DATA = REPO / "tests" / "data"
+
+
+def rust_list(path: Path, name: str) -> list[str]:
+    """The string items of `const NAME: &[&str] = &[...]` in a Rust file."""
+    text = path.read_text()
+    body = re.search(rf"{name}: &\[&str\] = &\[(.*?)\];", text, re.S)
+    assert body, f"{name} not found in {path}"
+    return re.findall(r'"([^"]*)"', body.group(1))
+
+
+TOOL_PARSERS = rust_list(REPO / "native/src/parse/mod.rs", "TOOL_PARSERS")
+REASONING_PARSERS = rust_list(REPO / "native/src/parse/mod.rs", "REASONING_PARSERS")
+PARSE_MODELS = rust_list(REPO / "native/fuzz/src/models.rs", "PARSE_MODELS")
+_TEMPLATES_BLOCK = re.search(r"pub const TEMPLATES.*?\n\];", (REPO / "native/fuzz/src/render.rs").read_text(), re.S)
+RENDER_TEMPLATES = len(re.findall(r'"(?:shared:|sidecar/)[^"]+"', _TEMPLATES_BLOCK.group(0)))
+
+
+def parser_byte(names: list[str], name: str | None) -> int:
+    return 0 if name in (None, "", "none") else names.index(name) + 1
+
+
+def write(target: str, seeds: list[bytes]) -> None:
+    folder = CORPUS / target
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for data in dict.fromkeys(seeds):
+        (folder / hashlib.sha1(data).hexdigest()[:16]).write_bytes(data)
+    print(f"{target}: {len(list(folder.iterdir()))} seeds")
+
+
+def parse_cases() -> list[dict]:
+    cases = []
+    for path in sorted((DATA / "parse").glob("*/cases.json")):
+        cases.extend(json.loads(path.read_text()))
+    return cases
+
+
+def session_seed(case: dict, chunk_seed: int) -> bytes | None:
+    if case["model"] not in PARSE_MODELS or not isinstance(case.get("output"), str) or not isinstance(case.get("prompt"), str):
+        return None
+    flags = 0
+    flags |= 1 if case.get("skip_special_tokens") is False else 0
+    flags |= 2 if case.get("include_stop") else 0
+    thinking = (case.get("kwargs") or {}).get("enable_thinking")
+    flags |= {False: 4, True: 8}.get(thinking, 0)
+    flags |= 0x20 if chunk_seed % 3 == 1 and case["model"] in ("qwen3", "gpt2") else 0
+    header = bytes([
+        parser_byte(TOOL_PARSERS, case.get("tool_parser")),
+        parser_byte(REASONING_PARSERS, case.get("reasoning_parser")),
+        flags,
+        chunk_seed,
+        PARSE_MODELS.index(case["model"]),
+    ])
+    stop = (case.get("stop") or [""])[0]
+    tools = json.dumps(case["tools"]) if case.get("tools") else ""
+    fields = [case["output"], case["prompt"], stop, tools]
+    return header + b"\0".join(f.encode() for f in fields)
+
+
+def wire_seeds(cases: list[dict]) -> list[bytes]:
+    """Open + steps (3 tokens each) + a cancel, as length-prefixed ParseStreamRequest messages."""
+    from tokenizers import Tokenizer
+
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    tok = Tokenizer.from_file(str(require_shared_models() / "qwen3" / "tokenizer.json"))
+    seeds = []
+    for n, case in enumerate(c for c in cases if c["model"] == "qwen3" and isinstance(c.get("output"), str)
+                                 and isinstance(c.get("prompt"), str)):
+        rid = f"r{n % 3}"
+        prompt = tok.encode(case["prompt"], add_special_tokens=False).ids
+        ids = tok.encode(case["output"], add_special_tokens=False).ids
+        open_ = pb.OpenRequest(request_id=rid, model="qwen3", tool_parser=case.get("tool_parser", ""),
+                               reasoning_parser=case.get("reasoning_parser", ""), prompt_token_ids=prompt[-40:],
+                               tools_json=json.dumps(case["tools"]) if case.get("tools") else "",
+                               stop=case.get("stop") or [])
+        messages = [pb.ParseStreamRequest(open=open_)]
+        for i in range(0, len(ids), 3):
+            last = i + 3 >= len(ids)
+            items = [pb.StepTokens(request_id=rid, token_ids=ids[i:i + 3], finished=last)]
+            if n % 4 == 0:
+                items.append(pb.StepTokens(request_id="other", token_ids=ids[i:i + 1]))
+            messages.append(pb.ParseStreamRequest(step=pb.Step(items=items)))
+        messages.append(pb.ParseStreamRequest(cancel=pb.CancelRequest(request_id=rid)))
+        data = b""
+        for m in messages:
+            raw = m.SerializeToString()
+            if len(raw) >= 255:
+                break
+            data += bytes([len(raw)]) + raw
+        seeds.append(data)
+    return seeds
+
+
+def json_seeds(cases: list[dict]) -> list[bytes]:
+    values = []
+    for case in cases:
+        for call in case["expect"].get("tool_calls", []):
+            values.append(json.dumps(call["arguments"]))
+    for path in sorted((DATA / "render" / "conversations").glob("*.json")):
+        conv = json.loads(path.read_text())
+        for tool in conv.get("tools") or []:
+            values.append(json.dumps(tool.get("function", {}).get("parameters", {})))
+    values += ['{"n": 123456789012345678901234567890, "f": 1E+100, "g": -0.0, "s": "\\ud83d\\ude00\\n"}',
+               '{"a": [1, 2, {"b": null}], "a": true}', '{"x": NaN}', "[1, 2]", '"text"']
+    seeds = []
+    for i, v in enumerate(dict.fromkeys(values)):
+        seeds.append(bytes([i % 4, i % 2]) + v.encode())
+    return seeds
+
+
+def render_seeds() -> list[bytes]:
+    seeds = []
+    for i, path in enumerate(sorted((DATA / "render" / "conversations").glob("*.json"))):
+        conv = json.loads(path.read_text())
+        flags = (1 if conv.get("add_generation_prompt", True) else 0) | (2 if conv.get("continue_final_message") else 0)
+        if flags & 2:
+            flags &= ~1
+        fields = [json.dumps(conv["messages"]), json.dumps(conv["tools"]) if conv.get("tools") else "",
+                  json.dumps(conv["documents"]) if conv.get("documents") else "",
+                  json.dumps(conv["chat_template_kwargs"]) if conv.get("chat_template_kwargs") else ""]
+        for template in (0, i % RENDER_TEMPLATES):
+            seeds.append(bytes([template, flags]) + b"\0".join(f.encode() for f in fields))
+    for case in json.loads((DATA / "render" / "normalize" / "cases.json").read_text()):
+        raw = case["messages_raw"] if "messages_raw" in case else json.dumps(case["messages"])
+        seeds.append(bytes([0, 1]) + raw.encode())
+    return seeds
+
+
+def template_seeds() -> list[bytes]:
+    shared = require_shared_models()
+    sources = [REPO / "sidecar/embedded/qwen3/chat_template.jinja", shared / "qwen3/chat_template.qwen3-coder.jinja",
+               shared / "llama3/chat_template.jinja", shared / "gpt-oss/chat_template.jinja",
+               shared / "mistral-nemo/chat_template.jinja", shared / "deepseek-v3/chat_template.jinja"]
+    messages = json.dumps([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
+                           {"role": "assistant", "content": "Hello"}, {"role": "user", "content": "Again"}])
+    seeds = [p.read_bytes() + b"\0" + messages.encode() for p in sources]
+    seeds += [b"{{ messages | tojson }}", b"{% for m in messages %}{{ m.role }}: {{ m.content }}\n{% endfor %}",
+              b"{% set x = 'ab' %}{% for i in range(30) %}{% set x = x ~ x %}{% endfor %}{{ x }}",
+              b"{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", b"{{ raise_exception('no') }}",
+              b"{{ strftime_now('%Y-%m-%d') }} {{ bos_token }}{{ (messages[0].content * 3).strip() }}"]
+    return seeds
+
+
+def detok_seeds() -> list[bytes]:
+    corpus = json.loads((DATA / "tokenize" / "corpus.json").read_text())["cases"]
+    seeds = []
+    n = 0
+    for texts in corpus.values():
+        for text in texts:
+            if not text:
+                continue
+            seeds.append(bytes([n % len(PARSE_MODELS), 0x10 | (n % 2) | (2 if n % 5 == 0 else 0), n % 7]) + text.encode())
+            n += 1
+    return seeds
+
+
+def main() -> None:
+    cases = parse_cases()
+    write("parse_session", [s for i, c in enumerate(cases) if (s := session_seed(c, i % 256))])
+    write("parse_wire", wire_seeds(cases))
+    write("json_args", json_seeds(cases))
+    write("detok", detok_seeds())
+    write("render", render_seeds())
+    write("template_source", template_seeds())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,306 @@
+//! Running a parse session over a chunking and checking what the project promises of every stream
+//! (the same invariants tests/parse/harness.py checks on the hand-written cases): the OpenAI delta
+//! shape, arguments that concatenate to a JSON object, and first-byte attribution recomputed from
+//! the session's trace, which proves that no byte of the decoded stream was lost or duplicated
+//! between content, reasoning, tool calls and framing.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use serde_json::Value;
+use sidecar_native::parse::{Delta, ParseModel, Session, SessionConfig};
+use sidecar_native::template::json::{self, Json};
+use sidecar_native::ErrorKind;
+
+/// One call as the client assembles it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Call {
+    /// Id from the first fragment.
+    pub id: String,
+    /// Name from the first fragment.
+    pub name: String,
+    /// Concatenated arguments.
+    pub arguments: String,
+}
+
+/// What a client saw over the whole stream.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Collected {
+    /// Concatenated content.
+    pub content: String,
+    /// Concatenated reasoning.
+    pub reasoning: String,
+    /// Calls by index.
+    pub calls: Vec<Call>,
+    /// The last delta's finish reason.
+    pub finish_reason: String,
+    /// The matched stop string.
+    pub matched_stop: Option<String>,
+    /// The error that ended the request, by kind.
+    pub error: Option<ErrorKind>,
+    /// The last delta's counters.
+    pub reasoning_tokens: u32,
+    /// The last delta's token count.
+    pub completion_tokens: u32,
+    /// Whether a delta said finished.
+    pub finished: bool,
+}
+
+/// Opens a session; `Err` is the clean error a bad configuration gets (checked by the caller).
+pub fn open(
+    model: &Arc<ParseModel>,
+    cfg: &SessionConfig,
+    prompt: &[u32],
+) -> Result<Session, sidecar_native::Error> {
+    Session::new(Arc::clone(model), cfg, prompt)
+}
+
+/// Feeds `ids` in `chunks` (the last with `end`), plus an empty final step when `empty_end`, and
+/// checks the stream invariants; `trace` must be on in `session`'s config.
+pub fn run(
+    mut session: Session,
+    ids: &[u32],
+    chunks: &[Range<usize>],
+    empty_end: bool,
+) -> Collected {
+    let mut got = Collected::default();
+    let mut last_tokens = (0u32, 0u32);
+    let steps = chunks.len() + usize::from(empty_end);
+    let mut fed = 0usize;
+    for step in 0..steps {
+        let chunk = chunks.get(step).map_or(&ids[0..0], |r| &ids[r.clone()]);
+        let end = step + 1 == steps;
+        match session.feed(chunk, end) {
+            Ok(delta) => {
+                if std::env::var_os("FUZZ_DEBUG").is_some() {
+                    eprintln!("step {step} {chunk:?} end={end}: {delta:?}");
+                }
+                fed += chunk.len();
+                absorb(&mut got, &delta, &mut last_tokens);
+                assert_eq!(delta.completion_tokens as usize, fed, "completion_tokens");
+            }
+            Err(e) => {
+                crate::assert_clean_error(&e, "feed");
+                got.error = Some(e.kind());
+                return got;
+            }
+        }
+        if got.finished {
+            break;
+        }
+    }
+    assert!(
+        got.finished,
+        "the last step (end = true) did not finish the request"
+    );
+    for (i, call) in got.calls.iter().enumerate() {
+        // JSON as Python's json.loads reads it: what the project's clients and parser vectors use.
+        let args = python_json(&call.arguments).unwrap_or_else(|e| {
+            panic!(
+                "call {i} arguments are not JSON ({e}): {:?}",
+                call.arguments
+            )
+        });
+        assert!(
+            matches!(args, Json::Object(_)),
+            "call {i} arguments are not an object: {:?}",
+            call.arguments
+        );
+    }
+    let trace = session.trace_json().expect("trace is on");
+    check_attribution(&got, &trace);
+    got
+}
+
+/// `text` parsed as Python's `json.loads` would: the template JSON parser (Python's rules), with
+/// escaped lone surrogates (`\ud83d`, valid JSON text that Python and JavaScript read but no
+/// UTF-8 string can hold) read as U+FFFD, and integers beyond its 128 bits (Python's are
+/// unbounded) checked by `serde_json` instead (which reads them as floats).
+pub fn python_json(text: &str) -> Result<Json, String> {
+    let first = json::parse(text, "arguments").map_err(|e| e.message().to_string());
+    let Err(message) = first else {
+        return first;
+    };
+    if let Ok(value) = json::parse(&replace_surrogate_escapes(text), "arguments") {
+        return Ok(value);
+    }
+    if message.contains("outside the supported range") {
+        if let Ok(value) = serde_json::from_str::<Value>(text) {
+            // Only the shape matters to the callers: an object stays an object.
+            return Ok(match value {
+                Value::Object(_) => Json::Object(Vec::new()),
+                _ => Json::Null,
+            });
+        }
+    }
+    Err(message)
+}
+
+fn replace_surrogate_escapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        out.push(c);
+        if c != '\\' {
+            continue;
+        }
+        let Some((_, next)) = chars.next() else {
+            break;
+        };
+        let hex = text.get(i + 2..i + 6).filter(|_| next == 'u');
+        match hex.and_then(|h| u32::from_str_radix(h, 16).ok()) {
+            Some(unit) if (0xD800..0xE000).contains(&unit) => {
+                out.push_str("ufffd");
+                for _ in 0..4 {
+                    chars.next();
+                }
+            }
+            _ => out.push(next),
+        }
+    }
+    out
+}
+
+fn absorb(got: &mut Collected, delta: &Delta, last: &mut (u32, u32)) {
+    got.content.push_str(&delta.content);
+    got.reasoning.push_str(&delta.reasoning);
+    for c in &delta.calls {
+        let index = c.index as usize;
+        if index == got.calls.len() {
+            assert!(
+                !c.id.is_empty() && !c.name.is_empty(),
+                "first fragment of call {index} lacks id or name: {c:?}"
+            );
+            got.calls.push(Call {
+                id: c.id.clone(),
+                name: c.name.clone(),
+                arguments: String::new(),
+            });
+        } else {
+            assert!(index < got.calls.len(), "call {index} started out of order");
+            assert!(
+                c.id.is_empty() && c.name.is_empty(),
+                "call {index} repeats id or name: {c:?}"
+            );
+        }
+        got.calls[index].arguments.push_str(&c.arguments);
+    }
+    assert!(
+        delta.reasoning_tokens >= last.0,
+        "reasoning_tokens went down"
+    );
+    assert!(
+        delta.completion_tokens >= last.1,
+        "completion_tokens went down"
+    );
+    assert!(delta.reasoning_tokens <= delta.completion_tokens);
+    *last = (delta.reasoning_tokens, delta.completion_tokens);
+    got.reasoning_tokens = delta.reasoning_tokens;
+    got.completion_tokens = delta.completion_tokens;
+    if delta.finished {
+        got.finished = true;
+        got.finish_reason = delta.finish_reason.to_string();
+        got.matched_stop = delta.matched_stop.clone();
+    }
+    let mut ids: Vec<&str> = got.calls.iter().map(|c| c.id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!(ids.len(), got.calls.len(), "duplicate call ids");
+}
+
+/// Spans partition the routed stream; the text of reasoning / content spans (sentinels shown as
+/// their tokens' text) is exactly the reasoning / content output; reasoning_tokens counts the
+/// tokens whose first byte landed in reasoning.
+fn check_attribution(got: &Collected, trace: &Value) {
+    let source = trace["source"].as_str().expect("source").as_bytes();
+    let sentinels = trace["sentinels"].as_object().expect("sentinels");
+    let mut spans: Vec<(u64, u64, String)> = trace["spans"]
+        .as_array()
+        .expect("spans")
+        .iter()
+        .map(|s| {
+            let n = |i: usize| s[i].as_u64().expect("offset");
+            (n(0), n(1), s[2].as_str().expect("channel").to_string())
+        })
+        .collect();
+    spans.sort();
+    for pair in spans.windows(2) {
+        assert!(pair[0].1 <= pair[1].0, "overlapping spans {spans:?}");
+    }
+    let covered: u64 = spans.iter().map(|(s, e, _)| e - s).sum();
+    assert!(
+        covered <= source.len() as u64,
+        "spans cover more than the stream"
+    );
+    if got.finish_reason != "stop" {
+        assert_eq!(
+            covered,
+            source.len() as u64,
+            "routed {covered} of {} bytes",
+            source.len()
+        );
+    }
+    let render = |channel: &str| -> String {
+        let mut out = String::new();
+        for (s, e, _) in spans.iter().filter(|(_, _, c)| c == channel) {
+            let piece = std::str::from_utf8(&source[*s as usize..*e as usize])
+                .expect("a span cuts a character");
+            for ch in piece.chars() {
+                match sentinels.get(&ch.to_string()).and_then(Value::as_str) {
+                    Some(visible) => out.push_str(visible),
+                    None => out.push(ch),
+                }
+            }
+        }
+        out
+    };
+    assert_eq!(
+        render("reasoning"),
+        got.reasoning,
+        "reasoning is not its spans' text"
+    );
+    assert_eq!(
+        render("content"),
+        got.content,
+        "content is not its spans' text"
+    );
+
+    let channel_at = |offset: u64| {
+        spans
+            .iter()
+            .find(|(s, e, _)| *s <= offset && offset < *e)
+            .map(|(_, _, c)| c.as_str())
+    };
+    let anchors = trace["anchors"].as_array().expect("anchors");
+    let mut seqs: Vec<u64> = anchors
+        .iter()
+        .map(|a| a[0].as_u64().expect("seq"))
+        .collect();
+    seqs.sort_unstable();
+    let n = got.completion_tokens as u64;
+    assert!(
+        seqs.iter().copied().eq(0..n),
+        "every token has exactly one anchor: {seqs:?}"
+    );
+    let mut reasoning = 0u32;
+    for a in anchors {
+        let (offset, zero) = (
+            a[1].as_u64().expect("offset"),
+            a[2].as_bool().expect("zero"),
+        );
+        let mut channel = if zero && offset > 0 {
+            channel_at(offset - 1)
+        } else {
+            channel_at(offset)
+        };
+        if channel.is_none() && zero {
+            channel = channel_at(offset);
+        }
+        reasoning += u32::from(channel == Some("reasoning"));
+    }
+    assert_eq!(reasoning, got.reasoning_tokens, "reasoning_tokens");
+    assert_eq!(
+        trace["reasoning_tokens"].as_u64(),
+        Some(u64::from(reasoning))
+    );
+}
