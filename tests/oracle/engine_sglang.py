@@ -70,41 +70,41 @@ def _tools(request):
     return [Tool(**t.model_dump()) if not isinstance(t, Tool) else t for t in request.tools or []]
 
 
-def run_non_stream(kind, name, tokenizer, case):
+def _tool_parser(tool, request, tokenizer):
+    if not tool:
+        return None
+    tools = _tools(request)
+    if tools or FunctionCallParser.ToolCallParserEnum[tool].parses_without_tools():
+        return FunctionCallParser(tools, tool, tokenizer=tokenizer)
+    return None
+
+
+def run_non_stream(tool, reasoning_name, tokenizer, case):
     request = _request(case, stream=False)
     text, reasoning, calls = case["text"], None, []
-    if kind == "reasoning":
-        parser = _reasoning_parser(name, case, request, tokenizer, False, False)
-        reasoning, text = parser.parse_non_stream(text)
-        return {"content": text or "", "reasoning": reasoning or None, "tool_calls": []}
-    tools = _tools(request)
-    parser = FunctionCallParser(tools, name, tokenizer=tokenizer)
-    if (tools or parser.detector.parses_without_tools()) and parser.has_tool_call(text):
+    parser = _tool_parser(tool, request, tokenizer)
+    if reasoning_name:
+        rparser = _reasoning_parser(reasoning_name, case, request, tokenizer, False, parser is not None)
+        reasoning, text = rparser.parse_non_stream(text)
+        text = text or ""
+    if parser is not None and parser.has_tool_call(text):
         try:
             new_text, items = parser.parse_non_stream(text)
         except Exception as exc:  # the server logs it and answers with the text unparsed
-            return {"content": text, "reasoning": None, "tool_calls": [],
+            return {"content": text, "reasoning": reasoning, "tool_calls": [],
                     "server_swallowed_error": f"{type(exc).__name__}: {exc}"}
-        if items:
-            text = new_text
-            calls = [{"id": None, "name": it.name, "arguments": it.parameters} for it in items]
-        # no complete call: the server keeps the parser's returned text
-        else:
-            text = new_text
+        text = new_text  # with no complete call the server still keeps the parser's text
+        calls = [{"id": None, "name": it.name, "arguments": it.parameters} for it in items]
     return {"content": text or "", "reasoning": reasoning, "tool_calls": calls}
 
 
-def run_stream(kind, name, tokenizer, case, chunks):
+def run_stream(tool, reasoning_name, tokenizer, case, chunks):
     request = _request(case, stream=True)
     content, reasoning, calls = [], [], {}
+    tparser = _tool_parser(tool, request, tokenizer)
     rparser = None
-    if kind == "reasoning":
-        rparser = _reasoning_parser(name, case, request, tokenizer, True, False)
-    tparser = None
-    if kind == "tool":
-        tools = _tools(request)
-        if tools or FunctionCallParser.ToolCallParserEnum[name].parses_without_tools():
-            tparser = FunctionCallParser(tools, name, tokenizer=tokenizer)
+    if reasoning_name:
+        rparser = _reasoning_parser(reasoning_name, case, request, tokenizer, True, tparser is not None)
     for i, (delta, _ids) in enumerate(chunks):
         last = i == len(chunks) - 1
         if rparser is not None:

@@ -30,10 +30,11 @@ def _request(case, stream):
     return ChatCompletionRequest(**body)
 
 
-def parser_class(kind, name, tokenizer, harmony=False):
-    names = {"tool_parser_name": name} if kind == "tool" else {"reasoning_parser_name": name}
-    return ParserManager.get_parser(enable_auto_tools=True, model_name="oracle", is_harmony=harmony,
-                                    tokenizer=tokenizer, **names)
+def parser_class(tool, reasoning, tokenizer, harmony=False):
+    """The class vLLM's server composes for --tool-call-parser / --reasoning-parser."""
+    return ParserManager.get_parser(tool_parser_name=tool, reasoning_parser_name=reasoning,
+                                    enable_auto_tools=True, model_name="oracle",
+                                    is_harmony=harmony, tokenizer=tokenizer)
 
 
 def _model_config(case):

@@ -20,8 +20,8 @@ def _spec(fmt, parsers, special, cases, **extra):
     return spec
 
 
-def _case(cid, desc, text, **kw):
-    return {"id": cid, "description": desc, "text": text, "finish_reason": "stop", **kw}
+def _case(cid, desc, text, finish="stop", **kw):
+    return {"id": cid, "description": desc, "text": text, "finish_reason": finish, **kw}
 
 
 def hermes():
@@ -246,7 +246,7 @@ def pythonic():
 
     extra = [
         _case("user_backslash_t", "found by a user: malformed call-like text with literal backslash-t", "ok then[B(x=\\t)B(y=,\\t"),
-        _case("user_cut_call", "found by a user: second call cut off by the end of generation", "see [f(a=1), g(b=", finish_reason="length"),
+        _case("user_cut_call", "found by a user: second call cut off by the end of generation", "see [f(a=1), g(b=", "length"),
         _case("double_quotes", "double-quoted strings", '[get_weather(city="San Francisco", unit="fahrenheit")]'),
         _case("positional_arg", "a positional argument (not valid for the format)", "[get_weather('Paris')]"),
         _case("not_a_list", "a call without brackets", "get_weather(city='Paris')"),
@@ -259,6 +259,47 @@ def pythonic():
                  ["<|python_start|>", "<|python_end|>", "<|eot|>"], cases)
 
 
+def openai_harmony():
+    """gpt-oss Harmony. Markers are single special tokens of the real o200k vocabulary."""
+    A = "<|channel|>analysis<|message|>"
+    nxt = "<|end|><|start|>assistant"
+    wx = _j({"city": "Paris"})
+
+    def call(name, args, channel="commentary", constrain="<|constrain|>json"):
+        return f"<|channel|>{channel} to=functions.{name} {constrain}<|message|>{args}<|call|>"
+
+    cases = [
+        _case("analysis_final", "reasoning then final answer", f"{A}Think first.{nxt}<|channel|>final<|message|>The answer.<|return|>"),
+        _case("analysis_call", "reasoning then a tool call", f"{A}Need weather.{nxt}" + call("get_weather", wx)),
+        _case("recipient_before_channel", "recipient in the header before the channel", f"{A}Need weather.<|end|><|start|>assistant to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>{wx}<|call|>"),
+        _case("call_without_analysis", "output starts directly with the commentary call", call("get_weather", wx)),
+        _case("two_calls", "two calls in one output", f"{A}Two lookups.{nxt}" + call("get_weather", wx) + "<|start|>assistant" + call("get_weather", _j({"city": "Tokyo", "days": 3}))),
+        _case("final_only", "only a final message", "<|channel|>final<|message|>Hello there.<|return|>"),
+        _case("truncated_in_analysis", "stopped inside reasoning", f"{A}Thinking about", "length"),
+        _case("truncated_in_arguments", "stopped inside the arguments", f"{A}Need weather.{nxt}<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{{\"city\": \"Pa", "length"),
+        _case("preamble_then_call", "commentary preamble without recipient, then a call", f"<|channel|>commentary<|message|>Let me check.{nxt}" + call("get_weather", wx)),
+        _case("call_on_analysis_channel", "a function call on the analysis channel", f"{A}Need weather.{nxt}" + call("get_weather", wx, channel="analysis")),
+        _case("dotted_name", "a dotted function name", call("math.sum", _j({"a": 1, "b": 2}))),
+        _case("builtin_recipient", "a built-in tool recipient is not a function call", f"{A}Search.{nxt}<|channel|>analysis to=browser.search <|constrain|>json<|message|>{_j({'query': 'x'})}<|call|>"),
+        _case("no_constrain", "call without <|constrain|>json", f"<|channel|>commentary to=functions.get_weather<|message|>{wx}<|call|>"),
+        _case("nested_json", "nested arguments", call("search", _j({"query": "q", "filters": {"tags": ["a"], "range": {"min": 1}}}))),
+        _case("empty_arguments", "empty arguments object", call("ping", "{}")),
+        _case("invalid_json", "arguments that are not JSON", call("get_weather", "{city: Paris}")),
+        _case("unicode_final", "non-ASCII in reasoning and answer", f"{A}思考 😀{nxt}<|channel|>final<|message|>答案 ✓ é<|return|>"),
+        _case("final_with_end", "final closed by <|end|>", "<|channel|>final<|message|>Done.<|end|>"),
+        _case("plain_text", "no Harmony markup at all", "Just plain text."),
+        _case("truncated_mid_marker_text", "output ends with a marker spelled as text", f"{A}Thinking.<|en", "length"),
+        _case("unknown_tool", "a call to an undeclared tool", call("get_time", _j({"tz": "UTC"}))),
+    ]
+    parsers = {
+        "vllm": [{"tool": "openai", "reasoning": "openai_gptoss"}, "openai", {"reasoning": "openai_gptoss"}],
+        "sglang": [{"tool": "gpt-oss", "reasoning": "gpt-oss"}, "gpt-oss", {"reasoning": "gpt-oss"}],
+    }
+    return _spec("openai", parsers, [], cases, harmony=True, tokenizer="../shared/models/gpt-oss/tokenizer.json",
+                 note="vLLM runs its HarmonyParser (is_harmony) on token ids of the real gpt-oss tokenizer; "
+                      "the usual gpt-oss serving configuration sets both parsers (the combined entries)")
+
+
 def specs():
     return [hermes(), qwen3_coder(), llama3_json(), mistral(False), mistral(True), deepseek_v3(),
-            deepseek_v31(), deepseek_v32(), kimi_k2(), glm45(), minimax_m2(), pythonic()]
+            deepseek_v31(), deepseek_v32(), kimi_k2(), glm45(), minimax_m2(), pythonic(), openai_harmony()]

@@ -84,8 +84,24 @@ def _dump(body):
 
 
 def _chunks(tokenizer, text, per):
-    ids, pieces = chartok.token_strings(tokenizer, text)
-    out = [("".join(pieces[i:i + per]), ids[i:i + per]) for i in range(0, len(ids), per)]
+    """Deltas of `per` tokens. With a real (byte-level) tokenizer the delta text is the growth of
+    the decoded prefix, holding back an incomplete UTF-8 character as an incremental
+    detokenizer does."""
+    ids = tokenizer.encode(text, add_special_tokens=False)
+    if getattr(tokenizer, "_oracle_chartok", True):
+        ids, pieces = chartok.token_strings(tokenizer, text)
+        out = [("".join(pieces[i:i + per]), ids[i:i + per]) for i in range(0, len(ids), per)]
+        return out or [("", [])]
+    out, sent = [], ""
+    for i in range(0, len(ids), per):
+        full = tokenizer.decode(ids[:i + per], skip_special_tokens=False)
+        if full.endswith("\ufffd") and i + per < len(ids):
+            out.append(("", ids[i:i + per]))
+            continue
+        out.append((full[len(sent):], ids[i:i + per]))
+        sent = full
+    if sent != text:
+        raise ValueError(f"tokenizer does not round-trip {text!r}")
     return out or [("", [])]
 
 
@@ -106,17 +122,28 @@ def _tokenizer(spec):
     if spec.get("tokenizer"):
         from transformers import PreTrainedTokenizerFast
 
-        path = (HERE / spec["tokenizer"]).resolve()
-        return PreTrainedTokenizerFast(tokenizer_file=str(path))
+        path = (HERE.parent.parent / spec["tokenizer"]).resolve()
+        os.environ.setdefault("TIKTOKEN_ENCODINGS_BASE", str(path.parent))
+        tok = PreTrainedTokenizerFast(tokenizer_file=str(path))
+        tok._oracle_chartok = False
+        return tok
     texts = [c["text"] for c in spec["cases"]] + [DEFAULT_PROMPT, spec.get("prompt", "")]
     texts += [c.get("prompt") or "" for c in spec["cases"]]
     return chartok.build(texts, spec["special_tokens"])
 
 
-def run_vllm(spec, name, tokenizer):
+def _pair(spec, entry):
+    """A `parsers` entry is a name of the input's kind or {"tool": ..., "reasoning": ...}."""
+    if isinstance(entry, dict):
+        return entry.get("tool"), entry.get("reasoning")
+    return (entry, None) if spec["kind"] == "tool" else (None, entry)
+
+
+def run_vllm(spec, entry, tokenizer):
     import engine_vllm
 
-    cls = engine_vllm.parser_class(spec["kind"], name, tokenizer, harmony=spec.get("harmony", False))
+    tool, reasoning = _pair(spec, entry)
+    cls = engine_vllm.parser_class(tool, reasoning, tokenizer, harmony=spec.get("harmony", False))
     results = []
     for case in spec["cases"]:
         view = _case_view(spec, case)
@@ -138,9 +165,10 @@ def run_vllm(spec, name, tokenizer):
     return f"{cls.__mro__[1].__module__}", results
 
 
-def run_sglang(spec, name, tokenizer):
+def run_sglang(spec, entry, tokenizer):
     import engine_sglang
 
+    tool, reasoning = _pair(spec, entry)
     results = []
     for case in spec["cases"]:
         view = _case_view(spec, case)
@@ -148,9 +176,9 @@ def run_sglang(spec, name, tokenizer):
         for mode, per in MODES.items():
             try:
                 if per is None:
-                    res = engine_sglang.run_non_stream(spec["kind"], name, tokenizer, view)
+                    res = engine_sglang.run_non_stream(tool, reasoning, tokenizer, view)
                 else:
-                    res = engine_sglang.run_stream(spec["kind"], name, tokenizer, view,
+                    res = engine_sglang.run_stream(tool, reasoning, tokenizer, view,
                                                    _chunks(tokenizer, view["text"], per))
                 row[mode] = _tidy(res)
             except Exception as exc:
@@ -172,14 +200,17 @@ def run_format(path, today, versions):
     summary = {}
     for engine, names in spec["parsers"].items():
         first = {}
-        for name in names:
+        for entry in names:
             runner = run_vllm if engine == "vllm" else run_sglang
+            tool, reasoning = _pair(spec, entry)
+            name = "+".join(n for n in (tool, reasoning) if n)
+            kind = "combined" if tool and reasoning else ("tool" if tool else "reasoning")
             try:
-                _, results = runner(spec, name, tokenizer)
+                _, results = runner(spec, entry, tokenizer)
             except Exception as exc:
                 results = [{"id": "*", "non_stream": _error(exc)}]
             provenance = {"engine": engine, "engine_version": versions[engine], "parser": name,
-                          "kind": spec["kind"], "format": spec["format"],
+                          "tool_parser": tool, "reasoning_parser": reasoning, "kind": kind, "format": spec["format"],
                           "input": f"inputs/{path.name}", "modes": list(MODES),
                           "generated": today, "generator": "tests/oracle/run_oracle.py",
                           "tokenizer": spec.get("tokenizer") or "per-character (parsers.md 7.2)"}
@@ -190,10 +221,10 @@ def run_format(path, today, versions):
             else:
                 first[key] = name
                 body["results"] = results
-            out = DATA / "expected" / engine / spec["kind"] / path.stem / f"{name}.json"
+            out = DATA / "expected" / engine / kind / path.stem / f"{name}.json"
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(_dump(body))
-            summary[f"{engine}/{name}"] = _count(results)
+            summary[f"{engine}/{kind}/{name}"] = _count(results)
     return summary
 
 
