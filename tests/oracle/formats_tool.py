@@ -37,7 +37,7 @@ def hermes():
     ]
     cases = tool_cases(render, "<tool_call>", joiner="\n",
                        malformed='<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}\n</tool_call>', extra=extra)
-    return _spec("hermes", {"vllm": ["hermes", "qwen3_json"], "sglang": ["hermes", "qwen25", "qwen"]},
+    return _spec("hermes", {"vllm": ["hermes", "qwen3_json", "granite4", "ernie45"], "sglang": ["hermes", "qwen25", "qwen", "trinity"]},
                  ["<tool_call>", "</tool_call>", "<think>", "</think>"], cases)
 
 
@@ -59,7 +59,7 @@ def qwen3_coder():
     ]
     cases = tool_cases(render, "<tool_call>", joiner="\n",
                        malformed="<tool_call>\n<function=get_weather\n<parameter=city>\nParis\n</parameter>\n</tool_call>", extra=extra)
-    return _spec("qwen3_coder", {"vllm": ["qwen3_coder", "qwen3_xml"], "sglang": ["qwen3_coder", "step3p5", "nanbeige"]},
+    return _spec("qwen3_coder", {"vllm": ["qwen3_coder", "qwen3_xml", "step3p5", "step5", "mimo"], "sglang": ["qwen3_coder", "step3p5", "nanbeige", "mimo"]},
                  ["<tool_call>", "</tool_call>", "<think>", "</think>"], cases)
 
 
@@ -205,7 +205,7 @@ def glm45():
     ]
     cases = tool_cases(render_nl, "<tool_call>", joiner="\n",
                        malformed="<tool_call>get_weather\n<arg_key>city<arg_value>Paris</arg_value>\n</tool_call>", extra=extra)
-    return _spec("glm45", {"vllm": ["glm45", "glm47"], "sglang": ["glm45", "glm", "glm47"]},
+    return _spec("glm45", {"vllm": ["glm45", "glm47", "ling3", "poolside_v1"], "sglang": ["glm45", "glm", "glm47", "spark25", "ling3", "poolside_v1", "iquest_q1"]},
                  ["<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
                   "<think>", "</think>", "<|observation|>", "<|user|>"], cases,
                  note="cases without a prefix use GLM-4.5 framing (newline after the name and between pairs); glm47_* cases use GLM-4.7 framing")

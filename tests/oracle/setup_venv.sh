@@ -28,6 +28,6 @@ PIP="$VENV/bin/pip"
   'xgrammar==0.2.8' partial-json-parser 'jsonschema>=4.23.0' pyzmq msgspec 'mistral_common[image]>=1.11.6' \
   pyyaml einops cloudpickle pybase64 cbor2 ijson setproctitle 'oss-harmony>=0.0.11' openai-harmony \
   anthropic python-json-logger watchfiles ipython interegular xxhash uvloop python-multipart \
-  py-spy distro easydict packaging scipy 'opencv-python-headless>=4.13.0' blobfile
+  py-spy distro easydict packaging scipy 'opencv-python-headless>=4.13.0' blobfile cohere-melody
 
 "$VENV/bin/python" "$(dirname "$0")/check_imports.py"
