@@ -14,4 +14,5 @@ from vllm.entrypoints.openai.chat_completion.stream_processor import ChatStreamP
 import vllm
 import sglang
 
-print("ok: torch", torch.__version__, "vllm", vllm.__version__, "sglang", sglang.__version__)
+entry_points = (FunctionCallParser, ReasoningParser, ChatStreamProcessor)
+print("ok:", len(entry_points), "entry points; torch", torch.__version__, "vllm", vllm.__version__, "sglang", sglang.__version__)

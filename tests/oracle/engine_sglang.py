@@ -70,6 +70,16 @@ def _tools(request):
     return [Tool(**t.model_dump()) if not isinstance(t, Tool) else t for t in request.tools or []]
 
 
+def _call_id(tool, item, history=0):
+    """`OpenAIServingChat._process_tool_call_id` (no earlier tool calls in the conversation).
+    In non-streaming results `tool_index` is the tool's position in the request's tools."""
+    if tool == "kimi_k3":
+        return f"{item.name}:{history + item.tool_index}"
+    if tool != "kimi_k2":
+        return "call_" + "0" * 24  # a fresh uuid4 hex in the server: reported as random
+    return f"functions.{item.name}:{history + item.tool_index}"
+
+
 def _tool_parser(tool, request, tokenizer):
     if not tool:
         return None
@@ -94,7 +104,7 @@ def run_non_stream(tool, reasoning_name, tokenizer, case):
             return {"content": text, "reasoning": reasoning, "tool_calls": [],
                     "server_swallowed_error": f"{type(exc).__name__}: {exc}"}
         text = new_text  # with no complete call the server still keeps the parser's text
-        calls = [{"id": None, "name": it.name, "arguments": it.parameters} for it in items]
+        calls = [{"id": _call_id(tool, it), "name": it.name, "arguments": it.parameters} for it in items]
     return {"content": text or "", "reasoning": reasoning, "tool_calls": calls}
 
 
@@ -130,6 +140,7 @@ def run_stream(tool, reasoning_name, tokenizer, case, chunks):
             slot = calls.setdefault(it.tool_index, {"id": None, "name": None, "arguments": "",
                                                     "name_deltas": 0})
             if it.name:
+                slot["id"] = slot["id"] or _call_id(tool, it)
                 slot["name"] = (slot["name"] or "") + it.name
                 slot["name_deltas"] += 1
             if it.parameters:

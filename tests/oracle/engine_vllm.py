@@ -58,8 +58,17 @@ def _calls(tool_calls):
     return out
 
 
+def _adjusted(cls, tokenizer, case, prompt_ids, stream):
+    """The request as the renderer leaves it: a throwaway parser instance's `adjust_request`
+    (online_renderer.py) may set skip_special_tokens, structured outputs, ..."""
+    request = _request(case, stream=stream)
+    probe = _make(cls, tokenizer, request, case)
+    probe.set_prompt_token_ids(prompt_ids)
+    return probe.adjust_request(request=request)
+
+
 def run_non_stream(cls, tokenizer, case, prompt_ids, output_ids):
-    request = _request(case, stream=False)
+    request = _adjusted(cls, tokenizer, case, prompt_ids, stream=False)
     parser = _make(cls, tokenizer, request, case)
     parser.set_prompt_token_ids(prompt_ids)
     reasoning, content, calls = parser.parse(case["text"], request, enable_auto_tools=True,
@@ -72,7 +81,7 @@ def run_non_stream(cls, tokenizer, case, prompt_ids, output_ids):
 
 def run_stream(cls, tokenizer, case, prompt_ids, chunks, finish_reason):
     """`chunks` is a list of (delta_text, delta_ids); the last carries the finish reason."""
-    request = _request(case, stream=True)
+    request = _adjusted(cls, tokenizer, case, prompt_ids, stream=True)
     parser = _make(cls, tokenizer, request, case)
     processor = ChatStreamProcessor(request, parser, enable_auto_tools=True, parser_cls=cls)
     content, reasoning, calls = [], [], {}

@@ -92,7 +92,7 @@ def hunyuan_answer():
         _case("no_markers", "plain text", "Just the answer."),
         _case("truncated_in_reasoning", "stopped inside reasoning", f"{s}Still thinking", "length"),
         _case("truncated_in_answer", "stopped inside the answer", f"{s}reason{e}The ans", "length"),
-        _case("fast_think", "empty think block (fast mode)", f"<think>\n\n</think>\n<answer>\nThe answer.\n</answer>"),
+        _case("fast_think", "empty think block (fast mode)", "<think>\n\n</think>\n<answer>\nThe answer.\n</answer>"),
         _case("no_answer_close", "answer never closed", f"{s}reason{e}The answer."),
         _case("unicode", "non-ASCII", f"{s}思考 😀{e}答案 ✓\n</answer>"),
     ]

@@ -51,7 +51,7 @@ def deepseek_v4():
     extra = [
         _case("think_then_call", "<think> block then a call", "<think>plan</think>" + render([WEATHER])),
         _case("json_parameter_body", "arguments as one JSON body inside invoke", f'<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n{_j({"city": "Paris"})}\n</｜DSML｜invoke>\n</｜DSML｜tool_calls>'),
-        _case("no_outer_close", "complete invoke, outer close never arrives", f'<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n'),
+        _case("no_outer_close", "complete invoke, outer close never arrives", '<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>\n</｜DSML｜invoke>\n'),
     ]
     cases = tool_cases(render, "<｜DSML｜tool_calls>", joiner="\n", extra=extra,
                        malformed='<｜DSML｜tool_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris</｜DSML｜invoke>\n</｜DSML｜tool_calls>')

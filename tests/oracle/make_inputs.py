@@ -12,6 +12,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+import formats_combined  # noqa: E402
 import formats_reasoning  # noqa: E402
 import formats_tool  # noqa: E402
 import formats_tool2  # noqa: E402
@@ -21,7 +22,8 @@ OUT = HERE.parent / "data" / "parse_oracle" / "inputs"
 
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
-    specs = formats_tool.specs() + formats_tool2.specs() + formats_reasoning.specs()
+    specs = (formats_tool.specs() + formats_tool2.specs() + formats_reasoning.specs()
+             + formats_combined.specs())
     for spec in specs:
         ids = [c["id"] for c in spec["cases"]]
         assert len(ids) == len(set(ids)), spec["format"]

@@ -31,9 +31,8 @@ import chartok  # noqa: E402
 MODES = {"non_stream": None, "stream_1": 1, "stream_3": 3}
 SAME = "same as non_stream"
 DEFAULT_PROMPT = "user: hi\nassistant: "
-RANDOM_IDS = [re.compile(p) for p in (r"^chatcmpl-tool-[0-9a-f]{32}$", r"^call_[0-9a-f]{24}$",
-                                      r"^[A-Za-z0-9]{9}$", r"^call_[0-9a-f]{32}$",
-                                      r"^chatcmpl-tool-[0-9a-f-]+$")]
+RANDOM_IDS = [re.compile(p) for p in (r"^chatcmpl-tool-[0-9a-f-]{8,36}$", r"^call_(\d+_)?[0-9a-f]{8,32}$",
+                                      r"^[A-Za-z0-9]{9}$")]
 
 
 def _id(value):
