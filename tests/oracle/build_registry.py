@@ -117,9 +117,14 @@ def _start_state(engine, kind, name, stem):
 
     def inside(case):
         r = results.get((case, "non_stream"))
+        if r is None:
+            return None
         if not isinstance(r, dict) or "reasoning" not in r:
             return "error"
         return bool(r["reasoning"])
+
+    if ("no_markers", "non_stream") not in results:
+        return None
 
     return {"input": stem, "plain_output_is_reasoning": inside("no_markers"),
             "prompt_ending_inside_block_is_honoured": inside("prompt_in_reasoning"),
