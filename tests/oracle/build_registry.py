@@ -129,6 +129,8 @@ def _start_state(engine, kind, name, stem):
     return {"input": stem, "plain_output_is_reasoning": inside("no_markers"),
             "prompt_ending_inside_block_is_honoured": inside("prompt_in_reasoning"),
             "enable_thinking_false_gives_reasoning": inside("thinking_disabled"),
+            "enable_thinking_true_gives_reasoning": inside("enable_thinking_true"),
+            "reasoning_effort_high_gives_reasoning": inside("reasoning_effort_high"),
             "thinking_true_gives_reasoning": inside("thinking_kwarg_true"),
             "thinking_false_gives_reasoning": inside("thinking_kwarg_false")}
 

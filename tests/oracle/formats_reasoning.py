@@ -33,6 +33,10 @@ def think_cases(start, end, tool_open="<tool_call>", tool_close="</tool_call>"):
               chat_template_kwargs={"enable_thinking": False}),
         _case("thinking_disabled_empty_block", "enable_thinking=false, template wrote an empty block",
               f"{s}\n\n{e}\n\nThe answer.", chat_template_kwargs={"enable_thinking": False}),
+        _case("enable_thinking_true", "chat_template_kwargs enable_thinking=true, end marker only",
+              f"reason\n{e}\nThe answer.", chat_template_kwargs={"enable_thinking": True}),
+        _case("reasoning_effort_high", "reasoning_effort=high, end marker only",
+              f"reason\n{e}\nThe answer.", reasoning_effort="high"),
         _case("thinking_kwarg_true", "chat_template_kwargs thinking=true, end marker only",
               f"reason\n{e}\nThe answer.", chat_template_kwargs={"thinking": True}),
         _case("thinking_kwarg_false", "chat_template_kwargs thinking=false",
@@ -72,9 +76,7 @@ def mistral_think():
         "parsers": {"vllm": ["mistral"], "sglang": ["mistral"]},
         "special_tokens": ["[THINK]", "[/THINK]", "[TOOL_CALLS]", "[ARGS]", "</s>"],
         "reasoning_start": "[THINK]",
-        "cases": think_cases("[THINK]", "[/THINK]", "[TOOL_CALLS]get_weather[ARGS]", "")
-        + [_case("reasoning_effort_high", "reasoning_effort=high, end marker only",
-                 "reason[/THINK]The answer.", reasoning_effort="high")],
+        "cases": think_cases("[THINK]", "[/THINK]", "[TOOL_CALLS]get_weather[ARGS]", ""),
     }
 
 
