@@ -6,7 +6,10 @@ use std::path::PathBuf;
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let manifest = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
     let protos = manifest.join("../../protos");
-    let files = [protos.join("sidecar/v1/preprocessor.proto"), protos.join("sidecar/v1/kv_router.proto")];
+    let files = [
+        protos.join("sidecar/v1/preprocessor.proto"),
+        protos.join("sidecar/v1/kv_router.proto"),
+    ];
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
     }

@@ -14,16 +14,31 @@ use std::time::Duration;
 use tonic::{Response, Status};
 
 use crate::connection::Connections;
-use crate::v1::{DetokenizeRequest, DetokenizeResponse, RenderRequest, RenderResponse, TokenizeRequest, TokenizeResponse};
+use crate::v1::{
+    DetokenizeRequest, DetokenizeResponse, RenderRequest, RenderResponse, TokenizeRequest,
+    TokenizeResponse,
+};
 
 /// A boxed call in flight (one allocation per call; the trait stays object-safe).
 pub(crate) type CallFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Status>> + Send + 'a>>;
 
 /// Carries Tokenize, Detokenize and Render; `timeout` is the whole call's deadline from now.
 pub(crate) trait Carrier: Send + Sync + std::fmt::Debug {
-    fn tokenize(&self, request: TokenizeRequest, timeout: Option<Duration>) -> CallFuture<'_, TokenizeResponse>;
-    fn detokenize(&self, request: DetokenizeRequest, timeout: Option<Duration>) -> CallFuture<'_, DetokenizeResponse>;
-    fn render(&self, request: RenderRequest, timeout: Option<Duration>) -> CallFuture<'_, RenderResponse>;
+    fn tokenize(
+        &self,
+        request: TokenizeRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, TokenizeResponse>;
+    fn detokenize(
+        &self,
+        request: DetokenizeRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, DetokenizeResponse>;
+    fn render(
+        &self,
+        request: RenderRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, RenderResponse>;
 }
 
 /// One unary RPC per request on the shared connection (with reconnect and one retry on UNAVAILABLE).
@@ -33,21 +48,45 @@ pub(crate) struct UnaryCarrier {
 }
 
 impl Carrier for UnaryCarrier {
-    fn tokenize(&self, request: TokenizeRequest, timeout: Option<Duration>) -> CallFuture<'_, TokenizeResponse> {
+    fn tokenize(
+        &self,
+        request: TokenizeRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, TokenizeResponse> {
         Box::pin(self.connections.unary(timeout, request, |c, r| async move {
-            c.preprocessor.clone().tokenize(r).await.map(Response::into_inner)
+            c.preprocessor
+                .clone()
+                .tokenize(r)
+                .await
+                .map(Response::into_inner)
         }))
     }
 
-    fn detokenize(&self, request: DetokenizeRequest, timeout: Option<Duration>) -> CallFuture<'_, DetokenizeResponse> {
+    fn detokenize(
+        &self,
+        request: DetokenizeRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, DetokenizeResponse> {
         Box::pin(self.connections.unary(timeout, request, |c, r| async move {
-            c.preprocessor.clone().detokenize(r).await.map(Response::into_inner)
+            c.preprocessor
+                .clone()
+                .detokenize(r)
+                .await
+                .map(Response::into_inner)
         }))
     }
 
-    fn render(&self, request: RenderRequest, timeout: Option<Duration>) -> CallFuture<'_, RenderResponse> {
+    fn render(
+        &self,
+        request: RenderRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, RenderResponse> {
         Box::pin(self.connections.unary(timeout, request, |c, r| async move {
-            c.preprocessor.clone().render(r).await.map(Response::into_inner)
+            c.preprocessor
+                .clone()
+                .render(r)
+                .await
+                .map(Response::into_inner)
         }))
     }
 }

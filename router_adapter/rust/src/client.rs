@@ -14,8 +14,9 @@ use crate::connection::{Connection, Connections, Settings};
 use crate::parse_stream::ParseStream;
 use crate::target::Target;
 use crate::v1::{
-    DetokenizeRequest, DetokenizeResponse, KvStatusRequest, KvStatusResponse, ListModelsRequest, ListModelsResponse,
-    RenderRequest, RenderResponse, ScoreRequest, ScoreResponse, TokenizeRequest, TokenizeResponse,
+    DetokenizeRequest, DetokenizeResponse, KvStatusRequest, KvStatusResponse, ListModelsRequest,
+    ListModelsResponse, RenderRequest, RenderResponse, ScoreRequest, ScoreResponse,
+    TokenizeRequest, TokenizeResponse,
 };
 use crate::Error;
 
@@ -83,8 +84,15 @@ impl ClientBuilder {
             retry_unavailable: self.retry_unavailable,
         };
         let connections = Arc::new(Connections::new(settings)?);
-        let carrier: Arc<dyn Carrier> = Arc::new(UnaryCarrier { connections: connections.clone() });
-        Ok(Client { connections, carrier, timeout: self.timeout, stream_timeout: None })
+        let carrier: Arc<dyn Carrier> = Arc::new(UnaryCarrier {
+            connections: connections.clone(),
+        });
+        Ok(Client {
+            connections,
+            carrier,
+            timeout: self.timeout,
+            stream_timeout: None,
+        })
     }
 
     /// The client, after a health check has answered SERVING.
@@ -92,7 +100,10 @@ impl ClientBuilder {
         let client = self.build()?;
         let deadline = Instant::now() + client.connections.settings.connect_timeout;
         let connection = client.connections.ready(Some(deadline)).await?;
-        client.connections.check(&connection, Some(deadline)).await?;
+        client
+            .connections
+            .check(&connection, Some(deadline))
+            .await?;
         Ok(client)
     }
 }
@@ -130,12 +141,20 @@ impl Client {
     /// (unary calls and the streams it opens); `client.with_timeout(d).tokenize(r)` is a per-call
     /// deadline. The deadline travels as `grpc-timeout` and is enforced here as well.
     pub fn with_timeout(&self, timeout: Duration) -> Client {
-        Client { timeout: Some(timeout), stream_timeout: Some(timeout), ..self.clone() }
+        Client {
+            timeout: Some(timeout),
+            stream_timeout: Some(timeout),
+            ..self.clone()
+        }
     }
 
     /// The same client with no deadline at all.
     pub fn without_timeout(&self) -> Client {
-        Client { timeout: None, stream_timeout: None, ..self.clone() }
+        Client {
+            timeout: None,
+            stream_timeout: None,
+            ..self.clone()
+        }
     }
 
     /// Where this client connects.
@@ -159,34 +178,68 @@ impl Client {
     }
 
     /// `Preprocessor/Detokenize`: a batch of id sequences to text.
-    pub async fn detokenize(&self, request: DetokenizeRequest) -> Result<DetokenizeResponse, Error> {
+    pub async fn detokenize(
+        &self,
+        request: DetokenizeRequest,
+    ) -> Result<DetokenizeResponse, Error> {
         Ok(self.carrier.detokenize(request, self.timeout).await?)
     }
 
     /// `Preprocessor/ListModels`: the hosted models, their fingerprints and defaults.
     pub async fn list_models(&self) -> Result<ListModelsResponse, Error> {
-        let call = |c: Arc<Connection>, r| async move { c.preprocessor.clone().list_models(r).await.map(Response::into_inner) };
-        Ok(self.connections.unary(self.timeout, ListModelsRequest {}, call).await?)
+        let call = |c: Arc<Connection>, r| async move {
+            c.preprocessor
+                .clone()
+                .list_models(r)
+                .await
+                .map(Response::into_inner)
+        };
+        Ok(self
+            .connections
+            .unary(self.timeout, ListModelsRequest {}, call)
+            .await?)
     }
 
     /// `KvRouter/Score`: every known worker of a model by its cached prefix of the request.
     /// FAILED_PRECONDITION when the server runs without `--kv-events`.
     pub async fn score(&self, request: ScoreRequest) -> Result<ScoreResponse, Error> {
-        let call = |c: Arc<Connection>, r| async move { c.kv_router.clone().score(r).await.map(Response::into_inner) };
+        let call = |c: Arc<Connection>, r| async move {
+            c.kv_router.clone().score(r).await.map(Response::into_inner)
+        };
         Ok(self.connections.unary(self.timeout, request, call).await?)
     }
 
     /// `KvRouter/KvStatus`: what the prefix indexes hold and how the event sources are doing.
     pub async fn kv_status(&self) -> Result<KvStatusResponse, Error> {
-        let call = |c: Arc<Connection>, r| async move { c.kv_router.clone().kv_status(r).await.map(Response::into_inner) };
-        Ok(self.connections.unary(self.timeout, KvStatusRequest {}, call).await?)
+        let call = |c: Arc<Connection>, r| async move {
+            c.kv_router
+                .clone()
+                .kv_status(r)
+                .await
+                .map(Response::into_inner)
+        };
+        Ok(self
+            .connections
+            .unary(self.timeout, KvStatusRequest {}, call)
+            .await?)
     }
 
     /// `grpc.health.v1.Health/Check` of `service` (`""` = the whole server). An unknown service
     /// is NOT_FOUND, as the health protocol says.
     pub async fn health(&self, service: &str) -> Result<ServingStatus, Error> {
-        let call = |c: Arc<Connection>, r| async move { c.health.clone().check(r).await.map(Response::into_inner) };
-        let response = self.connections.unary(self.timeout, HealthCheckRequest { service: service.to_string() }, call).await?;
+        let call = |c: Arc<Connection>, r| async move {
+            c.health.clone().check(r).await.map(Response::into_inner)
+        };
+        let response = self
+            .connections
+            .unary(
+                self.timeout,
+                HealthCheckRequest {
+                    service: service.to_string(),
+                },
+                call,
+            )
+            .await?;
         Ok(ServingStatus::try_from(response.status).unwrap_or(ServingStatus::Unknown))
     }
 

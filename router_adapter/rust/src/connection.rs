@@ -46,12 +46,21 @@ pub(crate) struct Connection {
 
 impl Connection {
     fn open(settings: &Settings, generation: u64) -> Result<Self, crate::Error> {
-        let channel = settings.target.endpoint()?.connect_timeout(settings.connect_timeout).tcp_nodelay(true).connect_lazy();
+        let channel = settings
+            .target
+            .endpoint()?
+            .connect_timeout(settings.connect_timeout)
+            .tcp_nodelay(true)
+            .connect_lazy();
         let max = settings.max_message_bytes;
         Ok(Connection {
             generation,
-            preprocessor: PreprocessorClient::new(channel.clone()).max_decoding_message_size(max).max_encoding_message_size(max),
-            kv_router: KvRouterClient::new(channel.clone()).max_decoding_message_size(max).max_encoding_message_size(max),
+            preprocessor: PreprocessorClient::new(channel.clone())
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+            kv_router: KvRouterClient::new(channel.clone())
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
             health: HealthClient::new(channel),
             suspect: AtomicBool::new(false),
         })
@@ -91,7 +100,10 @@ impl Connections {
     }
 
     fn current(&self) -> Arc<Connection> {
-        self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).clone()
+        self.current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
     }
 
     /// The connection to use now; after a failure, a fresh channel that has passed a health check.
@@ -105,7 +117,11 @@ impl Connections {
 
     /// Replaces the connection of `failed_generation` with a new channel and checks its health.
     /// Callers that were waiting on the same attempt get its outcome without a second check.
-    pub async fn recover(&self, failed_generation: u64, deadline: Option<Instant>) -> Result<Arc<Connection>, Status> {
+    pub async fn recover(
+        &self,
+        failed_generation: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Connection>, Status> {
         let mut last_failure = self.recovering.lock().await;
         let current = self.current();
         if current.generation != failed_generation {
@@ -116,19 +132,32 @@ impl Connections {
                 return Err(status.clone());
             }
         }
-        let fresh = Arc::new(Connection::open(&self.settings, self.generations.fetch_add(1, Ordering::Relaxed)).map_err(to_status)?);
+        let fresh = Arc::new(
+            Connection::open(
+                &self.settings,
+                self.generations.fetch_add(1, Ordering::Relaxed),
+            )
+            .map_err(to_status)?,
+        );
         let outcome = self.check(&fresh, deadline).await;
         if outcome.is_err() {
             fresh.mark_suspect();
         }
-        *self.current.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
         match outcome {
             Ok(()) => {
                 *last_failure = None;
                 Ok(fresh)
             }
             Err(status) => {
-                let status = Status::unavailable(format!("{}: reconnect failed: health check: {}", self.settings.target, status.message()));
+                let status = Status::unavailable(format!(
+                    "{}: reconnect failed: health check: {}",
+                    self.settings.target,
+                    status.message()
+                ));
                 *last_failure = Some(status.clone());
                 Err(status)
             }
@@ -136,25 +165,40 @@ impl Connections {
     }
 
     /// `grpc.health.v1.Health/Check` of the configured service on `connection`: Ok when SERVING.
-    pub async fn check(&self, connection: &Connection, deadline: Option<Instant>) -> Result<(), Status> {
+    pub async fn check(
+        &self,
+        connection: &Connection,
+        deadline: Option<Instant>,
+    ) -> Result<(), Status> {
         let limit = Instant::now() + self.settings.health_timeout;
         let deadline = Some(deadline.map_or(limit, |d| d.min(limit)));
         let mut health = connection.health.clone();
         let service = self.settings.health_service.clone();
         let response = within(deadline, |timeout| async move {
-            health.check(with_timeout(HealthCheckRequest { service }, timeout)).await.map(tonic::Response::into_inner)
+            health
+                .check(with_timeout(HealthCheckRequest { service }, timeout))
+                .await
+                .map(tonic::Response::into_inner)
         })
         .await?;
         match ServingStatus::try_from(response.status) {
             Ok(ServingStatus::Serving) => Ok(()),
-            other => Err(Status::unavailable(format!("not serving ({:?})", other.unwrap_or(ServingStatus::Unknown)))),
+            other => Err(Status::unavailable(format!(
+                "not serving ({:?})",
+                other.unwrap_or(ServingStatus::Unknown)
+            ))),
         }
     }
 
     /// Runs an idempotent unary call: on UNAVAILABLE the channel is re-established, checked, and
     /// the call made once more, all within the same deadline. `message` is cloned for the retry
     /// only when retries are on.
-    pub async fn unary<M, T, F, Fut>(&self, timeout: Option<Duration>, message: M, call: F) -> Result<T, Status>
+    pub async fn unary<M, T, F, Fut>(
+        &self,
+        timeout: Option<Duration>,
+        message: M,
+        call: F,
+    ) -> Result<T, Status>
     where
         M: Clone,
         F: Fn(Arc<Connection>, Request<M>) -> Fut,
@@ -163,18 +207,32 @@ impl Connections {
         let deadline = timeout.map(|t| Instant::now() + t);
         let spare = self.settings.retry_unavailable.then(|| message.clone());
         let connection = self.ready(deadline).await?;
-        let first = within(deadline, |timeout| call(connection.clone(), with_timeout(message, timeout))).await;
+        let first = within(deadline, |timeout| {
+            call(connection.clone(), with_timeout(message, timeout))
+        })
+        .await;
         let failure = match first {
             Err(status) if status.code() == Code::Unavailable => status,
             other => return other,
         };
         connection.mark_suspect();
-        let Some(message) = spare else { return Err(failure) };
+        let Some(message) = spare else {
+            return Err(failure);
+        };
         let connection = match self.recover(connection.generation, deadline).await {
             Ok(connection) => connection,
-            Err(recovery) => return Err(Status::unavailable(format!("{}; {}", failure.message(), recovery.message()))),
+            Err(recovery) => {
+                return Err(Status::unavailable(format!(
+                    "{}; {}",
+                    failure.message(),
+                    recovery.message()
+                )))
+            }
         };
-        within(deadline, |timeout| call(connection, with_timeout(message, timeout))).await
+        within(deadline, |timeout| {
+            call(connection, with_timeout(message, timeout))
+        })
+        .await
     }
 }
 
@@ -195,7 +253,9 @@ where
     F: FnOnce(Option<Duration>) -> Fut,
     Fut: Future<Output = Result<T, Status>>,
 {
-    let Some(deadline) = deadline else { return call(None).await.map_err(local_failure) };
+    let Some(deadline) = deadline else {
+        return call(None).await.map_err(local_failure);
+    };
     let remaining = deadline.saturating_duration_since(Instant::now());
     if remaining.is_zero() {
         return Err(deadline_passed());
@@ -218,7 +278,9 @@ pub(crate) fn local_failure(status: Status) -> Status {
             return deadline_passed();
         }
         if error.is::<tonic::transport::Error>() && status.code() != Code::Unavailable {
-            let cause = error.source().map_or_else(|| error.to_string(), |cause| cause.to_string());
+            let cause = error
+                .source()
+                .map_or_else(|| error.to_string(), |cause| cause.to_string());
             return Status::unavailable(format!("connection failed: {cause}"));
         }
         source = error.source();

@@ -89,6 +89,9 @@ mod tests {
         let error = Error::from(Status::not_found("model: unknown model 'x'"));
         assert_eq!(error.to_string(), "NOT_FOUND: model: unknown model 'x'");
         assert_eq!(error.code(), Code::NotFound);
-        assert_eq!(Error::InvalidTarget("bad".into()).code(), Code::InvalidArgument);
+        assert_eq!(
+            Error::InvalidTarget("bad".into()).code(),
+            Code::InvalidArgument
+        );
     }
 }

@@ -20,10 +20,15 @@ use crate::v1::parse_stream_request::Kind;
 use crate::v1::{CancelRequest, OpenRequest, ParseStreamRequest, ParseStreamResponse, Step};
 use crate::Error;
 
-type Opening = Pin<Box<dyn Future<Output = Result<tonic::Response<Streaming<ParseStreamResponse>>, Status>> + Send>>;
+type Opening = Pin<
+    Box<
+        dyn Future<Output = Result<tonic::Response<Streaming<ParseStreamResponse>>, Status>> + Send,
+    >,
+>;
 
 /// The response side: the call is started at once but grpc.aio sends its headers only with the
 /// first answer, so the response stream is awaited on the first read, not at open.
+#[allow(clippy::large_enum_variant)] // one per stream; boxing would add an indirection per read
 enum Responses {
     Opening(Opening),
     Open(Streaming<ParseStreamResponse>),
@@ -40,12 +45,17 @@ pub struct ParseStream {
 
 impl std::fmt::Debug for ParseStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ParseStream").field("in_flight", &self.in_flight).finish_non_exhaustive()
+        f.debug_struct("ParseStream")
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
     }
 }
 
 impl ParseStream {
-    pub(crate) async fn start(connections: Arc<Connections>, timeout: Option<Duration>) -> Result<ParseStream, Error> {
+    pub(crate) async fn start(
+        connections: Arc<Connections>,
+        timeout: Option<Duration>,
+    ) -> Result<ParseStream, Error> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let connection = connections.ready(deadline).await?;
         // Room for a decode step of every running request to be queued while the last is sent.
@@ -53,12 +63,20 @@ impl ParseStream {
         let mut client = connection.preprocessor.clone();
         let request = with_timeout(ReceiverStream::new(receiver), timeout);
         let opening: Opening = Box::pin(async move { client.parse_stream(request).await });
-        Ok(ParseStream { outbound: Some(sender), responses: Responses::Opening(opening), connection, deadline, in_flight: 0 })
+        Ok(ParseStream {
+            outbound: Some(sender),
+            responses: Responses::Opening(opening),
+            connection,
+            deadline,
+            in_flight: 0,
+        })
     }
 
     /// Queues one message; its answer comes from a later [`recv`](Self::recv), in send order.
     pub async fn send(&mut self, message: ParseStreamRequest) -> Result<(), Error> {
-        let sender = self.outbound.as_ref().ok_or_else(|| Status::failed_precondition("parse stream: already closed for sending"))?;
+        let sender = self.outbound.as_ref().ok_or_else(|| {
+            Status::failed_precondition("parse stream: already closed for sending")
+        })?;
         if sender.send(message).await.is_err() {
             // The call ended; its status comes with the next read.
             return Err(self.ended().await);
@@ -85,38 +103,66 @@ impl ParseStream {
     async fn read(&mut self) -> Result<Option<ParseStreamResponse>, Status> {
         let deadline = self.deadline;
         if let Responses::Opening(opening) = &mut self.responses {
-            let stream = crate::connection::within(deadline, |_| opening).await?.into_inner();
+            let stream = crate::connection::within(deadline, |_| opening)
+                .await?
+                .into_inner();
             self.responses = Responses::Open(stream);
         }
-        let Responses::Open(stream) = &mut self.responses else { unreachable!("opened above") };
+        let Responses::Open(stream) = &mut self.responses else {
+            unreachable!("opened above")
+        };
         crate::connection::within(deadline, |_| stream.message()).await
     }
 
     /// Sends one message and returns its answer (lock-step). Nothing may be in flight.
-    pub async fn call(&mut self, message: ParseStreamRequest) -> Result<ParseStreamResponse, Error> {
+    pub async fn call(
+        &mut self,
+        message: ParseStreamRequest,
+    ) -> Result<ParseStreamResponse, Error> {
         if self.in_flight > 0 {
-            return Err(Status::failed_precondition(format!("parse stream: {} pipelined answers not read yet", self.in_flight)).into());
+            return Err(Status::failed_precondition(format!(
+                "parse stream: {} pipelined answers not read yet",
+                self.in_flight
+            ))
+            .into());
         }
         self.send(message).await?;
         match self.recv().await? {
             Some(response) => Ok(response),
-            None => Err(Status::unavailable("parse stream: the server closed the stream without answering").into()),
+            None => Err(Status::unavailable(
+                "parse stream: the server closed the stream without answering",
+            )
+            .into()),
         }
     }
 
     /// Starts parsing a request's output (its answer has an error delta if the open failed).
     pub async fn open(&mut self, open: OpenRequest) -> Result<ParseStreamResponse, Error> {
-        self.call(ParseStreamRequest { kind: Some(Kind::Open(open)) }).await
+        self.call(ParseStreamRequest {
+            kind: Some(Kind::Open(open)),
+        })
+        .await
     }
 
     /// Feeds one decode step: the new token ids of every running request.
     pub async fn step(&mut self, step: Step) -> Result<ParseStreamResponse, Error> {
-        self.call(ParseStreamRequest { kind: Some(Kind::Step(step)) }).await
+        self.call(ParseStreamRequest {
+            kind: Some(Kind::Step(step)),
+        })
+        .await
     }
 
     /// Stops parsing a request and frees its state.
-    pub async fn cancel(&mut self, request_id: impl Into<String>) -> Result<ParseStreamResponse, Error> {
-        self.call(ParseStreamRequest { kind: Some(Kind::Cancel(CancelRequest { request_id: request_id.into() })) }).await
+    pub async fn cancel(
+        &mut self,
+        request_id: impl Into<String>,
+    ) -> Result<ParseStreamResponse, Error> {
+        self.call(ParseStreamRequest {
+            kind: Some(Kind::Cancel(CancelRequest {
+                request_id: request_id.into(),
+            })),
+        })
+        .await
     }
 
     /// Half-closes the stream, reads the answers still in flight and returns them once the server
@@ -135,7 +181,9 @@ impl ParseStream {
         loop {
             match self.read().await {
                 Ok(Some(_)) => continue,
-                Ok(None) => return Status::unavailable("parse stream: the server ended the stream").into(),
+                Ok(None) => {
+                    return Status::unavailable("parse stream: the server ended the stream").into()
+                }
                 Err(status) => return status.into(),
             }
         }

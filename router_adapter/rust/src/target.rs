@@ -31,9 +31,15 @@ impl FromStr for Target {
             return Ok(Target::Unix(PathBuf::from(path)));
         }
         if text.starts_with("https://") {
-            return Err(invalid("TLS is not supported (the sidecar serves plaintext on loopback or a Unix socket)"));
+            return Err(invalid(
+                "TLS is not supported (the sidecar serves plaintext on loopback or a Unix socket)",
+            ));
         }
-        let uri = if text.starts_with("http://") { text.to_string() } else { format!("http://{text}") };
+        let uri = if text.starts_with("http://") {
+            text.to_string()
+        } else {
+            format!("http://{text}")
+        };
         let authority = &uri["http://".len()..];
         let has_port = authority.rsplit_once(':').is_some_and(|(host, port)| {
             !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
@@ -41,7 +47,8 @@ impl FromStr for Target {
         if !has_port {
             return Err(invalid("expected unix:PATH, host:port or http://host:port"));
         }
-        uri.parse::<tonic::codegen::http::Uri>().map_err(|e| invalid(&e.to_string()))?;
+        uri.parse::<tonic::codegen::http::Uri>()
+            .map_err(|e| invalid(&e.to_string()))?;
         Ok(Target::Tcp(uri))
     }
 }
@@ -76,17 +83,35 @@ mod tests {
 
     #[test]
     fn unix_spellings() {
-        assert_eq!(parse("unix:/tmp/s.sock").unwrap(), Target::Unix("/tmp/s.sock".into()));
-        assert_eq!(parse("unix:///tmp/s.sock").unwrap(), Target::Unix("/tmp/s.sock".into()));
-        assert_eq!(parse("unix:rel.sock").unwrap(), Target::Unix("rel.sock".into()));
+        assert_eq!(
+            parse("unix:/tmp/s.sock").unwrap(),
+            Target::Unix("/tmp/s.sock".into())
+        );
+        assert_eq!(
+            parse("unix:///tmp/s.sock").unwrap(),
+            Target::Unix("/tmp/s.sock".into())
+        );
+        assert_eq!(
+            parse("unix:rel.sock").unwrap(),
+            Target::Unix("rel.sock".into())
+        );
         assert!(parse("unix:").is_err());
     }
 
     #[test]
     fn tcp_spellings() {
-        assert_eq!(parse("127.0.0.1:50051").unwrap(), Target::Tcp("http://127.0.0.1:50051".into()));
-        assert_eq!(parse("http://localhost:9").unwrap(), Target::Tcp("http://localhost:9".into()));
-        assert_eq!(parse("[::1]:50051").unwrap(), Target::Tcp("http://[::1]:50051".into()));
+        assert_eq!(
+            parse("127.0.0.1:50051").unwrap(),
+            Target::Tcp("http://127.0.0.1:50051".into())
+        );
+        assert_eq!(
+            parse("http://localhost:9").unwrap(),
+            Target::Tcp("http://localhost:9".into())
+        );
+        assert_eq!(
+            parse("[::1]:50051").unwrap(),
+            Target::Tcp("http://[::1]:50051".into())
+        );
         assert!(parse("localhost").is_err());
         assert!(parse("https://x:1").is_err());
         assert!(parse(":50051").is_err());

@@ -50,7 +50,10 @@ fn parse_args() -> Result<Args, String> {
 }
 
 async fn run(args: Args) -> Result<Recorder, sidecar_client::Error> {
-    let mut recorder = Recorder { target: "main", ..Recorder::default() };
+    let mut recorder = Recorder {
+        target: "main",
+        ..Recorder::default()
+    };
     let client = Client::connect(&args.target).await?;
     let model = preprocessor::run(&mut recorder, &client).await;
     parse::run(&mut recorder, &client, &model).await?;
@@ -74,14 +77,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("tokio runtime");
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
     match runtime.block_on(run(args)) {
         Ok(recorder) if recorder.failures.is_empty() => {
             eprintln!("sidecar-interop: {} cases passed", recorder.cases);
             ExitCode::SUCCESS
         }
         Ok(recorder) => {
-            eprintln!("sidecar-interop: {} of {} cases failed", recorder.failures.len(), recorder.cases);
+            eprintln!(
+                "sidecar-interop: {} of {} cases failed",
+                recorder.failures.len(),
+                recorder.cases
+            );
             ExitCode::FAILURE
         }
         Err(error) => {

@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use prost::Message;
 use serde_json::json;
 use sidecar_client::v1::parse_stream_request::Kind;
-use sidecar_client::v1::{CancelRequest, OpenRequest, ParseStreamRequest, ParseStreamResponse, Step, StepTokens, TokenizeRequest};
+use sidecar_client::v1::{
+    CancelRequest, OpenRequest, ParseStreamRequest, ParseStreamResponse, Step, StepTokens,
+    TokenizeRequest,
+};
 use sidecar_client::{Client, Error};
 
 use crate::record::{hex, Recorder};
@@ -22,19 +25,40 @@ const TOOLS: &str = r#"[{"type":"function","function":{"name":"get_weather","par
 
 pub async fn run(rec: &mut Recorder, client: &Client, model: &str) -> Result<(), Error> {
     let texts = OUTPUTS.iter().map(|(_, text)| text.to_string()).collect();
-    let request = TokenizeRequest { model: model.into(), texts, add_special_tokens: Some(false), ..Default::default() };
-    let ids: Vec<Vec<u32>> = client.tokenize(request).await?.encodings.into_iter().map(|e| e.token_ids).collect();
+    let request = TokenizeRequest {
+        model: model.into(),
+        texts,
+        add_special_tokens: Some(false),
+        ..Default::default()
+    };
+    let ids: Vec<Vec<u32>> = client
+        .tokenize(request)
+        .await?
+        .encodings
+        .into_iter()
+        .map(|e| e.token_ids)
+        .collect();
     multiplexed(rec, client, model, &ids).await?;
     lock_step(rec, client, model, &ids[2]).await
 }
 
 fn open(model: &str, id: &str) -> OpenRequest {
-    let mut open = OpenRequest { request_id: id.into(), model: model.into(), ..Default::default() };
+    let mut open = OpenRequest {
+        request_id: id.into(),
+        model: model.into(),
+        ..Default::default()
+    };
     match id {
         "think" => open.reasoning_parser = "qwen3".into(),
-        "tool" => (open.tool_parser, open.reasoning_parser, open.tools_json) = ("hermes".into(), "none".into(), TOOLS.into()),
+        "tool" => {
+            (open.tool_parser, open.reasoning_parser, open.tools_json) =
+                ("hermes".into(), "none".into(), TOOLS.into())
+        }
         "bad-parser" => open.tool_parser = "no_such_parser".into(),
-        _ => (open.tool_parser, open.reasoning_parser, open.stop) = ("none".into(), "none".into(), vec!["STOP".into()]),
+        _ => {
+            (open.tool_parser, open.reasoning_parser, open.stop) =
+                ("none".into(), "none".into(), vec!["STOP".into()])
+        }
     }
     open
 }
@@ -47,7 +71,10 @@ fn message(kind: Kind) -> ParseStreamRequest {
 fn script(model: &str, ids: &[Vec<u32>]) -> Vec<ParseStreamRequest> {
     // --parse-max-requests 4: think, tool, stop and extra are open when over-limit is refused.
     let opens = ["think", "tool", "stop", "bad-parser", "extra", "over-limit"];
-    let mut messages: Vec<_> = opens.iter().map(|id| message(Kind::Open(open(model, id)))).collect();
+    let mut messages: Vec<_> = opens
+        .iter()
+        .map(|id| message(Kind::Open(open(model, id))))
+        .collect();
     let longest = ids.iter().map(Vec::len).max().unwrap_or(0);
     for start in (0..longest).step_by(3) {
         let items = OUTPUTS
@@ -62,11 +89,18 @@ fn script(model: &str, ids: &[Vec<u32>]) -> Vec<ParseStreamRequest> {
             .collect();
         messages.push(message(Kind::Step(Step { items })));
     }
-    messages.push(message(Kind::Cancel(CancelRequest { request_id: "extra".into() })));
+    messages.push(message(Kind::Cancel(CancelRequest {
+        request_id: "extra".into(),
+    })));
     messages
 }
 
-async fn multiplexed(rec: &mut Recorder, client: &Client, model: &str, ids: &[Vec<u32>]) -> Result<(), Error> {
+async fn multiplexed(
+    rec: &mut Recorder,
+    client: &Client,
+    model: &str,
+    ids: &[Vec<u32>],
+) -> Result<(), Error> {
     let case = "parse stream: 6 requests multiplexed on one stream, pipelined";
     let requests = script(model, ids);
     let mut stream = client.parse_stream().await?;
@@ -79,7 +113,9 @@ async fn multiplexed(rec: &mut Recorder, client: &Client, model: &str, ids: &[Ve
     }
     responses.extend(stream.finish().await?);
     rec.cases += 1;
-    rec.check(case, responses.len() == requests.len(), || format!("{} answers to {} messages", responses.len(), requests.len()));
+    rec.check(case, responses.len() == requests.len(), || {
+        format!("{} answers to {} messages", responses.len(), requests.len())
+    });
     check_outputs(rec, case, &responses);
     emit_stream(rec, case, &requests, &responses);
     Ok(())
@@ -108,38 +144,93 @@ fn check_outputs(rec: &mut Recorder, case: &str, responses: &[ParseStreamRespons
         }
         out.error = out.error.or(delta.error.as_ref().map(|e| e.code));
     }
-    let get = |id: &str| outputs.get(id).map(|o| format!("{o:?}")).unwrap_or_default();
+    let get = |id: &str| {
+        outputs
+            .get(id)
+            .map(|o| format!("{o:?}"))
+            .unwrap_or_default()
+    };
     let think = &outputs.get("think");
-    rec.check(case, think.is_some_and(|o| o.reasoning.contains("greet them") && o.content.contains("Hello there")), || get("think"));
-    rec.check(case, outputs.get("tool").is_some_and(|o| o.tools.contains("get_weather") && o.tools.contains("Paris")), || get("tool"));
+    rec.check(
+        case,
+        think.is_some_and(|o| {
+            o.reasoning.contains("greet them") && o.content.contains("Hello there")
+        }),
+        || get("think"),
+    );
+    rec.check(
+        case,
+        outputs
+            .get("tool")
+            .is_some_and(|o| o.tools.contains("get_weather") && o.tools.contains("Paris")),
+        || get("tool"),
+    );
     let stop = outputs.get("stop");
-    rec.check(case, stop.is_some_and(|o| o.content.trim_end() == "one two three" && o.finish_reason == "stop"), || get("stop"));
-    rec.check(case, outputs.get("bad-parser").and_then(|o| o.error) == Some(3), || get("bad-parser"));
-    rec.check(case, outputs.get("over-limit").and_then(|o| o.error) == Some(8), || get("over-limit"));
+    rec.check(
+        case,
+        stop.is_some_and(|o| o.content.trim_end() == "one two three" && o.finish_reason == "stop"),
+        || get("stop"),
+    );
+    rec.check(
+        case,
+        outputs.get("bad-parser").and_then(|o| o.error) == Some(3),
+        || get("bad-parser"),
+    );
+    rec.check(
+        case,
+        outputs.get("over-limit").and_then(|o| o.error) == Some(8),
+        || get("over-limit"),
+    );
 }
 
 /// The lock-step helpers (open, step, cancel, finish) on a fresh stream.
-async fn lock_step(rec: &mut Recorder, client: &Client, model: &str, ids: &[u32]) -> Result<(), Error> {
+async fn lock_step(
+    rec: &mut Recorder,
+    client: &Client,
+    model: &str,
+    ids: &[u32],
+) -> Result<(), Error> {
     let case = "parse stream: lock-step open, steps, cancel";
     let mut stream = client.parse_stream().await?;
     let mut requests = vec![message(Kind::Open(open(model, "stop")))];
     let mut responses = vec![stream.open(open(model, "stop")).await?];
     for chunk in ids.chunks(2).take(3) {
-        let step = Step { items: vec![StepTokens { request_id: "stop".into(), token_ids: chunk.to_vec(), finished: false }] };
+        let step = Step {
+            items: vec![StepTokens {
+                request_id: "stop".into(),
+                token_ids: chunk.to_vec(),
+                finished: false,
+            }],
+        };
         requests.push(message(Kind::Step(step.clone())));
         responses.push(stream.step(step).await?);
     }
-    requests.push(message(Kind::Cancel(CancelRequest { request_id: "stop".into() })));
+    requests.push(message(Kind::Cancel(CancelRequest {
+        request_id: "stop".into(),
+    })));
     responses.push(stream.cancel("stop").await?);
     responses.extend(stream.finish().await?);
     rec.cases += 1;
-    let content: String = responses.iter().flat_map(|r| &r.deltas).map(|d| d.content.as_str()).collect();
-    rec.check(case, responses.len() == requests.len() && "one two three".starts_with(content.trim_end()), || content.clone());
+    let content: String = responses
+        .iter()
+        .flat_map(|r| &r.deltas)
+        .map(|d| d.content.as_str())
+        .collect();
+    rec.check(
+        case,
+        responses.len() == requests.len() && "one two three".starts_with(content.trim_end()),
+        || content.clone(),
+    );
     emit_stream(rec, case, &requests, &responses);
     Ok(())
 }
 
-fn emit_stream(rec: &mut Recorder, case: &str, requests: &[ParseStreamRequest], responses: &[ParseStreamResponse]) {
+fn emit_stream(
+    rec: &mut Recorder,
+    case: &str,
+    requests: &[ParseStreamRequest],
+    responses: &[ParseStreamResponse],
+) {
     let hexes = |messages: Vec<Vec<u8>>| messages.iter().map(|m| hex(m)).collect::<Vec<_>>();
     rec.emit(&json!({
         "case": case, "target": rec.target, "method": "ParseStream", "compare": true,

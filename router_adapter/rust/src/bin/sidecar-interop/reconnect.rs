@@ -17,13 +17,29 @@ fn ask(rec: &mut Recorder, event: &str) {
 }
 
 pub async fn run(rec: &mut Recorder, client: &Client, model: &str) {
-    let request = || TokenizeRequest { model: model.into(), texts: vec!["after a restart".into()], ..Default::default() };
-    rec.unary(Case::ok("reconnect: before the restart", "Tokenize"), request(), |r| client.tokenize(r)).await;
+    let request = || TokenizeRequest {
+        model: model.into(),
+        texts: vec!["after a restart".into()],
+        ..Default::default()
+    };
+    rec.unary(
+        Case::ok("reconnect: before the restart", "Tokenize"),
+        request(),
+        |r| client.tokenize(r),
+    )
+    .await;
     ask(rec, "stop-server");
     let case = Case::err("reconnect: server down", "Tokenize", Code::Unavailable).local_only();
     rec.unary(case, request(), |r| client.tokenize(r)).await;
     ask(rec, "start-server");
     let before = client.reconnects();
-    rec.unary(Case::ok("reconnect: server back", "Tokenize"), request(), |r| client.tokenize(r)).await;
-    rec.check("reconnect", client.reconnects() > before, || format!("reconnects {before} -> {}", client.reconnects()));
+    rec.unary(
+        Case::ok("reconnect: server back", "Tokenize"),
+        request(),
+        |r| client.tokenize(r),
+    )
+    .await;
+    rec.check("reconnect", client.reconnects() > before, || {
+        format!("reconnects {before} -> {}", client.reconnects())
+    });
 }

@@ -23,19 +23,34 @@ pub struct Case {
 
 impl Case {
     pub fn ok(name: impl Into<String>, method: &'static str) -> Case {
-        Case { name: name.into(), method, expected: Code::Ok, timeout: None, compare: true }
+        Case {
+            name: name.into(),
+            method,
+            expected: Code::Ok,
+            timeout: None,
+            compare: true,
+        }
     }
 
     pub fn err(name: impl Into<String>, method: &'static str, expected: Code) -> Case {
-        Case { expected, ..Case::ok(name, method) }
+        Case {
+            expected,
+            ..Case::ok(name, method)
+        }
     }
 
     pub fn timeout(self, timeout: Duration) -> Case {
-        Case { timeout: Some(timeout), ..self }
+        Case {
+            timeout: Some(timeout),
+            ..self
+        }
     }
 
     pub fn local_only(self) -> Case {
-        Case { compare: false, ..self }
+        Case {
+            compare: false,
+            ..self
+        }
     }
 }
 
@@ -84,7 +99,14 @@ impl Recorder {
         let got = outcome.as_ref().map_or_else(Error::code, |_| Code::Ok);
         self.cases += 1;
         self.check(&case.name, got == case.expected, || {
-            format!("expected {}, got {}", code_name(case.expected), outcome.as_ref().err().map_or("OK".to_string(), |e| e.to_string()))
+            format!(
+                "expected {}, got {}",
+                code_name(case.expected),
+                outcome
+                    .as_ref()
+                    .err()
+                    .map_or("OK".to_string(), |e| e.to_string())
+            )
         });
         self.emit(&record);
         outcome.ok()
