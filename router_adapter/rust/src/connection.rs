@@ -272,18 +272,17 @@ where
 /// to a server that has gone) is UNAVAILABLE, which also sends the channel to a health check.
 /// The server's own statuses carry no source and pass unchanged.
 pub(crate) fn local_failure(status: Status) -> Status {
-    let mut source = std::error::Error::source(&status);
-    while let Some(error) = source {
-        if error.is::<tonic::TimeoutExpired>() {
-            return deadline_passed();
-        }
-        if error.is::<tonic::transport::Error>() && status.code() != Code::Unavailable {
-            let cause = error
+    let causes = || std::iter::successors(std::error::Error::source(&status), |e| e.source());
+    if causes().any(|e| e.is::<tonic::TimeoutExpired>()) {
+        return deadline_passed();
+    }
+    if status.code() != Code::Unavailable {
+        if let Some(transport) = causes().find(|e| e.is::<tonic::transport::Error>()) {
+            let cause = transport
                 .source()
-                .map_or_else(|| error.to_string(), |cause| cause.to_string());
+                .map_or_else(|| transport.to_string(), |c| c.to_string());
             return Status::unavailable(format!("connection failed: {cause}"));
         }
-        source = error.source();
     }
     status
 }

@@ -32,6 +32,8 @@ type Opening = Pin<
 enum Responses {
     Opening(Opening),
     Open(Streaming<ParseStreamResponse>),
+    /// The call failed before it opened; every later read gets the same status.
+    Failed(Status),
 }
 
 /// An open ParseStream. Dropping it cancels the stream (the server frees every open request).
@@ -103,15 +105,19 @@ impl ParseStream {
     async fn read(&mut self) -> Result<Option<ParseStreamResponse>, Status> {
         let deadline = self.deadline;
         if let Responses::Opening(opening) = &mut self.responses {
-            let stream = crate::connection::within(deadline, |_| opening)
-                .await?
-                .into_inner();
-            self.responses = Responses::Open(stream);
+            // A finished opening future must not be polled again: keep its outcome instead.
+            self.responses = match crate::connection::within(deadline, |_| opening).await {
+                Ok(response) => Responses::Open(response.into_inner()),
+                Err(status) => Responses::Failed(status),
+            };
         }
-        let Responses::Open(stream) = &mut self.responses else {
-            unreachable!("opened above")
-        };
-        crate::connection::within(deadline, |_| stream.message()).await
+        match &mut self.responses {
+            Responses::Open(stream) => {
+                crate::connection::within(deadline, |_| stream.message()).await
+            }
+            Responses::Failed(status) => Err(status.clone()),
+            Responses::Opening(_) => unreachable!("resolved above"),
+        }
     }
 
     /// Sends one message and returns its answer (lock-step). Nothing may be in flight.
