@@ -122,7 +122,13 @@ impl Connections {
         failed_generation: u64,
         deadline: Option<Instant>,
     ) -> Result<Arc<Connection>, Status> {
-        let mut last_failure = self.recovering.lock().await;
+        // Waiting for another caller's check counts against this call's deadline too.
+        let mut last_failure = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, self.recovering.lock())
+                .await
+                .map_err(|_| deadline_passed())?,
+            None => self.recovering.lock().await,
+        };
         let current = self.current();
         if current.generation != failed_generation {
             if !current.suspect.load(Ordering::Relaxed) {
