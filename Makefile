@@ -9,6 +9,8 @@ SETUP_STAMP := $(VENV)/.setup-stamp
 LIB := sidecar/native/libsidecar_native.so
 HEADER := native/include/sidecar_native.h
 CARGO_FLAGS := --release --manifest-path native/Cargo.toml
+# The Rust client crate; one release build serves the interop test and the benchmark.
+CLIENT_FLAGS := --release --features tools --manifest-path router_adapter/rust/Cargo.toml
 RUN_ARGS ?= --uds /tmp/sidecar.sock --port 50051 --metrics-port 9400
 
 .DEFAULT_GOAL := help
@@ -34,6 +36,9 @@ native-testing: ## The same library plus the test- and bench-only exports (cargo
 
 build: setup native ## Everything `run` needs (the user build of the library)
 
+rust-client: ## Build the Rust client crate (router_adapter/rust), its interop driver and load generator
+	cargo build $(CLIENT_FLAGS)
+
 proto: setup ## Regenerate sidecar/v1/*_pb2.py, *_pb2_grpc.py and .pyi from protos/
 	$(PY) -m grpc_tools.protoc -Iprotos --python_out=. --grpc_python_out=. --pyi_out=. protos/sidecar/v1/*.proto
 
@@ -49,10 +54,11 @@ check-generated-testing: proto native-testing
 run: build ## Start the server on the embedded default model (Qwen3)
 	$(VENV)/bin/sidecar serve $(RUN_ARGS)
 
-test: setup check-generated-testing test-rust test-fuzz test-python ## Run every test (Rust, fuzz replay, C ABI, parity, end to end) on the test build
+test: setup check-generated-testing rust-client test-rust test-fuzz test-python ## Run every test (Rust, fuzz replay, C ABI, parity, end to end) on the test build
 
-test-rust: ## cargo test of the native core
+test-rust: ## cargo test of the native core and of the Rust client library
 	cargo test $(CARGO_FLAGS) --features testing -q
+	cargo test $(CLIENT_FLAGS) --lib -q
 
 # Fuzzing (docs/fuzzing.md). `make test` replays the committed corpora plus seeded mutations through
 # the fuzz targets as a plain cargo test, sharing native/target with the library build (about a
@@ -88,10 +94,10 @@ fuzz: $(CARGO_FUZZ) ## Coverage-guided libFuzzer run (cargo-fuzz), FUZZ_SECONDS 
 soak: build ## Mixed load against a real server for SOAK_SECONDS (default 600); report in bench/soak.md
 	$(PY) -m bench.soak --seconds $${SOAK_SECONDS:-600} --out bench/soak.md
 
-test-python: setup native-testing ## pytest: unit, C-ABI contract, differential parity, end to end
+test-python: setup native-testing rust-client ## pytest: unit, C-ABI contract, parity, end to end (with the Rust client)
 	$(PY) -m pytest -q tests
 
-bench: setup native-testing ## Benchmarks; results go to bench/results.md (quoted by the README)
+bench: setup native-testing rust-client ## Benchmarks; results go to bench/results.md (quoted by the README)
 	$(PY) -m bench.run --out bench/results.md
 
 lint: setup ## cargo clippy and fmt check, pyflakes on the Python code
@@ -100,11 +106,14 @@ lint: setup ## cargo clippy and fmt check, pyflakes on the Python code
 	cargo fmt --manifest-path native/Cargo.toml --check
 	cargo clippy --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir native/target --all-targets -- -D warnings
 	cargo fmt --manifest-path $(FUZZ_DIR)/Cargo.toml --check
+	cargo clippy $(CLIENT_FLAGS) --all-targets -- -D warnings
+	cargo fmt --manifest-path router_adapter/rust/Cargo.toml --check
 	$(PY) -m pyflakes $$(git ls-files '*.py' | grep -v '^sidecar/v1/')
 
 clean: ## Remove build outputs (keeps .venv)
 	cargo clean --manifest-path native/Cargo.toml
 	rm -rf $(FUZZ_DIR)/target
+	cargo clean --manifest-path router_adapter/rust/Cargo.toml
 	rm -f $(LIB)
 
-.PHONY: help setup native native-testing build proto check-generated check-generated-testing run test test-rust test-fuzz fuzz soak test-python bench lint clean
+.PHONY: help setup native native-testing build rust-client proto check-generated check-generated-testing run test test-rust test-fuzz fuzz soak test-python bench lint clean

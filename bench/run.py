@@ -15,7 +15,7 @@ import platform
 import sys
 from pathlib import Path
 
-SECTIONS = ["bench.server_model", "bench.tokenize", "bench.render", "bench.parse", "bench.hashing"]
+SECTIONS = ["bench.server_model", "bench.tokenize", "bench.render", "bench.parse", "bench.hashing", "bench.rust_client"]
 
 
 def main() -> int:

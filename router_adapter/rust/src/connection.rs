@@ -1,0 +1,305 @@
+//! The transport: one HTTP/2 channel to the sidecar, re-established after a failure and
+//! health-checked before it is used again.
+//!
+//! Every call takes the current [`Connection`]. A call that fails with UNAVAILABLE (connection
+//! refused or reset, server draining) marks it suspect; the next user re-creates the channel and
+//! runs `grpc.health.v1.Health/Check` on it before sending anything. Idempotent unary calls (all of
+//! the contract's unary RPCs are) are then tried once more within their original deadline.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+use crate::target::Target;
+use crate::v1::kv_router_client::KvRouterClient;
+use crate::v1::preprocessor_client::PreprocessorClient;
+
+/// How connections are made and checked (set through `ClientBuilder`).
+#[derive(Debug, Clone)]
+pub(crate) struct Settings {
+    pub target: Target,
+    pub connect_timeout: Duration,
+    pub health_timeout: Duration,
+    pub health_service: String,
+    pub max_message_bytes: usize,
+    pub retry_unavailable: bool,
+}
+
+/// One channel and the generated clients on it (clones share the channel).
+#[derive(Debug)]
+pub(crate) struct Connection {
+    pub generation: u64,
+    pub preprocessor: PreprocessorClient<Channel>,
+    pub kv_router: KvRouterClient<Channel>,
+    pub health: HealthClient<Channel>,
+    /// A call on this channel failed as if the server were gone: check health before reusing it.
+    suspect: AtomicBool,
+}
+
+impl Connection {
+    fn open(settings: &Settings, generation: u64) -> Result<Self, crate::Error> {
+        let channel = settings
+            .target
+            .endpoint()?
+            .connect_timeout(settings.connect_timeout)
+            .tcp_nodelay(true)
+            .connect_lazy();
+        let max = settings.max_message_bytes;
+        Ok(Connection {
+            generation,
+            preprocessor: PreprocessorClient::new(channel.clone())
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+            kv_router: KvRouterClient::new(channel.clone())
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+            health: HealthClient::new(channel),
+            suspect: AtomicBool::new(false),
+        })
+    }
+
+    /// Marks the channel for a health check before its next use.
+    pub fn mark_suspect(&self) {
+        self.suspect.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The current connection and the rules for replacing it.
+#[derive(Debug)]
+pub(crate) struct Connections {
+    pub settings: Settings,
+    current: Mutex<Arc<Connection>>,
+    generations: AtomicU64,
+    /// Held while one caller re-creates and checks the channel; the others wait and share its result.
+    recovering: tokio::sync::Mutex<Option<Status>>,
+}
+
+impl Connections {
+    /// A lazy connection: nothing is dialed until the first call.
+    pub fn new(settings: Settings) -> Result<Self, crate::Error> {
+        let first = Connection::open(&settings, 0)?;
+        Ok(Connections {
+            settings,
+            current: Mutex::new(Arc::new(first)),
+            generations: AtomicU64::new(1),
+            recovering: tokio::sync::Mutex::new(None),
+        })
+    }
+
+    /// Channels created after the first one (each after a failure).
+    pub fn reconnects(&self) -> u64 {
+        self.generations.load(Ordering::Relaxed) - 1
+    }
+
+    fn current(&self) -> Arc<Connection> {
+        self.current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// The connection to use now; after a failure, a fresh channel that has passed a health check.
+    pub async fn ready(&self, deadline: Option<Instant>) -> Result<Arc<Connection>, Status> {
+        let current = self.current();
+        if !current.suspect.load(Ordering::Relaxed) {
+            return Ok(current);
+        }
+        self.recover(current.generation, deadline).await
+    }
+
+    /// Replaces the connection of `failed_generation` with a new channel and checks its health.
+    /// Callers that were waiting on the same attempt get its outcome without a second check.
+    pub async fn recover(
+        &self,
+        failed_generation: u64,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Connection>, Status> {
+        // Waiting for another caller's check counts against this call's deadline too.
+        let mut last_failure = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, self.recovering.lock())
+                .await
+                .map_err(|_| deadline_passed())?,
+            None => self.recovering.lock().await,
+        };
+        let current = self.current();
+        if current.generation != failed_generation {
+            if !current.suspect.load(Ordering::Relaxed) {
+                return Ok(current);
+            }
+            if let Some(status) = last_failure.as_ref() {
+                return Err(status.clone());
+            }
+        }
+        let fresh = Arc::new(
+            Connection::open(
+                &self.settings,
+                self.generations.fetch_add(1, Ordering::Relaxed),
+            )
+            .map_err(to_status)?,
+        );
+        let outcome = self.check(&fresh, deadline).await;
+        if outcome.is_err() {
+            fresh.mark_suspect();
+        }
+        *self
+            .current
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
+        match outcome {
+            Ok(()) => {
+                *last_failure = None;
+                Ok(fresh)
+            }
+            Err(status) => {
+                let status = Status::unavailable(format!(
+                    "{}: reconnect failed: health check: {}",
+                    self.settings.target,
+                    status.message()
+                ));
+                *last_failure = Some(status.clone());
+                Err(status)
+            }
+        }
+    }
+
+    /// `grpc.health.v1.Health/Check` of the configured service on `connection`: Ok when SERVING.
+    pub async fn check(
+        &self,
+        connection: &Connection,
+        deadline: Option<Instant>,
+    ) -> Result<(), Status> {
+        let limit = Instant::now() + self.settings.health_timeout;
+        let deadline = Some(deadline.map_or(limit, |d| d.min(limit)));
+        let mut health = connection.health.clone();
+        let service = self.settings.health_service.clone();
+        let response = within(deadline, |timeout| async move {
+            health
+                .check(with_timeout(HealthCheckRequest { service }, timeout))
+                .await
+                .map(tonic::Response::into_inner)
+        })
+        .await?;
+        match ServingStatus::try_from(response.status) {
+            Ok(ServingStatus::Serving) => Ok(()),
+            other => Err(Status::unavailable(format!(
+                "not serving ({:?})",
+                other.unwrap_or(ServingStatus::Unknown)
+            ))),
+        }
+    }
+
+    /// Runs an idempotent unary call: on UNAVAILABLE the channel is re-established, checked, and
+    /// the call made once more, all within the same deadline. `message` is cloned for the retry
+    /// only when retries are on.
+    pub async fn unary<M, T, F, Fut>(
+        &self,
+        timeout: Option<Duration>,
+        message: M,
+        call: F,
+    ) -> Result<T, Status>
+    where
+        M: Clone,
+        F: Fn(Arc<Connection>, Request<M>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let spare = self.settings.retry_unavailable.then(|| message.clone());
+        let connection = self.ready(deadline).await?;
+        let first = within(deadline, |timeout| {
+            call(connection.clone(), with_timeout(message, timeout))
+        })
+        .await;
+        let failure = match first {
+            Err(status) if status.code() == Code::Unavailable => status,
+            other => return other,
+        };
+        connection.mark_suspect();
+        let Some(message) = spare else {
+            return Err(failure);
+        };
+        let connection = match self.recover(connection.generation, deadline).await {
+            Ok(connection) => connection,
+            Err(recovery) => {
+                return Err(Status::unavailable(format!(
+                    "{}; {}",
+                    failure.message(),
+                    recovery.message()
+                )))
+            }
+        };
+        within(deadline, |timeout| {
+            call(connection, with_timeout(message, timeout))
+        })
+        .await
+    }
+}
+
+/// A request carrying the remaining time as its `grpc-timeout`.
+pub(crate) fn with_timeout<M>(message: M, timeout: Option<Duration>) -> Request<M> {
+    let mut request = Request::new(message);
+    if let Some(timeout) = timeout {
+        request.set_timeout(timeout);
+    }
+    request
+}
+
+/// Runs `call(remaining)` and gives up with DEADLINE_EXCEEDED when `deadline` passes, so a call
+/// never outlives its deadline even when the server does not enforce it (dropping the future
+/// resets the HTTP/2 stream, which cancels the call on the server).
+pub(crate) async fn within<T, F, Fut>(deadline: Option<Instant>, call: F) -> Result<T, Status>
+where
+    F: FnOnce(Option<Duration>) -> Fut,
+    Fut: Future<Output = Result<T, Status>>,
+{
+    let Some(deadline) = deadline else {
+        return call(None).await.map_err(local_failure);
+    };
+    let remaining = deadline.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        return Err(deadline_passed());
+    }
+    match tokio::time::timeout_at(deadline, call(Some(remaining))).await {
+        Err(_elapsed) => Err(deadline_passed()),
+        Ok(result) => result.map_err(local_failure),
+    }
+}
+
+/// Statuses tonic makes from local errors, spelled as gRPC defines them (and as the other
+/// languages' clients report them): its own `grpc-timeout` enforcement (CANCELLED, "Timeout
+/// expired") is DEADLINE_EXCEEDED; a broken connection (UNKNOWN, "transport error", e.g. a write
+/// to a server that has gone) is UNAVAILABLE, which also sends the channel to a health check.
+/// The server's own statuses carry no source and pass unchanged.
+pub(crate) fn local_failure(status: Status) -> Status {
+    let causes = || std::iter::successors(std::error::Error::source(&status), |e| e.source());
+    if causes().any(|e| e.is::<tonic::TimeoutExpired>()) {
+        return deadline_passed();
+    }
+    if status.code() != Code::Unavailable {
+        if let Some(transport) = causes().find(|e| e.is::<tonic::transport::Error>()) {
+            let cause = transport
+                .source()
+                .map_or_else(|| transport.to_string(), |c| c.to_string());
+            return Status::unavailable(format!("connection failed: {cause}"));
+        }
+    }
+    status
+}
+
+fn deadline_passed() -> Status {
+    Status::deadline_exceeded("the call's deadline passed before the sidecar answered")
+}
+
+fn to_status(error: crate::Error) -> Status {
+    match error {
+        crate::Error::Status(status) => status,
+        other => Status::invalid_argument(other.to_string()),
+    }
+}

@@ -1,0 +1,45 @@
+//! Rust client of the sidecar preprocessing service.
+//!
+//! The messages and the low-level tonic clients are generated at build time from
+//! `protos/sidecar/v1/*.proto` (module [`v1`]); [`Client`] adds what a router needs on top:
+//! Unix-socket or TCP targets, per-call deadlines, reconnect with a health check after a failure,
+//! and one error type carrying the gRPC status.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), sidecar_client::Error> {
+//! use std::time::Duration;
+//! use sidecar_client::{v1::TokenizeRequest, Client};
+//!
+//! let client = Client::connect("unix:/tmp/sidecar.sock").await?;
+//! let request = TokenizeRequest { model: "qwen3".into(), texts: vec!["Hello world".into()], ..Default::default() };
+//! let response = client.with_timeout(Duration::from_millis(200)).tokenize(request).await?;
+//! println!("{:?} {}", response.encodings[0].token_ids, response.fingerprint);
+//! # Ok(()) }
+//! ```
+
+mod carrier;
+mod client;
+mod connection;
+mod error;
+mod parse_stream;
+mod target;
+
+pub use client::{Client, ClientBuilder};
+pub use error::{code_name, Error};
+pub use parse_stream::ParseStream;
+pub use target::Target;
+/// gRPC status codes, as carried by [`Error::code`].
+pub use tonic::{Code, Status};
+
+/// Messages and generated tonic clients of `sidecar.v1` (`Preprocessor`, `KvRouter`), with the
+/// field documentation of the `.proto` files.
+#[allow(missing_docs, clippy::all)]
+pub mod v1 {
+    tonic::include_proto!("sidecar.v1");
+}
+
+/// `grpc.health.v1` messages (the health check's request, response and serving status).
+pub mod health {
+    pub use tonic_health::pb::health_check_response::ServingStatus;
+    pub use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+}

@@ -1,0 +1,197 @@
+//! `Preprocessor/ParseStream`: one long-lived bidirectional stream per engine.
+//!
+//! The server answers every client message (open, step, cancel) with exactly one
+//! `ParseStreamResponse`, in order. [`ParseStream::call`] sends one message and waits for its
+//! answer (lock-step, as an engine loop does); [`ParseStream::send`] and [`ParseStream::recv`]
+//! pipeline several messages and read their answers afterwards, in the same order.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Code, Status, Streaming};
+
+use crate::connection::{with_timeout, Connection, Connections};
+use crate::v1::parse_stream_request::Kind;
+use crate::v1::{CancelRequest, OpenRequest, ParseStreamRequest, ParseStreamResponse, Step};
+use crate::Error;
+
+type Opening = Pin<
+    Box<
+        dyn Future<Output = Result<tonic::Response<Streaming<ParseStreamResponse>>, Status>> + Send,
+    >,
+>;
+
+/// The response side: the call is started at once but grpc.aio sends its headers only with the
+/// first answer, so the response stream is awaited on the first read, not at open.
+#[allow(clippy::large_enum_variant)] // one per stream; boxing would add an indirection per read
+enum Responses {
+    Opening(Opening),
+    Open(Streaming<ParseStreamResponse>),
+    /// The call failed before it opened; every later read gets the same status.
+    Failed(Status),
+}
+
+/// An open ParseStream. Dropping it cancels the stream (the server frees every open request).
+pub struct ParseStream {
+    outbound: Option<mpsc::Sender<ParseStreamRequest>>,
+    responses: Responses,
+    connection: Arc<Connection>,
+    deadline: Option<Instant>,
+    in_flight: usize,
+}
+
+impl std::fmt::Debug for ParseStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ParseStream")
+            .field("in_flight", &self.in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ParseStream {
+    pub(crate) async fn start(
+        connections: Arc<Connections>,
+        timeout: Option<Duration>,
+    ) -> Result<ParseStream, Error> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let connection = connections.ready(deadline).await?;
+        // Room for a decode step of every running request to be queued while the last is sent.
+        let (sender, receiver) = mpsc::channel(64);
+        let mut client = connection.preprocessor.clone();
+        let request = with_timeout(ReceiverStream::new(receiver), timeout);
+        let opening: Opening = Box::pin(async move { client.parse_stream(request).await });
+        Ok(ParseStream {
+            outbound: Some(sender),
+            responses: Responses::Opening(opening),
+            connection,
+            deadline,
+            in_flight: 0,
+        })
+    }
+
+    /// Queues one message; its answer comes from a later [`recv`](Self::recv), in send order.
+    pub async fn send(&mut self, message: ParseStreamRequest) -> Result<(), Error> {
+        let sender = self.outbound.as_ref().ok_or_else(|| {
+            Status::failed_precondition("parse stream: already closed for sending")
+        })?;
+        if sender.send(message).await.is_err() {
+            // The call ended; its status comes with the next read.
+            return Err(self.ended().await);
+        }
+        self.in_flight += 1;
+        Ok(())
+    }
+
+    /// The answer to the oldest unanswered message; `None` once the server has closed the stream.
+    pub async fn recv(&mut self) -> Result<Option<ParseStreamResponse>, Error> {
+        let result = self.read().await;
+        if let Err(status) = &result {
+            if status.code() == Code::Unavailable {
+                self.connection.mark_suspect();
+            }
+        }
+        let response = result?;
+        if response.is_some() {
+            self.in_flight = self.in_flight.saturating_sub(1);
+        }
+        Ok(response)
+    }
+
+    async fn read(&mut self) -> Result<Option<ParseStreamResponse>, Status> {
+        let deadline = self.deadline;
+        if let Responses::Opening(opening) = &mut self.responses {
+            // A finished opening future must not be polled again: keep its outcome instead.
+            self.responses = match crate::connection::within(deadline, |_| opening).await {
+                Ok(response) => Responses::Open(response.into_inner()),
+                Err(status) => Responses::Failed(status),
+            };
+        }
+        match &mut self.responses {
+            Responses::Open(stream) => {
+                crate::connection::within(deadline, |_| stream.message()).await
+            }
+            Responses::Failed(status) => Err(status.clone()),
+            Responses::Opening(_) => unreachable!("resolved above"),
+        }
+    }
+
+    /// Sends one message and returns its answer (lock-step). Nothing may be in flight.
+    pub async fn call(
+        &mut self,
+        message: ParseStreamRequest,
+    ) -> Result<ParseStreamResponse, Error> {
+        if self.in_flight > 0 {
+            return Err(Status::failed_precondition(format!(
+                "parse stream: {} pipelined answers not read yet",
+                self.in_flight
+            ))
+            .into());
+        }
+        self.send(message).await?;
+        match self.recv().await? {
+            Some(response) => Ok(response),
+            None => Err(Status::unavailable(
+                "parse stream: the server closed the stream without answering",
+            )
+            .into()),
+        }
+    }
+
+    /// Starts parsing a request's output (its answer has an error delta if the open failed).
+    pub async fn open(&mut self, open: OpenRequest) -> Result<ParseStreamResponse, Error> {
+        self.call(ParseStreamRequest {
+            kind: Some(Kind::Open(open)),
+        })
+        .await
+    }
+
+    /// Feeds one decode step: the new token ids of every running request.
+    pub async fn step(&mut self, step: Step) -> Result<ParseStreamResponse, Error> {
+        self.call(ParseStreamRequest {
+            kind: Some(Kind::Step(step)),
+        })
+        .await
+    }
+
+    /// Stops parsing a request and frees its state.
+    pub async fn cancel(
+        &mut self,
+        request_id: impl Into<String>,
+    ) -> Result<ParseStreamResponse, Error> {
+        self.call(ParseStreamRequest {
+            kind: Some(Kind::Cancel(CancelRequest {
+                request_id: request_id.into(),
+            })),
+        })
+        .await
+    }
+
+    /// Half-closes the stream, reads the answers still in flight and returns them once the server
+    /// has ended the call with OK.
+    pub async fn finish(mut self) -> Result<Vec<ParseStreamResponse>, Error> {
+        self.outbound = None;
+        let mut rest = Vec::new();
+        while let Some(response) = self.recv().await? {
+            rest.push(response);
+        }
+        Ok(rest)
+    }
+
+    /// The status the call ended with, once sending has failed.
+    async fn ended(&mut self) -> Error {
+        loop {
+            match self.read().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => {
+                    return Status::unavailable("parse stream: the server ended the stream").into()
+                }
+                Err(status) => return status.into(),
+            }
+        }
+    }
+}
