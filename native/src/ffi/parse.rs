@@ -265,3 +265,71 @@ pub unsafe extern "C" fn sc_parse_mux_trace(
         unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ffi::status::{sc_error_free, SC_ERR_KIND_FAILED_PRECONDITION, SC_STATUS_ERROR};
+
+    #[test]
+    fn an_overlapping_call_on_one_stream_is_refused() {
+        // A call that finds another one inside the stream fails instead of racing its sessions.
+        // The first call is stood in for by holding the stream's lock, so the test is exact.
+        let mut mux: *mut sc_parse_mux = std::ptr::null_mut();
+        let no_limits = sc_str {
+            ptr: std::ptr::null(),
+            len: 0,
+        };
+        let mut err: *mut sc_error = std::ptr::null_mut();
+        // SAFETY: valid out-pointers for the call.
+        assert_eq!(
+            unsafe { sc_parse_mux_new(no_limits, &mut mux, &mut err) },
+            0
+        );
+        // SAFETY: `mux` was just made and is freed at the end of the test.
+        let held = unsafe { &*mux }.inner.lock().expect("not poisoned");
+        let cancel = [0x1a, 0x03, 0x0a, 0x01, b'r'];
+        let mut out = sc_bytes::from_vec(Vec::new());
+        let mut kind = 0;
+        // SAFETY: live handle, borrowed message, valid out-pointers.
+        let status = unsafe {
+            sc_parse_mux_handle(
+                mux,
+                cancel.as_ptr(),
+                cancel.len(),
+                &mut out,
+                &mut kind,
+                &mut err,
+            )
+        };
+        assert_eq!(status, SC_STATUS_ERROR);
+        // SAFETY: the failed call wrote an error record.
+        let (error_kind, message) = unsafe {
+            let e = &*err;
+            let text = std::slice::from_raw_parts(e.message, e.message_len);
+            (e.kind, String::from_utf8_lossy(text).into_owned())
+        };
+        assert_eq!(error_kind, SC_ERR_KIND_FAILED_PRECONDITION);
+        assert!(message.contains("in progress"), "{message}");
+        drop(held);
+        // The stream works again once the other call is done.
+        // SAFETY: as above.
+        let status = unsafe {
+            sc_parse_mux_handle(
+                mux,
+                cancel.as_ptr(),
+                cancel.len(),
+                &mut out,
+                &mut kind,
+                &mut err,
+            )
+        };
+        assert_eq!(status, 0);
+        // SAFETY: every buffer and handle here was made by this library and is freed once.
+        unsafe {
+            sc_error_free(err);
+            crate::ffi::buf::sc_bytes_free(&mut out);
+            sc_parse_mux_free(mux);
+        }
+    }
+}

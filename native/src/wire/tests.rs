@@ -291,8 +291,18 @@ fn unknown_groups_are_skipped() {
     let mut msg = vec![0x1a, cancel.len() as u8];
     msg.extend_from_slice(&cancel);
     // Field 9 as a group holding field 10 as a group holding a varint, then the end tags.
-    msg.extend_from_slice(&[(9 << 3) | 3, (10 << 3) | 3, 0x08, 0x01, (10 << 3) | 4, (9 << 3) | 4]);
-    assert_eq!(decode_request(&msg).expect("decodes"), ClientMessage::Cancel("r"));
+    msg.extend_from_slice(&[
+        (9 << 3) | 3,
+        (10 << 3) | 3,
+        0x08,
+        0x01,
+        (10 << 3) | 4,
+        (9 << 3) | 4,
+    ]);
+    assert_eq!(
+        decode_request(&msg).expect("decodes"),
+        ClientMessage::Cancel("r")
+    );
     assert!(decode_request(&[(9 << 3) | 3, (8 << 3) | 4]).is_err());
     assert!(decode_request(&[(9 << 3) | 4]).is_err());
     assert!(decode_request(&[(9 << 3) | 3]).is_err());
