@@ -68,13 +68,18 @@ class Internal(SidecarError):
     code = grpc.StatusCode.INTERNAL
 
 
-def error_for_code(code: int, message: str) -> SidecarError:
-    """The error whose status has the numeric gRPC `code` (for a table exported by the native core
-    as code numbers); an unknown number is Internal."""
+def error_class_for_code(code: int) -> type[SidecarError]:
+    """The error class whose status has the numeric gRPC `code` (for a table exported by the native
+    core as code numbers); an unknown number is Internal."""
     for cls in (InvalidArgument, NotFound, ResourceExhausted, FailedPrecondition, DeadlineExceeded, Unimplemented):
         if cls.code.value[0] == code:
-            return cls(message)
-    return Internal(message)
+            return cls
+    return Internal
+
+
+def error_for_code(code: int, message: str) -> SidecarError:
+    """`error_class_for_code(code)(message)`."""
+    return error_class_for_code(code)(message)
 
 
 #: The router adapter's exceptions: they mean the caller asked for something no engine does.

@@ -10,20 +10,8 @@ from __future__ import annotations
 
 import json
 
-import grpc
-
 from sidecar import errors
 from sidecar.native._ffi import ffi, lib
-
-
-def _error_classes_by_code() -> dict[int, type[errors.SidecarError]]:
-    classes: dict[int, type[errors.SidecarError]] = {}
-    pending = list(errors.SidecarError.__subclasses__())
-    while pending:
-        cls = pending.pop()
-        classes.setdefault(cls.code.value[0], cls)
-        pending.extend(cls.__subclasses__())
-    return classes
 
 
 def native_status_table() -> list[dict]:
@@ -40,12 +28,7 @@ def native_status_table() -> list[dict]:
 
 
 def _kind_to_error() -> dict[int, type[errors.SidecarError]]:
-    by_code = _error_classes_by_code()
-    table = {}
-    for row in native_status_table():
-        code = grpc.StatusCode.INTERNAL.value[0] if row["grpc_code"] not in by_code else row["grpc_code"]
-        table[row["kind"]] = by_code[code]
-    return table
+    return {row["kind"]: errors.error_class_for_code(row["grpc_code"]) for row in native_status_table()}
 
 
 #: Native error kind -> the error raised for it (every kind of the library's table).
