@@ -284,8 +284,10 @@ def _rss_growth_in_fresh_process(workload: str, warmup: int, cycles: int) -> int
 
 def test_no_leak_over_many_create_use_free_cycles() -> None:
     grown = _rss_growth_in_fresh_process("_cycles", 200, 1500)
-    # A leak of even one small tokenizer (tens of KiB) per cycle would be tens of MiB here.
-    assert grown < 3072, f"RSS grew by {grown} KiB over 1500 cycles"
+    # A leak of even one small tokenizer (tens of KiB) per cycle would be tens of MiB here. Without a
+    # leak the figure still moves by about +-5 MiB between runs (allocator pages of the 1500
+    # short-lived threads are reused or returned at the system's pace), so the bound sits above that.
+    assert grown < 12288, f"RSS grew by {grown} KiB over 1500 cycles"
 
 
 def test_no_leak_over_many_calls_on_one_tokenizer() -> None:
