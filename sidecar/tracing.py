@@ -106,8 +106,8 @@ class CallTrace:
 def record_stage(stage: str, seconds: float) -> None:
     """A child span of the current call for a stage that ended just now and took `seconds`."""
     parent = _CALL_SPAN.get()
-    if parent is None or _tracer is None:
-        return
+    if parent is None or _tracer is None or not parent.is_recording():
+        return  # not a traced unary call, or one the sampler dropped
     end = time.time_ns()
     span = _tracer.start_span(stage, context=_otel.set_span_in_context(parent), start_time=end - int(seconds * 1e9))
     span.end(end_time=end)
