@@ -18,12 +18,12 @@ RUN_ARGS ?= --uds /tmp/sidecar.sock --port 50051 --metrics-port 9400
 help: ## List the targets
 	@grep -E '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-16s %s\n", $$1, $$2}'
 
-setup: $(SETUP_STAMP) ## Create .venv and install the package with its test dependencies
+setup: $(SETUP_STAMP) ## Create .venv and install the package with its test and tracing dependencies
 
 $(SETUP_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,tracing]'
 	touch $@
 
 native: ## Build the Rust library for users (release, no test exports) and put it next to the Python loader

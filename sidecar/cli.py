@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import sys
+import traceback
 from typing import Sequence
 
 DEFAULT_TARGET = os.environ.get("SIDECAR_TARGET", "127.0.0.1:50051")
@@ -19,7 +20,7 @@ def _serve(args: argparse.Namespace) -> int:
     from sidecar.config import ServerConfig
     from sidecar.errors import SidecarError
     from sidecar.registry import ModelSpec
-    from sidecar.server import serve
+    from sidecar.server import exit_unless_threads_finish, serve
 
     logs.configure(args.log_level)
     try:
@@ -29,7 +30,14 @@ def _serve(args: argparse.Namespace) -> int:
             host=args.host,
             port=None if args.port < 0 else args.port,
             uds=args.uds,
+            uds_mode=args.uds_mode,
             metrics_port=args.metrics_port,
+            metrics_host=args.metrics_host,
+            tls_cert=args.tls_cert,
+            tls_key=args.tls_key,
+            tls_client_ca=args.tls_client_ca,
+            enable_admin=args.enable_admin,
+            otlp_endpoint=args.otlp_endpoint,
             reflection=args.reflection,
             allow_request_templates=args.allow_request_templates,
             render_cache_mb=args.render_cache_mb,
@@ -38,6 +46,7 @@ def _serve(args: argparse.Namespace) -> int:
             workers=args.workers or (os.cpu_count() or 2),
             max_queue=args.max_queue,
             drain_seconds=args.drain_seconds,
+            drain_notice_seconds=args.drain_notice_seconds,
             parse_max_requests=args.parse_max_requests,
             parse_max_held_bytes=args.parse_max_held_kb * 1024,
             log_level=args.log_level,
@@ -46,11 +55,22 @@ def _serve(args: argparse.Namespace) -> int:
         asyncio.run(serve(config))
     except SidecarError as e:
         print(f"sidecar: {e.message}", file=sys.stderr)
-        return 2
+        return exit_unless_threads_finish(2)
     except ValueError as e:
         print(f"sidecar: {e}", file=sys.stderr)
-        return 2
-    return 0
+        return exit_unless_threads_finish(2)
+    except BaseException:
+        traceback.print_exc()
+        return exit_unless_threads_finish(1)
+    # Native calls the drain gave up on must not keep the process alive.
+    return exit_unless_threads_finish(0)
+
+
+def _octal_mode(text: str) -> int:
+    try:
+        return int(text, 8)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected octal permission bits such as 600 or 660") from None
 
 
 def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.config.KvConfig | None
@@ -82,16 +102,29 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
     )
 
 
-def _stub(target: str):  # noqa: ANN202 - generated stub type
+def _channel(args: argparse.Namespace):  # noqa: ANN202 - grpc.Channel
+    """A channel to `--target`: TLS when `--tls-ca` is given (with `--tls-cert/--tls-key`: mutual TLS)."""
     import grpc
 
+    limit = 256 * 1024 * 1024  # the server enforces its own limit; the client should not be the one to refuse
+    options = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
+    if not args.tls_ca:
+        return grpc.insecure_channel(args.target, options=options)
+
+    def read(path: str | None) -> bytes | None:
+        if path is None:
+            return None
+        with open(path, "rb") as f:
+            return f.read()
+
+    credentials = grpc.ssl_channel_credentials(read(args.tls_ca), read(args.tls_key), read(args.tls_cert))
+    return grpc.secure_channel(args.target, credentials, options=options)
+
+
+def _stub(args: argparse.Namespace):  # noqa: ANN202 - generated stub type
     from sidecar.v1 import preprocessor_pb2_grpc
 
-    limit = 256 * 1024 * 1024  # the server enforces its own limit; the client should not be the one to refuse
-    channel = grpc.insecure_channel(
-        target, options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
-    )
-    return preprocessor_pb2_grpc.PreprocessorStub(channel)
+    return preprocessor_pb2_grpc.PreprocessorStub(_channel(args))
 
 
 def _call(fn, request, timeout: float):  # noqa: ANN001, ANN202
@@ -123,7 +156,7 @@ def _tokenize(args: argparse.Namespace) -> int:
         return_tokens=args.tokens,
         max_length=args.max_length,
     )
-    response = _call(_stub(args.target).Tokenize, request, args.timeout)
+    response = _call(_stub(args).Tokenize, request, args.timeout)
     if args.json:
         print(json_format.MessageToJson(response, preserving_proto_field_name=True))
         return 0
@@ -147,7 +180,7 @@ def _detokenize(args: argparse.Namespace) -> int:
     request = pb.DetokenizeRequest(
         model=args.model, sequences=[pb.TokenIds(token_ids=ids)], skip_special_tokens=not args.keep_special_tokens
     )
-    response = _call(_stub(args.target).Detokenize, request, args.timeout)
+    response = _call(_stub(args).Detokenize, request, args.timeout)
     if args.json:
         print(json_format.MessageToJson(response, preserving_proto_field_name=True))
     else:
@@ -214,7 +247,7 @@ def _render(args: argparse.Namespace) -> int:
         request.add_generation_prompt = False
     if args.template is not None:
         request.chat_template = _read_arg_file(args.template[1:]) if args.template.startswith("@") else args.template
-    response = _call(_stub(args.target).Render, request, args.timeout)
+    response = _call(_stub(args).Render, request, args.timeout)
     if args.json:
         print(json_format.MessageToJson(response, preserving_proto_field_name=True))
         return 0
@@ -232,13 +265,31 @@ def _models(args: argparse.Namespace) -> int:
 
     from sidecar.v1 import preprocessor_pb2 as pb
 
-    response = _call(_stub(args.target).ListModels, pb.ListModelsRequest(), args.timeout)
+    response = _call(_stub(args).ListModels, pb.ListModelsRequest(), args.timeout)
     if args.json:
         print(json_format.MessageToJson(response, preserving_proto_field_name=True))
         return 0
     for m in response.models:
         print(f"{m.name}\t{m.fingerprint}\tvocab={m.vocab_size}\tencoder={m.encoder}\tbackend={m.backend}\t{m.source}")
     return 0
+
+
+def _reload(args: argparse.Namespace) -> int:
+    from google.protobuf import json_format
+
+    from sidecar.v1 import admin_pb2, admin_pb2_grpc
+
+    request = admin_pb2.ReloadModelsRequest(models=args.models, force=args.force)
+    response = _call(admin_pb2_grpc.AdminStub(_channel(args)).ReloadModels, request, args.timeout)
+    if args.json:
+        print(json_format.MessageToJson(response, preserving_proto_field_name=True))
+    failed = False
+    for r in response.models:
+        outcome = admin_pb2.ModelReload.Outcome.Name(r.outcome).removeprefix("OUTCOME_").lower()
+        failed |= r.outcome == admin_pb2.ModelReload.OUTCOME_FAILED
+        if not args.json:
+            print(f"{r.model}\t{outcome}\t{r.fingerprint}\t{r.seconds:.2f}s\t{r.error}".rstrip())
+    return 1 if failed else 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -254,7 +305,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="TCP listen address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=50051, help="TCP port; 0 = any free port, -1 = no TCP")
     serve.add_argument("--uds", default=None, metavar="PATH", help="also listen on this Unix socket")
+    serve.add_argument("--uds-mode", type=_octal_mode, default=0o600, metavar="MODE",
+                       help="permission bits of the Unix socket, whatever the umask (default 600; 660 lets the group in)")
     serve.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    serve.add_argument("--metrics-host", default="127.0.0.1",
+                       help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 for every interface)")
+    serve.add_argument("--tls-cert", default=None, metavar="PEM", help="TLS on the TCP listener: certificate chain")
+    serve.add_argument("--tls-key", default=None, metavar="PEM", help="TLS on the TCP listener: private key")
+    serve.add_argument("--tls-client-ca", default=None, metavar="PEM",
+                       help="mutual TLS: TCP clients must present a certificate signed by this CA")
+    serve.add_argument("--enable-admin", action="store_true",
+                       help="serve sidecar.v1.Admin (ReloadModels); keep it to the Unix socket or mutual TLS")
+    serve.add_argument("--otlp-endpoint", default=None, metavar="URL",
+                       help="export OpenTelemetry trace spans to this OTLP/gRPC collector (http://host:4317); "
+                            "a traceparent in the call's metadata is continued")
     serve.add_argument("--reflection", action="store_true", help="enable gRPC server reflection")
     serve.add_argument("--allow-request-templates", action="store_true",
                        help="let Render requests carry their own Jinja chat_template (templates are code)")
@@ -265,7 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-message-mb", type=int, default=64, help="max gRPC message size, both ways")
     serve.add_argument("--workers", type=int, default=0, help="native worker threads (default: CPU count)")
     serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker")
-    serve.add_argument("--drain-seconds", type=float, default=10.0, help="grace period on SIGTERM")
+    serve.add_argument("--drain-seconds", type=float, default=10.0,
+                       help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
+    serve.add_argument("--drain-notice-seconds", type=float, default=1.0,
+                       help="health answers NOT_SERVING for at least this long after SIGTERM (capped by --drain-seconds)")
     serve.add_argument("--parse-max-requests", type=int, default=4096,
                        help="ParseStream: open requests per stream (more is RESOURCE_EXHAUSTED)")
     serve.add_argument("--parse-max-held-kb", type=int, default=1024,
@@ -294,6 +361,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"server address: host:port or unix:/path (default {DEFAULT_TARGET}, env SIDECAR_TARGET)")
         p.add_argument("--json", action="store_true", help="print the response as JSON")
         p.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds")
+        p.add_argument("--tls-ca", default=None, metavar="PEM", help="connect with TLS, trusting this CA")
+        p.add_argument("--tls-cert", default=None, metavar="PEM", help="mutual TLS: the client certificate")
+        p.add_argument("--tls-key", default=None, metavar="PEM", help="mutual TLS: the client key")
         return p
 
     tok = client("tokenize", "tokenize text (arguments, or stdin with '-')")
@@ -329,6 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     models = client("models", "list the server's models")
     models.set_defaults(func=_models)
+
+    reload = client("reload", "reload changed model directories (the server needs --enable-admin; SIGHUP does the same)")
+    reload.add_argument("models", nargs="*", help="model names (default: all)")
+    reload.add_argument("--force", action="store_true", help="reload even when the files are unchanged")
+    reload.set_defaults(func=_reload)
     return parser
 
 

@@ -45,8 +45,21 @@ class ServerConfig:
     port: int | None = 50051
     #: Unix socket path; None disables it.
     uds: str | None = None
+    #: Permission bits of the Unix socket, set before anyone can connect (whatever the umask).
+    uds_mode: int = 0o600
     #: Prometheus /metrics port; 0 picks a free one, None disables it.
     metrics_port: int | None = None
+    #: Address /metrics listens on (loopback: metrics name models and traffic).
+    metrics_host: str = "127.0.0.1"
+    #: TLS on the TCP listener: PEM certificate chain and private key files (both or neither).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    #: PEM CA bundle: TCP clients must present a certificate it signed (mutual TLS).
+    tls_client_ca: str | None = None
+    #: Serve the `sidecar.v1.Admin` service (ReloadModels).
+    enable_admin: bool = False
+    #: OTLP/gRPC collector for trace spans (`http://host:4317`); None = no tracing.
+    otlp_endpoint: str | None = None
     reflection: bool = False
     allow_request_templates: bool = False
     #: Multi-turn Render cache budget per model, in MiB; 0 disables it.
@@ -64,8 +77,23 @@ class ServerConfig:
     parse_max_requests: int = 4096
     #: ParseStream: bytes of undecided output one request may hold back.
     parse_max_held_bytes: int = 1 << 20
-    #: Seconds in-flight RPCs get to finish after SIGTERM.
+    #: Seconds in-flight RPCs get to finish after SIGTERM; the process exits by then.
     drain_seconds: float = 10.0
+    #: Health answers NOT_SERVING for at least this long after SIGTERM, even with nothing in flight,
+    #: so that clients polling it see the drain (capped by `drain_seconds`).
+    drain_notice_seconds: float = 1.0
     log_level: str = "info"
     #: The router adapter (KV events and Score); None = not started.
     kv: KvConfig | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.uds_mode <= 0o777:
+            raise ValueError(f"--uds-mode {self.uds_mode:o}: expected permission bits such as 600 or 660")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key: give both or neither")
+        if self.tls_client_ca is not None and self.tls_cert is None:
+            raise ValueError("--tls-client-ca: needs --tls-cert and --tls-key (mutual TLS is TLS first)")
+        if self.tls_cert is not None and self.port is None:
+            raise ValueError("--tls-cert: TLS is for the TCP listener, which --port -1 disables")
+        if self.drain_seconds < 0 or self.drain_notice_seconds < 0:
+            raise ValueError("--drain-seconds, --drain-notice-seconds: must be >= 0")

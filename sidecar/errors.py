@@ -62,6 +62,12 @@ class Unimplemented(SidecarError):
     code = grpc.StatusCode.UNIMPLEMENTED
 
 
+class Unavailable(SidecarError):
+    """The server cannot take the call now (it is draining for shutdown); retrying elsewhere is right."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
 class Internal(SidecarError):
     """A bug (including a panic caught in the native core)."""
 
@@ -71,7 +77,8 @@ class Internal(SidecarError):
 def error_class_for_code(code: int) -> type[SidecarError]:
     """The error class whose status has the numeric gRPC `code` (for a table exported by the native
     core as code numbers); an unknown number is Internal."""
-    for cls in (InvalidArgument, NotFound, ResourceExhausted, FailedPrecondition, DeadlineExceeded, Unimplemented):
+    for cls in (InvalidArgument, NotFound, ResourceExhausted, FailedPrecondition, DeadlineExceeded, Unimplemented,
+                Unavailable):
         if cls.code.value[0] == code:
             return cls
     return Internal
@@ -106,6 +113,11 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
 #: How a call the client abandoned is recorded (metrics and log line; nobody receives it).
 CANCELLED: tuple[grpc.StatusCode, str] = (grpc.StatusCode.CANCELLED, "cancelled by the client")
+
+
+def code_number(code: grpc.StatusCode) -> int:
+    """The numeric value of a gRPC status code (for a trace span's `rpc.grpc.status_code`)."""
+    return code.value[0]
 
 
 def status_proto_fields(exc: BaseException) -> tuple[int, str]:

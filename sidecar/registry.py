@@ -80,6 +80,10 @@ def materialize_embedded() -> Path:
     return target
 
 
+def _fingerprint_defaults(spec: ModelSpec) -> dict[str, Any]:
+    return {"options": spec.options, "add_special_tokens": {"tokenize": True, "render": False}}
+
+
 def compute_fingerprint(config: ModelConfig, defaults: dict[str, Any]) -> str:
     """`sha256:` + digest over every output-relevant file and default.
 
@@ -124,19 +128,34 @@ class Model:
 
 
 class ModelRegistry:
-    """Name -> Model. Loading happens at startup; lookups are lock-free reads."""
+    """Name -> Model. Models are loaded at startup and may be replaced by a reload; lookups are
+    lock-free reads of a dict that is never mutated, only replaced (copy on write), so a request sees
+    one model from start to end, and a reader iterating the registry never sees it change."""
 
     def __init__(self, backend: Backend, render_settings: RendererSettings | None = None) -> None:
         self.backend = backend
         self.render_settings = render_settings or RendererSettings()
         self._models: dict[str, Model] = {}
+        self._specs: dict[str, ModelSpec] = {}
 
     def load(self, spec: ModelSpec) -> Model:
+        """Builds and registers a model (at startup)."""
         if spec.name in self._models:
             raise InvalidArgument(f"--model: model name {spec.name!r} is registered twice")
+        model = self.build(spec)
+        self._specs = {**self._specs, spec.name: spec}
+        self._models = {**self._models, spec.name: model}
+        return model
+
+    def fingerprint_of(self, spec: ModelSpec) -> str:
+        """The fingerprint the spec's directory has now (reads and hashes its files, loads nothing)."""
+        return compute_fingerprint(ModelConfig.from_dir(spec.directory), _fingerprint_defaults(spec))
+
+    def build(self, spec: ModelSpec) -> Model:
+        """Loads a model without registering it (a reload builds the new one beside the old)."""
         config = ModelConfig.from_dir(spec.directory)
         tokenizer = self.backend.load_tokenizer(spec.directory)
-        defaults = {"options": spec.options, "add_special_tokens": {"tokenize": True, "render": False}}
+        defaults = _fingerprint_defaults(spec)
         templates, variables = renderer_inputs(config)
         model = Model(
             name=spec.name,
@@ -154,8 +173,19 @@ class ModelRegistry:
                 config.chat_templates.values(), (t.content for t in tokenizer.added_tokens), spec.options
             ),
         )
-        self._models[spec.name] = model
         return model
+
+    def spec(self, name: str) -> ModelSpec:
+        """What the hosted model `name` was loaded from."""
+        self.get(name)  # NotFound for an unknown name
+        return self._specs[name]
+
+    def swap(self, model: Model) -> Model:
+        """Atomically replaces the hosted model of the same name; returns the one it replaced (calls
+        in flight keep using that one until they finish)."""
+        previous = self.get(model.name)
+        self._models = {**self._models, model.name: model}
+        return previous
 
     def get(self, name: str) -> Model:
         model = self._models.get(name)

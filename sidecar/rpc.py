@@ -1,8 +1,13 @@
 """The wrappers every RPC handler runs in, unary and streaming alike: request id (from `x-request-id`
 metadata or generated, echoed in trailing metadata), one structured log line per call, metrics
-(requests and errors by code, latency, in-flight), the deadline, and the translation of exceptions
-into gRPC statuses (the table itself is in `sidecar.errors`). Anything unexpected that escapes a
-handler is logged with its traceback and answered INTERNAL.
+(requests and errors by code, latency, in-flight), the deadline, admission (a draining server
+refuses new calls with UNAVAILABLE), the call's trace span when tracing is on, and the translation
+of exceptions into gRPC statuses (the table itself is in `sidecar.errors`). Anything unexpected that
+escapes a handler is logged with its traceback and answered INTERNAL.
+
+A unary wrapper given the request's message type receives the raw body and decodes it itself, so a
+body that does not decode is that call's INVALID_ARGUMENT (logged and counted like any other
+failure) rather than an UNKNOWN status from gRPC's own deserializer; it encodes the response too.
 """
 
 from __future__ import annotations
@@ -18,8 +23,10 @@ from typing import Any, AsyncIterator, Awaitable, Callable
 import grpc
 import structlog
 
-from sidecar import metrics
-from sidecar.errors import CANCELLED, DeadlineExceeded, is_expected, status_of
+from google.protobuf.message import DecodeError
+
+from sidecar import metrics, tracing
+from sidecar.errors import CANCELLED, DeadlineExceeded, InvalidArgument, Unavailable, is_expected, status_of
 from sidecar.logs import get_logger
 
 _log = get_logger("sidecar.rpc")
@@ -51,6 +58,21 @@ class StreamCounts:
     errors: int = 0
 
 
+class Gate:
+    """Admission of new calls and the count of calls in flight: a draining server closes it, refuses
+    new calls, and waits (boundedly) for `inflight` to reach zero. Only touched on the event loop."""
+
+    __slots__ = ("open", "inflight")
+
+    def __init__(self) -> None:
+        self.open = True
+        self.inflight = 0
+
+
+#: The gate of wrappers built without one (tests, tools): never closes.
+_ALWAYS_OPEN = Gate()
+
+
 def request_id_of(context: grpc.aio.ServicerContext) -> str:
     """The caller's `x-request-id` metadata, or a fresh id."""
     for key, value in context.invocation_metadata() or ():
@@ -77,19 +99,31 @@ class _Meters:
 
 
 class _Outcome:
-    """Starts a call's bookkeeping and records how it ended (metrics and the log line)."""
+    """Starts a call's bookkeeping and records how it ended (metrics, the log line, the span)."""
 
-    def __init__(self, rpc: str, meters: _Meters, context: grpc.aio.ServicerContext) -> None:
+    def __init__(self, rpc: str, meters: _Meters, context: grpc.aio.ServicerContext, gate: Gate,
+                 traced: bool = False, stages: bool = False) -> None:
         self.rpc = rpc
         self.meters = meters
+        self.gate = gate
         self.start = time.perf_counter()
         self.call = Call(rpc, request_id_of(context), context.time_remaining())
+        self.trace = (tracing.CallTrace(rpc, context.invocation_metadata(), self.call.request_id, stages)
+                      if traced else None)
         structlog.contextvars.bind_contextvars(request_id=self.call.request_id, rpc=rpc)
         meters.inflight.inc()
+        gate.inflight += 1
+
+    def admit(self) -> None:
+        """Raises UNAVAILABLE when the server is draining, DEADLINE_EXCEEDED when the deadline passed."""
+        if not self.gate.open:
+            raise Unavailable("server is shutting down (draining); retry on another instance")
+        self.call.check_deadline()
 
     def finish(self, failure: tuple[grpc.StatusCode, str] | None, **fields: Any) -> None:
         elapsed = time.perf_counter() - self.start
         self.meters.inflight.dec()
+        self.gate.inflight -= 1
         self.meters.latency.observe(elapsed)
         structlog.contextvars.unbind_contextvars("request_id", "rpc")
         if failure is None:
@@ -100,6 +134,8 @@ class _Outcome:
             metrics.REQUESTS.labels(self.rpc, code).inc()
             metrics.ERRORS.labels(self.rpc, code).inc()
             fields["error"] = failure[1]
+        if self.trace is not None:
+            self.trace.end(failure)
         _log.info("rpc", rpc=self.rpc, request_id=self.call.request_id, code=code, ms=round(elapsed * 1e3, 3),
                   **fields)
 
@@ -107,17 +143,53 @@ class _Outcome:
 Handler = Callable[[Any, grpc.aio.ServicerContext, Call], Awaitable[Any]]
 
 
-def unary(rpc: str, handler: Handler) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
-    """Wraps a unary handler `(request, context, call) -> response`."""
+def decode_request(rpc: str, request_type: Any, body: bytes) -> Any:
+    """The request message of a raw body; a body that does not decode is INVALID_ARGUMENT naming the
+    message type (and counted in `sidecar_malformed_requests_total`)."""
+    try:
+        return request_type.FromString(body)
+    except DecodeError as e:
+        metrics.MALFORMED.labels(rpc).inc()
+        name = request_type.DESCRIPTOR.name
+        raise InvalidArgument(f"{name}: the request body is not a valid {name} ({e})") from None
+
+
+def _traced_stage(stage: str, fn: Callable[[Any], Any], arg: Any) -> Any:
+    started = time.perf_counter()
+    try:
+        return fn(arg)
+    finally:
+        tracing.record_stage(stage, time.perf_counter() - started)
+
+
+def unary(rpc: str, handler: Handler, request_type: Any = None,
+          gate: Gate | None = None) -> Callable[[Any, grpc.aio.ServicerContext], Awaitable[Any]]:
+    """Wraps a unary handler `(request, context, call) -> response`. With `request_type` (a protobuf
+    message class) the wrapped function takes and returns raw bytes: it decodes the body and encodes
+    the response itself; without, both pass through unchanged. Tracing is on or off for the wrapper's
+    life, as it was when the wrapper was built."""
     meters = _Meters(rpc)
+    gate = gate or _ALWAYS_OPEN
+    traced = tracing.enabled()
+
+    def decode(body: bytes) -> Any:
+        return decode_request(rpc, request_type, body)
+
+    def encode(response: Any) -> bytes:
+        return response.SerializeToString()
 
     async def wrapped(request: Any, context: grpc.aio.ServicerContext) -> Any:
-        outcome = _Outcome(rpc, meters, context)
-        model = getattr(request, "model", "")
+        outcome = _Outcome(rpc, meters, context, gate, traced, stages=True)
+        model = ""
         failure: tuple[grpc.StatusCode, str] | None = None
         try:
-            outcome.call.check_deadline()
+            outcome.admit()
+            if request_type is not None:
+                request = _traced_stage("decode", decode, request) if traced else decode(request)
+            model = getattr(request, "model", "")
             response = await handler(request, context, outcome.call)
+            if request_type is not None:
+                response = _traced_stage("encode", encode, response) if traced else encode(response)
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, model=model)
         except asyncio.CancelledError:
@@ -135,18 +207,22 @@ def unary(rpc: str, handler: Handler) -> Callable[[Any, grpc.aio.ServicerContext
 StreamHandler = Callable[[AsyncIterator[Any], grpc.aio.ServicerContext, Call, StreamCounts], AsyncIterator[Any]]
 
 
-def stream(rpc: str, handler: StreamHandler) -> Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]]:
+def stream(rpc: str, handler: StreamHandler,
+           gate: Gate | None = None) -> Callable[[AsyncIterator[Any], grpc.aio.ServicerContext], AsyncIterator[Any]]:
     """Wraps a bidirectional handler `(requests, context, call, counts) -> async iterator of answers`.
     The call's status is the handler's: OK when it ends, the mapped status of what it raises."""
     meters = _Meters(rpc)
+    gate = gate or _ALWAYS_OPEN
+    traced = tracing.enabled()
 
     async def wrapped(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        outcome = _Outcome(rpc, meters, context)
+        # One span for the whole stream; its messages do not become child spans.
+        outcome = _Outcome(rpc, meters, context, gate, traced, stages=False)
         counts = StreamCounts()
         context.set_trailing_metadata((("x-request-id", outcome.call.request_id),))
         failure: tuple[grpc.StatusCode, str] | None = None
         try:
-            outcome.call.check_deadline()
+            outcome.admit()
             async with aclosing(handler(requests, context, outcome.call, counts)) as answers:
                 async for answer in answers:
                     counts.messages += 1

@@ -9,6 +9,7 @@ waiting, new ones fail fast with RESOURCE_EXHAUSTED instead of queueing without 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -25,9 +26,9 @@ T = TypeVar("T")
 
 
 @functools.cache
-def _stage(rpc: str, stage: str):  # noqa: ANN202 - a prometheus child metric
+def _stage(rpc: str, stage: str):  # noqa: ANN202 - has .observe(seconds)
     # Resolving label children costs microseconds per call; there are only a handful of pairs.
-    return metrics.STAGE_LATENCY.labels(rpc, stage)
+    return metrics.stage_meter(rpc, stage)
 
 
 class Offloader:
@@ -62,7 +63,9 @@ class Offloader:
                 _stage(rpc, "native").observe(time.perf_counter() - started)
 
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, timed)
+            # In the caller's context: the worker's log lines carry the request id, its stages join the
+            # call's trace.
+            return await asyncio.get_running_loop().run_in_executor(self._pool, contextvars.copy_context().run, timed)
         finally:
             self._pending -= 1
             metrics.NATIVE_QUEUE.set(self._pending)

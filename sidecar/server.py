@@ -4,38 +4,44 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import signal
-import socket
-import stat
 import sys
+import threading
+import time
 from dataclasses import dataclass
-from pathlib import Path
+from typing import Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from router_adapter import KvRouter, ModelOptions
 from router_adapter.hashing import BlockHasher
-from sidecar import metrics
+from sidecar import metrics, tracing
 from sidecar.backend import RendererSettings
 from sidecar.factory import get_backend, get_hasher
 from sidecar.config import ServerConfig
 from sidecar.errors import FailedPrecondition
+from sidecar.listeners import UnixSocket, bind_tcp
 from sidecar.logs import get_logger
 from sidecar.registry import ModelRegistry, embedded_spec
-from sidecar.rpc import stream, unary
+from sidecar.reload import Reloader
+from sidecar.rpc import Gate, stream, unary
 from sidecar.runtime import Offloader, Runtime
+from sidecar.servicers.admin import AdminServicer
 from sidecar.servicers.detokenize import DetokenizeServicer
 from sidecar.servicers.kv_router import KvRouterServicer, register_metrics
 from sidecar.servicers.models import ModelsServicer
 from sidecar.servicers.parse_stream import ParseStreamServicer
 from sidecar.servicers.render import RenderServicer
 from sidecar.servicers.tokenize import TokenizeServicer
+from sidecar.v1 import admin_pb2 as admin_pb
 from sidecar.v1 import kv_router_pb2 as kv
 from sidecar.v1 import preprocessor_pb2 as pb
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Preprocessor"].full_name
 KV_SERVICE_NAME = kv.DESCRIPTOR.services_by_name["KvRouter"].full_name
+ADMIN_SERVICE_NAME = admin_pb.DESCRIPTOR.services_by_name["Admin"].full_name
 
 _log = get_logger("sidecar.server")
 
@@ -54,16 +60,13 @@ def load_registry(config: ServerConfig) -> ModelRegistry:
     return registry
 
 
-def unary_handler(rpc: str, handler, request_cls, response_cls) -> grpc.RpcMethodHandler:  # noqa: ANN001
-    """A unary method wrapped by `sidecar.rpc.unary` (request id, logs, metrics, status mapping)."""
-    return grpc.unary_unary_rpc_method_handler(
-        unary(rpc, handler),
-        request_deserializer=request_cls.FromString,
-        response_serializer=response_cls.SerializeToString,
-    )
+def unary_handler(rpc: str, handler, request_cls, gate: Gate) -> grpc.RpcMethodHandler:  # noqa: ANN001
+    """A unary method wrapped by `sidecar.rpc.unary` (request id, logs, metrics, status mapping); the
+    wrapper decodes the body and encodes the response, so gRPC passes bytes."""
+    return grpc.unary_unary_rpc_method_handler(unary(rpc, handler, request_cls, gate))
 
 
-def preprocessor_handler(runtime: Runtime) -> grpc.GenericRpcHandler:
+def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler:
     """The `sidecar.v1.Preprocessor` service, one servicer object per RPC."""
     tokenize = TokenizeServicer(runtime)
     detokenize = DetokenizeServicer(runtime)
@@ -74,13 +77,22 @@ def preprocessor_handler(runtime: Runtime) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {
-            "Tokenize": unary_handler("Tokenize", tokenize.Tokenize, pb.TokenizeRequest, pb.TokenizeResponse),
-            "Detokenize": unary_handler("Detokenize", detokenize.Detokenize, pb.DetokenizeRequest, pb.DetokenizeResponse),
-            "Render": unary_handler("Render", render.Render, pb.RenderRequest, pb.RenderResponse),
-            "ListModels": unary_handler("ListModels", models.ListModels, pb.ListModelsRequest, pb.ListModelsResponse),
+            "Tokenize": unary_handler("Tokenize", tokenize.Tokenize, pb.TokenizeRequest, gate),
+            "Detokenize": unary_handler("Detokenize", detokenize.Detokenize, pb.DetokenizeRequest, gate),
+            "Render": unary_handler("Render", render.Render, pb.RenderRequest, gate),
+            "ListModels": unary_handler("ListModels", models.ListModels, pb.ListModelsRequest, gate),
             # Raw bytes both ways: the parse multiplexer reads and writes the wire format itself.
-            "ParseStream": grpc.stream_stream_rpc_method_handler(stream("ParseStream", parse.ParseStream)),
+            "ParseStream": grpc.stream_stream_rpc_method_handler(stream("ParseStream", parse.ParseStream, gate)),
         },
+    )
+
+
+def admin_handler(reloader: Reloader, gate: Gate) -> grpc.GenericRpcHandler:
+    """The `sidecar.v1.Admin` service (`--enable-admin`)."""
+    servicer = AdminServicer(reloader)
+    return grpc.method_handlers_generic_handler(
+        ADMIN_SERVICE_NAME,
+        {"ReloadModels": unary_handler("ReloadModels", servicer.ReloadModels, admin_pb.ReloadModelsRequest, gate)},
     )
 
 
@@ -100,69 +112,76 @@ def build_kv_router(config: ServerConfig, hasher: BlockHasher) -> KvRouter | Non
     )
 
 
-def kv_router_handler(runtime: Runtime, router) -> grpc.GenericRpcHandler:  # noqa: ANN001
+def kv_router_handler(runtime: Runtime, router, gate: Gate) -> grpc.GenericRpcHandler:  # noqa: ANN001
     """The `sidecar.v1.KvRouter` service (FAILED_PRECONDITION everywhere without KV-event sources)."""
     servicer = KvRouterServicer(runtime, router)
 
     return grpc.method_handlers_generic_handler(
         KV_SERVICE_NAME,
         {
-            "Score": unary_handler("Score", servicer.Score, kv.ScoreRequest, kv.ScoreResponse),
-            "KvStatus": unary_handler("KvStatus", servicer.KvStatus, kv.KvStatusRequest, kv.KvStatusResponse),
+            "Score": unary_handler("Score", servicer.Score, kv.ScoreRequest, gate),
+            "KvStatus": unary_handler("KvStatus", servicer.KvStatus, kv.KvStatusRequest, gate),
         },
     )
 
 
-def prepare_unix_socket(path: str) -> None:
-    """Removes a socket file left by a server that died without cleaning up; refuses to take over
-    a live server's socket or to delete anything that is not a socket."""
-    target = Path(path)
-    if not target.exists():
-        return
-    if not stat.S_ISSOCK(target.stat().st_mode):
-        raise FailedPrecondition(f"--uds: {path} exists and is not a socket")
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        probe.connect(path)
-    except ConnectionRefusedError:
-        target.unlink()  # stale: nobody listens
-        return
-    except OSError:
-        return
-    finally:
-        probe.close()
-    raise FailedPrecondition(f"--uds: another server is already listening on {path}")
-
-
-def _bind(server: grpc.aio.Server, address: str) -> int:
-    try:
-        return server.add_insecure_port(address)
-    except RuntimeError:
-        raise FailedPrecondition(f"cannot listen on {address}: address in use or not permitted") from None
-
-
 @dataclass
 class RunningServer:
-    """A started server and what it listens on."""
+    """A started server, what it listens on, and how it stops."""
 
     server: grpc.aio.Server
     health: health.aio.HealthServicer
     runtime: Runtime
     addresses: list[str]
-    metrics_port: int | None
+    #: (host, port) of /metrics, or None without it.
+    metrics_address: tuple[str, int] | None
+    gate: Gate
+    reloader: Reloader
+    unix_socket: UnixSocket | None = None
     kv_router: KvRouter | None = None
 
-    async def drain(self, grace: float) -> None:
-        """Stops taking new RPCs, lets in-flight ones finish for `grace` seconds, then stops."""
+    @property
+    def metrics_port(self) -> int | None:
+        return self.metrics_address[1] if self.metrics_address else None
+
+    async def drain(self, grace: float, notice: float = 0.0, hurry: Callable[[], bool] = lambda: False) -> int:
+        """Health turns NOT_SERVING and new calls are refused (UNAVAILABLE) while health keeps
+        answering; calls in flight get up to `grace` seconds to finish (health stays up at least
+        `notice` seconds, so clients polling it see the drain; `hurry()` true cuts it short), then the
+        listeners close and what is left is cancelled. Returns the calls cancelled."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        self.gate.open = False
         await self.health.enter_graceful_shutdown()
-        await self.server.stop(grace)
+        notice = min(notice, grace)
+        while not hurry():
+            elapsed = loop.time() - started
+            if elapsed >= grace or (self.gate.inflight == 0 and elapsed >= notice):
+                break
+            await asyncio.sleep(0.02)
+        cancelled = self.gate.inflight
+        await self.server.stop(0)
+        await self.close()
+        return cancelled
+
+    async def close(self) -> None:
+        """Stops everything the server started and removes its socket file; idempotent. Native calls
+        still running on worker threads are abandoned (they cannot be interrupted from here)."""
+        await self.server.stop(0)
         self.runtime.offloader.shutdown()
         if self.kv_router is not None:
             self.kv_router.stop()
+            self.kv_router = None
+        if self.unix_socket is not None:
+            self.unix_socket.remove()
+        tracing.shutdown()
 
 
 async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> RunningServer:
-    """Loads models (unless given) and starts listening."""
+    """Loads models (unless given) and starts listening. A failure after a listener was bound stops
+    the server and removes the socket file before it propagates."""
+    if config.otlp_endpoint and not tracing.enabled():
+        tracing.configure(config.otlp_endpoint)  # before the wrappers are built: they capture it
     registry = registry or load_registry(config)
     hasher = get_hasher(config.backend)
     runtime = Runtime(config, registry, Offloader(config.workers, config.max_queue, config.inline_bytes), hasher)
@@ -173,59 +192,145 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
             ("grpc.so_reuseport", 0),
         ]
     )
+    gate = Gate()
+    reloader = Reloader(registry)
     kv_router = build_kv_router(config, hasher)
-    server.add_generic_rpc_handlers((preprocessor_handler(runtime), kv_router_handler(runtime, kv_router)))
+    handlers = [preprocessor_handler(runtime, gate), kv_router_handler(runtime, kv_router, gate)]
+    if config.enable_admin:
+        handlers.append(admin_handler(reloader, gate))
+    server.add_generic_rpc_handlers(handlers)
     health_servicer = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    serving = health_pb2.HealthCheckResponse.SERVING
-    for name in ["", SERVICE_NAME, KV_SERVICE_NAME, *(m.name for m in registry)]:
-        await health_servicer.set(name, serving)
+    services = [SERVICE_NAME, KV_SERVICE_NAME, *([ADMIN_SERVICE_NAME] if config.enable_admin else [])]
+    for name in ["", *services, *(m.name for m in registry)]:
+        await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     if config.reflection:
         from grpc_reflection.v1alpha import reflection
 
-        reflection.enable_server_reflection(
-            (SERVICE_NAME, KV_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
-        )
-    addresses = []
+        reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+    running = RunningServer(server, health_servicer, runtime, [], None, gate, reloader, kv_router=kv_router)
+    try:
+        await _listen(running, config)
+    except BaseException:
+        await running.close()
+        raise
+    return running
+
+
+async def _listen(running: RunningServer, config: ServerConfig) -> None:
+    """Binds the listeners, starts serving, the KV-event subscribers and /metrics."""
     if config.port is not None:
-        addresses.append(f"{config.host}:{_bind(server, f'{config.host}:{config.port}')}")
+        running.addresses.append(bind_tcp(running.server, config))
     if config.uds:
-        prepare_unix_socket(config.uds)
-        _bind(server, f"unix:{config.uds}")
-        addresses.append(f"unix:{config.uds}")
-    if not addresses:
+        running.unix_socket = UnixSocket(config.uds, config.uds_mode)
+        running.addresses.append(running.unix_socket.bind(running.server))
+    if not running.addresses:
         raise ValueError("no listener: give --port and/or --uds")
-    await server.start()
+    await running.server.start()
+    kv_router = running.kv_router
     if kv_router is not None:
         kv_router.start()
         register_metrics(kv_router)
         _log.info("kv_events_subscribed", sources=[s.worker + "=" + s.endpoint for s in kv_router.subscriber.sources],
                   models=sorted(kv_router.indexes))
-    metrics_port = metrics.serve_http(config.metrics_port) if config.metrics_port is not None else None
-    return RunningServer(server, health_servicer, runtime, addresses, metrics_port, kv_router)
+    if config.metrics_port is not None:
+        try:
+            running.metrics_address = metrics.serve_http(config.metrics_port, config.metrics_host)
+        except OSError as e:
+            raise FailedPrecondition(
+                f"--metrics-host/--metrics-port {config.metrics_host}:{config.metrics_port}: {e.strerror}"
+            ) from None
+
+
+class _Signals:
+    """SIGTERM and SIGINT ask for a drain (a second one cuts it short); SIGHUP asks for a reload.
+    Installed before anything is loaded or bound, so no signal finds the default action (which
+    would kill the process and leave the socket file behind)."""
+
+    def __init__(self) -> None:
+        self.stop = asyncio.Event()
+        self.stops = 0
+        self.hangups: asyncio.Queue[None] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_stop)
+        loop.add_signal_handler(signal.SIGHUP, self.hangups.put_nowait, None)
+
+    def _on_stop(self) -> None:
+        self.stops += 1
+        self.stop.set()
+
+    def remove(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            loop.remove_signal_handler(sig)
+
+
+async def _reload_on_hangups(running: RunningServer, signals: _Signals) -> None:
+    """Reloads changed model directories on every SIGHUP (one at a time); results go to the log."""
+    while True:
+        await signals.hangups.get()
+        _log.info("reload_requested", signal="SIGHUP")
+        try:
+            results = await running.reloader.reload()
+        except Exception:  # noqa: BLE001 - a reload must never end the server
+            _log.exception("reload_crashed")
+            continue
+        _log.info("reload_done", **{r.model: r.outcome for r in results})
 
 
 async def serve(config: ServerConfig) -> None:
-    """Runs until SIGTERM/SIGINT, then drains."""
-    running = await start(config)
-    # Modules, descriptors and loaded models live as long as the process; moving them out of the
-    # collector's generations keeps each full collection under traffic from rescanning them.
-    gc.collect()
-    gc.freeze()
+    """Runs until SIGTERM/SIGINT, then drains for at most `drain_seconds`; SIGHUP reloads models.
+    The socket file is removed on every way out (a failed start, an exception, a signal)."""
+    signals = _Signals()
+    running: RunningServer | None = None
+    try:
+        running = await start(config)
+        # Modules, descriptors and loaded models live as long as the process; moving them out of the
+        # collector's generations keeps each full collection under traffic from rescanning them.
+        gc.collect()
+        gc.freeze()
+        _announce(running, config)
+        reloads = asyncio.create_task(_reload_on_hangups(running, signals))
+        await signals.stop.wait()
+        reloads.cancel()
+        _log.info("draining", grace_seconds=config.drain_seconds, inflight=running.gate.inflight)
+        cancelled = await running.drain(config.drain_seconds, config.drain_notice_seconds, lambda: signals.stops > 1)
+        _log.info("stopped", cancelled=cancelled)
+    finally:
+        signals.remove()
+        if running is not None:
+            await running.close()
+
+
+def _announce(running: RunningServer, config: ServerConfig) -> None:
     models = [m.name for m in running.runtime.registry]
+    metrics_address = f"{running.metrics_address[0]}:{running.metrics_address[1]}" if running.metrics_address else None
     _log.info(
-        "listening", addresses=running.addresses, metrics_port=running.metrics_port, backend=config.backend,
-        hasher=running.runtime.hasher.name, models=models,
+        "listening", addresses=running.addresses, metrics_port=running.metrics_port, metrics_address=metrics_address,
+        backend=config.backend, hasher=running.runtime.hasher.name, models=models, tls=config.tls_cert is not None,
+        mutual_tls=config.tls_client_ca is not None, admin=config.enable_admin, tracing=tracing.enabled(),
     )
-    metrics_note = f", metrics on :{running.metrics_port}/metrics" if running.metrics_port else ""
-    print(f"sidecar: serving {', '.join(models)} on {', '.join(running.addresses)}{metrics_note}", file=sys.stderr, flush=True)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
-    _log.info("draining", grace_seconds=config.drain_seconds)
-    await running.drain(config.drain_seconds)
-    if config.uds:
-        Path(config.uds).unlink(missing_ok=True)
-    _log.info("stopped")
+    metrics_note = f", metrics on {metrics_address}/metrics" if metrics_address else ""
+    print(f"sidecar: serving {', '.join(models)} on {', '.join(running.addresses)}{metrics_note}", file=sys.stderr,
+          flush=True)
+
+
+def exit_unless_threads_finish(code: int, wait_s: float = 0.2) -> int:
+    """Returns `code` when only daemon threads are left; otherwise flushes and ends the process now.
+
+    A native call cannot be interrupted from Python, and the interpreter joins the native pool's
+    worker threads at exit: a 40 MB Tokenize still running after the drain would keep the process
+    alive for its whole duration. The drain already gave calls their time; what is left is abandoned.
+    """
+    deadline = time.monotonic() + wait_s
+    for thread in threading.enumerate():
+        if thread is not threading.main_thread() and not thread.daemon:
+            thread.join(max(0.0, deadline - time.monotonic()))
+    held = [t.name for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon and t.is_alive()]
+    if not held:
+        return code
+    _log.info("exit_abandoning_threads", threads=held)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -20,6 +20,7 @@ EXPECTED = {
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
+    errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.Internal: grpc.StatusCode.INTERNAL,
 }
 

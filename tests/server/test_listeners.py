@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sidecar.errors import FailedPrecondition
-from sidecar.server import prepare_unix_socket
+from sidecar.listeners import prepare_unix_socket
 
 
 def test_missing_path_is_fine(tmp_path: Path) -> None:

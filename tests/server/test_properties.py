@@ -411,9 +411,6 @@ UNARY_STRING_FIELDS = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="server bug (issue 9 item 5): an undecodable request body (here a string field "
-                   "holding a lone surrogate, invalid UTF-8) is UNKNOWN 'Unexpected <class DecodeError>' instead of "
-                   "INVALID_ARGUMENT")
 def test_lone_surrogates_in_unary_requests(channel: grpc.Channel) -> None:
     @PROPERTY_SETTINGS
     @given(st.sampled_from(UNARY_STRING_FIELDS), surrogate_strings)

@@ -168,3 +168,48 @@ def test_unary_maps_a_bug_to_internal_too(log_lines) -> None:  # noqa: ANN001
         asyncio.run(unary("UnaryG", broken)(object(), context))
     assert context.aborted == (grpc.StatusCode.INTERNAL, "internal error: KeyError")
     assert [line["event"] for line in log_lines()] == ["rpc_crashed", "rpc"]
+
+
+def test_an_undecodable_body_is_invalid_argument_counted_and_logged_once(log_lines) -> None:  # noqa: ANN001
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    async def never(request, context, call):  # noqa: ANN001, ANN202
+        raise AssertionError("the handler ran on a body that does not decode")
+
+    context = FakeContext((("x-request-id", "bad-body-1"),))
+    # Field 2 (texts) as a string holding a lone surrogate in UTF-8 form: not valid UTF-8.
+    body = bytes([0x12, 3, 0xED, 0xA0, 0x80])
+    with pytest.raises(Aborted):
+        asyncio.run(unary("UnaryH", never, pb.TokenizeRequest)(body, context))
+    code, message = context.aborted
+    assert code == grpc.StatusCode.INVALID_ARGUMENT and message.startswith("TokenizeRequest: ")
+    assert _sample("sidecar_malformed_requests_total", rpc="UnaryH") == 1
+    assert _sample("sidecar_errors_total", rpc="UnaryH", code="INVALID_ARGUMENT") == 1
+    lines = log_lines()
+    assert [line["event"] for line in lines] == ["rpc"]
+    assert (lines[0]["request_id"], lines[0]["code"], lines[0]["error"]) == ("bad-body-1", "INVALID_ARGUMENT", message)
+    assert context.trailing == (("x-request-id", "bad-body-1"),)
+
+
+def test_a_decoded_request_reaches_the_handler_and_the_response_is_encoded() -> None:
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    async def handler(request, context, call):  # noqa: ANN001, ANN202
+        return pb.DetokenizeResponse(texts=[request.model])
+
+    body = pb.DetokenizeRequest(model="qwen3").SerializeToString()
+    answer = asyncio.run(unary("UnaryI", handler, pb.DetokenizeRequest)(body, FakeContext()))
+    assert pb.DetokenizeResponse.FromString(answer).texts == ["qwen3"]
+
+
+def test_a_closed_gate_refuses_new_calls_with_unavailable() -> None:
+    gate = rpc.Gate()
+    gate.open = False
+
+    async def never(request, context, call):  # noqa: ANN001, ANN202
+        raise AssertionError("a draining server ran a new call")
+
+    context = FakeContext()
+    with pytest.raises(Aborted):
+        asyncio.run(unary("UnaryJ", never, gate=gate)(b"", context))
+    assert context.aborted[0] == grpc.StatusCode.UNAVAILABLE and gate.inflight == 0

@@ -1,0 +1,216 @@
+"""Hot reload of model directories (SIGHUP and `Admin.ReloadModels`): a changed template or tokenizer
+is loaded beside the serving model and swapped in under traffic, every response is consistent with
+the fingerprint it carries, a broken directory leaves the old model serving, the old model's native
+state is freed once the last call lets go. The models are copies of the embedded Qwen3 files, so
+this runs without ../shared/models."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+import weakref
+from pathlib import Path
+from typing import Iterator
+
+import grpc
+import pytest
+
+from sidecar.v1 import admin_pb2, admin_pb2_grpc
+from sidecar.v1 import preprocessor_pb2 as pb
+from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
+from tests.conftest import LiveServer, start_server, stop_server
+
+MESSAGES = json.dumps([{"role": "user", "content": "Hello there"}])
+NEW_TOKEN = "<|sidecar_reload_probe|>"
+Outcome = admin_pb2.ModelReload
+
+
+def copy_embedded_model(target: Path) -> Path:
+    from sidecar.registry import materialize_embedded
+
+    shutil.copytree(materialize_embedded(), target)
+    return target
+
+
+def replace_file(path: Path, content: str) -> None:
+    """Writes a file the way an operator should: a new file renamed over the old one."""
+    staging = path.with_name(path.name + ".new")
+    staging.write_text(content, encoding="utf-8")
+    os.replace(staging, path)
+
+
+def add_token(model_dir: Path, content: str) -> int:
+    """Adds a special token to the directory's tokenizer.json; returns its id."""
+    path = model_dir / "tokenizer.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    new_id = max(t["id"] for t in data["added_tokens"]) + 1
+    data["added_tokens"].append({"id": new_id, "content": content, "single_word": False, "lstrip": False,
+                                 "rstrip": False, "normalized": False, "special": True})
+    replace_file(path, json.dumps(data, ensure_ascii=False))
+    return new_id
+
+
+# ---- against the real server --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
+    tmp = tmp_path_factory.mktemp("reload")
+    a = copy_embedded_model(tmp / "model-a")
+    b = copy_embedded_model(tmp / "model-b")
+    live = start_server(tmp, "--model", f"a={a}", "--model", f"b={b}", "--enable-admin")
+    live.dirs = {"a": a, "b": b}  # type: ignore[attr-defined]
+    yield live
+    stop_server(live)
+
+
+@pytest.mark.e2e
+def test_a_template_swapped_under_traffic(server: LiveServer) -> None:
+    channel = grpc.insecure_channel(server.uds)
+    stub = pb_grpc.PreprocessorStub(channel)
+    admin = admin_pb2_grpc.AdminStub(channel)
+    render = pb.RenderRequest(model="a", messages_json=MESSAGES, return_text=True)
+    before = stub.Render(render, timeout=30)
+
+    seen: list[tuple[str, str]] = []
+    errors: list[grpc.RpcError] = []
+    stop = threading.Event()
+
+    def traffic() -> None:
+        traffic_stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(server.tcp))
+        while not stop.is_set():
+            try:
+                r = traffic_stub.Render(render, timeout=30)
+            except grpc.RpcError as e:
+                errors.append(e)
+                continue
+            seen.append((r.fingerprint, r.text))
+
+    workers = [threading.Thread(target=traffic) for _ in range(3)]
+    for w in workers:
+        w.start()
+    try:
+        template = server.dirs["a"] / "chat_template.jinja"  # type: ignore[attr-defined]
+        replace_file(template, "RELOADED " + template.read_text(encoding="utf-8"))
+        result = admin.ReloadModels(admin_pb2.ReloadModelsRequest(models=["a"]), timeout=120)
+        time.sleep(0.3)  # traffic on the new model too (not an assertion)
+    finally:
+        stop.set()
+        for w in workers:
+            w.join()
+
+    (reload,) = result.models
+    assert reload.outcome == Outcome.OUTCOME_RELOADED, reload
+    assert reload.previous_fingerprint == before.fingerprint != reload.fingerprint
+    after = stub.Render(render, timeout=30)
+    assert after.fingerprint == reload.fingerprint
+    assert after.text.startswith("RELOADED") and after.text.removeprefix("RELOADED").lstrip() == before.text
+    assert not errors, errors[:3]
+    # Every response is one model's: its text is the text of the fingerprint it carries.
+    expected = {before.fingerprint: before.text, after.fingerprint: after.text}
+    assert all(expected[fp] == text for fp, text in seen)
+    assert {fp for fp, _ in seen} == set(expected), "traffic saw only one of the two models"
+
+    listed = {m.name: m.fingerprint for m in stub.ListModels(pb.ListModelsRequest(), timeout=30).models}
+    assert listed["a"] == reload.fingerprint
+    again = admin.ReloadModels(admin_pb2.ReloadModelsRequest(models=["a"]), timeout=120).models[0]
+    assert (again.outcome, again.fingerprint) == (Outcome.OUTCOME_UNCHANGED, reload.fingerprint)
+    logged = wait_for(server, lambda e: e.get("event") == "model_reloaded" and e["model"] == "a")
+    assert (logged["previous_fingerprint"], logged["fingerprint"]) == (before.fingerprint, reload.fingerprint)
+    # The old model's native state is released once the traffic that used it has finished.
+    wait_for(server, lambda e: e.get("event") == "model_released" and e["fingerprint"] == before.fingerprint)
+    channel.close()
+
+
+@pytest.mark.e2e
+def test_a_broken_directory_keeps_the_old_model_and_sighup_loads_a_new_tokenizer(server: LiveServer) -> None:
+    stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(server.uds))
+    admin = admin_pb2_grpc.AdminStub(grpc.insecure_channel(server.uds))
+    model_dir: Path = server.dirs["b"]  # type: ignore[attr-defined]
+    probe = pb.TokenizeRequest(model="b", texts=[f"x{NEW_TOKEN}y"], add_special_tokens=False)
+    before = stub.Tokenize(probe, timeout=30)
+
+    good_tokenizer = (model_dir / "tokenizer.json").read_text(encoding="utf-8")
+    replace_file(model_dir / "tokenizer.json", good_tokenizer[: len(good_tokenizer) // 2])
+    failed = admin.ReloadModels(admin_pb2.ReloadModelsRequest(), timeout=120)
+    by_name = {r.model: r for r in failed.models}
+    assert by_name["b"].outcome == Outcome.OUTCOME_FAILED and by_name["b"].error, by_name["b"]
+    assert by_name["b"].fingerprint == before.fingerprint
+    assert by_name["a"].outcome == Outcome.OUTCOME_UNCHANGED
+    still = stub.Tokenize(probe, timeout=30)
+    assert (still.fingerprint, list(still.encodings[0].token_ids)) == (before.fingerprint, list(before.encodings[0].token_ids))
+    logged = wait_for(server, lambda e: e.get("event") == "model_reload_failed" and e["model"] == "b")
+    assert logged["error"] == by_name["b"].error
+
+    replace_file(model_dir / "tokenizer.json", good_tokenizer)
+    new_id = add_token(model_dir, NEW_TOKEN)
+    server.process.send_signal(signal.SIGHUP)
+    wait_for(server, lambda e: e.get("event") == "model_reloaded" and e["model"] == "b")
+    assert server.process.poll() is None
+    after = stub.Tokenize(probe, timeout=30)
+    assert after.fingerprint != before.fingerprint
+    assert new_id in after.encodings[0].token_ids and new_id not in before.encodings[0].token_ids
+    listed = {m.name: m for m in stub.ListModels(pb.ListModelsRequest(), timeout=30).models}
+    assert listed["b"].fingerprint == after.fingerprint
+    assert any(t.id == new_id and t.content == NEW_TOKEN for t in listed["b"].special_tokens)
+
+
+@pytest.mark.e2e
+def test_unknown_model_names_are_not_found(server: LiveServer) -> None:
+    admin = admin_pb2_grpc.AdminStub(grpc.insecure_channel(server.uds))
+    with pytest.raises(grpc.RpcError) as e:
+        admin.ReloadModels(admin_pb2.ReloadModelsRequest(models=["nope"]), timeout=30)
+    assert e.value.code() == grpc.StatusCode.NOT_FOUND and "nope" in e.value.details()
+
+
+def wait_for(server: LiveServer, match, timeout: float = 60) -> dict:  # noqa: ANN001 - predicate on a log line
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in server.log_lines():
+            if match(line):
+                return line
+        time.sleep(0.05)
+    raise AssertionError(f"no matching log line:\n{server.log_path.read_text()[-3000:]}")
+
+
+# ---- in process: the reloader and the registry --------------------------------------------------
+
+
+def test_in_flight_users_keep_the_old_model_until_they_let_go(tmp_path: Path) -> None:
+    from sidecar.backend import EncodeOptions
+    from sidecar.factory import get_backend
+    from sidecar.registry import ModelRegistry, ModelSpec
+    from sidecar.reload import RELOADED, Reloader
+
+    model_dir = copy_embedded_model(tmp_path / "m")
+    registry = ModelRegistry(get_backend("native"))
+    registry.load(ModelSpec("m", model_dir))
+    in_flight = registry.get("m")  # what a call holds while it runs
+    handle = weakref.ref(in_flight.tokenizer.handle)
+    new_id = add_token(model_dir, NEW_TOKEN)
+
+    (result,) = asyncio.run(Reloader(registry).reload())
+    assert result.outcome == RELOADED and registry.get("m").fingerprint == result.fingerprint != in_flight.fingerprint
+    text = [f"a{NEW_TOKEN}"]
+    assert new_id not in in_flight.tokenizer.encode_batch(text, EncodeOptions())[0].ids  # the old one still works
+    assert new_id in registry.get("m").tokenizer.encode_batch(text, EncodeOptions())[0].ids
+    del in_flight
+    gc.collect()
+    assert handle() is None, "the replaced model's tokenizer handle was not freed after its last user let go"
+
+
+def test_the_embedded_model_is_never_reloaded() -> None:
+    from sidecar.factory import get_backend
+    from sidecar.registry import ModelRegistry, embedded_spec
+    from sidecar.reload import SKIPPED, Reloader
+
+    registry = ModelRegistry(get_backend("native"))
+    registry.load(embedded_spec())
+    (result,) = asyncio.run(Reloader(registry).reload(force=True))
+    assert result.outcome == SKIPPED and result.fingerprint == registry.get("qwen3").fingerprint
