@@ -9,6 +9,11 @@ SETUP_STAMP := $(VENV)/.setup-stamp
 LIB := sidecar/native/libsidecar_native.so
 HEADER := native/include/sidecar_native.h
 CARGO_FLAGS := --release --manifest-path native/Cargo.toml
+# The test build (feature `testing`) has a target directory of its own: a cdylib's file name carries
+# no feature hash, so two feature sets in one directory overwrite each other's library while cargo
+# still calls both fresh. The Rust tests and the fuzz replay share it, so CI compiles dependencies once.
+TEST_TARGET := native/target/testing
+TEST_CARGO_FLAGS := $(CARGO_FLAGS) --features testing --target-dir $(TEST_TARGET)
 # The Rust client crate; one release build serves the interop test and the benchmark.
 CLIENT_FLAGS := --release --features tools --manifest-path router_adapter/rust/Cargo.toml
 RUN_ARGS ?= --uds /tmp/sidecar.sock --port 50051 --metrics-port 9400
@@ -31,8 +36,8 @@ native: ## Build the Rust library for users (release, no test exports) and put i
 	cp native/target/release/libsidecar_native.so $(LIB)
 
 native-testing: ## The same library plus the test- and bench-only exports (cargo feature `testing`); test and bench use it
-	cargo build $(CARGO_FLAGS) --features testing
-	cp native/target/release/libsidecar_native.so $(LIB)
+	cargo build $(TEST_CARGO_FLAGS)
+	cp $(TEST_TARGET)/release/libsidecar_native.so $(LIB)
 
 build: setup native ## Everything `run` needs (the user build of the library)
 
@@ -57,11 +62,11 @@ run: build ## Start the server on the embedded default model (Qwen3)
 test: setup check-generated-testing rust-client test-rust test-fuzz test-python ## Run every test (Rust, fuzz replay, C ABI, parity, end to end) on the test build
 
 test-rust: ## cargo test of the native core and of the Rust client library
-	cargo test $(CARGO_FLAGS) --features testing -q
+	cargo test $(TEST_CARGO_FLAGS) -q
 	cargo test $(CLIENT_FLAGS) --lib -q
 
 # Fuzzing (docs/fuzzing.md). `make test` replays the committed corpora plus seeded mutations through
-# the fuzz targets as a plain cargo test, sharing native/target with the library build (about a
+# the fuzz targets as a plain cargo test, sharing $(TEST_TARGET) with the test build (about a
 # minute); an instrumented libFuzzer build from clean costs several minutes more than CI can spare,
 # so the coverage-guided run is `make fuzz` only.
 FUZZ_DIR := native/fuzz
@@ -74,7 +79,7 @@ CARGO_FUZZ_VERSION := 0.13.2
 CARGO_FUZZ := $(FUZZ_DIR)/.tools/bin/cargo-fuzz
 
 test-fuzz: ## Short fuzz run in make test: corpora + seeded mutations as a cargo test (libFuzzer's build does not fit CI; docs/fuzzing.md)
-	FUZZ_REPLAY_MUTATIONS=$(FUZZ_REPLAY_MUTATIONS) cargo test --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir native/target -q
+	FUZZ_REPLAY_MUTATIONS=$(FUZZ_REPLAY_MUTATIONS) cargo test --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir $(TEST_TARGET) -q
 
 $(CARGO_FUZZ):
 	cargo install cargo-fuzz --version $(CARGO_FUZZ_VERSION) --locked --root $(FUZZ_DIR)/.tools
@@ -102,9 +107,9 @@ bench: setup native-testing rust-client ## Benchmarks; results go to bench/resul
 
 lint: setup ## cargo clippy and fmt check, pyflakes on the Python code
 	cargo clippy $(CARGO_FLAGS) -- -D warnings
-	cargo clippy $(CARGO_FLAGS) --features testing --all-targets -- -D warnings
+	cargo clippy $(TEST_CARGO_FLAGS) --all-targets -- -D warnings
 	cargo fmt --manifest-path native/Cargo.toml --check
-	cargo clippy --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir native/target --all-targets -- -D warnings
+	cargo clippy --release --manifest-path $(FUZZ_DIR)/Cargo.toml --target-dir $(TEST_TARGET) --all-targets -- -D warnings
 	cargo fmt --manifest-path $(FUZZ_DIR)/Cargo.toml --check
 	cargo clippy $(CLIENT_FLAGS) --all-targets -- -D warnings
 	cargo fmt --manifest-path router_adapter/rust/Cargo.toml --check
