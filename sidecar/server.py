@@ -33,6 +33,7 @@ from sidecar.servicers.detokenize import DetokenizeServicer
 from sidecar.servicers.kv_router import KvRouterServicer, register_metrics
 from sidecar.servicers.models import ModelsServicer
 from sidecar.servicers.parse_stream import ParseStreamServicer
+from sidecar.servicers.parsers import ParsersServicer
 from sidecar.servicers.render import RenderServicer
 from sidecar.servicers.tokenize import TokenizeServicer
 from sidecar.v1 import admin_pb2 as admin_pb
@@ -73,6 +74,7 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
     render = RenderServicer(runtime)
     models = ModelsServicer(runtime)
     parse = ParseStreamServicer(runtime)
+    parsers = ParsersServicer(runtime)
 
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
@@ -81,6 +83,7 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
             "Detokenize": unary_handler("Detokenize", detokenize.Detokenize, pb.DetokenizeRequest, gate),
             "Render": unary_handler("Render", render.Render, pb.RenderRequest, gate),
             "ListModels": unary_handler("ListModels", models.ListModels, pb.ListModelsRequest, gate),
+            "ListParsers": unary_handler("ListParsers", parsers.ListParsers, pb.ListParsersRequest, gate),
             # Raw bytes both ways: the parse multiplexer reads and writes the wire format itself.
             "ParseStream": grpc.stream_stream_rpc_method_handler(stream("ParseStream", parse.ParseStream, gate)),
         },

@@ -6,7 +6,8 @@ cases), tests/data/render (the conversation set and normalization cases), tests/
 Run from the repository root with the project's venv: `.venv/bin/python native/fuzz/make_seeds.py`.
 The layouts are documented in native/fuzz/src/<target>.rs; the parser and model lists are read
 from the Rust sources so that the index bytes stay right when a list grows. Re-running replaces
-the seed folders (libFuzzer's own finds go to target/fuzz-corpus/, never here).
+the seed folders (libFuzzer's own finds go to target/fuzz-corpus/, never here). The parser lists
+are the implemented rows of the registry (sidecar/parsers.json).
 """
 
 from __future__ import annotations
@@ -35,8 +36,23 @@ def rust_list(path: Path, name: str) -> list[str]:
     return re.findall(r'"([^"]*)"', body.group(1))
 
 
-TOOL_PARSERS = rust_list(REPO / "native/src/parse/mod.rs", "TOOL_PARSERS")
-REASONING_PARSERS = rust_list(REPO / "native/src/parse/mod.rs", "REASONING_PARSERS")
+def implemented(kind: str) -> list[str]:
+    """Canonical names of the implemented parsers of a kind, in registry order (the fuzz target's
+    `registry::implemented`), from the registry's export."""
+    rows = json.loads((REPO / "sidecar/parsers.json").read_text())["parsers"]
+    return [r["name"] for r in rows if r["kind"] == kind and r["implemented"]]
+
+
+def canonical(kind: str, name: str | None) -> str | None:
+    """A case's parser name as the canonical name of its registry row."""
+    if name in (None, "", "none"):
+        return name
+    rows = json.loads((REPO / "sidecar/parsers.json").read_text())["parsers"]
+    return next(r["name"] for r in rows if r["kind"] == kind and (r["name"] == name or name in r["aliases"]))
+
+
+TOOL_PARSERS = implemented("tool")
+REASONING_PARSERS = implemented("reasoning")
 PARSE_MODELS = rust_list(REPO / "native/fuzz/src/models.rs", "PARSE_MODELS")
 _TEMPLATES_BLOCK = re.search(r"pub const TEMPLATES.*?\n\];", (REPO / "native/fuzz/src/render.rs").read_text(), re.S)
 RENDER_TEMPLATES = len(re.findall(r'"(?:shared:|sidecar/)[^"]+"', _TEMPLATES_BLOCK.group(0)))
@@ -72,8 +88,8 @@ def session_seed(case: dict, chunk_seed: int) -> bytes | None:
     flags |= {False: 4, True: 8}.get(thinking, 0)
     flags |= 0x20 if chunk_seed % 3 == 1 and case["model"] in ("qwen3", "gpt2") else 0
     header = bytes([
-        parser_byte(TOOL_PARSERS, case.get("tool_parser")),
-        parser_byte(REASONING_PARSERS, case.get("reasoning_parser")),
+        parser_byte(TOOL_PARSERS, canonical("tool", case.get("tool_parser"))),
+        parser_byte(REASONING_PARSERS, canonical("reasoning", case.get("reasoning_parser"))),
         flags,
         chunk_seed,
         PARSE_MODELS.index(case["model"]),

@@ -343,3 +343,50 @@ class ListModelsResponse(_message.Message):
     MODELS_FIELD_NUMBER: _ClassVar[int]
     models: _containers.RepeatedCompositeFieldContainer[ModelInfo]
     def __init__(self, models: _Optional[_Iterable[_Union[ModelInfo, _Mapping]]] = ...) -> None: ...
+
+class ListParsersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ParserAlias(_message.Message):
+    __slots__ = ("name", "engine")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    engine: str
+    def __init__(self, name: _Optional[str] = ..., engine: _Optional[str] = ...) -> None: ...
+
+class ParserInfo(_message.Message):
+    __slots__ = ("name", "kind", "implemented", "aliases", "markers", "id_style", "shadowed", "about")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    IMPLEMENTED_FIELD_NUMBER: _ClassVar[int]
+    ALIASES_FIELD_NUMBER: _ClassVar[int]
+    MARKERS_FIELD_NUMBER: _ClassVar[int]
+    ID_STYLE_FIELD_NUMBER: _ClassVar[int]
+    SHADOWED_FIELD_NUMBER: _ClassVar[int]
+    ABOUT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    kind: str
+    implemented: bool
+    aliases: _containers.RepeatedCompositeFieldContainer[ParserAlias]
+    markers: _containers.RepeatedScalarFieldContainer[str]
+    id_style: str
+    shadowed: _containers.RepeatedScalarFieldContainer[str]
+    about: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ..., implemented: _Optional[bool] = ..., aliases: _Optional[_Iterable[_Union[ParserAlias, _Mapping]]] = ..., markers: _Optional[_Iterable[str]] = ..., id_style: _Optional[str] = ..., shadowed: _Optional[_Iterable[str]] = ..., about: _Optional[str] = ...) -> None: ...
+
+class ListParsersResponse(_message.Message):
+    __slots__ = ("parsers", "engines")
+    class EnginesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    PARSERS_FIELD_NUMBER: _ClassVar[int]
+    ENGINES_FIELD_NUMBER: _ClassVar[int]
+    parsers: _containers.RepeatedCompositeFieldContainer[ParserInfo]
+    engines: _containers.ScalarMap[str, str]
+    def __init__(self, parsers: _Optional[_Iterable[_Union[ParserInfo, _Mapping]]] = ..., engines: _Optional[_Mapping[str, str]] = ...) -> None: ...

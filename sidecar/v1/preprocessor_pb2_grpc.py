@@ -60,6 +60,11 @@ class PreprocessorStub:
                 request_serializer=sidecar_dot_v1_dot_preprocessor__pb2.ListModelsRequest.SerializeToString,
                 response_deserializer=sidecar_dot_v1_dot_preprocessor__pb2.ListModelsResponse.FromString,
                 _registered_method=True)
+        self.ListParsers = channel.unary_unary(
+                '/sidecar.v1.Preprocessor/ListParsers',
+                request_serializer=sidecar_dot_v1_dot_preprocessor__pb2.ListParsersRequest.SerializeToString,
+                response_deserializer=sidecar_dot_v1_dot_preprocessor__pb2.ListParsersResponse.FromString,
+                _registered_method=True)
 
 
 class PreprocessorServicer:
@@ -103,6 +108,15 @@ class PreprocessorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListParsers(self, request, context):
+        """Lists every tool-call and reasoning parser name OpenRequest knows: each format the engines
+        register (vLLM 0.33, SGLang 0.5.23) under its canonical name, with its other names and whether
+        this server implements it yet.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PreprocessorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -130,6 +144,11 @@ def add_PreprocessorServicer_to_server(servicer, server):
                     servicer.ListModels,
                     request_deserializer=sidecar_dot_v1_dot_preprocessor__pb2.ListModelsRequest.FromString,
                     response_serializer=sidecar_dot_v1_dot_preprocessor__pb2.ListModelsResponse.SerializeToString,
+            ),
+            'ListParsers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListParsers,
+                    request_deserializer=sidecar_dot_v1_dot_preprocessor__pb2.ListParsersRequest.FromString,
+                    response_serializer=sidecar_dot_v1_dot_preprocessor__pb2.ListParsersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -268,6 +287,33 @@ class Preprocessor:
             '/sidecar.v1.Preprocessor/ListModels',
             sidecar_dot_v1_dot_preprocessor__pb2.ListModelsRequest.SerializeToString,
             sidecar_dot_v1_dot_preprocessor__pb2.ListModelsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListParsers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sidecar.v1.Preprocessor/ListParsers',
+            sidecar_dot_v1_dot_preprocessor__pb2.ListParsersRequest.SerializeToString,
+            sidecar_dot_v1_dot_preprocessor__pb2.ListParsersResponse.FromString,
             options,
             channel_credentials,
             insecure,

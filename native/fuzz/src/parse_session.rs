@@ -3,7 +3,8 @@
 //!
 //! Layout: `tool reasoning flags chunk_seed model` (one byte each), then NUL-separated fields
 //! `output \0 prompt \0 stop \0 tools_json`.
-//! - `tool` / `reasoning` pick a parser (0 = none) from the build's lists.
+//! - `tool` / `reasoning` pick a parser (0 = none) from the implemented rows of the registry
+//!   (canonical names, table order).
 //! - `flags`: bit 0 keeps special tokens, bit 1 includes the stop string, bits 2-3 set
 //!   `enable_thinking` false / true, bit 4 adds an empty final step, bits 5-6 say how `output`
 //!   becomes ids (0, 3: the tokenizer's encoding, markers become their tokens; 1: one token per
@@ -15,7 +16,8 @@
 //! Checks: every error is a clean one; each run keeps the stream invariants
 //! ([`crate::stream_check`]); both runs give the same content, reasoning, calls and finish.
 
-use sidecar_native::parse::{SessionConfig, REASONING_PARSERS, TOOL_PARSERS};
+use sidecar_native::parse::registry::{implemented, Kind};
+use sidecar_native::parse::SessionConfig;
 
 use crate::input::{chunking, fields, pick, text, Input, Rng};
 use crate::models::{self, Model, PARSE_MODELS};
@@ -44,8 +46,8 @@ pub fn run(data: &[u8]) {
         _ => "",
     };
     let cfg = SessionConfig {
-        tool_parser: pick(TOOL_PARSERS, tool).into(),
-        reasoning_parser: pick(REASONING_PARSERS, reasoning).into(),
+        tool_parser: pick(&implemented(Kind::Tool), tool).into(),
+        reasoning_parser: pick(&implemented(Kind::Reasoning), reasoning).into(),
         tools_json: text(parts[3]),
         chat_template_kwargs_json: kwargs.into(),
         skip_special_tokens: flags & 1 == 0,

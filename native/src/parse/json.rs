@@ -8,9 +8,8 @@
 //!
 //! The relay never emits anything a later byte could invalidate: a member's key and the comma
 //! before it wait for the value's first byte, numbers and literals wait for the byte after them.
-//! So at any moment the emitted text is a prefix that [`JsonRelay::close`] can complete by
-//! appending only closing quotes and brackets; a truncated or broken value is closed, never
-//! retracted.
+//! So at any moment the emitted text is a prefix of valid JSON; a truncated or broken value is
+//! left as it is, never retracted and never completed.
 
 /// What the relay did with its input.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -66,6 +65,8 @@ pub(crate) struct JsonRelay {
     high_surrogate: Option<u32>,
     started: bool,
     done: bool,
+    /// Only an object may be the top-level value (tool-call arguments).
+    object_only: bool,
 }
 
 impl Default for JsonRelay {
@@ -84,6 +85,16 @@ impl JsonRelay {
             high_surrogate: None,
             started: false,
             done: false,
+            object_only: false,
+        }
+    }
+
+    /// A relay whose top-level value must be an object (anything else is an error at its first
+    /// byte): tool-call arguments.
+    pub(crate) fn object() -> Self {
+        JsonRelay {
+            object_only: true,
+            ..JsonRelay::new()
         }
     }
 
@@ -117,36 +128,6 @@ impl JsonRelay {
             }
         }
         Relay::More
-    }
-
-    /// Completes the emitted prefix into valid JSON: closes an open string and every open
-    /// container; drops a pending key or an unfinished number or literal. Returns whether anything
-    /// had been emitted (a value that never started emits nothing).
-    pub(crate) fn close(&mut self, out: &mut String) -> bool {
-        if self.done {
-            return true;
-        }
-        if !self.started {
-            return false;
-        }
-        match self.lex {
-            Lex::Str { key: false }
-            | Lex::Escape { key: false }
-            | Lex::Unicode { key: false, .. } => {
-                if let Some(high) = self.high_surrogate.take() {
-                    push_escaped_unit(high, out);
-                }
-                out.push('"');
-            }
-            _ => {}
-        }
-        self.pending.clear();
-        self.scalar.clear();
-        while let Some(ctx) = self.stack.pop() {
-            out.push(if is_object(ctx) { '}' } else { ']' });
-        }
-        self.done = true;
-        true
     }
 
     fn step(&mut self, c: char, out: &mut String) -> Step {
@@ -186,7 +167,7 @@ impl JsonRelay {
         }
         match self.stack.last().copied() {
             None => {
-                if self.started {
+                if self.started || (self.object_only && c != '{') {
                     return Step::Error;
                 }
                 self.start_value(c, out)
@@ -246,8 +227,7 @@ impl JsonRelay {
     }
 
     /// `started` is set only once the value has emitted something: a byte that cannot begin a
-    /// value, or a number or literal that never completes, emits nothing, so `close` reports that
-    /// no value began and the caller writes `{}`.
+    /// value, or a number or literal that never completes, emits nothing.
     fn start_value(&mut self, c: char, out: &mut String) -> Step {
         match c {
             '{' => {
@@ -615,36 +595,37 @@ mod tests {
         assert_eq!(out, "{");
         r.feed(", \"b\"", &mut out);
         assert_eq!(out, "{\"a\": 12");
-        assert!(r.close(&mut out));
-        assert_eq!(out, "{\"a\": 12}");
     }
 
     #[test]
     fn a_value_that_never_began_emits_nothing() {
-        // Found by the parse_session fuzz target: a DeepSeek call whose arguments started with a
-        // byte no JSON value starts with (or an unfinished literal) was sent as "" instead of "{}".
         for input in ["\u{FFFD}call", "call}", "nul"] {
             let mut r = JsonRelay::new();
             let mut out = String::new();
             r.feed(input, &mut out);
-            assert!(!r.close(&mut out), "{input:?}");
             assert_eq!(out, "", "{input:?}");
             assert!(!r.started(), "{input:?}");
         }
         let mut r = JsonRelay::new();
         let mut out = String::new();
         assert_eq!(r.feed("true,", &mut out), Relay::Done(4));
-        assert!(r.close(&mut out));
         assert_eq!(out, "true");
     }
 
     #[test]
-    fn closes_open_strings_and_containers() {
-        let mut r = JsonRelay::new();
+    fn arguments_must_be_an_object() {
+        // Found by the parse_session fuzz target: Kimi arguments `["a": 1}` went out as `["a"]`.
         let mut out = String::new();
-        r.feed("{\"a\": [\"x", &mut out);
-        r.close(&mut out);
-        assert_eq!(out, "{\"a\": [\"x\"]}");
+        assert_eq!(
+            JsonRelay::object().feed("[\"a\": 1}", &mut out),
+            Relay::Error(0)
+        );
+        assert_eq!(out, "");
+        assert_eq!(
+            JsonRelay::object().feed(" {\"a\": [1]} ", &mut out),
+            Relay::Done(11)
+        );
+        assert_eq!(out, "{\"a\": [1]}");
     }
 
     #[test]

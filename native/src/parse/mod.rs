@@ -16,6 +16,7 @@ mod model;
 mod mux;
 mod out;
 mod reasoning;
+pub mod registry;
 mod schema;
 mod session;
 mod text;
@@ -38,9 +39,18 @@ pub(crate) trait Stage: Send {
     /// Reads `input`; `end` means no more input will come (flush everything).
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool);
 
-    /// Called once after the prompt primed the stage; `thinking_flag` is the request's
-    /// `enable_thinking` / `thinking` template flag when given.
-    fn primed(&mut self, _thinking_flag: Option<bool>) {}
+    /// Called once before the first output with the prompt's tail (the decoded text after its last
+    /// special token that is not a marker, at most `PRIME_PARSER_IDS` ids) and the request's
+    /// `chat_template_kwargs`. The default reads the tail as output into `scratch` (thrown away),
+    /// so the stage ends in the state the prompt left it in.
+    fn prime(
+        &mut self,
+        prompt_tail: &mut SegBuf,
+        scratch: &mut Out,
+        _kwargs: &serde_json::Map<String, serde_json::Value>,
+    ) {
+        self.feed(prompt_tail, scratch, false);
+    }
 
     /// Bytes held inside the stage beyond its input buffer.
     fn held(&self) -> usize {
@@ -57,33 +67,12 @@ impl Stage for Passthrough {
     }
 }
 
-/// The tool parsers this build knows.
-pub const TOOL_PARSERS: &[&str] = &[
-    "hermes",
-    "qwen3_coder",
-    "qwen3_xml",
-    "llama3_json",
-    "llama4_json",
-    "mistral",
-    "deepseek_v3",
-    "deepseek_v31",
-    "deepseek_v32",
-    "minimax_m2",
-    "glm45",
-    "glm47",
-    "kimi_k2",
-    "openai",
-    "pythonic",
-];
+/// Every name of the implemented tool-call parsers (canonical names and aliases, table order).
+pub fn tool_parsers() -> Vec<&'static str> {
+    registry::implemented_names(registry::Kind::Tool)
+}
 
-/// The reasoning parsers this build knows.
-pub const REASONING_PARSERS: &[&str] = &[
-    "deepseek_r1",
-    "qwen3",
-    "glm45",
-    "kimi_k2",
-    "minimax_m2",
-    "mistral",
-    "deepseek_v3",
-    "openai",
-];
+/// Every name of the implemented reasoning parsers (canonical names and aliases, table order).
+pub fn reasoning_parsers() -> Vec<&'static str> {
+    registry::implemented_names(registry::Kind::Reasoning)
+}

@@ -58,8 +58,8 @@ impl ParseModel {
         serde_json::json!({
             "decoder": self.decoder_family(),
             "vocab_size": self.vocab_size(),
-            "tool_parsers": crate::parse::TOOL_PARSERS,
-            "reasoning_parsers": crate::parse::REASONING_PARSERS,
+            "tool_parsers": crate::parse::tool_parsers(),
+            "reasoning_parsers": crate::parse::reasoning_parsers(),
         })
     }
 

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use crate::parse::registry::IdStyle;
 use crate::parse::text::{scan, Markers, Scan, SegBuf};
 
 /// Where a stretch of the output stream went.
@@ -46,15 +47,6 @@ pub struct CallDelta {
     pub arguments: String,
 }
 
-/// How call ids are made when the format gives none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum IdStyle {
-    /// `call_` + 24 random alphanumerics (OpenAI's shape).
-    OpenAi,
-    /// 9 random alphanumerics (Mistral's templates require exactly this).
-    Mistral,
-}
-
 /// The sink parsers write to; one per request, cleared every step.
 pub(crate) struct Out {
     pub(crate) markers: Arc<Markers>,
@@ -67,6 +59,9 @@ pub(crate) struct Out {
     pub(crate) visible: SegBuf,
     /// Calls started so far in this request.
     pub(crate) call_count: u32,
+    /// Calls started and not (yet) complete: cut off by the end of the output or broken. Their
+    /// arguments are what the model wrote so far, never closed by the parser.
+    pub(crate) open_calls: u32,
     id_style: IdStyle,
     id_state: u64,
 }
@@ -81,6 +76,7 @@ impl Out {
             spans: Vec::new(),
             visible: SegBuf::default(),
             call_count: 0,
+            open_calls: 0,
             id_style,
             id_state: seed | 1,
         }
@@ -147,10 +143,12 @@ impl Out {
         }
     }
 
-    /// Starts a call; returns its index. `id` empty = make one.
+    /// Starts a call; returns its index. `id` empty = make one. The call counts as incomplete until
+    /// [`Out::end_call`].
     pub(crate) fn start_call(&mut self, name: &str, id: Option<String>) -> u32 {
         let index = self.call_count;
         self.call_count += 1;
+        self.open_calls += 1;
         let id = id.unwrap_or_else(|| self.new_id());
         self.calls.push(CallDelta {
             index,
@@ -159,6 +157,16 @@ impl Out {
             arguments: String::new(),
         });
         index
+    }
+
+    /// Marks call `index` complete: its arguments are a whole JSON object.
+    pub(crate) fn end_call(&mut self, _index: u32) {
+        self.open_calls = self.open_calls.saturating_sub(1);
+    }
+
+    /// Whether every call started so far is complete (and at least one was made).
+    pub(crate) fn all_calls_complete(&self) -> bool {
+        self.call_count > 0 && self.open_calls == 0
     }
 
     /// Appends an arguments fragment to call `index`.
@@ -179,7 +187,7 @@ impl Out {
     fn new_id(&mut self) -> String {
         const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
         let (prefix, len) = match self.id_style {
-            IdStyle::OpenAi => ("call_", 24),
+            IdStyle::OpenAi | IdStyle::Format => ("call_", 24),
             IdStyle::Mistral => ("", 9),
         };
         let mut id = String::with_capacity(prefix.len() + len);

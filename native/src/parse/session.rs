@@ -4,17 +4,18 @@
 use std::sync::Arc;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::detok::{Anchor, Detokenizer, StopFilter, TextSink};
 use crate::error::{Error, Result};
 use crate::parse::ledger::Ledger;
 use crate::parse::model::ParseModel;
-use crate::parse::out::{CallDelta, Channel, IdStyle, Out};
-use crate::parse::reasoning::{think_spec, Harmony, ThinkSplitter, HARMONY_MARKERS};
+use crate::parse::out::{CallDelta, Channel, Out};
+use crate::parse::reasoning::ThinkSplitter;
+use crate::parse::registry::{self, Build, IdStyle, Kind, Parser, WholeBuild};
 use crate::parse::schema::Tools;
 use crate::parse::text::{Markers, SegBuf};
-use crate::parse::{tools, Passthrough, Stage};
+use crate::parse::{Passthrough, Stage};
 
 /// Prompt ids the decoder is primed with (the end of the prompt): enough for any decoder state
 /// (a partial character, a byte-fallback run, whether text has started).
@@ -121,61 +122,97 @@ pub struct Session {
     trace: Option<Trace>,
 }
 
-fn parser_name(name: &str) -> &str {
-    if name == "none" {
-        ""
-    } else {
-        name
+/// The stages a request's parsers build, from their registry rows.
+struct Plan {
+    tool: Option<&'static Parser>,
+    reasoning: Option<&'static Parser>,
+    /// The one stage that reads reasoning and tool calls together, when a row is of that kind.
+    whole: Option<WholeBuild>,
+}
+
+impl Plan {
+    /// Resolves the configured names; a `Whole` row (Harmony) combines only with its own family.
+    fn new(cfg: &SessionConfig) -> Result<Plan> {
+        let tool = registry::resolve(Kind::Tool, &cfg.tool_parser)?;
+        let reasoning = registry::resolve(Kind::Reasoning, &cfg.reasoning_parser)?;
+        let whole = match (tool.and_then(whole_of), reasoning.and_then(whole_of)) {
+            (None, None) => None,
+            (Some((a, build)), Some((b, _))) if a == b => Some(build),
+            (Some((_, build)), None) if reasoning.is_none() => Some(build),
+            (None, Some((_, build))) if tool.is_none() => Some(build),
+            _ => return Err(incompatible(tool, reasoning)),
+        };
+        Ok(Plan {
+            tool,
+            reasoning,
+            whole,
+        })
+    }
+
+    fn markers(&self, model: &ParseModel, skip: bool) -> Markers {
+        let mut markers = Markers::default();
+        let lookup = |text: &str| model.marker_token(text, skip);
+        for row in self.reasoning.iter().chain(self.tool.iter()) {
+            row.markers.iter().for_each(|&m| markers.add(m, lookup));
+        }
+        markers
+    }
+
+    fn reasoning_stage(&self, markers: &Markers) -> Box<dyn Stage> {
+        if let Some(build) = self.whole {
+            return build(markers);
+        }
+        match self.reasoning.map(|r| (r.build, r.start)) {
+            Some((Build::Think(spec), start)) => {
+                Box::new(ThinkSplitter::new(&spec, start, markers))
+            }
+            _ => Box::new(Passthrough(Channel::Visible)),
+        }
+    }
+
+    fn tool_stage(&self, markers: &Markers, schema: &Tools) -> Box<dyn Stage> {
+        match self.tool.map(|t| t.build) {
+            Some(Build::Tool(build)) if self.whole.is_none() => build(markers, schema),
+            _ => Box::new(Passthrough(Channel::Content)),
+        }
     }
 }
 
+/// The family and builder of a row whose one stage reads reasoning and tool calls together.
+fn whole_of(row: &'static Parser) -> Option<(&'static str, WholeBuild)> {
+    match row.build {
+        Build::Whole { family, build } => Some((family, build)),
+        _ => None,
+    }
+}
+
+/// Why a tool and a reasoning parser cannot run together (one of them reads both sides itself).
+fn incompatible(tool: Option<&'static Parser>, reasoning: Option<&'static Parser>) -> Error {
+    let (Some(tool), Some(reasoning)) = (tool, reasoning) else {
+        return Error::internal("incompatible parsers without two parsers");
+    };
+    let (whole, other, field) = match whole_of(tool) {
+        Some(_) => (tool, reasoning, Kind::Reasoning.field()),
+        None => (reasoning, tool, Kind::Tool.field()),
+    };
+    let family = whole_of(whole).map_or("", |(f, _)| f);
+    Error::invalid_argument(format!(
+        "{field}: {:?} cannot be combined with {:?}, a {family} parser that reads reasoning and tool \
+         calls itself; use {family} parsers on both sides (tool {:?}, reasoning {:?}) or `none`",
+        other.name,
+        whole.name,
+        registry::rows(Kind::Tool).iter().find(|r| whole_of(r).is_some_and(|(f, _)| f == family)).map_or("", |r| r.name),
+        registry::rows(Kind::Reasoning).iter().find(|r| whole_of(r).is_some_and(|(f, _)| f == family)).map_or("", |r| r.name),
+    ))
+}
+
 impl Session {
-    /// Opens a session. Unknown parser names and bad `tools_json` / kwargs are `InvalidArgument`.
+    /// Opens a session. An unknown parser name, bad `tools_json` or kwargs are `InvalidArgument`; a
+    /// parser the engines register but this build does not implement is `FailedPrecondition`.
     pub fn new(model: Arc<ParseModel>, cfg: &SessionConfig, prompt: &[u32]) -> Result<Session> {
-        let tool_name = parser_name(&cfg.tool_parser);
-        let reasoning_name = parser_name(&cfg.reasoning_parser);
-        // Harmony is one format for reasoning and tool calls: `openai` on either side selects it.
-        let harmony = tool_name == "openai" || reasoning_name == "openai";
-        if harmony {
-            for (field, name) in [
-                ("tool_parser", tool_name),
-                ("reasoning_parser", reasoning_name),
-            ] {
-                if !name.is_empty() && name != "openai" {
-                    return Err(Error::invalid_argument(format!(
-                        "{field}: {name:?} cannot be combined with the `openai` (harmony) parser, which reads \
-                         reasoning and tool calls itself; use `openai` or `none`"
-                    )));
-                }
-            }
-        }
-        let (tool_name, reasoning_name) = if harmony {
-            ("", "")
-        } else {
-            (tool_name, reasoning_name)
-        };
-        let tool_markers = if tool_name.is_empty() {
-            &[][..]
-        } else {
-            tools::markers(tool_name).ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "tool_parser: unknown parser {tool_name:?}; known: {}",
-                    crate::parse::TOOL_PARSERS.join(", ")
-                ))
-            })?
-        };
-        let think = if reasoning_name.is_empty() {
-            None
-        } else {
-            Some(think_spec(reasoning_name).ok_or_else(|| {
-                Error::invalid_argument(format!(
-                    "reasoning_parser: unknown parser {reasoning_name:?}; known: {}",
-                    crate::parse::REASONING_PARSERS.join(", ")
-                ))
-            })?)
-        };
+        let plan = Plan::new(cfg)?;
         let schema = Tools::parse(&cfg.tools_json)?;
-        let flag = thinking_flag(&cfg.chat_template_kwargs_json)?;
+        let kwargs = kwargs_object(&cfg.chat_template_kwargs_json)?;
         for (i, &id) in prompt.iter().enumerate() {
             if !model.table.is_known(id) {
                 return Err(Error::invalid_argument(format!(
@@ -184,34 +221,9 @@ impl Session {
                 )));
             }
         }
-
-        let mut markers = Markers::default();
         let skip = cfg.skip_special_tokens;
-        let lookup = |text: &str| model.marker_token(text, skip);
-        if let Some(spec) = &think {
-            spec.markers().for_each(|m| markers.add(m, lookup));
-        }
-        if harmony {
-            HARMONY_MARKERS.iter().for_each(|&m| markers.add(m, lookup));
-        }
-        tool_markers.iter().for_each(|&m| markers.add(m, lookup));
-        let markers = Arc::new(markers);
-
-        let reasoning: Box<dyn Stage> = match &think {
-            _ if harmony => Box::new(Harmony::new(&markers)),
-            Some(spec) => Box::new(ThinkSplitter::new(spec, &markers)),
-            None => Box::new(Passthrough(Channel::Visible)),
-        };
-        let tools: Box<dyn Stage> = if tool_name.is_empty() {
-            Box::new(Passthrough(Channel::Content))
-        } else {
-            tools::build(tool_name, &markers, &schema)?
-        };
-        let id_style = if tool_name == "mistral" {
-            IdStyle::Mistral
-        } else {
-            IdStyle::OpenAi
-        };
+        let markers = Arc::new(plan.markers(&model, skip));
+        let id_style = plan.tool.map_or(IdStyle::OpenAi, |t| t.ids);
         let seed = if cfg.id_seed != 0 {
             cfg.id_seed
         } else {
@@ -222,15 +234,15 @@ impl Session {
             stop: StopFilter::new(&cfg.stop, cfg.include_stop_str_in_output),
             stop_strings: cfg.stop.clone(),
             out: Out::new(Arc::clone(&markers), id_style, seed),
+            reasoning: plan.reasoning_stage(&markers),
+            tools: plan.tool_stage(&markers, &schema),
             model,
             markers,
             skip_special: skip,
-            reasoning,
-            tools,
             buf1: SegBuf::default(),
             buf2: SegBuf::default(),
             ledger: Ledger::default(),
-            attribute: cfg.trace || think.is_some() || harmony,
+            attribute: cfg.trace || plan.reasoning.is_some() || plan.whole.is_some(),
             sink: TextSink::default(),
             stream_len: 0,
             tokens: 0,
@@ -238,13 +250,13 @@ impl Session {
             max_held: cfg.max_held_bytes,
             trace: cfg.trace.then(Trace::default),
         };
-        session.prime(prompt, flag);
+        session.prime(prompt, &kwargs);
         Ok(session)
     }
 
     /// Primes the decoder with the end of the prompt and the reasoning split with the prompt's
     /// tail after its last special token.
-    fn prime(&mut self, prompt: &[u32], flag: Option<bool>) {
+    fn prime(&mut self, prompt: &[u32], kwargs: &Map<String, Value>) {
         let tail = &prompt[prompt.len().saturating_sub(PRIME_DETOK_IDS)..];
         self.detok.prime(tail);
         let window = &prompt[prompt.len().saturating_sub(PRIME_PARSER_IDS)..];
@@ -252,26 +264,22 @@ impl Session {
             .iter()
             .rposition(|&id| self.model.is_special(id) && self.markers.sentinel_for(id).is_none())
             .map_or(0, |p| p + 1);
-        let segment = &window[start..];
-        if !segment.is_empty() {
-            let mut detok = Detokenizer::new(Arc::clone(&self.model.table), self.skip_special);
-            let mut sink = TextSink::default();
-            for &id in segment {
-                match self.markers.sentinel_for(id) {
-                    Some(s) => {
-                        detok.flush(&mut sink);
-                        sink.text.push(s);
-                    }
-                    None => detok.push(id, u64::MAX, &mut sink),
+        let mut detok = Detokenizer::new(Arc::clone(&self.model.table), self.skip_special);
+        let mut sink = TextSink::default();
+        for &id in &window[start..] {
+            match self.markers.sentinel_for(id) {
+                Some(s) => {
+                    detok.flush(&mut sink);
+                    sink.text.push(s);
                 }
+                None => detok.push(id, u64::MAX, &mut sink),
             }
-            detok.flush(&mut sink);
-            let mut input = SegBuf::default();
-            input.push(&sink.text, 0);
-            let mut scratch = Out::new(Arc::clone(&self.markers), IdStyle::OpenAi, 1);
-            self.reasoning.feed(&mut input, &mut scratch, false);
         }
-        self.reasoning.primed(flag);
+        detok.flush(&mut sink);
+        let mut input = SegBuf::default();
+        input.push(&sink.text, 0);
+        let mut scratch = Out::new(Arc::clone(&self.markers), IdStyle::OpenAi, 1);
+        self.reasoning.prime(&mut input, &mut scratch, kwargs);
     }
 
     /// Whether the request finished (engine said so, a stop string matched, or it failed).
@@ -393,7 +401,9 @@ impl Session {
                         .cloned()
                         .unwrap_or_default(),
                 );
-            } else if self.out.call_count > 0 {
+            } else if self.out.all_calls_complete() {
+                // A call cut off by the end of the output is not a completed call: the engine's own
+                // reason (length) stands.
                 delta.finish_reason = "tool_calls";
             }
         }
@@ -432,22 +442,20 @@ impl Session {
     }
 }
 
-/// The request's thinking flag: `enable_thinking`, else `thinking`, when a boolean.
-fn thinking_flag(kwargs_json: &str) -> Result<Option<bool>> {
+/// The request's `chat_template_kwargs` (a JSON object; empty text = none).
+fn kwargs_object(kwargs_json: &str) -> Result<Map<String, Value>> {
     if kwargs_json.trim().is_empty() {
-        return Ok(None);
+        return Ok(Map::new());
     }
     let value: Value = serde_json::from_str(kwargs_json).map_err(|e| {
         Error::invalid_argument(format!("chat_template_kwargs_json: not valid JSON: {e}"))
     })?;
-    let Value::Object(map) = value else {
-        return Err(Error::invalid_argument(
+    match value {
+        Value::Object(map) => Ok(map),
+        _ => Err(Error::invalid_argument(
             "chat_template_kwargs_json: expected a JSON object",
-        ));
-    };
-    Ok(["enable_thinking", "thinking"]
-        .iter()
-        .find_map(|k| map.get(*k).and_then(Value::as_bool)))
+        )),
+    }
 }
 
 fn random_seed() -> u64 {

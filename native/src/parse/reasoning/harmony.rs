@@ -7,6 +7,8 @@
 //! NAME, on any channel (gpt-oss also calls from `analysis`); another recipient (built-in tools
 //! such as `browser.search`, `python`) makes it reasoning; channel `analysis` is reasoning; `final`
 //! and `commentary` without a recipient (preambles) are content. Headers and markers are framing.
+//! A call starts at the `{` of its body; a body that is not a JSON object is text of the channel
+//! it is on. Output without any harmony markup is content.
 //! The prompt, which ends with `<|start|>assistant`, primes the parser; without a prompt it starts
 //! in a header.
 
@@ -33,6 +35,9 @@ enum State {
     Header,
     /// A body routed to a text channel.
     Text(Channel),
+    /// A function call's body before its first byte: `{` starts the call (the name is in
+    /// `name`); anything else makes the body text of `fallback`.
+    CallStart { fallback: Channel },
     /// A function call's JSON body.
     Call { index: u32 },
     /// After a call body's JSON, up to the message end.
@@ -51,12 +56,17 @@ pub(crate) struct Harmony {
     ret: String,
     state: State,
     relay: JsonRelay,
+    /// The function a header addressed.
+    name: String,
+    /// Whether any harmony markup was read (output without any is plain content).
+    seen_markup: bool,
 }
 
-/// What a header asks for: the body's channel, or a call to a function.
+/// What a header asks for: the body's channel, or a call to a function (with the channel its
+/// body goes to when it is not a JSON object).
 enum Route {
     Text(Channel),
-    Function(String),
+    Function(String, Channel),
 }
 
 /// Reads a header (`assistant<|channel|>commentary to=functions.f <|constrain|>json`, sentinels
@@ -84,9 +94,14 @@ fn route_of(header: &str, channel_marker: &str) -> Route {
                 .unwrap_or("")
         })
         .unwrap_or("");
+    let text = if channel == "analysis" {
+        Channel::Reasoning
+    } else {
+        Channel::Content
+    };
     match recipient {
         Some(r) => match r.strip_prefix("functions.") {
-            Some(name) if !name.is_empty() => Route::Function(name.to_string()),
+            Some(name) if !name.is_empty() => Route::Function(name.to_string(), text),
             _ => Route::Text(Channel::Reasoning),
         },
         None if channel == "analysis" => Route::Text(Channel::Reasoning),
@@ -105,7 +120,9 @@ impl Harmony {
             call: p(4),
             ret: p(5),
             state: State::Header,
-            relay: JsonRelay::new(),
+            relay: JsonRelay::object(),
+            name: String::new(),
+            seen_markup: false,
         }
     }
 
@@ -133,92 +150,111 @@ impl Harmony {
     }
 }
 
+/// The parser of a request (registry constructor, for both the tool and the reasoning row).
+pub(crate) fn build(markers: &Markers) -> Box<dyn Stage> {
+    Box::new(Harmony::new(markers))
+}
+
+impl Harmony {
+    fn step(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        match self.state {
+            State::Header => self.header(input, out, end)?,
+            State::Text(channel) => {
+                let ends = self.ends();
+                let index = out.route_until(input, &ends, channel, end)?;
+                self.after_body(input, out, index);
+            }
+            State::CallStart { fallback } => {
+                let s = input.as_str();
+                let ws = leading_ws(s);
+                if ws == s.len() && !end {
+                    return None;
+                }
+                if s[ws..].starts_with('{') {
+                    let index = out.start_call(&self.name, None);
+                    self.relay = JsonRelay::object();
+                    self.state = State::Call { index };
+                } else {
+                    // Not a JSON object: the body is text, not a call.
+                    self.state = State::Text(fallback);
+                }
+            }
+            State::Call { index } => {
+                if !stream_json_args(&mut self.relay, index, input, out, end) {
+                    return None;
+                }
+                self.state = State::CallTail;
+            }
+            State::CallTail => {
+                let ends = self.ends();
+                let index = out.route_until(input, &ends, Channel::Framing, end)?;
+                self.after_body(input, out, index);
+            }
+            State::Between => {
+                let patterns = [self.start.as_str(), self.channel.as_str()];
+                let index = out.route_until(input, &patterns, Channel::Framing, end)?;
+                if index == 0 {
+                    out.route(input, self.start.len(), Channel::Framing);
+                }
+                self.state = State::Header;
+            }
+        }
+        Some(())
+    }
+
+    /// Collects a header up to `<|message|>` and routes the body by it.
+    fn header(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let pats = [
+            self.message.as_str(),
+            self.end.as_str(),
+            self.call.as_str(),
+            self.ret.as_str(),
+        ];
+        match scan(input.as_str(), &pats) {
+            Scan::Found { at, index: 0 } => {
+                let header = &input.as_str()[..at];
+                // A header restarts at its last `<|start|>`.
+                let header = header
+                    .rsplit_once(self.start.as_str())
+                    .map_or(header, |(_, h)| h);
+                let route = route_of(header, &self.channel);
+                out.route(input, at + self.message.len(), Channel::Framing);
+                self.seen_markup = true;
+                self.state = match route {
+                    Route::Text(channel) => State::Text(channel),
+                    Route::Function(name, fallback) => {
+                        self.name = name;
+                        State::CallStart { fallback }
+                    }
+                };
+            }
+            Scan::Found { at, index } => {
+                out.route(input, at + pats[index].len(), Channel::Framing);
+                self.seen_markup = true;
+                self.state = State::Between;
+            }
+            // Output without any harmony markup is plain content.
+            _ if end && !self.seen_markup && !input.as_str().contains(self.channel.as_str()) => {
+                out.route_all(input, Channel::Content);
+                return None;
+            }
+            _ if end => {
+                out.route_all(input, Channel::Framing);
+                return None;
+            }
+            _ => return None,
+        }
+        Some(())
+    }
+}
+
 impl Stage for Harmony {
     fn held(&self) -> usize {
         self.relay.held()
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
-        loop {
-            match self.state {
-                State::Header => {
-                    let pats = [
-                        self.message.as_str(),
-                        self.end.as_str(),
-                        self.call.as_str(),
-                        self.ret.as_str(),
-                    ];
-                    match scan(input.as_str(), &pats) {
-                        Scan::Found { at, index: 0 } => {
-                            let header = &input.as_str()[..at];
-                            // A header restarts at its last `<|start|>`.
-                            let header = header
-                                .rsplit_once(self.start.as_str())
-                                .map_or(header, |(_, h)| h);
-                            let route = route_of(header, &self.channel);
-                            out.route(input, at + self.message.len(), Channel::Framing);
-                            self.state = match route {
-                                Route::Text(channel) => State::Text(channel),
-                                Route::Function(name) => {
-                                    let index = out.start_call(&name, None);
-                                    self.relay = JsonRelay::new();
-                                    State::Call { index }
-                                }
-                            };
-                        }
-                        Scan::Found { at, index } => {
-                            out.route(input, at + pats[index].len(), Channel::Framing);
-                            self.state = State::Between;
-                        }
-                        _ if end => return out.route_all(input, Channel::Framing),
-                        _ => return,
-                    }
-                }
-                State::Text(channel) => {
-                    let ends = self.ends();
-                    let Some(index) = out.route_until(input, &ends, channel, end) else {
-                        return;
-                    };
-                    self.after_body(input, out, index);
-                }
-                State::Call { index } => {
-                    let s = input.as_str();
-                    if !self.relay.started() {
-                        let ws = leading_ws(s);
-                        if ws == s.len() && !end {
-                            return;
-                        }
-                        if !s[ws..].starts_with('{') {
-                            out.call_args(index, "{}");
-                            self.state = State::CallTail;
-                            continue;
-                        }
-                    }
-                    if !stream_json_args(&mut self.relay, index, input, out, end) {
-                        return;
-                    }
-                    self.state = State::CallTail;
-                }
-                State::CallTail => {
-                    let ends = self.ends();
-                    let Some(index) = out.route_until(input, &ends, Channel::Framing, end) else {
-                        return;
-                    };
-                    self.after_body(input, out, index);
-                }
-                State::Between => {
-                    let patterns = [self.start.as_str(), self.channel.as_str()];
-                    let Some(index) = out.route_until(input, &patterns, Channel::Framing, end)
-                    else {
-                        return;
-                    };
-                    if index == 0 {
-                        out.route(input, self.start.len(), Channel::Framing);
-                    }
-                    self.state = State::Header;
-                }
-            }
-        }
+        while self.step(input, out, end).is_some() {}
     }
 }
 
@@ -243,11 +279,11 @@ mod tests {
         ));
         assert!(
             matches!(route_of("assistant<|channel|>commentary to=functions.get_weather <|constrain|>json", ch),
-            Route::Function(n) if n == "get_weather")
+            Route::Function(n, Channel::Content) if n == "get_weather")
         );
         assert!(
             matches!(route_of("assistant to=functions.math.sum<|channel|>commentary json", ch),
-            Route::Function(n) if n == "math.sum")
+            Route::Function(n, Channel::Content) if n == "math.sum")
         );
         assert!(matches!(
             route_of("assistant<|channel|>analysis to=browser.search", ch),

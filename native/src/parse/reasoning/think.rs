@@ -1,35 +1,37 @@
-//! `<think>`-style reasoning: text between a start and an end marker is reasoning.
+//! Start/end-marker reasoning (`<think>`...`</think>`, `[THINK]`...`[/THINK]`): text between the
+//! markers is reasoning.
 //!
-//! The state at the start of generation comes from the prompt: the session primes the splitter
-//! with the prompt's tail (after its last special token), so a template that opened `<think>`
-//! leaves it reasoning and one that wrote `<think></think>` leaves it in content. Without a marker
-//! in the prompt the parser's default holds, and a `chat_template_kwargs` flag
-//! (`enable_thinking`, `thinking`) overrides both.
+//! Where generation starts follows one rule for every format ([`StartRule::decide`]): the prompt's
+//! last reasoning marker when the prompt's tail (after its last special token) has one, else the
+//! request's flag when the format honours one, else the format's default. The session primes the
+//! splitter with that tail ([`Stage::prime`]).
 //!
 //! Reasoning that was only assumed (by default or by a flag, never opened by a marker) ends at a
-//! tool-call start for formats whose models skip `</think>` when they do not think (Qwen3, GLM,
-//! Kimi). Reasoning opened by a marker ends only at its end marker: a tool call written inside it
-//! is reasoning text.
+//! tool-call start for formats whose models skip the end marker when they do not think (Qwen3,
+//! GLM, Kimi). Reasoning opened by a marker ends only at its end marker: a tool call written
+//! inside it is reasoning text. A start marker right where reasoning begins is framing (the model
+//! opening the block the template already opened); once reasoning text has begun, a start marker
+//! is text, as is an end marker in content: no character of the output is dropped.
+
+use serde_json::{Map, Value};
 
 use crate::parse::out::{Channel, Out};
+use crate::parse::registry::StartRule;
 use crate::parse::text::{Markers, SegBuf};
 use crate::parse::Stage;
 
-/// A think-tag parser's markers and defaults.
+/// A start/end-marker format's markers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ThinkSpec {
     pub(crate) start: &'static [&'static str],
     pub(crate) end: &'static [&'static str],
     /// Tool-call starts that end assumed reasoning (the marker is left for the tool parser).
     pub(crate) implicit_end: &'static [&'static str],
-    /// Whether generation starts in reasoning when neither prompt nor flag says.
-    pub(crate) default_reasoning: bool,
-    /// Split only when thinking is on (flag true, or the prompt opened reasoning); otherwise all
-    /// text is visible, markers included.
-    pub(crate) needs_flag: bool,
 }
 
 impl ThinkSpec {
+    /// Every marker the splitter looks for.
+    #[cfg(test)]
     pub(crate) fn markers(&self) -> impl Iterator<Item = &'static str> {
         self.start
             .iter()
@@ -41,117 +43,147 @@ impl ThinkSpec {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
-    Reasoning { explicit: bool },
-    Content { explicit: bool },
+    /// `explicit`: opened by a marker; `started`: reasoning text has begun since.
+    Reasoning {
+        explicit: bool,
+        started: bool,
+    },
+    Content,
+}
+
+/// Which pattern a search in reasoning found.
+enum Found {
+    End,
+    Start,
+    Implicit,
 }
 
 /// The splitter (see the module docs).
 pub(crate) struct ThinkSplitter {
     start: Vec<String>,
     end: Vec<String>,
-    /// Patterns searched in reasoning: end markers, start markers, then implicit ends.
-    in_reasoning: Vec<String>,
+    implicit_end: Vec<String>,
     state: State,
-    needs_flag: bool,
+    rule: StartRule,
     enabled: bool,
 }
 
 impl ThinkSplitter {
-    pub(crate) fn new(spec: &ThinkSpec, markers: &Markers) -> Self {
+    pub(crate) fn new(spec: &ThinkSpec, rule: StartRule, markers: &Markers) -> Self {
         let patterns = |list: &[&str]| list.iter().map(|m| markers.pattern(m)).collect();
-        let state = if spec.default_reasoning {
-            State::Reasoning { explicit: false }
-        } else {
-            State::Content { explicit: false }
-        };
-        let start: Vec<String> = patterns(spec.start);
-        let end: Vec<String> = patterns(spec.end);
-        let implicit_end: Vec<String> = patterns(spec.implicit_end);
-        let in_reasoning = end
-            .iter()
-            .chain(&start)
-            .chain(&implicit_end)
-            .cloned()
-            .collect();
         ThinkSplitter {
-            start,
-            end,
-            in_reasoning,
-            state,
-            needs_flag: spec.needs_flag,
+            start: patterns(spec.start),
+            end: patterns(spec.end),
+            implicit_end: patterns(spec.implicit_end),
+            state: State::Content,
+            rule,
             enabled: true,
         }
+    }
+
+    /// Whether `text` ends inside reasoning by its last marker: `Some(true)` after a start marker,
+    /// `Some(false)` after an end marker, `None` without either.
+    fn last_marker(&self, text: &str) -> Option<bool> {
+        let last = |list: &[String]| list.iter().filter_map(|p| text.rfind(p.as_str())).max();
+        match (last(&self.start), last(&self.end)) {
+            (Some(s), Some(e)) => Some(s > e),
+            (Some(_), None) => Some(true),
+            (None, Some(_)) => Some(false),
+            (None, None) => None,
+        }
+    }
+
+    /// Reads reasoning up to its end; `None` when waiting for more input.
+    fn in_reasoning(
+        &mut self,
+        explicit: bool,
+        started: bool,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let mut patterns: Vec<(&str, u8)> = self.end.iter().map(|p| (p.as_str(), 0)).collect();
+        if !started {
+            patterns.extend(self.start.iter().map(|p| (p.as_str(), 1)));
+        }
+        if !explicit {
+            patterns.extend(self.implicit_end.iter().map(|p| (p.as_str(), 2)));
+        }
+        let texts: Vec<&str> = patterns.iter().map(|(p, _)| *p).collect();
+        let before = input.len();
+        let found = out.route_until(input, &texts, Channel::Reasoning, end);
+        let started = started || input.len() < before;
+        self.state = State::Reasoning { explicit, started };
+        let index = found?;
+        let len = texts[index].len();
+        let which = match patterns[index].1 {
+            0 => Found::End,
+            1 => Found::Start,
+            _ => Found::Implicit,
+        };
+        match which {
+            Found::End => {
+                out.route(input, len, Channel::Framing);
+                self.state = State::Content;
+            }
+            // Text came before it in this very read: the marker is text too.
+            Found::Start if started => {
+                out.route(input, len, Channel::Reasoning);
+            }
+            Found::Start => {
+                out.route(input, len, Channel::Framing);
+                self.state = State::Reasoning {
+                    explicit: true,
+                    started: false,
+                };
+            }
+            // The tool-call start stays in the input for the tool parser.
+            Found::Implicit => self.state = State::Content,
+        }
+        Some(())
+    }
+
+    /// Reads content up to a start marker; `None` when waiting for more input.
+    fn in_content(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let texts: Vec<&str> = self.start.iter().map(String::as_str).collect();
+        let index = out.route_until(input, &texts, Channel::Visible, end)?;
+        out.route(input, texts[index].len(), Channel::Framing);
+        self.state = State::Reasoning {
+            explicit: true,
+            started: false,
+        };
+        Some(())
     }
 }
 
 impl Stage for ThinkSplitter {
-    fn primed(&mut self, thinking_flag: Option<bool>) {
-        let opened_by_prompt = matches!(self.state, State::Reasoning { explicit: true });
-        match thinking_flag {
-            Some(true) if !matches!(self.state, State::Reasoning { .. }) => {
-                self.state = State::Reasoning { explicit: false };
+    fn prime(&mut self, prompt_tail: &mut SegBuf, _scratch: &mut Out, kwargs: &Map<String, Value>) {
+        let prompt = self.last_marker(prompt_tail.as_str());
+        let reasoning = self.rule.decide(prompt, self.rule.flag(kwargs));
+        self.state = if reasoning {
+            State::Reasoning {
+                explicit: prompt == Some(true),
+                started: false,
             }
-            Some(false) => self.state = State::Content { explicit: false },
-            _ => {}
-        }
-        if self.needs_flag {
-            self.enabled =
-                thinking_flag == Some(true) || (thinking_flag.is_none() && opened_by_prompt);
-        }
+        } else {
+            State::Content
+        };
+        self.enabled = !self.rule.needs_thinking || reasoning;
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         if !self.enabled {
             return out.route_all(input, Channel::Visible);
         }
-        loop {
-            if input.is_empty() {
+        while !input.is_empty() {
+            let step = match self.state {
+                State::Reasoning { explicit, started } => {
+                    self.in_reasoning(explicit, started, input, out, end)
+                }
+                State::Content => self.in_content(input, out, end),
+            };
+            if step.is_none() {
                 return;
-            }
-            match self.state {
-                State::Reasoning { explicit } => {
-                    let n_closing = self.end.len();
-                    let n_opening = self.start.len();
-                    let n = if explicit {
-                        n_closing + n_opening
-                    } else {
-                        self.in_reasoning.len()
-                    };
-                    let mut buf = [""; 8];
-                    for (slot, p) in buf.iter_mut().zip(&self.in_reasoning[..n]) {
-                        *slot = p.as_str();
-                    }
-                    let patterns = &buf[..n.min(8)];
-                    let Some(index) = out.route_until(input, patterns, Channel::Reasoning, end)
-                    else {
-                        return;
-                    };
-                    let len = patterns[index].len();
-                    if index < n_closing {
-                        out.route(input, len, Channel::Framing);
-                        self.state = State::Content { explicit: true };
-                    } else if index < n_closing + n_opening {
-                        // A (repeated) opening marker inside reasoning is framing.
-                        out.route(input, len, Channel::Framing);
-                        self.state = State::Reasoning { explicit: true };
-                    } else {
-                        // The tool-call start stays in the input for the tool parser.
-                        self.state = State::Content { explicit: false };
-                    }
-                }
-                State::Content { .. } => {
-                    let mut buf = [""; 4];
-                    for (slot, p) in buf.iter_mut().zip(&self.start) {
-                        *slot = p.as_str();
-                    }
-                    let patterns = &buf[..self.start.len().min(4)];
-                    let Some(index) = out.route_until(input, patterns, Channel::Visible, end)
-                    else {
-                        return;
-                    };
-                    out.route(input, patterns[index].len(), Channel::Framing);
-                    self.state = State::Reasoning { explicit: true };
-                }
             }
         }
     }

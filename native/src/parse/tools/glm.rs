@@ -7,7 +7,7 @@
 use crate::parse::json::is_sentinel;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::Tools;
-use crate::parse::text::{could_become, leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::text::{ascii_trim, could_become, leading_ws, scan, Markers, Scan, SegBuf};
 use crate::parse::tools::xml_args::{stray_len, ArgsBuilder, ValueEnd};
 use crate::parse::Stage;
 
@@ -73,124 +73,134 @@ impl Glm {
     }
 }
 
+/// The parser of a request (registry constructor).
+pub(crate) fn build(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Glm::new(markers, tools))
+}
+
+impl Glm {
+    fn step(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        match self.state {
+            State::Content => {
+                out.route_until(input, &[&self.open], Channel::Content, end)?;
+                self.state = State::Name;
+            }
+            State::Name => self.name(input, out, end)?,
+            State::Args => self.between_args(input, out, end)?,
+            State::Key => match scan(input.as_str(), &[&self.key_close]) {
+                Scan::Found { at, .. } => {
+                    self.key = ascii_trim(&input.as_str()[..at]).to_string();
+                    out.route(input, at + self.key_close.len(), Channel::Tool);
+                    self.state = State::BeforeValue;
+                }
+                _ if !end => return None,
+                _ => {
+                    self.args.cut_off(input, out);
+                    self.state = State::Content;
+                    return None;
+                }
+            },
+            State::BeforeValue => {
+                let s = input.as_str();
+                let ws = leading_ws(s);
+                let after = &s[ws..];
+                if after.starts_with(self.value_open.as_str()) {
+                    out.route(input, ws + self.value_open.len(), Channel::Tool);
+                    let types = self.tools.param_types(&self.function, &self.key);
+                    self.args.begin(&self.key, types);
+                    self.state = State::Value;
+                } else if !end && (after.is_empty() || could_become(after, &self.value_open)) {
+                    return None;
+                } else {
+                    // A key without a value is dropped.
+                    self.state = State::Args;
+                }
+            }
+            State::Value => {
+                let ends = [
+                    self.value_close.as_str(),
+                    self.key_open.as_str(),
+                    self.close.as_str(),
+                ];
+                match self.args.value(input, out, &ends, end) {
+                    ValueEnd::Closed => self.state = State::Args,
+                    ValueEnd::Pending => return None,
+                    ValueEnd::Cut => {
+                        self.state = State::Content;
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(())
+    }
+
+    /// `<tool_call>NAME` then a newline, `<arg_key>` or `</tool_call>`: the call starts.
+    fn name(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let s = &input.as_str()[self.open.len()..];
+        let ws = leading_ws(s);
+        let name_len = s[ws..].find(|c| !is_name_char(c)).unwrap_or(s.len() - ws);
+        let after = &s[ws + name_len..];
+        let ok_end = after.starts_with('\n')
+            || after.starts_with(self.key_open.as_str())
+            || after.starts_with(self.close.as_str());
+        if name_len > 0 && ok_end {
+            self.function = s[ws..ws + name_len].to_string();
+            let index = out.start_call(&self.function, None);
+            out.route(input, self.open.len(), Channel::Framing);
+            out.route(input, ws + name_len, Channel::Tool);
+            self.args.start(index, out);
+            self.state = State::Args;
+        } else if !end
+            && (after.is_empty()
+                || (name_len > 0
+                    && (could_become(after, &self.key_open) || could_become(after, &self.close))))
+        {
+            return None;
+        } else {
+            out.route(input, self.open.len(), Channel::Content);
+            self.state = State::Content;
+        }
+        Some(())
+    }
+
+    /// Between a call's elements: `<arg_key>`, `</tool_call>`, or stray text (skipped).
+    fn between_args(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        let after = &s[ws..];
+        if after.starts_with(self.key_open.as_str()) {
+            out.route(input, ws + self.key_open.len(), Channel::Tool);
+            self.state = State::Key;
+        } else if after.starts_with(self.close.as_str()) {
+            out.route(input, ws + self.close.len(), Channel::Framing);
+            self.args.finish(out);
+            self.state = State::Content;
+        } else if after.is_empty()
+            || could_become(after, &self.key_open)
+            || could_become(after, &self.close)
+        {
+            if end {
+                self.args.cut_off(input, out);
+                self.state = State::Content;
+            } else {
+                out.route(input, ws, Channel::Tool);
+            }
+            return None;
+        } else {
+            // Stray text is skipped even at the end of the output: elements may follow.
+            out.route(input, ws + stray_len(after), Channel::Tool);
+        }
+        Some(())
+    }
+}
+
 impl Stage for Glm {
     fn held(&self) -> usize {
         self.args.held() + self.key.len()
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
-        loop {
-            match self.state {
-                State::Content => {
-                    if out
-                        .route_until(input, &[&self.open], Channel::Content, end)
-                        .is_none()
-                    {
-                        return;
-                    }
-                    self.state = State::Name;
-                }
-                State::Name => {
-                    let s = &input.as_str()[self.open.len()..];
-                    let ws = leading_ws(s);
-                    let name_len = s[ws..].find(|c| !is_name_char(c)).unwrap_or(s.len() - ws);
-                    let after = &s[ws + name_len..];
-                    let ok_end = after.starts_with('\n')
-                        || after.starts_with(self.key_open.as_str())
-                        || after.starts_with(self.close.as_str());
-                    if name_len > 0 && ok_end {
-                        self.function = s[ws..ws + name_len].to_string();
-                        let index = out.start_call(&self.function, None);
-                        out.route(input, self.open.len(), Channel::Framing);
-                        out.route(input, ws + name_len, Channel::Tool);
-                        self.args.start(index, out);
-                        self.state = State::Args;
-                    } else if !end
-                        && (after.is_empty()
-                            || (name_len > 0
-                                && (could_become(after, &self.key_open)
-                                    || could_become(after, &self.close))))
-                    {
-                        return;
-                    } else {
-                        out.route(input, self.open.len(), Channel::Content);
-                        self.state = State::Content;
-                    }
-                }
-                State::Args => {
-                    let s = input.as_str();
-                    let ws = leading_ws(s);
-                    let after = &s[ws..];
-                    if after.starts_with(self.key_open.as_str()) {
-                        out.route(input, ws + self.key_open.len(), Channel::Tool);
-                        self.state = State::Key;
-                    } else if after.starts_with(self.close.as_str()) {
-                        out.route(input, ws + self.close.len(), Channel::Framing);
-                        self.args.finish(out);
-                        self.state = State::Content;
-                    } else if after.is_empty()
-                        || could_become(after, &self.key_open)
-                        || could_become(after, &self.close)
-                    {
-                        if end {
-                            self.args.cut_off(input, out);
-                            self.state = State::Content;
-                        } else {
-                            out.route(input, ws, Channel::Tool);
-                        }
-                        return;
-                    } else {
-                        // Stray text is skipped even at the end of the output: elements may follow.
-                        out.route(input, ws + stray_len(after), Channel::Tool);
-                    }
-                }
-                State::Key => match scan(input.as_str(), &[&self.key_close]) {
-                    Scan::Found { at, .. } => {
-                        self.key = input.as_str()[..at]
-                            .trim_matches(|c: char| c.is_ascii_whitespace())
-                            .to_string();
-                        out.route(input, at + self.key_close.len(), Channel::Tool);
-                        self.state = State::BeforeValue;
-                    }
-                    _ if !end => return,
-                    _ => {
-                        self.args.cut_off(input, out);
-                        self.state = State::Content;
-                        return;
-                    }
-                },
-                State::BeforeValue => {
-                    let s = input.as_str();
-                    let ws = leading_ws(s);
-                    let after = &s[ws..];
-                    if after.starts_with(self.value_open.as_str()) {
-                        out.route(input, ws + self.value_open.len(), Channel::Tool);
-                        let types = self.tools.param_types(&self.function, &self.key);
-                        self.args.begin(&self.key, types);
-                        self.state = State::Value;
-                    } else if !end && (after.is_empty() || could_become(after, &self.value_open)) {
-                        return;
-                    } else {
-                        // A key without a value is dropped.
-                        self.state = State::Args;
-                    }
-                }
-                State::Value => {
-                    let ends = [
-                        self.value_close.as_str(),
-                        self.key_open.as_str(),
-                        self.close.as_str(),
-                    ];
-                    match self.args.value(input, out, &ends, end) {
-                        ValueEnd::Closed => self.state = State::Args,
-                        ValueEnd::Pending => return,
-                        ValueEnd::Cut => {
-                            self.state = State::Content;
-                            return;
-                        }
-                    }
-                }
-            }
-        }
+        while self.step(input, out, end).is_some() {}
     }
 }

@@ -6,12 +6,20 @@
 //! markers and all. After the object, everything up to `</tool_call>` is framing.
 
 use crate::parse::out::{Channel, Out};
+use crate::parse::schema::Tools;
 use crate::parse::text::{Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
 use crate::parse::Stage;
 
 /// The markers this format uses.
 pub(crate) const MARKERS: &[&str] = &["<tool_call>", "</tool_call>"];
+
+const ARG_KEYS: &[&str] = &["arguments", "parameters"];
+
+/// The parser of a request (registry constructor).
+pub(crate) fn build(markers: &Markers, _tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Hermes::new(markers))
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
@@ -40,8 +48,65 @@ impl Hermes {
             open: markers.pattern(MARKERS[0]),
             close: markers.pattern(MARKERS[1]),
             state: State::Content,
-            call: JsonCall::new(&["arguments", "parameters"]),
+            call: JsonCall::new(ARG_KEYS),
         }
+    }
+
+    /// One state's work: `None` to wait for more input.
+    fn step(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        match self.state {
+            State::Content => {
+                out.route_until(input, &[&self.open], Channel::Content, end)?;
+                self.state = State::Undecided {
+                    cursor: self.open.len(),
+                };
+                self.call = JsonCall::new(ARG_KEYS);
+            }
+            State::Undecided { cursor } => self.undecided(cursor, input, out, end)?,
+            State::InCall { index } => {
+                self.call.stream(index, input, out, end)?;
+                self.state = State::AfterCall;
+            }
+            State::AfterCall => {
+                let patterns = [self.close.as_str(), self.open.as_str()];
+                let index = out.route_until(input, &patterns, Channel::Framing, end)?;
+                // Framing through `</tool_call>`; a new `<tool_call>` starts over.
+                if index == 0 {
+                    out.route(input, self.close.len(), Channel::Framing);
+                }
+                self.state = State::Content;
+            }
+        }
+        Some(())
+    }
+
+    fn undecided(
+        &mut self,
+        cursor: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let (n, event) = self.call.feed(&input.as_str()[cursor..]);
+        let cursor = cursor + n;
+        match event {
+            CallEvent::Named => {
+                let index = self.call.start(out);
+                out.route(input, self.open.len(), Channel::Framing);
+                out.route(input, cursor - self.open.len(), Channel::Tool);
+                self.state = State::InCall { index };
+            }
+            CallEvent::More if !end => {
+                self.state = State::Undecided { cursor };
+                return None;
+            }
+            // Not a call: the marker is text, and what follows is read as content.
+            _ => {
+                out.route(input, self.open.len(), Channel::Content);
+                self.state = State::Content;
+            }
+        }
+        Some(())
     }
 }
 
@@ -51,64 +116,9 @@ impl Stage for Hermes {
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
-        loop {
-            match self.state {
-                State::Content => {
-                    if out
-                        .route_until(input, &[&self.open], Channel::Content, end)
-                        .is_none()
-                    {
-                        return;
-                    }
-                    self.state = State::Undecided {
-                        cursor: self.open.len(),
-                    };
-                    self.call = JsonCall::new(&["arguments", "parameters"]);
-                }
-                State::Undecided { cursor } => {
-                    let (n, event) = self.call.feed(&input.as_str()[cursor..]);
-                    let cursor = cursor + n;
-                    match event {
-                        CallEvent::Named => {
-                            let index = self.call.start(out);
-                            out.route(input, self.open.len(), Channel::Framing);
-                            out.route(input, cursor - self.open.len(), Channel::Tool);
-                            self.state = State::InCall { index };
-                        }
-                        CallEvent::More if !end => {
-                            self.state = State::Undecided { cursor };
-                            return;
-                        }
-                        // Not a call: the marker is text, and what follows is read as content.
-                        _ => {
-                            out.route(input, self.open.len(), Channel::Content);
-                            self.state = State::Content;
-                        }
-                    }
-                }
-                State::InCall { index } => {
-                    if self.call.stream(index, input, out, end).is_none() {
-                        return;
-                    }
-                    self.state = State::AfterCall;
-                }
-                State::AfterCall => {
-                    let patterns = [self.close.as_str(), self.open.as_str()];
-                    let Some(index) = out.route_until(input, &patterns, Channel::Framing, end)
-                    else {
-                        return;
-                    };
-                    // Framing through `</tool_call>`; a new `<tool_call>` starts over.
-                    if index == 0 {
-                        out.route(input, self.close.len(), Channel::Framing);
-                    }
-                    self.state = State::Content;
-                }
-            }
-            if input.is_empty() && !matches!(self.state, State::InCall { .. }) {
-                if end && matches!(self.state, State::Undecided { .. }) {
-                    continue;
-                }
+        while self.step(input, out, end).is_some() {
+            let waiting = input.is_empty() && !matches!(self.state, State::InCall { .. });
+            if waiting && !(end && matches!(self.state, State::Undecided { .. })) {
                 return;
             }
         }

@@ -31,6 +31,14 @@ enum Member {
     Skip,
 }
 
+/// What one read of [`JsonCall::step`] did.
+enum Step {
+    /// Consumed this many bytes; go on.
+    Advance(usize),
+    /// Consumed this many bytes and stopped at an event.
+    Stop(usize, CallEvent),
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Open,
@@ -89,135 +97,138 @@ impl JsonCall {
     pub(crate) fn feed(&mut self, input: &str) -> (usize, CallEvent) {
         let mut pos = 0;
         while pos < input.len() {
-            let rest = &input[pos..];
-            let c = rest.chars().next().expect("non-empty");
-            match self.state {
-                State::Done => return (pos, CallEvent::Done),
-                State::Open | State::Key { .. } | State::Colon | State::Next
-                    if c.is_ascii_whitespace() =>
-                {
-                    pos += 1;
-                }
-                State::Open => {
-                    if c != '{' {
-                        return (pos, CallEvent::Broken);
-                    }
-                    self.state = State::Key { first: true };
-                    pos += 1;
-                }
-                State::Key { first } => match c {
-                    '}' if first => {
-                        self.state = State::Done;
-                        return (pos + 1, CallEvent::Done);
-                    }
-                    '"' => {
-                        self.state = State::InKey;
-                        self.relay = JsonRelay::new();
-                        self.scratch.clear();
-                    }
-                    _ => return (pos, CallEvent::Broken),
-                },
-                State::InKey => match self.relay.feed(rest, &mut self.scratch) {
-                    Relay::More => return (input.len(), CallEvent::More),
-                    Relay::Done(n) => {
-                        pos += n;
-                        self.key = decode_canonical_string(&self.scratch).unwrap_or_default();
-                        self.state = State::Colon;
-                    }
-                    Relay::Error(_) => return (pos, CallEvent::Broken),
-                },
-                State::Colon => {
-                    if c != ':' {
-                        return (pos, CallEvent::Broken);
-                    }
-                    pos += 1;
-                    let member = if self.key == "name" && self.name.is_none() {
-                        Member::Name
-                    } else if self.arg_keys.contains(&self.key.as_str()) && !self.args_seen {
-                        self.args_seen = true;
-                        Member::Args
-                    } else {
-                        Member::Skip
-                    };
-                    self.relay = JsonRelay::new();
-                    self.scratch.clear();
-                    self.state = State::Value(member);
-                }
-                State::Value(member) => {
-                    let member = if member == Member::Args && !self.relay.started() {
-                        // The first byte decides how the arguments are written.
-                        match c {
-                            c if c.is_ascii_whitespace() => {
-                                pos += c.len_utf8();
-                                continue;
-                            }
-                            '{' => Member::Args,
-                            '"' => Member::ArgsString,
-                            _ => Member::Skip,
-                        }
-                    } else {
-                        member
-                    };
-                    self.state = State::Value(member);
-                    let target = if member == Member::Args {
-                        &mut self.args
-                    } else {
-                        &mut self.scratch
-                    };
-                    let started_before = self.relay.started();
-                    let result = self.relay.feed(rest, target);
-                    if member == Member::Args && !started_before && self.relay.started() {
-                        self.args_started = true;
-                    }
-                    match result {
-                        Relay::More => return (input.len(), CallEvent::More),
-                        Relay::Error(n) => {
-                            if member == Member::Args {
-                                self.relay.close(&mut self.args);
-                                self.args_done = true;
-                            }
-                            return (pos + n, CallEvent::Broken);
-                        }
-                        Relay::Done(n) => {
-                            pos += n;
-                            self.state = State::Next;
-                            match member {
-                                Member::Name => {
-                                    let Some(name) = decode_canonical_string(&self.scratch) else {
-                                        return (pos, CallEvent::Broken);
-                                    };
-                                    self.name = Some(name);
-                                    return (pos, CallEvent::Named);
-                                }
-                                Member::Args => self.args_done = true,
-                                Member::ArgsString => {
-                                    let inner = decode_canonical_string(&self.scratch)
-                                        .and_then(|s| canonical(&s));
-                                    if let Some(obj) = inner.filter(|o| o.starts_with('{')) {
-                                        self.args.push_str(&obj);
-                                        self.args_started = true;
-                                        self.args_done = true;
-                                    }
-                                }
-                                Member::Skip => {}
-                            }
-                        }
-                    }
-                }
-                State::Next => match c {
-                    ',' => {
-                        self.state = State::Key { first: false };
-                        pos += 1;
-                    }
-                    '}' => {
-                        self.state = State::Done;
-                        return (pos + 1, CallEvent::Done);
-                    }
-                    _ => return (pos, CallEvent::Broken),
-                },
+            match self.step(&input[pos..]) {
+                Step::Advance(n) => pos += n,
+                Step::Stop(n, event) => return (pos + n, event),
             }
         }
         (input.len(), CallEvent::More)
+    }
+
+    /// Reads at the start of `rest` (not empty) as far as the current state goes.
+    fn step(&mut self, rest: &str) -> Step {
+        let c = rest.chars().next().expect("non-empty");
+        let between = matches!(
+            self.state,
+            State::Open | State::Key { .. } | State::Colon | State::Next
+        );
+        if between && c.is_ascii_whitespace() {
+            return Step::Advance(1);
+        }
+        match self.state {
+            State::Done => Step::Stop(0, CallEvent::Done),
+            State::Open if c == '{' => {
+                self.state = State::Key { first: true };
+                Step::Advance(1)
+            }
+            State::Key { first: true } if c == '}' => self.close_object(),
+            State::Key { .. } if c == '"' => {
+                self.state = State::InKey;
+                self.relay = JsonRelay::new();
+                self.scratch.clear();
+                Step::Advance(0)
+            }
+            State::InKey => self.in_key(rest),
+            State::Colon if c == ':' => {
+                self.state = State::Value(self.member());
+                self.relay = JsonRelay::new();
+                self.scratch.clear();
+                Step::Advance(1)
+            }
+            State::Value(member) => self.in_value(member, rest),
+            State::Next if c == ',' => {
+                self.state = State::Key { first: false };
+                Step::Advance(1)
+            }
+            State::Next if c == '}' => self.close_object(),
+            _ => Step::Stop(0, CallEvent::Broken),
+        }
+    }
+
+    fn close_object(&mut self) -> Step {
+        self.state = State::Done;
+        Step::Stop(1, CallEvent::Done)
+    }
+
+    fn in_key(&mut self, rest: &str) -> Step {
+        match self.relay.feed(rest, &mut self.scratch) {
+            Relay::More => Step::Stop(rest.len(), CallEvent::More),
+            Relay::Done(n) => {
+                self.key = decode_canonical_string(&self.scratch).unwrap_or_default();
+                self.state = State::Colon;
+                Step::Advance(n)
+            }
+            Relay::Error(_) => Step::Stop(0, CallEvent::Broken),
+        }
+    }
+
+    /// What the member whose key was just read holds.
+    fn member(&mut self) -> Member {
+        if self.key == "name" && self.name.is_none() {
+            Member::Name
+        } else if self.arg_keys.contains(&self.key.as_str()) && !self.args_seen {
+            self.args_seen = true;
+            Member::Args
+        } else {
+            Member::Skip
+        }
+    }
+
+    fn in_value(&mut self, member: Member, rest: &str) -> Step {
+        let c = rest.chars().next().expect("non-empty");
+        let member = if member == Member::Args && !self.relay.started() {
+            // The first byte decides how the arguments are written.
+            match c {
+                c if c.is_ascii_whitespace() => return Step::Advance(c.len_utf8()),
+                '{' => Member::Args,
+                '"' => Member::ArgsString,
+                _ => Member::Skip,
+            }
+        } else {
+            member
+        };
+        self.state = State::Value(member);
+        let target = if member == Member::Args {
+            &mut self.args
+        } else {
+            &mut self.scratch
+        };
+        let result = self.relay.feed(rest, target);
+        if member == Member::Args && self.relay.started() {
+            self.args_started = true;
+        }
+        match result {
+            Relay::More => Step::Stop(rest.len(), CallEvent::More),
+            // Broken arguments stay as read: never closed.
+            Relay::Error(n) => Step::Stop(n, CallEvent::Broken),
+            Relay::Done(n) => {
+                self.state = State::Next;
+                self.value_done(member, n)
+            }
+        }
+    }
+
+    fn value_done(&mut self, member: Member, n: usize) -> Step {
+        match member {
+            Member::Name => {
+                let Some(name) = decode_canonical_string(&self.scratch) else {
+                    return Step::Stop(n, CallEvent::Broken);
+                };
+                self.name = Some(name);
+                return Step::Stop(n, CallEvent::Named);
+            }
+            Member::Args => self.args_done = true,
+            Member::ArgsString => {
+                let inner = decode_canonical_string(&self.scratch).and_then(|s| canonical(&s));
+                if let Some(obj) = inner.filter(|o| o.starts_with('{')) {
+                    self.args.push_str(&obj);
+                    self.args_started = true;
+                    self.args_done = true;
+                }
+            }
+            Member::Skip => {}
+        }
+        Step::Advance(n)
     }
 
     /// Starts the call once its name is read: its first delta carries the name and the arguments
@@ -229,8 +240,8 @@ impl JsonCall {
     }
 
     /// Reads the rest of call `index` at the start of `input`, sending its arguments as they
-    /// arrive: `None` while the object goes on, else the event that ended it (the arguments are
-    /// then complete, see [`Self::finish`]).
+    /// arrive: `None` while the object goes on, else the event that ended it (see
+    /// [`Self::conclude`]).
     pub(crate) fn stream(
         &mut self,
         index: u32,
@@ -244,21 +255,22 @@ impl JsonCall {
             self.send_args(index, out);
             return None;
         }
-        self.finish(index, out);
+        self.conclude(index, out, event);
         Some(event)
     }
 
-    /// Completes call `index`'s arguments (`{}` when none came, closers for a cut-off object) and
-    /// sends what is left of them.
-    pub(crate) fn finish(&mut self, index: u32, out: &mut Out) {
-        if !self.args_started {
+    /// Ends call `index` after `event`: complete when its arguments object closed, or when the call
+    /// object closed without one (arguments `{}`); otherwise (cut off, broken) the arguments stay
+    /// what was read.
+    pub(crate) fn conclude(&mut self, index: u32, out: &mut Out, event: CallEvent) {
+        let no_args = event == CallEvent::Done && !self.args_started;
+        if no_args {
             self.args.push_str("{}");
-            self.args_started = true;
-        } else if !self.args_done {
-            self.relay.close(&mut self.args);
         }
-        self.args_done = true;
         self.send_args(index, out);
+        if self.args_done || no_args {
+            out.end_call(index);
+        }
     }
 
     fn send_args(&mut self, index: u32, out: &mut Out) {

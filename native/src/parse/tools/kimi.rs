@@ -4,12 +4,14 @@
 //! The header `functions.NAME:IDX` is Kimi's own call id: it is kept verbatim as the id (clients
 //! must echo it back). The name is the header without the `functions.` prefix and the `:IDX`
 //! suffix; when the model drops the separators (`functionsexec5`), the `functions` prefix and the
-//! trailing digits are removed. Text inside the section outside calls is framing; a section cut off
-//! keeps its complete and partial calls.
+//! trailing digits are removed. A call starts when the `{` of its arguments arrives (arguments that
+//! are not an object make no call). Text inside the section outside calls is framing; a section cut
+//! off keeps its complete and partial calls.
 
 use crate::parse::json::JsonRelay;
 use crate::parse::out::{Channel, Out};
-use crate::parse::text::{ascii_trim, scan, Markers, Scan, SegBuf};
+use crate::parse::schema::Tools;
+use crate::parse::text::{ascii_trim, leading_ws, scan, Markers, Scan, SegBuf};
 use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
@@ -66,6 +68,11 @@ pub(crate) struct Kimi {
     relay: JsonRelay,
 }
 
+/// The parser of a request (registry constructor).
+pub(crate) fn build(markers: &Markers, _tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Kimi::new(markers))
+}
+
 impl Kimi {
     pub(crate) fn new(markers: &Markers) -> Self {
         let p = |i: usize| markers.pattern(MARKERS[i]);
@@ -76,8 +83,91 @@ impl Kimi {
             call_end: p(4),
             section_end: [p(5), p(6)],
             state: State::Content,
-            relay: JsonRelay::new(),
+            relay: JsonRelay::object(),
         }
+    }
+
+    fn step(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        match self.state {
+            State::Content => {
+                let pats = [
+                    self.section_begin[0].as_str(),
+                    self.section_begin[1].as_str(),
+                    self.call_begin.as_str(),
+                ];
+                let index = out.route_until(input, &pats, Channel::Content, end)?;
+                out.route(input, pats[index].len(), Channel::Framing);
+                self.state = if index == 2 {
+                    State::Header
+                } else {
+                    State::Section
+                };
+            }
+            State::Section | State::CallTail => {
+                let pats = [
+                    self.call_begin.as_str(),
+                    self.section_end[0].as_str(),
+                    self.section_end[1].as_str(),
+                    self.call_end.as_str(),
+                ];
+                let index = out.route_until(input, &pats, Channel::Framing, end)?;
+                out.route(input, pats[index].len(), Channel::Framing);
+                self.state = match index {
+                    0 => State::Header,
+                    1 | 2 => State::Content,
+                    _ => State::Section,
+                };
+            }
+            State::Header => self.header(input, out, end)?,
+            State::Args { index } => {
+                if !stream_json_args(&mut self.relay, index, input, out, end) {
+                    return None;
+                }
+                self.state = State::CallTail;
+            }
+        }
+        Some(())
+    }
+
+    /// `functions.NAME:IDX<|tool_call_argument_begin|>{`: the call starts at the `{` of its
+    /// arguments; a header without them (or with arguments that are no object) is framing.
+    fn header(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let pats = [
+            self.arg_begin.as_str(),
+            self.call_end.as_str(),
+            self.call_begin.as_str(),
+            self.section_end[0].as_str(),
+            self.section_end[1].as_str(),
+        ];
+        let s = input.as_str();
+        match scan(s, &pats) {
+            Scan::Found { at, index: 0 } => {
+                let header = ascii_trim(&s[..at]).to_string();
+                let body = at + self.arg_begin.len();
+                let ws = leading_ws(&s[body..]);
+                match s[body + ws..].chars().next() {
+                    Some('{') if !header.is_empty() => {
+                        let index = out.start_call(&name_of(&header), Some(header));
+                        out.route(input, body + ws, Channel::Tool);
+                        self.relay = JsonRelay::object();
+                        self.state = State::Args { index };
+                    }
+                    None if !end => return None,
+                    _ => {
+                        out.route(input, body, Channel::Framing);
+                        self.state = State::CallTail;
+                    }
+                }
+            }
+            // A header without arguments is framing.
+            Scan::Found { at, .. } => {
+                out.route(input, at, Channel::Framing);
+                self.state = State::CallTail;
+            }
+            _ if end => out.route_all(input, Channel::Framing),
+            _ => return None,
+        }
+        Some(())
     }
 }
 
@@ -87,80 +177,9 @@ impl Stage for Kimi {
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
-        loop {
-            match self.state {
-                State::Content => {
-                    let pats = [
-                        self.section_begin[0].as_str(),
-                        self.section_begin[1].as_str(),
-                        self.call_begin.as_str(),
-                    ];
-                    let Some(index) = out.route_until(input, &pats, Channel::Content, end) else {
-                        return;
-                    };
-                    out.route(input, pats[index].len(), Channel::Framing);
-                    self.state = if index == 2 {
-                        State::Header
-                    } else {
-                        State::Section
-                    };
-                }
-                State::Section | State::CallTail => {
-                    let pats = [
-                        self.call_begin.as_str(),
-                        self.section_end[0].as_str(),
-                        self.section_end[1].as_str(),
-                        self.call_end.as_str(),
-                    ];
-                    let Some(index) = out.route_until(input, &pats, Channel::Framing, end) else {
-                        return;
-                    };
-                    out.route(input, pats[index].len(), Channel::Framing);
-                    self.state = match index {
-                        0 => State::Header,
-                        1 | 2 => State::Content,
-                        _ => State::Section,
-                    };
-                }
-                State::Header => {
-                    let pats = [
-                        self.arg_begin.as_str(),
-                        self.call_end.as_str(),
-                        self.call_begin.as_str(),
-                        self.section_end[0].as_str(),
-                        self.section_end[1].as_str(),
-                    ];
-                    match scan(input.as_str(), &pats) {
-                        Scan::Found { at, index: 0 } => {
-                            let header = ascii_trim(&input.as_str()[..at]).to_string();
-                            if header.is_empty() {
-                                out.route(input, at + self.arg_begin.len(), Channel::Framing);
-                                self.state = State::CallTail;
-                                continue;
-                            }
-                            let index = out.start_call(&name_of(&header), Some(header));
-                            out.route(input, at + self.arg_begin.len(), Channel::Tool);
-                            self.relay = JsonRelay::new();
-                            self.state = State::Args { index };
-                        }
-                        // A header without arguments is framing.
-                        Scan::Found { at, .. } => {
-                            out.route(input, at, Channel::Framing);
-                            self.state = State::CallTail;
-                        }
-                        _ if end => {
-                            out.route_all(input, Channel::Framing);
-                            return;
-                        }
-                        _ => return,
-                    }
-                }
-                State::Args { index } => {
-                    if !stream_json_args(&mut self.relay, index, input, out, end) {
-                        return;
-                    }
-                    self.state = State::CallTail;
-                }
+        while self.step(input, out, end).is_some() {
+            if input.is_empty() && !(end && matches!(self.state, State::Args { .. })) {
+                return;
             }
         }
     }

@@ -1,15 +1,17 @@
 //! `mistral`: calls after `[TOOL_CALLS]`, in the dialect the model's tokenizer version uses:
 //!
-//! - array (pre-v11, Mistral NeMo): `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]`;
+//! - array (pre-v11, Mistral NeMo): `[TOOL_CALLS][{"name": "f", "arguments": {...}}, ...]`, or
+//!   one such object without the brackets;
 //! - name form (v11+): `[TOOL_CALLS]f{...}`, `[TOOL_CALLS]f[ARGS]{...}` or
 //!   `[TOOL_CALLS]f[CALL_ID]abc123XYZ[ARGS]{...}`, repeated per call.
 //!
 //! The dialect is read from the text after the marker. Call ids are 9 alphanumerics (Mistral's
 //! templates require that shape) unless the model wrote one after `[CALL_ID]`. A marker followed by
-//! anything else is content.
+//! anything else is content; so are the marker and `[` when the first object is not a call.
 
 use crate::parse::json::JsonRelay;
 use crate::parse::out::{Channel, Out};
+use crate::parse::schema::Tools;
 use crate::parse::text::{could_become, leading_ws, Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
 use crate::parse::tools::stream_json_args;
@@ -34,18 +36,23 @@ enum State {
     AfterTag {
         marker: usize,
     },
-    /// Inside `[...]`: before an element (`first`) or after one.
-    ArrayItem {
-        first: bool,
-    },
-    ArrayNext,
-    /// Reading an element object not yet known to be a call.
-    ArrayUndecided {
+    /// Reading a call object not yet known to be a call: the first `prefix` bytes (the marker,
+    /// `[`, whitespace) are framing if it is one and content if not; `cursor` bytes read.
+    /// `array`: an element of `[...]` (more may follow).
+    Undecided {
+        prefix: usize,
         cursor: usize,
+        array: bool,
     },
-    ArrayCall {
+    /// Inside a call object.
+    ObjectCall {
         index: u32,
+        array: bool,
     },
+    /// Inside `[...]` after an element: `,` or `]`.
+    ArrayNext,
+    /// Inside `[...]` after `,`: the next element.
+    ArrayItem,
     /// Reading `name` then `[CALL_ID]id` / `[ARGS]` / `{`; the input starts with the marker.
     Header {
         marker: usize,
@@ -65,6 +72,11 @@ pub(crate) struct Mistral {
     relay: JsonRelay,
 }
 
+/// The parser of a request (registry constructor).
+pub(crate) fn build(markers: &Markers, _tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Mistral::new(markers))
+}
+
 impl Mistral {
     pub(crate) fn new(markers: &Markers) -> Self {
         Mistral {
@@ -73,7 +85,7 @@ impl Mistral {
             id_tag: markers.pattern(MARKERS[2]),
             state: State::Content,
             call: JsonCall::new(ARG_KEYS),
-            relay: JsonRelay::new(),
+            relay: JsonRelay::object(),
         }
     }
 
@@ -122,132 +134,190 @@ impl Mistral {
     }
 }
 
+impl Mistral {
+    fn step(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        match self.state {
+            State::Content => {
+                out.route_until(input, &[&self.tag], Channel::Content, end)?;
+                self.state = State::AfterTag {
+                    marker: self.tag.len(),
+                };
+            }
+            State::AfterTag { marker } => self.after_tag(marker, input, out, end)?,
+            State::Header { marker } => self.read_header(marker, input, out, end)?,
+            State::Args { index } => {
+                if !stream_json_args(&mut self.relay, index, input, out, end) {
+                    return None;
+                }
+                self.state = State::Content;
+            }
+            State::Undecided {
+                prefix,
+                cursor,
+                array,
+            } => self.undecided(prefix, cursor, array, input, out, end)?,
+            State::ObjectCall { index, array } => {
+                let event = self.call.stream(index, input, out, end)?;
+                self.state = match (event, array) {
+                    (CallEvent::Done, true) => State::ArrayNext,
+                    _ => State::Content,
+                };
+            }
+            State::ArrayNext => self.array_next(input, out, end)?,
+            State::ArrayItem => {
+                let s = input.as_str();
+                let after = &s[leading_ws(s)..];
+                if after.is_empty() && !end {
+                    return None;
+                }
+                self.state = if after.starts_with('{') {
+                    self.call = JsonCall::new(ARG_KEYS);
+                    State::Undecided {
+                        prefix: 0,
+                        cursor: 0,
+                        array: true,
+                    }
+                } else {
+                    State::Content
+                };
+            }
+        }
+        Some(())
+    }
+
+    /// After `[TOOL_CALLS]`: an array of call objects, one call object, or a name header.
+    fn after_tag(
+        &mut self,
+        marker: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let s = &input.as_str()[marker..];
+        let ws = leading_ws(s);
+        let after = &s[ws..];
+        let (array, inner) = match after.strip_prefix('[') {
+            Some(inner) => (true, inner),
+            None => (false, after),
+        };
+        let ws2 = leading_ws(inner);
+        match inner[ws2..].chars().next() {
+            Some('{') => {
+                self.call = JsonCall::new(ARG_KEYS);
+                let prefix = marker + ws + usize::from(array) + ws2;
+                self.state = State::Undecided {
+                    prefix,
+                    cursor: prefix,
+                    array,
+                };
+            }
+            Some(']') if array => {
+                out.route(input, marker + ws + 1 + ws2 + 1, Channel::Framing);
+                self.state = State::Content;
+            }
+            Some(c) if !array && is_name_char(c) && ws == 0 => {
+                self.state = State::Header { marker };
+            }
+            None if !end => return None,
+            _ => {
+                out.route(input, marker, Channel::Content);
+                self.state = State::Content;
+            }
+        }
+        Some(())
+    }
+
+    fn read_header(
+        &mut self,
+        marker: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let s = &input.as_str()[marker..];
+        match self.header(s, end)? {
+            Err(()) => {
+                out.route(input, marker, Channel::Content);
+                self.state = State::Content;
+            }
+            Ok((name, id, len)) => {
+                let index = out.start_call(&name, id);
+                out.route(input, marker, Channel::Framing);
+                out.route(input, len, Channel::Tool);
+                self.relay = JsonRelay::object();
+                self.state = State::Args { index };
+            }
+        }
+        Some(())
+    }
+
+    fn undecided(
+        &mut self,
+        prefix: usize,
+        cursor: usize,
+        array: bool,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let (n, event) = self.call.feed(&input.as_str()[cursor..]);
+        let cursor = cursor + n;
+        match event {
+            CallEvent::Named => {
+                let index = self.call.start(out);
+                out.route(input, prefix, Channel::Framing);
+                out.route(input, cursor - prefix, Channel::Tool);
+                self.state = State::ObjectCall { index, array };
+            }
+            CallEvent::More if !end => {
+                self.state = State::Undecided {
+                    prefix,
+                    cursor,
+                    array,
+                };
+                return None;
+            }
+            // Not a call: what was held is content.
+            _ => {
+                out.route(input, prefix, Channel::Content);
+                self.state = State::Content;
+            }
+        }
+        Some(())
+    }
+
+    fn array_next(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        let after = &s[ws..];
+        if after.starts_with(',') {
+            out.route(input, ws + 1, Channel::Framing);
+            self.state = State::ArrayItem;
+        } else if after.starts_with(']') {
+            out.route(input, ws + 1, Channel::Framing);
+            self.state = State::Content;
+        } else if after.is_empty() && !end {
+            return None;
+        } else {
+            self.state = State::Content;
+        }
+        Some(())
+    }
+}
+
 impl Stage for Mistral {
     fn held(&self) -> usize {
         self.call.held() + self.relay.held()
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
-        loop {
-            match self.state {
-                State::Content => {
-                    if out
-                        .route_until(input, &[&self.tag], Channel::Content, end)
-                        .is_none()
-                    {
-                        return;
-                    }
-                    self.state = State::AfterTag {
-                        marker: self.tag.len(),
-                    };
-                }
-                State::AfterTag { marker } => {
-                    let s = &input.as_str()[marker..];
-                    let ws = leading_ws(s);
-                    let after = &s[ws..];
-                    if let Some(inner) = after.strip_prefix('[') {
-                        let inner = &inner[leading_ws(inner)..];
-                        match inner.chars().next() {
-                            Some('{' | ']') => {
-                                out.route(input, marker + ws + 1, Channel::Framing);
-                                self.state = State::ArrayItem { first: true };
-                            }
-                            None if !end => return,
-                            _ => {
-                                out.route(input, marker, Channel::Content);
-                                self.state = State::Content;
-                            }
-                        }
-                    } else if after.starts_with(is_name_char) {
-                        self.state = State::Header { marker };
-                    } else if after.is_empty() && !end {
-                        return;
-                    } else {
-                        out.route(input, marker, Channel::Content);
-                        self.state = State::Content;
-                    }
-                }
-                State::Header { marker } => {
-                    let s = &input.as_str()[marker..];
-                    match self.header(s, end) {
-                        None => return,
-                        Some(Err(())) => {
-                            out.route(input, marker, Channel::Content);
-                            self.state = State::Content;
-                        }
-                        Some(Ok((name, id, len))) => {
-                            let index = out.start_call(&name, id);
-                            out.route(input, marker, Channel::Framing);
-                            out.route(input, len, Channel::Tool);
-                            self.relay = JsonRelay::new();
-                            self.state = State::Args { index };
-                        }
-                    }
-                }
-                State::Args { index } => {
-                    if !stream_json_args(&mut self.relay, index, input, out, end) {
-                        return;
-                    }
-                    self.state = State::Content;
-                }
-                State::ArrayItem { first } => {
-                    let s = input.as_str();
-                    let ws = leading_ws(s);
-                    let after = &s[ws..];
-                    if after.starts_with('{') {
-                        self.call = JsonCall::new(ARG_KEYS);
-                        self.state = State::ArrayUndecided { cursor: 0 };
-                    } else if first && after.starts_with(']') {
-                        out.route(input, ws + 1, Channel::Framing);
-                        self.state = State::Content;
-                    } else if after.is_empty() && !end {
-                        return;
-                    } else {
-                        self.state = State::Content;
-                    }
-                }
-                State::ArrayUndecided { cursor } => {
-                    let (n, event) = self.call.feed(&input.as_str()[cursor..]);
-                    let cursor = cursor + n;
-                    match event {
-                        CallEvent::Named => {
-                            let index = self.call.start(out);
-                            out.route(input, cursor, Channel::Tool);
-                            self.state = State::ArrayCall { index };
-                        }
-                        CallEvent::More if !end => {
-                            self.state = State::ArrayUndecided { cursor };
-                            return;
-                        }
-                        _ => self.state = State::Content,
-                    }
-                }
-                State::ArrayCall { index } => {
-                    let Some(event) = self.call.stream(index, input, out, end) else {
-                        return;
-                    };
-                    self.state = if event == CallEvent::Done {
-                        State::ArrayNext
-                    } else {
-                        State::Content
-                    };
-                }
-                State::ArrayNext => {
-                    let s = input.as_str();
-                    let ws = leading_ws(s);
-                    let after = &s[ws..];
-                    if after.starts_with(',') {
-                        out.route(input, ws + 1, Channel::Framing);
-                        self.state = State::ArrayItem { first: false };
-                    } else if after.starts_with(']') {
-                        out.route(input, ws + 1, Channel::Framing);
-                        self.state = State::Content;
-                    } else if after.is_empty() && !end {
-                        return;
-                    } else {
-                        self.state = State::Content;
-                    }
-                }
+        while self.step(input, out, end).is_some() {
+            let busy = matches!(
+                self.state,
+                State::Undecided { .. } | State::ObjectCall { .. } | State::Args { .. }
+            );
+            if input.is_empty() && !(busy && end) {
+                return;
             }
         }
     }

@@ -1,70 +1,33 @@
 //! Tool-call parsers: each reads the visible text (reasoning already split off) and turns calls
-//! into OpenAI-style deltas, keeping all other text as content.
+//! into OpenAI-style deltas, keeping all other text as content. Each module exports its `MARKERS`
+//! and a `build` function; the registry (`parse/registry`) names them.
+//!
+//! What every parser keeps to: a call starts (its first delta, with index, id and name) only once
+//! it is known to be a call; once started it is never retracted. Its arguments are JSON text of an
+//! object, sent as they are read. A call whose end the model wrote is complete
+//! ([`Out::end_call`]); one cut off by the end of the output or broken by malformed text stays
+//! incomplete: its arguments are exactly what was read, never closed with characters the model did
+//! not write.
 
-mod deepseek;
-mod glm;
-mod hermes;
-mod invoke;
+pub(crate) mod deepseek;
+pub(crate) mod glm;
+pub(crate) mod hermes;
+pub(crate) mod invoke;
 mod json_call;
-mod kimi;
-mod llama3_json;
-mod mistral;
-mod pythonic;
-mod qwen3_coder;
+pub(crate) mod kimi;
+pub(crate) mod llama3_json;
+pub(crate) mod mistral;
+pub(crate) mod pythonic;
+pub(crate) mod qwen3_coder;
 mod xml_args;
 
-use crate::error::{Error, Result};
 use crate::parse::json::{JsonRelay, Relay};
 use crate::parse::out::{Channel, Out};
-use crate::parse::text::{Markers, SegBuf};
-use crate::parse::Stage;
+use crate::parse::text::SegBuf;
 
-/// The markers tool parser `name` looks for; `None` for an unknown name.
-pub(crate) fn markers(name: &str) -> Option<&'static [&'static str]> {
-    Some(match name {
-        "hermes" => hermes::MARKERS,
-        "qwen3_coder" | "qwen3_xml" => qwen3_coder::MARKERS,
-        "llama3_json" | "llama4_json" => llama3_json::MARKERS,
-        "mistral" => mistral::MARKERS,
-        "deepseek_v3" | "deepseek_v31" => deepseek::MARKERS,
-        "deepseek_v32" => invoke::DSML_MARKERS,
-        "minimax_m2" => invoke::MINIMAX_MARKERS,
-        "glm45" | "glm47" => glm::MARKERS,
-        "kimi_k2" => kimi::MARKERS,
-        "pythonic" => pythonic::MARKERS,
-        _ => return None,
-    })
-}
-
-/// Builds tool parser `name` (known, see [`markers`]).
-pub(crate) fn build(
-    name: &str,
-    markers: &Markers,
-    tools: &crate::parse::schema::Tools,
-) -> Result<Box<dyn Stage>> {
-    Ok(match name {
-        "hermes" => Box::new(hermes::Hermes::new(markers)),
-        "qwen3_coder" | "qwen3_xml" => Box::new(qwen3_coder::Qwen3Coder::new(markers, tools)),
-        "llama3_json" | "llama4_json" => Box::new(llama3_json::Llama3Json::new(markers)),
-        "mistral" => Box::new(mistral::Mistral::new(markers)),
-        "deepseek_v3" => Box::new(deepseek::DeepSeek::new(markers, deepseek::Dialect::V3)),
-        "deepseek_v31" => Box::new(deepseek::DeepSeek::new(markers, deepseek::Dialect::V31)),
-        "deepseek_v32" => Box::new(invoke::InvokeCalls::new(&invoke::DSML, markers, tools)),
-        "minimax_m2" => Box::new(invoke::InvokeCalls::new(&invoke::MINIMAX, markers, tools)),
-        "glm45" | "glm47" => Box::new(glm::Glm::new(markers, tools)),
-        "kimi_k2" => Box::new(kimi::Kimi::new(markers)),
-        "pythonic" => Box::new(pythonic::Pythonic::new(markers)),
-        _ => {
-            return Err(Error::invalid_argument(format!(
-                "tool_parser: unknown parser {name:?}"
-            )))
-        }
-    })
-}
-
-/// Streams call `index`'s arguments, a JSON value at the start of `input`, through `relay`:
-/// `false` while the value goes on; `true` once it ended (complete, broken, or cut off by the end
-/// of the output), its arguments then closed (`{}` when no value began).
+/// Streams call `index`'s arguments, a JSON object at the start of `input`, through `relay` (made
+/// with [`JsonRelay::object`]): `false` while the object goes on; `true` once it ended: complete
+/// (the call is complete), broken, or cut off by the end of the output (the call stays incomplete).
 pub(crate) fn stream_json_args(
     relay: &mut JsonRelay,
     index: u32,
@@ -79,10 +42,13 @@ pub(crate) fn stream_json_args(
         Relay::Done(n) | Relay::Error(n) => n,
     };
     out.route(input, consumed, Channel::Tool);
-    let done = result != Relay::More || end;
-    if done && !relay.close(&mut text) {
-        text.push_str("{}");
-    }
     out.call_args(index, &text);
-    done
+    match result {
+        Relay::Done(_) => {
+            out.end_call(index);
+            true
+        }
+        Relay::Error(_) => true,
+        Relay::More => end,
+    }
 }

@@ -4,16 +4,19 @@
 //! `'`/`"` and `r` prefixes, numbers, `True`/`False`/`None`, lists, tuples, dicts with string
 //! keys) converted to JSON.
 //!
-//! A list may appear anywhere in the text (text around it is content). A `[` is read as a call list
-//! once it is followed by `name(` and then `)` or `key=`; anything else makes the `[` plain
-//! text. Arguments stream one complete keyword argument at a time; a value is complete when the
-//! character after it arrives. After a call, broken syntax ends the list: the calls so far are
-//! closed and the rest is content. Not supported: positional arguments, `\N{...}` escapes,
-//! implicit string concatenation, non-decimal numbers.
+//! A list may appear anywhere in the text (text around it is content). A call is made once it is
+//! known to be one: its first keyword argument is complete (the character after the value
+//! arrived) or it closed (`name()`); until then `[name(key=` may still be prose, and if it never
+//! becomes a call the `[` and everything after it are content, byte for byte. Arguments stream one
+//! complete keyword argument at a time. A list cut off by the end of the output keeps its calls:
+//! the last one, if made, stays incomplete (its arguments are never closed) and owns the rest of
+//! the text; a call not yet made and anything after broken syntax are content. Not supported:
+//! positional arguments, `\N{...}` escapes, implicit string concatenation, non-decimal numbers.
 
 use crate::parse::json::push_json_string;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::coerce_number;
+use crate::parse::schema::Tools;
 use crate::parse::text::{Markers, SegBuf};
 use crate::parse::Stage;
 
@@ -27,6 +30,17 @@ pub(crate) struct ParsedCall {
     /// Complete keyword arguments: (key, JSON value).
     pub(crate) members: Vec<(String, String)>,
     pub(crate) closed: bool,
+    /// Bytes of the list text through the call's last complete piece: its `)` when closed, else
+    /// its last complete argument.
+    pub(crate) end: usize,
+}
+
+impl ParsedCall {
+    /// Whether the text is known to be a call: it closed, or an argument is complete. Until then
+    /// `[name(key=` may still turn out to be prose.
+    pub(crate) fn decided(&self) -> bool {
+        self.closed || !self.members.is_empty()
+    }
 }
 
 /// How far a list parse got.
@@ -355,7 +369,9 @@ pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
                 None => return (calls, ListStatus::Wait),
                 Some(')') => {
                     p.i += 1;
-                    calls.last_mut().expect("a call").closed = true;
+                    let call = calls.last_mut().expect("a call");
+                    call.closed = true;
+                    call.end = p.i;
                     break;
                 }
                 _ => {}
@@ -375,6 +391,7 @@ pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
                 Ok(v) => v,
                 Err(more) => return (calls.clone(), fail(&calls, more, at)),
             };
+            let value_end = p.i;
             p.ws();
             match p.peek() {
                 None => return (calls, ListStatus::Wait),
@@ -382,7 +399,9 @@ pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
                 Some(')') => {}
                 _ => return (calls, ListStatus::Broken(at)),
             }
-            calls.last_mut().expect("a call").members.push((key, value));
+            let call = calls.last_mut().expect("a call");
+            call.members.push((key, value));
+            call.end = value_end;
         }
     }
 }
@@ -409,6 +428,11 @@ pub(crate) struct Pythonic {
     sent: Vec<Sent>,
 }
 
+/// The parser of a request (registry constructor).
+pub(crate) fn build(markers: &Markers, _tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Pythonic::new(markers))
+}
+
 impl Pythonic {
     pub(crate) fn new(markers: &Markers) -> Self {
         Pythonic {
@@ -419,9 +443,10 @@ impl Pythonic {
         }
     }
 
-    /// Sends what `calls` has beyond what was sent; `finish` closes every call.
-    fn emit(&mut self, calls: &[ParsedCall], out: &mut Out, finish: bool) {
-        for (i, call) in calls.iter().enumerate() {
+    /// Sends what the decided calls of `calls` have beyond what was sent; a closed call is
+    /// complete. An undecided call (no complete argument yet) is not sent.
+    fn emit(&mut self, calls: &[ParsedCall], out: &mut Out) {
+        for (i, call) in calls.iter().enumerate().filter(|(_, c)| c.decided()) {
             if i == self.sent.len() {
                 let index = out.start_call(&call.name, None);
                 out.call_args(index, "{");
@@ -442,12 +467,46 @@ impl Pythonic {
                 text.push_str(value);
                 sent.members += 1;
             }
-            if (call.closed || finish) && !sent.closed {
+            let closes = call.closed && !sent.closed;
+            if closes {
                 text.push('}');
                 sent.closed = true;
             }
             out.call_args(sent.index, &text);
+            if closes {
+                out.end_call(sent.index);
+            }
         }
+    }
+
+    /// Reads the list at the start of `input`: `None` to wait for more.
+    fn list(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let (calls, status) = parse_list(input.as_str());
+        let decided = calls.iter().rposition(ParsedCall::decided);
+        match (status, decided) {
+            (ListStatus::Wait, _) if !end => {
+                self.emit(&calls, out);
+                return None;
+            }
+            (ListStatus::Done(n), _) => {
+                self.emit(&calls, out);
+                out.route(input, n, Channel::Tool);
+            }
+            // The output ended inside a call that was made: the rest is that call's.
+            (ListStatus::Wait, Some(last)) if last + 1 == calls.len() => {
+                self.emit(&calls, out);
+                out.route_all(input, Channel::Tool);
+            }
+            // Broken or cut off after calls were made: they keep their text, the rest is content.
+            (ListStatus::Wait | ListStatus::Broken(_), Some(last)) => {
+                self.emit(&calls, out);
+                out.route(input, calls[last].end, Channel::Tool);
+            }
+            // No call was made: the `[` is text.
+            _ => out.route(input, 1, Channel::Content),
+        }
+        self.state = State::Content;
+        Some(())
     }
 }
 
@@ -469,28 +528,9 @@ impl Stage for Pythonic {
                     }
                 }
                 State::List => {
-                    let (calls, status) = parse_list(input.as_str());
-                    match status {
-                        ListStatus::Wait if !end => {
-                            self.emit(&calls, out, false);
-                            return;
-                        }
-                        ListStatus::NotAList => {
-                            out.route(input, 1, Channel::Content);
-                        }
-                        ListStatus::Wait if calls.is_empty() => {
-                            out.route(input, 1, Channel::Content);
-                        }
-                        ListStatus::Wait => {
-                            self.emit(&calls, out, true);
-                            out.route_all(input, Channel::Tool);
-                        }
-                        ListStatus::Done(n) | ListStatus::Broken(n) => {
-                            self.emit(&calls, out, true);
-                            out.route(input, n, Channel::Tool);
-                        }
+                    if self.list(input, out, end).is_none() {
+                        return;
                     }
-                    self.state = State::Content;
                 }
             }
         }
@@ -516,9 +556,19 @@ mod tests {
             ParsedCall {
                 name: "g".into(),
                 members: vec![],
-                closed: true
+                closed: true,
+                end: 62,
             }
         );
+        assert_eq!(calls[0].end, 57);
+        // Undecided until an argument completes: `[B(x=\t)` never becomes a call.
+        let (calls, status) = parse_list("[B(x=\\t)B(y=,\\t");
+        assert!(!calls[0].decided());
+        assert_eq!(status, ListStatus::Broken(3));
+        let (calls, status) = parse_list("[f(a=1), g(b=");
+        assert_eq!(status, ListStatus::Wait);
+        assert!(calls[0].decided() && !calls[1].decided());
+        assert_eq!(calls[0].end, 7);
         assert_eq!(parse_list("[see(this)]").1, ListStatus::NotAList);
         assert_eq!(parse_list("[1, 2]").1, ListStatus::NotAList);
         assert_eq!(parse_list("[f(a=1").1, ListStatus::Wait);

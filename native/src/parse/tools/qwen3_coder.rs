@@ -74,168 +74,197 @@ impl Qwen3Coder {
     }
 }
 
+/// The parser of a request (registry constructor).
+pub(crate) fn build(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Qwen3Coder::new(markers, tools))
+}
+
+impl Qwen3Coder {
+    fn step(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        match self.state {
+            State::Content => {
+                let patterns = [self.open.as_str(), FUNCTION];
+                let index = out.route_until(input, &patterns, Channel::Content, end)?;
+                self.state = if index == 0 {
+                    State::Block {
+                        marker_len: self.open.len(),
+                    }
+                } else {
+                    State::Name {
+                        block: 0,
+                        prefix: FUNCTION.len(),
+                    }
+                };
+            }
+            State::Block { marker_len } => self.block(marker_len, input, out, end)?,
+            State::Name { block, prefix } => self.name(block, prefix, input, out, end)?,
+            State::Params => self.params(input, out, end)?,
+            State::ParamName => match input.as_str().find('>') {
+                Some(at) => {
+                    let key = ascii_trim(&input.as_str()[..at]);
+                    let types = self.tools.param_types(&self.function, key);
+                    self.args.begin(key, types);
+                    out.route(input, at + 1, Channel::Tool);
+                    self.state = State::Value;
+                }
+                None if !end => return None,
+                None => {
+                    self.args.cut_off(input, out);
+                    self.state = State::Content;
+                    return None;
+                }
+            },
+            State::Value => {
+                let ends = [PARAMETER_END, PARAMETER, FUNCTION_END, self.close.as_str()];
+                match self.args.value(input, out, &ends, end) {
+                    ValueEnd::Closed => self.state = State::Params,
+                    ValueEnd::Pending => return None,
+                    ValueEnd::Cut => {
+                        self.state = State::Content;
+                        return None;
+                    }
+                }
+            }
+            State::AfterFunction => self.after_function(input, out, end)?,
+        }
+        Some(())
+    }
+
+    /// After `<tool_call>` (`marker_len` bytes, not routed): `<function=` or an empty block.
+    fn block(
+        &mut self,
+        marker_len: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let rest = &input.as_str()[marker_len..];
+        let ws = leading_ws(rest);
+        let after = &rest[ws..];
+        if after.starts_with(FUNCTION) {
+            self.state = State::Name {
+                block: marker_len + ws,
+                prefix: marker_len + ws + FUNCTION.len(),
+            };
+        } else if after.starts_with(self.close.as_str()) {
+            // An empty block.
+            out.route(input, marker_len + ws + self.close.len(), Channel::Framing);
+            self.state = State::Content;
+        } else if !end
+            && (after.is_empty()
+                || could_become(after, FUNCTION)
+                || could_become(after, &self.close))
+        {
+            return None;
+        } else {
+            // Not a call: the marker is text.
+            out.route(input, marker_len, Channel::Content);
+            self.state = State::Content;
+        }
+        Some(())
+    }
+
+    /// `NAME>` after `<function=`: the call starts at the `>`.
+    fn name(
+        &mut self,
+        block: usize,
+        prefix: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let rest = &input.as_str()[prefix..];
+        match rest.find(|c| matches!(c, '>' | '\n' | '<') || is_sentinel(c)) {
+            Some(at) if rest.as_bytes()[at] == b'>' && !ascii_trim(&rest[..at]).is_empty() => {
+                self.function = ascii_trim(&rest[..at]).to_string();
+                let index = out.start_call(&self.function, None);
+                out.route(input, block, Channel::Framing);
+                out.route(input, prefix - block + at + 1, Channel::Tool);
+                self.args.start(index, out);
+                self.state = State::Params;
+            }
+            None if !end => return None,
+            _ => {
+                // Not a function header: `<tool_call>` and `<function=` are text.
+                out.route(input, prefix, Channel::Content);
+                self.state = State::Content;
+            }
+        }
+        Some(())
+    }
+
+    /// Between parameters: `<parameter=`, `</function>`, `</tool_call>`, or stray text (skipped).
+    fn params(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        let after = &s[ws..];
+        if after.starts_with(PARAMETER) {
+            out.route(input, ws + PARAMETER.len(), Channel::Tool);
+            self.state = State::ParamName;
+        } else if after.starts_with(FUNCTION_END) {
+            out.route(input, ws + FUNCTION_END.len(), Channel::Tool);
+            self.args.finish(out);
+            self.state = State::AfterFunction;
+        } else if after.starts_with(self.close.as_str()) {
+            out.route(input, ws, Channel::Tool);
+            self.args.finish(out);
+            self.state = State::AfterFunction;
+        } else if after.is_empty()
+            || [PARAMETER, FUNCTION_END, self.close.as_str()]
+                .iter()
+                .any(|p| could_become(after, p))
+        {
+            if end {
+                self.args.cut_off(input, out);
+                self.state = State::Content;
+            } else {
+                out.route(input, ws, Channel::Tool);
+            }
+            return None;
+        } else {
+            // Stray text between parameters: skip up to the next tag (even at the end of the
+            // output: more parameters may follow).
+            out.route(input, ws + stray_len(after), Channel::Tool);
+        }
+        Some(())
+    }
+
+    /// After `</function>`: `</tool_call>`, another `<function=`, or content.
+    fn after_function(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        let after = &s[ws..];
+        if after.starts_with(self.close.as_str()) {
+            out.route(input, ws + self.close.len(), Channel::Framing);
+            self.state = State::Content;
+        } else if after.starts_with(FUNCTION) {
+            out.route(input, ws, Channel::Framing);
+            self.state = State::Name {
+                block: 0,
+                prefix: FUNCTION.len(),
+            };
+        } else if !end
+            && (after.is_empty()
+                || could_become(after, &self.close)
+                || could_become(after, FUNCTION))
+        {
+            return None;
+        } else {
+            self.state = State::Content;
+        }
+        Some(())
+    }
+}
+
 impl Stage for Qwen3Coder {
     fn held(&self) -> usize {
         self.args.held() + self.function.len()
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
-        loop {
-            match self.state {
-                State::Content => {
-                    let patterns = [self.open.as_str(), FUNCTION];
-                    let Some(index) = out.route_until(input, &patterns, Channel::Content, end)
-                    else {
-                        return;
-                    };
-                    self.state = if index == 0 {
-                        State::Block {
-                            marker_len: self.open.len(),
-                        }
-                    } else {
-                        State::Name {
-                            block: 0,
-                            prefix: FUNCTION.len(),
-                        }
-                    };
-                }
-                State::Block { marker_len } => {
-                    let rest = &input.as_str()[marker_len..];
-                    let ws = leading_ws(rest);
-                    let after = &rest[ws..];
-                    if after.starts_with(FUNCTION) {
-                        self.state = State::Name {
-                            block: marker_len + ws,
-                            prefix: marker_len + ws + FUNCTION.len(),
-                        };
-                    } else if after.starts_with(self.close.as_str()) {
-                        // An empty block.
-                        out.route(input, marker_len + ws + self.close.len(), Channel::Framing);
-                        self.state = State::Content;
-                    } else if !end
-                        && (after.is_empty()
-                            || could_become(after, FUNCTION)
-                            || could_become(after, &self.close))
-                    {
-                        return;
-                    } else {
-                        // Not a call: the marker is text.
-                        out.route(input, marker_len, Channel::Content);
-                        self.state = State::Content;
-                    }
-                }
-                State::Name { block, prefix } => {
-                    let rest = &input.as_str()[prefix..];
-                    match rest.find(|c| matches!(c, '>' | '\n' | '<') || is_sentinel(c)) {
-                        Some(at)
-                            if rest.as_bytes()[at] == b'>'
-                                && !ascii_trim(&rest[..at]).is_empty() =>
-                        {
-                            self.function = ascii_trim(&rest[..at]).to_string();
-                            let index = out.start_call(&self.function, None);
-                            out.route(input, block, Channel::Framing);
-                            out.route(input, prefix - block + at + 1, Channel::Tool);
-                            self.args.start(index, out);
-                            self.state = State::Params;
-                        }
-                        None if !end => return,
-                        _ => {
-                            // Not a function header: `<function=` is text.
-                            out.route(input, prefix, Channel::Content);
-                            self.state = State::Content;
-                        }
-                    }
-                }
-                State::Params => {
-                    let s = input.as_str();
-                    let ws = leading_ws(s);
-                    let after = &s[ws..];
-                    if after.starts_with(PARAMETER) {
-                        out.route(input, ws + PARAMETER.len(), Channel::Tool);
-                        self.state = State::ParamName;
-                    } else if after.starts_with(FUNCTION_END) {
-                        out.route(input, ws + FUNCTION_END.len(), Channel::Tool);
-                        self.args.finish(out);
-                        self.state = State::AfterFunction;
-                    } else if after.starts_with(self.close.as_str()) {
-                        out.route(input, ws, Channel::Tool);
-                        self.args.finish(out);
-                        self.state = State::AfterFunction;
-                    } else if after.is_empty()
-                        || [PARAMETER, FUNCTION_END, self.close.as_str()]
-                            .iter()
-                            .any(|p| could_become(after, p))
-                    {
-                        if end {
-                            self.args.cut_off(input, out);
-                            self.state = State::Content;
-                        } else {
-                            out.route(input, ws, Channel::Tool);
-                        }
-                        return;
-                    } else {
-                        // Stray text between parameters: skip up to the next tag (even at the end of
-                        // the output: more parameters may follow).
-                        out.route(input, ws + stray_len(after), Channel::Tool);
-                    }
-                }
-                State::ParamName => {
-                    let s = input.as_str();
-                    match s.find('>') {
-                        Some(at) => {
-                            let key = ascii_trim(&s[..at]);
-                            let types = self.tools.param_types(&self.function, key);
-                            self.args.begin(key, types);
-                            out.route(input, at + 1, Channel::Tool);
-                            self.state = State::Value;
-                        }
-                        None if !end => return,
-                        None => {
-                            self.args.cut_off(input, out);
-                            self.state = State::Content;
-                            return;
-                        }
-                    }
-                }
-                State::Value => {
-                    let ends = [PARAMETER_END, PARAMETER, FUNCTION_END, self.close.as_str()];
-                    match self.args.value(input, out, &ends, end) {
-                        ValueEnd::Closed => self.state = State::Params,
-                        ValueEnd::Pending => return,
-                        ValueEnd::Cut => {
-                            self.state = State::Content;
-                            return;
-                        }
-                    }
-                }
-                State::AfterFunction => {
-                    let s = input.as_str();
-                    let ws = leading_ws(s);
-                    let after = &s[ws..];
-                    if after.starts_with(self.close.as_str()) {
-                        out.route(input, ws + self.close.len(), Channel::Framing);
-                        self.state = State::Content;
-                    } else if after.starts_with(FUNCTION) {
-                        out.route(input, ws, Channel::Framing);
-                        self.state = State::Name {
-                            block: 0,
-                            prefix: FUNCTION.len(),
-                        };
-                    } else if !end
-                        && (after.is_empty()
-                            || could_become(after, &self.close)
-                            || could_become(after, FUNCTION))
-                    {
-                        return;
-                    } else {
-                        self.state = State::Content;
-                    }
-                }
-            }
-            if input.is_empty() && !end {
-                return;
-            }
-            if input.is_empty() && matches!(self.state, State::Content | State::AfterFunction) {
+        while self.step(input, out, end).is_some() {
+            let idle = matches!(self.state, State::Content | State::AfterFunction);
+            if input.is_empty() && (!end || idle) {
                 return;
             }
         }

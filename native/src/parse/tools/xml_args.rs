@@ -21,7 +21,7 @@ pub(crate) enum ValueEnd {
     Closed,
     /// The value may go on: wait for more input.
     Pending,
-    /// The output ended inside the value: the call's arguments are closed.
+    /// The output ended inside the value: the call stays incomplete.
     Cut,
 }
 
@@ -119,7 +119,7 @@ impl ArgsBuilder {
                 self.text(input.as_str(), &mut text);
                 out.route_all(input, Channel::Tool);
                 if end {
-                    self.close(&mut text);
+                    // Cut off: the value stays as read, the arguments unclosed.
                     ValueEnd::Cut
                 } else {
                     ValueEnd::Pending
@@ -130,18 +130,18 @@ impl ArgsBuilder {
         stop
     }
 
-    /// Ends any open member and closes the call's arguments object.
+    /// Ends any open member and closes the call's arguments object: the call is complete.
     pub(crate) fn finish(&mut self, out: &mut Out) {
         let mut text = String::new();
         self.close(&mut text);
         out.call_args(self.index, &text);
+        out.end_call(self.index);
     }
 
     /// The output ended inside the call: the rest of the input is the call's, and its arguments
-    /// close.
+    /// stay as read (the call is incomplete).
     pub(crate) fn cut_off(&mut self, input: &mut SegBuf, out: &mut Out) {
         out.route_all(input, Channel::Tool);
-        self.finish(out);
     }
 
     /// Adds raw value text.

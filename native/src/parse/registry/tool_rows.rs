@@ -1,0 +1,621 @@
+//! Tool-call parser rows (see the module docs of [`super`]). One row per format; a row without a
+//! `build` is registered by the engines and not implemented here yet. To implement one: write its
+//! module under `parse/tools/`, then set `markers` to the module's `MARKERS` and `build` to
+//! `Build::Tool(module::build)` (docs/adding_a_parser.md).
+
+use super::{Build, Detect, IdStyle, Parser, Sig};
+use crate::parse::reasoning::harmony;
+use crate::parse::tools::{
+    deepseek, glm, hermes, invoke, kimi, llama3_json, mistral, pythonic, qwen3_coder,
+};
+
+const BASE: Parser = Parser::TOOL;
+
+/// Every tool-call format vLLM 0.33 or SGLang 0.5.23 registers.
+pub(super) const ROWS: &[Parser] = &[
+    Parser {
+        name: "hermes",
+        vllm: &["hermes", "qwen3_json"],
+        sglang: &["qwen", "qwen25", "trinity", "hermes"],
+        markers: hermes::MARKERS,
+        build: Build::Tool(hermes::build),
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 80, all: &[&[Sig::Template("<tool_call>")]], unless: &[] }],
+        about: "JSON {name, arguments} per block. SGLang qwen25/qwen use '<tool_call>\\n' / '\\n</tool_call>' as markers; trinity is qwen25 that first strips <think> blocks.",
+        ..BASE
+    },
+    Parser {
+        name: "qwen3_coder",
+        vllm: &["qwen3_coder", "qwen3_xml"],
+        sglang: &["qwen3_coder", "nanbeige"],
+        markers: qwen3_coder::MARKERS,
+        build: Build::Tool(qwen3_coder::build),
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 70, all: &[&[Sig::Template("<function=")], &[Sig::Template("<parameter=")]], unless: &[] }],
+        about: "vLLM: engine grammar vllm/parser/qwen3.py (Qwen3ParserToolAdapter); one framing newline stripped each side of a value.",
+        ..BASE
+    },
+    Parser {
+        name: "step3p5",
+        vllm: &["step3p5"],
+        sglang: &["step3p5"],
+        markers: &["<tool_call>", "<function=NAME>", "<parameter=KEY>", "</parameter>", "</function>", "</tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "Qwen3 XML grammar; SGLang maps step3p5 to its Qwen3CoderDetector.",
+        ..BASE
+    },
+    Parser {
+        name: "step5",
+        vllm: &["step5"],
+        sglang: &[],
+        markers: &["<tool_call>", "<function=NAME>", "<parameter=KEY>", "</parameter>", "</function>", "</tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "Qwen Coder grammar with Step-5's content whitespace preserved.",
+        ..BASE
+    },
+    Parser {
+        name: "mimo",
+        vllm: &["mimo"],
+        sglang: &["mimo"],
+        markers: &["<tool_call>", "<function=NAME>", "<parameter=KEY>", "</parameter>", "</function>", "</tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "Qwen3 XML with verbatim (compact) string values.",
+        ..BASE
+    },
+    Parser {
+        name: "seed_oss",
+        vllm: &["seed_oss"],
+        sglang: &[],
+        markers: &["<seed:tool_call>", "<function=NAME>", "<parameter=KEY>", "</parameter>", "</function>", "</seed:tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "Qwen3 XML grammar with seed: wrapper tokens.",
+        ..BASE
+    },
+    Parser {
+        name: "llama3_json",
+        vllm: &["llama3_json", "llama4_json"],
+        sglang: &["llama3"],
+        markers: llama3_json::MARKERS,
+        build: Build::Tool(llama3_json::build),
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 100, all: &[&[Sig::Token("<|python_tag|>"), Sig::Template("ipython")]], unless: &[] }],
+        about: "bare JSON {name, parameters|arguments} objects separated by '; '; optional <|python_tag|>.",
+        ..BASE
+    },
+    Parser {
+        name: "mistral",
+        vllm: &["mistral"],
+        sglang: &["mistral"],
+        markers: mistral::MARKERS,
+        build: Build::Tool(mistral::build),
+        ids: IdStyle::Mistral,
+        detect: &[Detect { rank: 90, all: &[&[Sig::Template("[TOOL_CALLS]"), Sig::Token("[TOOL_CALLS]")]], unless: &[] }],
+        about: "dialect from the tokenizer: [ARGS] in vocab = v11+ 'name[ARGS]{json}' (inputs/mistral_v11.json), else pre-v11 '[TOOL_CALLS] [{...}]' (inputs/mistral.json). SGLang's bot token is '[TOOL_CALLS] ['.",
+        ..BASE
+    },
+    Parser {
+        name: "deepseek_v3",
+        vllm: &["deepseek_v3"],
+        sglang: &["deepseekv3"],
+        markers: deepseek::MARKERS,
+        build: Build::Tool(deepseek::build_v3),
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 40, all: &[&[Sig::Template("<｜tool▁calls▁begin｜>")], &[Sig::Template("```json")]], unless: &[] }],
+        about: "<｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\\n```json\\n{...}\\n```<｜tool▁call▁end｜>",
+        ..BASE
+    },
+    Parser {
+        name: "deepseek_v31",
+        vllm: &["deepseek_v31"],
+        sglang: &["deepseekv31"],
+        markers: deepseek::MARKERS,
+        build: Build::Tool(deepseek::build_v31),
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 41, all: &[&[Sig::Template("<｜tool▁calls▁begin｜>")]], unless: &[] }],
+        about: "<｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{json}<｜tool▁call▁end｜>",
+        ..BASE
+    },
+    Parser {
+        name: "deepseek_v32",
+        vllm: &["deepseek_v32"],
+        sglang: &["deepseekv32"],
+        markers: invoke::DSML_MARKERS,
+        build: Build::Tool(invoke::build_dsml),
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 30, all: &[&[Sig::Template("｜DSML｜function_calls")]], unless: &[] }],
+        about: "string=\"false\" values are JSON; markers are text, not special tokens.",
+        ..BASE
+    },
+    Parser {
+        name: "deepseek_v4",
+        vllm: &["deepseek_v4"],
+        sglang: &["deepseekv4"],
+        markers: &["<｜DSML｜tool_calls>", "<｜DSML｜invoke name=\"…\">", "<｜DSML｜parameter name=\"…\" string=\"true|false\">", "</｜DSML｜parameter>", "</｜DSML｜invoke>", "</｜DSML｜tool_calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "DSML with tool_calls wrapper; vLLM's grammar also holds <think>.",
+        ..BASE
+    },
+    Parser {
+        name: "deepseek_v41",
+        vllm: &["deepseek_v41"],
+        sglang: &["deepseekv41"],
+        markers: &["<｜DSML｜ calls>", "<｜DSML｜ invoke name=\"…\">", "<｜DSML｜ parameter name=\"…\" …>", "</｜DSML｜ parameter>", "</｜DSML｜ invoke>", "</｜DSML｜ calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "DSML with a space after ｜DSML｜ in every tag name.",
+        ..BASE
+    },
+    Parser {
+        name: "kimi_k2",
+        vllm: &["kimi_k2"],
+        sglang: &["kimi_k2"],
+        markers: kimi::MARKERS,
+        build: Build::Tool(kimi::build),
+        ids: IdStyle::Format,
+        detect: &[Detect { rank: 50, all: &[&[Sig::Template("<|tool_calls_section_begin|>")]], unless: &[] }],
+        about: "the header before <|tool_call_argument_begin|> is the native id",
+        ..BASE
+    },
+    Parser {
+        name: "kimi_k3",
+        vllm: &["kimi_k3"],
+        sglang: &["kimi_k3"],
+        markers: &["<|open|>", "<|sep|>", "<|close|>", "tools", "call tool=\"…\" index=\"…\"", "argument key=\"…\" type=\"…\""],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "XTML channels response/tools",
+        ..BASE
+    },
+    Parser {
+        name: "k2_horizon",
+        vllm: &["k2_horizon"],
+        sglang: &["k2_horizon"],
+        markers: &["<ifm|tool_calls>", "<ifm|tool_call>", "<ifm|arg_key>", "</ifm|arg_key>", "<ifm|arg_type>", "</ifm|arg_type>", "<ifm|arg_value>", "</ifm|arg_value>", "</ifm|tool_call>", "</ifm|tool_calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "body is XML key/value, typed XML, or JSON",
+        ..BASE
+    },
+    Parser {
+        name: "glm47",
+        vllm: &["glm47", "glm45"],
+        sglang: &["glm", "glm45", "glm47", "spark25"],
+        markers: glm::MARKERS,
+        build: Build::Tool(glm::build),
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 60, all: &[&[Sig::Template("<arg_key>")]], unless: &[] }],
+        about: "vLLM maps glm45 and glm47 to the GLM-4.7 class (newline after the name optional). SGLang glm45/glm = Glm4MoeDetector (4.5 framing), glm47 = Glm47MoeDetector, spark25 = same XML-KV wire format, emitted atomically.",
+        ..BASE
+    },
+    Parser {
+        name: "ling3",
+        vllm: &["ling3"],
+        sglang: &["ling3"],
+        markers: &["<tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "GLM XML; vLLM also treats <tool_call> as reasoning end",
+        ..BASE
+    },
+    Parser {
+        name: "poolside_v1",
+        vllm: &["poolside_v1"],
+        sglang: &["poolside_v1"],
+        markers: &["<tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "GLM-4 XML with strings streamed incrementally",
+        ..BASE
+    },
+    Parser {
+        name: "minimax_m2",
+        vllm: &["minimax_m2"],
+        sglang: &["minimax-m2"],
+        markers: invoke::MINIMAX_MARKERS,
+        build: Build::Tool(invoke::build_minimax),
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 20, all: &[&[Sig::Template("<minimax:tool_call>")]], unless: &[] }],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "minimax_m3",
+        vllm: &["minimax_m3"],
+        sglang: &["minimax-m3"],
+        markers: &["]<]minimax[>[", "<tool_call>", "<invoke name=\"…\">", "<KEY>", "</KEY>", "</invoke>", "</tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "every structural tag prefixed with ]<]minimax[>[; nested elements",
+        ..BASE
+    },
+    Parser {
+        name: "openai",
+        vllm: &["openai"],
+        sglang: &["gpt-oss"],
+        markers: harmony::MARKERS,
+        build: Build::Whole { family: "harmony", build: harmony::build },
+        ids: IdStyle::OpenAi,
+        detect: &[Detect { rank: 10, all: &[&[Sig::Token("<|channel|>")], &[Sig::Token("<|message|>")]], unless: &[] }],
+        about: "Harmony; vLLM parses token ids with openai_harmony (HarmonyParser), GptOssToolParser is a stub",
+        ..BASE
+    },
+    Parser {
+        name: "pythonic",
+        vllm: &["pythonic"],
+        sglang: &["pythonic"],
+        markers: pythonic::MARKERS,
+        build: Build::Tool(pythonic::build),
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "[f(a=1), g()] Python literals",
+        ..BASE
+    },
+    Parser {
+        name: "llama4_pythonic",
+        vllm: &["llama4_pythonic"],
+        sglang: &[],
+        markers: &["<|python_start|>", "[", "]", "<|python_end|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "pythonic with optional <|python_start|>…<|python_end|>",
+        ..BASE
+    },
+    Parser {
+        name: "olmo3",
+        vllm: &["olmo3"],
+        sglang: &[],
+        markers: &["<function_calls>", "</function_calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "newline-separated pythonic calls; null/true/false accepted",
+        ..BASE
+    },
+    Parser {
+        name: "lfm2",
+        vllm: &["lfm2"],
+        sglang: &["lfm2"],
+        markers: &["<|tool_call_start|>", "[", "]", "<|tool_call_end|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "pythonic list inside markers",
+        ..BASE
+    },
+    Parser {
+        name: "granite",
+        vllm: &["granite"],
+        sglang: &[],
+        markers: &["<|tool_call|>", "<tool_call>", "[", "]"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "JSON array after the marker, no end marker",
+        ..BASE
+    },
+    Parser {
+        name: "granite-20b-fc",
+        vllm: &["granite-20b-fc"],
+        sglang: &[],
+        markers: &["<function_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "<function_call> {json} repeated, no end marker",
+        ..BASE
+    },
+    Parser {
+        name: "granite4",
+        vllm: &["granite4"],
+        sglang: &[],
+        markers: &["<tool_call>", "</tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "Hermes-like",
+        ..BASE
+    },
+    Parser {
+        name: "jamba",
+        vllm: &["jamba"],
+        sglang: &[],
+        markers: &["<tool_calls>", "</tool_calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "JSON array",
+        ..BASE
+    },
+    Parser {
+        name: "internlm",
+        vllm: &["internlm"],
+        sglang: &["interns1"],
+        markers: &["<|action_start|>", "<|plugin|>", "<|action_end|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "JSON {name, parameters}",
+        ..BASE
+    },
+    Parser {
+        name: "phi4_mini_json",
+        vllm: &["phi4_mini_json"],
+        sglang: &[],
+        markers: &["functools[", "]"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "xlam",
+        vllm: &["xlam"],
+        sglang: &[],
+        markers: &["[", "```json", "[TOOL_CALLS]", "<tool_call>", "</think>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "bare JSON array, sniffed in several wrappers",
+        ..BASE
+    },
+    Parser {
+        name: "hunyuan_a13b",
+        vllm: &["hunyuan_a13b"],
+        sglang: &[],
+        markers: &["<tool_calls>", "</tool_calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "JSON array in <tool_calls>",
+        ..BASE
+    },
+    Parser {
+        name: "hy_v3",
+        vllm: &["hy_v3"],
+        sglang: &["hunyuan"],
+        markers: &["<tool_calls>", "<tool_call>", "<tool_sep>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>", "</tool_calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "hy_v4",
+        vllm: &["hy_v4"],
+        sglang: &[],
+        markers: &["<tool_calls:…>", "<tool_call:…>", "<arg_key:…>", "<arg_value:…>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "HY v3 tags with a token suffix",
+        ..BASE
+    },
+    Parser {
+        name: "ernie45",
+        vllm: &["ernie45"],
+        sglang: &[],
+        markers: &["<tool_call>", "</tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "JSON in <tool_call>; also knows <think>/<response>",
+        ..BASE
+    },
+    Parser {
+        name: "longcat",
+        vllm: &["longcat"],
+        sglang: &[],
+        markers: &["<longcat_tool_call>", "</longcat_tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "Hermes-like with longcat_ markers",
+        ..BASE
+    },
+    Parser {
+        name: "dots",
+        vllm: &["dots"],
+        sglang: &["dots"],
+        markers: &["<dots_function_call>", "<invoke name=\"…\">", "<parameter name=\"…\">", "</parameter>", "</invoke>", "</dots_function_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "JSON object fallback inside the wrapper",
+        ..BASE
+    },
+    Parser {
+        name: "apertus",
+        vllm: &["apertus"],
+        sglang: &["apertus2509"],
+        markers: &["<|tools_prefix|>", "<|tools_suffix|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "[{\"NAME\": {args}}, ...]",
+        ..BASE
+    },
+    Parser {
+        name: "gigachat3",
+        vllm: &["gigachat3"],
+        sglang: &["gigachat3"],
+        markers: &["function call<|role_sep|>\\n"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "functiongemma",
+        vllm: &["functiongemma"],
+        sglang: &[],
+        markers: &["<start_function_call>", "call:NAME{", "<escape>", "}", "<end_function_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "gemma4",
+        vllm: &["gemma4"],
+        sglang: &["gemma4"],
+        markers: &["<|tool_call>", "call:NAME{", "<|\"|>", "}", "<tool_call|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "string delimiter token <|\"|>",
+        ..BASE
+    },
+    Parser {
+        name: "step3",
+        vllm: &["step3"],
+        sglang: &["step3"],
+        markers: &["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function", "<｜tool_sep｜>", "<steptml:invoke name=\"…\">", "<steptml:parameter name=\"…\">", "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<｜tool_calls_end｜>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "markers use '_' not '▁'",
+        ..BASE
+    },
+    Parser {
+        name: "minicpm5",
+        vllm: &["minicpm5"],
+        sglang: &["minicpm5"],
+        markers: &["<function name=\"…\">", "<param name=\"…\">", "</param>", "</function>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "CDATA allowed",
+        ..BASE
+    },
+    Parser {
+        name: "inkling",
+        vllm: &["inkling"],
+        sglang: &["inkling"],
+        markers: &["<|message_model|>", "<|content_invoke_tool_json|>", "<|end_message|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "{\"name\", \"args\"} JSON",
+        ..BASE
+    },
+    Parser {
+        name: "cohere_command3",
+        vllm: &["cohere_command3"],
+        sglang: &[],
+        markers: &["<|START_ACTION|>", "<|END_ACTION|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "via cohere_melody",
+        ..BASE
+    },
+    Parser {
+        name: "cohere_command4",
+        vllm: &["cohere_command4"],
+        sglang: &["cohere_command4"],
+        markers: &["<|START_ACTION|>", "<|END_ACTION|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "plamo3",
+        vllm: &["plamo3"],
+        sglang: &[],
+        markers: &["<|plamo:begin_tool_requests:plamo|>", "<|plamo:begin_tool_request:plamo|>", "<|plamo:begin_tool_name:plamo|>", "<|plamo:end_tool_name:plamo|>", "<|plamo:end_tool_arguments:plamo|>", "<|plamo:end_tool_request:plamo|>", "<|plamo:end_tool_requests:plamo|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "muse",
+        vllm: &["muse", "musespark1x"],
+        sglang: &[],
+        markers: &["<|start|>assistant to=…", "<|message|>", "<atem:function_calls>", "<atem:invoke name=\"…\">", "<atem:parameter name=\"…\">", "<|eom|>", "<|eot|>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "muse_glimmer",
+        vllm: &["muse_glimmer"],
+        sglang: &["muse"],
+        markers: &["<atem:function_calls>", "<atem:invoke name=\"…\">", "<atem:parameter name=\"…\">", "</atem:function_calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "beam",
+        vllm: &["beam"],
+        sglang: &["beam"],
+        markers: &[],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "needs checkpoint metadata; not run",
+        ..BASE
+    },
+    Parser {
+        name: "hf",
+        vllm: &["hf"],
+        sglang: &["response_template"],
+        markers: &[],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "needs a tokenizer with response_template metadata; not run",
+        ..BASE
+    },
+    Parser {
+        name: "gigachat35",
+        vllm: &[],
+        sglang: &["gigachat35"],
+        markers: &["<｜GCML｜tool_calls>", "</｜GCML｜tool_calls>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "",
+        ..BASE
+    },
+    Parser {
+        name: "iquest_q1",
+        vllm: &[],
+        sglang: &["iquest_q1"],
+        markers: &["<iquest_tool_call>", "</iquest_tool_call>"],
+        build: Build::Missing,
+        ids: IdStyle::OpenAi,
+        detect: &[],
+        about: "Glm47MoeDetector subclass",
+        ..BASE
+    },
+];
