@@ -13,6 +13,7 @@ import random
 import re
 from dataclasses import dataclass, field
 
+from sidecar import parsers
 from sidecar.backend import ParseLimits, ParseOpenConfig
 from sidecar.factory import get_backend
 from sidecar.v1 import preprocessor_pb2 as pb
@@ -360,12 +361,14 @@ def check_attribution(result: Result, trace: dict, n_tokens: int) -> None:
 
 
 def check_ids(result: Result, tool_parser: str, expect: dict) -> None:
-    """Generated ids: `call_` + 24 alphanumerics, 9 alphanumerics for Mistral; format ids kept."""
+    """Generated ids by the parser's registry row: `call_` + 24 alphanumerics, or 9 alphanumerics
+    for the `mistral` id style; ids the format writes are kept as written."""
     given = {w["id"] for w in expect.get("tool_calls", []) if "id" in w}
+    row = parsers.find("tool", tool_parser) if tool_parser not in ("", "none") else None
     for call in result.calls.values():
         if call["id"] in given:
             continue
-        if tool_parser == "mistral":
+        if row is not None and row.id_style == "mistral":
             assert re.fullmatch(r"[A-Za-z0-9]{9}", call["id"]), call["id"]
         else:
             assert re.fullmatch(r"call_[A-Za-z0-9]{24}", call["id"]), call["id"]
@@ -412,35 +415,56 @@ def check_decoding(case: dict, ids: list[int]) -> None:
         assert result.content == after[len(before):], f"{case['name']}: decoding differs from HF"
 
 
+def checked_runs(case: dict, runs: list[tuple[str, str, list[list[int]]]], expect: dict | None = None) -> Result:
+    """Feeds `case` in every `(variant, name, chunks)` of `runs` (variant `tokens` or `bytes`):
+    each run keeps every invariant (delta shape, ids, no character lost or duplicated, token
+    attribution), equals `expect` when given, and ends in the same final result as the first run
+    of its variant and as every other variant. Returns the first run's result."""
+    firsts: dict[str, dict] = {}
+    first_result: Result | None = None
+    for variant, name, chunks in runs:
+        result, trace = run(case, chunks, trace=True)
+        label = f"{case['name']} [{variant}/{name}]"
+        try:
+            check_delta_shape(result)
+            if result.error is None:
+                check_attribution(result, trace, result.fed)
+            if expect is not None:
+                check_expected(result, expect, exact_tokens=variant == "tokens")
+                check_ids(result, case.get("tool_parser", ""), expect)
+        except AssertionError as e:
+            raise AssertionError(f"{label}: {e}\n{result.comparable()}") from None
+        # Beyond what the case pins down: every chunking ends in the same final result.
+        final = result.comparable()
+        final.pop("completion_tokens")  # counts what was fed (a stop can end a run early)
+        if variant == "bytes":
+            final.pop("reasoning_tokens")
+        first = firsts.setdefault(variant, final)
+        assert final == first, f"{label}: differs from the first chunking\n{final}\n{first}"
+        without_counts = {k: v for k, v in final.items() if k != "reasoning_tokens"}
+        base = {k: v for k, v in next(iter(firsts.values())).items() if k != "reasoning_tokens"}
+        assert without_counts == base, f"{label}: differs from the token runs\n{final}\n{base}"
+        first_result = first_result or result
+    assert first_result is not None, "no run"
+    return first_result
+
+
+def variants(case: dict) -> dict[str, list[int]]:
+    """The case's output as the tokenizer's ids and, where the vocabulary allows, one token per
+    byte (splitting every multi-byte character and every marker spelled as text)."""
+    ids = output_ids(case)
+    out = {"tokens": ids}
+    per_byte = byte_ids(case)
+    if per_byte is not None and per_byte != ids:
+        out["bytes"] = per_byte
+    return out
+
+
 def check_case(case: dict) -> dict[str, int]:
     """Runs a case in every chunking (and one token per byte where the vocabulary allows); each
     run must equal the expectation and keep every invariant. Returns run counts."""
-    ids = output_ids(case)
-    check_decoding(case, ids)
-    variants = {"tokens": ids}
-    per_byte = byte_ids(case)
-    if per_byte is not None and per_byte != ids:
-        variants["bytes"] = per_byte
-    runs = 0
-    for variant, seq in variants.items():
-        first: dict | None = None
-        for name, chunks in chunkings(seq).items():
-            result, trace = run(case, chunks, trace=True)
-            label = f"{case['name']} [{variant}/{name}]"
-            try:
-                check_delta_shape(result)
-                if result.error is None:
-                    check_attribution(result, trace, result.fed)
-                check_expected(result, case["expect"], exact_tokens=variant == "tokens")
-                check_ids(result, case.get("tool_parser", ""), case["expect"])
-            except AssertionError as e:
-                raise AssertionError(f"{label}: {e}\n{result.comparable()}") from None
-            # Beyond what the case pins down: every chunking ends in the same final result.
-            final = result.comparable()
-            final.pop("completion_tokens")  # counts what was fed (a stop can end a run early)
-            if variant == "bytes":
-                final.pop("reasoning_tokens")
-            first = first or final
-            assert final == first, f"{label}: differs from the first chunking\n{final}\n{first}"
-            runs += 1
-    return {"runs": runs}
+    seqs = variants(case)
+    check_decoding(case, seqs["tokens"])
+    runs = [(variant, name, chunks) for variant, seq in seqs.items() for name, chunks in chunkings(seq).items()]
+    checked_runs(case, runs, case["expect"])
+    return {"runs": len(runs)}

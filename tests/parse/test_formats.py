@@ -1,14 +1,14 @@
-"""Every case of tests/data/parse/<format>/cases.json, in every chunking, against its expectation."""
+"""Every case of tests/data/parse/<folder>/cases.json, in every chunking, against its expectation."""
 
 from __future__ import annotations
 
 import pytest
 
 from tests.conftest import count_parity, require_shared_models
-from tests.parse.harness import check_case, load_cases
+from tests.parse.harness import DATA, check_case, load_cases
 
-FORMATS = ["reasoning", "hermes", "qwen3_coder", "llama3_json", "mistral", "deepseek_v3", "deepseek_v31", "deepseek_v32", "minimax_m2", "glm45", "kimi_k2", "openai", "pythonic"]
-CASES = [case for fmt in FORMATS for case in load_cases(fmt)]
+FOLDERS = sorted(p.parent.name for p in DATA.glob("*/cases.json"))
+CASES = [case for folder in FOLDERS for case in load_cases(folder)]
 
 
 @pytest.mark.models

@@ -64,6 +64,8 @@ pub(crate) struct Out {
     pub(crate) open_calls: u32,
     id_style: IdStyle,
     id_state: u64,
+    /// Ids the model wrote, so far (an id must be unique within a response).
+    given_ids: Vec<String>,
 }
 
 impl Out {
@@ -79,6 +81,7 @@ impl Out {
             open_calls: 0,
             id_style,
             id_state: seed | 1,
+            given_ids: Vec::new(),
         }
     }
 
@@ -143,13 +146,20 @@ impl Out {
         }
     }
 
-    /// Starts a call; returns its index. `id` empty = make one. The call counts as incomplete until
-    /// [`Out::end_call`].
+    /// Starts a call; returns its index. `id`: the one the model wrote, kept unless an earlier call
+    /// of this response has it (a model repeating `functions.f:0`), else one is made. The call
+    /// counts as incomplete until [`Out::end_call`].
     pub(crate) fn start_call(&mut self, name: &str, id: Option<String>) -> u32 {
         let index = self.call_count;
         self.call_count += 1;
         self.open_calls += 1;
-        let id = id.unwrap_or_else(|| self.new_id());
+        let id = match id {
+            Some(id) if !self.given_ids.contains(&id) => {
+                self.given_ids.push(id.clone());
+                id
+            }
+            _ => self.new_id(),
+        };
         self.calls.push(CallDelta {
             index,
             id,

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 
 use crate::parse::out::{Channel, Out};
 use crate::parse::registry::StartRule;
-use crate::parse::text::{Markers, SegBuf};
+use crate::parse::text::{scan, Markers, Scan, SegBuf};
 use crate::parse::Stage;
 
 /// A start/end-marker format's markers.
@@ -27,6 +27,9 @@ pub(crate) struct ThinkSpec {
     pub(crate) end: &'static [&'static str],
     /// Tool-call starts that end assumed reasoning (the marker is left for the tool parser).
     pub(crate) implicit_end: &'static [&'static str],
+    /// Whitespace that ends a reasoning block (just before its end marker) is framing: the format's
+    /// templates write the reasoning stripped (GLM, Kimi, MiniMax, Mistral).
+    pub(crate) trim_end: bool,
 }
 
 impl ThinkSpec {
@@ -52,6 +55,7 @@ enum State {
 }
 
 /// Which pattern a search in reasoning found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Found {
     End,
     Start,
@@ -65,6 +69,7 @@ pub(crate) struct ThinkSplitter {
     implicit_end: Vec<String>,
     state: State,
     rule: StartRule,
+    trim_end: bool,
     enabled: bool,
 }
 
@@ -77,6 +82,7 @@ impl ThinkSplitter {
             implicit_end: patterns(spec.implicit_end),
             state: State::Content,
             rule,
+            trim_end: spec.trim_end,
             enabled: true,
         }
     }
@@ -102,34 +108,44 @@ impl ThinkSplitter {
         out: &mut Out,
         end: bool,
     ) -> Option<()> {
-        let mut patterns: Vec<(&str, u8)> = self.end.iter().map(|p| (p.as_str(), 0)).collect();
+        let mut patterns: Vec<(&str, Found)> =
+            self.end.iter().map(|p| (p.as_str(), Found::End)).collect();
         if !started {
-            patterns.extend(self.start.iter().map(|p| (p.as_str(), 1)));
+            patterns.extend(self.start.iter().map(|p| (p.as_str(), Found::Start)));
         }
         if !explicit {
-            patterns.extend(self.implicit_end.iter().map(|p| (p.as_str(), 2)));
+            patterns.extend(
+                self.implicit_end
+                    .iter()
+                    .map(|p| (p.as_str(), Found::Implicit)),
+            );
         }
         let texts: Vec<&str> = patterns.iter().map(|(p, _)| *p).collect();
-        let before = input.len();
-        let found = out.route_until(input, &texts, Channel::Reasoning, end);
-        let started = started || input.len() < before;
+        let (upto, found) = match scan(input.as_str(), &texts) {
+            Scan::Found { at, index } => (at, Some(index)),
+            Scan::Partial { at } if !end => (at, None),
+            _ => (input.len(), None),
+        };
+        // Trailing whitespace waits: it is framing if the end marker follows.
+        let text = &input.as_str()[..upto];
+        let body = match (self.trim_end, found.map(|i| patterns[i].1)) {
+            (true, Some(Found::End)) => text.trim_end_matches(is_ws).len(),
+            (true, None) if !end => text.trim_end_matches(is_ws).len(),
+            _ => upto,
+        };
+        let started = started || body > 0;
+        out.route(input, body, Channel::Reasoning);
         self.state = State::Reasoning { explicit, started };
         let index = found?;
         let len = texts[index].len();
-        let which = match patterns[index].1 {
-            0 => Found::End,
-            1 => Found::Start,
-            _ => Found::Implicit,
-        };
-        match which {
+        match patterns[index].1 {
             Found::End => {
+                out.route(input, upto - body, Channel::Framing);
                 out.route(input, len, Channel::Framing);
                 self.state = State::Content;
             }
             // Text came before it in this very read: the marker is text too.
-            Found::Start if started => {
-                out.route(input, len, Channel::Reasoning);
-            }
+            Found::Start if started => out.route(input, len, Channel::Reasoning),
             Found::Start => {
                 out.route(input, len, Channel::Framing);
                 self.state = State::Reasoning {
@@ -154,6 +170,10 @@ impl ThinkSplitter {
         };
         Some(())
     }
+}
+
+fn is_ws(c: char) -> bool {
+    c.is_ascii_whitespace()
 }
 
 impl Stage for ThinkSplitter {

@@ -18,6 +18,7 @@ pub(super) const ROWS: &[Parser] = &[
             start: &["<think>"],
             end: &["</think>"],
             implicit_end: &[],
+            trim_end: false,
         }),
         start: StartRule {
             default_reasoning: true,
@@ -44,11 +45,12 @@ pub(super) const ROWS: &[Parser] = &[
             start: &["<think>"],
             end: &["</think>"],
             implicit_end: &["<tool_call>"],
+            trim_end: false,
         }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 80,
@@ -70,11 +72,12 @@ pub(super) const ROWS: &[Parser] = &[
             start: &["<think>"],
             end: &["</think>"],
             implicit_end: &["<tool_call>"],
+            trim_end: true,
         }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 60,
@@ -116,11 +119,12 @@ pub(super) const ROWS: &[Parser] = &[
                 "<|tool_calls_section_begin|>",
                 "<|tool_call_section_begin|>",
             ],
+            trim_end: true,
         }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 50,
@@ -137,11 +141,12 @@ pub(super) const ROWS: &[Parser] = &[
         name: "minimax_m2",
         vllm: &["minimax_m2"],
         sglang: &["minimax"],
-        markers: &["<think>", "</think>"],
+        markers: &["<think>", "</think>", "<minimax:tool_call>"],
         build: Build::Think(ThinkSpec {
             start: &["<think>"],
             end: &["</think>"],
-            implicit_end: &[],
+            implicit_end: &["<minimax:tool_call>"],
+            trim_end: true,
         }),
         start: StartRule {
             default_reasoning: true,
@@ -180,6 +185,7 @@ pub(super) const ROWS: &[Parser] = &[
             start: &["<think>"],
             end: &["</think>"],
             implicit_end: &[],
+            trim_end: false,
         }),
         start: StartRule {
             default_reasoning: false,
@@ -423,6 +429,7 @@ pub(super) const ROWS: &[Parser] = &[
             start: &["[THINK]"],
             end: &["[/THINK]"],
             implicit_end: &[],
+            trim_end: true,
         }),
         start: StartRule {
             default_reasoning: false,

@@ -87,11 +87,16 @@ impl Glm {
             }
             State::Name => self.name(input, out, end)?,
             State::Args => self.between_args(input, out, end)?,
-            State::Key => match scan(input.as_str(), &[&self.key_close]) {
-                Scan::Found { at, .. } => {
+            State::Key => match scan(input.as_str(), &[&self.key_close, &self.close]) {
+                Scan::Found { at, index: 0 } => {
                     self.key = ascii_trim(&input.as_str()[..at]).to_string();
                     out.route(input, at + self.key_close.len(), Channel::Tool);
                     self.state = State::BeforeValue;
+                }
+                // A key never closed before the call's end: the element is dropped.
+                Scan::Found { at, .. } => {
+                    out.route(input, at, Channel::Tool);
+                    self.state = State::Args;
                 }
                 _ if !end => return None,
                 _ => {
