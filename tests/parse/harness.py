@@ -326,11 +326,19 @@ def check_attribution(result: Result, trace: dict, n_tokens: int) -> None:
     if result.finished and result.finish_reason != "stop" and result.error is None:
         assert covered == len(source), f"routed {covered} of {len(source)} bytes"
 
-    def render(b: bytes) -> str:
-        return "".join(sentinels.get(ch, ch) for ch in b.decode("utf-8"))
+    # Characters the model wrote in the sentinel range are U+FFFD in the source (they cannot forge
+    # a marker); content and reasoning show the originals.
+    literals = {offset: ch for offset, ch in trace.get("literals", [])}
+
+    def render(start: int, b: bytes) -> str:
+        out, at = [], start
+        for ch in b.decode("utf-8"):
+            out.append(literals.get(at, sentinels.get(ch, ch)))
+            at += len(ch.encode("utf-8"))
+        return "".join(out)
 
     def text_of(channel: str) -> str:
-        return "".join(render(source[s:e]) for s, e, ch in spans if ch == channel)
+        return "".join(render(s, source[s:e]) for s, e, ch in spans if ch == channel)
 
     assert text_of("reasoning") == result.reasoning, "reasoning is not the text routed to reasoning"
     assert text_of("content") == result.content, "content is not the text routed to content"

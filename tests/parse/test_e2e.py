@@ -11,7 +11,8 @@ import urllib.request
 import grpc
 import pytest
 
-from tests.conftest import LiveServer, require_shared_models, start_server, stop_server
+from sidecar import parsers
+from tests.conftest import REPO, LiveServer, require_shared_models, start_server, stop_server
 from tests.parse.harness import (
     Result, absorb, check_delta_shape, check_expected, encode, load_cases, output_ids, prompt_ids,
 )
@@ -215,3 +216,46 @@ def test_reference_backend_refuses_parse_stream(tmp_path) -> None:  # noqa: ANN0
         assert list(tokens.encodings[0].token_ids) == encode("qwen3", "Hi")
     finally:
         stop_server(live)
+
+
+def test_list_parsers_reports_every_registered_name(server: LiveServer) -> None:
+    """ListParsers: one entry per format of the registry; every name vLLM 0.33 and SGLang 0.5.23
+    register (tests/data/parse_oracle/registry.json) is a canonical name, an alias or, for an SGLang
+    name vLLM spells alike for another format, listed as shadowed."""
+    with grpc.insecure_channel(server.tcp) as channel:
+        answer = preprocessor_pb2_grpc.PreprocessorStub(channel).ListParsers(pb.ListParsersRequest())
+    assert dict(answer.engines) == {"vllm": "0.33.0", "sglang": "0.5.23"}
+    assert [(p.name, p.kind, p.implemented) for p in answer.parsers] == [
+        (p.name, p.kind, p.implemented) for p in parsers.parsers()]
+    listed = {(p.kind, p.name) for p in answer.parsers}
+    listed |= {(p.kind, a.name) for p in answer.parsers for a in p.aliases}
+    listed |= {(p.kind, s) for p in answer.parsers for s in p.shadowed}
+    registered = json.loads((REPO / "tests/data/parse_oracle/registry.json").read_text())["names"]
+    assert len(registered) == 180
+    assert {(n["kind"], n["name"]) for n in registered} <= listed
+    hermes = next(p for p in answer.parsers if p.name == "hermes")
+    assert ("qwen25", "sglang") in {(a.name, a.engine) for a in hermes.aliases}
+    assert sum(p.implemented for p in answer.parsers) >= 20
+
+
+def test_open_resolves_aliases_and_refuses_unknown_or_missing_parsers(server: LiveServer) -> None:
+    missing = next(p for p in parsers.parsers() if not p.implemented)
+
+    async def scenario() -> list[pb.ParseStreamResponse]:
+        async with grpc.aio.insecure_channel(server.uds) as channel:
+            call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+            answers = []
+            for rid, tool, reasoning in [("u", "hemres", ""), ("m", "", missing.name) if missing.kind == "reasoning"
+                                         else ("m", missing.name, ""), ("a", "qwen25", "qwen3-thinking")]:
+                await call.write(pb.ParseStreamRequest(open=pb.OpenRequest(
+                    request_id=rid, model="qwen3", tool_parser=tool, reasoning_parser=reasoning)))
+                answers.append(await call.read())
+            await call.done_writing()
+            return answers
+
+    unknown, not_implemented, alias = asyncio.run(scenario())
+    assert unknown.deltas[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "close matches: hermes" in unknown.deltas[0].error.message
+    assert not_implemented.deltas[0].error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+    assert missing.name in not_implemented.deltas[0].error.message
+    assert not alias.deltas, alias

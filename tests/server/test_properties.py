@@ -27,6 +27,7 @@ from hypothesis import strategies as st  # noqa: E402
 
 from grpc_health.v1 import health_pb2, health_pb2_grpc  # noqa: E402
 from tests.kv.publisher import FakeEnginePublisher, stored  # noqa: E402
+from sidecar import parsers  # noqa: E402
 from sidecar.v1 import kv_router_pb2 as kv  # noqa: E402
 from sidecar.v1 import kv_router_pb2_grpc as kv_grpc  # noqa: E402
 from sidecar.v1 import preprocessor_pb2 as pb  # noqa: E402
@@ -334,8 +335,9 @@ def test_score_fields(channel: grpc.Channel) -> None:
 
 PARSE_FIELDS = field_names(pb.ParseStreamRequest.DESCRIPTOR)
 REQUEST_IDS = st.sampled_from(["a", "b", "c", "", "a" * 300])
-PARSERS = st.one_of(st.sampled_from(["", "none", "hermes", "qwen3_coder", "llama3_json", "mistral", "openai", "pythonic",
-                                     "deepseek_r1", "qwen3", "glm45", "kimi_k2", "nope"]), st.text(max_size=8))
+#: Every registered name (implemented or not: the latter are FAILED_PRECONDITION), and some that are not.
+PARSERS = st.one_of(st.sampled_from(["", "none", "nope", *sorted({n for p in parsers.parsers() for n in p.names})]),
+                    st.text(max_size=8))
 
 open_messages = st.builds(
     lambda rid, model, tool, reasoning, tools, prompt, kwargs, skip, stop, include: pb.ParseStreamRequest(open=pb.OpenRequest(

@@ -66,6 +66,9 @@ pub(crate) struct Out {
     id_state: u64,
     /// Ids the model wrote, so far (an id must be unique within a response).
     given_ids: Vec<String>,
+    /// Noncharacters the model wrote, replaced in parser input (see `text::escape_literals`),
+    /// sorted by stream offset.
+    pub(crate) literals: Vec<(u64, char)>,
 }
 
 impl Out {
@@ -82,6 +85,7 @@ impl Out {
             id_style,
             id_state: seed | 1,
             given_ids: Vec::new(),
+            literals: Vec::new(),
         }
     }
 
@@ -96,12 +100,13 @@ impl Out {
             reasoning,
             spans,
             visible,
+            literals,
             ..
         } = self;
         input.take(n, |text, start, end| {
             match channel {
-                Channel::Content => markers.render(text, content),
-                Channel::Reasoning => markers.render(text, reasoning),
+                Channel::Content => markers.render_at(text, start, literals, content),
+                Channel::Reasoning => markers.render_at(text, start, literals, reasoning),
                 Channel::Visible => visible.push(text, start),
                 Channel::Tool | Channel::Framing => {}
             }

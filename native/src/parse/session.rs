@@ -14,7 +14,7 @@ use crate::parse::out::{CallDelta, Channel, Out};
 use crate::parse::reasoning::ThinkSplitter;
 use crate::parse::registry::{self, Build, IdStyle, Kind, Parser, WholeBuild};
 use crate::parse::schema::Tools;
-use crate::parse::text::{Markers, SegBuf};
+use crate::parse::text::{escape_literals, Markers, SegBuf};
 use crate::parse::{Passthrough, Stage};
 
 /// Prompt ids the decoder is primed with (the end of the prompt): enough for any decoder state
@@ -266,16 +266,21 @@ impl Session {
             .map_or(0, |p| p + 1);
         let mut detok = Detokenizer::new(Arc::clone(&self.model.table), self.skip_special);
         let mut sink = TextSink::default();
+        // Prompt text that spells a sentinel is escaped as output is (see `feed_into`).
+        let (mut escaped, mut ignored) = (0, Vec::new());
         for &id in &window[start..] {
             match self.markers.sentinel_for(id) {
                 Some(s) => {
                     detok.flush(&mut sink);
+                    escape_literals(&mut sink.text, escaped, 0, &mut ignored);
                     sink.text.push(s);
+                    escaped = sink.text.len();
                 }
                 None => detok.push(id, u64::MAX, &mut sink),
             }
         }
         detok.flush(&mut sink);
+        escape_literals(&mut sink.text, escaped, 0, &mut ignored);
         let mut input = SegBuf::default();
         input.push(&sink.text, 0);
         let mut scratch = Out::new(Arc::clone(&self.markers), IdStyle::OpenAi, 1);
@@ -322,6 +327,8 @@ impl Session {
         sink.text.clear();
         sink.anchors.clear();
         sink.base = self.stream_len;
+        // Decoded text is escaped before each sentinel goes in: only the session writes sentinels.
+        let mut escaped = 0;
         for &id in ids {
             let seq = self.tokens;
             self.tokens += 1;
@@ -329,9 +336,11 @@ impl Session {
                 Some(sentinel) => {
                     self.detok.flush(&mut sink);
                     self.detok.note_visible_marker(id);
+                    escape_literals(&mut sink.text, escaped, sink.base, &mut self.out.literals);
                     sink.anchors
                         .push((seq, Anchor::Visible(sink.base + sink.text.len() as u64)));
                     sink.text.push(sentinel);
+                    escaped = sink.text.len();
                 }
                 None => self.detok.push(id, seq, &mut sink),
             }
@@ -339,6 +348,7 @@ impl Session {
         if end {
             self.detok.flush(&mut sink);
         }
+        escape_literals(&mut sink.text, escaped, sink.base, &mut self.out.literals);
         self.stream_len += sink.text.len() as u64;
         if let Some(trace) = &mut self.trace {
             trace.source.push_str(&sink.text);
@@ -410,7 +420,8 @@ impl Session {
         Ok(())
     }
 
-    /// The trace as JSON (`source`, `sentinels`, `anchors`, `spans`), when the session keeps one.
+    /// The trace as JSON (`source`, `sentinels`, `anchors`, `spans`, `literals`: the characters
+    /// the model wrote in the sentinel range, replaced in `source`), when the session keeps one.
     pub fn trace_json(&self) -> Option<Value> {
         let trace = self.trace.as_ref()?;
         let sentinels: serde_json::Map<String, Value> = self
@@ -437,6 +448,7 @@ impl Session {
             "sentinels": sentinels,
             "anchors": anchors,
             "spans": spans,
+            "literals": self.out.literals.iter().map(|&(o, c)| serde_json::json!([o, c.to_string()])).collect::<Vec<_>>(),
             "reasoning_tokens": self.ledger.reasoning_tokens(),
         }))
     }

@@ -8,6 +8,34 @@
 
 use crate::parse::json::is_sentinel;
 
+/// Replaces every noncharacter U+FDD0..U+FDEF in `text[from..]` (characters the model wrote: the
+/// session pushes sentinels only after this ran) by U+FFFD, which has the same UTF-8 length, and
+/// records `(stream offset, character)` so content and reasoning can show the original: model text
+/// can never forge a marker.
+pub(crate) fn escape_literals(
+    text: &mut String,
+    from: usize,
+    base: u64,
+    literals: &mut Vec<(u64, char)>,
+) {
+    // U+FDD0..U+FDEF are EF B7 90..AF in UTF-8.
+    if !text.as_bytes()[from..]
+        .windows(2)
+        .any(|w| w == [0xEF, 0xB7])
+    {
+        return;
+    }
+    let found: Vec<(usize, char)> = text[from..]
+        .char_indices()
+        .filter(|(_, c)| is_sentinel(*c))
+        .map(|(i, c)| (from + i, c))
+        .collect();
+    for (at, c) in found {
+        text.replace_range(at..at + c.len_utf8(), "\u{FFFD}");
+        literals.push((base + at as u64, c));
+    }
+}
+
 /// A buffer of parser input: text plus the stream offset of each contiguous segment.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SegBuf {
@@ -248,6 +276,28 @@ impl Markers {
             }
             _ => text.to_string(),
         }
+    }
+
+    /// Appends `s` (which starts at stream offset `start`) with sentinels replaced by what
+    /// `decode` shows for their tokens, and the characters [`escape_literals`] replaced restored.
+    pub(crate) fn render_at(
+        &self,
+        s: &str,
+        start: u64,
+        literals: &[(u64, char)],
+        out: &mut String,
+    ) {
+        let end = start + s.len() as u64;
+        let first = literals.partition_point(|(o, _)| *o < start);
+        let inside = literals[first..].iter().take_while(|(o, _)| *o < end);
+        let mut from = 0;
+        for &(offset, c) in inside {
+            let at = (offset - start) as usize;
+            self.render(&s[from..at], out);
+            out.push(c);
+            from = at + c.len_utf8();
+        }
+        self.render(&s[from..], out);
     }
 
     /// Appends `s` with sentinels replaced by what `decode` shows for their tokens.

@@ -158,7 +158,9 @@ impl JsonCall {
                 self.state = State::Colon;
                 Step::Advance(n)
             }
-            Relay::Error(_) => Step::Stop(0, CallEvent::Broken),
+            // Up to the offending byte, as for values: a key read over several steps was
+            // consumed as it came, so a whole-output read must consume it too.
+            Relay::Error(n) => Step::Stop(n, CallEvent::Broken),
         }
     }
 
