@@ -18,7 +18,7 @@ from typing import AsyncIterator
 
 import grpc
 
-from sidecar import metrics
+from sidecar import metrics, parsers
 from sidecar.backend import ParseLimits, ParseMux, ParseOpenConfig
 from sidecar.errors import FailedPrecondition, InvalidArgument, SidecarError, status_proto_fields
 from sidecar.logs import get_logger
@@ -86,8 +86,24 @@ class ParseStreamServicer:
         model = self._runtime.registry.get(request.model)
         if model.parse_model is None:
             raise FailedPrecondition(f"model: {model.name!r} has no parsing data on this backend")
+        check_defaults(request, model.name, model.parse_defaults)
         config = open_config(request, model.parse_defaults, self._limits)
         mux.open(model.parse_model, request.request_id, model.fingerprint, config, request.prompt_token_ids)
+
+
+def check_defaults(request: pb.OpenRequest, model: str, defaults: ParseDefaults) -> None:
+    """A request that names no parser gets the model's default; one recognised from the model's
+    template that this server does not implement yet is refused here, saying where it came from
+    (the native core refuses explicitly named ones, from the same registry)."""
+    for kind, named, default in (("tool", request.tool_parser, defaults.tool_parser),
+                                 ("reasoning", request.reasoning_parser, defaults.reasoning_parser)):
+        row = parsers.find(kind, default) if default and not named else None
+        if row is not None and not row.implemented:
+            raise FailedPrecondition(
+                f"{kind}_parser: the default {kind} parser of model {model!r} is {default!r} (recognised from "
+                f"its chat template and tokens), which this server does not implement yet; name a parser, or "
+                f"`none` to parse without one"
+            )
 
 
 def open_config(request: pb.OpenRequest, defaults: ParseDefaults, limits: ParseLimits) -> ParseOpenConfig:

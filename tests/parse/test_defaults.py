@@ -1,52 +1,53 @@
-"""Default parsers: configured per model, else recognised from templates and special tokens."""
+"""Default parsers: configured per model, else recognised from templates and special tokens by the
+registry rows' signatures (tests/data/parse/defaults.json: every template and tokenizer of
+../shared/models, reviewed)."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
 from tests.conftest import require_shared_models
+from tests.parse.harness import DATA
+from sidecar import parsers
 from sidecar.factory import get_backend
 from sidecar.parse_defaults import ParseDefaults, detect_parsers
 from sidecar.registry import ModelRegistry, ModelSpec
 
-EXPECTED = {
-    "qwen3": ("hermes", "qwen3"),
-    "qwen2.5": ("hermes", ""),
-    "deepseek-v3": ("deepseek_v3", "deepseek_r1"),
-    "gpt-oss": ("openai", "openai"),
-    "llama3": ("llama3_json", ""),
-    "mistral-nemo": ("mistral", ""),
-    "gpt2": ("", ""),
-}
-
-TEMPLATES = {
-    "qwen3/chat_template.qwen3-coder.jinja": ("qwen3_coder", ""),
-    "deepseek-v3/chat_template.deepseek-v3.1.jinja": ("deepseek_v31", "deepseek_v3"),
-    "deepseek-v3/chat_template.deepseek-v3.2.jinja": ("deepseek_v32", "deepseek_v3"),
-    "glm-4.5/chat_template.GLM-4.6.jinja": ("glm45", "glm45"),
-    "glm-4.5/chat_template.GLM-4.7-Flash.jinja": ("glm47", "glm45"),
-    "kimi-k2/chat_template.Kimi-K2-Thinking.jinja": ("kimi_k2", "kimi_k2"),
-    "kimi-k2/chat_template.moonshotai-Kimi-K2.jinja": ("kimi_k2", ""),
-    "templates/llama.cpp/MiniMax-M2.jinja": ("minimax_m2", "minimax_m2"),
-    "mistral-nemo/chat_template.mistralai-Ministral-3-14B-Reasoning-2512.jinja": ("mistral", "mistral"),
-}
+EXPECTED = json.loads((DATA / "defaults.json").read_text(encoding="utf-8"))
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("model", sorted(EXPECTED))
+@pytest.mark.parametrize("model", sorted(EXPECTED["models"]))
 def test_recognised_from_model_files(model: str) -> None:
     models = require_shared_models()
     registry = ModelRegistry(get_backend("reference"))
     loaded = registry.load(ModelSpec(model, models / model))
-    assert loaded.parse_defaults == ParseDefaults(*EXPECTED[model])
+    assert loaded.parse_defaults == ParseDefaults(*EXPECTED["models"][model])
 
 
 @pytest.mark.models
-@pytest.mark.parametrize("path", sorted(TEMPLATES))
+@pytest.mark.parametrize("path", sorted(EXPECTED["templates"]))
 def test_recognised_from_templates(path: str) -> None:
     models = require_shared_models()
     template = (models / path).read_text(encoding="utf-8")
-    assert detect_parsers([template], set()) == TEMPLATES[path]
+    assert list(detect_parsers([template], set())) == EXPECTED["templates"][path]
+
+
+def test_every_default_is_a_registered_canonical_name() -> None:
+    rows = {(p.kind, p.name) for p in parsers.parsers()}
+    for tool, reasoning in [*EXPECTED["models"].values(), *EXPECTED["templates"].values()]:
+        assert not tool or ("tool", tool) in rows
+        assert not reasoning or ("reasoning", reasoning) in rows
+
+
+def test_signatures_rank_specific_markers_first() -> None:
+    """A template holding a format's specific marker and the generic `<tool_call>` is that format."""
+    assert detect_parsers(["<tool_call>{{ x }}<arg_key>k</arg_key>"], set())[0] == parsers.find("tool", "glm45").name
+    assert detect_parsers(["<tool_call><function=f><parameter=k>"], set())[0] == "qwen3_coder"
+    assert detect_parsers(["plain"], {"<|channel|>", "<|message|>"}) == ("openai", "openai_gptoss")
+    assert detect_parsers(["plain"], set()) == ("", "")
 
 
 @pytest.mark.models

@@ -98,7 +98,14 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking", "thinking"],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 55,
+            all: &[
+                &[Sig::Template("<arg_key>")],
+                &[Sig::Template("<|role_end|>")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -195,7 +202,7 @@ pub(super) const ROWS: &[Parser] = &[
         detect: &[
             Detect {
                 rank: 30,
-                all: &[&[Sig::Template("｜DSML｜function_calls")]],
+                all: &[&[Sig::Template("｜DSML｜")]],
                 unless: &[],
             },
             Detect {
@@ -401,7 +408,14 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking", "thinking"],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 29,
+            all: &[
+                &[Sig::Template("｜DSML｜")],
+                &[Sig::Template("tool_calls>")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -477,7 +491,11 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking"],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("<seed:think>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -492,7 +510,11 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &[],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 18,
+            all: &[&[Sig::Template("<mm:think>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -522,7 +544,11 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking", "thinking"],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("<|channel>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -572,7 +598,11 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking", "thinking"],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("<ifm|think>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -587,7 +617,11 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking", "thinking"],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 16,
+            all: &[&[Sig::Template("<|open|>")], &[Sig::Template("<|close|>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -602,7 +636,11 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &[],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("<|content_thinking|>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -617,7 +655,11 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking"],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("<|plamo:begin_think:plamo|>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -632,7 +674,14 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking", "thinking"],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 55,
+            all: &[
+                &[Sig::Template("<arg_key>")],
+                &[Sig::Template("available_tools")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -695,7 +744,11 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["◁think▷", "◁/think▷"],
         build: Build::Missing,
         start: StartRule::CONTENT,
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("◁think▷")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -706,7 +759,11 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|inner_prefix|>", "<|inner_suffix|>"],
         build: Build::Missing,
         start: StartRule::CONTENT,
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("<|inner_prefix|>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },

@@ -75,7 +75,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<seed:tool_call>", "<function=NAME>", "<parameter=KEY>", "</parameter>", "</function>", "</seed:tool_call>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<seed:tool_call>")]], unless: &[] }],
         about: "Qwen3 XML grammar with seed: wrapper tokens.",
         ..BASE
     },
@@ -130,7 +130,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: invoke::DSML_MARKERS,
         build: Build::Tool(invoke::build_dsml),
         ids: IdStyle::OpenAi,
-        detect: &[Detect { rank: 30, all: &[&[Sig::Template("｜DSML｜function_calls")]], unless: &[] }],
+        detect: &[Detect { rank: 30, all: &[&[Sig::Template("｜DSML｜")]], unless: &[] }],
         about: "string=\"false\" values are JSON; markers are text, not special tokens.",
         ..BASE
     },
@@ -141,7 +141,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<｜DSML｜tool_calls>", "<｜DSML｜invoke name=\"…\">", "<｜DSML｜parameter name=\"…\" string=\"true|false\">", "</｜DSML｜parameter>", "</｜DSML｜invoke>", "</｜DSML｜tool_calls>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 29, all: &[&[Sig::Template("｜DSML｜")], &[Sig::Template("tool_calls>")]], unless: &[] }],
         about: "DSML with tool_calls wrapper; vLLM's grammar also holds <think>.",
         ..BASE
     },
@@ -174,7 +174,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|open|>", "<|sep|>", "<|close|>", "tools", "call tool=\"…\" index=\"…\"", "argument key=\"…\" type=\"…\""],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 16, all: &[&[Sig::Template("<|open|>")], &[Sig::Template("<|close|>")]], unless: &[] }],
         about: "XTML channels response/tools",
         ..BASE
     },
@@ -185,7 +185,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<ifm|tool_calls>", "<ifm|tool_call>", "<ifm|arg_key>", "</ifm|arg_key>", "<ifm|arg_type>", "</ifm|arg_type>", "<ifm|arg_value>", "</ifm|arg_value>", "</ifm|tool_call>", "</ifm|tool_calls>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<ifm|tool_calls>")]], unless: &[] }],
         about: "body is XML key/value, typed XML, or JSON",
         ..BASE
     },
@@ -207,7 +207,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 55, all: &[&[Sig::Template("<arg_key>")], &[Sig::Template("<|role_end|>")]], unless: &[] }],
         about: "GLM XML; vLLM also treats <tool_call> as reasoning end",
         ..BASE
     },
@@ -218,7 +218,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 55, all: &[&[Sig::Template("<arg_key>")], &[Sig::Template("available_tools")]], unless: &[] }],
         about: "GLM-4 XML with strings streamed incrementally",
         ..BASE
     },
@@ -240,7 +240,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["]<]minimax[>[", "<tool_call>", "<invoke name=\"…\">", "<KEY>", "</KEY>", "</invoke>", "</tool_call>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 18, all: &[&[Sig::Template("]<]minimax[>[")]], unless: &[] }],
         about: "every structural tag prefixed with ]<]minimax[>[; nested elements",
         ..BASE
     },
@@ -284,7 +284,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<function_calls>", "</function_calls>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<function_calls>")]], unless: &[] }],
         about: "newline-separated pythonic calls; null/true/false accepted",
         ..BASE
     },
@@ -295,7 +295,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|tool_call_start|>", "[", "]", "<|tool_call_end|>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|tool_list_start|>"), Sig::Token("<|tool_call_start|>")]], unless: &[] }],
         about: "pythonic list inside markers",
         ..BASE
     },
@@ -306,7 +306,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|tool_call|>", "<tool_call>", "[", "]"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|tool_call|>")]], unless: &[] }],
         about: "JSON array after the marker, no end marker",
         ..BASE
     },
@@ -350,7 +350,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|action_start|>", "<|plugin|>", "<|action_end|>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|action_start|>"), Sig::Token("<|action_start|>")], &[Sig::Template("<|plugin|>"), Sig::Token("<|plugin|>")]], unless: &[] }],
         about: "JSON {name, parameters}",
         ..BASE
     },
@@ -361,7 +361,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["functools[", "]"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("functools[")]], unless: &[] }],
         about: "",
         ..BASE
     },
@@ -405,7 +405,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<tool_calls:…>", "<tool_call:…>", "<arg_key:…>", "<arg_value:…>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<tool_calls{}>")]], unless: &[] }],
         about: "HY v3 tags with a token suffix",
         ..BASE
     },
@@ -427,7 +427,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<longcat_tool_call>", "</longcat_tool_call>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<longcat_tool_call>")]], unless: &[] }],
         about: "Hermes-like with longcat_ markers",
         ..BASE
     },
@@ -449,7 +449,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|tools_prefix|>", "<|tools_suffix|>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|tools_prefix|>")]], unless: &[] }],
         about: "[{\"NAME\": {args}}, ...]",
         ..BASE
     },
@@ -460,7 +460,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["function call<|role_sep|>\\n"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 17, all: &[&[Sig::Template("function call")], &[Sig::Template("role_sep")]], unless: &[] }],
         about: "",
         ..BASE
     },
@@ -471,7 +471,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<start_function_call>", "call:NAME{", "<escape>", "}", "<end_function_call>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<start_function_call>")]], unless: &[] }],
         about: "",
         ..BASE
     },
@@ -482,7 +482,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|tool_call>", "call:NAME{", "<|\"|>", "}", "<tool_call|>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|tool_call>")]], unless: &[] }],
         about: "string delimiter token <|\"|>",
         ..BASE
     },
@@ -493,7 +493,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<｜tool_calls_begin｜>", "<｜tool_call_begin｜>", "function", "<｜tool_sep｜>", "<steptml:invoke name=\"…\">", "<steptml:parameter name=\"…\">", "</steptml:parameter>", "</steptml:invoke>", "<｜tool_call_end｜>", "<｜tool_calls_end｜>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<｜tool_calls_begin｜>")]], unless: &[] }],
         about: "markers use '_' not '▁'",
         ..BASE
     },
@@ -504,7 +504,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<function name=\"…\">", "<param name=\"…\">", "</param>", "</function>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<tool_def_sep>")]], unless: &[] }],
         about: "CDATA allowed",
         ..BASE
     },
@@ -515,7 +515,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|message_model|>", "<|content_invoke_tool_json|>", "<|end_message|>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|content_invoke_tool_json|>")]], unless: &[] }],
         about: "{\"name\", \"args\"} JSON",
         ..BASE
     },
@@ -548,7 +548,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<|plamo:begin_tool_requests:plamo|>", "<|plamo:begin_tool_request:plamo|>", "<|plamo:begin_tool_name:plamo|>", "<|plamo:end_tool_name:plamo|>", "<|plamo:end_tool_arguments:plamo|>", "<|plamo:end_tool_request:plamo|>", "<|plamo:end_tool_requests:plamo|>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|plamo:begin_tool_requests:plamo|>")]], unless: &[] }],
         about: "",
         ..BASE
     },
@@ -570,7 +570,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<atem:function_calls>", "<atem:invoke name=\"…\">", "<atem:parameter name=\"…\">", "</atem:function_calls>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<atem:function_calls>")]], unless: &[] }],
         about: "",
         ..BASE
     },
@@ -603,7 +603,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<｜GCML｜tool_calls>", "</｜GCML｜tool_calls>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("｜GCML｜")]], unless: &[] }],
         about: "",
         ..BASE
     },
@@ -614,7 +614,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: &["<iquest_tool_call>", "</iquest_tool_call>"],
         build: Build::Missing,
         ids: IdStyle::OpenAi,
-        detect: &[],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<iquest_tool_call>")]], unless: &[] }],
         about: "Glm47MoeDetector subclass",
         ..BASE
     },
