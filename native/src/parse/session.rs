@@ -324,6 +324,33 @@ impl Session {
             }
         }
         let mut sink = std::mem::take(&mut self.sink);
+        self.decode(ids, end, &mut sink);
+        let buf1 = &mut self.buf1;
+        let matched = self.stop.feed(&sink.text, sink.base, end, |text, offset| {
+            buf1.push(text, offset)
+        });
+        self.sink = sink;
+        let done = end || matched.is_some();
+        self.reasoning.feed(&mut self.buf1, &mut self.out, done);
+        self.out.visible.drain_into(&mut self.buf2);
+        self.tools.feed(&mut self.buf2, &mut self.out, done);
+        self.attribute_step(done);
+        let held = self.held_bytes();
+        if !done && held > self.max_held {
+            self.finished = true;
+            return Err(Error::resource_exhausted(format!(
+                "the request holds back {held} bytes of undecided output, more than the limit of {} \
+                 (an unterminated tool call or value?)",
+                self.max_held
+            )));
+        }
+        self.fill(delta, done, matched.map(|m| m.index));
+        Ok(())
+    }
+
+    /// Decodes a step's ids into `sink` (marker tokens as sentinels, model text escaped so it
+    /// cannot spell one) and records its anchors.
+    fn decode(&mut self, ids: &[u32], end: bool, sink: &mut TextSink) {
         sink.text.clear();
         sink.anchors.clear();
         sink.base = self.stream_len;
@@ -334,7 +361,7 @@ impl Session {
             self.tokens += 1;
             match self.markers.sentinel_for(id) {
                 Some(sentinel) => {
-                    self.detok.flush(&mut sink);
+                    self.detok.flush(sink);
                     self.detok.note_visible_marker(id);
                     escape_literals(&mut sink.text, escaped, sink.base, &mut self.out.literals);
                     sink.anchors
@@ -342,11 +369,11 @@ impl Session {
                     sink.text.push(sentinel);
                     escaped = sink.text.len();
                 }
-                None => self.detok.push(id, seq, &mut sink),
+                None => self.detok.push(id, seq, sink),
             }
         }
         if end {
-            self.detok.flush(&mut sink);
+            self.detok.flush(sink);
         }
         escape_literals(&mut sink.text, escaped, sink.base, &mut self.out.literals);
         self.stream_len += sink.text.len() as u64;
@@ -357,17 +384,10 @@ impl Session {
         if self.attribute {
             self.ledger.add_anchors(&mut sink.anchors);
         }
+    }
 
-        let buf1 = &mut self.buf1;
-        let matched = self.stop.feed(&sink.text, sink.base, end, |text, offset| {
-            buf1.push(text, offset)
-        });
-        self.sink = sink;
-        let done = end || matched.is_some();
-        self.reasoning.feed(&mut self.buf1, &mut self.out, done);
-        self.out.visible.drain_into(&mut self.buf2);
-        self.tools.feed(&mut self.buf2, &mut self.out, done);
-
+    /// Attributes the tokens whose ranges this step decided.
+    fn attribute_step(&mut self, done: bool) {
         if self.attribute {
             self.ledger.add_spans(&self.out.spans);
             self.ledger.resolve(done);
@@ -376,16 +396,10 @@ impl Session {
             trace.spans.extend_from_slice(&self.out.spans);
         }
         self.out.spans.clear();
+    }
 
-        let held = self.held_bytes();
-        if !done && held > self.max_held {
-            self.finished = true;
-            return Err(Error::resource_exhausted(format!(
-                "the request holds back {held} bytes of undecided output, more than the limit of {} \
-                 (an unterminated tool call or value?)",
-                self.max_held
-            )));
-        }
+    /// Moves the step's output into `delta`; `stop` is the index of the stop string that matched.
+    fn fill(&mut self, delta: &mut Delta, done: bool, stop: Option<usize>) {
         // Swap buffers: the delta takes this step's text, the sink keeps the delta's old capacity.
         delta.content.clear();
         delta.reasoning.clear();
@@ -395,29 +409,22 @@ impl Session {
         std::mem::swap(&mut delta.calls, &mut self.out.calls);
         delta.reasoning_tokens = self.ledger.reasoning_tokens();
         delta.completion_tokens = self.tokens.min(u32::MAX as u64) as u32;
-        delta.finished = false;
+        delta.finished = done;
         delta.finish_reason = "";
         delta.matched_stop = None;
-        if done {
-            self.finished = true;
-            delta.finished = true;
-            if let Some(m) = matched {
-                delta.finish_reason = "stop";
-                delta.matched_stop = Some(
-                    self.stop_strings
-                        .iter()
-                        .filter(|s| !s.is_empty())
-                        .nth(m.index)
-                        .cloned()
-                        .unwrap_or_default(),
-                );
-            } else if self.out.all_calls_complete() {
-                // A call cut off by the end of the output is not a completed call: the engine's own
-                // reason (length) stands.
-                delta.finish_reason = "tool_calls";
-            }
+        if !done {
+            return;
         }
-        Ok(())
+        self.finished = true;
+        if let Some(index) = stop {
+            delta.finish_reason = "stop";
+            let strings = self.stop_strings.iter().filter(|s| !s.is_empty());
+            delta.matched_stop = Some(strings.clone().nth(index).cloned().unwrap_or_default());
+        } else if self.out.all_calls_complete() {
+            // A call cut off by the end of the output is not a completed call: the engine's own
+            // reason (length) stands.
+            delta.finish_reason = "tool_calls";
+        }
     }
 
     /// The trace as JSON (`source`, `sentinels`, `anchors`, `spans`, `literals`: the characters

@@ -320,19 +320,22 @@ impl<'a> P<'a> {
     }
 }
 
+/// How a stop inside a call reads: more input needed, else broken at `at` (not a list when no call
+/// began).
+fn stop(calls: &[ParsedCall], more: bool, at: usize) -> ListStatus {
+    if more {
+        ListStatus::Wait
+    } else if calls.is_empty() {
+        ListStatus::NotAList
+    } else {
+        ListStatus::Broken(at)
+    }
+}
+
 /// Reads a call list at the start of `s` (which starts with `[`).
 pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
     let mut p = P { s, i: 1 };
     let mut calls: Vec<ParsedCall> = Vec::new();
-    let fail = |calls: &Vec<ParsedCall>, more: bool, at: usize| {
-        if more {
-            ListStatus::Wait
-        } else if calls.is_empty() {
-            ListStatus::NotAList
-        } else {
-            ListStatus::Broken(at)
-        }
-    };
     loop {
         p.ws();
         if calls.is_empty() {
@@ -356,53 +359,56 @@ pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
         let at = p.i;
         let name = match p.call_head() {
             Ok(name) => name,
-            Err(more) => return (calls.clone(), fail(&calls, more, at)),
+            Err(more) => {
+                let status = stop(&calls, more, at);
+                return (calls, status);
+            }
         };
         calls.push(ParsedCall {
             name,
             ..ParsedCall::default()
         });
-        // Keyword arguments.
-        loop {
-            p.ws();
-            match p.peek() {
-                None => return (calls, ListStatus::Wait),
-                Some(')') => {
-                    p.i += 1;
-                    let call = calls.last_mut().expect("a call");
-                    call.closed = true;
-                    call.end = p.i;
-                    break;
-                }
-                _ => {}
-            }
-            let at = p.i;
-            let key = match p.ident() {
-                Ok(k) => k.to_string(),
-                Err(more) => return (calls.clone(), fail(&calls, more, at)),
-            };
-            p.ws();
-            match p.peek() {
-                None => return (calls, ListStatus::Wait),
-                Some('=') => p.i += 1,
-                _ => return (calls, ListStatus::Broken(at)),
-            }
-            let value = match p.value() {
-                Ok(v) => v,
-                Err(more) => return (calls.clone(), fail(&calls, more, at)),
-            };
-            let value_end = p.i;
-            p.ws();
-            match p.peek() {
-                None => return (calls, ListStatus::Wait),
-                Some(',') => p.i += 1,
-                Some(')') => {}
-                _ => return (calls, ListStatus::Broken(at)),
-            }
-            let call = calls.last_mut().expect("a call");
-            call.members.push((key, value));
-            call.end = value_end;
+        if let Err(status) = arguments(&mut p, &mut calls) {
+            return (calls, status);
         }
+    }
+}
+
+/// Reads the keyword arguments of the last call of `calls` through its `)`.
+fn arguments(p: &mut P<'_>, calls: &mut [ParsedCall]) -> Result<(), ListStatus> {
+    loop {
+        p.ws();
+        match p.peek() {
+            None => return Err(ListStatus::Wait),
+            Some(')') => {
+                p.i += 1;
+                let call = calls.last_mut().expect("a call");
+                call.closed = true;
+                call.end = p.i;
+                return Ok(());
+            }
+            _ => {}
+        }
+        let at = p.i;
+        let key = p.ident().map_err(|more| stop(calls, more, at))?.to_string();
+        p.ws();
+        match p.peek() {
+            None => return Err(ListStatus::Wait),
+            Some('=') => p.i += 1,
+            _ => return Err(ListStatus::Broken(at)),
+        }
+        let value = p.value().map_err(|more| stop(calls, more, at))?;
+        let value_end = p.i;
+        p.ws();
+        match p.peek() {
+            None => return Err(ListStatus::Wait),
+            Some(',') => p.i += 1,
+            Some(')') => {}
+            _ => return Err(ListStatus::Broken(at)),
+        }
+        let call = calls.last_mut().expect("a call");
+        call.members.push((key, value));
+        call.end = value_end;
     }
 }
 
