@@ -125,8 +125,9 @@ class Reloader:
             return ReloadResult(name, SKIPPED, current.fingerprint, current.fingerprint,
                                 "the embedded default model never changes")
         started = time.perf_counter()
+        serving = current.fingerprint  # the loading thread must not hold `current`: it may outlive this call
         try:
-            model = await run_on_thread(lambda: prepare(self._registry, spec, current.fingerprint, force))
+            model = await run_on_thread(lambda: prepare(self._registry, spec, serving, force))
         except Exception as e:  # noqa: BLE001 - a broken directory must never take the old model down
             return self._failed(current, e, time.perf_counter() - started)
         seconds = time.perf_counter() - started
