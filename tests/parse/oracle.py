@@ -233,6 +233,9 @@ MANUAL_RULES: dict[tuple[str, str, str], str] = {
     ("mistral_v11", "mistral", "call_id"): "call_id_kept",
     ("minimax_m2", "minimax_m2", "single_quoted_name"): "quoting",
     ("deepseek_v3", "deepseek_v3", "malformed"): "fence_optional",
+    ("hy_v3", "hy_v3", "typed_values"): "schema_typing",
+    ("k2_horizon", "k2_horizon", "separate_blocks"): "later_calls_kept",
+    ("k2_horizon", "k2_horizon", "text_between"): "later_calls_kept",
 }
 
 

@@ -39,6 +39,13 @@ impl TypeSet {
         TypeSet(Self::JSON)
     }
 
+    /// The types one written type name means (`integer`, `str`, `list`, ...; none when unknown).
+    pub(crate) fn named(name: &str) -> TypeSet {
+        let mut set = TypeSet::default();
+        set.add_name(name);
+        set
+    }
+
     fn has(self, bit: u8) -> bool {
         self.0 & bit != 0
     }

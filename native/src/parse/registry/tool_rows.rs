@@ -6,7 +6,7 @@
 use super::{Build, Detect, IdStyle, Parser, Sig};
 use crate::parse::reasoning::harmony;
 use crate::parse::tools::{
-    deepseek, glm, hermes, invoke, kimi, llama3_json, mistral, pythonic, qwen3_coder,
+    deepseek, glm, hermes, inkling, invoke, kimi, llama3_json, mistral, pythonic, qwen3_coder,
 };
 
 const BASE: Parser = Parser::TOOL;
@@ -182,8 +182,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "k2_horizon",
         vllm: &["k2_horizon"],
         sglang: &["k2_horizon"],
-        markers: &["<ifm|tool_calls>", "<ifm|tool_call>", "<ifm|arg_key>", "</ifm|arg_key>", "<ifm|arg_type>", "</ifm|arg_type>", "<ifm|arg_value>", "</ifm|arg_value>", "</ifm|tool_call>", "</ifm|tool_calls>"],
-        build: Build::Missing,
+        markers: glm::K2_HORIZON.markers,
+        build: Build::Tool(glm::build_k2_horizon),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 15, all: &[&[Sig::Template("<ifm|tool_calls>")]], unless: &[] }],
         about: "body is XML key/value, typed XML, or JSON",
@@ -204,8 +204,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "ling3",
         vllm: &["ling3"],
         sglang: &["ling3"],
-        markers: &["<tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>"],
-        build: Build::Missing,
+        markers: glm::MARKERS,
+        build: Build::Tool(glm::build),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 55, all: &[&[Sig::Template("<arg_key>")], &[Sig::Template("<|role_end|>")]], unless: &[] }],
         about: "GLM XML; vLLM also treats <tool_call> as reasoning end",
@@ -215,8 +215,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "poolside_v1",
         vllm: &["poolside_v1"],
         sglang: &["poolside_v1"],
-        markers: &["<tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>"],
-        build: Build::Missing,
+        markers: glm::MARKERS,
+        build: Build::Tool(glm::build),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 55, all: &[&[Sig::Template("<arg_key>")], &[Sig::Template("available_tools")]], unless: &[] }],
         about: "GLM-4 XML with strings streamed incrementally",
@@ -391,8 +391,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "hy_v3",
         vllm: &["hy_v3"],
         sglang: &["hunyuan"],
-        markers: &["<tool_calls>", "<tool_call>", "<tool_sep>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>", "</tool_calls>"],
-        build: Build::Missing,
+        markers: glm::HY_V3.markers,
+        build: Build::Tool(glm::build_hy_v3),
         ids: IdStyle::OpenAi,
         detect: &[],
         about: "",
@@ -512,8 +512,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "inkling",
         vllm: &["inkling"],
         sglang: &["inkling"],
-        markers: &["<|message_model|>", "<|content_invoke_tool_json|>", "<|end_message|>"],
-        build: Build::Missing,
+        markers: inkling::MARKERS,
+        build: Build::Tool(inkling::build),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|content_invoke_tool_json|>")]], unless: &[] }],
         about: "{\"name\", \"args\"} JSON",

@@ -12,6 +12,7 @@
 pub(crate) mod deepseek;
 pub(crate) mod glm;
 pub(crate) mod hermes;
+pub(crate) mod inkling;
 pub(crate) mod invoke;
 mod json_call;
 pub(crate) mod kimi;
