@@ -236,6 +236,12 @@ MANUAL_RULES: dict[tuple[str, str, str], str] = {
     ("hy_v3", "hy_v3", "typed_values"): "schema_typing",
     ("k2_horizon", "k2_horizon", "separate_blocks"): "later_calls_kept",
     ("k2_horizon", "k2_horizon", "text_between"): "later_calls_kept",
+    ("gemma4", "gemma4", "nested_json"): "schema_typing",
+    ("functiongemma", "functiongemma", "parallel"): "bare_values_kept",
+    ("functiongemma", "functiongemma", "separate_blocks"): "bare_values_kept",
+    ("functiongemma", "functiongemma", "text_between"): "bare_values_kept",
+    ("functiongemma", "functiongemma", "nested_json"): "bare_values_kept",
+    ("functiongemma", "functiongemma", "typed_values"): "bare_values_kept",
 }
 
 
@@ -320,6 +326,7 @@ _CHECKS = {
     "undeclared_tool_kept": _undeclared,
     "whole_output_rejected": _calls_within_text,
     "missing_close_tag": _missing_close_tag,
+    "bare_values_kept": _missing_close_tag,
     "vllm_stream_agrees": lambda run, case, mine, vllm, modes: any(
         _normal(mine) == _normal(modes[m]) for m in ("stream_1", "stream_3")),
     "json_only_at_start": lambda run, case, mine, vllm, modes: len(_names(vllm)) > len(_names(mine)),

@@ -6,7 +6,8 @@
 use super::{Build, Detect, IdStyle, Parser, Sig};
 use crate::parse::reasoning::harmony;
 use crate::parse::tools::{
-    deepseek, glm, hermes, inkling, invoke, kimi, llama3_json, mistral, pythonic, qwen3_coder,
+    deepseek, gemma, glm, hermes, inkling, invoke, kimi, llama3_json, mistral, plamo3, pythonic,
+    qwen3_coder,
 };
 
 const BASE: Parser = Parser::TOOL;
@@ -468,8 +469,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "functiongemma",
         vllm: &["functiongemma"],
         sglang: &[],
-        markers: &["<start_function_call>", "call:NAME{", "<escape>", "}", "<end_function_call>"],
-        build: Build::Missing,
+        markers: gemma::FUNCTIONGEMMA.markers,
+        build: Build::Tool(gemma::build_functiongemma),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 15, all: &[&[Sig::Template("<start_function_call>")]], unless: &[] }],
         about: "",
@@ -479,8 +480,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "gemma4",
         vllm: &["gemma4"],
         sglang: &["gemma4"],
-        markers: &["<|tool_call>", "call:NAME{", "<|\"|>", "}", "<tool_call|>"],
-        build: Build::Missing,
+        markers: gemma::GEMMA4.markers,
+        build: Build::Tool(gemma::build_gemma4),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|tool_call>")]], unless: &[] }],
         about: "string delimiter token <|\"|>",
@@ -545,8 +546,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "plamo3",
         vllm: &["plamo3"],
         sglang: &[],
-        markers: &["<|plamo:begin_tool_requests:plamo|>", "<|plamo:begin_tool_request:plamo|>", "<|plamo:begin_tool_name:plamo|>", "<|plamo:end_tool_name:plamo|>", "<|plamo:end_tool_arguments:plamo|>", "<|plamo:end_tool_request:plamo|>", "<|plamo:end_tool_requests:plamo|>"],
-        build: Build::Missing,
+        markers: plamo3::MARKERS,
+        build: Build::Tool(plamo3::build),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|plamo:begin_tool_requests:plamo|>")]], unless: &[] }],
         about: "",

@@ -10,6 +10,8 @@
 //! not write.
 
 pub(crate) mod deepseek;
+pub(crate) mod gemma;
+mod gemma_args;
 pub(crate) mod glm;
 pub(crate) mod hermes;
 pub(crate) mod inkling;
@@ -18,6 +20,7 @@ mod json_call;
 pub(crate) mod kimi;
 pub(crate) mod llama3_json;
 pub(crate) mod mistral;
+pub(crate) mod plamo3;
 pub(crate) mod pythonic;
 pub(crate) mod qwen3_coder;
 mod xml_args;
