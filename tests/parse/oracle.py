@@ -237,6 +237,7 @@ MANUAL_RULES: dict[tuple[str, str, str], str] = {
     ("k2_horizon", "k2_horizon", "separate_blocks"): "later_calls_kept",
     ("k2_horizon", "k2_horizon", "text_between"): "later_calls_kept",
     ("gemma4", "gemma4", "nested_json"): "schema_typing",
+    ("kimi_k3", "kimi_k3", "text_between"): "later_calls_kept",
     ("functiongemma", "functiongemma", "parallel"): "bare_values_kept",
     ("functiongemma", "functiongemma", "separate_blocks"): "bare_values_kept",
     ("functiongemma", "functiongemma", "text_between"): "bare_values_kept",

@@ -6,8 +6,8 @@
 use super::{Build, Detect, IdStyle, Parser, Sig};
 use crate::parse::reasoning::harmony;
 use crate::parse::tools::{
-    deepseek, gemma, glm, hermes, inkling, invoke, kimi, llama3_json, mistral, plamo3, pythonic,
-    qwen3_coder,
+    deepseek, gemma, glm, hermes, inkling, invoke, kimi, kimi_k3, llama3_json, mistral, plamo3,
+    pythonic, qwen3_coder,
 };
 
 const BASE: Parser = Parser::TOOL;
@@ -172,8 +172,8 @@ pub(super) const ROWS: &[Parser] = &[
         name: "kimi_k3",
         vllm: &["kimi_k3"],
         sglang: &["kimi_k3"],
-        markers: &["<|open|>", "<|sep|>", "<|close|>", "tools", "call tool=\"…\" index=\"…\"", "argument key=\"…\" type=\"…\""],
-        build: Build::Missing,
+        markers: kimi_k3::MARKERS,
+        build: Build::Tool(kimi_k3::build),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 16, all: &[&[Sig::Template("<|open|>")], &[Sig::Template("<|close|>")]], unless: &[] }],
         about: "XTML channels response/tools",
