@@ -185,7 +185,7 @@ impl GemmaArgs {
                     Step::Advance(c.len_utf8())
                 }
             },
-            At::String | At::QuotedKey => unreachable!("quoted text is read by `quoted`"),
+            At::String | At::QuotedKey => self.quoted(rest, out),
         }
     }
 
@@ -210,7 +210,7 @@ impl GemmaArgs {
 
     fn at_value(&mut self, c: char, quote: bool, out: &mut String) -> Step {
         let in_array = self.frame() == Frame::Array;
-        if in_array && (c == ',' || c.is_whitespace()) || !in_array && c.is_whitespace() {
+        if c.is_whitespace() || (in_array && c == ',') {
             return Step::Advance(c.len_utf8());
         }
         if in_array && c == ']' {
