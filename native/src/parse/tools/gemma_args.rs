@@ -115,7 +115,7 @@ impl GemmaArgs {
                     Step::Advance(at)
                 };
             }
-            Scan::Partial { at } if at == 0 => return Step::Wait,
+            Scan::Partial { at: 0 } => return Step::Wait,
             Scan::Partial { at } => (&rest[..at], at, false),
             Scan::None => (rest, rest.len(), false),
         };
