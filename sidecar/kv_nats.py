@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import signal
 import sys
 
@@ -87,6 +88,9 @@ def run_relay(args: argparse.Namespace) -> int:
     from sidecar import logs
 
     logs.configure(args.log_level)
+    # The relay's own lines come from the router adapter's stdlib loggers.
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stdout,
+                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
         source = Source.parse(args.kv_events)
     except ValueError as e:

@@ -28,6 +28,7 @@ from router_adapter.nats_feed import LIVE, FeedOptions, NatsFeed
 from router_adapter.relay import Relay, RelayOptions
 from sidecar.v1 import kv_router_pb2 as kv
 from sidecar.v1 import kv_router_pb2_grpc as kv_grpc
+from sidecar.v1 import preprocessor_pb2 as pb
 from tests.conftest import REPO, start_server, stop_server
 from tests.kv.fleet import BS, FORMATS, SimEngine, requests, score_rows
 from tests.kv.nats_server import NatsServer
@@ -71,6 +72,15 @@ class ProcessRelay:
             self.process.wait(15)
 
 
+def wait_for_subscription(xpub: zmq.Socket, timeout: float = 60.0) -> None:
+    """Waits for a subscribe message on `xpub` (passing over the unsubscribe a killed relay left)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if xpub.poll(100) and xpub.recv()[:1] == b"\x01":
+            return
+    raise TimeoutError("no relay subscribed")
+
+
 def replica(url: str, snapshot_period_s: float = 0.0) -> tuple[KvRouter, NatsFeed]:
     router = KvRouter([], models={MODEL: ModelOptions(block_size=BS)})
     feed = NatsFeed(router, FeedOptions(url, snapshot_period_s=snapshot_period_s, silence_timeout_s=None))
@@ -96,7 +106,7 @@ class Fleet:
 
     def start_process_relay(self) -> ProcessRelay:
         relay = ProcessRelay(self.sources[5], self.nats.url, self.tmp / "relay.log")
-        self.engines[5].pub.wait_for_subscriber(60)
+        wait_for_subscription(self.engines[5].pub.pub)
         return relay
 
     def run(self, steps: int) -> None:
@@ -115,7 +125,7 @@ class Fleet:
 
 
 def remote_rows(stub: kv_grpc.KvRouterStub, tokens: list[int]) -> list[tuple]:
-    return score_rows(stub.Score(kv.ScoreRequest(model=MODEL, token_ids=kv.TokenIds(token_ids=tokens)), timeout=10))
+    return score_rows(stub.Score(kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=tokens)), timeout=10))
 
 
 def remote_events(stub: kv_grpc.KvRouterStub) -> int:
@@ -126,7 +136,12 @@ def assert_same_view(fleet: Fleet, routers: list[KvRouter], stub: kv_grpc.KvRout
     """Every replica has applied exactly the reference's events and answers 200 Scores as it does."""
     want = fleet.reference.stats.events
     for router in routers:
-        wait_until(lambda: router.index(MODEL).stats.events >= want, 60, "a replica to apply every event")
+        feed = router.feed.models[MODEL]
+        try:
+            wait_until(lambda: router.index(MODEL).stats.events >= want, 60, "a replica to apply every event")
+        except AssertionError:
+            raise AssertionError(f"a replica applied {router.index(MODEL).stats.events} events of {want}: {feed}; "
+                                 f"relays {[r.relay.stats for r in fleet.relays]}") from None
     if stub is not None:
         wait_until(lambda: remote_events(stub) >= want, 60, "the serve replica to apply every event")
         assert remote_events(stub) == want
