@@ -154,18 +154,26 @@ class NatsFeed:
         async def reconnected() -> None:
             self._connection += 1
 
-        while not self._stop.is_set():
+        # NATS may come up after the replica: the first connection is retried until a stop.
+        while self._nc is None:
+            connecting = asyncio.create_task(nats.connect(
+                self.options.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                disconnected_cb=disconnected, reconnected_cb=reconnected, name="sidecar-kv-feed",
+            ))
+            stopping = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not connecting.done():
+                connecting.cancel()
+                await asyncio.gather(connecting, return_exceptions=True)
+                return
             try:
-                self._nc = await nats.connect(
-                    self.options.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                    disconnected_cb=disconnected, reconnected_cb=reconnected, name="sidecar-kv-feed",
-                )
-                break
-            except Exception as e:  # noqa: BLE001 - NATS not up yet: keep trying (Score answers, warming)
+                self._nc = connecting.result()
+            except Exception as e:  # noqa: BLE001 - not reachable yet (Score answers meanwhile, warming)
                 _log.warning("kv_nats_connect_failed url=%s error=%r", self.options.nats_url, e)
                 await self._sleep(1.0)
-        if self._stop.is_set():
-            return
+                if self._stop.is_set():
+                    return
         self._js = self._nc.jetstream()
         tasks = [asyncio.create_task(self._run_model(feed)) for feed in self.models.values()]
         tasks.append(asyncio.create_task(self._housekeeping()))

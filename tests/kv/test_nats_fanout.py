@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -156,6 +157,18 @@ def assert_same_view(fleet: Fleet, routers: list[KvRouter], stub: kv_grpc.KvRout
             assert remote_rows(stub, tokens) == expected, tokens
 
 
+def assert_serve_reports_live(serve, stub: kv_grpc.KvRouterStub) -> None:  # noqa: ANN001 - LiveServer
+    """Score is not flagged warming, KvStatus and /metrics report the feed."""
+    response = stub.Score(kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=list(range(64)))), timeout=10)
+    assert not response.warming
+    status = stub.KvStatus(kv.KvStatusRequest(), timeout=10).models[0]
+    assert status.stream_seq > 0 and status.stream_pending == 0 and status.snapshot_age_seconds == -1.0
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{serve.metrics_port}/metrics", timeout=10).read().decode()
+    assert f'sidecar_kv_nats_state{{model="{MODEL}",state="live"}} 1.0' in metrics
+    assert f'sidecar_kv_nats_stream_seq{{model="{MODEL}"}} {float(status.stream_seq)}' in metrics
+    assert f'sidecar_kv_nats_lag_seconds{{model="{MODEL}",worker="w0"}}' in metrics
+
+
 @pytest.mark.e2e
 def test_replicas_equal_one_index_through_faults(nats_server: NatsServer, tmp_path: Path) -> None:
     rng = random.Random(12)
@@ -170,6 +183,7 @@ def test_replicas_equal_one_index_through_faults(nats_server: NatsServer, tmp_pa
         routers += [a, b]
         fleet.run(300)
         assert_same_view(fleet, [a, b], stub, rng)
+        assert_serve_reports_live(serve, stub)
         status = stub.KvStatus(kv.KvStatusRequest(), timeout=10)
         assert status.models[0].feed_state == LIVE and {w.worker for w in status.workers} == {e.worker for e in fleet.engines}
         assert sum(w.restarts for w in status.workers) > 0 and sum(w.gaps for w in status.workers) > 0
@@ -221,6 +235,18 @@ def test_replicas_equal_one_index_through_faults(nats_server: NatsServer, tmp_pa
             router.stop()
         stop_server(serve)
         fleet.close()
+
+
+def test_score_answers_flagged_warming_until_the_feed_is_live() -> None:
+    """No NATS to reach: the replica keeps trying, Score answers from the (empty) view, warming."""
+    from tests.kv.nats_server import free_port
+
+    router, feed = replica(f"nats://127.0.0.1:{free_port()}")
+    try:
+        assert feed.state(MODEL) != LIVE and router.warming(MODEL)
+        assert score_rows(router.score(MODEL, list(range(64)))) == []
+    finally:
+        router.stop()
 
 
 def test_subject_tokens_are_reversible() -> None:
