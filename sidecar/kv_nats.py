@@ -23,7 +23,16 @@ def _common(parser: argparse.ArgumentParser, prefix: str) -> None:
                              f"{fanout.DEFAULT_RETENTION_S:g}); keep it well above the snapshot period")
 
 
+SERVE_EPILOG = """KV routing at fleet scale (docs/kv_fanout.md):
+  beside each engine:  sidecar kv-relay --nats nats://nats:4222 \\
+                         --kv-events w0=tcp://127.0.0.1:5557,replay=tcp://127.0.0.1:5558,model=qwen3
+  each replica:        sidecar serve --model qwen3=/models/Qwen3-8B --kv-nats nats://nats:4222
+One replica can instead subscribe to every engine itself: --kv-events (repeatable)."""
+
+
 def add_serve_flags(serve: argparse.ArgumentParser) -> None:
+    serve.epilog = SERVE_EPILOG
+    serve.formatter_class = argparse.RawDescriptionHelpFormatter
     serve.add_argument("--kv-nats", default=None, metavar="nats://HOST:PORT",
                        help="read KV events from NATS JetStream (published by `sidecar kv-relay` beside each engine) "
                             "instead of subscribing to every engine: any number of replicas share one view, and a "
