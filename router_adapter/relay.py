@@ -44,6 +44,8 @@ class RelayStats:
     duplicates: int = 0
     resets: int = 0
     retries: int = 0
+    #: Batches larger than the server's max_payload (each followed by a gap reset).
+    too_large: int = 0
 
 
 class Relay:
@@ -113,27 +115,38 @@ class Relay:
     # --- called on the subscriber thread ------------------------------------------------------
 
     def _on_payload(self, worker: str, seq: int, payload: bytes) -> None:
-        self._publish_blocking(payload, fanout.batch_headers(worker, self.epoch, seq))
+        if not self._publish_blocking(payload, fanout.batch_headers(worker, self.epoch, seq)):
+            # Over the server's max_payload: replicas cannot have this batch, as after a lost one.
+            self.stats.too_large += 1
+            _log.error("kv_relay_batch_too_large worker=%s seq=%d bytes=%d: raise the NATS server's "
+                       "max_payload; the worker is reset", worker, seq, len(payload))
+            self._on_reset(worker, "gap")
 
     def _on_reset(self, worker: str, reason: str) -> None:
         self.epoch = fanout.next_epoch(self.epoch)
         self.stats.resets += 1
         self._publish_blocking(b"", fanout.reset_headers(worker, self.epoch, reason))
 
-    def _publish_blocking(self, payload: bytes, headers: dict[str, str]) -> None:
+    def _publish_blocking(self, payload: bytes, headers: dict[str, str]) -> bool:
+        """False when the message is larger than the server accepts."""
         future = asyncio.run_coroutine_threadsafe(self._publish(payload, headers), self._loop)
         try:
-            future.result()
+            return future.result()
         except Exception:  # noqa: BLE001 - only when stopping: the batch is published by the next run
             if not self._stopping.is_set():
                 raise
+            return True
 
-    async def _publish(self, payload: bytes, headers: dict[str, str]) -> None:
+    async def _publish(self, payload: bytes, headers: dict[str, str]) -> bool:
+        from nats.errors import MaxPayloadError
+
         delay = 0.05
         while True:
             try:
                 ack = await self._js.publish(self.subject, payload, stream=self.options.stream, headers=headers)
-            except Exception as e:  # noqa: BLE001 - any failure: retried with the same message id
+            except MaxPayloadError:
+                return False
+            except Exception as e:  # noqa: BLE001 - any other failure: retried with the same message id
                 if self._stopping.is_set():
                     raise
                 self.stats.retries += 1
@@ -146,4 +159,4 @@ class Relay:
                 self.stats.duplicates += 1
             else:
                 self.stats.published += 1
-            return
+            return True

@@ -124,7 +124,7 @@ def _feed_status(feed, response: kv.KvStatusResponse) -> None:  # noqa: ANN001 -
             row.feed_state, row.stream_seq, row.stream_pending = model_feed.state, model_feed.stream_seq, model_feed.pending
             row.snapshot_age_seconds = now - model_feed.snapshot_time if model_feed.snapshot_time else -1.0
         index = feed.router.indexes[name]
-        for worker, c in sorted(model_feed.workers.items()):
+        for worker, c in sorted(list(model_feed.workers.items())):
             response.workers.add(
                 worker=worker, model=name, endpoint=fanout.subject(feed.options.prefix, name, worker),
                 blocks=index.worker_blocks(worker), batches=c.batches, decode_errors=c.decode_errors, gaps=c.gaps,
@@ -185,7 +185,7 @@ def _feed_metrics(feed) -> Iterator:  # noqa: ANN001 - router_adapter.nats_feed.
         pending.add_metric([name], model_feed.pending)
         if model_feed.snapshot_time:
             age.add_metric([name], now - model_feed.snapshot_time)
-        for worker, c in model_feed.workers.items():
+        for worker, c in list(model_feed.workers.items()):  # the feed thread may add one meanwhile
             lag.add_metric([name, worker], c.lag_s)
             dups.add_metric([name, worker], c.duplicates)
     return [state, seq, pending, age, lag, dups]

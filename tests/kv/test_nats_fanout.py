@@ -31,7 +31,7 @@ from sidecar.v1 import kv_router_pb2 as kv
 from sidecar.v1 import kv_router_pb2_grpc as kv_grpc
 from sidecar.v1 import preprocessor_pb2 as pb
 from tests.conftest import REPO, start_server, stop_server
-from tests.kv.fleet import BS, FORMATS, SimEngine, requests, score_rows
+from tests.kv.fleet import BS, FORMATS, SimEngine, requests, score_rows, stored_event
 from tests.kv.nats_server import NatsServer
 from tests.kv.publisher import wait_until
 
@@ -277,5 +277,33 @@ def test_relay_restart_publishes_nothing_twice(nats_server: NatsServer) -> None:
         assert second.relay.stats.duplicates == 1 and second.relay.stats.published == 0
         second.stop()
     finally:
+        engine.close()
+        ctx.term()
+
+
+def test_batch_over_max_payload_resets_the_worker(nats_server: NatsServer) -> None:
+    """A batch larger than the server's max_payload (1 MiB by default) cannot reach the replicas:
+    the relay publishes a gap reset instead, and the worker is rebuilt from the batches after it."""
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
+    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
+    router, feed = replica(nats_server.url)
+    try:
+        engine.pub.wait_for_subscriber()
+        first = [stored_event("vllm", [11], None, list(range(BS)), "GPU")]
+        huge_tokens = list(range(70_000, 70_000 + 300_000 // BS * BS))
+        huge = [stored_event("vllm", list(range(1, len(huge_tokens) // BS + 1)), None, huge_tokens, "GPU")]
+        last = [stored_event("vllm", [12], None, list(range(BS, 2 * BS)), "GPU")]
+        for events in (first, huge, last):
+            engine.pub.publish(events)
+        wait_until(lambda: feed.models[MODEL].workers.get("w0") is not None
+                   and feed.models[MODEL].workers["w0"].batches == 2, 30, "two batches applied")
+        assert relay.relay.stats.too_large == 1
+        assert router.index(MODEL).worker_blocks("w0") == 1
+        assert score_rows(router.score(MODEL, list(range(BS)))) == [("w0", 0, {"GPU": 0})]
+        assert score_rows(router.score(MODEL, list(range(BS, 2 * BS)))) == [("w0", 1, {"GPU": 1})]
+    finally:
+        router.stop()
+        relay.stop()
         engine.close()
         ctx.term()
