@@ -68,8 +68,18 @@ class Relay:
 
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        nc = await nats.connect(self.options.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                                name=f"sidecar-kv-relay {self.source.worker}")
+        nc = None
+        while nc is None:  # NATS may come up after the relay
+            try:
+                nc = await nats.connect(self.options.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                                        name=f"sidecar-kv-relay {self.source.worker}")
+            except Exception as e:  # noqa: BLE001 - retried until stopped
+                _log.warning("kv_relay_connect_failed url=%s error=%r", self.options.nats_url, e)
+                try:
+                    await asyncio.wait_for(self._stopped.wait(), 1.0)
+                    return
+                except asyncio.TimeoutError:
+                    pass
         try:
             self._js = nc.jetstream(timeout=self.options.ack_timeout_s)
             await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)

@@ -47,9 +47,18 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
                        f"replicas share the work; default {fanout.DEFAULT_SNAPSHOT_PERIOD_S:g}; 0 = this replica never writes one)")
 
 
+def require_nats_client(flag: str) -> None:
+    """ValueError naming `flag` when the NATS client package is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("nats") is None:
+        raise ValueError(f"{flag}: needs the nats-py package (pip install 'sidecar[nats]')")
+
+
 def feed_options_from_args(args: argparse.Namespace):  # noqa: ANN201 - FeedOptions | None
     if not args.kv_nats:
         return None
+    require_nats_client("--kv-nats")
     from router_adapter.nats_feed import FeedOptions
 
     if args.kv_nats_retention < 0 or args.kv_nats_snapshot_period < 0:
@@ -101,6 +110,7 @@ def run_relay(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
+        require_nats_client("kv-relay")
         source = Source.parse(args.kv_events)
     except ValueError as e:
         print(f"sidecar: {e}", file=sys.stderr)
