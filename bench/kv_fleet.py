@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import subprocess
 import sys
@@ -161,6 +162,7 @@ class ReplicaProcess:
 def run(quick: bool) -> list[Section]:
     from tests.kv.nats_server import NatsServer
 
+    load_before = os.getloadavg()[0]
     engines = 200
     blocks_per_engine = 2_560 if quick else 20_480
     rate, seconds = (200.0, 5.0) if quick else (250.0, 15.0)
@@ -237,5 +239,7 @@ def run(quick: bool) -> list[Section]:
         "replicas are separate processes running KvRouter + NatsFeed with the index the server runs",
         f"worst replica ingestion lag p99: {fmt_time(worst_lag)}; Score runs on a thread beside the feed "
         "in the same process (they share the GIL, as in the server)",
+        f"machine load average (1 min) at start / end: {load_before:.1f} / {os.getloadavg()[0]:.1f} on "
+        f"{os.cpu_count()} CPUs (the loader, nats-server and 3 replicas share them with whatever else runs)",
     ]
     return [section]

@@ -242,11 +242,11 @@ class NatsFeed:
             while connection == self._connection:
                 try:
                     msgs = await sub.fetch(self.options.fetch_batch, timeout=1.0)
-                except NatsTimeout:
+                except (NatsTimeout, asyncio.TimeoutError):
                     if feed.pending == 0 and feed.state == CATCHING_UP:
                         feed.state = LIVE
                     if time.monotonic() - idle_since > 5.0:
-                        await sub.consumer_info()  # raises when the consumer is gone (server restarted)
+                        await self._check_consumer(sub)
                         idle_since = time.monotonic()
                     continue
                 idle_since = time.monotonic()
@@ -260,6 +260,14 @@ class NatsFeed:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001 - the connection may be gone
                 pass
+
+    @staticmethod
+    async def _check_consumer(sub) -> None:  # noqa: ANN001 - nats PullSubscription
+        """Raises when the consumer is gone (a server restarted without it); a slow answer is not that."""
+        try:
+            await sub.consumer_info()
+        except (asyncio.TimeoutError, TimeoutError):
+            pass
 
     def _apply(self, feed: ModelFeed, msg) -> None:  # noqa: ANN001 - nats Msg
         meta = msg.metadata
