@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 SECTIONS = ["bench.server_model", "bench.tokenize", "bench.render", "bench.parse", "bench.hashing", "bench.rust_client",
-            "bench.tracing"]
+            "bench.tracing", "bench.kv_fleet"]
 
 
 def main() -> int:

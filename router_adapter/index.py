@@ -25,9 +25,14 @@ from itertools import accumulate, repeat
 from operator import and_, neg, or_
 from typing import Callable, Sequence
 
+import msgspec
+
 from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, Event, cache_salt_of
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
 from router_adapter.spec import HashSpec, MmItem
+
+#: Marks a `PrefixIndex.snapshot` (format version 1).
+SNAPSHOT_MAGIC = "sidecar-kv-prefix-index/1"
 
 #: Index keys of a request's or an event's full blocks.
 KeyFn = Callable[..., list[int]]
@@ -222,6 +227,70 @@ class PrefixIndex:
             self._clear(w)
             self._free_bits.append(w.bit)
             self.stats.worker_resets += 1
+
+    # --- snapshots (a replica catching up: router_adapter.nats_feed) ------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state as bytes (msgpack: `SNAPSHOT_MAGIC`, the settings `restore` checks, the
+        counters, the media, and per worker its entries in storage order as flat [engine hash, key,
+        media mask] triples). Who holds each key follows from the entries and is rebuilt on load."""
+        with self._lock:
+            media = sorted(self._media, key=self._media.__getitem__)
+            workers = []
+            for w in self._workers.values():
+                flat: list[int] = []
+                for engine_hash, key in w.keys.items():
+                    flat += (engine_hash, key, w.media[engine_hash])
+                workers.append((w.name, flat))
+            return msgspec.msgpack.encode({
+                "magic": SNAPSHOT_MAGIC, "settings": self._snapshot_settings(), "block_size": self.block_size,
+                "stats": [getattr(self.stats, f) for f in IndexStats.__slots__], "media": media, "workers": workers,
+            })
+
+    def restore(self, data: bytes) -> None:
+        """Replaces the state with a `snapshot`'s; ValueError (and no change) for bytes that are not a
+        snapshot of an index with the same mode, spec and group."""
+        try:
+            snap = msgspec.msgpack.decode(data)
+            ok = isinstance(snap, dict) and snap.get("magic") == SNAPSHOT_MAGIC
+        except msgspec.DecodeError:
+            ok = False
+        if not ok:
+            raise ValueError("snapshot: not a PrefixIndex snapshot")
+        if snap["settings"] != self._snapshot_settings():
+            raise ValueError(f"snapshot: taken from an index with other settings ({snap['settings']})")
+        with self._lock:
+            self.block_size = snap["block_size"] if self.block_size is None else self.block_size
+            self.stats = IndexStats(*snap["stats"])
+            self._workers, self._free_bits, self._next_bit, self._blocks = {}, [], 0, 0
+            self._media = {name: m for m, name in enumerate(snap["media"])}
+            self._holders = [{} for _ in self._media]
+            self._extra_holds = {}
+            for name, flat in snap["workers"]:
+                self._restore_worker(self._worker(name), flat)
+
+    def _snapshot_settings(self) -> list:
+        spec = None if self.engine_spec is None else repr(self.engine_spec)
+        return [self.mode, spec, self.group_idx]
+
+    def _restore_worker(self, w: _Worker, flat: list[int]) -> None:
+        wbit = 1 << w.bit
+        for i in range(0, len(flat), 3):
+            engine_hash, key, mask = flat[i], flat[i + 1], flat[i + 2]
+            w.keys[engine_hash] = key
+            w.media[engine_hash] = mask
+            m = 0
+            while mask:
+                if mask & 1:
+                    held = self._holders[m].get(key, 0)
+                    if held & wbit:
+                        hold = (key, w.bit, m)
+                        self._extra_holds[hold] = self._extra_holds.get(hold, 0) + 1
+                    else:
+                        self._holders[m][key] = held | wbit
+                mask >>= 1
+                m += 1
+        self._blocks += len(w.keys)
 
     # --- internals (called with the lock held) -------------------------------------------------
 

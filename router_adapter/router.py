@@ -59,16 +59,39 @@ class KvRouter:
             for name, opts in models.items()
         }
         _log.info("kv_router_hasher name=%s models=%s", hasher.name, ",".join(sorted(self.indexes)))
+        self.feed = None
         self.subscriber = Subscriber(
             sources, self._on_batch, self._on_reset,
             silence_timeout_s=silence_timeout_s, replay_timeout_s=replay_timeout_s,
         )
 
     def start(self) -> None:
-        self.subscriber.start()
+        if self.subscriber.sources:
+            self.subscriber.start()
+        if self.feed is not None:
+            self.feed.start()
 
     def stop(self) -> None:
+        if self.feed is not None:
+            self.feed.stop()
         self.subscriber.stop()
+
+    def attach_feed(self, feed) -> None:  # noqa: ANN001 - router_adapter.nats_feed.NatsFeed
+        """Another event source (NATS fan-out), started and stopped with the router. It delivers
+        through `feed_batch` and `feed_reset`."""
+        self.feed = feed
+
+    def warming(self, model: str) -> bool:
+        """True while `model`'s view is catching up (a feed loading a snapshot or a backlog)."""
+        return self.feed is not None and self.feed.warming(model)
+
+    def feed_batch(self, model: str, worker: str, batch: Batch) -> None:
+        """A batch of `worker` of `model` from a feed: applied as a subscribed source's batch is."""
+        self.indexes[model].apply_batch(worker, batch)
+
+    def feed_reset(self, model: str, worker: str, reason: str) -> None:
+        _log.warning("kv_index_worker_dropped worker=%s reason=%s", worker, reason)
+        self.indexes[model].drop_worker(worker)
 
     def index(self, model: str) -> PrefixIndex:
         """The index of `model`; with a single model, "" also names it. KeyError when unknown."""

@@ -12,7 +12,9 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
   worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied;
 - silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`).
 
-The sink and the reset callback run on the subscriber thread. Decoding lives in `events`, state in
+The sink and the reset callback run on the subscriber thread. A relay (`router_adapter.relay`) passes
+`on_payload` instead of `on_batch`: it gets each batch's sequence number and raw payload, undecoded,
+and may `resume` a source from the last sequence it forwarded before it restarted. Decoding lives in `events`, state in
 the sink: this module knows neither the index nor any engine type.
 """
 
@@ -86,6 +88,8 @@ class _State:
 
 
 Sink = Callable[[str, Batch], None]
+#: (worker, sequence number, raw payload): batches handed on undecoded.
+PayloadSink = Callable[[str, int, bytes], None]
 ResetCallback = Callable[[str, str], None]
 
 
@@ -95,18 +99,27 @@ class Subscriber:
     def __init__(
         self,
         sources: list[Source],
-        on_batch: Sink,
+        on_batch: Sink | None,
         on_reset: ResetCallback,
         *,
         silence_timeout_s: float | None = 300.0,
         replay_timeout_s: float = 2.0,
         poll_interval_s: float = 0.1,
+        on_payload: PayloadSink | None = None,
+        resume: dict[str, int] | None = None,
     ) -> None:
+        """`on_payload`, when given, replaces decoding and `on_batch`; `resume` maps a worker to the
+        last sequence number already handled, so the first message is checked against it (a gap is
+        replayed, a lower number is an engine restart) instead of being taken as it comes."""
         names = [s.worker for s in sources]
         if len(set(names)) != len(names):
             raise ValueError("each KV-event source needs its own worker name")
         self.sources = sources
+        if (on_batch is None) == (on_payload is None):
+            raise ValueError("give exactly one of on_batch and on_payload")
         self._on_batch = on_batch
+        self._on_payload = on_payload
+        self._resume = dict(resume or {})
         self._on_reset = on_reset
         self._silence = silence_timeout_s
         self._replay_timeout = replay_timeout_s
@@ -144,7 +157,7 @@ class Subscriber:
             sock.setsockopt(zmq.RCVHWM, 100_000)
             sock.setsockopt_string(zmq.SUBSCRIBE, source.topic)
             sock.connect(source.endpoint)
-            state = _State(source, sock)
+            state = _State(source, sock, last_seq=self._resume.get(source.worker))
             self._states[source.worker] = state
             by_socket[sock] = state
             poller.register(sock, zmq.POLLIN)
@@ -184,6 +197,10 @@ class Subscriber:
 
     def _deliver(self, state: _State, seq: int, payload: bytes) -> None:
         state.last_seq = seq
+        if self._on_payload is not None:
+            state.stats.batches += 1
+            self._on_payload(state.source.worker, seq, payload)
+            return
         try:
             batch = decode_batch(payload)
         except DecodeError as e:

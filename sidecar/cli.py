@@ -12,6 +12,8 @@ import sys
 import traceback
 from typing import Sequence
 
+from sidecar import kv_nats
+
 DEFAULT_TARGET = os.environ.get("SIDECAR_TARGET", "127.0.0.1:50051")
 
 
@@ -74,8 +76,8 @@ def _octal_mode(text: str) -> int:
 
 
 def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.config.KvConfig | None
-    """The router adapter settings of `serve`, or None without --kv-events."""
-    if not args.kv_events:
+    """The router adapter settings of `serve`, or None without --kv-events and --kv-nats."""
+    if not args.kv_events and not args.kv_nats:
         return None
     from router_adapter import Source
     from router_adapter.spec import HashSpec
@@ -99,6 +101,7 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
     return KvConfig(  # validated there
         sources=tuple(sources), block_size=args.kv_block_size or None, engine_specs=engine_specs,
         max_blocks=args.kv_max_blocks, silence_timeout_s=args.kv_silence_timeout,
+        nats=kv_nats.feed_options_from_args(args), nats_models=kv_nats.models_from_args(args),
     )
 
 
@@ -353,7 +356,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bound on indexed blocks per model; the oldest blocks of the largest worker go first")
     serve.add_argument("--kv-silence-timeout", type=float, default=300.0,
                        help="seconds without KV events after which a worker's blocks are dropped (0 = never)")
+    kv_nats.add_serve_flags(serve)
     serve.set_defaults(func=_serve)
+    kv_nats.add_relay_command(sub)
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_text)

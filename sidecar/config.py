@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from router_adapter import HashSpec, Source
+from router_adapter.nats_feed import FeedOptions
 from sidecar.registry import ModelSpec
 
 
@@ -25,6 +26,9 @@ class KvConfig:
     max_blocks: int = 4_000_000
     #: Seconds without a message after which a worker's state is dropped; 0 = never.
     silence_timeout_s: float = 300.0
+    #: `--kv-nats`: read the events of `nats_models` from NATS JetStream (router_adapter.nats_feed).
+    nats: FeedOptions | None = None
+    nats_models: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))

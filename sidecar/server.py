@@ -100,19 +100,25 @@ def admin_handler(reloader: Reloader, gate: Gate) -> grpc.GenericRpcHandler:
 
 
 def build_kv_router(config: ServerConfig, hasher: BlockHasher) -> KvRouter | None:
-    """The router adapter for `--kv-events` sources, or None without any."""
-    if config.kv is None or not config.kv.sources:
+    """The router adapter for `--kv-events` sources and `--kv-nats`, or None without either."""
+    if config.kv is None or not (config.kv.sources or config.kv.nats):
         return None
 
     kv_config = config.kv
+    names = [source.model for source in kv_config.sources] + list(kv_config.nats_models if kv_config.nats else ())
     models = {
-        source.model: ModelOptions(block_size=kv_config.block_size, engine_spec=kv_config.engine_specs.get(source.model))
-        for source in kv_config.sources
+        name: ModelOptions(block_size=kv_config.block_size, engine_spec=kv_config.engine_specs.get(name))
+        for name in names
     }
-    return KvRouter(
+    router = KvRouter(
         kv_config.sources, block_size=kv_config.block_size, models=models, max_blocks=kv_config.max_blocks,
         silence_timeout_s=kv_config.silence_timeout_s or None, hasher=hasher,
     )
+    if kv_config.nats is not None:
+        from router_adapter.nats_feed import NatsFeed
+
+        router.attach_feed(NatsFeed(router, kv_config.nats))
+    return router
 
 
 def kv_router_handler(runtime: Runtime, router, gate: Gate) -> grpc.GenericRpcHandler:  # noqa: ANN001
@@ -235,7 +241,7 @@ async def _listen(running: RunningServer, config: ServerConfig) -> None:
         kv_router.start()
         register_metrics(kv_router)
         _log.info("kv_events_subscribed", sources=[s.worker + "=" + s.endpoint for s in kv_router.subscriber.sources],
-                  models=sorted(kv_router.indexes))
+                  models=sorted(kv_router.indexes), nats=config.kv.nats.nats_url if config.kv.nats else None)
     if config.metrics_port is not None:
         try:
             running.metrics_address = metrics.serve_http(config.metrics_port, config.metrics_host)

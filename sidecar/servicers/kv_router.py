@@ -3,13 +3,14 @@ adapter's indexes, plus their Prometheus metrics."""
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import grpc
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
-from router_adapter import KvRouter
+from router_adapter import KvRouter, fanout
 from router_adapter.spec import MmItem
 from sidecar.backend import EncodeOptions, RenderOptions
 from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -26,7 +27,7 @@ class KvRouterServicer:
 
     def _require_router(self) -> KvRouter:
         if self._router is None:
-            raise FailedPrecondition("kv router: the server was started without --kv-events sources")
+            raise FailedPrecondition("kv router: the server was started without --kv-events sources or --kv-nats")
         return self._router
 
     async def Score(self, request: kv.ScoreRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.ScoreResponse:
@@ -76,7 +77,7 @@ class KvRouterServicer:
         )
         response = kv.ScoreResponse(
             block_hashes=score.block_hashes, block_size=score.block_size, mode=score.mode,
-            num_tokens=len(token_ids), fingerprint=fingerprint,
+            num_tokens=len(token_ids), fingerprint=fingerprint, warming=router.warming(_model_name(router, index)),
         )
         if index.engine_spec is not None:
             response.block_hash_spec.CopyFrom(spec_to_proto(index.engine_spec))
@@ -93,6 +94,8 @@ class KvRouterServicer:
                 events=index.stats.events, events_per_second=index.events_per_second(),
                 orphan_blocks=index.stats.orphan_blocks, evicted_blocks=index.stats.evicted_blocks,
             )
+        if router.feed is not None:
+            _feed_status(router.feed, response)
         stats = router.source_stats()
         for source in router.subscriber.sources:
             st = stats.get(source.worker)
@@ -105,6 +108,28 @@ class KvRouterServicer:
                 row.batches, row.decode_errors, row.gaps = st.batches, st.decode_errors, st.gaps
                 row.replayed, row.resets, row.restarts, row.aged_out = st.replayed, st.resets, st.restarts, st.aged_out
         return response
+
+
+def _model_name(router: KvRouter, index) -> str:  # noqa: ANN001 - the index Score resolved
+    return next(name for name, candidate in router.indexes.items() if candidate is index)
+
+
+def _feed_status(feed, response: kv.KvStatusResponse) -> None:  # noqa: ANN001 - router_adapter.nats_feed.NatsFeed
+    """The `--kv-nats` feed's state per model and its workers (cursors read without a lock: counters)."""
+    now = time.time()
+    by_model = {row.model: row for row in response.models}
+    for name, model_feed in sorted(feed.models.items()):
+        row = by_model.get(name)
+        if row is not None:
+            row.feed_state, row.stream_seq, row.stream_pending = model_feed.state, model_feed.stream_seq, model_feed.pending
+            row.snapshot_age_seconds = now - model_feed.snapshot_time if model_feed.snapshot_time else -1.0
+        index = feed.router.indexes[name]
+        for worker, c in sorted(list(model_feed.workers.items())):
+            response.workers.add(
+                worker=worker, model=name, endpoint=fanout.subject(feed.options.prefix, name, worker),
+                blocks=index.worker_blocks(worker), batches=c.batches, decode_errors=c.decode_errors, gaps=c.gaps,
+                resets=c.resets, restarts=c.restarts, aged_out=c.aged_out, duplicates=c.duplicates, lag_seconds=c.lag_s,
+            )
 
 
 class KvMetricsCollector(Collector):
@@ -135,6 +160,35 @@ class KvMetricsCollector(Collector):
             gaps.add_metric([worker], st.gaps)
             resets.add_metric([worker], st.resets)
         yield from (blocks, workers, rate, events, orphans, evicted, decode, gaps, resets)
+        if self._router.feed is not None:
+            yield from _feed_metrics(self._router.feed)
+
+
+def _feed_metrics(feed) -> Iterator:  # noqa: ANN001 - router_adapter.nats_feed.NatsFeed
+    from router_adapter.nats_feed import STATES
+
+    state = GaugeMetricFamily("sidecar_kv_nats_state", "1 for the feed's current state per model "
+                              "(loading_snapshot, catching_up, live, reconnecting)", labels=["model", "state"])
+    seq = GaugeMetricFamily("sidecar_kv_nats_stream_seq", "Last JetStream stream sequence applied", labels=["model"])
+    pending = GaugeMetricFamily("sidecar_kv_nats_pending", "The model's messages in the stream not applied yet",
+                                labels=["model"])
+    age = GaugeMetricFamily("sidecar_kv_nats_snapshot_age_seconds", "Age of the newest snapshot loaded, written or "
+                            "seen (absent: none)", labels=["model"])
+    lag = GaugeMetricFamily("sidecar_kv_nats_lag_seconds", "Seconds from the worker's last message reaching "
+                            "JetStream to its application here", labels=["model", "worker"])
+    dups = CounterMetricFamily("sidecar_kv_nats_duplicates", "Batches skipped as already applied", labels=["model", "worker"])
+    now = time.time()
+    for name, model_feed in feed.models.items():
+        for s in STATES:
+            state.add_metric([name, s], 1.0 if model_feed.state == s else 0.0)
+        seq.add_metric([name], model_feed.stream_seq)
+        pending.add_metric([name], model_feed.pending)
+        if model_feed.snapshot_time:
+            age.add_metric([name], now - model_feed.snapshot_time)
+        for worker, c in list(model_feed.workers.items()):  # the feed thread may add one meanwhile
+            lag.add_metric([name, worker], c.lag_s)
+            dups.add_metric([name, worker], c.duplicates)
+    return [state, seq, pending, age, lag, dups]
 
 
 def register_metrics(router: KvRouter) -> None:

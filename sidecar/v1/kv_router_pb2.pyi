@@ -51,7 +51,7 @@ class WorkerScore(_message.Message):
     def __init__(self, worker: _Optional[str] = ..., blocks: _Optional[int] = ..., tokens: _Optional[int] = ..., blocks_by_medium: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ScoreResponse(_message.Message):
-    __slots__ = ("workers", "block_hashes", "block_size", "mode", "block_hash_spec", "num_tokens", "fingerprint")
+    __slots__ = ("workers", "block_hashes", "block_size", "mode", "block_hash_spec", "num_tokens", "fingerprint", "warming")
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     BLOCK_HASHES_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -59,6 +59,7 @@ class ScoreResponse(_message.Message):
     BLOCK_HASH_SPEC_FIELD_NUMBER: _ClassVar[int]
     NUM_TOKENS_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    WARMING_FIELD_NUMBER: _ClassVar[int]
     workers: _containers.RepeatedCompositeFieldContainer[WorkerScore]
     block_hashes: _containers.RepeatedScalarFieldContainer[int]
     block_size: int
@@ -66,14 +67,15 @@ class ScoreResponse(_message.Message):
     block_hash_spec: _preprocessor_pb2.BlockHashSpec
     num_tokens: int
     fingerprint: str
-    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerScore, _Mapping]]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., block_size: _Optional[int] = ..., mode: _Optional[str] = ..., block_hash_spec: _Optional[_Union[_preprocessor_pb2.BlockHashSpec, _Mapping]] = ..., num_tokens: _Optional[int] = ..., fingerprint: _Optional[str] = ...) -> None: ...
+    warming: bool
+    def __init__(self, workers: _Optional[_Iterable[_Union[WorkerScore, _Mapping]]] = ..., block_hashes: _Optional[_Iterable[int]] = ..., block_size: _Optional[int] = ..., mode: _Optional[str] = ..., block_hash_spec: _Optional[_Union[_preprocessor_pb2.BlockHashSpec, _Mapping]] = ..., num_tokens: _Optional[int] = ..., fingerprint: _Optional[str] = ..., warming: _Optional[bool] = ...) -> None: ...
 
 class KvStatusRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class KvWorkerStatus(_message.Message):
-    __slots__ = ("worker", "model", "endpoint", "blocks", "batches", "decode_errors", "gaps", "replayed", "resets", "restarts", "aged_out")
+    __slots__ = ("worker", "model", "endpoint", "blocks", "batches", "decode_errors", "gaps", "replayed", "resets", "restarts", "aged_out", "duplicates", "lag_seconds")
     WORKER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -85,6 +87,8 @@ class KvWorkerStatus(_message.Message):
     RESETS_FIELD_NUMBER: _ClassVar[int]
     RESTARTS_FIELD_NUMBER: _ClassVar[int]
     AGED_OUT_FIELD_NUMBER: _ClassVar[int]
+    DUPLICATES_FIELD_NUMBER: _ClassVar[int]
+    LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
     worker: str
     model: str
     endpoint: str
@@ -96,10 +100,12 @@ class KvWorkerStatus(_message.Message):
     resets: int
     restarts: int
     aged_out: int
-    def __init__(self, worker: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., blocks: _Optional[int] = ..., batches: _Optional[int] = ..., decode_errors: _Optional[int] = ..., gaps: _Optional[int] = ..., replayed: _Optional[int] = ..., resets: _Optional[int] = ..., restarts: _Optional[int] = ..., aged_out: _Optional[int] = ...) -> None: ...
+    duplicates: int
+    lag_seconds: float
+    def __init__(self, worker: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., blocks: _Optional[int] = ..., batches: _Optional[int] = ..., decode_errors: _Optional[int] = ..., gaps: _Optional[int] = ..., replayed: _Optional[int] = ..., resets: _Optional[int] = ..., restarts: _Optional[int] = ..., aged_out: _Optional[int] = ..., duplicates: _Optional[int] = ..., lag_seconds: _Optional[float] = ...) -> None: ...
 
 class KvModelStatus(_message.Message):
-    __slots__ = ("model", "mode", "block_size", "blocks", "events", "events_per_second", "orphan_blocks", "evicted_blocks")
+    __slots__ = ("model", "mode", "block_size", "blocks", "events", "events_per_second", "orphan_blocks", "evicted_blocks", "feed_state", "stream_seq", "stream_pending", "snapshot_age_seconds")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -108,6 +114,10 @@ class KvModelStatus(_message.Message):
     EVENTS_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     ORPHAN_BLOCKS_FIELD_NUMBER: _ClassVar[int]
     EVICTED_BLOCKS_FIELD_NUMBER: _ClassVar[int]
+    FEED_STATE_FIELD_NUMBER: _ClassVar[int]
+    STREAM_SEQ_FIELD_NUMBER: _ClassVar[int]
+    STREAM_PENDING_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_AGE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     model: str
     mode: str
     block_size: int
@@ -116,7 +126,11 @@ class KvModelStatus(_message.Message):
     events_per_second: float
     orphan_blocks: int
     evicted_blocks: int
-    def __init__(self, model: _Optional[str] = ..., mode: _Optional[str] = ..., block_size: _Optional[int] = ..., blocks: _Optional[int] = ..., events: _Optional[int] = ..., events_per_second: _Optional[float] = ..., orphan_blocks: _Optional[int] = ..., evicted_blocks: _Optional[int] = ...) -> None: ...
+    feed_state: str
+    stream_seq: int
+    stream_pending: int
+    snapshot_age_seconds: float
+    def __init__(self, model: _Optional[str] = ..., mode: _Optional[str] = ..., block_size: _Optional[int] = ..., blocks: _Optional[int] = ..., events: _Optional[int] = ..., events_per_second: _Optional[float] = ..., orphan_blocks: _Optional[int] = ..., evicted_blocks: _Optional[int] = ..., feed_state: _Optional[str] = ..., stream_seq: _Optional[int] = ..., stream_pending: _Optional[int] = ..., snapshot_age_seconds: _Optional[float] = ...) -> None: ...
 
 class KvStatusResponse(_message.Message):
     __slots__ = ("models", "workers")

@@ -1,0 +1,133 @@
+"""One replica of the fleet benchmark (bench/kv_fleet.py) as a process of its own, so its RSS is its
+own: a `KvRouter` fed by `NatsFeed`, with the index the server would run. Talks JSON lines: events on
+stdout (`live` when caught up), commands on stdin (`record`, `report`, `snapshot`, `quit`)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import threading
+import time
+
+from router_adapter import KvRouter, ModelOptions
+from router_adapter.nats_feed import LIVE, FeedOptions, NatsFeed
+
+
+def rss_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def say(**event: object) -> None:
+    print(json.dumps(event), flush=True)
+
+
+def index_factory_and_hasher():  # noqa: ANN201
+    """What `sidecar serve` runs: the native index when this build has one, the native hasher."""
+    from sidecar import factory
+
+    hasher = factory.get_hasher("native")
+    get_index_factory = getattr(factory, "get_index_factory", None)
+    if get_index_factory is None:
+        return None, hasher
+    return get_index_factory("native"), hasher
+
+
+class Replica:
+    def __init__(self, url: str, model: str, block_size: int, requests: list[list[int]]) -> None:
+        index_factory, hasher = index_factory_and_hasher()
+        extra = {"index_factory": index_factory} if index_factory is not None else {}
+        self.model = model
+        self.router = KvRouter([], models={model: ModelOptions(block_size=block_size)}, hasher=hasher,
+                               max_blocks=8_000_000, **extra)
+        self.feed = NatsFeed(self.router, FeedOptions(url, snapshot_period_s=0, silence_timeout_s=None))
+        self.router.attach_feed(self.feed)
+        self.index_kind = type(self.router.index(model)).__name__
+        self.requests = requests
+        self.lags: list[float] = []
+        self.score_times: list[float] = []
+        self.recording = False
+        self._scoring = threading.Event()
+        apply = self.router.feed_batch
+
+        def timed_apply(model_name: str, worker: str, batch) -> None:  # noqa: ANN001
+            apply(model_name, worker, batch)
+            if self.recording:
+                self.lags.append(time.time() - batch.ts)
+
+        self.router.feed_batch = timed_apply
+
+    def start(self) -> None:
+        started = time.monotonic()
+        self.router.start()
+        while self.feed.state(self.model) != LIVE:
+            time.sleep(0.05)
+        say(event="live", seconds=time.monotonic() - started, blocks=self.router.index(self.model).num_blocks,
+            rss=rss_bytes(), index=self.index_kind, snapshot_loaded=self.feed.models[self.model].snapshot_time is not None)
+
+    def _score_loop(self) -> None:
+        rng = random.Random(1)
+        while self._scoring.is_set():
+            tokens = rng.choice(self.requests)
+            t = time.perf_counter()
+            self.router.score(self.model, tokens)
+            self.score_times.append(time.perf_counter() - t)
+            time.sleep(0.002)
+
+    def record(self) -> None:
+        self.lags, self.score_times, self.recording = [], [], True
+        self._scoring.set()
+        threading.Thread(target=self._score_loop, daemon=True).start()
+
+    def report(self) -> None:
+        self._scoring.clear()
+        self.recording = False
+        time.sleep(0.05)
+        say(event="report", lags=_pcts(self.lags), scores=_pcts(self.score_times), rss=rss_bytes(),
+            blocks=self.router.index(self.model).num_blocks, applied=len(self.lags))
+
+    def snapshot(self) -> None:
+        t = time.monotonic()
+        self.feed.snapshot_now(self.model, timeout=600)
+        say(event="snapshot", seconds=time.monotonic() - t)
+
+
+def _pcts(values: list[float]) -> dict:
+    if not values:
+        return {"n": 0}
+    s = sorted(values)
+    return {"n": len(s), "p50": s[len(s) // 2], "p99": s[min(len(s) - 1, int(0.99 * len(s)))], "max": s[-1]}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--nats", required=True)
+    parser.add_argument("--model", default="fleet")
+    parser.add_argument("--block-size", type=int, default=16)
+    parser.add_argument("--requests", required=True, help="JSON file: token lists to score")
+    args = parser.parse_args()
+    with open(args.requests) as f:
+        requests = json.load(f)
+    replica = Replica(args.nats, args.model, args.block_size, requests)
+    replica.start()
+    for line in sys.stdin:
+        command = line.strip()
+        if command == "record":
+            replica.record()
+        elif command == "report":
+            replica.report()
+        elif command == "snapshot":
+            replica.snapshot()
+        elif command == "quit":
+            break
+    replica.router.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

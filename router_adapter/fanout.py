@@ -1,0 +1,103 @@
+"""The wire conventions of KV-event fan-out over NATS JetStream, shared by the relay (the publisher,
+`router_adapter.relay`) and the replicas' feed (the consumer, `router_adapter.nats_feed`).
+
+One stream (`SIDECAR_KV` by default) holds the subjects `<prefix>.<model>.<worker>`; model and worker
+names are percent-encoded into subject tokens (anything but ASCII letters, digits and `-`), the empty
+model name is `_`. Each message carries headers:
+
+- `Sidecar-Kind`: `batch` (the payload is the engine's msgpack batch, byte for byte) or `reset`
+  (empty payload: every replica drops what the worker holds; `Sidecar-Reason` says why: `restart`,
+  `gap` (lost batches the engine could no longer replay) or `silent`);
+- `Sidecar-Epoch`: the relay's name for one unbroken run of the engine's sequence numbers. A reset
+  starts a new epoch (a larger number: milliseconds since 1970, or the previous epoch plus one);
+- `Sidecar-Seq`: the engine's 8-byte sequence number of a batch (absent on a reset);
+- `Nats-Msg-Id`: `<worker>.<epoch>.<seq>` for a batch and `<worker>.<epoch>.reset` for a reset, so a
+  batch published twice (a relay that retries or restarts) is stored once by JetStream within its
+  duplicate window, and a replica skips it anyway (a batch of the current epoch at or below the last
+  applied sequence number).
+
+A replica applies, per worker, in stream order: a reset drops the worker and adopts its epoch; a
+batch of another epoch than the worker's drops the worker first (its reset was lost or never sent:
+a relay starting with no history); a batch whose sequence number skips ahead within an epoch drops
+the worker (counted as a gap) and is applied. These are the ZMQ subscriber's semantics moved to the
+relay: see docs/kv_fanout.md.
+"""
+
+from __future__ import annotations
+
+import string
+import time
+
+DEFAULT_PREFIX = "sidecar.kv"
+DEFAULT_STREAM = "SIDECAR_KV"
+DEFAULT_SNAPSHOT_BUCKET = "SIDECAR_KV_SNAPSHOTS"
+#: Seconds the stream keeps messages (`--kv-nats-retention`): well above the snapshot period, so a
+#: starting replica finds every message after the newest snapshot.
+DEFAULT_RETENTION_S = 3600.0
+#: Seconds between snapshots of each model's index (`--kv-nats-snapshot-period`).
+DEFAULT_SNAPSHOT_PERIOD_S = 60.0
+
+KIND = "Sidecar-Kind"
+REASON = "Sidecar-Reason"
+EPOCH = "Sidecar-Epoch"
+SEQ = "Sidecar-Seq"
+MSG_ID = "Nats-Msg-Id"
+
+BATCH = "batch"
+RESET = "reset"
+
+_SAFE = frozenset(string.ascii_letters + string.digits + "-")
+
+
+def subject_token(name: str) -> str:
+    """`name` as one subject token (no `.`, `*`, `>` or whitespace; reversible)."""
+    if not name:
+        return "_"
+    return "".join(c if c in _SAFE else "".join(f"%{b:02X}" for b in c.encode()) for c in name)
+
+
+def subject(prefix: str, model: str, worker: str) -> str:
+    return f"{prefix}.{subject_token(model)}.{subject_token(worker)}"
+
+
+def model_filter(prefix: str, model: str) -> str:
+    """The subjects of every worker of `model`."""
+    return f"{prefix}.{subject_token(model)}.*"
+
+
+def batch_headers(worker: str, epoch: int, seq: int) -> dict[str, str]:
+    return {KIND: BATCH, EPOCH: str(epoch), SEQ: str(seq), MSG_ID: f"{subject_token(worker)}.{epoch}.{seq}"}
+
+
+def reset_headers(worker: str, epoch: int, reason: str) -> dict[str, str]:
+    return {KIND: RESET, EPOCH: str(epoch), REASON: reason, MSG_ID: f"{subject_token(worker)}.{epoch}.reset"}
+
+
+def next_epoch(previous: int | None) -> int:
+    """A new epoch: the wall clock in milliseconds, and always above the previous one."""
+    now = int(time.time() * 1000)
+    return now if previous is None else max(now, previous + 1)
+
+
+def token_name(token: str) -> str:
+    """The name `subject_token` encoded."""
+    from urllib.parse import unquote
+
+    return "" if token == "_" else unquote(token)
+
+
+async def ensure_stream(js, stream: str, prefix: str, retention_s: float) -> None:  # noqa: ANN001 - nats JetStreamContext
+    """Creates the stream unless it exists (a stream made by someone else keeps its settings)."""
+    from nats.js.api import StorageType, StreamConfig
+    from nats.js.errors import NotFoundError
+
+    try:
+        await js.stream_info(stream)
+    except NotFoundError:
+        config = StreamConfig(
+            name=stream, subjects=[f"{prefix}.>"], max_age=retention_s or None, storage=StorageType.FILE,
+        )
+        try:
+            await js.add_stream(config)
+        except Exception:  # noqa: BLE001 - created meanwhile by another process: check it is there
+            await js.stream_info(stream)

@@ -1,0 +1,435 @@
+"""A replica's KV view fed from NATS JetStream (`sidecar serve --kv-nats`), with catch-up.
+
+`NatsFeed(router, options)` runs one thread with its own asyncio loop (nothing here runs on the
+server's loop). Per model of the router it:
+
+1. loads the model's newest snapshot from the JetStream object store (`SIDECAR_KV_SNAPSHOTS`): the
+   index state plus each worker's cursor, tagged with the stream sequence it covers; a snapshot that
+   is missing, of another index implementation, or of another stream incarnation is ignored and the
+   stream is read from its first message;
+2. reads the model's subjects (`<prefix>.<model>.*`) from the next stream sequence on through an
+   ephemeral pull consumer, applying every message in stream order through the router
+   (`KvRouter.feed_batch` / `feed_reset`) with the per-worker rules of `router_adapter.fanout`;
+3. is *catching up* until the consumer reports nothing pending, then *live*. After a lost connection
+   it reconnects and re-reads from the last applied stream sequence + 1 (catching up again);
+4. every `snapshot_period_s`, when live, publishes a snapshot unless another replica published one
+   less than a period ago (so N replicas write about one snapshot per period between them).
+
+Score answers all along; `warming` (`state != live`) tells the caller the view may be behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import msgspec
+
+from router_adapter import fanout
+from router_adapter.events import DecodeError, decode_batch
+
+_log = logging.getLogger("router_adapter.nats_feed")
+
+LOADING = "loading_snapshot"
+CATCHING_UP = "catching_up"
+LIVE = "live"
+RECONNECTING = "reconnecting"
+STATES = (LOADING, CATCHING_UP, LIVE, RECONNECTING)
+
+SNAPSHOT_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class FeedOptions:
+    nats_url: str
+    prefix: str = fanout.DEFAULT_PREFIX
+    stream: str = fanout.DEFAULT_STREAM
+    snapshot_bucket: str = fanout.DEFAULT_SNAPSHOT_BUCKET
+    retention_s: float = fanout.DEFAULT_RETENTION_S
+    #: Seconds between snapshots; 0 = this replica never writes one (it still loads them).
+    snapshot_period_s: float = fanout.DEFAULT_SNAPSHOT_PERIOD_S
+    #: A live replica drops a worker with no message for this long (a relay that died); None = never.
+    silence_timeout_s: float | None = 300.0
+    fetch_batch: int = 256
+
+
+@dataclass
+class WorkerCursor:
+    """Where one worker's messages stand on this replica (kept in snapshots)."""
+
+    epoch: int | None = None
+    last_seq: int | None = None
+    #: JetStream time of the worker's last message (seconds since 1970).
+    last_time: float = 0.0
+    #: Seconds from the last message's storing in JetStream to its application here.
+    lag_s: float = 0.0
+    batches: int = 0
+    decode_errors: int = 0
+    gaps: int = 0
+    resets: int = 0
+    restarts: int = 0
+    aged_out: int = 0
+    duplicates: int = 0
+
+
+@dataclass
+class ModelFeed:
+    """One model's consumer state."""
+
+    model: str
+    state: str = LOADING
+    #: The last stream sequence applied (or covered by the loaded snapshot).
+    stream_seq: int = 0
+    #: Messages of the model still in the stream after `stream_seq` (from the consumer).
+    pending: int = 0
+    #: When the newest snapshot this replica loaded, wrote or saw was taken (seconds since 1970).
+    snapshot_time: float | None = None
+    snapshots_written: int = 0
+    snapshot_loaded: bool = False
+    workers: dict[str, WorkerCursor] = field(default_factory=dict)
+
+
+class NatsFeed:
+    """Feeds `router`'s indexes from the stream (see the module docs); `start()` / `stop()`."""
+
+    def __init__(self, router, options: FeedOptions) -> None:  # noqa: ANN001 - KvRouter (no import cycle)
+        self.router = router
+        self.options = options
+        self.models: dict[str, ModelFeed] = {name: ModelFeed(name) for name in router.indexes}
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._nc = None
+        self._js = None
+        self._store = None
+        #: Bumped on every reconnection: a consumer made before it is made again.
+        self._connection = 0
+
+    # --- reading (any thread) ---------------------------------------------------------------------
+
+    def state(self, model: str) -> str:
+        feed = self.models.get(model)
+        return feed.state if feed is not None else LIVE
+
+    def warming(self, model: str) -> bool:
+        return self.state(model) != LIVE
+
+    # --- lifecycle --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run_thread, args=(started,), name="kv-nats", daemon=True)
+        self._thread.start()
+        started.wait(10)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run_thread(self, started: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._stop = asyncio.Event()
+        started.set()
+        try:
+            loop.run_until_complete(self._main())
+        except Exception:  # noqa: BLE001 - logged: the feed thread must not die silently
+            _log.exception("kv_nats_feed_failed")
+        finally:
+            loop.close()
+
+    async def _main(self) -> None:
+        import nats
+
+        async def disconnected() -> None:
+            for feed in self.models.values():
+                feed.state = RECONNECTING
+
+        async def reconnected() -> None:
+            self._connection += 1
+
+        # NATS may come up after the replica: the first connection is retried until a stop.
+        while self._nc is None:
+            connecting = asyncio.create_task(nats.connect(
+                self.options.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                disconnected_cb=disconnected, reconnected_cb=reconnected, name="sidecar-kv-feed",
+            ))
+            stopping = asyncio.create_task(self._stop.wait())
+            await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not connecting.done():
+                connecting.cancel()
+                await asyncio.gather(connecting, return_exceptions=True)
+                return
+            try:
+                self._nc = connecting.result()
+            except Exception as e:  # noqa: BLE001 - not reachable yet (Score answers meanwhile, warming)
+                _log.warning("kv_nats_connect_failed url=%s error=%r", self.options.nats_url, e)
+                await self._sleep(1.0)
+                if self._stop.is_set():
+                    return
+        self._js = self._nc.jetstream()
+        tasks = [asyncio.create_task(self._run_model(feed)) for feed in self.models.values()]
+        tasks.append(asyncio.create_task(self._housekeeping()))
+        try:
+            await self._stop.wait()
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._nc.close()
+
+    async def _sleep(self, seconds: float) -> None:
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    async def _setup(self) -> None:
+        """The stream and the snapshot bucket, created when missing."""
+        from nats.js.errors import BucketNotFoundError, NotFoundError
+
+        await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)
+        if self._store is None:
+            try:
+                self._store = await self._js.object_store(self.options.snapshot_bucket)
+            except (BucketNotFoundError, NotFoundError):
+                try:
+                    self._store = await self._js.create_object_store(self.options.snapshot_bucket)
+                except Exception:  # noqa: BLE001 - created meanwhile by another replica
+                    self._store = await self._js.object_store(self.options.snapshot_bucket)
+
+    # --- one model ------------------------------------------------------------------------------
+
+    async def _run_model(self, feed: ModelFeed) -> None:
+        while True:
+            try:
+                await self._setup()
+                if not feed.snapshot_loaded and feed.stream_seq == 0:
+                    feed.state = LOADING
+                    await self._load_snapshot(feed)
+                    feed.snapshot_loaded = True
+                feed.state = CATCHING_UP
+                await self._consume(feed)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - connection or consumer lost: read on from where we are
+                feed.state = RECONNECTING
+                _log.warning("kv_nats_consumer_restart model=%s stream_seq=%d error=%r", feed.model, feed.stream_seq, e)
+                await asyncio.sleep(0.5)
+
+    async def _consume(self, feed: ModelFeed) -> None:
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        start = feed.stream_seq + 1
+        config = ConsumerConfig(
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE, opt_start_seq=start, ack_policy=AckPolicy.NONE,
+            inactive_threshold=60.0, mem_storage=True,
+        )
+        connection = self._connection
+        sub = await self._js.pull_subscribe(
+            fanout.model_filter(self.options.prefix, feed.model), stream=self.options.stream, config=config,
+        )
+        idle_since = time.monotonic()
+        try:
+            while connection == self._connection:
+                try:
+                    msgs = await sub.fetch(self.options.fetch_batch, timeout=1.0)
+                except (NatsTimeout, asyncio.TimeoutError):
+                    if feed.pending == 0 and feed.state == CATCHING_UP:
+                        feed.state = LIVE
+                    if time.monotonic() - idle_since > 5.0:
+                        await self._check_consumer(sub)
+                        idle_since = time.monotonic()
+                    continue
+                idle_since = time.monotonic()
+                for msg in msgs:
+                    self._apply(feed, msg)
+                if feed.pending == 0 and feed.state == CATCHING_UP:
+                    feed.state = LIVE
+                    _log.info("kv_nats_live model=%s stream_seq=%d", feed.model, feed.stream_seq)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - the connection may be gone
+                pass
+
+    @staticmethod
+    async def _check_consumer(sub) -> None:  # noqa: ANN001 - nats PullSubscription
+        """Raises when the consumer is gone (a server restarted without it); a slow answer is not that."""
+        try:
+            await sub.consumer_info()
+        except (asyncio.TimeoutError, TimeoutError):
+            pass
+
+    def _apply(self, feed: ModelFeed, msg) -> None:  # noqa: ANN001 - nats Msg
+        meta = msg.metadata
+        stream_seq = meta.sequence.stream
+        if stream_seq <= feed.stream_seq:
+            return  # delivered again by a consumer made after a reconnection
+        feed.stream_seq = stream_seq
+        feed.pending = meta.num_pending
+        worker = fanout.token_name(msg.subject.rsplit(".", 1)[-1])
+        headers = msg.headers or {}
+        cursor = feed.workers.setdefault(worker, WorkerCursor())
+        cursor.last_time = meta.timestamp.timestamp()
+        epoch = int(headers.get(fanout.EPOCH, "0"))
+        if headers.get(fanout.KIND) == fanout.RESET:
+            reason = headers.get(fanout.REASON, "")
+            cursor.restarts += reason == "restart"
+            cursor.gaps += reason == "gap"
+            cursor.aged_out += reason == "silent"
+            self._reset(feed, worker, cursor, f"relay_{reason}")
+            cursor.epoch = epoch
+            return
+        seq = int(headers.get(fanout.SEQ, "0"))
+        if cursor.epoch is not None and epoch != cursor.epoch:
+            self._reset(feed, worker, cursor, "new_epoch")
+        elif cursor.last_seq is not None:
+            if seq <= cursor.last_seq:
+                cursor.duplicates += 1
+                return
+            if seq > cursor.last_seq + 1:
+                cursor.gaps += 1
+                self._reset(feed, worker, cursor, "gap")
+        cursor.epoch = epoch
+        cursor.last_seq = seq
+        try:
+            batch = decode_batch(msg.data)
+        except DecodeError as e:
+            cursor.decode_errors += 1
+            _log.warning("kv_nats_decode_error worker=%s stream_seq=%d error=%s", worker, stream_seq, e)
+            return
+        cursor.batches += 1
+        self.router.feed_batch(feed.model, worker, batch)
+        cursor.lag_s = max(0.0, time.time() - cursor.last_time)
+
+    def _reset(self, feed: ModelFeed, worker: str, cursor: WorkerCursor, reason: str) -> None:
+        cursor.resets += 1
+        cursor.last_seq = None
+        self.router.feed_reset(feed.model, worker, reason)
+
+    # --- snapshots and age-out --------------------------------------------------------------------
+
+    async def _load_snapshot(self, feed: ModelFeed) -> None:
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+        name = fanout.subject_token(feed.model)
+        try:
+            result = await self._store.get(name)
+        except (ObjectNotFoundError, NotFoundError):
+            _log.info("kv_nats_no_snapshot model=%s: reading the stream from its start", feed.model)
+            return
+        index = self.router.index(feed.model)
+        try:
+            snap = msgspec.msgpack.decode(result.data)
+            problem = self._snapshot_problem(snap, index)
+            if problem is None:
+                await self._check_stream_covers(snap)
+        except (msgspec.DecodeError, TypeError, KeyError) as e:
+            problem = f"unreadable ({e})"
+        except ValueError as e:
+            problem = str(e)
+        if problem is None:
+            try:
+                index.restore(snap["index"])
+            except Exception as e:  # noqa: BLE001 - InvalidArgument / ValueError of either index
+                problem = f"refused by the index ({e})"
+        if problem is not None:
+            _log.warning("kv_nats_snapshot_ignored model=%s reason=%s: reading the stream from its start",
+                         feed.model, problem)
+            return
+        feed.workers = {w: WorkerCursor(epoch, seq, t) for w, (epoch, seq, t) in snap["workers"].items()}
+        feed.stream_seq = snap["stream_seq"]
+        feed.snapshot_time = snap["created"]
+        _log.info("kv_nats_snapshot_loaded model=%s stream_seq=%d workers=%d age_s=%.1f", feed.model,
+                  feed.stream_seq, len(feed.workers), time.time() - snap["created"])
+
+    def _snapshot_problem(self, snap: dict, index) -> str | None:  # noqa: ANN001
+        if snap.get("format") != SNAPSHOT_FORMAT:
+            return f"format {snap.get('format')!r}"
+        if snap["stream"] != self.options.stream:
+            return f"of stream {snap['stream']!r}"
+        if snap["index_kind"] != type(index).__name__:
+            return f"taken by a {snap['index_kind']} (this replica runs a {type(index).__name__})"
+        return None
+
+    async def _check_stream_covers(self, snap: dict) -> None:
+        info = await self._js.stream_info(self.options.stream)
+        if snap["stream_seq"] > info.state.last_seq:
+            raise ValueError(f"covers stream sequence {snap['stream_seq']} beyond the stream's last "
+                             f"{info.state.last_seq} (the stream was recreated)")
+        if info.state.first_seq > snap["stream_seq"] + 1:
+            _log.warning("kv_nats_snapshot_older_than_retention stream_seq=%d first_seq=%d: messages in between "
+                         "are gone; workers they touched are inexact until their next reset",
+                         snap["stream_seq"], info.state.first_seq)
+
+    async def _housekeeping(self) -> None:
+        next_snapshot = time.monotonic() + self.options.snapshot_period_s
+        while True:
+            await asyncio.sleep(1.0)
+            self._age_out()
+            if self.options.snapshot_period_s > 0 and time.monotonic() >= next_snapshot:
+                next_snapshot = time.monotonic() + self.options.snapshot_period_s
+                for feed in self.models.values():
+                    try:
+                        await self.publish_snapshot(feed)
+                    except Exception as e:  # noqa: BLE001 - retried next period
+                        _log.warning("kv_nats_snapshot_failed model=%s error=%r", feed.model, e)
+
+    def _age_out(self) -> None:
+        silence = self.options.silence_timeout_s
+        if not silence:
+            return
+        now = time.time()
+        for feed in self.models.values():
+            if feed.state != LIVE:
+                continue  # a backlog is not silence
+            for worker, cursor in feed.workers.items():
+                if cursor.last_seq is not None and now - cursor.last_time > silence:
+                    cursor.aged_out += 1
+                    self._reset(feed, worker, cursor, "silent")
+
+    async def publish_snapshot(self, feed: ModelFeed, force: bool = False) -> bool:
+        """Writes `feed`'s snapshot unless it is not live or (without `force`) a fresh one exists."""
+        from nats.js.api import ObjectMeta
+        from nats.js.errors import NotFoundError, ObjectNotFoundError
+
+        if feed.state != LIVE or self._store is None:
+            return False
+        name = fanout.subject_token(feed.model)
+        if not force:
+            try:
+                info = await self._store.get_info(name)
+                created = json.loads(info.description or "{}").get("created", 0.0)
+                feed.snapshot_time = max(feed.snapshot_time or 0.0, created)
+                if time.time() - created < self.options.snapshot_period_s * 0.9:
+                    return False
+            except (ObjectNotFoundError, NotFoundError):
+                pass
+        index = self.router.index(feed.model)
+        # Taken between two messages (this loop applies them), so the state is exactly `stream_seq`'s.
+        snap = {
+            "format": SNAPSHOT_FORMAT, "stream": self.options.stream, "stream_seq": feed.stream_seq,
+            "created": time.time(), "index_kind": type(index).__name__, "index": index.snapshot(),
+            "workers": {w: (c.epoch, c.last_seq, c.last_time) for w, c in feed.workers.items()},
+        }
+        data = msgspec.msgpack.encode(snap)
+        description = json.dumps({"stream_seq": snap["stream_seq"], "created": snap["created"]})
+        await self._store.put(name, data, meta=ObjectMeta(name=name, description=description))
+        feed.snapshot_time = snap["created"]
+        feed.snapshots_written += 1
+        _log.info("kv_nats_snapshot_written model=%s stream_seq=%d bytes=%d", feed.model, feed.stream_seq, len(data))
+        return True
+
+    def snapshot_now(self, model: str, timeout: float = 30.0) -> bool:
+        """Writes `model`'s snapshot now (tests, operators); True when written."""
+        future = asyncio.run_coroutine_threadsafe(self.publish_snapshot(self.models[model], force=True), self._loop)
+        return future.result(timeout)

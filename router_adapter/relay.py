@@ -1,0 +1,172 @@
+"""`sidecar kv-relay`: one engine's ZMQ KV-event publisher forwarded to a NATS JetStream stream.
+
+One small process per engine (per data-parallel rank), next to it. It subscribes with the router
+adapter's `Subscriber` (the same sequence tracking, replay on gaps, restart detection and age-out as
+a direct subscription) and publishes each batch, undecoded, on `<prefix>.<model>.<worker>` with the
+headers of `router_adapter.fanout`. Whatever the subscriber would have reset (an engine restart, a
+gap the replay socket could not fill, silence) becomes a `reset` message that every replica applies.
+
+A restarted relay reads the last message of its subject to resume the epoch and the engine sequence
+number, so a batch it had already published is deduplicated (same message id) and batches the engine
+published meanwhile are fetched from the replay socket. Publishing waits for JetStream's
+acknowledgement and retries with the same message id until it is stored: the ZMQ socket buffers
+meanwhile (up to its high-water mark; beyond that the loss is a gap like any other).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from dataclasses import dataclass
+
+from router_adapter import fanout
+from router_adapter.subscriber import Source, Subscriber
+
+_log = logging.getLogger("router_adapter.relay")
+
+
+@dataclass(frozen=True)
+class RelayOptions:
+    nats_url: str
+    prefix: str = fanout.DEFAULT_PREFIX
+    stream: str = fanout.DEFAULT_STREAM
+    retention_s: float = fanout.DEFAULT_RETENTION_S
+    silence_timeout_s: float | None = 300.0
+    replay_timeout_s: float = 2.0
+    #: Seconds one publish attempt waits for JetStream's acknowledgement.
+    ack_timeout_s: float = 5.0
+
+
+@dataclass
+class RelayStats:
+    published: int = 0
+    duplicates: int = 0
+    resets: int = 0
+    retries: int = 0
+    #: Batches larger than the server's max_payload (each followed by a gap reset).
+    too_large: int = 0
+
+
+class Relay:
+    """`run()` until `stop()` (from another thread or a signal handler)."""
+
+    def __init__(self, source: Source, options: RelayOptions) -> None:
+        self.source = source
+        self.options = options
+        self.subject = fanout.subject(options.prefix, source.model, source.worker)
+        self.stats = RelayStats()
+        self.epoch: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = threading.Event()
+        self._stopped: asyncio.Event | None = None
+        self._js = None
+        self.ready = threading.Event()
+
+    async def run(self) -> None:
+        import nats
+
+        self._loop = asyncio.get_running_loop()
+        self._stopped = asyncio.Event()
+        nc = None
+        while nc is None:  # NATS may come up after the relay
+            try:
+                nc = await nats.connect(self.options.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
+                                        name=f"sidecar-kv-relay {self.source.worker}")
+            except Exception as e:  # noqa: BLE001 - retried until stopped
+                _log.warning("kv_relay_connect_failed url=%s error=%r", self.options.nats_url, e)
+                try:
+                    await asyncio.wait_for(self._stopped.wait(), 1.0)
+                    return
+                except asyncio.TimeoutError:
+                    pass
+        try:
+            self._js = nc.jetstream(timeout=self.options.ack_timeout_s)
+            await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)
+            last_seq = await self._resume()
+            subscriber = Subscriber(
+                [self.source], None, self._on_reset, on_payload=self._on_payload,
+                resume={self.source.worker: last_seq} if last_seq is not None else None,
+                silence_timeout_s=self.options.silence_timeout_s, replay_timeout_s=self.options.replay_timeout_s,
+            )
+            subscriber.start()
+            _log.info("kv_relay_started worker=%s endpoint=%s subject=%s epoch=%s resume_seq=%s",
+                      self.source.worker, self.source.endpoint, self.subject, self.epoch, last_seq)
+            self.ready.set()
+            try:
+                await self._stopped.wait()
+            finally:
+                # The subscriber thread may be waiting on a publish of this loop: let it see the stop.
+                await asyncio.get_running_loop().run_in_executor(None, subscriber.stop)
+        finally:
+            await nc.close()
+
+    def stop(self) -> None:
+        """Stops `run()` (thread-safe)."""
+        self._stopping.set()
+        if self._loop is not None and self._stopped is not None:
+            self._loop.call_soon_threadsafe(self._stopped.set)
+
+    async def _resume(self) -> int | None:
+        """Epoch and last engine sequence number from the subject's last message (None: start fresh)."""
+        from nats.js.errors import NotFoundError
+
+        try:
+            last = await self._js.get_last_msg(self.options.stream, self.subject)
+        except NotFoundError:
+            self.epoch = fanout.next_epoch(None)
+            return None
+        headers = last.headers or {}
+        self.epoch = int(headers.get(fanout.EPOCH, "0")) or fanout.next_epoch(None)
+        if headers.get(fanout.KIND) == fanout.BATCH and fanout.SEQ in headers:
+            return int(headers[fanout.SEQ])
+        return None
+
+    # --- called on the subscriber thread ------------------------------------------------------
+
+    def _on_payload(self, worker: str, seq: int, payload: bytes) -> None:
+        if not self._publish_blocking(payload, fanout.batch_headers(worker, self.epoch, seq)):
+            # Over the server's max_payload: replicas cannot have this batch, as after a lost one.
+            self.stats.too_large += 1
+            _log.error("kv_relay_batch_too_large worker=%s seq=%d bytes=%d: raise the NATS server's "
+                       "max_payload; the worker is reset", worker, seq, len(payload))
+            self._on_reset(worker, "gap")
+
+    def _on_reset(self, worker: str, reason: str) -> None:
+        self.epoch = fanout.next_epoch(self.epoch)
+        self.stats.resets += 1
+        self._publish_blocking(b"", fanout.reset_headers(worker, self.epoch, reason))
+
+    def _publish_blocking(self, payload: bytes, headers: dict[str, str]) -> bool:
+        """False when the message is larger than the server accepts."""
+        future = asyncio.run_coroutine_threadsafe(self._publish(payload, headers), self._loop)
+        try:
+            return future.result()
+        except Exception:  # noqa: BLE001 - only when stopping: the batch is published by the next run
+            if not self._stopping.is_set():
+                raise
+            return True
+
+    async def _publish(self, payload: bytes, headers: dict[str, str]) -> bool:
+        from nats.errors import MaxPayloadError
+
+        delay = 0.05
+        while True:
+            try:
+                ack = await self._js.publish(self.subject, payload, stream=self.options.stream, headers=headers)
+            except MaxPayloadError:
+                return False
+            except Exception as e:  # noqa: BLE001 - any other failure: retried with the same message id
+                if self._stopping.is_set():
+                    raise
+                self.stats.retries += 1
+                _log.warning("kv_relay_publish_retry subject=%s id=%s error=%r", self.subject,
+                             headers[fanout.MSG_ID], e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+                continue
+            if ack.duplicate:
+                self.stats.duplicates += 1
+            else:
+                self.stats.published += 1
+            return True

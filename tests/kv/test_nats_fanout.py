@@ -1,0 +1,309 @@
+"""KV-event fan-out through a real nats-server with JetStream: simulated engines publish vLLM- and
+SGLang-format batches over ZMQ, one relay each forwards them (five in-process, one `sidecar
+kv-relay` process), and replicas (in-process `KvRouter` + `NatsFeed`, and one `sidecar serve
+--kv-nats` process) must answer every Score exactly as one in-process index fed the same events
+(tests/kv/fleet.py) and count the same events applied: nothing lost, nothing applied twice. Faults:
+a replica replaced by a new one (catches up from a snapshot plus the stream), nats-server restarted
+with its store, a relay killed mid-stream (resumed from the stream; then with the engine's replay
+buffer gone, a reset as documented)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import grpc
+import pytest
+import zmq
+
+from router_adapter import KvRouter, ModelOptions, PrefixIndex, Source
+from router_adapter import fanout
+from router_adapter.nats_feed import LIVE, FeedOptions, NatsFeed
+from router_adapter.relay import Relay, RelayOptions
+from sidecar.v1 import kv_router_pb2 as kv
+from sidecar.v1 import kv_router_pb2_grpc as kv_grpc
+from sidecar.v1 import preprocessor_pb2 as pb
+from tests.conftest import REPO, start_server, stop_server
+from tests.kv.fleet import BS, FORMATS, SimEngine, requests, score_rows, stored_event
+from tests.kv.nats_server import NatsServer
+from tests.kv.publisher import wait_until
+
+MODEL = "m.v1"  # a dot: subject tokens are encoded
+
+
+class ThreadRelay:
+    """`Relay.run()` on a thread of its own."""
+
+    def __init__(self, source: Source, url: str) -> None:
+        self.relay = Relay(source, RelayOptions(url, silence_timeout_s=None))
+        self.thread = threading.Thread(target=lambda: asyncio.run(self.relay.run()), daemon=True)
+        self.thread.start()
+        assert self.relay.ready.wait(30), "relay did not start"
+
+    def stop(self) -> None:
+        self.relay.stop()
+        self.thread.join(15)
+
+
+class ProcessRelay:
+    """`sidecar kv-relay` as a process."""
+
+    def __init__(self, source: Source, url: str, log: Path) -> None:
+        arg = f"{source.worker}={source.endpoint},replay={source.replay_endpoint},model={source.model}"
+        with open(log, "ab") as out:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "sidecar", "kv-relay", "--kv-events", arg, "--nats", url,
+                 "--silence-timeout", "0"], stdout=out, stderr=subprocess.STDOUT, cwd=REPO,
+            )
+
+    def kill(self) -> None:
+        self.process.send_signal(signal.SIGKILL)
+        self.process.wait(10)
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(15)
+
+
+def wait_for_subscription(xpub: zmq.Socket, timeout: float = 60.0) -> None:
+    """Waits for a subscribe message on `xpub` (passing over the unsubscribe a killed relay left)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if xpub.poll(100) and xpub.recv()[:1] == b"\x01":
+            return
+    raise TimeoutError("no relay subscribed")
+
+
+def replica(url: str, snapshot_period_s: float = 0.0) -> tuple[KvRouter, NatsFeed]:
+    router = KvRouter([], models={MODEL: ModelOptions(block_size=BS)})
+    feed = NatsFeed(router, FeedOptions(url, snapshot_period_s=snapshot_period_s, silence_timeout_s=None))
+    router.attach_feed(feed)
+    router.start()
+    return router, feed
+
+
+class Fleet:
+    def __init__(self, nats: NatsServer, tmp: Path, rng: random.Random) -> None:
+        self.nats = nats
+        self.tmp = tmp
+        self.rng = rng
+        self.ctx = zmq.Context()
+        self.reference = PrefixIndex(BS)
+        self.engines = [SimEngine(self.ctx, f"w{i}", FORMATS[i % 3], self.reference, rng) for i in range(6)]
+        self.sources = [Source(e.worker, e.pub.endpoint, e.pub.replay_endpoint, model=MODEL) for e in self.engines]
+        self.relays: list = []
+        for engine, source in zip(self.engines[:5], self.sources):
+            self.relays.append(ThreadRelay(source, nats.url))
+            engine.pub.wait_for_subscriber(30)
+        self.process_relay = self.start_process_relay()
+
+    def start_process_relay(self) -> ProcessRelay:
+        relay = ProcessRelay(self.sources[5], self.nats.url, self.tmp / "relay.log")
+        wait_for_subscription(self.engines[5].pub.pub)
+        return relay
+
+    def run(self, steps: int) -> None:
+        for _ in range(steps):
+            self.rng.choice(self.engines).step()
+        for engine in self.engines:
+            engine.settle()
+
+    def close(self) -> None:
+        for relay in self.relays:
+            relay.stop()
+        self.process_relay.stop()
+        for engine in self.engines:
+            engine.close()
+        self.ctx.term()
+
+
+def remote_rows(stub: kv_grpc.KvRouterStub, tokens: list[int]) -> list[tuple]:
+    return score_rows(stub.Score(kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=tokens)), timeout=10))
+
+
+def remote_events(stub: kv_grpc.KvRouterStub) -> int:
+    return stub.KvStatus(kv.KvStatusRequest(), timeout=10).models[0].events
+
+
+def assert_same_view(fleet: Fleet, routers: list[KvRouter], stub: kv_grpc.KvRouterStub | None, rng: random.Random) -> None:
+    """Every replica has applied exactly the reference's events and answers 200 Scores as it does."""
+    want = fleet.reference.stats.events
+    for router in routers:
+        feed = router.feed.models[MODEL]
+        try:
+            wait_until(lambda: router.index(MODEL).stats.events >= want, 60, "a replica to apply every event")
+        except AssertionError:
+            raise AssertionError(f"a replica applied {router.index(MODEL).stats.events} events of {want}: {feed}; "
+                                 f"relays {[r.relay.stats for r in fleet.relays]}") from None
+    if stub is not None:
+        wait_until(lambda: remote_events(stub) >= want, 60, "the serve replica to apply every event")
+        assert remote_events(stub) == want
+    for router in routers:
+        assert router.index(MODEL).stats.events == want
+        assert not router.warming(MODEL)
+    for tokens in requests(rng, 200):
+        expected = score_rows(fleet.reference.score(tokens))
+        for router in routers:
+            assert score_rows(router.score(MODEL, tokens)) == expected, tokens
+        if stub is not None:
+            assert remote_rows(stub, tokens) == expected, tokens
+
+
+def assert_serve_reports_live(serve, stub: kv_grpc.KvRouterStub) -> None:  # noqa: ANN001 - LiveServer
+    """Score is not flagged warming, KvStatus and /metrics report the feed."""
+    response = stub.Score(kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=list(range(64)))), timeout=10)
+    assert not response.warming
+    status = stub.KvStatus(kv.KvStatusRequest(), timeout=10).models[0]
+    assert status.stream_seq > 0 and status.stream_pending == 0 and status.snapshot_age_seconds == -1.0
+    metrics = urllib.request.urlopen(f"http://127.0.0.1:{serve.metrics_port}/metrics", timeout=10).read().decode()
+    assert f'sidecar_kv_nats_state{{model="{MODEL}",state="live"}} 1.0' in metrics
+    assert f'sidecar_kv_nats_stream_seq{{model="{MODEL}"}} {float(status.stream_seq)}' in metrics
+    assert f'sidecar_kv_nats_lag_seconds{{model="{MODEL}",worker="w0"}}' in metrics
+
+
+@pytest.mark.e2e
+def test_replicas_equal_one_index_through_faults(nats_server: NatsServer, tmp_path: Path) -> None:
+    rng = random.Random(12)
+    fleet = Fleet(nats_server, tmp_path, rng)
+    serve = start_server(tmp_path, "--kv-nats", nats_server.url, "--kv-nats-model", MODEL, "--kv-block-size",
+                         str(BS), "--kv-silence-timeout", "0", "--kv-nats-snapshot-period", "0")
+    routers: list[KvRouter] = []
+    try:
+        stub = kv_grpc.KvRouterStub(grpc.insecure_channel(serve.tcp))
+        a, feed_a = replica(nats_server.url)
+        b, feed_b = replica(nats_server.url)
+        routers += [a, b]
+        fleet.run(300)
+        assert_same_view(fleet, [a, b], stub, rng)
+        assert_serve_reports_live(serve, stub)
+        status = stub.KvStatus(kv.KvStatusRequest(), timeout=10)
+        assert status.models[0].feed_state == LIVE and {w.worker for w in status.workers} == {e.worker for e in fleet.engines}
+        assert sum(w.restarts for w in status.workers) > 0 and sum(w.gaps for w in status.workers) > 0
+
+        # A replica replaced: the new one loads the snapshot and reads the stream on from its sequence.
+        b.stop()
+        routers.remove(b)
+        fleet.run(100)
+        wait_until(lambda: feed_a.models[MODEL].pending == 0 and feed_a.state(MODEL) == LIVE, 60, "replica a live")
+        assert feed_a.snapshot_now(MODEL)
+        covered = feed_a.models[MODEL].stream_seq
+        fleet.run(100)
+        c, feed_c = replica(nats_server.url)
+        routers.append(c)
+        assert_same_view(fleet, [a, c], stub, rng)
+        assert feed_c.models[MODEL].snapshot_time is not None and feed_c.models[MODEL].stream_seq > covered
+
+        # nats-server restarted with its store while the engines publish: nothing lost, nothing twice.
+        fleet.run(50)
+        nats_server.stop()
+        fleet.run(50)
+        nats_server.start()
+        fleet.run(50)
+        assert_same_view(fleet, [a, c], stub, rng)
+
+        # A relay killed mid-stream: the restarted one resumes from the stream and replays the rest.
+        w5 = fleet.engines[5]
+        for _ in range(20):
+            w5.step(lost_rate=0, restart_rate=0)
+        fleet.process_relay.kill()
+        for _ in range(20):
+            w5.publish(w5.random_batch(), lost=True)  # nobody subscribed: kept for replay only
+        fleet.process_relay = fleet.start_process_relay()
+        fleet.run(50)
+        assert_same_view(fleet, [a, c], stub, rng)
+        resets_before = feed_a.models[MODEL].workers["w5"].resets
+        # Killed again, and the engine's replay buffer loses what it published meanwhile: a gap reset.
+        fleet.process_relay.kill()
+        for _ in range(10):
+            w5.publish(w5.random_batch(), lost=True)
+        w5.lose_unpublished()
+        fleet.process_relay = fleet.start_process_relay()
+        fleet.run(50)
+        assert_same_view(fleet, [a, c], stub, rng)
+        assert feed_a.models[MODEL].workers["w5"].resets == resets_before + 1
+        assert sum(c.duplicates for c in feed_a.models[MODEL].workers.values()) == 0
+    finally:
+        for router in routers:
+            router.stop()
+        stop_server(serve)
+        fleet.close()
+
+
+def test_score_answers_flagged_warming_until_the_feed_is_live() -> None:
+    """No NATS to reach: the replica keeps trying, Score answers from the (empty) view, warming."""
+    from tests.kv.nats_server import free_port
+
+    router, feed = replica(f"nats://127.0.0.1:{free_port()}")
+    try:
+        assert feed.state(MODEL) != LIVE and router.warming(MODEL)
+        assert score_rows(router.score(MODEL, list(range(64)))) == []
+    finally:
+        router.stop()
+
+
+def test_subject_tokens_are_reversible() -> None:
+    for name in ["", "w0", "Qwen/Qwen3-0.6B", "a.b*c>d e", "_", "é"]:
+        token = fanout.subject_token(name)
+        assert not set(token) & set(".*> ") and fanout.token_name(token) == name
+
+
+def test_relay_restart_publishes_nothing_twice(nats_server: NatsServer) -> None:
+    """A relay that restarts resumes the epoch and sequence of its last message; the same batch
+    published again is a JetStream duplicate (same message id)."""
+    ctx = zmq.Context()
+    reference = PrefixIndex(BS)
+    engine = SimEngine(ctx, "w0", "vllm", reference, random.Random(3))
+    source = Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL)
+    try:
+        first = ThreadRelay(source, nats_server.url)
+        engine.pub.wait_for_subscriber()
+        for _ in range(5):
+            engine.step(lost_rate=0, restart_rate=0)
+        wait_until(lambda: first.relay.stats.published == 5, 30, "5 batches published")
+        first.stop()
+        second = ThreadRelay(source, nats_server.url)
+        assert second.relay.epoch == first.relay.epoch
+        # Publish the last batch again, as a relay that lost the acknowledgement would.
+        seq, payload = engine.pub.buffer[-1]
+        second.relay._publish_blocking(payload, fanout.batch_headers("w0", second.relay.epoch, seq))
+        assert second.relay.stats.duplicates == 1 and second.relay.stats.published == 0
+        second.stop()
+    finally:
+        engine.close()
+        ctx.term()
+
+
+def test_batch_over_max_payload_resets_the_worker(nats_server: NatsServer) -> None:
+    """A batch larger than the server's max_payload (1 MiB by default) cannot reach the replicas:
+    the relay publishes a gap reset instead, and the worker is rebuilt from the batches after it."""
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
+    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
+    router, feed = replica(nats_server.url)
+    try:
+        engine.pub.wait_for_subscriber()
+        first = [stored_event("vllm", [11], None, list(range(BS)), "GPU")]
+        huge_tokens = list(range(70_000, 70_000 + 300_000 // BS * BS))
+        huge = [stored_event("vllm", list(range(1, len(huge_tokens) // BS + 1)), None, huge_tokens, "GPU")]
+        last = [stored_event("vllm", [12], None, list(range(BS, 2 * BS)), "GPU")]
+        for events in (first, huge, last):
+            engine.pub.publish(events)
+        wait_until(lambda: feed.models[MODEL].workers.get("w0") is not None
+                   and feed.models[MODEL].workers["w0"].batches == 2, 30, "two batches applied")
+        assert relay.relay.stats.too_large == 1
+        assert router.index(MODEL).worker_blocks("w0") == 1
+        assert score_rows(router.score(MODEL, list(range(BS)))) == [("w0", 0, {"GPU": 0})]
+        assert score_rows(router.score(MODEL, list(range(BS, 2 * BS)))) == [("w0", 1, {"GPU": 1})]
+    finally:
+        router.stop()
+        relay.stop()
+        engine.close()
+        ctx.term()
