@@ -130,7 +130,8 @@ impl Index {
     }
 
     fn store(&mut self, id: u32, event: &Stored<'_>, batch: &Batch<'_>) {
-        if self.block_size.is_none() && event.block_size > 0 && event.block_size <= u32::MAX as i128 {
+        if self.block_size.is_none() && event.block_size > 0 && event.block_size <= u32::MAX as i128
+        {
             self.block_size = Some(event.block_size as u32);
         }
         let matches_size = self.block_size.map(|b| b as i128) == Some(event.block_size);
@@ -167,7 +168,13 @@ impl Index {
 
     /// The content keys of a store; None when it is not indexed (an unknown parent, counted as
     /// orphans, or token ids that cannot be hashed, counted as a skipped event).
-    fn content_keys(&mut self, id: u32, event: &Stored<'_>, batch: &Batch<'_>, n: usize) -> Option<Vec<u64>> {
+    fn content_keys(
+        &mut self,
+        id: u32,
+        event: &Stored<'_>,
+        batch: &Batch<'_>,
+        n: usize,
+    ) -> Option<Vec<u64>> {
         let (parent_key, salt) = match event.parent {
             Some(parent) => match self.worker(id).get(parent) {
                 Some(entry) => (Some(entry.key()), ""),
@@ -185,7 +192,13 @@ impl Index {
             self.stats.skipped_events += 1;
             return None;
         }
-        Some(prefix_keys(&tokens[..used], bs, event.lora_name, salt, parent_key))
+        Some(prefix_keys(
+            &tokens[..used],
+            bs,
+            event.lora_name,
+            salt,
+            parent_key,
+        ))
     }
 
     /// One block of a store: a new entry or a re-store (newest again, maybe a new medium).

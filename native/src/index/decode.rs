@@ -159,7 +159,10 @@ fn at_batch(e: Error) -> Error {
 }
 
 fn expected(what: &str, got: Kind, path: &str) -> Error {
-    Error::invalid_argument(format!("expected `{what}`, got `{}` - at `{path}`", got.name()))
+    Error::invalid_argument(format!(
+        "expected `{what}`, got `{}` - at `{path}`",
+        got.name()
+    ))
 }
 
 fn wire_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()> {
@@ -207,14 +210,18 @@ fn wire_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>
 fn find_tag<'a>(r: &mut Reader<'a>, pairs: usize) -> Result<&'a [u8]> {
     for _ in 0..pairs {
         let got = r.peek()?;
-        let key = r.str_bytes()?.ok_or_else(|| expected("str", got, "key in $"))?;
+        let key = r
+            .str_bytes()?
+            .ok_or_else(|| expected("str", got, "key in $"))?;
         if key == b"type" {
             let got = r.peek()?;
             return r.str_bytes()?.ok_or_else(|| expected("str", got, "$.type"));
         }
         r.skip(Check::WellFormed)?;
     }
-    Err(Error::invalid_argument("object missing required field `type`"))
+    Err(Error::invalid_argument(
+        "object missing required field `type`",
+    ))
 }
 
 fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
@@ -226,10 +233,14 @@ fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>>
     let mut fields = Fields::default();
     for _ in 0..pairs {
         let got = r.peek()?;
-        let key = r.str_bytes()?.ok_or_else(|| expected("str", got, "key in $"))?;
+        let key = r
+            .str_bytes()?
+            .ok_or_else(|| expected("str", got, "key in $"))?;
         if key == b"type" {
             let got = r.peek()?;
-            let value = r.str_bytes()?.ok_or_else(|| expected("str", got, "$.type"))?;
+            let value = r
+                .str_bytes()?
+                .ok_or_else(|| expected("str", got, "$.type"))?;
             if value != tag {
                 return Err(invalid_tag(value));
             }
@@ -266,7 +277,10 @@ fn declared(class: Class, key: &[u8]) -> bool {
                 | b"group_idx"
                 | b"locality"
         ),
-        Class::Removed => matches!(key, b"block_hashes" | b"medium" | b"group_idx" | b"locality"),
+        Class::Removed => matches!(
+            key,
+            b"block_hashes" | b"medium" | b"group_idx" | b"locality"
+        ),
         Class::Cleared => false,
     }
 }
@@ -361,7 +375,10 @@ fn read_field<'a>(
             let value = if r.nil()? {
                 None
             } else {
-                Some(r.int()?.ok_or_else(|| expected("int | null", got, &path()))?)
+                Some(
+                    r.int()?
+                        .ok_or_else(|| expected("int | null", got, &path()))?,
+                )
             };
             if name == b"group_idx" {
                 fields.group_idx = value;
@@ -371,7 +388,10 @@ fn read_field<'a>(
             let value = if r.nil()? {
                 None
             } else {
-                Some(r.text()?.ok_or_else(|| expected("str | null", got, &path()))?)
+                Some(
+                    r.text()?
+                        .ok_or_else(|| expected("str | null", got, &path()))?,
+                )
             };
             match name {
                 b"medium" => fields.medium = value,
@@ -452,7 +472,9 @@ fn token_list(
     let mut wide = None;
     for i in 0..n {
         let got = r.peek()?;
-        let value = r.int()?.ok_or_else(|| expected("int", got, &format!("{}[{i}]", path())))?;
+        let value = r
+            .int()?
+            .ok_or_else(|| expected("int", got, &format!("{}[{i}]", path())))?;
         match u32::try_from(value) {
             Ok(t) => out.push(t),
             Err(_) => {
@@ -569,7 +591,8 @@ fn normalized_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()>
             .ok_or_else(|| Error::invalid_argument("batch.events: expected an array"))?;
         batch.events.reserve(n);
         for i in 0..n {
-            let event = normalized_event(r, batch).map_err(|e| e.context(format_args!("events[{i}]")))?;
+            let event =
+                normalized_event(r, batch).map_err(|e| e.context(format_args!("events[{i}]")))?;
             batch.events.push(event);
         }
     }

@@ -6,9 +6,9 @@
 //! common documents) spill into the pool, where each medium has a bitset over worker ids.
 
 /// Media one index distinguishes (the mask is 8 bits; vLLM and SGLang name six between them).
-pub const MAX_MEDIA: usize = 8;
+pub(crate) const MAX_MEDIA: usize = 8;
 /// Worker ids are below this (23 bits in the inline code).
-pub const MAX_WORKERS: u32 = 1 << 23;
+pub(crate) const MAX_WORKERS: u32 = 1 << 23;
 
 const MULTI_TAG: u32 = 1 << 31;
 

@@ -96,13 +96,23 @@ impl KeyTable {
         };
         let fresh = match Holders::decode(table.get(pos).holders) {
             Holders::One { worker: w, media } if w == worker => {
-                let code = Holders::One { worker, media: media | bit }.encode();
+                let code = Holders::One {
+                    worker,
+                    media: media | bit,
+                }
+                .encode();
                 table.set(pos, KeySlot { key, holders: code });
                 media & bit == 0
             }
             Holders::One { worker: w, media } => {
                 let index = self.pool.create(w, media, worker, m);
-                table.set(pos, KeySlot { key, holders: Holders::Many(index).encode() });
+                table.set(
+                    pos,
+                    KeySlot {
+                        key,
+                        holders: Holders::Many(index).encode(),
+                    },
+                );
                 true
             }
             Holders::Many(index) => self.pool.get_mut(index).set(worker, m),
@@ -128,7 +138,11 @@ impl KeyTable {
         self.update(key, |pool, holders| match holders {
             Holders::One { worker: w, media } if w == worker => {
                 let media = media & !(1u8 << m);
-                Some(if media == 0 { Holders::Nobody } else { Holders::One { worker, media } })
+                Some(if media == 0 {
+                    Holders::Nobody
+                } else {
+                    Holders::One { worker, media }
+                })
             }
             Holders::Many(index) => {
                 pool.get_mut(index).clear(worker, m);
@@ -158,7 +172,11 @@ impl KeyTable {
     }
 
     /// Applies `change` to the holders of `key` (when it is held); `None` = unchanged.
-    fn update(&mut self, key: u64, change: impl FnOnce(&mut MultiPool, Holders) -> Option<Holders>) {
+    fn update(
+        &mut self,
+        key: u64,
+        change: impl FnOnce(&mut MultiPool, Holders) -> Option<Holders>,
+    ) {
         let hash = mix(key);
         let table = &mut self.shards[Self::shard(hash)];
         let Some(pos) = table.find(key, hash) else {
@@ -170,13 +188,22 @@ impl KeyTable {
                 table.remove_at(pos);
                 table.maybe_shrink();
             }
-            Some(holders) => table.set(pos, KeySlot { key, holders: holders.encode() }),
+            Some(holders) => table.set(
+                pos,
+                KeySlot {
+                    key,
+                    holders: holders.encode(),
+                },
+            ),
         }
     }
 
     /// Bytes held by the tables, the shared-key records and the extra-hold map.
     pub fn allocated_bytes(&self) -> usize {
-        self.shards.iter().map(RhTable::allocated_bytes).sum::<usize>()
+        self.shards
+            .iter()
+            .map(RhTable::allocated_bytes)
+            .sum::<usize>()
             + self.pool.allocated_bytes()
             + self.extra_holds.capacity() * 24
     }

@@ -56,7 +56,7 @@ mod worker;
 mod tests;
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use serde::Deserialize;
@@ -64,15 +64,14 @@ use serde::Deserialize;
 pub use self::core::Index;
 pub use content::prefix_keys;
 pub use decode::{decode_batch, Batch, Encoding, Event};
-pub use holders::{MAX_MEDIA, MAX_WORKERS};
+
 pub use score::{ScoreTable, WorkerScore};
-pub use worker::MAX_WORKER_BLOCKS;
 
 use crate::error::{Error, Result};
 use crate::hash::{HashSpec, MmItem};
 
 /// Default bound on (worker, block) entries (the Python index's default).
-pub const DEFAULT_MAX_BLOCKS: u64 = 4_000_000;
+pub(crate) const DEFAULT_MAX_BLOCKS: u64 = 4_000_000;
 
 /// How an index keys blocks and how large it may grow.
 #[derive(Debug, Clone, PartialEq)]
@@ -214,8 +213,18 @@ pub struct Status {
     pub keys: u64,
     /// Tokens per block (0 while unknown).
     pub block_size: u32,
-    /// Bytes held by the index's tables.
-    pub allocated_bytes: u64,
+}
+
+impl Status {
+    fn of(index: &Index) -> Status {
+        Status {
+            stats: index.stats,
+            blocks: index.blocks,
+            workers: index.by_name.len() as u64,
+            keys: index.keys.len() as u64,
+            block_size: index.block_size.unwrap_or(0),
+        }
+    }
 }
 
 /// An index shared between threads (see the module docs).
@@ -225,15 +234,20 @@ pub struct SharedIndex {
     /// The block size, readable without the lock (0 = not known yet).
     block_size: AtomicU32,
     engine_spec: Option<HashSpec>,
+    /// The status after the last update: status reads (metrics, KvStatus on an event loop)
+    /// never wait for a writer.
+    published: Mutex<Status>,
 }
 
 impl SharedIndex {
     /// An empty index.
     pub fn new(options: Options) -> SharedIndex {
+        let index = Index::new(options);
         SharedIndex {
-            block_size: AtomicU32::new(options.block_size.unwrap_or(0)),
-            engine_spec: options.engine_spec.clone(),
-            state: RwLock::new(Index::new(options)),
+            block_size: AtomicU32::new(index.block_size.unwrap_or(0)),
+            engine_spec: index.options.engine_spec.clone(),
+            published: Mutex::new(Status::of(&index)),
+            state: RwLock::new(index),
             started: Instant::now(),
         }
     }
@@ -252,20 +266,29 @@ impl SharedIndex {
         self.state.write().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// Publishes the state's status (called with the write lock held).
+    fn publish(&self, state: &Index) {
+        let status = Status::of(state);
+        self.block_size.store(status.block_size, Ordering::Relaxed);
+        *self.published.lock().unwrap_or_else(|e| e.into_inner()) = status;
+    }
+
     /// Decodes a payload (outside the lock) and applies it; a malformed payload changes nothing.
     pub fn apply(&self, worker: &str, payload: &[u8], encoding: Encoding) -> Result<()> {
         let batch = decode_batch(payload, encoding).map_err(|e| e.context("payload"))?;
         let now = self.now();
         let mut state = self.write();
-        state.apply(worker, &batch, now)?;
-        self.block_size
-            .store(state.block_size.unwrap_or(0), Ordering::Relaxed);
-        Ok(())
+        let applied = state.apply(worker, &batch, now);
+        self.publish(&state);
+        applied
     }
 
     /// Forgets a worker; false when unknown.
     pub fn drop_worker(&self, worker: &str) -> bool {
-        self.write().drop_worker(worker)
+        let mut state = self.write();
+        let dropped = state.drop_worker(worker);
+        self.publish(&state);
+        dropped
     }
 
     /// The keys of a request's full blocks (hashed without taking the lock).
@@ -304,17 +327,14 @@ impl SharedIndex {
         self.read().score_keys(keys)
     }
 
-    /// Counters and sizes.
+    /// Counters and sizes as of the last update (does not wait for a writer).
     pub fn status(&self) -> Status {
-        let state = self.read();
-        Status {
-            stats: state.stats,
-            blocks: state.blocks,
-            workers: state.by_name.len() as u64,
-            keys: state.keys.len() as u64,
-            block_size: state.block_size.unwrap_or(0),
-            allocated_bytes: state.allocated_bytes() as u64,
-        }
+        *self.published.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes the index's tables hold (takes the read lock; O(workers)).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.read().allocated_bytes() as u64
     }
 
     /// Worker names, sorted.
@@ -347,9 +367,8 @@ impl SharedIndex {
     /// Replaces the state with a snapshot's.
     pub fn restore(&self, bytes: &[u8]) -> Result<()> {
         let mut state = self.write();
-        state.restore(bytes)?;
-        self.block_size
-            .store(state.block_size.unwrap_or(0), Ordering::Relaxed);
-        Ok(())
+        let restored = state.restore(bytes);
+        self.publish(&state);
+        restored
     }
 }

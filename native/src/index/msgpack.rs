@@ -9,7 +9,7 @@
 use crate::error::{Error, Result};
 
 /// Containers nested deeper than this are refused (msgspec fails near Python's recursion limit).
-pub const MAX_DEPTH: usize = 1000;
+pub(crate) const MAX_DEPTH: usize = 1000;
 /// Seconds range of a Python `datetime` (years 1 to 9999), which a timestamp must fit.
 const TIMESTAMP_MIN: i64 = -62_135_596_800;
 const TIMESTAMP_MAX: i64 = 253_402_300_799;
@@ -136,7 +136,10 @@ impl<'a> Reader<'a> {
     pub fn peek(&self) -> Result<Kind> {
         let marker = *self.buf.get(self.pos).ok_or_else(truncated)?;
         Kind::of(marker).ok_or_else(|| {
-            malformed(format_args!("invalid opcode '\\x{marker:02x}' (byte {})", self.pos))
+            malformed(format_args!(
+                "invalid opcode '\\x{marker:02x}' (byte {})",
+                self.pos
+            ))
         })
     }
 
@@ -304,7 +307,9 @@ impl<'a> Reader<'a> {
                 let is_map = kind == Kind::Map;
                 let n = if is_map { self.map()? } else { self.array()? }.unwrap_or(0);
                 if any && is_map && in_key {
-                    return Err(malformed(format_args!("map keys must be hashable (byte {at})")));
+                    return Err(malformed(format_args!(
+                        "map keys must be hashable (byte {at})"
+                    )));
                 }
                 if n > 0 {
                     if stack.len() >= MAX_DEPTH {
@@ -351,7 +356,9 @@ impl<'a> Reader<'a> {
             return check_timestamp(data);
         }
         if in_key {
-            return Err(malformed(format_args!("map keys must be hashable (byte {at})")));
+            return Err(malformed(format_args!(
+                "map keys must be hashable (byte {at})"
+            )));
         }
         Ok(())
     }

@@ -85,10 +85,16 @@ impl Index {
                 let by_medium = match media {
                     0 => Vec::new(),
                     1 => vec![blocks],
-                    _ => (0..media).map(|m| depth[(1 + m) * slots + id as usize]).collect(),
+                    _ => (0..media)
+                        .map(|m| depth[(1 + m) * slots + id as usize])
+                        .collect(),
                 };
                 let name = self.worker(id).name.clone();
-                WorkerScore { name, blocks, by_medium }
+                WorkerScore {
+                    name,
+                    blocks,
+                    by_medium,
+                }
             })
             .collect();
         workers.sort_unstable_by(|a, b| b.blocks.cmp(&a.blocks).then_with(|| a.name.cmp(&b.name)));
@@ -127,14 +133,25 @@ impl Index {
         // Workers still matching hold every key.
         let n = keys.len() as u32;
         for w in 0..shape.walks {
-            record(&active[w * shape.words..(w + 1) * shape.words], n, &mut depth[w * shape.slots..]);
+            record(
+                &active[w * shape.words..(w + 1) * shape.words],
+                n,
+                &mut depth[w * shape.slots..],
+            );
         }
         depth
     }
 
     /// Intersects each walk's matching set with the holders of key number `position`; false
     /// once nobody matches in any walk.
-    fn step(&self, code: Holders, position: u32, active: &mut [u64], depth: &mut [u32], shape: &Shape) -> bool {
+    fn step(
+        &self,
+        code: Holders,
+        position: u32,
+        active: &mut [u64],
+        depth: &mut [u32],
+        shape: &Shape,
+    ) -> bool {
         let record_of = match code {
             Holders::Many(index) => Some(self.keys.record(index)),
             _ => None,
@@ -175,7 +192,9 @@ fn present_word(code: Holders, record: Option<&MultiRecord>, walk: usize, word: 
         Holders::Many(_) => {
             let record = record.expect("record of a shared key");
             if walk == 0 {
-                (0..record.media()).fold(0, |acc, m| acc | record.row(m).get(word).copied().unwrap_or(0))
+                (0..record.media()).fold(0, |acc, m| {
+                    acc | record.row(m).get(word).copied().unwrap_or(0)
+                })
             } else {
                 record.row(walk - 1).get(word).copied().unwrap_or(0)
             }
@@ -207,7 +226,9 @@ pub fn request_keys(
 ) -> Result<Vec<u64>> {
     let Some(spec) = engine_spec else {
         return Ok(match block_size {
-            Some(bs) => super::content::prefix_keys(tokens, bs as usize, lora_name, cache_salt, None),
+            Some(bs) => {
+                super::content::prefix_keys(tokens, bs as usize, lora_name, cache_salt, None)
+            }
             None => Vec::new(),
         });
     };

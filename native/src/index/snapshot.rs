@@ -170,7 +170,8 @@ impl<'a> Cursor<'a> {
     }
     fn text(&mut self, len: usize) -> Result<String> {
         let bytes = self.take(len)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| Error::invalid_argument("a name is not UTF-8"))
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| Error::invalid_argument("a name is not UTF-8"))
     }
 }
 
@@ -183,7 +184,10 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
     if xxh3_64(body).to_le_bytes() != tail {
         return Err(bad("checksum mismatch (corrupt or truncated)"));
     }
-    let mut c = Cursor { buf: body, pos: MAGIC.len() };
+    let mut c = Cursor {
+        buf: body,
+        pos: MAGIC.len(),
+    };
     if c.u32()? != VERSION {
         return Err(bad("unknown version"));
     }
@@ -195,7 +199,9 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
     let spec_len = c.u32()? as usize;
     let engine_spec = match spec_len {
         0 => None,
-        n => Some(serde_json::from_slice(c.take(n)?).map_err(|e| bad(&format!("engine spec: {e}")))?),
+        n => Some(
+            serde_json::from_slice(c.take(n)?).map_err(|e| bad(&format!("engine spec: {e}")))?,
+        ),
     };
     let mut stats = [0u64; 8];
     for value in stats.iter_mut() {
@@ -234,12 +240,16 @@ fn parse_workers(c: &mut Cursor<'_>, media_count: usize) -> Result<Vec<Worker>> 
         let len = c.u32()? as usize;
         let name = c.text(len)?;
         if !names.insert(name.clone()) {
-            return Err(Error::invalid_argument(format!("worker {name:?} appears twice")));
+            return Err(Error::invalid_argument(format!(
+                "worker {name:?} appears twice"
+            )));
         }
         let order = c.u64()?;
         let n = c.u32()? as usize;
         if n > MAX_WORKER_BLOCKS || n.saturating_mul(20) > c.buf.len() - c.pos {
-            return Err(Error::invalid_argument(format!("worker {name:?}: bad entry count")));
+            return Err(Error::invalid_argument(format!(
+                "worker {name:?}: bad entry count"
+            )));
         }
         let mut entries = Vec::with_capacity(n);
         let mut seen = std::collections::HashSet::with_capacity(n);
@@ -247,7 +257,9 @@ fn parse_workers(c: &mut Cursor<'_>, media_count: usize) -> Result<Vec<Worker>> 
             let (engine_hash, key, meta) = (c.u64()?, c.u64()?, c.u32()?);
             let media = meta as u8;
             if media == 0 || (media as u32) >> media_count != 0 || !seen.insert(engine_hash) {
-                return Err(Error::invalid_argument(format!("worker {name:?}: bad entry")));
+                return Err(Error::invalid_argument(format!(
+                    "worker {name:?}: bad entry"
+                )));
             }
             entries.push(Entry::new(engine_hash, key, meta >> 8, media));
         }

@@ -234,7 +234,9 @@ mod tests {
         let mut model = std::collections::HashMap::new();
         let mut state = 0x1234_5678_u64;
         for step in 0..200_000u64 {
-            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             // Small key space: many hits, removals and re-inserts.
             let key = (state >> 33) % 5000;
             let hash = mix(key);

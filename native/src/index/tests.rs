@@ -79,9 +79,19 @@ fn vllm_hashes(tokens: &[u32], salt: &str) -> Vec<u64> {
 }
 
 /// A vLLM >= 0.24 batch storing blocks [start, end) of `tokens`.
-fn stored(tokens: &[u32], start: usize, end: usize, medium: &'static str, salt: &'static str) -> Vec<u8> {
+fn stored(
+    tokens: &[u32],
+    start: usize,
+    end: usize,
+    medium: &'static str,
+    salt: &'static str,
+) -> Vec<u8> {
     let hashes = vllm_hashes(tokens, salt);
-    let parent = if start == 0 { V::Nil } else { V::Int(hashes[start - 1] as i128) };
+    let parent = if start == 0 {
+        V::Nil
+    } else {
+        V::Int(hashes[start - 1] as i128)
+    };
     let extra = if start == 0 && !salt.is_empty() {
         V::Arr(vec![V::Arr(vec![V::Str(salt)])])
     } else {
@@ -89,9 +99,15 @@ fn stored(tokens: &[u32], start: usize, end: usize, medium: &'static str, salt: 
     };
     let event = V::Map(vec![
         (V::Str("type"), V::Str("BlockStored")),
-        (V::Str("block_hashes"), ints(hashes[start..end].iter().copied())),
+        (
+            V::Str("block_hashes"),
+            ints(hashes[start..end].iter().copied()),
+        ),
         (V::Str("parent_block_hash"), parent),
-        (V::Str("token_ids"), ints(tokens[start * 4..end * 4].iter().map(|&t| t as u64))),
+        (
+            V::Str("token_ids"),
+            ints(tokens[start * 4..end * 4].iter().map(|&t| t as u64)),
+        ),
         (V::Str("block_size"), V::Int(BS as i128)),
         (V::Str("medium"), V::Str(medium)),
         (V::Str("extra_keys"), extra),
@@ -123,7 +139,11 @@ fn content_index(max_blocks: u64) -> SharedIndex {
 
 fn depths(index: &SharedIndex, tokens: &[u32], salt: &str) -> Vec<(String, u32)> {
     let table = index.score(tokens, "", salt, &[]).unwrap();
-    table.workers.into_iter().map(|w| (w.name, w.blocks)).collect()
+    table
+        .workers
+        .into_iter()
+        .map(|w| (w.name, w.blocks))
+        .collect()
 }
 
 fn tokens() -> Vec<u32> {
@@ -167,9 +187,20 @@ fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
         Event::Stored(s) => {
             assert_eq!(want["type"], "BlockStored");
             assert_eq!(as_strings(s.hashes), want_hashes);
-            assert_eq!(s.parent.map(|p| p.to_string()), want["parent_block_hash"].as_str().map(str::to_owned));
-            let tokens: Vec<u64> = batch.tokens[s.tokens.0..s.tokens.1].iter().map(|&t| t as u64).collect();
-            let want_tokens: Vec<u64> = want["token_ids"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap()).collect();
+            assert_eq!(
+                s.parent.map(|p| p.to_string()),
+                want["parent_block_hash"].as_str().map(str::to_owned)
+            );
+            let tokens: Vec<u64> = batch.tokens[s.tokens.0..s.tokens.1]
+                .iter()
+                .map(|&t| t as u64)
+                .collect();
+            let want_tokens: Vec<u64> = want["token_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap())
+                .collect();
             assert_eq!(tokens, want_tokens);
             assert_eq!(s.block_size, want["block_size"].as_i64().unwrap() as i128);
             assert_eq!(s.medium, want["medium"].as_str().unwrap());
@@ -188,7 +219,10 @@ fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
 #[test]
 fn malformed_payloads_are_refused() {
     let stored_map = |hashes: V| {
-        V::Map(vec![(V::Str("type"), V::Str("BlockStored")), (V::Str("block_hashes"), hashes)])
+        V::Map(vec![
+            (V::Str("type"), V::Str("BlockStored")),
+            (V::Str("block_hashes"), hashes),
+        ])
     };
     let cases: Vec<Vec<u8>> = vec![
         vec![],
@@ -197,11 +231,26 @@ fn malformed_payloads_are_refused() {
         bytes(&V::Arr(vec![V::Float(1.0), V::Str("x")])),
         bytes(&V::Arr(vec![V::Float(1.0)])),
         bytes(&V::Arr(vec![V::Nil, V::Arr(vec![])])),
-        bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![V::Map(vec![(V::Str("type"), V::Str("Nope"))])])])),
-        bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![stored_map(V::Arr(vec![V::Str("s")]))])])),
-        bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![stored_map(V::Arr(vec![V::Bin(b"short".to_vec())]))])])),
-        bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![V::Arr(vec![V::Str("BlockRemoved")])])])),
-        bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![V::Map(vec![(V::Str("block_hashes"), ints([1]))])])])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Map(vec![(V::Str("type"), V::Str("Nope"))])]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![stored_map(V::Arr(vec![V::Str("s")]))]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![stored_map(V::Arr(vec![V::Bin(b"short".to_vec())]))]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Arr(vec![V::Str("BlockRemoved")])]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Map(vec![(V::Str("block_hashes"), ints([1]))])]),
+        ])),
         [bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![])])), vec![0]].concat(),
     ];
     for (i, payload) in cases.iter().enumerate() {
@@ -215,25 +264,48 @@ fn malformed_payloads_are_refused() {
     deep[0] = 0x94;
     deep.extend(std::iter::repeat_n(0x91u8, 100_000));
     deep.push(0x90);
-    assert!(content_index(100).apply("w", &deep, Encoding::Engine).is_err());
+    assert!(content_index(100)
+        .apply("w", &deep, Encoding::Engine)
+        .is_err());
 }
 
 #[test]
 fn stores_in_spans_match_the_whole_request_and_removals_are_per_medium() {
     let index = content_index(1000);
     let t = tokens();
-    index.apply("a", &stored(&t, 0, 3, "GPU", ""), Encoding::Engine).unwrap();
-    index.apply("a", &stored(&t, 3, 6, "GPU", ""), Encoding::Engine).unwrap();
-    index.apply("b", &stored(&t, 0, 2, "GPU", ""), Encoding::Engine).unwrap();
-    assert_eq!(depths(&index, &t, ""), vec![("a".into(), 6), ("b".into(), 2)]);
-    index.apply("a", &stored(&t, 0, 6, "CPU", ""), Encoding::Engine).unwrap();
+    index
+        .apply("a", &stored(&t, 0, 3, "GPU", ""), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("a", &stored(&t, 3, 6, "GPU", ""), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("b", &stored(&t, 0, 2, "GPU", ""), Encoding::Engine)
+        .unwrap();
+    assert_eq!(
+        depths(&index, &t, ""),
+        vec![("a".into(), 6), ("b".into(), 2)]
+    );
+    index
+        .apply("a", &stored(&t, 0, 6, "CPU", ""), Encoding::Engine)
+        .unwrap();
     let hashes = vllm_hashes(&t, "");
-    index.apply("a", &removed(&hashes[1..2], "GPU"), Encoding::Engine).unwrap();
+    index
+        .apply("a", &removed(&hashes[1..2], "GPU"), Encoding::Engine)
+        .unwrap();
     let table = index.score(&t, "", "", &[]).unwrap();
     assert_eq!(table.media, vec!["GPU", "CPU"]);
-    assert_eq!((table.workers[0].blocks, table.workers[0].by_medium.clone()), (6, vec![1, 6]));
-    index.apply("a", &removed(&hashes[1..2], "CPU"), Encoding::Engine).unwrap();
-    assert_eq!(depths(&index, &t, ""), vec![("b".into(), 2), ("a".into(), 1)]);
+    assert_eq!(
+        (table.workers[0].blocks, table.workers[0].by_medium.clone()),
+        (6, vec![1, 6])
+    );
+    index
+        .apply("a", &removed(&hashes[1..2], "CPU"), Encoding::Engine)
+        .unwrap();
+    assert_eq!(
+        depths(&index, &t, ""),
+        vec![("b".into(), 2), ("a".into(), 1)]
+    );
     assert_eq!(index.status().blocks, 5 + 2);
     index.apply("a", &cleared(), Encoding::Engine).unwrap();
     assert!(index.drop_worker("b"));
@@ -245,11 +317,23 @@ fn stores_in_spans_match_the_whole_request_and_removals_are_per_medium() {
 fn salt_separates_tenants_and_continuations_inherit_it() {
     let index = content_index(1000);
     let t = tokens();
-    index.apply("plain", &stored(&t, 0, 4, "GPU", ""), Encoding::Engine).unwrap();
-    index.apply("salted", &stored(&t, 0, 2, "GPU", "t1"), Encoding::Engine).unwrap();
-    index.apply("salted", &stored(&t, 2, 4, "GPU", "t1"), Encoding::Engine).unwrap();
-    assert_eq!(depths(&index, &t, ""), vec![("plain".into(), 4), ("salted".into(), 0)]);
-    assert_eq!(depths(&index, &t, "t1"), vec![("salted".into(), 4), ("plain".into(), 0)]);
+    index
+        .apply("plain", &stored(&t, 0, 4, "GPU", ""), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("salted", &stored(&t, 0, 2, "GPU", "t1"), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("salted", &stored(&t, 2, 4, "GPU", "t1"), Encoding::Engine)
+        .unwrap();
+    assert_eq!(
+        depths(&index, &t, ""),
+        vec![("plain".into(), 4), ("salted".into(), 0)]
+    );
+    assert_eq!(
+        depths(&index, &t, "t1"),
+        vec![("salted".into(), 4), ("plain".into(), 0)]
+    );
 }
 
 #[test]
@@ -258,7 +342,9 @@ fn eviction_keeps_the_bound_and_drops_the_oldest_of_the_largest() {
     for i in 0..60u32 {
         let seq: Vec<u32> = (0..4 * BS).map(|t| i * 1000 + t).collect();
         let worker = if i % 3 == 0 { "small" } else { "big" };
-        index.apply(worker, &stored(&seq, 0, 4, "GPU", ""), Encoding::Engine).unwrap();
+        index
+            .apply(worker, &stored(&seq, 0, 4, "GPU", ""), Encoding::Engine)
+            .unwrap();
     }
     let status = index.status();
     assert!(status.blocks <= 100);
@@ -277,8 +363,20 @@ fn engine_mode_keys_on_published_hashes() {
     let index = SharedIndex::new(options);
     let t = tokens();
     let hashes = crate::hash::block_hashes(&t, &spec).unwrap().values;
-    let event = V::Arr(vec![V::Str("BlockStored"), ints(hashes[..5].iter().copied()), V::Nil, V::Arr(vec![]), V::Int(4)]);
-    index.apply("a", &bytes(&V::Arr(vec![V::Float(0.0), V::Arr(vec![event])])), Encoding::Engine).unwrap();
+    let event = V::Arr(vec![
+        V::Str("BlockStored"),
+        ints(hashes[..5].iter().copied()),
+        V::Nil,
+        V::Arr(vec![]),
+        V::Int(4),
+    ]);
+    index
+        .apply(
+            "a",
+            &bytes(&V::Arr(vec![V::Float(0.0), V::Arr(vec![event])])),
+            Encoding::Engine,
+        )
+        .unwrap();
     let table = index.score(&t, "", "", &[]).unwrap();
     assert_eq!(table.keys, hashes);
     assert_eq!(table.workers[0].blocks, 5);
@@ -289,7 +387,10 @@ struct Lcg(u64);
 
 impl Lcg {
     fn next(&mut self, n: u64) -> u64 {
-        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
         (self.0 >> 33) % n
     }
 }
@@ -297,7 +398,11 @@ impl Lcg {
 fn random_index(rng: &mut Lcg, operations: usize) -> (SharedIndex, Vec<Vec<u32>>) {
     let index = content_index(400);
     let prompts: Vec<Vec<u32>> = (0..8)
-        .map(|p| (0..8 * BS).map(|t| if t < 8 { t } else { p * 100 + t }).collect())
+        .map(|p| {
+            (0..8 * BS)
+                .map(|t| if t < 8 { t } else { p * 100 + t })
+                .collect()
+        })
         .collect();
     let media = ["GPU", "CPU"];
     for _ in 0..operations {
@@ -310,7 +415,10 @@ fn random_index(rng: &mut Lcg, operations: usize) -> (SharedIndex, Vec<Vec<u32>>
                 index.drop_worker(worker);
                 continue;
             }
-            2 | 3 => removed(&vllm_hashes(prompt, "")[start..start + 1], media[rng.next(2) as usize]),
+            2 | 3 => removed(
+                &vllm_hashes(prompt, "")[start..start + 1],
+                media[rng.next(2) as usize],
+            ),
             _ => stored(prompt, start, start + 2, media[rng.next(2) as usize], ""),
         };
         index.apply(worker, &payload, Encoding::Engine).unwrap();
@@ -330,7 +438,10 @@ fn snapshot_round_trip_gives_the_same_answers() {
     assert_eq!(copy.status().stats, index.status().stats);
     assert_eq!(copy.snapshot(), snapshot);
     for prompt in &prompts {
-        assert_eq!(copy.score(prompt, "", "", &[]).unwrap(), index.score(prompt, "", "", &[]).unwrap());
+        assert_eq!(
+            copy.score(prompt, "", "", &[]).unwrap(),
+            index.score(prompt, "", "", &[]).unwrap()
+        );
     }
     // The same operations continue identically on both (recency and eviction order kept).
     let mut a = Lcg(7);
@@ -339,8 +450,12 @@ fn snapshot_round_trip_gives_the_same_answers() {
         for (idx, rng) in [(&index, &mut a), (&copy, &mut b)] {
             let prompt = &prompts[rng.next(8) as usize];
             let start = rng.next(6) as usize;
-            idx.apply(["w0", "w4"][rng.next(2) as usize], &stored(prompt, start, start + 2, "GPU", ""), Encoding::Engine)
-                .unwrap();
+            idx.apply(
+                ["w0", "w4"][rng.next(2) as usize],
+                &stored(prompt, start, start + 2, "GPU", ""),
+                Encoding::Engine,
+            )
+            .unwrap();
         }
     }
     assert_eq!(copy.snapshot(), index.snapshot());
@@ -349,8 +464,14 @@ fn snapshot_round_trip_gives_the_same_answers() {
     corrupt[40] ^= 1;
     assert!(copy.restore(&corrupt).is_err());
     assert!(copy.restore(&snapshot[..snapshot.len() - 1]).is_err());
-    let other = SharedIndex::new(Options { block_size: Some(8), ..Options::default() });
-    assert_eq!(other.restore(&snapshot).unwrap_err().kind(), crate::ErrorKind::FailedPrecondition);
+    let other = SharedIndex::new(Options {
+        block_size: Some(8),
+        ..Options::default()
+    });
+    assert_eq!(
+        other.restore(&snapshot).unwrap_err().kind(),
+        crate::ErrorKind::FailedPrecondition
+    );
     assert_eq!(copy.snapshot(), index.snapshot());
 }
 
@@ -372,7 +493,13 @@ fn scoring_while_applying_from_other_threads() {
         for _ in 0..2000 {
             let prompt = &prompts[rng.next(8) as usize];
             let start = rng.next(6) as usize;
-            index.apply("w9", &stored(prompt, start, start + 2, "GPU", ""), Encoding::Engine).unwrap();
+            index
+                .apply(
+                    "w9",
+                    &stored(prompt, start, start + 2, "GPU", ""),
+                    Encoding::Engine,
+                )
+                .unwrap();
         }
     });
 }
@@ -383,7 +510,13 @@ fn many_workers_share_keys_beyond_one_bitset_word() {
     let t = tokens();
     for w in 0..150 {
         let depth = 1 + w % 8;
-        index.apply(&format!("w{w:03}"), &stored(&t, 0, depth, "GPU", ""), Encoding::Engine).unwrap();
+        index
+            .apply(
+                &format!("w{w:03}"),
+                &stored(&t, 0, depth, "GPU", ""),
+                Encoding::Engine,
+            )
+            .unwrap();
     }
     let scores = depths(&index, &t, "");
     assert_eq!(scores.len(), 150);
@@ -394,6 +527,8 @@ fn many_workers_share_keys_beyond_one_bitset_word() {
     for w in (0..150).step_by(2) {
         index.drop_worker(&format!("w{w:03}"));
     }
-    assert!(depths(&index, &t, "").iter().all(|(n, b)| *b as usize == 1 + n[1..].parse::<usize>().unwrap() % 8));
+    assert!(depths(&index, &t, "")
+        .iter()
+        .all(|(n, b)| *b as usize == 1 + n[1..].parse::<usize>().unwrap() % 8));
     assert_eq!(index.status().keys, 8);
 }

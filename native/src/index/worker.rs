@@ -15,7 +15,7 @@ use super::table::{mix, RhTable, Slot};
 
 const STAMP_LIMIT: u32 = 1 << 24;
 /// Blocks one worker may hold; beyond it, its oldest 1% are evicted (see the module docs).
-pub const MAX_WORKER_BLOCKS: usize = 1 << 23;
+pub(crate) const MAX_WORKER_BLOCKS: usize = 1 << 23;
 
 /// One (worker, engine hash) entry.
 #[derive(Clone, Copy)]
