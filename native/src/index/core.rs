@@ -8,6 +8,7 @@ use super::decode::{Batch, Event, Removed, Stored};
 use super::holders::{MAX_MEDIA, MAX_WORKERS};
 use super::keys::KeyTable;
 use super::rate::EventRate;
+use super::table::mix;
 use super::worker::{Worker, MAX_WORKER_BLOCKS};
 use super::{Options, Stats};
 use crate::error::{Error, Result};
@@ -158,9 +159,15 @@ impl Index {
             self.stats.skipped_events += 1;
             return;
         };
+        let mixed: Vec<(u64, u64)> = hashes
+            .iter()
+            .zip(keys)
+            .map(|(&h, &k)| (mix(h), mix(k)))
+            .collect();
+        self.touch(id, &mixed);
         let mut added = 0;
-        for (&engine_hash, &key) in hashes.iter().zip(keys) {
-            added += self.hold(id, engine_hash, key, m) as u64;
+        for &(hash, hkey) in &mixed {
+            added += self.hold(id, hash, hkey, m) as u64;
         }
         self.blocks += added;
         self.stats.blocks_stored += hashes.len() as u64;
@@ -201,14 +208,24 @@ impl Index {
         ))
     }
 
-    /// One block of a store: a new entry or a re-store (newest again, maybe a new medium).
-    /// Returns whether the entry is new.
-    fn hold(&mut self, id: u32, engine_hash: u64, key: u64, m: usize) -> bool {
+    /// Reads the table slots a store will use before using them (see `Table::touch`).
+    fn touch(&self, id: u32, mixed: &[(u64, u64)]) {
+        let worker = self.worker(id);
+        let mut sink = 0u64;
+        for &(hash, hkey) in mixed {
+            sink ^= worker.touch(hash) ^ self.keys.touch(hkey);
+        }
+        std::hint::black_box(sink);
+    }
+
+    /// One block of a store (mixed engine hash and key): a new entry or a re-store (newest
+    /// again, maybe in a new medium). Returns whether the entry is new.
+    fn hold(&mut self, id: u32, hash: u64, hkey: u64, m: usize) -> bool {
         let bit = 1u8 << m;
         let worker = self.workers[id as usize].as_mut().expect("live worker id");
-        if let Some(old) = worker.refresh(engine_hash, bit) {
+        if let Some(old) = worker.refresh(hash, bit) {
             if old.media() & bit == 0 {
-                self.keys.add_hold(old.key(), id, m);
+                self.keys.add_hold(old.hkey(), id, m);
             }
             return false;
         }
@@ -216,8 +233,8 @@ impl Index {
             self.evict_oldest(id, MAX_WORKER_BLOCKS / 100);
         }
         let worker = self.workers[id as usize].as_mut().expect("live worker id");
-        worker.insert(engine_hash, key, bit);
-        self.keys.add_hold(key, id, m);
+        worker.insert(hash, hkey, bit);
+        self.keys.add_hold(hkey, id, m);
         true
     }
 
@@ -244,7 +261,7 @@ impl Index {
             if media == 0 {
                 self.blocks -= 1;
             }
-            self.keys.release(entry.key(), id, m);
+            self.keys.release(entry.hkey(), id, m);
             self.stats.blocks_removed += 1;
         }
     }
@@ -253,7 +270,7 @@ impl Index {
         let worker = self.workers[id as usize].as_mut().expect("live worker id");
         let entries = worker.take_all();
         for entry in entries.iter() {
-            self.keys.remove_worker(entry.key(), id);
+            self.keys.remove_worker(entry.hkey(), id);
         }
         self.keys.purge_extras(id);
         self.blocks -= entries.len() as u64;
@@ -282,10 +299,15 @@ impl Index {
     fn evict_oldest(&mut self, id: u32, count: usize) {
         let worker = self.workers[id as usize].as_mut().expect("live worker id");
         let victims = worker.take_oldest(count);
+        // Fetch the victims' key slots together first (see `Table::touch`).
+        let sink = victims
+            .iter()
+            .fold(0u64, |acc, e| acc ^ self.keys.touch(e.hkey()));
+        std::hint::black_box(sink);
         for entry in &victims {
             for m in 0..MAX_MEDIA {
                 if entry.media() & (1 << m) != 0 {
-                    self.keys.release(entry.key(), id, m);
+                    self.keys.release(entry.hkey(), id, m);
                 }
             }
         }

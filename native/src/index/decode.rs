@@ -445,6 +445,10 @@ fn hash_list(
     out.reserve(n);
     let mut short = None;
     for i in 0..n {
+        if let Some(h) = r.int_bits()? {
+            out.push(h);
+            continue;
+        }
         let got = r.peek()?;
         match hash_value(r)? {
             Some(Ok(h)) => out.push(h),
@@ -468,22 +472,10 @@ fn token_list(
     let got = r.peek()?;
     let n = r.array()?.ok_or_else(|| expected("array", got, &path()))?;
     let start = out.len();
-    out.reserve(n);
-    let mut wide = None;
-    for i in 0..n {
-        let got = r.peek()?;
-        let value = r
-            .int()?
-            .ok_or_else(|| expected("int", got, &format!("{}[{i}]", path())))?;
-        match u32::try_from(value) {
-            Ok(t) => out.push(t),
-            Err(_) => {
-                wide.get_or_insert(i);
-                out.push(0);
-            }
-        }
+    match r.u32_list(n, out)? {
+        Ok(wide) => Ok(((start, out.len()), wide)),
+        Err((i, kind)) => Err(expected("int", kind, &format!("{}[{i}]", path()))),
     }
-    Ok(((start, out.len()), wide))
 }
 
 /// Checks `extra_keys` as msgspec decodes `list[Any]` and keeps the strings `cache_salt_of`

@@ -1,9 +1,8 @@
 //! Index key -> the workers holding it, per medium.
 //!
-//! One slot per distinct key: the 64-bit key and a 32-bit holder code (see [`super::holders`]),
-//! 12 bytes (`packed(4)`). The table is split into 64 shards by the low bits of the mixed key so
-//! that a growth step rebuilds 1/64 of the keys at a time (a write lock held for a fraction of a
-//! millisecond instead of tens of milliseconds at 4M keys).
+//! One slot per distinct key: the mixed key (see [`super::table::mix`]) and a 32-bit holder
+//! code (see [`super::holders`]), 12 bytes (`packed(4)`). Every method takes keys already mixed
+//! (`hkey`): the workers' entries store them that way, so nothing is hashed twice.
 //!
 //! A worker may hold one key through two engine hashes (the same placeholder tokens with two
 //! images): the first hold sets its bit, further holds are counted in `extra_holds`, and a
@@ -12,70 +11,59 @@
 use std::collections::HashMap;
 
 use super::holders::{Holders, MultiPool, MultiRecord, Summary};
-use super::table::{mix, RhTable, Slot};
-
-const SHARD_BITS: u32 = 6;
-const SHARDS: usize = 1 << SHARD_BITS;
+use super::table::{Slot, Table};
 
 /// One key and its holder code.
 #[derive(Clone, Copy)]
 #[repr(C, packed(4))]
 pub(crate) struct KeySlot {
-    key: u64,
+    hkey: u64,
     holders: u32,
 }
 
 impl Slot for KeySlot {
-    const EMPTY: Self = KeySlot { key: 0, holders: 0 };
+    const EMPTY: Self = KeySlot {
+        hkey: 0,
+        holders: 0,
+    };
     #[inline]
     fn is_empty(&self) -> bool {
         self.holders == 0
     }
     #[inline]
-    fn key(&self) -> u64 {
-        self.key
+    fn hash(&self) -> u64 {
+        self.hkey
     }
 }
 
 /// The key table (see the module docs).
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub(crate) struct KeyTable {
-    shards: Vec<RhTable<KeySlot>>,
+    table: Table<KeySlot>,
     pool: MultiPool,
-    /// (key, worker, medium) -> holds beyond the first.
+    /// (mixed key, worker, medium) -> holds beyond the first.
     extra_holds: HashMap<(u64, u32, u8), u32>,
 }
 
-impl Default for KeyTable {
-    fn default() -> Self {
-        KeyTable {
-            shards: (0..SHARDS).map(|_| RhTable::default()).collect(),
-            pool: MultiPool::default(),
-            extra_holds: HashMap::new(),
-        }
-    }
-}
-
 impl KeyTable {
-    #[inline]
-    fn shard(hash: u64) -> usize {
-        (hash & (SHARDS as u64 - 1)) as usize
-    }
-
     /// Distinct keys held by anyone.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(RhTable::len).sum()
+        self.table.len()
     }
 
-    /// The holders of `key`.
+    /// The holders of a key.
     #[inline]
-    pub fn holders(&self, key: u64) -> Holders {
-        let hash = mix(key);
-        let table = &self.shards[Self::shard(hash)];
-        match table.find(key, hash) {
-            Some(pos) => Holders::decode(table.get(pos).holders),
+    pub fn holders(&self, hkey: u64) -> Holders {
+        match self.table.find(hkey) {
+            Some(pos) => Holders::decode(self.table.get(pos).holders),
             None => Holders::Nobody,
         }
+    }
+
+    /// Fetches the table memory of a (mixed) key ahead of use (see `Table::touch`).
+    #[inline]
+    pub fn touch(&self, hkey: u64) -> u64 {
+        self.table.touch(hkey)
     }
 
     /// The bitsets behind `Holders::Many`.
@@ -84,14 +72,13 @@ impl KeyTable {
         self.pool.get(index)
     }
 
-    /// Adds one hold of `key` by `worker` in medium `m`.
-    pub fn add_hold(&mut self, key: u64, worker: u32, m: usize) {
-        let hash = mix(key);
-        let table = &mut self.shards[Self::shard(hash)];
+    /// Adds one hold of a key by `worker` in medium `m`.
+    pub fn add_hold(&mut self, hkey: u64, worker: u32, m: usize) {
+        let table = &mut self.table;
         let bit = 1u8 << m;
-        let Some(pos) = table.find(key, hash) else {
+        let Some(pos) = table.find(hkey) else {
             let holders = Holders::One { worker, media: bit }.encode();
-            table.insert_new(KeySlot { key, holders }, hash);
+            table.insert_new(KeySlot { hkey, holders });
             return;
         };
         let fresh = match Holders::decode(table.get(pos).holders) {
@@ -101,7 +88,13 @@ impl KeyTable {
                     media: media | bit,
                 }
                 .encode();
-                table.set(pos, KeySlot { key, holders: code });
+                table.set(
+                    pos,
+                    KeySlot {
+                        hkey,
+                        holders: code,
+                    },
+                );
                 media & bit == 0
             }
             Holders::One { worker: w, media } => {
@@ -109,7 +102,7 @@ impl KeyTable {
                 table.set(
                     pos,
                     KeySlot {
-                        key,
+                        hkey,
                         holders: Holders::Many(index).encode(),
                     },
                 );
@@ -119,14 +112,14 @@ impl KeyTable {
             Holders::Nobody => unreachable!("occupied key slot with no holders"),
         };
         if !fresh {
-            *self.extra_holds.entry((key, worker, m as u8)).or_insert(0) += 1;
+            *self.extra_holds.entry((hkey, worker, m as u8)).or_insert(0) += 1;
         }
     }
 
-    /// Releases one hold of `key` by `worker` in medium `m`.
-    pub fn release(&mut self, key: u64, worker: u32, m: usize) {
+    /// Releases one hold of a key by `worker` in medium `m`.
+    pub fn release(&mut self, hkey: u64, worker: u32, m: usize) {
         if !self.extra_holds.is_empty() {
-            let hold = (key, worker, m as u8);
+            let hold = (hkey, worker, m as u8);
             if let Some(extra) = self.extra_holds.get_mut(&hold) {
                 *extra -= 1;
                 if *extra == 0 {
@@ -135,7 +128,7 @@ impl KeyTable {
                 return;
             }
         }
-        self.update(key, |pool, holders| match holders {
+        self.update(hkey, |pool, holders| match holders {
             Holders::One { worker: w, media } if w == worker => {
                 let media = media & !(1u8 << m);
                 Some(if media == 0 {
@@ -152,9 +145,9 @@ impl KeyTable {
         });
     }
 
-    /// Drops every hold of `key` by `worker` (its extra holds are purged by `purge_extras`).
-    pub fn remove_worker(&mut self, key: u64, worker: u32) {
-        self.update(key, |pool, holders| match holders {
+    /// Drops every hold of a key by `worker` (its extra holds are purged by `purge_extras`).
+    pub fn remove_worker(&mut self, hkey: u64, worker: u32) {
+        self.update(hkey, |pool, holders| match holders {
             Holders::One { worker: w, .. } if w == worker => Some(Holders::Nobody),
             Holders::Many(index) => {
                 pool.get_mut(index).clear_worker(worker);
@@ -171,27 +164,22 @@ impl KeyTable {
         }
     }
 
-    /// Applies `change` to the holders of `key` (when it is held); `None` = unchanged.
+    /// Applies `change` to the holders of a key (when it is held); `None` = unchanged.
     fn update(
         &mut self,
-        key: u64,
+        hkey: u64,
         change: impl FnOnce(&mut MultiPool, Holders) -> Option<Holders>,
     ) {
-        let hash = mix(key);
-        let table = &mut self.shards[Self::shard(hash)];
-        let Some(pos) = table.find(key, hash) else {
+        let Some(pos) = self.table.find(hkey) else {
             return;
         };
-        match change(&mut self.pool, Holders::decode(table.get(pos).holders)) {
+        match change(&mut self.pool, Holders::decode(self.table.get(pos).holders)) {
             None => {}
-            Some(Holders::Nobody) => {
-                table.remove_at(pos);
-                table.maybe_shrink();
-            }
-            Some(holders) => table.set(
+            Some(Holders::Nobody) => self.table.remove(pos),
+            Some(holders) => self.table.set(
                 pos,
                 KeySlot {
-                    key,
+                    hkey,
                     holders: holders.encode(),
                 },
             ),
@@ -200,10 +188,7 @@ impl KeyTable {
 
     /// Bytes held by the tables, the shared-key records and the extra-hold map.
     pub fn allocated_bytes(&self) -> usize {
-        self.shards
-            .iter()
-            .map(RhTable::allocated_bytes)
-            .sum::<usize>()
+        self.table.allocated_bytes()
             + self.pool.allocated_bytes()
             + self.extra_holds.capacity() * 24
     }

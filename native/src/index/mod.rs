@@ -66,6 +66,7 @@ pub use content::prefix_keys;
 pub use decode::{decode_batch, Batch, Encoding, Event};
 
 pub use score::{ScoreTable, WorkerScore};
+pub use table::take_released_bytes;
 
 use crate::error::{Error, Result};
 use crate::hash::{HashSpec, MmItem};

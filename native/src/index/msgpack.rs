@@ -183,6 +183,76 @@ impl<'a> Reader<'a> {
         Ok(Some(value))
     }
 
+    /// An integer as its 64-bit two's complement pattern (what a published block hash means);
+    /// `None` (nothing consumed) for another type.
+    #[inline]
+    pub fn int_bits(&mut self) -> Result<Option<u64>> {
+        let buf = self.buf;
+        let at = self.pos;
+        let marker = *buf.get(at).ok_or_else(truncated)?;
+        let (value, width) = match marker {
+            0x00..=0x7f => (marker as u64, 1),
+            0xe0..=0xff => (marker as i8 as i64 as u64, 1),
+            0xcf | 0xd3 if at + 9 <= buf.len() => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&buf[at + 1..at + 9]);
+                (u64::from_be_bytes(b), 9)
+            }
+            _ => return Ok(self.int()?.map(|v| v as u64)),
+        };
+        self.pos = at + width;
+        Ok(Some(value))
+    }
+
+    /// `n` array elements read as `u32` token ids into `out`. Returns the index of the first
+    /// integer outside `u32` (pushed as 0), and `Err((index, kind))` for an element that is not
+    /// an integer.
+    pub fn u32_list(
+        &mut self,
+        n: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<std::result::Result<Option<usize>, (usize, Kind)>> {
+        let buf = self.buf;
+        let mut pos = self.pos;
+        let mut wide = None;
+        out.reserve(n);
+        for i in 0..n {
+            let marker = *buf.get(pos).ok_or_else(truncated)?;
+            let fast = match marker {
+                0x00..=0x7f => Some((marker as u32, 1)),
+                0xcc if pos + 2 <= buf.len() => Some((buf[pos + 1] as u32, 2)),
+                0xcd if pos + 3 <= buf.len() => {
+                    Some((u16::from_be_bytes([buf[pos + 1], buf[pos + 2]]) as u32, 3))
+                }
+                0xce if pos + 5 <= buf.len() => {
+                    let b = [buf[pos + 1], buf[pos + 2], buf[pos + 3], buf[pos + 4]];
+                    Some((u32::from_be_bytes(b), 5))
+                }
+                _ => None,
+            };
+            if let Some((value, width)) = fast {
+                out.push(value);
+                pos += width;
+                continue;
+            }
+            self.pos = pos;
+            let kind = self.peek()?;
+            match self.int()? {
+                Some(v) => match u32::try_from(v) {
+                    Ok(t) => out.push(t),
+                    Err(_) => {
+                        wide.get_or_insert(i);
+                        out.push(0);
+                    }
+                },
+                None => return Ok(Err((i, kind))),
+            }
+            pos = self.pos;
+        }
+        self.pos = pos;
+        Ok(Ok(wide))
+    }
+
     /// A float, or an integer read as one (msgspec's `float` accepts both).
     pub fn float(&mut self) -> Result<Option<f64>> {
         match self.peek()? {

@@ -9,6 +9,7 @@
 
 use super::core::Index;
 use super::holders::{Holders, MultiRecord};
+use super::table::mix;
 use crate::error::Result;
 use crate::hash::{self, MmItem};
 
@@ -121,7 +122,7 @@ impl Index {
         let mut codes = [Holders::Nobody; CHUNK];
         for (c, chunk) in keys.chunks(CHUNK).enumerate() {
             for (code, &key) in codes.iter_mut().zip(chunk) {
-                *code = self.keys.holders(key);
+                *code = self.keys.holders(mix(key));
             }
             for (i, code) in codes[..chunk.len()].iter().enumerate() {
                 let position = (c * CHUNK + i) as u32;

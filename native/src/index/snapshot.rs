@@ -21,6 +21,7 @@ use xxhash_rust::xxh3::xxh3_64;
 use super::core::Index;
 use super::holders::MAX_MEDIA;
 use super::keys::KeyTable;
+use super::table::mix;
 use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
 use super::Stats;
 use crate::error::{Error, Result};
@@ -79,7 +80,7 @@ impl Index {
             for e in worker.entries() {
                 for m in 0..MAX_MEDIA {
                     if e.media() & (1 << m) != 0 {
-                        keys.add_hold(e.key(), id as u32, m);
+                        keys.add_hold(e.hkey(), id as u32, m);
                     }
                 }
             }
@@ -261,7 +262,7 @@ fn parse_workers(c: &mut Cursor<'_>, media_count: usize) -> Result<Vec<Worker>> 
                     "worker {name:?}: bad entry"
                 )));
             }
-            entries.push(Entry::new(engine_hash, key, meta >> 8, media));
+            entries.push(Entry::new(mix(engine_hash), mix(key), meta >> 8, media));
         }
         let mut worker = Worker::new(name, order);
         worker.restore(entries);

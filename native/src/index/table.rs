@@ -1,79 +1,137 @@
-//! An open-addressing hash table of fixed-size slots keyed by a 64-bit value: Robin Hood linear
-//! probing, no wrap-around, any capacity (not only powers of two).
+//! An open-addressing hash table of fixed-size slots, built for the index's memory budget.
 //!
-//! Why not `std::collections::HashMap`: its capacity doubles, so its load factor swings between
-//! 7/16 and 7/8 and a table just past a doubling costs twice the memory per element; the
-//! index's memory budget (48 bytes per (worker, block) entry, all structures included) cannot
-//! absorb that. Here the capacity grows by 5/4 and the load stays between 0.7 and 0.875.
+//! **Why not `std::collections::HashMap`.** Its capacity doubles, so its load swings between
+//! 7/16 and 7/8 and a table just past a doubling costs twice the memory per element; and each
+//! growth frees the old array, which the allocator keeps resident for a while, so right after a
+//! growth the process holds both. The 48-byte-per-entry budget (measured as RSS) absorbs
+//! neither.
 //!
-//! - The home slot of a key is `(mix(key) * capacity) >> 64` ("fastrange"), which is monotonic
-//!   in the mixed hash, so with Robin Hood ordering the slots are sorted by home. Lookups stop
-//!   at the first slot whose home lies past theirs, and a rebuild reads the old slots in order
-//!   and writes the new ones nearly sequentially.
-//! - There is no wrap-around: `OVERFLOW` spare slots follow the last home slot; a probe that
-//!   would run past them grows the table instead (it never happens at these loads in practice).
-//! - Deletion shifts the following displaced slots back (no tombstones).
+//! **Layout.** Extendible hashing over small Robin Hood segments:
+//! - The low bits of a slot's hash pick a directory entry, which names a segment; a segment
+//!   that reaches `SEGMENT_MAX` slots splits in two on its next hash bit. No allocation ever
+//!   exceeds a few MB, and no write holds a lock for a whole-table rebuild (a segment of
+//!   `SEGMENT_MAX` slots is laid out again in about a millisecond).
+//! - A segment is linear probing in Robin Hood order over any capacity (not only powers of
+//!   two); past a load of 0.9 it is laid out again at 0.75, and after a split each half is
+//!   sized for 0.8, so the load stays between 0.75 and 0.9.
+//! - A dropped slot array is counted in [`take_released_bytes`].
+//! - Slots store the *mixed* hash of their key (`mix` is a bijection, `unmix` its inverse), and
+//!   the home slot is `(hash * capacity) >> 64`, monotonic in the hash: a segment's slots are
+//!   sorted by hash, so a probe stops at the first slot whose hash is larger, with no hashing of
+//!   resident keys. There is no wrap-around: `OVERFLOW` spare slots follow the last home slot.
 
-/// Spare slots after the last home slot (see the module docs).
-const OVERFLOW: usize = 48;
-/// Smallest capacity (home slots) of a table.
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Spare slots after the last home slot of a segment.
+const OVERFLOW: usize = 32;
+/// Smallest capacity (home slots) of a segment that holds anything.
 const MIN_CAPACITY: usize = 8;
+/// A segment splits when it holds this many slots. Its array is then a few MB: the allocator
+/// gives arrays above 512 KiB pages of their own, returned whole when freed (smaller ones share
+/// pages and leave holes). Unit tests use small segments so that every test splits.
+#[cfg(not(test))]
+const SEGMENT_MAX: usize = 1 << 18;
+#[cfg(test)]
+const SEGMENT_MAX: usize = 1 << 10;
+/// Past this load (per mille) a segment is laid out again, at `RELAID_LOAD`; a split sizes each
+/// half for `SPLIT_LOAD`. Higher loads save memory and cost longer shifts on insertion.
+const MAX_LOAD: usize = 880;
+const RELAID_LOAD: usize = 750;
+const SPLIT_LOAD: usize = 800;
 
-/// One slot's contents. The empty slot is a reserved bit pattern of the slot itself.
+/// Bytes of slot arrays freed since the last [`take_released_bytes`] (all tables, all threads).
+static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of slot arrays freed (by growth, splits, clears and drops) since the last call. The
+/// C ABI uses it to ask the allocator to return them to the OS (see `ffi::index`).
+pub fn take_released_bytes(threshold: u64) -> Option<u64> {
+    if RELEASED_BYTES.load(Ordering::Relaxed) < threshold {
+        return None;
+    }
+    Some(RELEASED_BYTES.swap(0, Ordering::Relaxed))
+}
+
+/// One slot's contents; the empty slot is a reserved bit pattern of the slot itself.
 pub(crate) trait Slot: Copy {
     /// The empty slot.
     const EMPTY: Self;
     /// Whether this slot holds nothing.
     fn is_empty(&self) -> bool;
-    /// The slot's key.
-    fn key(&self) -> u64;
+    /// The slot's mixed hash (unique per slot: `mix` of its key).
+    fn hash(&self) -> u64;
 }
 
-/// The 64-bit finalizer of MurmurHash3: keys here are often already hashes, but engine hashes in
-/// tests and synthetic loads can be small consecutive integers, which must not cluster.
+const C1: u64 = 0xff51_afd7_ed55_8ccd;
+const C2: u64 = 0xc4ce_b9fe_1a85_ec53;
+
+/// The multiplicative inverse of an odd number modulo 2^64 (Newton's iteration).
+const fn inverse(c: u64) -> u64 {
+    let mut x = c;
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(c.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+const C1_INV: u64 = inverse(C1);
+const C2_INV: u64 = inverse(C2);
+
+/// MurmurHash3's 64-bit finalizer, a bijection: engine hashes in tests and synthetic loads can
+/// be small consecutive integers, which must not cluster.
 #[inline]
 pub(crate) fn mix(key: u64) -> u64 {
     let mut h = key;
     h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h = h.wrapping_mul(C1);
     h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h = h.wrapping_mul(C2);
     h ^ (h >> 33)
 }
 
-/// The table (see the module docs).
+/// The key whose `mix` is `h`.
+#[inline]
+pub(crate) fn unmix(h: u64) -> u64 {
+    let mut k = h ^ (h >> 33);
+    k = k.wrapping_mul(C2_INV);
+    k ^= k >> 33;
+    k = k.wrapping_mul(C1_INV);
+    k ^ (k >> 33)
+}
+
+/// Where a slot is: (segment, position in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pos {
+    segment: u32,
+    slot: u32,
+}
+
+/// One Robin Hood segment (see the module docs).
 #[derive(Clone)]
-pub(crate) struct RhTable<S: Slot> {
+struct Segment<S: Slot> {
     slots: Vec<S>,
     capacity: usize,
     len: usize,
+    /// Low hash bits shared by every slot of this segment.
+    depth: u32,
 }
 
-impl<S: Slot> Default for RhTable<S> {
-    fn default() -> Self {
-        Self::with_capacity(0)
+impl<S: Slot> Drop for Segment<S> {
+    fn drop(&mut self) {
+        let bytes = self.slots.capacity() * std::mem::size_of::<S>();
+        RELEASED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
     }
 }
 
-impl<S: Slot> RhTable<S> {
-    /// A table that holds `n` slots without growing.
-    pub fn with_capacity(n: usize) -> Self {
-        let capacity = (n + n / 7 + 1).max(MIN_CAPACITY);
-        RhTable {
-            slots: vec![S::EMPTY; capacity + OVERFLOW],
-            capacity,
+impl<S: Slot> Segment<S> {
+    fn empty(depth: u32) -> Self {
+        Segment {
+            slots: Vec::new(),
+            capacity: 0,
             len: 0,
+            depth,
         }
-    }
-
-    /// Number of occupied slots.
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Bytes held by the slot array.
-    pub fn allocated_bytes(&self) -> usize {
-        self.slots.capacity() * std::mem::size_of::<S>()
     }
 
     #[inline]
@@ -81,84 +139,83 @@ impl<S: Slot> RhTable<S> {
         ((hash as u128 * self.capacity as u128) >> 64) as usize
     }
 
-    /// Where `key` (whose `mix` is `hash`) is stored.
     #[inline]
-    pub fn find(&self, key: u64, hash: u64) -> Option<usize> {
-        let home = self.home(hash);
-        let mut pos = home;
-        while pos < self.slots.len() {
-            let slot = self.slots[pos];
-            if slot.is_empty() {
+    fn find(&self, hash: u64) -> Option<usize> {
+        let mut pos = self.home(hash);
+        while let Some(slot) = self.slots.get(pos) {
+            if slot.is_empty() || slot.hash() > hash {
                 return None;
             }
-            if slot.key() == key {
+            if slot.hash() == hash {
                 return Some(pos);
-            }
-            if self.home(mix(slot.key())) > home {
-                return None;
             }
             pos += 1;
         }
         None
     }
 
-    /// The slot at `pos` (occupied or not).
-    #[inline]
-    pub fn get(&self, pos: usize) -> S {
-        self.slots[pos]
-    }
-
-    /// Overwrites the occupied slot at `pos` with a slot of the same key.
-    #[inline]
-    pub fn set(&mut self, pos: usize, slot: S) {
-        debug_assert_eq!(self.slots[pos].key(), slot.key());
-        self.slots[pos] = slot;
-    }
-
-    /// Inserts a slot whose key is not in the table.
-    pub fn insert_new(&mut self, slot: S, hash: u64) {
-        if (self.len + 1) * 8 > self.capacity * 7 {
-            self.rebuild(self.capacity + self.capacity / 4 + 1);
+    /// Places a slot whose hash is absent: before the first larger hash, the rest of the run
+    /// moving up one slot (one `memmove`).
+    fn place(&mut self, slot: S) {
+        let hash = slot.hash();
+        let mut at = self.home(hash);
+        while at < self.slots.len() && !self.slots[at].is_empty() && self.slots[at].hash() < hash {
+            at += 1;
         }
-        let mut carried = (slot, hash);
-        while let Err(left) = self.place(carried.0, carried.1) {
-            // The probe ran past the spare slots: grow and place what was left over.
-            self.rebuild(self.capacity * 2);
-            carried = (left, mix(left.key()));
+        let mut free = at;
+        while free < self.slots.len() && !self.slots[free].is_empty() {
+            free += 1;
         }
+        if free == self.slots.len() {
+            // The run reaches the end of the spare slots: lay out again, twice as wide.
+            *self = self.relayout(self.capacity * 2, |_| true, Some(slot));
+            return;
+        }
+        self.slots.copy_within(at..free, at + 1);
+        self.slots[at] = slot;
         self.len += 1;
     }
 
-    /// Robin Hood placement; `Err` returns the slot that found no room.
-    fn place(&mut self, slot: S, hash: u64) -> Result<(), S> {
-        let mut carried = slot;
-        let mut carried_home = self.home(hash);
-        let mut pos = carried_home;
-        while pos < self.slots.len() {
-            let resident = self.slots[pos];
-            if resident.is_empty() {
-                self.slots[pos] = carried;
-                return Ok(());
-            }
-            let resident_home = self.home(mix(resident.key()));
-            if resident_home > carried_home {
-                self.slots[pos] = carried;
-                carried = resident;
-                carried_home = resident_home;
-            }
-            pos += 1;
+    fn insert(&mut self, slot: S) {
+        if (self.len + 1) * 1000 > self.capacity * MAX_LOAD {
+            *self = self.relayout((self.len + 1) * 1000 / RELAID_LOAD, |_| true, None);
         }
-        Err(carried)
+        self.place(slot);
     }
 
-    /// Removes the slot at `pos` (occupied), shifting the displaced slots after it back.
-    pub fn remove_at(&mut self, pos: usize) {
+    fn remove_at(&mut self, pos: usize) {
+        self.unlink(pos);
+        self.maybe_shrink();
+    }
+
+    /// Shrinks a segment that removals left mostly empty.
+    fn maybe_shrink(&mut self) {
+        if self.capacity > 4 * MIN_CAPACITY && self.len * 4 < self.capacity {
+            *self = self.relayout(self.len * 1000 / RELAID_LOAD, |_| true, None);
+        }
+    }
+
+    /// Removes the slots matching `remove` in one backward scan, passing each to `removed`. A
+    /// removal shifts only slots after it back, which the scan has already visited.
+    fn remove_where(&mut self, remove: &impl Fn(&S) -> bool, removed: &mut impl FnMut(S)) {
+        for pos in (0..self.slots.len()).rev() {
+            let slot = self.slots[pos];
+            if !slot.is_empty() && remove(&slot) {
+                self.unlink(pos);
+                removed(slot);
+            }
+        }
+        self.maybe_shrink();
+    }
+
+    /// Empties `pos`, shifting the displaced slots after it back (no shrinking).
+    fn unlink(&mut self, pos: usize) {
         let mut hole = pos;
         loop {
             let next = hole + 1;
             let shift = next < self.slots.len() && {
                 let s = self.slots[next];
-                !s.is_empty() && self.home(mix(s.key())) <= hole
+                !s.is_empty() && self.home(s.hash()) <= hole
             };
             if !shift {
                 self.slots[hole] = S::EMPTY;
@@ -170,43 +227,208 @@ impl<S: Slot> RhTable<S> {
         self.len -= 1;
     }
 
-    /// Shrinks a table that is mostly empty after removals (keeps memory proportional to size).
-    pub fn maybe_shrink(&mut self) {
-        if self.capacity > 4 * MIN_CAPACITY && self.len * 4 < self.capacity {
-            self.rebuild(self.len * 3 / 2);
-        }
-    }
-
-    /// The occupied slots, in slot order.
-    pub fn iter(&self) -> impl Iterator<Item = S> + '_ {
+    fn iter(&self) -> impl Iterator<Item = S> + '_ {
         self.slots.iter().copied().filter(|s| !s.is_empty())
     }
 
-    /// Keeps the slots for which `keep` is true (a rebuild), sized for what remains.
-    pub fn retain(&mut self, mut keep: impl FnMut(&S) -> bool) {
-        let kept: Vec<S> = self.iter().filter(|s| keep(s)).collect();
-        let mut table = Self::with_capacity(kept.len());
-        for slot in kept {
-            table.insert_new(slot, mix(slot.key()));
-        }
-        *self = table;
-    }
-
-    /// Moves every slot into a table of `capacity` home slots (at least what fits the load).
-    fn rebuild(&mut self, capacity: usize) {
-        let capacity = capacity.max(self.len + self.len / 7 + 1).max(MIN_CAPACITY);
-        let old = std::mem::replace(
-            self,
-            RhTable {
+    /// A new segment with `capacity` home slots (at least what a load of 0.9 needs) holding the
+    /// slots for which `keep` is true, plus `extra`. Reads the slots in place: they are sorted
+    /// by hash, and sorted input needs no Robin Hood swaps, each slot going to its home or right
+    /// after the previous one.
+    fn relayout(&self, capacity: usize, keep: impl Fn(&S) -> bool, extra: Option<S>) -> Self {
+        let kept = || self.iter().filter(|s| keep(s));
+        let count = if extra.is_some() {
+            self.len + 1
+        } else {
+            kept().count()
+        };
+        let mut capacity = capacity.max(count * 1000 / MAX_LOAD + 1).max(MIN_CAPACITY);
+        loop {
+            let mut out = Segment {
                 slots: vec![S::EMPTY; capacity + OVERFLOW],
                 capacity,
                 len: 0,
-            },
+                depth: self.depth,
+            };
+            let mut extra = extra;
+            let mut next = 0usize;
+            let mut fits = true;
+            for slot in kept() {
+                if let Some(e) = extra.filter(|e| e.hash() < slot.hash()) {
+                    fits &= out.append(e, &mut next);
+                    extra = None;
+                }
+                fits &= out.append(slot, &mut next);
+            }
+            if let Some(e) = extra {
+                fits &= out.append(e, &mut next);
+            }
+            if fits {
+                return out;
+            }
+            capacity *= 2;
+        }
+    }
+
+    /// Appends a slot larger than every slot placed so far; false when it does not fit.
+    #[inline]
+    fn append(&mut self, slot: S, next: &mut usize) -> bool {
+        let pos = self.home(slot.hash()).max(*next);
+        if pos >= self.slots.len() {
+            return false;
+        }
+        self.slots[pos] = slot;
+        self.len += 1;
+        *next = pos + 1;
+        true
+    }
+}
+
+/// The table (see the module docs).
+#[derive(Clone)]
+pub(crate) struct Table<S: Slot> {
+    /// Low hash bits -> segment.
+    directory: Vec<u32>,
+    depth: u32,
+    segments: Vec<Segment<S>>,
+    len: usize,
+}
+
+impl<S: Slot> Default for Table<S> {
+    fn default() -> Self {
+        Table {
+            directory: vec![0],
+            depth: 0,
+            segments: vec![Segment::empty(0)],
+            len: 0,
+        }
+    }
+}
+
+impl<S: Slot> Table<S> {
+    /// Number of occupied slots.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes held by the slot arrays and the directory.
+    pub fn allocated_bytes(&self) -> usize {
+        self.segments
+            .iter()
+            .map(|s| s.slots.capacity() * std::mem::size_of::<S>())
+            .sum::<usize>()
+            + self.segments.capacity() * std::mem::size_of::<Segment<S>>()
+            + self.directory.capacity() * 4
+    }
+
+    #[inline]
+    fn segment_of(&self, hash: u64) -> u32 {
+        self.directory[(hash & ((1u64 << self.depth) - 1)) as usize]
+    }
+
+    /// Where the slot of `hash` is.
+    #[inline]
+    pub fn find(&self, hash: u64) -> Option<Pos> {
+        let segment = self.segment_of(hash);
+        let slot = self.segments[segment as usize].find(hash)?;
+        Some(Pos {
+            segment,
+            slot: slot as u32,
+        })
+    }
+
+    /// Reads the home slot of `hash` and returns a value derived from it: callers read the
+    /// slots of a whole batch this way first, so the processor fetches them in parallel (the
+    /// loads do not depend on each other), and the real lookups then hit the cache.
+    #[inline]
+    pub fn touch(&self, hash: u64) -> u64 {
+        let segment = &self.segments[self.segment_of(hash) as usize];
+        segment
+            .slots
+            .get(segment.home(hash))
+            .map_or(0, |s| s.hash())
+    }
+
+    /// The slot at `pos`.
+    #[inline]
+    pub fn get(&self, pos: Pos) -> S {
+        self.segments[pos.segment as usize].slots[pos.slot as usize]
+    }
+
+    /// Overwrites the slot at `pos` with a slot of the same hash.
+    #[inline]
+    pub fn set(&mut self, pos: Pos, slot: S) {
+        let target = &mut self.segments[pos.segment as usize].slots[pos.slot as usize];
+        debug_assert_eq!(target.hash(), slot.hash());
+        *target = slot;
+    }
+
+    /// Inserts a slot whose hash is not in the table.
+    pub fn insert_new(&mut self, slot: S) {
+        let segment = self.segment_of(slot.hash()) as usize;
+        self.segments[segment].insert(slot);
+        self.len += 1;
+        if self.segments[segment].len >= SEGMENT_MAX {
+            self.split(segment);
+        }
+    }
+
+    /// Removes the slot at `pos`.
+    pub fn remove(&mut self, pos: Pos) {
+        self.segments[pos.segment as usize].remove_at(pos.slot as usize);
+        self.len -= 1;
+    }
+
+    /// Every slot, segment by segment.
+    pub fn iter(&self) -> impl Iterator<Item = S> + '_ {
+        self.segments.iter().flat_map(Segment::iter)
+    }
+
+    /// Changes every slot in place (`update` must keep each slot's hash).
+    pub fn update_each(&mut self, mut update: impl FnMut(&mut S)) {
+        for segment in &mut self.segments {
+            for slot in segment.slots.iter_mut().filter(|s| !s.is_empty()) {
+                let hash = slot.hash();
+                update(slot);
+                debug_assert_eq!(slot.hash(), hash);
+            }
+        }
+    }
+
+    /// Removes the slots for which `remove` is true, passing each to `removed`.
+    pub fn remove_where(&mut self, remove: impl Fn(&S) -> bool, mut removed: impl FnMut(S)) {
+        let mut len = 0;
+        for segment in &mut self.segments {
+            segment.remove_where(&remove, &mut removed);
+            len += segment.len;
+        }
+        self.len = len;
+    }
+
+    /// Splits a full segment on its next hash bit, doubling the directory when needed.
+    fn split(&mut self, index: usize) {
+        let depth = self.segments[index].depth;
+        if depth == self.depth {
+            self.directory.extend_from_within(..);
+            self.depth += 1;
+        }
+        let bit = 1u64 << depth;
+        let old = &mut self.segments[index];
+        old.depth = depth + 1;
+        let high = old.iter().filter(|s| s.hash() & bit != 0).count();
+        let upper = old.relayout(high * 1000 / SPLIT_LOAD, |s| s.hash() & bit != 0, None);
+        let lower = old.relayout(
+            (old.len - high) * 1000 / SPLIT_LOAD,
+            |s| s.hash() & bit == 0,
+            None,
         );
-        for slot in old.slots.into_iter().filter(|s| !s.is_empty()) {
-            // Old slots come sorted by home, so these placements land at or near the end of
-            // the occupied run: sequential writes.
-            self.insert_new(slot, mix(slot.key()));
+        let new_index = self.segments.len() as u32;
+        self.segments[index] = lower;
+        self.segments.push(upper);
+        for (i, entry) in self.directory.iter_mut().enumerate() {
+            if *entry == index as u32 && (i as u64) & bit != 0 {
+                *entry = new_index;
+            }
         }
     }
 }
@@ -223,42 +445,51 @@ mod tests {
         fn is_empty(&self) -> bool {
             self.1 == 0
         }
-        fn key(&self) -> u64 {
+        fn hash(&self) -> u64 {
             self.0
         }
     }
 
     #[test]
+    fn mix_is_a_bijection() {
+        for k in [0, 1, 2, u64::MAX, 1 << 63, 0x1234_5678_9abc_def0] {
+            assert_eq!(unmix(mix(k)), k);
+        }
+        let mut state = 7u64;
+        for _ in 0..100_000 {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+            assert_eq!(unmix(mix(state)), state);
+        }
+    }
+
+    #[test]
     fn behaves_like_a_map_under_random_operations() {
-        let mut table: RhTable<Pair> = RhTable::default();
+        let mut table: Table<Pair> = Table::default();
         let mut model = std::collections::HashMap::new();
         let mut state = 0x1234_5678_u64;
-        for step in 0..200_000u64 {
+        for step in 0..600_000u64 {
             state = state
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
-            // Small key space: many hits, removals and re-inserts.
-            let key = (state >> 33) % 5000;
-            let hash = mix(key);
+            // A key space several segments wide: hits, removals, re-inserts, splits.
+            let hash = mix((state >> 33) % 150_000);
             match (state >> 20) % 4 {
                 0 | 1 => {
-                    if let Some(pos) = table.find(key, hash) {
-                        table.set(pos, Pair(key, step + 1));
-                    } else {
-                        table.insert_new(Pair(key, step + 1), hash);
+                    match table.find(hash) {
+                        Some(pos) => table.set(pos, Pair(hash, step + 1)),
+                        None => table.insert_new(Pair(hash, step + 1)),
                     }
-                    model.insert(key, step + 1);
+                    model.insert(hash, step + 1);
                 }
                 2 => {
-                    if let Some(pos) = table.find(key, hash) {
-                        table.remove_at(pos);
-                        table.maybe_shrink();
+                    if let Some(pos) = table.find(hash) {
+                        table.remove(pos);
                     }
-                    model.remove(&key);
+                    model.remove(&hash);
                 }
                 _ => {
-                    let found = table.find(key, hash).map(|p| table.get(p).1);
-                    assert_eq!(found, model.get(&key).copied());
+                    let found = table.find(hash).map(|p| table.get(p).1);
+                    assert_eq!(found, model.get(&hash).copied());
                 }
             }
             assert_eq!(table.len(), model.len());
@@ -268,18 +499,21 @@ mod tests {
         let mut expected: Vec<_> = model.into_iter().collect();
         expected.sort_unstable();
         assert_eq!(all, expected);
+        assert!(table.segments.len() > 1);
     }
 
     #[test]
-    fn consecutive_keys_and_retain() {
-        let mut table: RhTable<Pair> = RhTable::default();
-        for k in 0..100_000u64 {
-            table.insert_new(Pair(k, k + 1), mix(k));
+    fn consecutive_keys_splits_and_retain() {
+        let mut table: Table<Pair> = Table::default();
+        for k in 0..200_000u64 {
+            table.insert_new(Pair(mix(k), k + 1));
         }
-        table.retain(|p| p.0 % 3 == 0);
-        assert_eq!(table.len(), 33_334);
-        for k in 0..100_000u64 {
-            assert_eq!(table.find(k, mix(k)).is_some(), k % 3 == 0);
+        assert!(table.segments.len() >= 200_000 / SEGMENT_MAX);
+        assert!(table.segments.iter().all(|s| s.len < SEGMENT_MAX));
+        table.remove_where(|p| unmix(p.0) % 3 != 0, |_| {});
+        assert_eq!(table.len(), 66_667);
+        for k in 0..200_000u64 {
+            assert_eq!(table.find(mix(k)).is_some(), k % 3 == 0);
         }
     }
 }

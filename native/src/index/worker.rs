@@ -1,8 +1,9 @@
 //! One worker's blocks: engine hash -> (index key, media, recency).
 //!
 //! The slots live inline in the worker's own table (20 bytes, `packed(4)`): the engine hash it
-//! was published under, the index key, and a 32-bit word with a 24-bit recency stamp and the
-//! 8-bit media mask. The stamp reproduces the Python index's dict order (insertion order, a
+//! was published under and the index key, both mixed (see [`super::table::mix`]; the key is
+//! stored the way the key table wants it), and a 32-bit word with a 24-bit recency stamp and
+//! the 8-bit media mask. The stamp reproduces the Python index's dict order (insertion order, a
 //! re-store moves a block to the end): the oldest blocks are the smallest stamps. Stamps are
 //! renumbered 0..n when the counter reaches 2^24, which keeps their order; a worker is held
 //! below 2^23 blocks (see `MAX_WORKER_BLOCKS`) so that renumbering always frees most stamps.
@@ -11,7 +12,7 @@
 //! costs `worker blocks / evicted blocks` slot reads per evicted block: about 100 / workers,
 //! since each eviction round removes 1% of the bound from the largest worker.
 
-use super::table::{mix, RhTable, Slot};
+use super::table::{mix, unmix, Slot, Table};
 
 const STAMP_LIMIT: u32 = 1 << 24;
 /// Blocks one worker may hold; beyond it, its oldest 1% are evicted (see the module docs).
@@ -21,16 +22,18 @@ pub(crate) const MAX_WORKER_BLOCKS: usize = 1 << 23;
 #[derive(Clone, Copy)]
 #[repr(C, packed(4))]
 pub(crate) struct Entry {
-    engine_hash: u64,
-    key: u64,
+    /// `mix(engine hash)`.
+    hash: u64,
+    /// `mix(index key)`.
+    hkey: u64,
     /// `stamp << 8 | media mask`; 0 = empty slot (a live entry has at least one medium).
     meta: u32,
 }
 
 impl Slot for Entry {
     const EMPTY: Self = Entry {
-        engine_hash: 0,
-        key: 0,
+        hash: 0,
+        hkey: 0,
         meta: 0,
     };
     #[inline]
@@ -38,26 +41,33 @@ impl Slot for Entry {
         self.meta == 0
     }
     #[inline]
-    fn key(&self) -> u64 {
-        self.engine_hash
+    fn hash(&self) -> u64 {
+        self.hash
     }
 }
 
 impl Entry {
-    pub fn new(engine_hash: u64, key: u64, stamp: u32, media: u8) -> Self {
+    /// An entry from mixed values.
+    pub fn new(hash: u64, hkey: u64, stamp: u32, media: u8) -> Self {
         Entry {
-            engine_hash,
-            key,
+            hash,
+            hkey,
             meta: (stamp << 8) | media as u32,
         }
     }
-    #[inline]
+    /// The engine hash as published.
     pub fn engine_hash(&self) -> u64 {
-        self.engine_hash
+        unmix(self.hash)
     }
+    /// The index key.
     #[inline]
     pub fn key(&self) -> u64 {
-        self.key
+        unmix(self.hkey)
+    }
+    /// The index key, mixed.
+    #[inline]
+    pub fn hkey(&self) -> u64 {
+        self.hkey
     }
     #[inline]
     pub fn media(&self) -> u8 {
@@ -68,7 +78,7 @@ impl Entry {
         self.meta >> 8
     }
     fn with(self, stamp: u32, media: u8) -> Self {
-        Entry::new(self.engine_hash, self.key, stamp, media)
+        Entry::new(self.hash, self.hkey, stamp, media)
     }
 }
 
@@ -80,7 +90,7 @@ pub(crate) struct Worker {
     pub order: u64,
     /// Seconds since the index started at the last batch from this worker.
     pub last_event: f64,
-    entries: RhTable<Entry>,
+    entries: Table<Entry>,
     next_stamp: u32,
 }
 
@@ -90,7 +100,7 @@ impl Worker {
             name,
             order,
             last_event: 0.0,
-            entries: RhTable::default(),
+            entries: Table::default(),
             next_stamp: 0,
         }
     }
@@ -104,8 +114,14 @@ impl Worker {
     #[inline]
     pub fn get(&self, engine_hash: u64) -> Option<Entry> {
         self.entries
-            .find(engine_hash, mix(engine_hash))
+            .find(mix(engine_hash))
             .map(|pos| self.entries.get(pos))
+    }
+
+    /// Fetches the table memory of a (mixed) engine hash ahead of use (see `Table::touch`).
+    #[inline]
+    pub fn touch(&self, hash: u64) -> u64 {
+        self.entries.touch(hash)
     }
 
     /// Every entry, in table order.
@@ -113,20 +129,21 @@ impl Worker {
         self.entries.iter()
     }
 
-    /// Stores a block not held yet, as the newest.
-    pub fn insert(&mut self, engine_hash: u64, key: u64, media: u8) {
+    /// Stores a block not held yet (by mixed engine hash and key), as the newest.
+    pub fn insert(&mut self, hash: u64, hkey: u64, media: u8) {
         let stamp = self.stamp();
         self.entries
-            .insert_new(Entry::new(engine_hash, key, stamp, media), mix(engine_hash));
+            .insert_new(Entry::new(hash, hkey, stamp, media));
     }
 
-    /// Makes a held block the newest and adds `media` to its mask; returns the entry as it was.
-    pub fn refresh(&mut self, engine_hash: u64, media: u8) -> Option<Entry> {
+    /// Makes a held block (by mixed engine hash) the newest and adds `media` to its mask;
+    /// returns the entry as it was.
+    pub fn refresh(&mut self, hash: u64, media: u8) -> Option<Entry> {
         if self.next_stamp >= STAMP_LIMIT {
             // Renumbering rebuilds the table: do it before taking a slot position.
             self.renumber();
         }
-        let pos = self.entries.find(engine_hash, mix(engine_hash))?;
+        let pos = self.entries.find(hash)?;
         let stamp = self.stamp();
         let old = self.entries.get(pos);
         self.entries.set(pos, old.with(stamp, old.media() | media));
@@ -135,11 +152,9 @@ impl Worker {
 
     /// Sets the media of a held block without changing its recency (0 removes the block).
     pub fn set_media(&mut self, engine_hash: u64, media: u8) {
-        let hash = mix(engine_hash);
-        if let Some(pos) = self.entries.find(engine_hash, hash) {
+        if let Some(pos) = self.entries.find(mix(engine_hash)) {
             if media == 0 {
-                self.entries.remove_at(pos);
-                self.entries.maybe_shrink();
+                self.entries.remove(pos);
             } else {
                 let old = self.entries.get(pos);
                 self.entries.set(pos, old.with(old.stamp(), media));
@@ -148,7 +163,7 @@ impl Worker {
     }
 
     /// Removes and returns every entry.
-    pub fn take_all(&mut self) -> RhTable<Entry> {
+    pub fn take_all(&mut self) -> Table<Entry> {
         self.next_stamp = 0;
         std::mem::take(&mut self.entries)
     }
@@ -156,29 +171,31 @@ impl Worker {
     /// Removes and returns the `count` oldest entries.
     pub fn take_oldest(&mut self, count: usize) -> Vec<Entry> {
         if count >= self.entries.len() {
-            return self.take_all().iter().collect();
+            let all = self.take_all();
+            let mut victims = Vec::with_capacity(all.len());
+            victims.extend(all.iter());
+            return victims;
         }
         if count == 0 {
             return Vec::new();
         }
-        let mut stamps: Vec<u32> = self.entries.iter().map(|e| e.stamp()).collect();
+        // Sized up front: growing these by doubling costs fresh pages at every step.
+        let mut stamps = Vec::with_capacity(self.entries.len());
+        stamps.extend(self.entries.iter().map(|e| e.stamp()));
         let (_, &mut threshold, _) = stamps.select_nth_unstable(count - 1);
-        let victims: Vec<Entry> = self
-            .entries
-            .iter()
-            .filter(|e| e.stamp() <= threshold)
-            .collect();
-        self.entries.retain(|e| e.stamp() > threshold);
+        let mut victims = Vec::with_capacity(count);
+        self.entries
+            .remove_where(|e| e.stamp() <= threshold, |e| victims.push(e));
         victims
     }
 
     /// Rebuilds from entries (snapshot load), keeping their stamps.
     pub fn restore(&mut self, entries: Vec<Entry>) {
-        let mut table = RhTable::with_capacity(entries.len());
+        let mut table = Table::default();
         let mut next = 0;
         for e in entries {
             next = next.max(e.stamp() + 1);
-            table.insert_new(e, mix(e.engine_hash));
+            table.insert_new(e);
         }
         self.entries = table;
         self.next_stamp = next;
@@ -200,13 +217,15 @@ impl Worker {
 
     /// Stamps 0..n in the same order.
     fn renumber(&mut self) {
-        let mut all: Vec<Entry> = self.entries.iter().collect();
-        all.sort_unstable_by_key(Entry::stamp);
-        let mut table = RhTable::with_capacity(all.len());
-        for (rank, e) in all.iter().enumerate() {
-            table.insert_new(e.with(rank as u32, e.media()), mix(e.engine_hash));
-        }
-        self.entries = table;
-        self.next_stamp = all.len() as u32;
+        let mut stamps = Vec::with_capacity(self.entries.len());
+        stamps.extend(self.entries.iter().map(|e| e.stamp()));
+        stamps.sort_unstable();
+        self.entries.update_each(|e| {
+            let rank = stamps
+                .binary_search(&e.stamp())
+                .expect("an entry's own stamp") as u32;
+            *e = e.with(rank, e.media());
+        });
+        self.next_stamp = stamps.len() as u32;
     }
 }
