@@ -32,6 +32,16 @@ from sidecar.native._ffi import ffi, lib
 
 _ENCODER = msgspec.msgpack.Encoder()
 _HEADER = struct.Struct("<4I")
+_ERRORS = threading.local()
+
+
+def _err_box():  # noqa: ANN202 - cffi cdata
+    """This thread's `sc_error **` (a call writes it only when it fails, and the error record is
+    freed when it is raised), so the hot calls allocate nothing for it."""
+    box = getattr(_ERRORS, "box", None)
+    if box is None:
+        box = _ERRORS.box = ffi.new("sc_error **")
+    return box
 
 
 def _token_array(tokens: Sequence[int]) -> array:
@@ -84,6 +94,9 @@ class NativePrefixIndex:
         handle = call_out("sc_kv_index *", lib.sc_kv_index_new, str_arg(json.dumps(options).encode()))
         self._handle = ffi.gc(handle, lib.sc_kv_index_free)
         self._close_lock = threading.Lock()
+        #: worker name -> (its UTF-8 buffer, an `sc_str` pointing at it): names repeat on every
+        #: batch, and building the argument costs as much as a small native call.
+        self._names: dict[str, tuple[Any, Any]] = {}
 
     # --- lifecycle ------------------------------------------------------------------------------
 
@@ -233,12 +246,23 @@ class NativePrefixIndex:
         self.apply_batch(worker, Batch(ts=time.time(), events=[event]))
 
     def _apply(self, worker: str, payload: bytes, encoding: int) -> None:
-        err = ffi.new("sc_error **")
-        name = worker.encode()
-        status = lib.sc_kv_index_apply(
-            self._live(), str_arg(name), ffi.from_buffer(payload), len(payload), encoding, err
-        )
-        raise_for_status(status, err)
+        name = self._names.get(worker)
+        if name is None:
+            name = self._name_arg(worker)
+        err = _err_box()
+        status = lib.sc_kv_index_apply(self._live(), name[1][0], ffi.from_buffer(payload), len(payload), encoding, err)
+        if status != lib.SC_STATUS_OK:
+            raise_for_status(status, err)
+
+    def _name_arg(self, worker: str) -> tuple[Any, Any]:
+        data = worker.encode()
+        buf = ffi.from_buffer("uint8_t[]", data) if data else ffi.NULL
+        arg = ffi.new("sc_str *")
+        arg.ptr, arg.len = buf, len(data)
+        name = (buf, arg)
+        if len(self._names) < 4096:  # workers of one model: a bound, not an expected size
+            self._names[worker] = name
+        return name
 
     def drop_worker(self, worker: str) -> None:
         """Forgets everything `worker` holds (engine restart, unrecoverable gap, silence)."""

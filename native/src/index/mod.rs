@@ -7,27 +7,31 @@
 //!
 //! # Data layout, and why
 //!
-//! The budget is 48 bytes per (worker, block) entry, everything included, at millions of
-//! entries, with scoring of a 2048-block request in well under a millisecond. In a large index
-//! nearly every key is held by one worker (what workers share is a short common prefix), so the
-//! layout is tuned for that case:
+//! The budget is 48 bytes per (worker, block) entry, everything included (measured as RSS), at
+//! millions of entries, with scoring of a 2048-block request in well under a millisecond. In a
+//! large index nearly every key is held by one worker (what workers share is a short common
+//! prefix), so the layout is tuned for that case:
 //!
 //! - **Workers are small integers** (ids reused after a drop, like the Python index's bits), so
 //!   a set of workers is a bitset and a single holder fits in a few bits.
 //! - **Per worker, an inline table engine hash -> entry** ([`worker`]): 20-byte slots holding
 //!   the engine hash, the index key, a 24-bit recency stamp and an 8-bit media mask. Parent
 //!   lookups and removals use the engine hash, as in Dynamo, SMG and llm-d. The stamp keeps the
-//!   Python index's order (oldest first, a re-store moves a block to the end) without the 8
-//!   bytes of list links per entry; eviction finds the oldest stamps with one linear pass.
+//!   Python index's order (oldest first, a re-store moves a block to the end) without 8 bytes of
+//!   list links per entry; eviction selects the oldest stamps and removes them in one pass.
 //! - **One table key -> holders** ([`keys`]): 12-byte slots, the key and a 32-bit holder code:
 //!   one worker and its media mask inline, or a reference to per-medium worker bitsets for the
-//!   few shared keys ([`holders`]). Scoring needs one lookup per request block, and the walk
+//!   shared keys ([`holders`]). Scoring needs one lookup per request block, and the walk
 //!   intersects bitsets ([`score`]).
-//! - **Open addressing with a controlled load** ([`table`]): Robin Hood linear probing over
-//!   any capacity, growing by 5/4, so the load stays in [0.7, 0.875]; that bounds an entry at
-//!   about 20/0.7 + 12/0.7 = 46 bytes in the worst case and 37 on average (distinct keys), where
-//!   doubling tables would swing between 37 and 73. Growth of the key table happens one of 64
-//!   shards at a time, so a writer never holds the lock for a whole-table rebuild.
+//! - **Tables with a controlled load** ([`table`]): extendible hashing over Robin Hood segments
+//!   of any capacity, kept between 75% and 88% full, where tables that double would swing
+//!   between 44% and 88%. Payload: 20 + 12 bytes per entry with distinct keys, so about 40
+//!   bytes with the load. Slots store their key's *mixed* hash (a bijection), so a probe compares
+//!   numbers without hashing what it passes.
+//! - **Memory traffic**: stores, evictions and scores first read every slot they will need in a
+//!   tight loop whose loads do not depend on each other, so the processor overlaps the cache
+//!   misses, then do the work on cached lines. Growth frees whole tables; the C ABI asks the
+//!   allocator to return them to the OS after every 8 MiB freed ([`take_released_bytes`]).
 //!
 //! Limits (documented divergences from the Python index, far beyond real deployments): at most
 //! 8 distinct media per index (a store naming a 9th is counted as skipped), 2^23 workers per

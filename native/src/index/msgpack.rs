@@ -218,21 +218,18 @@ impl<'a> Reader<'a> {
         out.reserve(n);
         for i in 0..n {
             let marker = *buf.get(pos).ok_or_else(truncated)?;
-            let fast = match marker {
-                0x00..=0x7f => Some((marker as u32, 1)),
-                0xcc if pos + 2 <= buf.len() => Some((buf[pos + 1] as u32, 2)),
-                0xcd if pos + 3 <= buf.len() => {
-                    Some((u16::from_be_bytes([buf[pos + 1], buf[pos + 2]]) as u32, 3))
-                }
-                0xce if pos + 5 <= buf.len() => {
-                    let b = [buf[pos + 1], buf[pos + 2], buf[pos + 3], buf[pos + 4]];
-                    Some((u32::from_be_bytes(b), 5))
-                }
-                _ => None,
-            };
-            if let Some((value, width)) = fast {
-                out.push(value);
-                pos += width;
+            if marker < 0x80 {
+                out.push(marker as u32);
+                pos += 1;
+                continue;
+            }
+            if let (0xcc..=0xce, Some(window)) = (marker, buf.get(pos..pos + 5)) {
+                // uint8/16/32 without a branch on which: token ids of one vocabulary mix widths
+                // at random, and a branch per width would be mispredicted half the time.
+                let bytes = 1usize << (marker - 0xcc);
+                let word = u32::from_be_bytes([window[1], window[2], window[3], window[4]]);
+                out.push(word >> (32 - 8 * bytes));
+                pos += 1 + bytes;
                 continue;
             }
             self.pos = pos;

@@ -121,9 +121,15 @@ impl Index {
         }
         let mut codes = [Holders::Nobody; CHUNK];
         for (c, chunk) in keys.chunks(CHUNK).enumerate() {
+            let mut sink = 0u64;
             for (code, &key) in codes.iter_mut().zip(chunk) {
                 *code = self.keys.holders(mix(key));
+                if let Holders::Many(index) = *code {
+                    // A shared key's bitsets are a second fetch: start it here too.
+                    sink ^= self.keys.record(index).row(0).first().copied().unwrap_or(0);
+                }
             }
+            std::hint::black_box(sink);
             for (i, code) in codes[..chunk.len()].iter().enumerate() {
                 let position = (c * CHUNK + i) as u32;
                 if !self.step(*code, position, &mut active, &mut depth, shape) {

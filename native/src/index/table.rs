@@ -6,14 +6,15 @@
 //! growth the process holds both. The 48-byte-per-entry budget (measured as RSS) absorbs
 //! neither.
 //!
-//! **Layout.** Extendible hashing over small Robin Hood segments:
+//! **Layout.** Extendible hashing over bounded Robin Hood segments:
 //! - The low bits of a slot's hash pick a directory entry, which names a segment; a segment
 //!   that reaches `SEGMENT_MAX` slots splits in two on its next hash bit. No allocation ever
 //!   exceeds a few MB, and no write holds a lock for a whole-table rebuild (a segment of
 //!   `SEGMENT_MAX` slots is laid out again in about a millisecond).
 //! - A segment is linear probing in Robin Hood order over any capacity (not only powers of
-//!   two); past a load of 0.9 it is laid out again at 0.75, and after a split each half is
-//!   sized for 0.8, so the load stays between 0.75 and 0.9.
+//!   two); past a load of 0.88 it is laid out again at 0.75, and after a split each half is
+//!   sized for 0.8, so the load stays between 0.75 and 0.88. (Higher loads save memory but make
+//!   an insertion shift longer runs of slots.)
 //! - A dropped slot array is counted in [`take_released_bytes`].
 //! - Slots store the *mixed* hash of their key (`mix` is a bijection, `unmix` its inverse), and
 //!   the home slot is `(hash * capacity) >> 64`, monotonic in the hash: a segment's slots are
