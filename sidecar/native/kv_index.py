@@ -6,8 +6,8 @@ event). `apply_batch` takes already-decoded events: it encodes the whole `Batch`
 one C call and the native side reads that encoding, so it costs no Python work per event either.
 
 The handle locks internally: one thread may apply while others score (every call releases the
-GIL). `close()` frees it at once; it must not run while another thread is inside a call on the
-same index (callers hold a lease for that).
+GIL). It is held in a `Handle`: every call takes a lease, and `close()` frees the index when the
+last call in flight returns; a call after `close()` raises FailedPrecondition.
 """
 
 from __future__ import annotations
@@ -18,17 +18,19 @@ import threading
 import time
 from array import array
 from dataclasses import asdict, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import msgspec
 
 from router_adapter.events import Batch, BlockStored, DecodeError, Event, cache_salt_of
+from router_adapter.hashing import BlockHasher
 from router_adapter.index import IndexStats, Score, WorkerScore
 from router_adapter.spec import HashSpec, MmItem
-from sidecar.errors import FailedPrecondition, InvalidArgument
+from sidecar.errors import InvalidArgument
 from sidecar.native._calls import call_bytes, call_out, ids_arg, ids_array, str_arg
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
+from sidecar.native._handle import Handle
 
 _ENCODER = msgspec.msgpack.Encoder()
 _HEADER = struct.Struct("<4I")
@@ -67,11 +69,12 @@ class NativePrefixIndex:
         engine_spec: HashSpec | None = None,
         max_blocks: int = 4_000_000,
         group_idx: int = 0,
-        backend: str = "auto",
+        hasher: BlockHasher | None = None,
     ) -> None:
-        # The same checks and messages as PrefixIndex; `backend` only picks the hashing backend
-        # there, and everything runs natively here.
-        del backend
+        # The same checks and messages as PrefixIndex. `hasher` is accepted for KvRouter's
+        # `index_factory` signature and not used: this index hashes in the native core, whose
+        # values equal every `BlockHasher`'s (tests/kv/test_hashing.py).
+        del hasher
         if engine_spec is not None:
             engine_spec.validate()
             if block_size is not None and block_size != engine_spec.block_size:
@@ -92,8 +95,7 @@ class NativePrefixIndex:
             "group_idx": group_idx,
         }
         handle = call_out("sc_kv_index *", lib.sc_kv_index_new, str_arg(json.dumps(options).encode()))
-        self._handle = ffi.gc(handle, lib.sc_kv_index_free)
-        self._close_lock = threading.Lock()
+        self._handle = Handle(handle, lib.sc_kv_index_free, "kv index")
         #: worker name -> (its UTF-8 buffer, an `sc_str` pointing at it): names repeat on every
         #: batch, and building the argument costs as much as a small native call.
         self._names: dict[str, tuple[Any, Any]] = {}
@@ -101,23 +103,15 @@ class NativePrefixIndex:
     # --- lifecycle ------------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Frees the native index now; later calls raise FailedPrecondition. Idempotent."""
-        with self._close_lock:
-            handle, self._handle = self._handle, None
-        if handle is not None:
-            ffi.gc(handle, None)  # detach the finalizer; freed right here
-            lib.sc_kv_index_free(handle)
-
-    def _live(self):  # noqa: ANN202 - cffi cdata
-        handle = self._handle
-        if handle is None:
-            raise FailedPrecondition("kv index: closed")
-        return handle
+        """Frees the native index (when the last call in flight returns); later calls raise
+        FailedPrecondition. Idempotent."""
+        self._handle.close()
 
     # --- reading ----------------------------------------------------------------------------------
 
     def _status(self):  # noqa: ANN202 - cffi cdata
-        return call_out("sc_kv_status", lib.sc_kv_index_status, self._live())
+        with self._handle as index:
+            return call_out("sc_kv_status", lib.sc_kv_index_status, index)
 
     @property
     def block_size(self) -> int | None:
@@ -141,7 +135,8 @@ class NativePrefixIndex:
     @property
     def allocated_bytes(self) -> int:
         """Bytes the native tables hold (RSS adds the allocator's slack)."""
-        return call_out("uint64_t", lib.sc_kv_index_allocated_bytes, self._live())
+        with self._handle as index:
+            return call_out("uint64_t", lib.sc_kv_index_allocated_bytes, index)
 
     @property
     def num_keys(self) -> int:
@@ -150,15 +145,18 @@ class NativePrefixIndex:
 
     @property
     def workers(self) -> list[str]:
-        return json.loads(call_bytes(lib.sc_kv_index_workers, self._live()))
+        with self._handle as index:
+            return json.loads(call_bytes(lib.sc_kv_index_workers, index))
 
     def worker_blocks(self, worker: str) -> int:
         """Blocks `worker` holds (0 when unknown)."""
-        return call_out("uint64_t", lib.sc_kv_index_worker_blocks, self._live(), str_arg(worker.encode()))
+        with self._handle as index:
+            return call_out("uint64_t", lib.sc_kv_index_worker_blocks, index, str_arg(worker.encode()))
 
     def events_per_second(self, window_s: float = 10.0) -> float:
         """Events applied per second over the last `window_s` seconds (at most 4096 events)."""
-        return call_out("double", lib.sc_kv_index_events_per_second, self._live(), float(window_s))
+        with self._handle as index:
+            return call_out("double", lib.sc_kv_index_events_per_second, index, float(window_s))
 
     def _request_args(self, token_ids: Sequence[int], lora_name: str, cache_salt: str,
                       mm_items: Sequence[MmItem]) -> tuple[Any, ...]:
@@ -176,7 +174,8 @@ class NativePrefixIndex:
     ) -> list[int]:
         """The index keys of a request's full blocks."""
         _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items)
-        raw = call_bytes(lib.sc_kv_index_request_keys, self._live(), *args)
+        with self._handle as index:
+            raw = call_bytes(lib.sc_kv_index_request_keys, index, *args)
         return memoryview(raw).cast("Q").tolist() if raw else []
 
     def score(
@@ -184,13 +183,17 @@ class NativePrefixIndex:
     ) -> Score:
         """Each worker's consecutive matching blocks from the start of the request."""
         _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items)
-        return self._score(call_bytes(lib.sc_kv_index_score, self._live(), *args))
+        with self._handle as index:
+            raw = call_bytes(lib.sc_kv_index_score, index, *args)
+        return self._score(raw)
 
     def score_keys(self, keys: list[int]) -> Score:
         """`score` for precomputed request keys."""
         arr = array("Q", keys)
         ptr = ffi.from_buffer("uint64_t[]", arr) if arr else ffi.NULL
-        return self._score(call_bytes(lib.sc_kv_index_score_keys, self._live(), ptr, len(arr)))
+        with self._handle as index:
+            raw = call_bytes(lib.sc_kv_index_score_keys, index, ptr, len(arr))
+        return self._score(raw)
 
     def _score(self, raw: bytes) -> Score:
         block_size, n_keys, n_workers, n_media = _HEADER.unpack_from(raw)
@@ -250,7 +253,8 @@ class NativePrefixIndex:
         if name is None:
             name = self._name_arg(worker)
         err = _err_box()
-        status = lib.sc_kv_index_apply(self._live(), name[1][0], ffi.from_buffer(payload), len(payload), encoding, err)
+        with self._handle as index:
+            status = lib.sc_kv_index_apply(index, name[1][0], ffi.from_buffer(payload), len(payload), encoding, err)
         if status != lib.SC_STATUS_OK:
             raise_for_status(status, err)
 
@@ -266,19 +270,22 @@ class NativePrefixIndex:
 
     def drop_worker(self, worker: str) -> None:
         """Forgets everything `worker` holds (engine restart, unrecoverable gap, silence)."""
-        call_out("bool", lib.sc_kv_index_drop_worker, self._live(), str_arg(worker.encode()))
+        with self._handle as index:
+            call_out("bool", lib.sc_kv_index_drop_worker, index, str_arg(worker.encode()))
 
     # --- snapshots --------------------------------------------------------------------------------
 
     def snapshot(self) -> bytes:
         """The whole state as a compact binary snapshot (about 20 bytes per entry)."""
-        return call_bytes(lib.sc_kv_index_snapshot, self._live())
+        with self._handle as index:
+            return call_bytes(lib.sc_kv_index_snapshot, index)
 
     def restore(self, data: bytes) -> None:
         """Replaces the state with a snapshot's (same mode, spec, group and block size); raises
         InvalidArgument for a corrupt snapshot and FailedPrecondition for a mismatched one."""
         err = ffi.new("sc_error **")
-        status = lib.sc_kv_index_restore(self._live(), ffi.from_buffer(data), len(data), err)
+        with self._handle as index:
+            status = lib.sc_kv_index_restore(index, ffi.from_buffer(data), len(data), err)
         raise_for_status(status, err)
 
 
@@ -292,6 +299,3 @@ def _plain(batch: Batch) -> Batch:
         events.append(event)
     return Batch(ts=batch.ts, events=events, dp_rank=batch.dp_rank)
 
-
-#: Makes one model's index for `router_adapter.KvRouter(index_factory=...)`.
-index_factory: Callable[..., NativePrefixIndex] = NativePrefixIndex

@@ -32,7 +32,7 @@ WORKERS = ["w0", "w1", "w2", "w3", "w4"]
 MEDIA = ["GPU", "CPU", "DISK"]
 LORAS = ["", "", "ad1"]
 SALTS = ["", "", "t1"]
-EVENTS = Path(__file__).resolve().parents[2] / "data" / "kv" / "events"
+EVENTS = Path(__file__).resolve().parents[1] / "data" / "kv" / "events"
 ENCODE = msgspec.msgpack.encode
 
 
@@ -341,7 +341,7 @@ def test_payload_mutations_are_refused_alike() -> None:
                 continue
             except RecursionError:  # msgspec's limit on nesting, not a DecodeError
                 continue
-            python = PrefixIndex(BS)
+            python = PrefixIndex(BS, hasher=get_hasher("native"))
             try:
                 python.apply_batch("w", batch)
             except (InvalidArgument, OverflowError):
@@ -449,7 +449,7 @@ def test_engine_mode_validates_multimodal_items_like_the_python_index() -> None:
     spec = HashSpec("vllm_sha256", BS, seed="0")
     bad = (MmItem("b", 5, 1), MmItem("a", 1, 1))
     for index in (PrefixIndex(engine_spec=spec), NativePrefixIndex(engine_spec=spec)):
-        with pytest.raises(InvalidArgument, match=r"mm_items\[1\]"):
+        with pytest.raises(InvalidSpec, match=r"mm_items\[1\]"):
             index.score(list(range(32)), mm_items=bad)
     with pytest.raises(ValueError, match="differs"):
         NativePrefixIndex(8, engine_spec=spec)
