@@ -9,9 +9,26 @@ use super::holders::{MAX_MEDIA, MAX_WORKERS};
 use super::keys::KeyTable;
 use super::rate::EventRate;
 use super::table::mix;
-use super::worker::{Worker, MAX_WORKER_BLOCKS};
+use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
 use super::{Options, Stats};
 use crate::error::{Error, Result};
+
+/// Evicted entries whose key slots are fetched together.
+const EVICTION_GROUP: usize = 64;
+
+/// Releases every hold of evicted entries of worker `id`; returns how many there were.
+fn release_all(keys: &mut KeyTable, id: u32, entries: &[Entry]) -> u64 {
+    let sink = entries.iter().fold(0u64, |acc, e| acc ^ keys.touch(e.hkey()));
+    std::hint::black_box(sink);
+    for entry in entries {
+        for m in 0..MAX_MEDIA {
+            if entry.media() & (1 << m) != 0 {
+                keys.release(entry.hkey(), id, m);
+            }
+        }
+    }
+    entries.len() as u64
+}
 
 /// One model's index (not synchronized; [`super::SharedIndex`] adds the lock).
 #[derive(Clone)]
@@ -222,20 +239,23 @@ impl Index {
     /// again, maybe in a new medium). Returns whether the entry is new.
     fn hold(&mut self, id: u32, hash: u64, hkey: u64, m: usize) -> bool {
         let bit = 1u8 << m;
-        let worker = self.workers[id as usize].as_mut().expect("live worker id");
-        if let Some(old) = worker.refresh(hash, bit) {
-            if old.media() & bit == 0 {
-                self.keys.add_hold(old.hkey(), id, m);
-            }
-            return false;
-        }
-        if worker.len() >= MAX_WORKER_BLOCKS {
+        let full = self.worker(id).len() >= MAX_WORKER_BLOCKS;
+        if full && !self.worker(id).contains(hash) {
             self.evict_oldest(id, MAX_WORKER_BLOCKS / 100);
         }
         let worker = self.workers[id as usize].as_mut().expect("live worker id");
-        worker.insert(hash, hkey, bit);
-        self.keys.add_hold(hkey, id, m);
-        true
+        match worker.store(hash, hkey, bit) {
+            Some(old) => {
+                if old.media() & bit == 0 {
+                    self.keys.add_hold(old.hkey(), id, m);
+                }
+                false
+            }
+            None => {
+                self.keys.add_hold(hkey, id, m);
+                true
+            }
+        }
     }
 
     fn remove(&mut self, id: u32, event: &Removed<'_>, batch: &Batch<'_>) {
@@ -297,22 +317,21 @@ impl Index {
     }
 
     fn evict_oldest(&mut self, id: u32, count: usize) {
+        let keys = &mut self.keys;
         let worker = self.workers[id as usize].as_mut().expect("live worker id");
-        let victims = worker.take_oldest(count);
-        // Fetch the victims' key slots together first (see `Table::touch`).
-        let sink = victims
-            .iter()
-            .fold(0u64, |acc, e| acc ^ self.keys.touch(e.hkey()));
-        std::hint::black_box(sink);
-        for entry in &victims {
-            for m in 0..MAX_MEDIA {
-                if entry.media() & (1 << m) != 0 {
-                    self.keys.release(entry.hkey(), id, m);
-                }
+        // Victims go in groups whose key slots are fetched together first (see `Table::touch`).
+        let mut group = Vec::with_capacity(EVICTION_GROUP);
+        let mut evicted = 0u64;
+        worker.remove_oldest(count, |entry| {
+            group.push(entry);
+            if group.len() == EVICTION_GROUP {
+                evicted += release_all(keys, id, &group);
+                group.clear();
             }
-        }
-        self.blocks -= victims.len() as u64;
-        self.stats.evicted_blocks += victims.len() as u64;
+        });
+        evicted += release_all(keys, id, &group);
+        self.blocks -= evicted;
+        self.stats.evicted_blocks += evicted;
     }
 
     /// The live workers' ids.

@@ -76,10 +76,13 @@ impl KeyTable {
     pub fn add_hold(&mut self, hkey: u64, worker: u32, m: usize) {
         let table = &mut self.table;
         let bit = 1u8 << m;
-        let Some(pos) = table.find(hkey) else {
-            let holders = Holders::One { worker, media: bit }.encode();
-            table.insert_new(KeySlot { hkey, holders });
-            return;
+        let pos = match table.lookup(hkey) {
+            Ok(pos) => pos,
+            Err(vacancy) => {
+                let holders = Holders::One { worker, media: bit }.encode();
+                table.insert_vacant(vacancy, KeySlot { hkey, holders });
+                return;
+            }
         };
         let fresh = match Holders::decode(table.get(pos).holders) {
             Holders::One { worker: w, media } if w == worker => {

@@ -140,29 +140,36 @@ impl<S: Slot> Segment<S> {
         ((hash as u128 * self.capacity as u128) >> 64) as usize
     }
 
+    /// `Ok(position)` of `hash`, or `Err(position)` where it would go: the first slot past it.
     #[inline]
-    fn find(&self, hash: u64) -> Option<usize> {
+    fn search(&self, hash: u64) -> Result<usize, usize> {
         let mut pos = self.home(hash);
         while let Some(slot) = self.slots.get(pos) {
             if slot.is_empty() || slot.hash() > hash {
-                return None;
+                return Err(pos);
             }
             if slot.hash() == hash {
-                return Some(pos);
+                return Ok(pos);
             }
             pos += 1;
         }
-        None
+        Err(pos)
+    }
+
+    #[inline]
+    fn find(&self, hash: u64) -> Option<usize> {
+        self.search(hash).ok()
     }
 
     /// Places a slot whose hash is absent: before the first larger hash, the rest of the run
     /// moving up one slot (one `memmove`).
     fn place(&mut self, slot: S) {
-        let hash = slot.hash();
-        let mut at = self.home(hash);
-        while at < self.slots.len() && !self.slots[at].is_empty() && self.slots[at].hash() < hash {
-            at += 1;
-        }
+        let at = self.search(slot.hash()).unwrap_or_else(|at| at);
+        self.place_at(at, slot);
+    }
+
+    /// `place` with the position `search` returned for the slot's hash.
+    fn place_at(&mut self, at: usize, slot: S) {
         let mut free = at;
         while free < self.slots.len() && !self.slots[free].is_empty() {
             free += 1;
@@ -177,11 +184,24 @@ impl<S: Slot> Segment<S> {
         self.len += 1;
     }
 
+    fn must_grow(&self) -> bool {
+        (self.len + 1) * 1000 > self.capacity * MAX_LOAD
+    }
+
     fn insert(&mut self, slot: S) {
-        if (self.len + 1) * 1000 > self.capacity * MAX_LOAD {
+        if self.must_grow() {
             *self = self.relayout((self.len + 1) * 1000 / RELAID_LOAD, |_| true, None);
         }
         self.place(slot);
+    }
+
+    /// `insert` at the position `search` returned for the slot's hash.
+    fn insert_at(&mut self, at: usize, slot: S) {
+        if self.must_grow() {
+            self.insert(slot);
+        } else {
+            self.place_at(at, slot);
+        }
     }
 
     fn remove_at(&mut self, pos: usize) {
@@ -196,16 +216,33 @@ impl<S: Slot> Segment<S> {
         }
     }
 
-    /// Removes the slots matching `remove` in one backward scan, passing each to `removed`. A
-    /// removal shifts only slots after it back, which the scan has already visited.
+    /// Removes the slots matching `remove`, passing each to `removed`, in one forward pass that
+    /// lays the kept slots out again in place: each goes to its home or right after the previous
+    /// kept slot, which is never to the right of where it was (the `relayout` rule, so the
+    /// segment stays sorted and every run stays unbroken). One pass however many go, where
+    /// removing them one by one would shift the rest of each run once per removal.
     fn remove_where(&mut self, remove: &impl Fn(&S) -> bool, removed: &mut impl FnMut(S)) {
-        for pos in (0..self.slots.len()).rev() {
+        let mut next = 0usize;
+        let mut kept = 0usize;
+        for pos in 0..self.slots.len() {
             let slot = self.slots[pos];
-            if !slot.is_empty() && remove(&slot) {
-                self.unlink(pos);
-                removed(slot);
+            if slot.is_empty() {
+                continue;
             }
+            if remove(&slot) {
+                removed(slot);
+                self.slots[pos] = S::EMPTY;
+                continue;
+            }
+            let to = self.home(slot.hash()).max(next);
+            if to != pos {
+                self.slots[to] = slot;
+                self.slots[pos] = S::EMPTY;
+            }
+            next = to + 1;
+            kept += 1;
         }
+        self.len = kept;
         self.maybe_shrink();
     }
 
@@ -327,6 +364,35 @@ impl<S: Slot> Table<S> {
         self.directory[(hash & ((1u64 << self.depth) - 1)) as usize]
     }
 
+    /// Where the slot of `hash` is (`Ok`), or where it would be inserted (`Err`, for
+    /// [`Table::insert_vacant`] before any other change): one probe for "update or insert".
+    #[inline]
+    pub fn lookup(&self, hash: u64) -> Result<Pos, Pos> {
+        let segment = self.segment_of(hash);
+        match self.segments[segment as usize].search(hash) {
+            Ok(slot) => Ok(Pos {
+                segment,
+                slot: slot as u32,
+            }),
+            Err(slot) => Err(Pos {
+                segment,
+                slot: slot as u32,
+            }),
+        }
+    }
+
+    /// Inserts a slot at the vacancy [`Table::lookup`] returned for its hash (no change to the
+    /// table in between).
+    pub fn insert_vacant(&mut self, at: Pos, slot: S) {
+        let segment = at.segment as usize;
+        debug_assert_eq!(self.segment_of(slot.hash()), at.segment);
+        self.segments[segment].insert_at(at.slot as usize, slot);
+        self.len += 1;
+        if self.segments[segment].len >= SEGMENT_MAX {
+            self.split(segment);
+        }
+    }
+
     /// Where the slot of `hash` is.
     #[inline]
     pub fn find(&self, hash: u64) -> Option<Pos> {
@@ -344,10 +410,11 @@ impl<S: Slot> Table<S> {
     #[inline]
     pub fn touch(&self, hash: u64) -> u64 {
         let segment = &self.segments[self.segment_of(hash) as usize];
-        segment
-            .slots
-            .get(segment.home(hash))
-            .map_or(0, |s| s.hash())
+        let home = segment.home(hash);
+        // The home slot's line and the next: a search or an insertion usually reads on into it.
+        let next = home + 64 / std::mem::size_of::<S>();
+        let read = |at: usize| segment.slots.get(at).map_or(0, |s| s.hash());
+        read(home) ^ read(next)
     }
 
     /// The slot at `pos`.
@@ -378,6 +445,17 @@ impl<S: Slot> Table<S> {
     pub fn remove(&mut self, pos: Pos) {
         self.segments[pos.segment as usize].remove_at(pos.slot as usize);
         self.len -= 1;
+    }
+
+    /// Calls `f` with every slot (plain loops: much faster than `iter` for a full pass).
+    pub fn for_each(&self, mut f: impl FnMut(&S)) {
+        for segment in &self.segments {
+            for slot in &segment.slots {
+                if !slot.is_empty() {
+                    f(slot);
+                }
+            }
+        }
     }
 
     /// Every slot, segment by segment.

@@ -129,25 +129,31 @@ impl Worker {
         self.entries.iter()
     }
 
-    /// Stores a block not held yet (by mixed engine hash and key), as the newest.
-    pub fn insert(&mut self, hash: u64, hkey: u64, media: u8) {
-        let stamp = self.stamp();
-        self.entries
-            .insert_new(Entry::new(hash, hkey, stamp, media));
-    }
-
-    /// Makes a held block (by mixed engine hash) the newest and adds `media` to its mask;
-    /// returns the entry as it was.
-    pub fn refresh(&mut self, hash: u64, media: u8) -> Option<Entry> {
+    /// Stores a block (by mixed engine hash and key) as the newest: a held block gets `media`
+    /// added to its mask and is returned as it was; a new one is inserted (None).
+    pub fn store(&mut self, hash: u64, hkey: u64, media: u8) -> Option<Entry> {
         if self.next_stamp >= STAMP_LIMIT {
             // Renumbering rebuilds the table: do it before taking a slot position.
             self.renumber();
         }
-        let pos = self.entries.find(hash)?;
         let stamp = self.stamp();
-        let old = self.entries.get(pos);
-        self.entries.set(pos, old.with(stamp, old.media() | media));
-        Some(old)
+        match self.entries.lookup(hash) {
+            Ok(pos) => {
+                let old = self.entries.get(pos);
+                self.entries.set(pos, old.with(stamp, old.media() | media));
+                Some(old)
+            }
+            Err(vacancy) => {
+                let entry = Entry::new(hash, hkey, stamp, media);
+                self.entries.insert_vacant(vacancy, entry);
+                None
+            }
+        }
+    }
+
+    /// Whether a (mixed) engine hash is held.
+    pub fn contains(&self, hash: u64) -> bool {
+        self.entries.find(hash).is_some()
     }
 
     /// Sets the media of a held block without changing its recency (0 removes the block).
@@ -168,25 +174,26 @@ impl Worker {
         std::mem::take(&mut self.entries)
     }
 
-    /// Removes and returns the `count` oldest entries.
-    pub fn take_oldest(&mut self, count: usize) -> Vec<Entry> {
-        if count >= self.entries.len() {
-            let all = self.take_all();
-            let mut victims = Vec::with_capacity(all.len());
-            victims.extend(all.iter());
-            return victims;
-        }
+    /// Removes the `count` oldest entries, passing each to `removed`.
+    pub fn remove_oldest(&mut self, count: usize, mut removed: impl FnMut(Entry)) {
         if count == 0 {
-            return Vec::new();
+            return;
         }
-        // Sized up front: growing these by doubling costs fresh pages at every step.
-        let mut stamps = Vec::with_capacity(self.entries.len());
-        stamps.extend(self.entries.iter().map(|e| e.stamp()));
-        let (_, &mut threshold, _) = stamps.select_nth_unstable(count - 1);
-        let mut victims = Vec::with_capacity(count);
+        if count >= self.entries.len() {
+            self.take_all().for_each(|&e| removed(e));
+            return;
+        }
+        let threshold = self.nth_stamp(count - 1);
         self.entries
-            .remove_where(|e| e.stamp() <= threshold, |e| victims.push(e));
-        victims
+            .remove_where(|e| e.stamp() <= threshold, removed);
+    }
+
+    /// The `n`-th smallest stamp (0-based; stamps are distinct).
+    fn nth_stamp(&self, n: usize) -> u32 {
+        // Sized up front: growing it by doubling costs fresh pages at every step.
+        let mut stamps = Vec::with_capacity(self.entries.len());
+        self.entries.for_each(|e| stamps.push(e.stamp()));
+        *stamps.select_nth_unstable(n).1
     }
 
     /// Rebuilds from entries (snapshot load), keeping their stamps.
