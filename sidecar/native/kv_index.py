@@ -27,7 +27,7 @@ from router_adapter.hashing import BlockHasher
 from router_adapter.index import IndexStats, Score, WorkerScore
 from router_adapter.spec import HashSpec, MmItem
 from sidecar.errors import InvalidArgument
-from sidecar.native._calls import call_bytes, call_out, ids_arg, ids_array, str_arg
+from sidecar.native._calls import call_bytes, call_out, ids_arg, str_arg, uint32_ids
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
 from sidecar.native._handle import Handle
@@ -44,19 +44,6 @@ def _err_box():  # noqa: ANN202 - cffi cdata
     if box is None:
         box = _ERRORS.box = ffi.new("sc_error **")
     return box
-
-
-def _token_array(tokens: Sequence[int]) -> array:
-    if isinstance(tokens, array) and tokens.typecode == "I":
-        return tokens
-    if isinstance(tokens, list):
-        arr = array("I")
-        try:
-            arr.fromlist(tokens)  # about twice as fast as array("I", list)
-            return arr
-        except (OverflowError, TypeError):
-            pass
-    return ids_array(tokens, "token_ids")  # raises InvalidArgument naming the field
 
 
 class NativePrefixIndex:
@@ -165,7 +152,7 @@ class NativePrefixIndex:
             # Validated here so that a bad item raises what the Python index raises.
             replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, mm_items=tuple(mm_items)).validate()
             mm = json.dumps([asdict(m) for m in mm_items]).encode()
-        ids = _token_array(token_ids)
+        ids = uint32_ids(token_ids)
         # The buffers must outlive the call: keep them in the tuple.
         return ids, ids_arg(ids), str_arg(lora_name.encode()), str_arg(cache_salt.encode()), str_arg(mm)
 
