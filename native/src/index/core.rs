@@ -18,7 +18,9 @@ const EVICTION_GROUP: usize = 64;
 
 /// Releases every hold of evicted entries of worker `id`; returns how many there were.
 fn release_all(keys: &mut KeyTable, id: u32, entries: &[Entry]) -> u64 {
-    let sink = entries.iter().fold(0u64, |acc, e| acc ^ keys.touch(e.hkey()));
+    let sink = entries
+        .iter()
+        .fold(0u64, |acc, e| acc ^ keys.touch(e.hkey()));
     std::hint::black_box(sink);
     for entry in entries {
         for m in 0..MAX_MEDIA {
