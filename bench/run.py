@@ -15,8 +15,8 @@ import platform
 import sys
 from pathlib import Path
 
-SECTIONS = ["bench.server_model", "bench.tokenize", "bench.render", "bench.parse", "bench.hashing", "bench.rust_client",
-            "bench.tracing", "bench.kv_fleet"]
+SECTIONS = ["bench.server_model", "bench.tokenize", "bench.render", "bench.parse", "bench.hashing", "bench.kv_index",
+            "bench.rust_client", "bench.tracing", "bench.kv_fleet"]
 
 
 def main() -> int:

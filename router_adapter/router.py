@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from router_adapter.events import Batch
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
@@ -20,6 +20,11 @@ from router_adapter.spec import HashSpec, MmItem
 from router_adapter.subscriber import Source, SourceStats, Subscriber
 
 _log = logging.getLogger("router_adapter.router")
+
+#: Makes one model's index, called as `factory(block_size, engine_spec=..., max_blocks=...,
+#: hasher=...)`: `PrefixIndex` unless injected; the server passes the native core's index
+#: (`sidecar.factory.get_index_factory`), which has the same API.
+IndexFactory = Callable[..., PrefixIndex]
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,7 @@ class KvRouter:
         silence_timeout_s: float | None = 300.0,
         replay_timeout_s: float = 2.0,
         hasher: BlockHasher = REFERENCE_HASHER,
+        index_factory: IndexFactory = PrefixIndex,
     ) -> None:
         models = dict(models or {})
         self._worker_model: dict[str, str] = {}
@@ -52,7 +58,7 @@ class KvRouter:
             models.setdefault(source.model, ModelOptions(block_size=block_size))
             self._worker_model[source.worker] = source.model
         self.indexes: dict[str, PrefixIndex] = {
-            name: PrefixIndex(
+            name: index_factory(
                 opts.block_size if opts.engine_spec is None else None,
                 engine_spec=opts.engine_spec, max_blocks=max_blocks, hasher=hasher,
             )

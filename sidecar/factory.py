@@ -1,4 +1,5 @@
-"""Chooses implementations by name: the backend (tokenizer, renderer, parser) and the block hasher.
+"""Chooses implementations by name: the backend (tokenizer, renderer, parser), the block hasher and
+the KV prefix index.
 
 This is the one module that imports the implementations; the servicers, the registry and the router
 adapter see only the interfaces (`sidecar.backend`, `router_adapter.hashing.BlockHasher`). Nothing
@@ -6,6 +7,7 @@ is tried and replaced by something else: an unknown name or an unbuilt native li
 
     backend = get_backend("native")      # sidecar.native: the Rust core
     hasher = get_hasher("native")        # the same core's block hashing
+    make_index = get_index_factory("native")  # the same core's prefix index (for KvRouter)
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import functools
 from typing import Sequence
 
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
+from router_adapter.index import PrefixIndex
+from router_adapter.router import IndexFactory
 from sidecar.backend import Backend, ParseLimits, ParseModel, ParseOpenConfig
 
 #: What `--backend` accepts.
@@ -68,4 +72,17 @@ def get_hasher(name: str) -> BlockHasher:
         return NativeHasher()
     if name == "reference":
         return REFERENCE_HASHER
+    raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")
+
+
+def get_index_factory(name: str) -> IndexFactory:
+    """What makes one model's prefix index for `KvRouter(index_factory=...)`: the native core's
+    index (`sidecar.native.kv_index.NativePrefixIndex`, the same API and scores), or
+    router_adapter's Python `PrefixIndex` with the reference backend."""
+    if name == "native":
+        from sidecar.native.kv_index import NativePrefixIndex
+
+        return NativePrefixIndex
+    if name == "reference":
+        return PrefixIndex
     raise ValueError(f"unknown backend {name!r}; expected one of {', '.join(BACKENDS)}")

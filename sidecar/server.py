@@ -16,10 +16,11 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from router_adapter import KvRouter, ModelOptions
+from router_adapter.router import IndexFactory
 from router_adapter.hashing import BlockHasher
 from sidecar import metrics, tracing
 from sidecar.backend import RendererSettings
-from sidecar.factory import get_backend, get_hasher
+from sidecar.factory import get_backend, get_hasher, get_index_factory
 from sidecar.config import ServerConfig
 from sidecar.errors import FailedPrecondition
 from sidecar.listeners import UnixSocket, bind_tcp
@@ -99,11 +100,10 @@ def admin_handler(reloader: Reloader, gate: Gate) -> grpc.GenericRpcHandler:
     )
 
 
-def build_kv_router(config: ServerConfig, hasher: BlockHasher) -> KvRouter | None:
+def build_kv_router(config: ServerConfig, hasher: BlockHasher, index_factory: IndexFactory) -> KvRouter | None:
     """The router adapter for `--kv-events` sources and `--kv-nats`, or None without either."""
     if config.kv is None or not (config.kv.sources or config.kv.nats):
         return None
-
     kv_config = config.kv
     names = [source.model for source in kv_config.sources] + list(kv_config.nats_models if kv_config.nats else ())
     models = {
@@ -112,7 +112,7 @@ def build_kv_router(config: ServerConfig, hasher: BlockHasher) -> KvRouter | Non
     }
     router = KvRouter(
         kv_config.sources, block_size=kv_config.block_size, models=models, max_blocks=kv_config.max_blocks,
-        silence_timeout_s=kv_config.silence_timeout_s or None, hasher=hasher,
+        silence_timeout_s=kv_config.silence_timeout_s or None, hasher=hasher, index_factory=index_factory,
     )
     if kv_config.nats is not None:
         from router_adapter.nats_feed import NatsFeed
@@ -203,7 +203,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
     )
     gate = Gate()
     reloader = Reloader(registry)
-    kv_router = build_kv_router(config, hasher)
+    kv_router = build_kv_router(config, hasher, get_index_factory(config.backend))
     handlers = [preprocessor_handler(runtime, gate), kv_router_handler(runtime, kv_router, gate)]
     if config.enable_admin:
         handlers.append(admin_handler(reloader, gate))

@@ -8,6 +8,16 @@
 #include <stdint.h>
 
 /*
+ `sc_kv_index_apply`: a payload as an engine publishes it (vLLM or SGLang msgpack batch).
+ */
+#define SC_KV_PAYLOAD_ENGINE 0
+
+/*
+ `sc_kv_index_apply`: `msgspec.msgpack.encode(router_adapter.events.Batch)`.
+ */
+#define SC_KV_PAYLOAD_NORMALIZED 1
+
+/*
  `sc_parse_mux_handle` answered a step or a cancel.
  */
 #define SC_PARSE_HANDLED 0
@@ -88,6 +98,11 @@
  How far back the reasoning split looks in the prompt for its last marker.
  */
 #define PRIME_PARSER_IDS 512
+
+/*
+ A KV prefix index (one model). Create with `sc_kv_index_new`, free with `sc_kv_index_free`.
+ */
+typedef struct sc_kv_index sc_kv_index;
 
 /*
  A model's parse data (decode table, added tokens); immutable, shareable across threads. Free
@@ -173,6 +188,60 @@ typedef struct sc_error {
    */
   uintptr_t message_len;
 } sc_error;
+
+/*
+ Counters and sizes of an index.
+ */
+typedef struct sc_kv_status {
+  /*
+   Events applied.
+   */
+  uint64_t events;
+  /*
+   Blocks stored (re-stores included).
+   */
+  uint64_t blocks_stored;
+  /*
+   Blocks removed by removal events.
+   */
+  uint64_t blocks_removed;
+  /*
+   Stored blocks whose parent was unknown.
+   */
+  uint64_t orphan_blocks;
+  /*
+   Removals of blocks not held.
+   */
+  uint64_t unknown_removals;
+  /*
+   Events not indexed.
+   */
+  uint64_t skipped_events;
+  /*
+   Blocks evicted by the bound.
+   */
+  uint64_t evicted_blocks;
+  /*
+   Workers dropped.
+   */
+  uint64_t worker_resets;
+  /*
+   (worker, block) entries held.
+   */
+  uint64_t blocks;
+  /*
+   Workers known.
+   */
+  uint64_t workers;
+  /*
+   Distinct keys held.
+   */
+  uint64_t keys;
+  /*
+   Tokens per block; 0 while unknown.
+   */
+  uint32_t block_size;
+} sc_kv_status;
 
 /*
  One Render request. All strings are borrowed for the call.
@@ -440,6 +509,177 @@ int32_t sc_prefix_keys(struct sc_ids ids,
                        uintptr_t out_cap,
                        uintptr_t *written,
                        struct sc_error **err);
+
+/*
+ A new index. `options_json`: `{"block_size": n|null, "engine_spec": {HashSpec fields}|null,
+ "max_blocks": n, "group_idx": n}`, every field optional (empty = all defaults). A bad option
+ fails with `SC_ERR_KIND_INVALID_ARGUMENT` naming it.
+
+ # Safety
+ `options_json` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
+ */
+int32_t sc_kv_index_new(struct sc_str options_json,
+                        struct sc_kv_index **out,
+                        struct sc_error **err);
+
+/*
+ Frees an index. NULL is a no-op. Not while any other call on the handle is running.
+
+ # Safety
+ `index` must be NULL or a handle from `sc_kv_index_new`, not yet freed and not in use.
+ */
+void sc_kv_index_free(struct sc_kv_index *index);
+
+/*
+ Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE` or `SC_KV_PAYLOAD_NORMALIZED`) and
+ applies its events as published by `worker`. A malformed payload fails with
+ `SC_ERR_KIND_INVALID_ARGUMENT` (message starting `payload:`) and changes nothing.
+
+ # Safety
+ `index` must be a live handle; `worker` and `payload` (`len` bytes, NULL when 0) are
+ borrowed for the call; `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_apply(const struct sc_kv_index *index,
+                          struct sc_str worker,
+                          const uint8_t *payload,
+                          uintptr_t len,
+                          int32_t encoding,
+                          struct sc_error **err);
+
+/*
+ Forgets everything `worker` holds (engine restart, unrecoverable gap, silence); `*dropped`
+ tells whether the worker was known.
+
+ # Safety
+ `index` must be a live handle; `worker` is borrowed for the call; `dropped` and `err` must be
+ NULL or writable.
+ */
+int32_t sc_kv_index_drop_worker(const struct sc_kv_index *index,
+                                struct sc_str worker,
+                                bool *dropped,
+                                struct sc_error **err);
+
+/*
+ The keys of a request's full blocks (content keys, or the engine's hashes in engine mode) as
+ little-endian `uint64_t` values in `*out`. `mm_items_json`: a JSON array of `{"identifier",
+ "offset", "length"}` or empty (engine mode only; content keys ignore it).
+
+ # Safety
+ `index` must be a live handle; the other inputs are borrowed for the call; `out` and `err`
+ must be NULL or writable.
+ */
+int32_t sc_kv_index_request_keys(const struct sc_kv_index *index,
+                                 struct sc_ids ids,
+                                 struct sc_str lora_name,
+                                 struct sc_str cache_salt,
+                                 struct sc_str mm_items_json,
+                                 struct sc_bytes *out,
+                                 struct sc_error **err);
+
+/*
+ Scores a request (hashing it as `sc_kv_index_request_keys` does); `*out` receives the result
+ in the layout of [`encode_score`].
+
+ # Safety
+ As `sc_kv_index_request_keys`.
+ */
+int32_t sc_kv_index_score(const struct sc_kv_index *index,
+                          struct sc_ids ids,
+                          struct sc_str lora_name,
+                          struct sc_str cache_salt,
+                          struct sc_str mm_items_json,
+                          struct sc_bytes *out,
+                          struct sc_error **err);
+
+/*
+ Scores precomputed keys (`keys`: `len` values, NULL when 0); `*out` as `sc_kv_index_score`.
+
+ # Safety
+ `index` must be a live handle; `keys` is borrowed for the call; `out` and `err` must be NULL
+ or writable.
+ */
+int32_t sc_kv_index_score_keys(const struct sc_kv_index *index,
+                               const uint64_t *keys,
+                               uintptr_t len,
+                               struct sc_bytes *out,
+                               struct sc_error **err);
+
+/*
+ Counters and sizes as of the last update (never waits for a thread applying events).
+
+ # Safety
+ `index` must be a live handle; `out` and `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_status(const struct sc_kv_index *index,
+                           struct sc_kv_status *out,
+                           struct sc_error **err);
+
+/*
+ Bytes the index's tables hold (RSS adds the allocator's slack).
+
+ # Safety
+ `index` must be a live handle; `out` and `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_allocated_bytes(const struct sc_kv_index *index,
+                                    uint64_t *out,
+                                    struct sc_error **err);
+
+/*
+ The workers' names, sorted, as a JSON array of strings.
+
+ # Safety
+ `index` must be a live handle; `out` and `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_workers(const struct sc_kv_index *index,
+                            struct sc_bytes *out,
+                            struct sc_error **err);
+
+/*
+ Blocks `worker` holds (0 when unknown).
+
+ # Safety
+ `index` must be a live handle; `worker` is borrowed for the call; `out` and `err` must be
+ NULL or writable.
+ */
+int32_t sc_kv_index_worker_blocks(const struct sc_kv_index *index,
+                                  struct sc_str worker,
+                                  uint64_t *out,
+                                  struct sc_error **err);
+
+/*
+ Events applied per second over the last `window_s` seconds (at most the last 4096 events).
+
+ # Safety
+ `index` must be a live handle; `out` and `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_events_per_second(const struct sc_kv_index *index,
+                                      double window_s,
+                                      double *out,
+                                      struct sc_error **err);
+
+/*
+ The whole index state as a compact binary snapshot (see `crate::index::snapshot`).
+
+ # Safety
+ `index` must be a live handle; `out` and `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_snapshot(const struct sc_kv_index *index,
+                             struct sc_bytes *out,
+                             struct sc_error **err);
+
+/*
+ Replaces the state with a snapshot's. A corrupt snapshot fails with
+ `SC_ERR_KIND_INVALID_ARGUMENT`, one from an index of another mode, spec, group or block size
+ with `SC_ERR_KIND_FAILED_PRECONDITION`; either way nothing changes.
+
+ # Safety
+ `index` must be a live handle; `data` (`len` bytes, NULL when 0) is borrowed for the call;
+ `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_restore(const struct sc_kv_index *index,
+                            const uint8_t *data,
+                            uintptr_t len,
+                            struct sc_error **err);
 
 /*
  Builds the parse data of a tokenizer. `options_json`: `{"force_generic": bool}` or empty.

@@ -1,5 +1,5 @@
-//! Native core of the sidecar: tokenization, chat templates, incremental decoding, parsers and
-//! block hashing, behind a C ABI that Python loads through cffi.
+//! Native core of the sidecar: tokenization, chat templates, incremental decoding, parsers,
+//! block hashing and the KV prefix index, behind a C ABI that Python loads through cffi.
 //!
 //! Capability modules (`tokenizer`, `template`, `render`, `detok`, `parse`, `hash`) are plain Rust:
 //! `&str` and `&[u32]` in, `Result<T, Error>` out, no FFI types. [`wire`] holds the protobuf
@@ -16,6 +16,7 @@ pub mod detok;
 pub mod error;
 pub mod ffi;
 pub mod hash;
+pub mod index;
 pub mod parse;
 pub mod render;
 pub mod settings;

@@ -29,6 +29,24 @@ def ids_array(ids: Sequence[int], field: str) -> array:
         raise InvalidArgument(f"{field}: token ids must be integers in [0, 2^32): {e}") from None
 
 
+def uint32_ids(ids: Sequence[int], field: str = "token_ids") -> array | memoryview:
+    """Token ids as a uint32 buffer without a copy where they already are one (an `array("I")`,
+    a rendered prompt's read-only view in native memory); a list goes through `array.fromlist`,
+    about twice as fast as `array("I", list)` on a 32k-token prompt."""
+    if isinstance(ids, array) and ids.typecode == "I":
+        return ids
+    if isinstance(ids, memoryview) and ids.format == "I" and ids.c_contiguous:
+        return ids
+    if isinstance(ids, list):
+        arr = array("I")
+        try:
+            arr.fromlist(ids)
+            return arr
+        except (OverflowError, TypeError):
+            pass
+    return ids_array(ids, field)  # raises InvalidArgument naming the field
+
+
 def timeout_us(timeout_s: float | None) -> int:
     # 0 means "no deadline" to the native side, so a deadline already passed becomes 1 us.
     if timeout_s is None:

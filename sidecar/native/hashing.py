@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-from array import array
 from functools import lru_cache
 from typing import Sequence
 
 from router_adapter.spec import HashSpec
-from sidecar.native._calls import ids_arg, ids_array, str_arg
+from sidecar.native._calls import ids_arg, str_arg, uint32_ids
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
-
-
-def _ids(tokens: Sequence[int]) -> array | memoryview:
-    if isinstance(tokens, array) and tokens.typecode == "I":
-        arr = tokens
-    elif isinstance(tokens, memoryview) and tokens.format == "I" and tokens.c_contiguous:
-        arr = tokens  # a rendered prompt's ids, still in native memory
-    elif isinstance(tokens, list):
-        # fromlist is about twice as fast as array("I", list) on a 32k-token prompt.
-        arr = array("I")
-        try:
-            arr.fromlist(tokens)
-        except (OverflowError, TypeError):
-            arr = ids_array(tokens, "token_ids")  # raises InvalidArgument naming the field
-    else:
-        arr = ids_array(tokens, "token_ids")
-    return arr
 
 
 @lru_cache(maxsize=1024)
@@ -49,7 +31,7 @@ def _hashes(fn, count: int, *args) -> list[int]:  # noqa: ANN001 - cffi function
 def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
     """The engine's 64-bit value of every full block of `tokens` (see `HashSpec`)."""
     spec_bytes = _spec_json(spec)
-    arr = _ids(tokens)
+    arr = uint32_ids(tokens)
     return _hashes(lib.sc_block_hashes, len(arr) // spec.block_size, str_arg(spec_bytes), ids_arg(arr))
 
 
@@ -57,7 +39,7 @@ def prefix_keys(
     tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "", parent: int | None = None
 ) -> list[int]:
     """Dynamo-style SequenceHash keys of the full blocks of `tokens`, continuing after `parent`."""
-    arr = _ids(tokens)
+    arr = uint32_ids(tokens)
     count = len(arr) // block_size if block_size > 0 else 0
     return _hashes(
         lib.sc_prefix_keys, count, ids_arg(arr), block_size, str_arg(lora_name.encode()), str_arg(namespace.encode()),

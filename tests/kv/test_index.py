@@ -1,4 +1,5 @@
-"""The prefix index: content keys from events, engine-hash bookkeeping, scoring, bounds."""
+"""The prefix index: content keys from events, engine-hash bookkeeping, scoring, bounds; for the
+Python index (with native and reference hashing) and the native one (sidecar.native.kv_index)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from router_adapter import _reference
 from router_adapter.events import AllBlocksCleared, BlockRemoved, BlockStored
 from router_adapter.index import PrefixIndex
 from router_adapter.spec import HashSpec
-from sidecar.factory import get_hasher
+from sidecar.factory import get_hasher, get_index_factory
 
 BS = 4
 TOKENS = list(range(100, 132))  # 8 blocks
@@ -35,9 +36,19 @@ def depths(index: PrefixIndex, tokens: list[int], **kw: str) -> dict[str, int]:
     return {w.worker: w.blocks for w in index.score(tokens, **kw).workers}
 
 
-@pytest.fixture(params=["native", "reference"])
+def make_index(kind: str, *args: object, **kw: object) -> PrefixIndex:
+    """A Python index hashing with `kind` ("native", "reference"), or the native index."""
+    if kind == "native-index":
+        return get_index_factory("native")(*args, **kw)
+    return PrefixIndex(*args, hasher=get_hasher(kind), **kw)
+
+
+KINDS = ["native", "reference", "native-index"]
+
+
+@pytest.fixture(params=KINDS)
 def index(request: pytest.FixtureRequest) -> PrefixIndex:
-    return PrefixIndex(BS, hasher=get_hasher(request.param))
+    return make_index(request.param, BS)
 
 
 def test_stores_in_spans_match_the_whole_request(index: PrefixIndex) -> None:
@@ -118,15 +129,17 @@ def test_other_block_sizes_groups_and_remote_blocks_are_skipped(index: PrefixInd
     assert depths(index, TOKENS)["a"] == 2
 
 
-def test_block_size_is_learned_from_the_first_store() -> None:
-    index = PrefixIndex()
+@pytest.mark.parametrize("kind", KINDS)
+def test_block_size_is_learned_from_the_first_store(kind: str) -> None:
+    index = make_index(kind)
     assert index.score(TOKENS).workers == []
     index.apply("a", store(TOKENS, 0, 3))
     assert index.block_size == BS and depths(index, TOKENS) == {"a": 3}
 
 
-def test_eviction_keeps_memory_bounded() -> None:
-    index = PrefixIndex(BS, max_blocks=100)
+@pytest.mark.parametrize("kind", KINDS)
+def test_eviction_keeps_memory_bounded(kind: str) -> None:
+    index = make_index(kind, BS, max_blocks=100)
     for i in range(60):
         seq = [i * 1000 + t for t in range(4 * BS)]
         index.apply("big" if i % 3 else "small", BlockStored(engine_hashes(seq), None, seq, BS))
@@ -136,10 +149,10 @@ def test_eviction_keeps_memory_bounded() -> None:
     assert depths(index, newest)["big"] == 4
 
 
-@pytest.mark.parametrize("backend", ["native", "reference"])
-def test_engine_mode_matches_the_engines_hashes(backend: str) -> None:
+@pytest.mark.parametrize("kind", KINDS)
+def test_engine_mode_matches_the_engines_hashes(kind: str) -> None:
     spec = HashSpec("vllm_sha256", BS, seed="0")
-    index = PrefixIndex(engine_spec=spec, hasher=get_hasher(backend))
+    index = make_index(kind, engine_spec=spec)
     hashes = _reference.block_hashes(TOKENS, spec)
     # No token ids needed: engine mode keys on the published hashes.
     index.apply("a", BlockStored(hashes[:5], None, [], BS))

@@ -1,5 +1,6 @@
 """The real subscriber against real ZMQ sockets on loopback: stores, removals, clears, a dropped
-message (gap then replay), a gap without replay, an engine restart and a silent worker."""
+message (gap then replay), a gap without replay, an engine restart and a silent worker; each with
+the Python index and the native one behind the router."""
 
 from __future__ import annotations
 
@@ -8,8 +9,10 @@ from typing import Iterator
 import pytest
 import zmq
 
-from router_adapter import KvRouter, Source, _reference
+from router_adapter import KvRouter, PrefixIndex, Source, _reference
+from router_adapter.router import IndexFactory
 from router_adapter.spec import HashSpec
+from sidecar.factory import get_index_factory
 from tests.kv.publisher import CLEARED, FakeEnginePublisher, removed, stored, wait_until
 
 BS = 4
@@ -20,6 +23,13 @@ HASHES = _reference.block_hashes(TOKENS, HashSpec("vllm_sha256", BS))
 def span(start: int, end: int) -> dict:
     parent = HASHES[start - 1] if start else None
     return stored(HASHES[start:end], TOKENS[start * BS : end * BS], BS, parent)
+
+
+@pytest.fixture(params=["python", "native"])
+def index_factory(request: pytest.FixtureRequest) -> IndexFactory:
+    if request.param == "python":
+        return PrefixIndex
+    return get_index_factory("native")
 
 
 @pytest.fixture
@@ -33,13 +43,13 @@ def blocks(router: KvRouter, worker: str) -> int:
     return next((w.blocks for w in router.score("m", TOKENS).workers if w.worker == worker), -1)
 
 
-def test_events_gaps_replay_restart(ctx: zmq.Context) -> None:
+def test_events_gaps_replay_restart(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     with_replay = FakeEnginePublisher(ctx)
     no_replay = FakeEnginePublisher(ctx, replay=False)
     router = KvRouter(
         [Source("a", with_replay.endpoint, with_replay.replay_endpoint, model="m"),
          Source("b", no_replay.endpoint, model="m")],
-        block_size=BS, silence_timeout_s=None,
+        block_size=BS, silence_timeout_s=None, index_factory=index_factory,
     )
     router.start()
     try:
@@ -85,10 +95,10 @@ def test_events_gaps_replay_restart(ctx: zmq.Context) -> None:
         no_replay.close()
 
 
-def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context) -> None:
+def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx)
     router = KvRouter([Source("a", pub.endpoint, pub.replay_endpoint, model="m")], block_size=BS,
-                      silence_timeout_s=None)
+                      silence_timeout_s=None, index_factory=index_factory)
     router.start()
     try:
         pub.wait_for_subscriber()
@@ -104,9 +114,10 @@ def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context) -> None:
         pub.close()
 
 
-def test_undecodable_payloads_are_counted_and_skipped(ctx: zmq.Context) -> None:
+def test_undecodable_payloads_are_counted_and_skipped(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx, replay=False)
-    router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=None)
+    router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=None,
+                      index_factory=index_factory)
     router.start()
     try:
         pub.wait_for_subscriber()
@@ -121,9 +132,10 @@ def test_undecodable_payloads_are_counted_and_skipped(ctx: zmq.Context) -> None:
         pub.close()
 
 
-def test_silent_worker_is_aged_out(ctx: zmq.Context) -> None:
+def test_silent_worker_is_aged_out(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx, replay=False)
-    router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=0.3)
+    router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=0.3,
+                      index_factory=index_factory)
     router.start()
     try:
         pub.wait_for_subscriber()

@@ -13,6 +13,7 @@ import threading
 import time
 from typing import Any, Callable
 
+import msgspec
 import pytest
 
 from sidecar.backend import EncodeOptions, ParseLimits, RendererSettings, RenderOptions
@@ -20,6 +21,7 @@ from sidecar.errors import FailedPrecondition
 from sidecar.native import NativeBackend, ffi, lib
 from sidecar.native._calls import call_out, str_arg
 from sidecar.native._handle import Handle
+from sidecar.native.kv_index import NativePrefixIndex
 from sidecar.registry import materialize_embedded
 from sidecar.v1 import preprocessor_pb2 as pb
 from tests.conftest import require_native_testing_exports
@@ -147,3 +149,16 @@ def test_parse_model_closed_mid_bench(tokenizer) -> None:  # noqa: ANN001
     assert ns > 0
     with pytest.raises(FailedPrecondition, match="parse model"):
         model.bench(config, [], ids[:10], 1, 1)
+
+
+def test_kv_index_closed_mid_apply() -> None:
+    # The subscriber thread inside a large batch while the server shuts the index down.
+    blocks = 300_000
+    event = {"type": "BlockStored", "block_hashes": list(range(1, blocks + 1)), "parent_block_hash": None,
+             "token_ids": list(range(4 * blocks)), "block_size": 4}
+    payload = msgspec.msgpack.encode([0.0, [event]])
+    index = NativePrefixIndex(4)
+    _close_during(lambda: index.apply_payload("w", payload), index._handle, index.close)
+    with pytest.raises(FailedPrecondition, match="kv index: already closed"):
+        index.score(list(range(8)))
+    index.close()

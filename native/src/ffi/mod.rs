@@ -12,7 +12,8 @@
 //! - Outputs are owned by the caller after a successful call and freed with the matching
 //!   `sc_*_free`; handles are opaque pointers created by `sc_<obj>_new` and freed by `sc_<obj>_free`.
 //! - Handles built from models (`sc_tokenizer`) are immutable and may be used from many threads at
-//!   once; stream handles belong to one request and one thread at a time.
+//!   once; stream handles belong to one request and one thread at a time; an `sc_kv_index` locks
+//!   internally and may be used from many threads at once (but freed only when no call runs).
 //! - An export only converts: it reads its arguments, calls one function of a core module and
 //!   writes that function's result. Decisions (which cache path, which status a kind maps to, how
 //!   a message is encoded) live in the core modules.
@@ -23,6 +24,7 @@
 
 pub mod buf;
 pub mod hash;
+pub mod index;
 pub mod parse;
 pub mod render;
 pub mod status;

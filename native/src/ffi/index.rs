@@ -1,0 +1,497 @@
+//! Exports for [`crate::index`]: argument conversion only.
+//!
+//! An `sc_kv_index` is internally synchronized (a read-write lock: scoring reads, applying
+//! writes), so one handle is used from several threads at once: a subscriber thread applying
+//! payloads while other threads score. Only `sc_kv_index_free` must not overlap any other call
+//! on the handle: the caller (Python holds a lease per call) guarantees that.
+
+use serde::Deserialize;
+
+use super::buf::{
+    free_handle, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str,
+    write_handle,
+};
+use super::status::sc_error;
+use super::{guard, require_out, write_out};
+use crate::error::Error;
+use crate::hash::MmItem;
+use crate::index::{take_released_bytes, Encoding, Options, ScoreTable, SharedIndex};
+
+/// Freed table memory after which the allocator is asked to return free pages to the OS.
+const TRIM_AFTER_BYTES: u64 = 8 << 20;
+
+/// Asks the allocator to return free pages now once the indexes have freed `TRIM_AFTER_BYTES`
+/// of tables (growth re-lays tables out, evictions and clears free them). mimalloc otherwise
+/// keeps freed pages for a second and returns them only on a later allocation from the OS, so
+/// an index that grew fast would keep its discarded tables in RSS. One collection takes about a
+/// millisecond; it happens at most once per 8 MiB freed.
+fn trim_allocator() {
+    if take_released_bytes(TRIM_AFTER_BYTES).is_some() {
+        // SAFETY: `mi_collect` has no preconditions; it only frees and purges the allocator's
+        // own free memory and is safe to call from any thread at any time.
+        unsafe { libmimalloc_sys::mi_collect(true) };
+    }
+}
+
+/// A KV prefix index (one model). Create with `sc_kv_index_new`, free with `sc_kv_index_free`.
+pub struct sc_kv_index {
+    inner: SharedIndex,
+}
+
+/// `sc_kv_index_apply`: a payload as an engine publishes it (vLLM or SGLang msgpack batch).
+pub const SC_KV_PAYLOAD_ENGINE: i32 = 0;
+/// `sc_kv_index_apply`: `msgspec.msgpack.encode(router_adapter.events.Batch)`.
+pub const SC_KV_PAYLOAD_NORMALIZED: i32 = 1;
+
+/// Counters and sizes of an index.
+#[repr(C)]
+pub struct sc_kv_status {
+    /// Events applied.
+    pub events: u64,
+    /// Blocks stored (re-stores included).
+    pub blocks_stored: u64,
+    /// Blocks removed by removal events.
+    pub blocks_removed: u64,
+    /// Stored blocks whose parent was unknown.
+    pub orphan_blocks: u64,
+    /// Removals of blocks not held.
+    pub unknown_removals: u64,
+    /// Events not indexed.
+    pub skipped_events: u64,
+    /// Blocks evicted by the bound.
+    pub evicted_blocks: u64,
+    /// Workers dropped.
+    pub worker_resets: u64,
+    /// (worker, block) entries held.
+    pub blocks: u64,
+    /// Workers known.
+    pub workers: u64,
+    /// Distinct keys held.
+    pub keys: u64,
+    /// Tokens per block; 0 while unknown.
+    pub block_size: u32,
+}
+
+/// A new index. `options_json`: `{"block_size": n|null, "engine_spec": {HashSpec fields}|null,
+/// "max_blocks": n, "group_idx": n}`, every field optional (empty = all defaults). A bad option
+/// fails with `SC_ERR_KIND_INVALID_ARGUMENT` naming it.
+///
+/// # Safety
+/// `options_json` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_new(
+    options_json: sc_str,
+    out: *mut *mut sc_kv_index,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(out, "out")?;
+        // SAFETY: the caller lends the string for the call.
+        let options = Options::from_json(unsafe { read_str(options_json, "options_json")? })?;
+        let inner = SharedIndex::new(options);
+        // SAFETY: the caller promises `out` is writable (checked non-NULL above).
+        unsafe { write_handle(out, sc_kv_index { inner }) }
+    })
+}
+
+/// Frees an index. NULL is a no-op. Not while any other call on the handle is running.
+///
+/// # Safety
+/// `index` must be NULL or a handle from `sc_kv_index_new`, not yet freed and not in use.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_free(index: *mut sc_kv_index) {
+    // SAFETY: the caller passes NULL or a handle nobody uses any more.
+    unsafe { free_handle(index) };
+    trim_allocator();
+}
+
+/// Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE` or `SC_KV_PAYLOAD_NORMALIZED`) and
+/// applies its events as published by `worker`. A malformed payload fails with
+/// `SC_ERR_KIND_INVALID_ARGUMENT` (message starting `payload:`) and changes nothing.
+///
+/// # Safety
+/// `index` must be a live handle; `worker` and `payload` (`len` bytes, NULL when 0) are
+/// borrowed for the call; `err` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_apply(
+    index: *const sc_kv_index,
+    worker: sc_str,
+    payload: *const u8,
+    len: usize,
+    encoding: i32,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle and lends the arguments for the call.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: as above.
+        let worker = unsafe { read_str(worker, "worker")? };
+        // SAFETY: as above.
+        let payload = unsafe { read_slice(payload, len, "payload")? };
+        let encoding = match encoding {
+            SC_KV_PAYLOAD_ENGINE => Encoding::Engine,
+            SC_KV_PAYLOAD_NORMALIZED => Encoding::Normalized,
+            other => {
+                return Err(Error::invalid_argument(format!(
+                    "encoding: unknown {other}"
+                )))
+            }
+        };
+        let applied = index.inner.apply(worker, payload, encoding);
+        trim_allocator();
+        applied
+    })
+}
+
+/// Forgets everything `worker` holds (engine restart, unrecoverable gap, silence); `*dropped`
+/// tells whether the worker was known.
+///
+/// # Safety
+/// `index` must be a live handle; `worker` is borrowed for the call; `dropped` and `err` must be
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_drop_worker(
+    index: *const sc_kv_index,
+    worker: sc_str,
+    dropped: *mut bool,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle and lends the string for the call.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: as above.
+        let worker = unsafe { read_str(worker, "worker")? };
+        require_out(dropped, "dropped")?;
+        let was_known = index.inner.drop_worker(worker);
+        trim_allocator();
+        // SAFETY: the caller promises `dropped` is writable.
+        unsafe { write_out(dropped, was_known, "dropped") }
+    })
+}
+
+/// The request arguments shared by `sc_kv_index_request_keys` and `sc_kv_index_score`.
+struct Request<'a> {
+    ids: &'a [u32],
+    lora_name: &'a str,
+    cache_salt: &'a str,
+    mm_items: Vec<MmItem>,
+}
+
+/// # Safety
+/// The arguments must be borrowed for the call, as the exports' contracts say.
+unsafe fn read_request<'a>(
+    ids: sc_ids,
+    lora_name: sc_str,
+    cache_salt: sc_str,
+    mm_items_json: sc_str,
+) -> crate::Result<Request<'a>> {
+    // SAFETY: forwarded from the caller.
+    let ids = unsafe { read_ids(ids, "token_ids")? };
+    // SAFETY: as above.
+    let lora_name = unsafe { read_str(lora_name, "lora_name")? };
+    // SAFETY: as above.
+    let cache_salt = unsafe { read_str(cache_salt, "cache_salt")? };
+    // SAFETY: as above.
+    let mm_text = unsafe { read_str(mm_items_json, "mm_items")? };
+    let mm_items = if mm_text.trim().is_empty() {
+        Vec::new()
+    } else {
+        Vec::<MmItem>::deserialize(&mut serde_json::Deserializer::from_str(mm_text))
+            .map_err(|e| Error::invalid_argument(format!("mm_items: {e}")))?
+    };
+    Ok(Request {
+        ids,
+        lora_name,
+        cache_salt,
+        mm_items,
+    })
+}
+
+/// The keys of a request's full blocks (content keys, or the engine's hashes in engine mode) as
+/// little-endian `uint64_t` values in `*out`. `mm_items_json`: a JSON array of `{"identifier",
+/// "offset", "length"}` or empty (engine mode only; content keys ignore it).
+///
+/// # Safety
+/// `index` must be a live handle; the other inputs are borrowed for the call; `out` and `err`
+/// must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_request_keys(
+    index: *const sc_kv_index,
+    ids: sc_ids,
+    lora_name: sc_str,
+    cache_salt: sc_str,
+    mm_items_json: sc_str,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(out, "out")?;
+        // SAFETY: the caller passes a live handle.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: the caller lends the request arguments for the call.
+        let r = unsafe { read_request(ids, lora_name, cache_salt, mm_items_json)? };
+        let keys = index
+            .inner
+            .request_keys(r.ids, r.lora_name, r.cache_salt, &r.mm_items)?;
+        let bytes: Vec<u8> = keys.iter().flat_map(|k| k.to_le_bytes()).collect();
+        // SAFETY: the caller promises `out` is writable.
+        unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
+    })
+}
+
+/// Scores a request (hashing it as `sc_kv_index_request_keys` does); `*out` receives the result
+/// in the layout of [`encode_score`].
+///
+/// # Safety
+/// As `sc_kv_index_request_keys`.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_score(
+    index: *const sc_kv_index,
+    ids: sc_ids,
+    lora_name: sc_str,
+    cache_salt: sc_str,
+    mm_items_json: sc_str,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(out, "out")?;
+        // SAFETY: the caller passes a live handle.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: the caller lends the request arguments for the call.
+        let r = unsafe { read_request(ids, lora_name, cache_salt, mm_items_json)? };
+        let table = index
+            .inner
+            .score(r.ids, r.lora_name, r.cache_salt, &r.mm_items)?;
+        // SAFETY: the caller promises `out` is writable.
+        unsafe { write_out(out, sc_bytes::from_vec(encode_score(&table)), "out") }
+    })
+}
+
+/// Scores precomputed keys (`keys`: `len` values, NULL when 0); `*out` as `sc_kv_index_score`.
+///
+/// # Safety
+/// `index` must be a live handle; `keys` is borrowed for the call; `out` and `err` must be NULL
+/// or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_score_keys(
+    index: *const sc_kv_index,
+    keys: *const u64,
+    len: usize,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(out, "out")?;
+        // SAFETY: the caller passes a live handle and lends the keys for the call.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: as above.
+        let keys = unsafe { read_slice(keys, len, "keys")? };
+        let table = index.inner.score_keys(keys.to_vec());
+        // SAFETY: the caller promises `out` is writable.
+        unsafe { write_out(out, sc_bytes::from_vec(encode_score(&table)), "out") }
+    })
+}
+
+/// A score as bytes, little-endian:
+/// `u32 block_size, u32 keys, u32 workers, u32 media`, then `keys x u64` (the request's keys),
+/// `workers x u32` (blocks, best first), `workers x media x u32` (blocks per medium, worker
+/// major), `media x u32` and `workers x u32` (end offsets of each name in the name bytes), then
+/// the name bytes: the media names, then the worker names (UTF-8).
+fn encode_score(table: &ScoreTable) -> Vec<u8> {
+    let names_len: usize = table.media.iter().map(String::len).sum::<usize>()
+        + table.workers.iter().map(|w| w.name.len()).sum::<usize>();
+    let (n, m) = (table.workers.len(), table.media.len());
+    let mut out =
+        Vec::with_capacity(16 + 8 * table.keys.len() + 4 * (n + n * m + m + n) + names_len);
+    for header in [
+        table.block_size,
+        table.keys.len() as u32,
+        n as u32,
+        m as u32,
+    ] {
+        out.extend_from_slice(&header.to_le_bytes());
+    }
+    for key in &table.keys {
+        out.extend_from_slice(&key.to_le_bytes());
+    }
+    for w in &table.workers {
+        out.extend_from_slice(&w.blocks.to_le_bytes());
+    }
+    for w in &table.workers {
+        for depth in &w.by_medium {
+            out.extend_from_slice(&depth.to_le_bytes());
+        }
+    }
+    let names = table
+        .media
+        .iter()
+        .map(String::as_str)
+        .chain(table.workers.iter().map(|w| w.name.as_str()));
+    let mut end = 0u32;
+    for name in names.clone() {
+        end += name.len() as u32;
+        out.extend_from_slice(&end.to_le_bytes());
+    }
+    for name in names {
+        out.extend_from_slice(name.as_bytes());
+    }
+    out
+}
+
+/// Counters and sizes as of the last update (never waits for a thread applying events).
+///
+/// # Safety
+/// `index` must be a live handle; `out` and `err` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_status(
+    index: *const sc_kv_index,
+    out: *mut sc_kv_status,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle.
+        let index = unsafe { read_handle(index, "index")? };
+        require_out(out, "out")?;
+        let s = index.inner.status();
+        let status = sc_kv_status {
+            events: s.stats.events,
+            blocks_stored: s.stats.blocks_stored,
+            blocks_removed: s.stats.blocks_removed,
+            orphan_blocks: s.stats.orphan_blocks,
+            unknown_removals: s.stats.unknown_removals,
+            skipped_events: s.stats.skipped_events,
+            evicted_blocks: s.stats.evicted_blocks,
+            worker_resets: s.stats.worker_resets,
+            blocks: s.blocks,
+            workers: s.workers,
+            keys: s.keys,
+            block_size: s.block_size,
+        };
+        // SAFETY: the caller promises `out` is writable.
+        unsafe { write_out(out, status, "out") }
+    })
+}
+
+/// Bytes the index's tables hold (RSS adds the allocator's slack).
+///
+/// # Safety
+/// `index` must be a live handle; `out` and `err` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_allocated_bytes(
+    index: *const sc_kv_index,
+    out: *mut u64,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_out(out, index.inner.allocated_bytes(), "out") }
+    })
+}
+
+/// The workers' names, sorted, as a JSON array of strings.
+///
+/// # Safety
+/// `index` must be a live handle; `out` and `err` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_workers(
+    index: *const sc_kv_index,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle.
+        let index = unsafe { read_handle(index, "index")? };
+        let names = serde_json::Value::from(index.inner.workers());
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { super::buf::write_json(out, &names) }
+    })
+}
+
+/// Blocks `worker` holds (0 when unknown).
+///
+/// # Safety
+/// `index` must be a live handle; `worker` is borrowed for the call; `out` and `err` must be
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_worker_blocks(
+    index: *const sc_kv_index,
+    worker: sc_str,
+    out: *mut u64,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle and lends the string for the call.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: as above.
+        let worker = unsafe { read_str(worker, "worker")? };
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_out(out, index.inner.worker_blocks(worker), "out") }
+    })
+}
+
+/// Events applied per second over the last `window_s` seconds (at most the last 4096 events).
+///
+/// # Safety
+/// `index` must be a live handle; `out` and `err` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_events_per_second(
+    index: *const sc_kv_index,
+    window_s: f64,
+    out: *mut f64,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_out(out, index.inner.events_per_second(window_s), "out") }
+    })
+}
+
+/// The whole index state as a compact binary snapshot (see `crate::index::snapshot`).
+///
+/// # Safety
+/// `index` must be a live handle; `out` and `err` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_snapshot(
+    index: *const sc_kv_index,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(out, "out")?;
+        // SAFETY: the caller passes a live handle.
+        let index = unsafe { read_handle(index, "index")? };
+        let bytes = index.inner.snapshot();
+        // SAFETY: the caller promises `out` is writable.
+        unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
+    })
+}
+
+/// Replaces the state with a snapshot's. A corrupt snapshot fails with
+/// `SC_ERR_KIND_INVALID_ARGUMENT`, one from an index of another mode, spec, group or block size
+/// with `SC_ERR_KIND_FAILED_PRECONDITION`; either way nothing changes.
+///
+/// # Safety
+/// `index` must be a live handle; `data` (`len` bytes, NULL when 0) is borrowed for the call;
+/// `err` must be NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_kv_index_restore(
+    index: *const sc_kv_index,
+    data: *const u8,
+    len: usize,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle and lends the bytes for the call.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: as above.
+        let data = unsafe { read_slice(data, len, "data")? };
+        let restored = index.inner.restore(data);
+        trim_allocator();
+        restored
+    })
+}

@@ -1,0 +1,358 @@
+//! The index state and its updates: the same semantics, step for step, as
+//! `router_adapter/index.py` (`_store`, `_remove`, `_clear`, `drop_worker`, `_evict`).
+
+use std::collections::HashMap;
+
+use super::content::prefix_keys;
+use super::decode::{Batch, Event, Removed, Stored};
+use super::holders::{MAX_MEDIA, MAX_WORKERS};
+use super::keys::KeyTable;
+use super::rate::EventRate;
+use super::table::mix;
+use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
+use super::{Options, Stats};
+use crate::error::{Error, Result};
+
+/// Evicted entries whose key slots are fetched together.
+const EVICTION_GROUP: usize = 64;
+
+/// Releases every hold of evicted entries of worker `id`; returns how many there were.
+fn release_all(keys: &mut KeyTable, id: u32, entries: &[Entry]) -> u64 {
+    let sink = entries
+        .iter()
+        .fold(0u64, |acc, e| acc ^ keys.touch(e.hkey()));
+    std::hint::black_box(sink);
+    for entry in entries {
+        for m in 0..MAX_MEDIA {
+            if entry.media() & (1 << m) != 0 {
+                keys.release(entry.hkey(), id, m);
+            }
+        }
+    }
+    entries.len() as u64
+}
+
+/// One model's index (not synchronized; [`super::SharedIndex`] adds the lock).
+#[derive(Clone)]
+pub struct Index {
+    pub(crate) options: Options,
+    /// Tokens per block: configured, or learned from the first store that names one.
+    pub(crate) block_size: Option<u32>,
+    pub(crate) stats: Stats,
+    /// Worker ids are indexes here; a dropped worker's id is reused.
+    pub(crate) workers: Vec<Option<Worker>>,
+    pub(crate) free_ids: Vec<u32>,
+    pub(crate) by_name: HashMap<String, u32>,
+    pub(crate) next_order: u64,
+    /// Medium names by medium id, in order of first appearance.
+    pub(crate) media: Vec<String>,
+    pub(crate) keys: KeyTable,
+    /// (worker, engine hash) entries, whatever their media.
+    pub(crate) blocks: u64,
+    pub(crate) rate: EventRate,
+}
+
+impl Index {
+    /// An empty index.
+    pub fn new(options: Options) -> Index {
+        Index {
+            block_size: options.block_size,
+            options,
+            stats: Stats::default(),
+            workers: Vec::new(),
+            free_ids: Vec::new(),
+            by_name: HashMap::new(),
+            next_order: 0,
+            media: Vec::new(),
+            keys: KeyTable::default(),
+            blocks: 0,
+            rate: EventRate::default(),
+        }
+    }
+
+    /// Applies a decoded batch published by `worker`; `now` is in seconds (any fixed origin).
+    pub fn apply(&mut self, worker: &str, batch: &Batch<'_>, now: f64) -> Result<()> {
+        let id = self.worker_id(worker)?;
+        self.worker_mut(id).last_event = now;
+        for event in &batch.events {
+            match event {
+                Event::Stored(s) => self.store(id, s, batch),
+                Event::Removed(r) => self.remove(id, r, batch),
+                Event::Cleared => self.clear(id),
+            }
+        }
+        self.rate.record(now, batch.events.len());
+        self.stats.events += batch.events.len() as u64;
+        if self.blocks > self.options.max_blocks {
+            self.evict();
+        }
+        Ok(())
+    }
+
+    /// Forgets everything `worker` holds; false when it is unknown.
+    pub fn drop_worker(&mut self, worker: &str) -> bool {
+        let Some(id) = self.by_name.remove(worker) else {
+            return false;
+        };
+        self.clear(id);
+        self.workers[id as usize] = None;
+        self.free_ids.push(id);
+        self.stats.worker_resets += 1;
+        true
+    }
+
+    pub(crate) fn worker(&self, id: u32) -> &Worker {
+        self.workers[id as usize].as_ref().expect("live worker id")
+    }
+
+    fn worker_mut(&mut self, id: u32) -> &mut Worker {
+        self.workers[id as usize].as_mut().expect("live worker id")
+    }
+
+    /// The id of `name`, creating the worker (as the Python index's `_worker`).
+    pub(crate) fn worker_id(&mut self, name: &str) -> Result<u32> {
+        if let Some(&id) = self.by_name.get(name) {
+            return Ok(id);
+        }
+        let id = match self.free_ids.pop() {
+            Some(id) => id,
+            None if (self.workers.len() as u32) < MAX_WORKERS => {
+                self.workers.push(None);
+                (self.workers.len() - 1) as u32
+            }
+            None => {
+                return Err(Error::resource_exhausted(format!(
+                    "worker: more than {MAX_WORKERS} workers in one index"
+                )))
+            }
+        };
+        self.workers[id as usize] = Some(Worker::new(name.to_owned(), self.next_order));
+        self.next_order += 1;
+        self.by_name.insert(name.to_owned(), id);
+        Ok(id)
+    }
+
+    /// The id of a medium, registering it; None past `MAX_MEDIA` distinct media.
+    pub(crate) fn medium_id(&mut self, name: &str) -> Option<usize> {
+        if let Some(m) = self.media.iter().position(|n| n == name) {
+            return Some(m);
+        }
+        if self.media.len() >= MAX_MEDIA {
+            return None;
+        }
+        self.media.push(name.to_owned());
+        Some(self.media.len() - 1)
+    }
+
+    /// Whether an event of this group and locality is indexed.
+    fn indexed(&self, group_idx: Option<i128>, remote: bool) -> bool {
+        !remote && group_idx.map_or(true, |g| g == self.options.group_idx as i128)
+    }
+
+    fn store(&mut self, id: u32, event: &Stored<'_>, batch: &Batch<'_>) {
+        if self.block_size.is_none() && event.block_size > 0 && event.block_size <= u32::MAX as i128
+        {
+            self.block_size = Some(event.block_size as u32);
+        }
+        let matches_size = self.block_size.map(|b| b as i128) == Some(event.block_size);
+        if !matches_size || !self.indexed(event.group_idx, event.remote) {
+            self.stats.skipped_events += 1;
+            return;
+        }
+        let hashes = &batch.hashes[event.hashes.0..event.hashes.1];
+        let computed;
+        let keys: &[u64] = if self.options.engine_spec.is_some() {
+            hashes
+        } else {
+            match self.content_keys(id, event, batch, hashes.len()) {
+                Some(keys) => {
+                    computed = keys;
+                    &computed
+                }
+                None => return,
+            }
+        };
+        let hashes = &hashes[..keys.len()];
+        let Some(m) = self.medium_id(event.medium) else {
+            // More distinct media than the mask has bits: not indexable (documented limit).
+            self.stats.skipped_events += 1;
+            return;
+        };
+        let mixed: Vec<(u64, u64)> = hashes
+            .iter()
+            .zip(keys)
+            .map(|(&h, &k)| (mix(h), mix(k)))
+            .collect();
+        self.touch(id, &mixed);
+        let mut added = 0;
+        for &(hash, hkey) in &mixed {
+            added += self.hold(id, hash, hkey, m) as u64;
+        }
+        self.blocks += added;
+        self.stats.blocks_stored += hashes.len() as u64;
+    }
+
+    /// The content keys of a store; None when it is not indexed (an unknown parent, counted as
+    /// orphans, or token ids that cannot be hashed, counted as a skipped event).
+    fn content_keys(
+        &mut self,
+        id: u32,
+        event: &Stored<'_>,
+        batch: &Batch<'_>,
+        n: usize,
+    ) -> Option<Vec<u64>> {
+        let (parent_key, salt) = match event.parent {
+            Some(parent) => match self.worker(id).get(parent) {
+                Some(entry) => (Some(entry.key()), ""),
+                None => {
+                    self.stats.orphan_blocks += n as u64;
+                    return None;
+                }
+            },
+            None => (None, event.salt),
+        };
+        let bs = self.block_size.expect("checked by the caller") as usize;
+        let tokens = &batch.tokens[event.tokens.0..event.tokens.1];
+        let used = tokens.len().min(n.saturating_mul(bs));
+        if event.wide_token.is_some_and(|i| i < used) {
+            self.stats.skipped_events += 1;
+            return None;
+        }
+        Some(prefix_keys(
+            &tokens[..used],
+            bs,
+            event.lora_name,
+            salt,
+            parent_key,
+        ))
+    }
+
+    /// Reads the table slots a store will use before using them (see `Table::touch`).
+    fn touch(&self, id: u32, mixed: &[(u64, u64)]) {
+        let worker = self.worker(id);
+        let mut sink = 0u64;
+        for &(hash, hkey) in mixed {
+            sink ^= worker.touch(hash) ^ self.keys.touch(hkey);
+        }
+        std::hint::black_box(sink);
+    }
+
+    /// One block of a store (mixed engine hash and key): a new entry or a re-store (newest
+    /// again, maybe in a new medium). Returns whether the entry is new.
+    fn hold(&mut self, id: u32, hash: u64, hkey: u64, m: usize) -> bool {
+        let bit = 1u8 << m;
+        let full = self.worker(id).len() >= MAX_WORKER_BLOCKS;
+        if full && !self.worker(id).contains(hash) {
+            self.evict_oldest(id, MAX_WORKER_BLOCKS / 100);
+        }
+        let worker = self.workers[id as usize].as_mut().expect("live worker id");
+        match worker.store(hash, hkey, bit) {
+            Some(old) => {
+                if old.media() & bit == 0 {
+                    self.keys.add_hold(old.hkey(), id, m);
+                }
+                false
+            }
+            None => {
+                self.keys.add_hold(hkey, id, m);
+                true
+            }
+        }
+    }
+
+    fn remove(&mut self, id: u32, event: &Removed<'_>, batch: &Batch<'_>) {
+        if !self.indexed(event.group_idx, event.remote) {
+            self.stats.skipped_events += 1;
+            return;
+        }
+        let m = self.media.iter().position(|n| n == event.medium);
+        let worker = self.workers[id as usize].as_mut().expect("live worker id");
+        for &engine_hash in &batch.hashes[event.hashes.0..event.hashes.1] {
+            let entry = worker.get(engine_hash);
+            let (Some(entry), Some(m)) = (entry, m) else {
+                self.stats.unknown_removals += 1;
+                continue;
+            };
+            let bit = 1u8 << m;
+            if entry.media() & bit == 0 {
+                self.stats.unknown_removals += 1;
+                continue;
+            }
+            let media = entry.media() & !bit;
+            worker.set_media(engine_hash, media);
+            if media == 0 {
+                self.blocks -= 1;
+            }
+            self.keys.release(entry.hkey(), id, m);
+            self.stats.blocks_removed += 1;
+        }
+    }
+
+    pub(crate) fn clear(&mut self, id: u32) {
+        let worker = self.workers[id as usize].as_mut().expect("live worker id");
+        let entries = worker.take_all();
+        for entry in entries.iter() {
+            self.keys.remove_worker(entry.hkey(), id);
+        }
+        self.keys.purge_extras(id);
+        self.blocks -= entries.len() as u64;
+    }
+
+    /// Past `max_blocks`, the oldest blocks of the largest worker go, down to 99% of the bound.
+    fn evict(&mut self) {
+        let max = self.options.max_blocks as i128;
+        let target = max - (max / 100).max(1);
+        while (self.blocks as i128) > target {
+            let largest = self
+                .workers
+                .iter()
+                .enumerate()
+                .filter_map(|(id, w)| w.as_ref().map(|w| (id as u32, w.len(), w.order)))
+                .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)));
+            let Some((id, len, _)) = largest else { return };
+            let count = (len as i128).min(self.blocks as i128 - target);
+            if count <= 0 {
+                return;
+            }
+            self.evict_oldest(id, count as usize);
+        }
+    }
+
+    fn evict_oldest(&mut self, id: u32, count: usize) {
+        let keys = &mut self.keys;
+        let worker = self.workers[id as usize].as_mut().expect("live worker id");
+        // Victims go in groups whose key slots are fetched together first (see `Table::touch`).
+        let mut group = Vec::with_capacity(EVICTION_GROUP);
+        let mut evicted = 0u64;
+        worker.remove_oldest(count, |entry| {
+            group.push(entry);
+            if group.len() == EVICTION_GROUP {
+                evicted += release_all(keys, id, &group);
+                group.clear();
+            }
+        });
+        evicted += release_all(keys, id, &group);
+        self.blocks -= evicted;
+        self.stats.evicted_blocks += evicted;
+    }
+
+    /// The live workers' ids.
+    pub(crate) fn worker_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.workers
+            .iter()
+            .enumerate()
+            .filter(|(_, w)| w.is_some())
+            .map(|(id, _)| id as u32)
+    }
+
+    /// Bytes the index structures hold on the heap (what RSS measures, less allocator slack).
+    pub fn allocated_bytes(&self) -> usize {
+        self.keys.allocated_bytes()
+            + self
+                .workers
+                .iter()
+                .flatten()
+                .map(Worker::allocated_bytes)
+                .sum::<usize>()
+    }
+}

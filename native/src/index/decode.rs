@@ -1,0 +1,619 @@
+//! KV-event payloads decoded in native code: exactly what `router_adapter/events.py` accepts,
+//! refusing the same payloads (see shared/docs/kv-hashing.md sections 1.7 and 2).
+//!
+//! - A batch is `[ts, events, dp_rank?, ...]`: `ts` a float or an int, `dp_rank` an int or nil,
+//!   later elements ignored, nothing after the batch.
+//! - An event is a map tagged by `"type"` (vLLM >= 0.24, SGLang; the tag may come anywhere and
+//!   every `"type"` must name the same class) or an array `[tag, fields in declaration order...]`
+//!   (vLLM <= 0.23; trailing elements ignored). Fields the classes do not declare are skipped
+//!   without checks other than well-formedness; declared fields are type-checked as msgspec
+//!   does, `Any`-typed ones (`extra_keys`, the array form's `kv_cache_spec_*`) included.
+//! - Block hashes are unsigned or signed 64-bit integers (two's complement kept) or digests of at
+//!   least 8 bytes (their last 8, big-endian). For a field given twice the last one counts.
+//!
+//! [`decode_batch`] also reads the msgspec encoding of `router_adapter.events.Batch` (maps keyed
+//! by field name, events untagged): the Python `apply_batch` path hands already-decoded events
+//! over in one buffer that way instead of one Python object per field.
+//!
+//! Token ids are kept as `u32`; an event with a token id outside that range records where, and
+//! the index skips it when that token falls in a block it would hash (the Python index raises).
+
+use super::msgpack::{Check, Kind, Reader};
+use crate::error::{Error, Result};
+
+/// The medium of events that name none (engines stored on GPU before the field existed).
+pub const DEFAULT_MEDIUM: &str = "GPU";
+
+/// A decoded batch; events refer to ranges of `hashes` and `tokens` and borrow the payload.
+#[derive(Debug, Default)]
+pub struct Batch<'a> {
+    /// The events, in order.
+    pub events: Vec<Event<'a>>,
+    /// Block hashes of every event, concatenated.
+    pub hashes: Vec<u64>,
+    /// Token ids of every event, concatenated.
+    pub tokens: Vec<u32>,
+}
+
+/// One event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event<'a> {
+    /// Blocks a worker now holds.
+    Stored(Stored<'a>),
+    /// Blocks a worker evicted from one medium.
+    Removed(Removed<'a>),
+    /// The worker dropped its whole cache.
+    Cleared,
+}
+
+/// A `BlockStored`, normalized like `events.BlockStored` plus what the index derives from it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stored<'a> {
+    /// Range of `Batch::hashes`.
+    pub hashes: (usize, usize),
+    /// The parent block's hash; None at the start of a sequence.
+    pub parent: Option<u64>,
+    /// Range of `Batch::tokens`.
+    pub tokens: (usize, usize),
+    /// The first token (relative to the range) outside 0..2^32, if any.
+    pub wide_token: Option<usize>,
+    /// As published (any integer).
+    pub block_size: i128,
+    /// The medium (`"GPU"` when the event names none).
+    pub medium: &'a str,
+    /// The LoRA adapter's name; empty for the base model.
+    pub lora_name: &'a str,
+    /// The cache salt of a store that starts a sequence (`events.cache_salt_of`).
+    pub salt: &'a str,
+    /// The KV-cache group; None when not published.
+    pub group_idx: Option<i128>,
+    /// Whether `locality` is `"REMOTE"`.
+    pub remote: bool,
+}
+
+/// A `BlockRemoved`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Removed<'a> {
+    /// Range of `Batch::hashes`.
+    pub hashes: (usize, usize),
+    /// The medium (`"GPU"` when the event names none).
+    pub medium: &'a str,
+    /// The KV-cache group; None when not published.
+    pub group_idx: Option<i128>,
+    /// Whether `locality` is `"REMOTE"`.
+    pub remote: bool,
+}
+
+/// Which encoding a buffer is in.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Encoding {
+    /// A payload as an engine publishes it.
+    Engine,
+    /// `msgspec.msgpack.encode(router_adapter.events.Batch)`.
+    Normalized,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Class {
+    Stored,
+    Removed,
+    Cleared,
+}
+
+impl Class {
+    fn from_tag(tag: &[u8]) -> Option<Class> {
+        match tag {
+            b"BlockStored" => Some(Class::Stored),
+            b"BlockRemoved" => Some(Class::Removed),
+            b"AllBlocksCleared" => Some(Class::Cleared),
+            _ => None,
+        }
+    }
+}
+
+/// The strings of `extra_keys[0]` that `cache_salt_of` looks at: how many, the first, the last.
+#[derive(Default, Clone, Copy)]
+struct SaltHints<'a> {
+    count: usize,
+    first: &'a str,
+    last: &'a str,
+}
+
+/// The declared fields of an event as read so far.
+#[derive(Default)]
+struct Fields<'a> {
+    hashes: Option<(usize, usize)>,
+    short_hash: Option<usize>,
+    parent: Option<u64>,
+    short_parent: Option<usize>,
+    tokens: Option<(usize, usize)>,
+    wide_token: Option<usize>,
+    block_size: Option<i128>,
+    medium: Option<&'a str>,
+    lora_name: Option<&'a str>,
+    cache_salt: Option<&'a str>,
+    salt_hints: Option<SaltHints<'a>>,
+    group_idx: Option<i128>,
+    locality: Option<&'a str>,
+}
+
+/// Decodes a whole buffer; any error refuses all of it (nothing is half-applied).
+pub fn decode_batch(payload: &[u8], encoding: Encoding) -> Result<Batch<'_>> {
+    let mut batch = Batch::default();
+    let mut r = Reader::new(payload);
+    match encoding {
+        Encoding::Engine => wire_batch(&mut r, &mut batch)?,
+        Encoding::Normalized => normalized_batch(&mut r, &mut batch)?,
+    }
+    if !r.is_done() {
+        return Err(at_batch(super::msgpack::malformed(format_args!(
+            "trailing characters (byte {})",
+            r.pos()
+        ))));
+    }
+    Ok(batch)
+}
+
+fn at_batch(e: Error) -> Error {
+    e.context("batch")
+}
+
+fn expected(what: &str, got: Kind, path: &str) -> Error {
+    Error::invalid_argument(format!(
+        "expected `{what}`, got `{}` - at `{path}`",
+        got.name()
+    ))
+}
+
+fn wire_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()> {
+    let got = r.peek().map_err(at_batch)?;
+    let n = r.array().map_err(at_batch)?;
+    let n = n.ok_or_else(|| at_batch(expected("array", got, "$")))?;
+    if n < 2 {
+        return Err(at_batch(Error::invalid_argument(format!(
+            "expected `array` of at least length 2, got {n}"
+        ))));
+    }
+    let got = r.peek().map_err(at_batch)?;
+    if r.float().map_err(at_batch)?.is_none() {
+        return Err(at_batch(expected("float", got, "$[0]")));
+    }
+    let got = r.peek().map_err(at_batch)?;
+    let events = r.array().map_err(at_batch)?;
+    let events = events.ok_or_else(|| at_batch(expected("array", got, "$[1]")))?;
+    batch.events.reserve(events);
+    for i in 0..events {
+        let event = wire_event(r, batch).map_err(|e| e.context(format_args!("events[{i}]")))?;
+        batch.events.push(event);
+    }
+    if n >= 3 {
+        let got = r.peek().map_err(at_batch)?;
+        if !r.nil().map_err(at_batch)? && r.int().map_err(at_batch)?.is_none() {
+            return Err(at_batch(expected("int | null", got, "$[2]")));
+        }
+    }
+    for _ in 3..n {
+        r.skip(Check::WellFormed).map_err(at_batch)?;
+    }
+    Ok(())
+}
+
+fn wire_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
+    match r.peek()? {
+        Kind::Map => map_event(r, batch),
+        Kind::Array => array_event(r, batch),
+        other => Err(expected("array", other, "$")),
+    }
+}
+
+/// The class named by the first `"type"` of a map (msgspec looks the tag up before the fields).
+fn find_tag<'a>(r: &mut Reader<'a>, pairs: usize) -> Result<&'a [u8]> {
+    for _ in 0..pairs {
+        let got = r.peek()?;
+        let key = r
+            .str_bytes()?
+            .ok_or_else(|| expected("str", got, "key in $"))?;
+        if key == b"type" {
+            let got = r.peek()?;
+            return r.str_bytes()?.ok_or_else(|| expected("str", got, "$.type"));
+        }
+        r.skip(Check::WellFormed)?;
+    }
+    Err(Error::invalid_argument(
+        "object missing required field `type`",
+    ))
+}
+
+fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
+    let pairs = r.map()?.unwrap_or(0);
+    let start = r.pos();
+    let tag = find_tag(r, pairs)?;
+    let class = Class::from_tag(tag).ok_or_else(|| invalid_tag(tag))?;
+    r.seek(start);
+    let mut fields = Fields::default();
+    for _ in 0..pairs {
+        let got = r.peek()?;
+        let key = r
+            .str_bytes()?
+            .ok_or_else(|| expected("str", got, "key in $"))?;
+        if key == b"type" {
+            let got = r.peek()?;
+            let value = r
+                .str_bytes()?
+                .ok_or_else(|| expected("str", got, "$.type"))?;
+            if value != tag {
+                return Err(invalid_tag(value));
+            }
+        } else if declared(class, key) {
+            read_field(r, batch, &mut fields, key, None)?;
+        } else {
+            r.skip(Check::WellFormed)?;
+        }
+    }
+    finish(class, fields, Encoding::Engine)
+}
+
+fn invalid_tag(tag: &[u8]) -> Error {
+    Error::invalid_argument(format!(
+        "invalid value '{}' - at `$.type`",
+        String::from_utf8_lossy(tag)
+    ))
+}
+
+/// Whether the map-encoded class declares `key` (other keys are skipped unchecked).
+fn declared(class: Class, key: &[u8]) -> bool {
+    match class {
+        Class::Stored => matches!(
+            key,
+            b"block_hashes"
+                | b"parent_block_hash"
+                | b"token_ids"
+                | b"block_size"
+                | b"lora_id"
+                | b"medium"
+                | b"lora_name"
+                | b"cache_salt"
+                | b"extra_keys"
+                | b"group_idx"
+                | b"locality"
+        ),
+        Class::Removed => matches!(
+            key,
+            b"block_hashes" | b"medium" | b"group_idx" | b"locality"
+        ),
+        Class::Cleared => false,
+    }
+}
+
+/// Field names of the positional (vLLM <= 0.23) encodings, after the tag.
+const ARRAY_STORED: [&[u8]; 12] = [
+    b"block_hashes",
+    b"parent_block_hash",
+    b"token_ids",
+    b"block_size",
+    b"lora_id",
+    b"medium",
+    b"lora_name",
+    b"extra_keys",
+    b"group_idx",
+    b"kv_cache_spec_kind",
+    b"kv_cache_spec_sliding_window",
+    b"locality",
+];
+const ARRAY_REMOVED: [&[u8]; 4] = [b"block_hashes", b"medium", b"group_idx", b"locality"];
+
+fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
+    let n = r.array()?.unwrap_or(0);
+    if n == 0 {
+        return Err(Error::invalid_argument(
+            "expected `array` of at least length 1, got 0",
+        ));
+    }
+    let got = r.peek()?;
+    let tag = r.str_bytes()?.ok_or_else(|| expected("str", got, "$[0]"))?;
+    let class = Class::from_tag(tag).ok_or_else(|| invalid_tag(tag))?;
+    let (names, required): (&[&[u8]], usize) = match class {
+        Class::Stored => (&ARRAY_STORED, 4),
+        Class::Removed => (&ARRAY_REMOVED, 1),
+        Class::Cleared => (&[], 0),
+    };
+    if n < 1 + required {
+        return Err(Error::invalid_argument(format!(
+            "expected `array` of at least length {}, got {n}",
+            1 + required
+        )));
+    }
+    let mut fields = Fields::default();
+    for i in 1..n {
+        match names.get(i - 1) {
+            Some(name) => read_field(r, batch, &mut fields, name, Some(i))?,
+            None => r.skip(Check::WellFormed)?,
+        }
+    }
+    finish(class, fields, Encoding::Engine)
+}
+
+/// Reads one declared field into `fields`; `index` is the position in the array encoding.
+fn read_field<'a>(
+    r: &mut Reader<'a>,
+    batch: &mut Batch<'a>,
+    fields: &mut Fields<'a>,
+    name: &[u8],
+    index: Option<usize>,
+) -> Result<()> {
+    let path = || match index {
+        Some(i) => format!("$[{i}]"),
+        None => format!("$.{}", String::from_utf8_lossy(name)),
+    };
+    let got = r.peek()?;
+    match name {
+        b"block_hashes" => {
+            let (range, short) = hash_list(r, &mut batch.hashes, &path)?;
+            fields.hashes = Some(range);
+            fields.short_hash = short;
+        }
+        b"parent_block_hash" => {
+            fields.short_parent = None;
+            fields.parent = None;
+            if !r.nil()? {
+                match hash_value(r)? {
+                    Some(Ok(h)) => fields.parent = Some(h),
+                    Some(Err(len)) => fields.short_parent = Some(len),
+                    None => return Err(expected("int | bytes | null", got, &path())),
+                }
+            }
+        }
+        b"token_ids" => {
+            let (range, wide) = token_list(r, &mut batch.tokens, &path)?;
+            fields.tokens = Some(range);
+            fields.wide_token = wide;
+        }
+        b"block_size" => {
+            fields.block_size = Some(r.int()?.ok_or_else(|| expected("int", got, &path()))?);
+        }
+        b"lora_id" | b"group_idx" => {
+            let value = if r.nil()? {
+                None
+            } else {
+                Some(
+                    r.int()?
+                        .ok_or_else(|| expected("int | null", got, &path()))?,
+                )
+            };
+            if name == b"group_idx" {
+                fields.group_idx = value;
+            }
+        }
+        b"medium" | b"lora_name" | b"cache_salt" | b"locality" => {
+            let value = if r.nil()? {
+                None
+            } else {
+                Some(
+                    r.text()?
+                        .ok_or_else(|| expected("str | null", got, &path()))?,
+                )
+            };
+            match name {
+                b"medium" => fields.medium = value,
+                b"lora_name" => fields.lora_name = value,
+                b"cache_salt" => fields.cache_salt = value,
+                _ => fields.locality = value,
+            }
+        }
+        b"extra_keys" => {
+            fields.salt_hints = None;
+            if !r.nil()? {
+                if got != Kind::Array {
+                    return Err(expected("array | null", got, &path()));
+                }
+                fields.salt_hints = Some(extra_keys(r)?);
+            }
+        }
+        _ => r.skip(Check::Any)?,
+    }
+    Ok(())
+}
+
+/// A block hash: `Ok(value)`, `Err(length)` for a digest shorter than 8 bytes (refused once the
+/// event is complete, so a later repeat of the field can replace it), `None` for another type.
+#[inline]
+fn hash_value(r: &mut Reader<'_>) -> Result<Option<Result<u64, usize>>> {
+    if let Some(v) = r.int()? {
+        return Ok(Some(Ok(v as u64)));
+    }
+    if let Some(bytes) = r.bin()? {
+        if bytes.len() < 8 {
+            return Ok(Some(Err(bytes.len())));
+        }
+        let mut last = [0u8; 8];
+        last.copy_from_slice(&bytes[bytes.len() - 8..]);
+        return Ok(Some(Ok(u64::from_be_bytes(last))));
+    }
+    Ok(None)
+}
+
+type Range = (usize, usize);
+
+fn hash_list(
+    r: &mut Reader<'_>,
+    out: &mut Vec<u64>,
+    path: &dyn Fn() -> String,
+) -> Result<(Range, Option<usize>)> {
+    let got = r.peek()?;
+    let n = r.array()?.ok_or_else(|| expected("array", got, &path()))?;
+    let start = out.len();
+    out.reserve(n);
+    let mut short = None;
+    for i in 0..n {
+        if let Some(h) = r.int_bits()? {
+            out.push(h);
+            continue;
+        }
+        let got = r.peek()?;
+        match hash_value(r)? {
+            Some(Ok(h)) => out.push(h),
+            Some(Err(len)) => {
+                short.get_or_insert(len);
+                out.push(0);
+            }
+            None => {
+                return Err(expected("int | bytes", got, &format!("{}[{i}]", path())));
+            }
+        }
+    }
+    Ok(((start, out.len()), short))
+}
+
+fn token_list(
+    r: &mut Reader<'_>,
+    out: &mut Vec<u32>,
+    path: &dyn Fn() -> String,
+) -> Result<(Range, Option<usize>)> {
+    let got = r.peek()?;
+    let n = r.array()?.ok_or_else(|| expected("array", got, &path()))?;
+    let start = out.len();
+    match r.u32_list(n, out)? {
+        Ok(wide) => Ok(((start, out.len()), wide)),
+        Err((i, kind)) => Err(expected("int", kind, &format!("{}[{i}]", path()))),
+    }
+}
+
+/// Checks `extra_keys` as msgspec decodes `list[Any]` and keeps the strings `cache_salt_of`
+/// reads: the string elements of the first element when that is an array.
+fn extra_keys<'a>(r: &mut Reader<'a>) -> Result<SaltHints<'a>> {
+    let n = r.array()?.unwrap_or(0);
+    let mut hints = SaltHints::default();
+    for i in 0..n {
+        if i > 0 || r.peek()? != Kind::Array {
+            r.skip(Check::Any)?;
+            continue;
+        }
+        let inner = r.array()?.unwrap_or(0);
+        for _ in 0..inner {
+            match r.text()? {
+                Some(s) => {
+                    if hints.count == 0 {
+                        hints.first = s;
+                    }
+                    hints.last = s;
+                    hints.count += 1;
+                }
+                None => r.skip(Check::Any)?,
+            }
+        }
+    }
+    Ok(hints)
+}
+
+/// Builds the event from its fields: required fields, short digests, and normalization.
+fn finish<'a>(class: Class, f: Fields<'a>, encoding: Encoding) -> Result<Event<'a>> {
+    if class == Class::Cleared {
+        return Ok(Event::Cleared);
+    }
+    let hashes = f
+        .hashes
+        .ok_or_else(|| Error::invalid_argument("object missing required field `block_hashes`"))?;
+    if let Some(len) = f.short_hash.or(f.short_parent) {
+        return Err(Error::invalid_argument(format!(
+            "block hash of {len} bytes; expected a digest of at least 8"
+        )));
+    }
+    // The engine decoder turns a missing or empty medium into GPU (`wire.medium or ...`); the
+    // normalized events already went through that and are taken as they are.
+    let medium = match (encoding, f.medium) {
+        (Encoding::Normalized, Some(m)) => m,
+        (_, Some(m)) if !m.is_empty() => m,
+        _ => DEFAULT_MEDIUM,
+    };
+    let remote = f.locality == Some("REMOTE");
+    if class == Class::Removed {
+        return Ok(Event::Removed(Removed {
+            hashes,
+            medium,
+            group_idx: f.group_idx,
+            remote,
+        }));
+    }
+    let lora_name = f.lora_name.unwrap_or("");
+    Ok(Event::Stored(Stored {
+        hashes,
+        parent: f.parent,
+        tokens: f.tokens.unwrap_or((0, 0)),
+        wide_token: f.wide_token,
+        block_size: f.block_size.unwrap_or(0),
+        medium,
+        lora_name,
+        salt: cache_salt(&f, lora_name),
+        group_idx: f.group_idx,
+        remote,
+    }))
+}
+
+/// `events.cache_salt_of`: the salt field, else (at a sequence start) the last bare string of
+/// the first block's extra keys that is not the LoRA name in front.
+fn cache_salt<'a>(f: &Fields<'a>, lora_name: &str) -> &'a str {
+    if let Some(salt) = f.cache_salt.filter(|s| !s.is_empty()) {
+        return salt;
+    }
+    if f.parent.is_some() {
+        return "";
+    }
+    match f.salt_hints {
+        Some(h) if h.count == 0 => "",
+        Some(h) if h.count == 1 && !lora_name.is_empty() && h.first == lora_name => "",
+        Some(h) => h.last,
+        None => "",
+    }
+}
+
+fn normalized_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()> {
+    let pairs = r
+        .map()?
+        .ok_or_else(|| Error::invalid_argument("batch: expected a map"))?;
+    for _ in 0..pairs {
+        let key = r
+            .str_bytes()?
+            .ok_or_else(|| Error::invalid_argument("batch: expected string keys"))?;
+        if key != b"events" {
+            r.skip(Check::WellFormed)?;
+            continue;
+        }
+        let n = r
+            .array()?
+            .ok_or_else(|| Error::invalid_argument("batch.events: expected an array"))?;
+        batch.events.reserve(n);
+        for i in 0..n {
+            let event =
+                normalized_event(r, batch).map_err(|e| e.context(format_args!("events[{i}]")))?;
+            batch.events.push(event);
+        }
+    }
+    Ok(())
+}
+
+/// An untagged event map: BlockStored has `token_ids`, BlockRemoved `block_hashes`,
+/// AllBlocksCleared no field at all.
+fn normalized_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
+    let pairs = r
+        .map()?
+        .ok_or_else(|| Error::invalid_argument("expected a map"))?;
+    let mut fields = Fields::default();
+    for _ in 0..pairs {
+        let key = r
+            .str_bytes()?
+            .ok_or_else(|| Error::invalid_argument("expected string keys"))?;
+        if declared(Class::Stored, key) {
+            read_field(r, batch, &mut fields, key, None)?;
+        } else {
+            r.skip(Check::WellFormed)?;
+        }
+    }
+    let class = if fields.tokens.is_some() {
+        Class::Stored
+    } else if fields.hashes.is_some() {
+        Class::Removed
+    } else {
+        Class::Cleared
+    };
+    finish(class, fields, Encoding::Normalized)
+}

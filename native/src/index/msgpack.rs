@@ -1,0 +1,461 @@
+//! A small MessagePack reader over a borrowed buffer, with the checks msgspec applies.
+//!
+//! Typed reads (`int`, `str`, `array`, ...) consume the next value only when it has that type and
+//! return `None` otherwise, so callers can report "expected X, got Y at PATH". `skip` walks any
+//! value without recursion (an explicit stack, so a hostile nesting depth cannot overflow the
+//! thread's stack) and, in [`Check::Any`] mode, applies what msgspec checks when it decodes a
+//! value typed `Any`: valid UTF-8 strings, valid timestamp extensions, hashable map keys.
+
+use crate::error::{Error, Result};
+
+/// Containers nested deeper than this are refused (msgspec fails near Python's recursion limit).
+pub(crate) const MAX_DEPTH: usize = 1000;
+/// Seconds range of a Python `datetime` (years 1 to 9999), which a timestamp must fit.
+const TIMESTAMP_MIN: i64 = -62_135_596_800;
+const TIMESTAMP_MAX: i64 = 253_402_300_799;
+const NANOS_MAX: u64 = 999_999_999;
+
+/// The type of a MessagePack value, named as msgspec names it in errors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Nil,
+    Bool,
+    Int,
+    Float,
+    Str,
+    Bin,
+    Array,
+    Map,
+    Ext,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Nil => "null",
+            Kind::Bool => "bool",
+            Kind::Int => "int",
+            Kind::Float => "float",
+            Kind::Str => "str",
+            Kind::Bin => "bytes",
+            Kind::Array => "array",
+            Kind::Map => "object",
+            Kind::Ext => "ext",
+        }
+    }
+
+    fn of(marker: u8) -> Option<Kind> {
+        Some(match marker {
+            0x00..=0x7f | 0xcc..=0xd3 | 0xe0..=0xff => Kind::Int,
+            0x80..=0x8f | 0xde | 0xdf => Kind::Map,
+            0x90..=0x9f | 0xdc | 0xdd => Kind::Array,
+            0xa0..=0xbf | 0xd9..=0xdb => Kind::Str,
+            0xc0 => Kind::Nil,
+            0xc2 | 0xc3 => Kind::Bool,
+            0xc4..=0xc6 => Kind::Bin,
+            0xc7..=0xc9 | 0xd4..=0xd8 => Kind::Ext,
+            0xca | 0xcb => Kind::Float,
+            0xc1 => return None,
+        })
+    }
+}
+
+/// What `skip` verifies besides well-formedness.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// Structure only (a value msgspec keeps raw or ignores).
+    WellFormed,
+    /// Also what decoding into `Any` checks (see the module docs).
+    Any,
+}
+
+/// The reader.
+pub(crate) struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+pub(crate) fn malformed(what: impl std::fmt::Display) -> Error {
+    Error::invalid_argument(format!("MessagePack data is malformed: {what}"))
+}
+
+fn truncated() -> Error {
+    Error::invalid_argument("input data was truncated")
+}
+
+impl<'a> Reader<'a> {
+    pub fn new(buf: &'a [u8]) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    pub fn pos(&self) -> usize {
+        self.pos
+    }
+
+    pub fn seek(&mut self, pos: usize) {
+        self.pos = pos;
+    }
+
+    pub fn is_done(&self) -> bool {
+        self.pos >= self.buf.len()
+    }
+
+    #[inline]
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or_else(truncated)?;
+        let bytes = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(bytes)
+    }
+
+    #[inline]
+    fn byte(&mut self) -> Result<u8> {
+        let b = *self.buf.get(self.pos).ok_or_else(truncated)?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    #[inline]
+    fn be<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+
+    fn be_len(&mut self, width: usize) -> Result<usize> {
+        Ok(match width {
+            1 => self.byte()? as usize,
+            2 => u16::from_be_bytes(self.be()?) as usize,
+            _ => u32::from_be_bytes(self.be()?) as usize,
+        })
+    }
+
+    /// The type of the next value (an invalid marker or the end of input is an error).
+    #[inline]
+    pub fn peek(&self) -> Result<Kind> {
+        let marker = *self.buf.get(self.pos).ok_or_else(truncated)?;
+        Kind::of(marker).ok_or_else(|| {
+            malformed(format_args!(
+                "invalid opcode '\\x{marker:02x}' (byte {})",
+                self.pos
+            ))
+        })
+    }
+
+    /// Consumes a nil.
+    pub fn nil(&mut self) -> Result<bool> {
+        if self.peek()? == Kind::Nil {
+            self.pos += 1;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// An integer of either sign (as msgspec's `int`: not a bool, not a float).
+    #[inline]
+    pub fn int(&mut self) -> Result<Option<i128>> {
+        let marker = *self.buf.get(self.pos).ok_or_else(truncated)?;
+        let value = match marker {
+            0x00..=0x7f => {
+                self.pos += 1;
+                return Ok(Some(marker as i128));
+            }
+            0xe0..=0xff => {
+                self.pos += 1;
+                return Ok(Some(marker as i8 as i128));
+            }
+            0xcc..=0xd3 => {
+                self.pos += 1;
+                match marker {
+                    0xcc => self.byte()? as i128,
+                    0xcd => u16::from_be_bytes(self.be()?) as i128,
+                    0xce => u32::from_be_bytes(self.be()?) as i128,
+                    0xcf => u64::from_be_bytes(self.be()?) as i128,
+                    0xd0 => self.byte()? as i8 as i128,
+                    0xd1 => i16::from_be_bytes(self.be()?) as i128,
+                    0xd2 => i32::from_be_bytes(self.be()?) as i128,
+                    _ => i64::from_be_bytes(self.be()?) as i128,
+                }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(value))
+    }
+
+    /// An integer as its 64-bit two's complement pattern (what a published block hash means);
+    /// `None` (nothing consumed) for another type.
+    #[inline]
+    pub fn int_bits(&mut self) -> Result<Option<u64>> {
+        let buf = self.buf;
+        let at = self.pos;
+        let marker = *buf.get(at).ok_or_else(truncated)?;
+        let (value, width) = match marker {
+            0x00..=0x7f => (marker as u64, 1),
+            0xe0..=0xff => (marker as i8 as i64 as u64, 1),
+            0xcf | 0xd3 if at + 9 <= buf.len() => {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&buf[at + 1..at + 9]);
+                (u64::from_be_bytes(b), 9)
+            }
+            _ => return Ok(self.int()?.map(|v| v as u64)),
+        };
+        self.pos = at + width;
+        Ok(Some(value))
+    }
+
+    /// `n` array elements read as `u32` token ids into `out`. Returns the index of the first
+    /// integer outside `u32` (pushed as 0), and `Err((index, kind))` for an element that is not
+    /// an integer.
+    pub fn u32_list(
+        &mut self,
+        n: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<std::result::Result<Option<usize>, (usize, Kind)>> {
+        let buf = self.buf;
+        let mut pos = self.pos;
+        let mut wide = None;
+        out.reserve(n);
+        for i in 0..n {
+            let marker = *buf.get(pos).ok_or_else(truncated)?;
+            if marker < 0x80 {
+                out.push(marker as u32);
+                pos += 1;
+                continue;
+            }
+            if let (0xcc..=0xce, Some(window)) = (marker, buf.get(pos..pos + 5)) {
+                // uint8/16/32 without a branch on which: token ids of one vocabulary mix widths
+                // at random, and a branch per width would be mispredicted half the time.
+                let bytes = 1usize << (marker - 0xcc);
+                let word = u32::from_be_bytes([window[1], window[2], window[3], window[4]]);
+                out.push(word >> (32 - 8 * bytes));
+                pos += 1 + bytes;
+                continue;
+            }
+            self.pos = pos;
+            let kind = self.peek()?;
+            match self.int()? {
+                Some(v) => match u32::try_from(v) {
+                    Ok(t) => out.push(t),
+                    Err(_) => {
+                        wide.get_or_insert(i);
+                        out.push(0);
+                    }
+                },
+                None => return Ok(Err((i, kind))),
+            }
+            pos = self.pos;
+        }
+        self.pos = pos;
+        Ok(Ok(wide))
+    }
+
+    /// A float, or an integer read as one (msgspec's `float` accepts both).
+    pub fn float(&mut self) -> Result<Option<f64>> {
+        match self.peek()? {
+            Kind::Float => {
+                let marker = self.byte()?;
+                Ok(Some(if marker == 0xca {
+                    f32::from_be_bytes(self.be()?) as f64
+                } else {
+                    f64::from_be_bytes(self.be()?)
+                }))
+            }
+            Kind::Int => Ok(self.int()?.map(|v| v as f64)),
+            _ => Ok(None),
+        }
+    }
+
+    /// The raw bytes of a string (not checked for UTF-8: see [`Reader::text`]).
+    #[inline]
+    pub fn str_bytes(&mut self) -> Result<Option<&'a [u8]>> {
+        let marker = *self.buf.get(self.pos).ok_or_else(truncated)?;
+        let len = match marker {
+            0xa0..=0xbf => {
+                self.pos += 1;
+                (marker & 0x1f) as usize
+            }
+            0xd9..=0xdb => {
+                self.pos += 1;
+                self.be_len(1 << (marker - 0xd9))?
+            }
+            _ => return Ok(None),
+        };
+        self.take(len).map(Some)
+    }
+
+    /// A string, checked for UTF-8.
+    pub fn text(&mut self) -> Result<Option<&'a str>> {
+        match self.str_bytes()? {
+            None => Ok(None),
+            Some(bytes) => std::str::from_utf8(bytes)
+                .map(Some)
+                .map_err(|_| Error::invalid_argument("invalid UTF-8 encoded string")),
+        }
+    }
+
+    /// A byte string.
+    pub fn bin(&mut self) -> Result<Option<&'a [u8]>> {
+        let marker = *self.buf.get(self.pos).ok_or_else(truncated)?;
+        if !(0xc4..=0xc6).contains(&marker) {
+            return Ok(None);
+        }
+        self.pos += 1;
+        let len = self.be_len(1 << (marker - 0xc4))?;
+        self.take(len).map(Some)
+    }
+
+    /// An array header: the element count.
+    #[inline]
+    pub fn array(&mut self) -> Result<Option<usize>> {
+        self.container(0x90, 0xdc)
+    }
+
+    /// A map header: the pair count.
+    pub fn map(&mut self) -> Result<Option<usize>> {
+        self.container(0x80, 0xde)
+    }
+
+    fn container(&mut self, fix: u8, wide: u8) -> Result<Option<usize>> {
+        let marker = *self.buf.get(self.pos).ok_or_else(truncated)?;
+        let len = if marker & 0xf0 == fix {
+            self.pos += 1;
+            (marker & 0x0f) as usize
+        } else if marker == wide || marker == wide + 1 {
+            self.pos += 1;
+            self.be_len(if marker == wide { 2 } else { 4 })?
+        } else {
+            return Ok(None);
+        };
+        // Every element takes at least one byte: a count beyond the input is a truncation, and
+        // refusing it here keeps callers from reserving memory for a lie.
+        if len > self.buf.len() - self.pos {
+            return Err(truncated());
+        }
+        Ok(Some(len))
+    }
+
+    /// Skips one value (see [`Check`]).
+    pub fn skip(&mut self, check: Check) -> Result<()> {
+        let any = check == Check::Any;
+        // (values left, inside a map, inside a map key)
+        let mut stack: Vec<(usize, bool, bool)> = Vec::new();
+        let mut in_key = false;
+        loop {
+            self.skip_one(any, in_key, &mut stack)?;
+            loop {
+                match stack.last_mut() {
+                    None => return Ok(()),
+                    Some(top) if top.0 == 0 => {
+                        stack.pop();
+                    }
+                    Some(top) => {
+                        // In a map, values alternate key, value: a key comes when an even
+                        // number of values is left.
+                        in_key = top.2 || (top.1 && top.0 % 2 == 0);
+                        top.0 -= 1;
+                        break;
+                    }
+                }
+            }
+        }
+    }
+
+    fn skip_one(
+        &mut self,
+        any: bool,
+        in_key: bool,
+        stack: &mut Vec<(usize, bool, bool)>,
+    ) -> Result<()> {
+        let at = self.pos;
+        let kind = self.peek()?;
+        match kind {
+            Kind::Array | Kind::Map => {
+                let is_map = kind == Kind::Map;
+                let n = if is_map { self.map()? } else { self.array()? }.unwrap_or(0);
+                if any && is_map && in_key {
+                    return Err(malformed(format_args!(
+                        "map keys must be hashable (byte {at})"
+                    )));
+                }
+                if n > 0 {
+                    if stack.len() >= MAX_DEPTH {
+                        return Err(malformed(format_args!("nested deeper than {MAX_DEPTH}")));
+                    }
+                    stack.push((if is_map { 2 * n } else { n }, is_map, in_key));
+                }
+            }
+            Kind::Str => {
+                let bytes = self.str_bytes()?.unwrap_or_default();
+                if any && std::str::from_utf8(bytes).is_err() {
+                    return Err(Error::invalid_argument("invalid UTF-8 encoded string"));
+                }
+            }
+            Kind::Bin => {
+                self.bin()?;
+            }
+            Kind::Ext => self.skip_ext(any, in_key, at)?,
+            Kind::Nil | Kind::Bool => self.pos += 1,
+            Kind::Int => {
+                self.int()?;
+            }
+            Kind::Float => {
+                self.float()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn skip_ext(&mut self, any: bool, in_key: bool, at: usize) -> Result<()> {
+        let marker = self.byte()?;
+        let len = match marker {
+            0xd4..=0xd8 => 1usize << (marker - 0xd4),
+            0xc7 => self.be_len(1)?,
+            0xc8 => self.be_len(2)?,
+            _ => self.be_len(4)?,
+        };
+        let ext_type = self.byte()? as i8;
+        let data = self.take(len)?;
+        if !any {
+            return Ok(());
+        }
+        if ext_type == -1 {
+            return check_timestamp(data);
+        }
+        if in_key {
+            return Err(malformed(format_args!(
+                "map keys must be hashable (byte {at})"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The MessagePack timestamp extension, as msgspec validates it when decoding a `datetime`.
+fn check_timestamp(data: &[u8]) -> Result<()> {
+    let invalid = || Error::invalid_argument("invalid MessagePack timestamp");
+    let nanos_out_of_range =
+        || Error::invalid_argument("invalid MessagePack timestamp: nanoseconds out of range");
+    match data.len() {
+        4 => Ok(()),
+        8 => {
+            let v = u64::from_be_bytes(data.try_into().map_err(|_| invalid())?);
+            if v >> 34 > NANOS_MAX {
+                return Err(nanos_out_of_range());
+            }
+            Ok(())
+        }
+        12 => {
+            let nanos = u32::from_be_bytes(data[..4].try_into().map_err(|_| invalid())?);
+            let secs = i64::from_be_bytes(data[4..].try_into().map_err(|_| invalid())?);
+            if nanos as u64 > NANOS_MAX {
+                return Err(nanos_out_of_range());
+            }
+            if !(TIMESTAMP_MIN..=TIMESTAMP_MAX).contains(&secs) {
+                return Err(Error::invalid_argument("timestamp is out of range"));
+            }
+            Ok(())
+        }
+        _ => Err(invalid()),
+    }
+}

@@ -1,0 +1,272 @@
+//! The whole index state as one compact binary buffer, and back (for a replica catching up).
+//!
+//! Layout (little-endian), version 1:
+//!
+//! ```text
+//! magic "SCKVIDX1" | u32 version
+//! u8 has_block_size | u32 block_size | u64 max_blocks | i64 group_idx
+//! u32 spec_len | spec JSON (0 bytes in content mode)
+//! 8 x u64 stats | u64 next_order
+//! u8 media | per medium: u16 len, UTF-8 name
+//! u32 workers | per worker: u32 len, UTF-8 name, u64 order, u32 entries,
+//!               per entry: u64 engine hash, u64 key, u32 stamp << 8 | media mask
+//! u64 XXH3-64 of everything before
+//! ```
+//!
+//! Only the workers' entries are stored: who holds each key (and the extra holds) follows from
+//! them and is rebuilt on load, so a snapshot is about 20 bytes per (worker, block) entry.
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::core::Index;
+use super::holders::MAX_MEDIA;
+use super::keys::KeyTable;
+use super::table::mix;
+use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
+use super::Stats;
+use crate::error::{Error, Result};
+use crate::hash::HashSpec;
+
+const MAGIC: &[u8; 8] = b"SCKVIDX1";
+const VERSION: u32 = 1;
+
+impl Index {
+    /// The state as bytes (see the module docs).
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(64 + self.blocks as usize * 20);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.push(self.block_size.is_some() as u8);
+        out.extend_from_slice(&self.block_size.unwrap_or(0).to_le_bytes());
+        out.extend_from_slice(&self.options.max_blocks.to_le_bytes());
+        out.extend_from_slice(&self.options.group_idx.to_le_bytes());
+        let spec = self.options.engine_spec_json.as_deref().unwrap_or("");
+        put_bytes32(&mut out, spec.as_bytes());
+        for value in self.stats.as_array() {
+            out.extend_from_slice(&value.to_le_bytes());
+        }
+        out.extend_from_slice(&self.next_order.to_le_bytes());
+        out.push(self.media.len() as u8);
+        for name in &self.media {
+            out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+            out.extend_from_slice(name.as_bytes());
+        }
+        let workers: Vec<&Worker> = self.workers.iter().flatten().collect();
+        out.extend_from_slice(&(workers.len() as u32).to_le_bytes());
+        for w in workers {
+            put_bytes32(&mut out, w.name.as_bytes());
+            out.extend_from_slice(&w.order.to_le_bytes());
+            out.extend_from_slice(&(w.len() as u32).to_le_bytes());
+            for e in w.entries() {
+                out.extend_from_slice(&e.engine_hash().to_le_bytes());
+                out.extend_from_slice(&e.key().to_le_bytes());
+                out.extend_from_slice(&((e.stamp() << 8) | e.media() as u32).to_le_bytes());
+            }
+        }
+        let checksum = xxh3_64(&out);
+        out.extend_from_slice(&checksum.to_le_bytes());
+        out
+    }
+
+    /// Replaces the state with a snapshot's. The snapshot must come from an index of the same
+    /// mode, engine spec, group and (when configured here) block size; this index keeps its own
+    /// `max_blocks`. Nothing changes when the snapshot is refused.
+    pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
+        let loaded = parse(bytes).map_err(|e| e.context("snapshot"))?;
+        self.check_compatible(&loaded)?;
+        let mut keys = KeyTable::default();
+        let mut blocks = 0u64;
+        for (id, worker) in loaded.workers.iter().enumerate() {
+            for e in worker.entries() {
+                for m in 0..MAX_MEDIA {
+                    if e.media() & (1 << m) != 0 {
+                        keys.add_hold(e.hkey(), id as u32, m);
+                    }
+                }
+            }
+            blocks += worker.len() as u64;
+        }
+        self.block_size = loaded.block_size.or(self.block_size);
+        self.stats = loaded.stats;
+        self.by_name = loaded
+            .workers
+            .iter()
+            .enumerate()
+            .map(|(id, w)| (w.name.clone(), id as u32))
+            .collect();
+        self.workers = loaded.workers.into_iter().map(Some).collect();
+        self.free_ids.clear();
+        self.next_order = loaded.next_order;
+        self.media = loaded.media;
+        self.keys = keys;
+        self.blocks = blocks;
+        self.rate = Default::default();
+        Ok(())
+    }
+
+    fn check_compatible(&self, loaded: &Loaded) -> Result<()> {
+        let refuse = |what: &str| {
+            Err(Error::failed_precondition(format!(
+                "snapshot: taken from an index with another {what}"
+            )))
+        };
+        if loaded.engine_spec.as_ref() != self.options.engine_spec.as_ref() {
+            return refuse("mode or engine spec");
+        }
+        if loaded.group_idx != self.options.group_idx {
+            return refuse("group_idx");
+        }
+        match (self.options.block_size, loaded.block_size) {
+            (Some(ours), Some(theirs)) if ours != theirs => refuse("block_size"),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn put_bytes32(out: &mut Vec<u8>, bytes: &[u8]) {
+    out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+    out.extend_from_slice(bytes);
+}
+
+struct Loaded {
+    block_size: Option<u32>,
+    group_idx: i64,
+    engine_spec: Option<HashSpec>,
+    stats: Stats,
+    next_order: u64,
+    media: Vec<String>,
+    workers: Vec<Worker>,
+}
+
+/// A bounds-checked little-endian cursor.
+struct Cursor<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
+        let end = end.ok_or_else(|| Error::invalid_argument("truncated"))?;
+        let bytes = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(bytes)
+    }
+    fn array<const N: usize>(&mut self) -> Result<[u8; N]> {
+        let mut out = [0u8; N];
+        out.copy_from_slice(self.take(N)?);
+        Ok(out)
+    }
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Result<u16> {
+        Ok(u16::from_le_bytes(self.array()?))
+    }
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+    fn text(&mut self, len: usize) -> Result<String> {
+        let bytes = self.take(len)?;
+        String::from_utf8(bytes.to_vec())
+            .map_err(|_| Error::invalid_argument("a name is not UTF-8"))
+    }
+}
+
+fn parse(bytes: &[u8]) -> Result<Loaded> {
+    let bad = |what: &str| Error::invalid_argument(what.to_owned());
+    if bytes.len() < MAGIC.len() + 12 || &bytes[..MAGIC.len()] != MAGIC {
+        return Err(bad("not an index snapshot"));
+    }
+    let (body, tail) = bytes.split_at(bytes.len() - 8);
+    if xxh3_64(body).to_le_bytes() != tail {
+        return Err(bad("checksum mismatch (corrupt or truncated)"));
+    }
+    let mut c = Cursor {
+        buf: body,
+        pos: MAGIC.len(),
+    };
+    if c.u32()? != VERSION {
+        return Err(bad("unknown version"));
+    }
+    let has_block_size = c.u8()? != 0;
+    let block_size = c.u32()?;
+    let block_size = (has_block_size && block_size > 0).then_some(block_size);
+    let _max_blocks = c.u64()?;
+    let group_idx = c.u64()? as i64;
+    let spec_len = c.u32()? as usize;
+    let engine_spec = match spec_len {
+        0 => None,
+        n => Some(
+            serde_json::from_slice(c.take(n)?).map_err(|e| bad(&format!("engine spec: {e}")))?,
+        ),
+    };
+    let mut stats = [0u64; 8];
+    for value in stats.iter_mut() {
+        *value = c.u64()?;
+    }
+    let next_order = c.u64()?;
+    let media_count = c.u8()? as usize;
+    if media_count > MAX_MEDIA {
+        return Err(bad("too many media"));
+    }
+    let mut media = Vec::with_capacity(media_count);
+    for _ in 0..media_count {
+        let len = c.u16()? as usize;
+        media.push(c.text(len)?);
+    }
+    let workers = parse_workers(&mut c, media_count)?;
+    if c.pos != body.len() {
+        return Err(bad("trailing bytes"));
+    }
+    Ok(Loaded {
+        block_size,
+        group_idx,
+        engine_spec,
+        stats: Stats::from_array(stats),
+        next_order,
+        media,
+        workers,
+    })
+}
+
+fn parse_workers(c: &mut Cursor<'_>, media_count: usize) -> Result<Vec<Worker>> {
+    let count = c.u32()? as usize;
+    let mut workers: Vec<Worker> = Vec::new();
+    let mut names = std::collections::HashSet::new();
+    for _ in 0..count {
+        let len = c.u32()? as usize;
+        let name = c.text(len)?;
+        if !names.insert(name.clone()) {
+            return Err(Error::invalid_argument(format!(
+                "worker {name:?} appears twice"
+            )));
+        }
+        let order = c.u64()?;
+        let n = c.u32()? as usize;
+        if n > MAX_WORKER_BLOCKS || n.saturating_mul(20) > c.buf.len() - c.pos {
+            return Err(Error::invalid_argument(format!(
+                "worker {name:?}: bad entry count"
+            )));
+        }
+        let mut entries = Vec::with_capacity(n);
+        let mut seen = std::collections::HashSet::with_capacity(n);
+        for _ in 0..n {
+            let (engine_hash, key, meta) = (c.u64()?, c.u64()?, c.u32()?);
+            let media = meta as u8;
+            if media == 0 || (media as u32) >> media_count != 0 || !seen.insert(engine_hash) {
+                return Err(Error::invalid_argument(format!(
+                    "worker {name:?}: bad entry"
+                )));
+            }
+            entries.push(Entry::new(mix(engine_hash), mix(key), meta >> 8, media));
+        }
+        let mut worker = Worker::new(name, order);
+        worker.restore(entries);
+        workers.push(worker);
+    }
+    Ok(workers)
+}

@@ -1,0 +1,598 @@
+//! An open-addressing hash table of fixed-size slots, built for the index's memory budget.
+//!
+//! **Why not `std::collections::HashMap`.** Its capacity doubles, so its load swings between
+//! 7/16 and 7/8 and a table just past a doubling costs twice the memory per element; and each
+//! growth frees the old array, which the allocator keeps resident for a while, so right after a
+//! growth the process holds both. The 48-byte-per-entry budget (measured as RSS) absorbs
+//! neither.
+//!
+//! **Layout.** Extendible hashing over bounded Robin Hood segments:
+//! - The low bits of a slot's hash pick a directory entry, which names a segment; a segment
+//!   that reaches `SEGMENT_MAX` slots splits in two on its next hash bit. No allocation ever
+//!   exceeds a few MB, and no write holds a lock for a whole-table rebuild (a segment of
+//!   `SEGMENT_MAX` slots is laid out again in about a millisecond).
+//! - A segment is linear probing in Robin Hood order over any capacity (not only powers of
+//!   two); past a load of 0.88 it is laid out again at 0.75, and after a split each half is
+//!   sized for 0.8, so the load stays between 0.75 and 0.88. (Higher loads save memory but make
+//!   an insertion shift longer runs of slots.)
+//! - A dropped slot array is counted in [`take_released_bytes`].
+//! - Slots store the *mixed* hash of their key (`mix` is a bijection, `unmix` its inverse), and
+//!   the home slot is `(hash * capacity) >> 64`, monotonic in the hash: a segment's slots are
+//!   sorted by hash, so a probe stops at the first slot whose hash is larger, with no hashing of
+//!   resident keys. There is no wrap-around: `OVERFLOW` spare slots follow the last home slot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Spare slots after the last home slot of a segment.
+const OVERFLOW: usize = 32;
+/// Smallest capacity (home slots) of a segment that holds anything.
+const MIN_CAPACITY: usize = 8;
+/// A segment splits when it holds this many slots. Its array is then a few MB: the allocator
+/// gives arrays above 512 KiB pages of their own, returned whole when freed (smaller ones share
+/// pages and leave holes). Unit tests use small segments so that every test splits.
+#[cfg(not(test))]
+const SEGMENT_MAX: usize = 1 << 18;
+#[cfg(test)]
+const SEGMENT_MAX: usize = 1 << 10;
+/// Past this load (per mille) a segment is laid out again, at `RELAID_LOAD`; a split sizes each
+/// half for `SPLIT_LOAD`. Higher loads save memory and cost longer shifts on insertion.
+const MAX_LOAD: usize = 880;
+const RELAID_LOAD: usize = 750;
+const SPLIT_LOAD: usize = 800;
+
+/// Bytes of slot arrays freed since the last [`take_released_bytes`] (all tables, all threads).
+static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Bytes of slot arrays freed (by growth, splits, clears and drops) since the last call. The
+/// C ABI uses it to ask the allocator to return them to the OS (see `ffi::index`).
+pub fn take_released_bytes(threshold: u64) -> Option<u64> {
+    if RELEASED_BYTES.load(Ordering::Relaxed) < threshold {
+        return None;
+    }
+    Some(RELEASED_BYTES.swap(0, Ordering::Relaxed))
+}
+
+/// One slot's contents; the empty slot is a reserved bit pattern of the slot itself.
+pub(crate) trait Slot: Copy {
+    /// The empty slot.
+    const EMPTY: Self;
+    /// Whether this slot holds nothing.
+    fn is_empty(&self) -> bool;
+    /// The slot's mixed hash (unique per slot: `mix` of its key).
+    fn hash(&self) -> u64;
+}
+
+const C1: u64 = 0xff51_afd7_ed55_8ccd;
+const C2: u64 = 0xc4ce_b9fe_1a85_ec53;
+
+/// The multiplicative inverse of an odd number modulo 2^64 (Newton's iteration).
+const fn inverse(c: u64) -> u64 {
+    let mut x = c;
+    let mut i = 0;
+    while i < 5 {
+        x = x.wrapping_mul(2u64.wrapping_sub(c.wrapping_mul(x)));
+        i += 1;
+    }
+    x
+}
+
+const C1_INV: u64 = inverse(C1);
+const C2_INV: u64 = inverse(C2);
+
+/// MurmurHash3's 64-bit finalizer, a bijection: engine hashes in tests and synthetic loads can
+/// be small consecutive integers, which must not cluster.
+#[inline]
+pub(crate) fn mix(key: u64) -> u64 {
+    let mut h = key;
+    h ^= h >> 33;
+    h = h.wrapping_mul(C1);
+    h ^= h >> 33;
+    h = h.wrapping_mul(C2);
+    h ^ (h >> 33)
+}
+
+/// The key whose `mix` is `h`.
+#[inline]
+pub(crate) fn unmix(h: u64) -> u64 {
+    let mut k = h ^ (h >> 33);
+    k = k.wrapping_mul(C2_INV);
+    k ^= k >> 33;
+    k = k.wrapping_mul(C1_INV);
+    k ^ (k >> 33)
+}
+
+/// Where a slot is: (segment, position in it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Pos {
+    segment: u32,
+    slot: u32,
+}
+
+/// One Robin Hood segment (see the module docs).
+#[derive(Clone)]
+struct Segment<S: Slot> {
+    slots: Vec<S>,
+    capacity: usize,
+    len: usize,
+    /// Low hash bits shared by every slot of this segment.
+    depth: u32,
+}
+
+impl<S: Slot> Drop for Segment<S> {
+    fn drop(&mut self) {
+        let bytes = self.slots.capacity() * std::mem::size_of::<S>();
+        RELEASED_BYTES.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+}
+
+impl<S: Slot> Segment<S> {
+    fn empty(depth: u32) -> Self {
+        Segment {
+            slots: Vec::new(),
+            capacity: 0,
+            len: 0,
+            depth,
+        }
+    }
+
+    #[inline]
+    fn home(&self, hash: u64) -> usize {
+        ((hash as u128 * self.capacity as u128) >> 64) as usize
+    }
+
+    /// `Ok(position)` of `hash`, or `Err(position)` where it would go: the first slot past it.
+    #[inline]
+    fn search(&self, hash: u64) -> Result<usize, usize> {
+        let mut pos = self.home(hash);
+        while let Some(slot) = self.slots.get(pos) {
+            if slot.is_empty() || slot.hash() > hash {
+                return Err(pos);
+            }
+            if slot.hash() == hash {
+                return Ok(pos);
+            }
+            pos += 1;
+        }
+        Err(pos)
+    }
+
+    #[inline]
+    fn find(&self, hash: u64) -> Option<usize> {
+        self.search(hash).ok()
+    }
+
+    /// Places a slot whose hash is absent: before the first larger hash, the rest of the run
+    /// moving up one slot (one `memmove`).
+    fn place(&mut self, slot: S) {
+        let at = self.search(slot.hash()).unwrap_or_else(|at| at);
+        self.place_at(at, slot);
+    }
+
+    /// `place` with the position `search` returned for the slot's hash.
+    fn place_at(&mut self, at: usize, slot: S) {
+        let mut free = at;
+        while free < self.slots.len() && !self.slots[free].is_empty() {
+            free += 1;
+        }
+        if free == self.slots.len() {
+            // The run reaches the end of the spare slots: lay out again, twice as wide.
+            *self = self.relayout(self.capacity * 2, |_| true, Some(slot));
+            return;
+        }
+        self.slots.copy_within(at..free, at + 1);
+        self.slots[at] = slot;
+        self.len += 1;
+    }
+
+    fn must_grow(&self) -> bool {
+        (self.len + 1) * 1000 > self.capacity * MAX_LOAD
+    }
+
+    fn insert(&mut self, slot: S) {
+        if self.must_grow() {
+            *self = self.relayout((self.len + 1) * 1000 / RELAID_LOAD, |_| true, None);
+        }
+        self.place(slot);
+    }
+
+    /// `insert` at the position `search` returned for the slot's hash.
+    fn insert_at(&mut self, at: usize, slot: S) {
+        if self.must_grow() {
+            self.insert(slot);
+        } else {
+            self.place_at(at, slot);
+        }
+    }
+
+    fn remove_at(&mut self, pos: usize) {
+        self.unlink(pos);
+        self.maybe_shrink();
+    }
+
+    /// Shrinks a segment that removals left mostly empty.
+    fn maybe_shrink(&mut self) {
+        if self.capacity > 4 * MIN_CAPACITY && self.len * 4 < self.capacity {
+            *self = self.relayout(self.len * 1000 / RELAID_LOAD, |_| true, None);
+        }
+    }
+
+    /// Removes the slots matching `remove`, passing each to `removed`, in one forward pass that
+    /// lays the kept slots out again in place: each goes to its home or right after the previous
+    /// kept slot, which is never to the right of where it was (the `relayout` rule, so the
+    /// segment stays sorted and every run stays unbroken). One pass however many go, where
+    /// removing them one by one would shift the rest of each run once per removal.
+    fn remove_where(&mut self, remove: &impl Fn(&S) -> bool, removed: &mut impl FnMut(S)) {
+        let mut next = 0usize;
+        let mut kept = 0usize;
+        for pos in 0..self.slots.len() {
+            let slot = self.slots[pos];
+            if slot.is_empty() {
+                continue;
+            }
+            if remove(&slot) {
+                removed(slot);
+                self.slots[pos] = S::EMPTY;
+                continue;
+            }
+            let to = self.home(slot.hash()).max(next);
+            if to != pos {
+                self.slots[to] = slot;
+                self.slots[pos] = S::EMPTY;
+            }
+            next = to + 1;
+            kept += 1;
+        }
+        self.len = kept;
+        self.maybe_shrink();
+    }
+
+    /// Empties `pos`, shifting the displaced slots after it back (no shrinking).
+    fn unlink(&mut self, pos: usize) {
+        let mut hole = pos;
+        loop {
+            let next = hole + 1;
+            let shift = next < self.slots.len() && {
+                let s = self.slots[next];
+                !s.is_empty() && self.home(s.hash()) <= hole
+            };
+            if !shift {
+                self.slots[hole] = S::EMPTY;
+                break;
+            }
+            self.slots[hole] = self.slots[next];
+            hole = next;
+        }
+        self.len -= 1;
+    }
+
+    fn iter(&self) -> impl Iterator<Item = S> + '_ {
+        self.slots.iter().copied().filter(|s| !s.is_empty())
+    }
+
+    /// A new segment with `capacity` home slots (at least what a load of 0.9 needs) holding the
+    /// slots for which `keep` is true, plus `extra`. Reads the slots in place: they are sorted
+    /// by hash, and sorted input needs no Robin Hood swaps, each slot going to its home or right
+    /// after the previous one.
+    fn relayout(&self, capacity: usize, keep: impl Fn(&S) -> bool, extra: Option<S>) -> Self {
+        let kept = || self.iter().filter(|s| keep(s));
+        let count = if extra.is_some() {
+            self.len + 1
+        } else {
+            kept().count()
+        };
+        let mut capacity = capacity.max(count * 1000 / MAX_LOAD + 1).max(MIN_CAPACITY);
+        loop {
+            let mut out = Segment {
+                slots: vec![S::EMPTY; capacity + OVERFLOW],
+                capacity,
+                len: 0,
+                depth: self.depth,
+            };
+            let mut extra = extra;
+            let mut next = 0usize;
+            let mut fits = true;
+            for slot in kept() {
+                if let Some(e) = extra.filter(|e| e.hash() < slot.hash()) {
+                    fits &= out.append(e, &mut next);
+                    extra = None;
+                }
+                fits &= out.append(slot, &mut next);
+            }
+            if let Some(e) = extra {
+                fits &= out.append(e, &mut next);
+            }
+            if fits {
+                return out;
+            }
+            capacity *= 2;
+        }
+    }
+
+    /// Appends a slot larger than every slot placed so far; false when it does not fit.
+    #[inline]
+    fn append(&mut self, slot: S, next: &mut usize) -> bool {
+        let pos = self.home(slot.hash()).max(*next);
+        if pos >= self.slots.len() {
+            return false;
+        }
+        self.slots[pos] = slot;
+        self.len += 1;
+        *next = pos + 1;
+        true
+    }
+}
+
+/// The table (see the module docs).
+#[derive(Clone)]
+pub(crate) struct Table<S: Slot> {
+    /// Low hash bits -> segment.
+    directory: Vec<u32>,
+    depth: u32,
+    segments: Vec<Segment<S>>,
+    len: usize,
+}
+
+impl<S: Slot> Default for Table<S> {
+    fn default() -> Self {
+        Table {
+            directory: vec![0],
+            depth: 0,
+            segments: vec![Segment::empty(0)],
+            len: 0,
+        }
+    }
+}
+
+impl<S: Slot> Table<S> {
+    /// Number of occupied slots.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Bytes held by the slot arrays and the directory.
+    pub fn allocated_bytes(&self) -> usize {
+        self.segments
+            .iter()
+            .map(|s| s.slots.capacity() * std::mem::size_of::<S>())
+            .sum::<usize>()
+            + self.segments.capacity() * std::mem::size_of::<Segment<S>>()
+            + self.directory.capacity() * 4
+    }
+
+    #[inline]
+    fn segment_of(&self, hash: u64) -> u32 {
+        self.directory[(hash & ((1u64 << self.depth) - 1)) as usize]
+    }
+
+    /// Where the slot of `hash` is (`Ok`), or where it would be inserted (`Err`, for
+    /// [`Table::insert_vacant`] before any other change): one probe for "update or insert".
+    #[inline]
+    pub fn lookup(&self, hash: u64) -> Result<Pos, Pos> {
+        let segment = self.segment_of(hash);
+        match self.segments[segment as usize].search(hash) {
+            Ok(slot) => Ok(Pos {
+                segment,
+                slot: slot as u32,
+            }),
+            Err(slot) => Err(Pos {
+                segment,
+                slot: slot as u32,
+            }),
+        }
+    }
+
+    /// Inserts a slot at the vacancy [`Table::lookup`] returned for its hash (no change to the
+    /// table in between).
+    pub fn insert_vacant(&mut self, at: Pos, slot: S) {
+        let segment = at.segment as usize;
+        debug_assert_eq!(self.segment_of(slot.hash()), at.segment);
+        self.segments[segment].insert_at(at.slot as usize, slot);
+        self.len += 1;
+        if self.segments[segment].len >= SEGMENT_MAX {
+            self.split(segment);
+        }
+    }
+
+    /// Where the slot of `hash` is.
+    #[inline]
+    pub fn find(&self, hash: u64) -> Option<Pos> {
+        let segment = self.segment_of(hash);
+        let slot = self.segments[segment as usize].find(hash)?;
+        Some(Pos {
+            segment,
+            slot: slot as u32,
+        })
+    }
+
+    /// Reads the home slot of `hash` and returns a value derived from it: callers read the
+    /// slots of a whole batch this way first, so the processor fetches them in parallel (the
+    /// loads do not depend on each other), and the real lookups then hit the cache.
+    #[inline]
+    pub fn touch(&self, hash: u64) -> u64 {
+        let segment = &self.segments[self.segment_of(hash) as usize];
+        let home = segment.home(hash);
+        // The home slot's line and the next: a search or an insertion usually reads on into it.
+        let next = home + 64 / std::mem::size_of::<S>();
+        let read = |at: usize| segment.slots.get(at).map_or(0, |s| s.hash());
+        read(home) ^ read(next)
+    }
+
+    /// The slot at `pos`.
+    #[inline]
+    pub fn get(&self, pos: Pos) -> S {
+        self.segments[pos.segment as usize].slots[pos.slot as usize]
+    }
+
+    /// Overwrites the slot at `pos` with a slot of the same hash.
+    #[inline]
+    pub fn set(&mut self, pos: Pos, slot: S) {
+        let target = &mut self.segments[pos.segment as usize].slots[pos.slot as usize];
+        debug_assert_eq!(target.hash(), slot.hash());
+        *target = slot;
+    }
+
+    /// Inserts a slot whose hash is not in the table.
+    pub fn insert_new(&mut self, slot: S) {
+        let segment = self.segment_of(slot.hash()) as usize;
+        self.segments[segment].insert(slot);
+        self.len += 1;
+        if self.segments[segment].len >= SEGMENT_MAX {
+            self.split(segment);
+        }
+    }
+
+    /// Removes the slot at `pos`.
+    pub fn remove(&mut self, pos: Pos) {
+        self.segments[pos.segment as usize].remove_at(pos.slot as usize);
+        self.len -= 1;
+    }
+
+    /// Calls `f` with every slot (plain loops: much faster than `iter` for a full pass).
+    pub fn for_each(&self, mut f: impl FnMut(&S)) {
+        for segment in &self.segments {
+            for slot in &segment.slots {
+                if !slot.is_empty() {
+                    f(slot);
+                }
+            }
+        }
+    }
+
+    /// Every slot, segment by segment.
+    pub fn iter(&self) -> impl Iterator<Item = S> + '_ {
+        self.segments.iter().flat_map(Segment::iter)
+    }
+
+    /// Changes every slot in place (`update` must keep each slot's hash).
+    pub fn update_each(&mut self, mut update: impl FnMut(&mut S)) {
+        for segment in &mut self.segments {
+            for slot in segment.slots.iter_mut().filter(|s| !s.is_empty()) {
+                let hash = slot.hash();
+                update(slot);
+                debug_assert_eq!(slot.hash(), hash);
+            }
+        }
+    }
+
+    /// Removes the slots for which `remove` is true, passing each to `removed`.
+    pub fn remove_where(&mut self, remove: impl Fn(&S) -> bool, mut removed: impl FnMut(S)) {
+        let mut len = 0;
+        for segment in &mut self.segments {
+            segment.remove_where(&remove, &mut removed);
+            len += segment.len;
+        }
+        self.len = len;
+    }
+
+    /// Splits a full segment on its next hash bit, doubling the directory when needed.
+    fn split(&mut self, index: usize) {
+        let depth = self.segments[index].depth;
+        if depth == self.depth {
+            self.directory.extend_from_within(..);
+            self.depth += 1;
+        }
+        let bit = 1u64 << depth;
+        let old = &mut self.segments[index];
+        old.depth = depth + 1;
+        let high = old.iter().filter(|s| s.hash() & bit != 0).count();
+        let upper = old.relayout(high * 1000 / SPLIT_LOAD, |s| s.hash() & bit != 0, None);
+        let lower = old.relayout(
+            (old.len - high) * 1000 / SPLIT_LOAD,
+            |s| s.hash() & bit == 0,
+            None,
+        );
+        let new_index = self.segments.len() as u32;
+        self.segments[index] = lower;
+        self.segments.push(upper);
+        for (i, entry) in self.directory.iter_mut().enumerate() {
+            if *entry == index as u32 && (i as u64) & bit != 0 {
+                *entry = new_index;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Pair(u64, u64);
+
+    impl Slot for Pair {
+        const EMPTY: Self = Pair(0, 0);
+        fn is_empty(&self) -> bool {
+            self.1 == 0
+        }
+        fn hash(&self) -> u64 {
+            self.0
+        }
+    }
+
+    #[test]
+    fn mix_is_a_bijection() {
+        for k in [0, 1, 2, u64::MAX, 1 << 63, 0x1234_5678_9abc_def0] {
+            assert_eq!(unmix(mix(k)), k);
+        }
+        let mut state = 7u64;
+        for _ in 0..100_000 {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+            assert_eq!(unmix(mix(state)), state);
+        }
+    }
+
+    #[test]
+    fn behaves_like_a_map_under_random_operations() {
+        let mut table: Table<Pair> = Table::default();
+        let mut model = std::collections::HashMap::new();
+        let mut state = 0x1234_5678_u64;
+        for step in 0..600_000u64 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // A key space several segments wide: hits, removals, re-inserts, splits.
+            let hash = mix((state >> 33) % 150_000);
+            match (state >> 20) % 4 {
+                0 | 1 => {
+                    match table.find(hash) {
+                        Some(pos) => table.set(pos, Pair(hash, step + 1)),
+                        None => table.insert_new(Pair(hash, step + 1)),
+                    }
+                    model.insert(hash, step + 1);
+                }
+                2 => {
+                    if let Some(pos) = table.find(hash) {
+                        table.remove(pos);
+                    }
+                    model.remove(&hash);
+                }
+                _ => {
+                    let found = table.find(hash).map(|p| table.get(p).1);
+                    assert_eq!(found, model.get(&hash).copied());
+                }
+            }
+            assert_eq!(table.len(), model.len());
+        }
+        let mut all: Vec<_> = table.iter().map(|p| (p.0, p.1)).collect();
+        all.sort_unstable();
+        let mut expected: Vec<_> = model.into_iter().collect();
+        expected.sort_unstable();
+        assert_eq!(all, expected);
+        assert!(table.segments.len() > 1);
+    }
+
+    #[test]
+    fn consecutive_keys_splits_and_retain() {
+        let mut table: Table<Pair> = Table::default();
+        for k in 0..200_000u64 {
+            table.insert_new(Pair(mix(k), k + 1));
+        }
+        assert!(table.segments.len() >= 200_000 / SEGMENT_MAX);
+        assert!(table.segments.iter().all(|s| s.len < SEGMENT_MAX));
+        table.remove_where(|p| unmix(p.0) % 3 != 0, |_| {});
+        assert_eq!(table.len(), 66_667);
+        for k in 0..200_000u64 {
+            assert_eq!(table.find(mix(k)).is_some(), k % 3 == 0);
+        }
+    }
+}

@@ -1,0 +1,534 @@
+//! Unit tests of the index. The differential tests against the Python index (random operation
+//! sequences, every payload encoding) live in tests/unit/router_adapter/test_native_index.py.
+
+use std::path::Path;
+
+use super::decode::{decode_batch, Encoding, Event};
+use super::*;
+use crate::hash::{Algorithm, HashSpec};
+
+/// A MessagePack writer for building payloads in tests.
+#[derive(Clone, Debug)]
+enum V {
+    Nil,
+    Int(i128),
+    Float(f64),
+    Str(&'static str),
+    Bin(Vec<u8>),
+    Arr(Vec<V>),
+    Map(Vec<(V, V)>),
+}
+
+fn encode(v: &V, out: &mut Vec<u8>) {
+    match v {
+        V::Nil => out.push(0xc0),
+        V::Int(i) if *i >= 0 => {
+            out.push(0xcf);
+            out.extend_from_slice(&(*i as u64).to_be_bytes());
+        }
+        V::Int(i) => {
+            out.push(0xd3);
+            out.extend_from_slice(&(*i as i64).to_be_bytes());
+        }
+        V::Float(f) => {
+            out.push(0xcb);
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        V::Str(s) => {
+            out.push(0xdb);
+            out.extend_from_slice(&(s.len() as u32).to_be_bytes());
+            out.extend_from_slice(s.as_bytes());
+        }
+        V::Bin(b) => {
+            out.push(0xc6);
+            out.extend_from_slice(&(b.len() as u32).to_be_bytes());
+            out.extend_from_slice(b);
+        }
+        V::Arr(items) => {
+            out.push(0xdd);
+            out.extend_from_slice(&(items.len() as u32).to_be_bytes());
+            items.iter().for_each(|i| encode(i, out));
+        }
+        V::Map(pairs) => {
+            out.push(0xdf);
+            out.extend_from_slice(&(pairs.len() as u32).to_be_bytes());
+            for (k, v) in pairs {
+                encode(k, out);
+                encode(v, out);
+            }
+        }
+    }
+}
+
+fn bytes(v: &V) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode(v, &mut out);
+    out
+}
+
+fn ints(values: impl IntoIterator<Item = u64>) -> V {
+    V::Arr(values.into_iter().map(|v| V::Int(v as i128)).collect())
+}
+
+const BS: u32 = 4;
+
+fn vllm_hashes(tokens: &[u32], salt: &str) -> Vec<u64> {
+    let mut spec = HashSpec::new(Algorithm::VllmSha256, BS);
+    spec.cache_salt = salt.to_owned();
+    crate::hash::block_hashes(tokens, &spec).unwrap().values
+}
+
+/// A vLLM >= 0.24 batch storing blocks [start, end) of `tokens`.
+fn stored(
+    tokens: &[u32],
+    start: usize,
+    end: usize,
+    medium: &'static str,
+    salt: &'static str,
+) -> Vec<u8> {
+    let hashes = vllm_hashes(tokens, salt);
+    let parent = if start == 0 {
+        V::Nil
+    } else {
+        V::Int(hashes[start - 1] as i128)
+    };
+    let extra = if start == 0 && !salt.is_empty() {
+        V::Arr(vec![V::Arr(vec![V::Str(salt)])])
+    } else {
+        V::Nil
+    };
+    let event = V::Map(vec![
+        (V::Str("type"), V::Str("BlockStored")),
+        (
+            V::Str("block_hashes"),
+            ints(hashes[start..end].iter().copied()),
+        ),
+        (V::Str("parent_block_hash"), parent),
+        (
+            V::Str("token_ids"),
+            ints(tokens[start * 4..end * 4].iter().map(|&t| t as u64)),
+        ),
+        (V::Str("block_size"), V::Int(BS as i128)),
+        (V::Str("medium"), V::Str(medium)),
+        (V::Str("extra_keys"), extra),
+    ]);
+    bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![event]), V::Int(0)]))
+}
+
+fn removed(hashes: &[u64], medium: &'static str) -> Vec<u8> {
+    let event = V::Map(vec![
+        (V::Str("type"), V::Str("BlockRemoved")),
+        (V::Str("block_hashes"), ints(hashes.iter().copied())),
+        (V::Str("medium"), V::Str(medium)),
+    ]);
+    bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![event])]))
+}
+
+fn cleared() -> Vec<u8> {
+    let event = V::Map(vec![(V::Str("type"), V::Str("AllBlocksCleared"))]);
+    bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![event])]))
+}
+
+fn content_index(max_blocks: u64) -> SharedIndex {
+    SharedIndex::new(Options {
+        block_size: Some(BS),
+        max_blocks,
+        ..Options::default()
+    })
+}
+
+fn depths(index: &SharedIndex, tokens: &[u32], salt: &str) -> Vec<(String, u32)> {
+    let table = index.score(tokens, "", salt, &[]).unwrap();
+    table
+        .workers
+        .into_iter()
+        .map(|w| (w.name, w.blocks))
+        .collect()
+}
+
+fn tokens() -> Vec<u32> {
+    (100..132).collect()
+}
+
+#[test]
+fn recorded_engine_payloads_decode_to_the_expected_events() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/data/kv/events");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().and_then(|e| e.to_str()) != Some("msgpack") {
+            continue;
+        }
+        let payload = std::fs::read(&path).unwrap();
+        let expected: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(path.with_extension("expected.json")).unwrap(),
+        )
+        .unwrap();
+        let batch = decode_batch(&payload, Encoding::Engine).unwrap();
+        let want = expected["events"].as_array().unwrap();
+        assert_eq!(batch.events.len(), want.len(), "{path:?}");
+        for (event, want) in batch.events.iter().zip(want) {
+            check_event(event, want, &batch);
+        }
+        seen += 1;
+    }
+    assert!(seen >= 5);
+}
+
+fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
+    let as_strings = |r: (usize, usize)| -> Vec<String> {
+        batch.hashes[r.0..r.1].iter().map(u64::to_string).collect()
+    };
+    let want_hashes: Vec<String> = want["block_hashes"]
+        .as_array()
+        .map(|a| a.iter().map(|h| h.as_str().unwrap().to_owned()).collect())
+        .unwrap_or_default();
+    match event {
+        Event::Stored(s) => {
+            assert_eq!(want["type"], "BlockStored");
+            assert_eq!(as_strings(s.hashes), want_hashes);
+            assert_eq!(
+                s.parent.map(|p| p.to_string()),
+                want["parent_block_hash"].as_str().map(str::to_owned)
+            );
+            let tokens: Vec<u64> = batch.tokens[s.tokens.0..s.tokens.1]
+                .iter()
+                .map(|&t| t as u64)
+                .collect();
+            let want_tokens: Vec<u64> = want["token_ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t.as_u64().unwrap())
+                .collect();
+            assert_eq!(tokens, want_tokens);
+            assert_eq!(s.block_size, want["block_size"].as_i64().unwrap() as i128);
+            assert_eq!(s.medium, want["medium"].as_str().unwrap());
+            assert_eq!(s.lora_name, want["lora_name"].as_str().unwrap_or(""));
+            assert_eq!(s.salt, want["cache_salt"].as_str().unwrap());
+        }
+        Event::Removed(r) => {
+            assert_eq!(want["type"], "BlockRemoved");
+            assert_eq!(as_strings(r.hashes), want_hashes);
+            assert_eq!(r.medium, want["medium"].as_str().unwrap());
+        }
+        Event::Cleared => assert_eq!(want["type"], "AllBlocksCleared"),
+    }
+}
+
+#[test]
+fn malformed_payloads_are_refused() {
+    let stored_map = |hashes: V| {
+        V::Map(vec![
+            (V::Str("type"), V::Str("BlockStored")),
+            (V::Str("block_hashes"), hashes),
+        ])
+    };
+    let cases: Vec<Vec<u8>> = vec![
+        vec![],
+        vec![0xc1],
+        bytes(&V::Map(vec![(V::Str("ts"), V::Int(1))])),
+        bytes(&V::Arr(vec![V::Float(1.0), V::Str("x")])),
+        bytes(&V::Arr(vec![V::Float(1.0)])),
+        bytes(&V::Arr(vec![V::Nil, V::Arr(vec![])])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Map(vec![(V::Str("type"), V::Str("Nope"))])]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![stored_map(V::Arr(vec![V::Str("s")]))]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![stored_map(V::Arr(vec![V::Bin(b"short".to_vec())]))]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Arr(vec![V::Str("BlockRemoved")])]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Map(vec![(V::Str("block_hashes"), ints([1]))])]),
+        ])),
+        [bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![])])), vec![0]].concat(),
+    ];
+    for (i, payload) in cases.iter().enumerate() {
+        let index = content_index(100);
+        let err = index.apply("w", payload, Encoding::Engine).unwrap_err();
+        assert_eq!(err.kind(), crate::ErrorKind::InvalidArgument, "case {i}");
+        assert_eq!(index.status().workers, 0, "case {i}: nothing applied");
+    }
+    // A deeply nested unknown field is refused, not a stack overflow.
+    let mut deep = bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![]), V::Nil])).to_vec();
+    deep[0] = 0x94;
+    deep.extend(std::iter::repeat_n(0x91u8, 100_000));
+    deep.push(0x90);
+    assert!(content_index(100)
+        .apply("w", &deep, Encoding::Engine)
+        .is_err());
+}
+
+#[test]
+fn stores_in_spans_match_the_whole_request_and_removals_are_per_medium() {
+    let index = content_index(1000);
+    let t = tokens();
+    index
+        .apply("a", &stored(&t, 0, 3, "GPU", ""), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("a", &stored(&t, 3, 6, "GPU", ""), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("b", &stored(&t, 0, 2, "GPU", ""), Encoding::Engine)
+        .unwrap();
+    assert_eq!(
+        depths(&index, &t, ""),
+        vec![("a".into(), 6), ("b".into(), 2)]
+    );
+    index
+        .apply("a", &stored(&t, 0, 6, "CPU", ""), Encoding::Engine)
+        .unwrap();
+    let hashes = vllm_hashes(&t, "");
+    index
+        .apply("a", &removed(&hashes[1..2], "GPU"), Encoding::Engine)
+        .unwrap();
+    let table = index.score(&t, "", "", &[]).unwrap();
+    assert_eq!(table.media, vec!["GPU", "CPU"]);
+    assert_eq!(
+        (table.workers[0].blocks, table.workers[0].by_medium.clone()),
+        (6, vec![1, 6])
+    );
+    index
+        .apply("a", &removed(&hashes[1..2], "CPU"), Encoding::Engine)
+        .unwrap();
+    assert_eq!(
+        depths(&index, &t, ""),
+        vec![("b".into(), 2), ("a".into(), 1)]
+    );
+    assert_eq!(index.status().blocks, 5 + 2);
+    index.apply("a", &cleared(), Encoding::Engine).unwrap();
+    assert!(index.drop_worker("b"));
+    assert_eq!(depths(&index, &t, ""), vec![("a".into(), 0)]);
+    assert_eq!((index.status().blocks, index.status().keys), (0, 0));
+}
+
+#[test]
+fn salt_separates_tenants_and_continuations_inherit_it() {
+    let index = content_index(1000);
+    let t = tokens();
+    index
+        .apply("plain", &stored(&t, 0, 4, "GPU", ""), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("salted", &stored(&t, 0, 2, "GPU", "t1"), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("salted", &stored(&t, 2, 4, "GPU", "t1"), Encoding::Engine)
+        .unwrap();
+    assert_eq!(
+        depths(&index, &t, ""),
+        vec![("plain".into(), 4), ("salted".into(), 0)]
+    );
+    assert_eq!(
+        depths(&index, &t, "t1"),
+        vec![("salted".into(), 4), ("plain".into(), 0)]
+    );
+}
+
+#[test]
+fn eviction_keeps_the_bound_and_drops_the_oldest_of_the_largest() {
+    let index = content_index(100);
+    for i in 0..60u32 {
+        let seq: Vec<u32> = (0..4 * BS).map(|t| i * 1000 + t).collect();
+        let worker = if i % 3 == 0 { "small" } else { "big" };
+        index
+            .apply(worker, &stored(&seq, 0, 4, "GPU", ""), Encoding::Engine)
+            .unwrap();
+    }
+    let status = index.status();
+    assert!(status.blocks <= 100);
+    assert_eq!(status.stats.evicted_blocks, 240 - status.blocks);
+    let newest: Vec<u32> = (0..4 * BS).map(|t| 59 * 1000 + t).collect();
+    assert_eq!(depths(&index, &newest, "")[0], ("big".into(), 4));
+}
+
+#[test]
+fn engine_mode_keys_on_published_hashes() {
+    let mut spec = HashSpec::new(Algorithm::VllmSha256, BS);
+    spec.seed = Some("0".into());
+    let json = r#"{"algorithm": "vllm_sha256", "block_size": 4, "seed": "0"}"#;
+    let options = Options::from_json(&format!(r#"{{"engine_spec": {json}}}"#)).unwrap();
+    assert_eq!(options.engine_spec.as_ref(), Some(&spec));
+    let index = SharedIndex::new(options);
+    let t = tokens();
+    let hashes = crate::hash::block_hashes(&t, &spec).unwrap().values;
+    let event = V::Arr(vec![
+        V::Str("BlockStored"),
+        ints(hashes[..5].iter().copied()),
+        V::Nil,
+        V::Arr(vec![]),
+        V::Int(4),
+    ]);
+    index
+        .apply(
+            "a",
+            &bytes(&V::Arr(vec![V::Float(0.0), V::Arr(vec![event])])),
+            Encoding::Engine,
+        )
+        .unwrap();
+    let table = index.score(&t, "", "", &[]).unwrap();
+    assert_eq!(table.keys, hashes);
+    assert_eq!(table.workers[0].blocks, 5);
+}
+
+/// A deterministic pseudo-random generator for the tests below.
+struct Lcg(u64);
+
+impl Lcg {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+}
+
+fn random_index(rng: &mut Lcg, operations: usize) -> (SharedIndex, Vec<Vec<u32>>) {
+    let index = content_index(400);
+    let prompts: Vec<Vec<u32>> = (0..8)
+        .map(|p| {
+            (0..8 * BS)
+                .map(|t| if t < 8 { t } else { p * 100 + t })
+                .collect()
+        })
+        .collect();
+    let media = ["GPU", "CPU"];
+    for _ in 0..operations {
+        let worker = ["w0", "w1", "w2", "w3"][rng.next(4) as usize];
+        let prompt = &prompts[rng.next(8) as usize];
+        let start = rng.next(6) as usize;
+        let payload = match rng.next(10) {
+            0 => cleared(),
+            1 => {
+                index.drop_worker(worker);
+                continue;
+            }
+            2 | 3 => removed(
+                &vllm_hashes(prompt, "")[start..start + 1],
+                media[rng.next(2) as usize],
+            ),
+            _ => stored(prompt, start, start + 2, media[rng.next(2) as usize], ""),
+        };
+        index.apply(worker, &payload, Encoding::Engine).unwrap();
+    }
+    (index, prompts)
+}
+
+#[test]
+fn snapshot_round_trip_gives_the_same_answers() {
+    let mut rng = Lcg(42);
+    let (index, prompts) = random_index(&mut rng, 3000);
+    let snapshot = index.snapshot();
+    let copy = content_index(400);
+    copy.restore(&snapshot).unwrap();
+    assert_eq!(copy.status().blocks, index.status().blocks);
+    assert_eq!(copy.status().keys, index.status().keys);
+    assert_eq!(copy.status().stats, index.status().stats);
+    assert_eq!(copy.snapshot(), snapshot);
+    for prompt in &prompts {
+        assert_eq!(
+            copy.score(prompt, "", "", &[]).unwrap(),
+            index.score(prompt, "", "", &[]).unwrap()
+        );
+    }
+    // The same operations continue identically on both (recency and eviction order kept).
+    let mut a = Lcg(7);
+    let mut b = Lcg(7);
+    for _ in 0..500 {
+        for (idx, rng) in [(&index, &mut a), (&copy, &mut b)] {
+            let prompt = &prompts[rng.next(8) as usize];
+            let start = rng.next(6) as usize;
+            idx.apply(
+                ["w0", "w4"][rng.next(2) as usize],
+                &stored(prompt, start, start + 2, "GPU", ""),
+                Encoding::Engine,
+            )
+            .unwrap();
+        }
+    }
+    assert_eq!(copy.snapshot(), index.snapshot());
+    // Corruption and mismatched configurations are refused without changing anything.
+    let mut corrupt = snapshot.clone();
+    corrupt[40] ^= 1;
+    assert!(copy.restore(&corrupt).is_err());
+    assert!(copy.restore(&snapshot[..snapshot.len() - 1]).is_err());
+    let other = SharedIndex::new(Options {
+        block_size: Some(8),
+        ..Options::default()
+    });
+    assert_eq!(
+        other.restore(&snapshot).unwrap_err().kind(),
+        crate::ErrorKind::FailedPrecondition
+    );
+    assert_eq!(copy.snapshot(), index.snapshot());
+}
+
+#[test]
+fn scoring_while_applying_from_other_threads() {
+    let mut rng = Lcg(3);
+    let (index, prompts) = random_index(&mut rng, 200);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (index, prompts) = (&index, &prompts);
+            s.spawn(move || {
+                for i in 0..2000 {
+                    let table = index.score(&prompts[(i + t) % 8], "", "", &[]).unwrap();
+                    assert!(table.workers.windows(2).all(|w| w[0].blocks >= w[1].blocks));
+                }
+            });
+        }
+        let mut rng = Lcg(9);
+        for _ in 0..2000 {
+            let prompt = &prompts[rng.next(8) as usize];
+            let start = rng.next(6) as usize;
+            index
+                .apply(
+                    "w9",
+                    &stored(prompt, start, start + 2, "GPU", ""),
+                    Encoding::Engine,
+                )
+                .unwrap();
+        }
+    });
+}
+
+#[test]
+fn many_workers_share_keys_beyond_one_bitset_word() {
+    let index = content_index(100_000);
+    let t = tokens();
+    for w in 0..150 {
+        let depth = 1 + w % 8;
+        index
+            .apply(
+                &format!("w{w:03}"),
+                &stored(&t, 0, depth, "GPU", ""),
+                Encoding::Engine,
+            )
+            .unwrap();
+    }
+    let scores = depths(&index, &t, "");
+    assert_eq!(scores.len(), 150);
+    for (name, blocks) in &scores {
+        let w: usize = name[1..].parse().unwrap();
+        assert_eq!(*blocks as usize, 1 + w % 8);
+    }
+    for w in (0..150).step_by(2) {
+        index.drop_worker(&format!("w{w:03}"));
+    }
+    assert!(depths(&index, &t, "")
+        .iter()
+        .all(|(n, b)| *b as usize == 1 + n[1..].parse::<usize>().unwrap() % 8));
+    assert_eq!(index.status().keys, 8);
+}

@@ -1,0 +1,288 @@
+"""`NativePrefixIndex`: the KV prefix index in the native core (`sc_kv_index`), with the API of
+`router_adapter.index.PrefixIndex` plus `apply_payload` for raw engine payloads.
+
+A payload handed to `apply_payload` is decoded and applied in native code (no Python object per
+event). `apply_batch` takes already-decoded events: it encodes the whole `Batch` with msgspec in
+one C call and the native side reads that encoding, so it costs no Python work per event either.
+
+The handle locks internally: one thread may apply while others score (every call releases the
+GIL). It is held in a `Handle`: every call takes a lease, and `close()` frees the index when the
+last call in flight returns; a call after `close()` raises FailedPrecondition.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import threading
+import time
+from array import array
+from dataclasses import asdict, replace
+from typing import Any, Sequence
+
+import msgspec
+
+from router_adapter.events import Batch, BlockStored, DecodeError, Event, cache_salt_of
+from router_adapter.hashing import BlockHasher
+from router_adapter.index import IndexStats, Score, WorkerScore
+from router_adapter.spec import HashSpec, MmItem
+from sidecar.errors import InvalidArgument
+from sidecar.native._calls import call_bytes, call_out, ids_arg, str_arg, uint32_ids
+from sidecar.native._errors import raise_for_status
+from sidecar.native._ffi import ffi, lib
+from sidecar.native._handle import Handle
+
+_ENCODER = msgspec.msgpack.Encoder()
+_HEADER = struct.Struct("<4I")
+_ERRORS = threading.local()
+
+
+def _err_box():  # noqa: ANN202 - cffi cdata
+    """This thread's `sc_error **` (a call writes it only when it fails, and the error record is
+    freed when it is raised), so the hot calls allocate nothing for it."""
+    box = getattr(_ERRORS, "box", None)
+    if box is None:
+        box = _ERRORS.box = ffi.new("sc_error **")
+    return box
+
+
+class NativePrefixIndex:
+    """One model's index in the native core (see the module docs)."""
+
+    def __init__(
+        self,
+        block_size: int | None = None,
+        *,
+        engine_spec: HashSpec | None = None,
+        max_blocks: int = 4_000_000,
+        group_idx: int = 0,
+        hasher: BlockHasher | None = None,
+    ) -> None:
+        # The same checks and messages as PrefixIndex. `hasher` is accepted for KvRouter's
+        # `index_factory` signature and not used: this index hashes in the native core, whose
+        # values equal every `BlockHasher`'s (tests/kv/test_hashing.py).
+        del hasher
+        if engine_spec is not None:
+            engine_spec.validate()
+            if block_size is not None and block_size != engine_spec.block_size:
+                raise ValueError("block_size differs from engine_spec.block_size")
+            block_size = engine_spec.block_size
+        if block_size is not None and block_size <= 0:
+            raise ValueError("block_size must be > 0")
+        if max_blocks < 0:
+            raise ValueError("max_blocks must be >= 0")
+        self.engine_spec = engine_spec
+        self.mode = "engine" if engine_spec is not None else "content"
+        self.max_blocks = max_blocks
+        self.group_idx = group_idx
+        options = {
+            "block_size": block_size,
+            "engine_spec": json.loads(engine_spec.to_json()) if engine_spec is not None else None,
+            "max_blocks": max_blocks,
+            "group_idx": group_idx,
+        }
+        handle = call_out("sc_kv_index *", lib.sc_kv_index_new, str_arg(json.dumps(options).encode()))
+        self._handle = Handle(handle, lib.sc_kv_index_free, "kv index")
+        #: worker name -> (its UTF-8 buffer, an `sc_str` pointing at it): names repeat on every
+        #: batch, and building the argument costs as much as a small native call.
+        self._names: dict[str, tuple[Any, Any]] = {}
+
+    # --- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Frees the native index (when the last call in flight returns); later calls raise
+        FailedPrecondition. Idempotent."""
+        self._handle.close()
+
+    # --- reading ----------------------------------------------------------------------------------
+
+    def _status(self):  # noqa: ANN202 - cffi cdata
+        with self._handle as index:
+            return call_out("sc_kv_status", lib.sc_kv_index_status, index)
+
+    @property
+    def block_size(self) -> int | None:
+        """Tokens per block; learned from the first store when not configured."""
+        return self._status().block_size or None
+
+    @property
+    def num_blocks(self) -> int:
+        """Blocks held, counting each (worker, engine hash) once whatever its media."""
+        return self._status().blocks
+
+    @property
+    def stats(self) -> IndexStats:
+        s = self._status()
+        return IndexStats(
+            events=s.events, blocks_stored=s.blocks_stored, blocks_removed=s.blocks_removed,
+            orphan_blocks=s.orphan_blocks, unknown_removals=s.unknown_removals, skipped_events=s.skipped_events,
+            evicted_blocks=s.evicted_blocks, worker_resets=s.worker_resets,
+        )
+
+    @property
+    def allocated_bytes(self) -> int:
+        """Bytes the native tables hold (RSS adds the allocator's slack)."""
+        with self._handle as index:
+            return call_out("uint64_t", lib.sc_kv_index_allocated_bytes, index)
+
+    @property
+    def num_keys(self) -> int:
+        """Distinct keys held by any worker."""
+        return self._status().keys
+
+    @property
+    def workers(self) -> list[str]:
+        with self._handle as index:
+            return json.loads(call_bytes(lib.sc_kv_index_workers, index))
+
+    def worker_blocks(self, worker: str) -> int:
+        """Blocks `worker` holds (0 when unknown)."""
+        with self._handle as index:
+            return call_out("uint64_t", lib.sc_kv_index_worker_blocks, index, str_arg(worker.encode()))
+
+    def events_per_second(self, window_s: float = 10.0) -> float:
+        """Events applied per second over the last `window_s` seconds (at most 4096 events)."""
+        with self._handle as index:
+            return call_out("double", lib.sc_kv_index_events_per_second, index, float(window_s))
+
+    def _request_args(self, token_ids: Sequence[int], lora_name: str, cache_salt: str,
+                      mm_items: Sequence[MmItem]) -> tuple[Any, ...]:
+        mm = b""
+        if mm_items and self.engine_spec is not None:
+            # Validated here so that a bad item raises what the Python index raises.
+            replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, mm_items=tuple(mm_items)).validate()
+            mm = json.dumps([asdict(m) for m in mm_items]).encode()
+        ids = uint32_ids(token_ids)
+        # The buffers must outlive the call: keep them in the tuple.
+        return ids, ids_arg(ids), str_arg(lora_name.encode()), str_arg(cache_salt.encode()), str_arg(mm)
+
+    def request_keys(
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
+    ) -> list[int]:
+        """The index keys of a request's full blocks."""
+        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items)
+        with self._handle as index:
+            raw = call_bytes(lib.sc_kv_index_request_keys, index, *args)
+        return memoryview(raw).cast("Q").tolist() if raw else []
+
+    def score(
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
+    ) -> Score:
+        """Each worker's consecutive matching blocks from the start of the request."""
+        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items)
+        with self._handle as index:
+            raw = call_bytes(lib.sc_kv_index_score, index, *args)
+        return self._score(raw)
+
+    def score_keys(self, keys: list[int]) -> Score:
+        """`score` for precomputed request keys."""
+        arr = array("Q", keys)
+        ptr = ffi.from_buffer("uint64_t[]", arr) if arr else ffi.NULL
+        with self._handle as index:
+            raw = call_bytes(lib.sc_kv_index_score_keys, index, ptr, len(arr))
+        return self._score(raw)
+
+    def _score(self, raw: bytes) -> Score:
+        block_size, n_keys, n_workers, n_media = _HEADER.unpack_from(raw)
+        view = memoryview(raw)
+        at = _HEADER.size
+        keys = view[at : at + 8 * n_keys].cast("Q").tolist()
+        at += 8 * n_keys
+        blocks = view[at : at + 4 * n_workers].cast("I").tolist()
+        at += 4 * n_workers
+        depths = view[at : at + 4 * n_workers * n_media].cast("I").tolist()
+        at += 4 * n_workers * n_media
+        ends = view[at : at + 4 * (n_media + n_workers)].cast("I").tolist()
+        at += 4 * (n_media + n_workers)
+        names = []
+        start = 0
+        for end in ends:
+            names.append(str(raw[at + start : at + end], "utf-8"))
+            start = end
+        media, worker_names = names[:n_media], names[n_media:]
+        if n_media == 1:
+            medium = media[0]
+            workers = [WorkerScore(n, b, b * block_size, {medium: b}) for n, b in zip(worker_names, blocks)]
+        else:
+            workers = [
+                WorkerScore(n, b, b * block_size, dict(zip(media, depths[i * n_media : (i + 1) * n_media])))
+                for i, (n, b) in enumerate(zip(worker_names, blocks))
+            ]
+        return Score(block_size, keys, self.mode, workers)
+
+    # --- writing ----------------------------------------------------------------------------------
+
+    def apply_payload(self, worker: str, payload: bytes) -> None:
+        """Decodes and applies a batch as an engine published it (vLLM or SGLang msgpack); a
+        malformed payload raises `DecodeError` (what `router_adapter.events.decode_batch` refuses)
+        and changes nothing."""
+        try:
+            self._apply(worker, payload, lib.SC_KV_PAYLOAD_ENGINE)
+        except InvalidArgument as e:
+            if str(e).startswith("payload:"):
+                raise DecodeError(str(e)) from None
+            raise
+
+    def apply_batch(self, worker: str, batch: Batch) -> None:
+        """Applies a decoded batch published by `worker`."""
+        try:
+            payload = _ENCODER.encode(batch)
+        except (TypeError, OverflowError, ValueError):
+            payload = _ENCODER.encode(_plain(batch))
+        self._apply(worker, payload, lib.SC_KV_PAYLOAD_NORMALIZED)
+
+    def apply(self, worker: str, event: Event) -> None:
+        """Applies one decoded event."""
+        self.apply_batch(worker, Batch(ts=time.time(), events=[event]))
+
+    def _apply(self, worker: str, payload: bytes, encoding: int) -> None:
+        name = self._names.get(worker)
+        if name is None:
+            name = self._name_arg(worker)
+        err = _err_box()
+        with self._handle as index:
+            status = lib.sc_kv_index_apply(index, name[1][0], ffi.from_buffer(payload), len(payload), encoding, err)
+        if status != lib.SC_STATUS_OK:
+            raise_for_status(status, err)
+
+    def _name_arg(self, worker: str) -> tuple[Any, Any]:
+        data = worker.encode()
+        buf = ffi.from_buffer("uint8_t[]", data) if data else ffi.NULL
+        arg = ffi.new("sc_str *")
+        arg.ptr, arg.len = buf, len(data)
+        name = (buf, arg)
+        if len(self._names) < 4096:  # workers of one model: a bound, not an expected size
+            self._names[worker] = name
+        return name
+
+    def drop_worker(self, worker: str) -> None:
+        """Forgets everything `worker` holds (engine restart, unrecoverable gap, silence)."""
+        with self._handle as index:
+            call_out("bool", lib.sc_kv_index_drop_worker, index, str_arg(worker.encode()))
+
+    # --- snapshots --------------------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """The whole state as a compact binary snapshot (about 20 bytes per entry)."""
+        with self._handle as index:
+            return call_bytes(lib.sc_kv_index_snapshot, index)
+
+    def restore(self, data: bytes) -> None:
+        """Replaces the state with a snapshot's (same mode, spec, group and block size); raises
+        InvalidArgument for a corrupt snapshot and FailedPrecondition for a mismatched one."""
+        err = ffi.new("sc_error **")
+        with self._handle as index:
+            status = lib.sc_kv_index_restore(index, ffi.from_buffer(data), len(data), err)
+        raise_for_status(status, err)
+
+
+def _plain(batch: Batch) -> Batch:
+    """The batch with what msgspec cannot encode reduced to what the index reads: a store's
+    `extra_keys` (arbitrary objects) become its cache salt."""
+    events: list[Event] = []
+    for event in batch.events:
+        if isinstance(event, BlockStored) and event.extra_keys is not None:
+            event = msgspec.structs.replace(event, extra_keys=None, cache_salt=cache_salt_of(event))
+        events.append(event)
+    return Batch(ts=batch.ts, events=events, dp_rank=batch.dp_rank)
+

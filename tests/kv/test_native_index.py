@@ -1,0 +1,458 @@
+"""The native index (sidecar.native.kv_index) against the Python index (router_adapter.index),
+the differential reference: seeded random operation sequences (stores with parents in spans,
+re-stores, removals, clears, worker drops, eviction, LoRA, salts, multimodal items, several
+media, skipped block sizes, groups and remote blocks) in content and engine mode, each event
+published as raw engine payloads in every encoding (vLLM tagged maps and positional arrays,
+SGLang maps; hashes as unsigned, signed and bytes). After every step both indexes must give the
+same scores and statistics. Then: payload mutations are refused by both decoders alike, and
+snapshots round-trip."""
+
+from __future__ import annotations
+
+import random
+import threading
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from router_adapter.errors import InvalidSpec
+from router_adapter.events import DecodeError, decode_batch
+from router_adapter.index import PrefixIndex
+from router_adapter.spec import HashSpec, MmItem
+from sidecar.errors import FailedPrecondition, InvalidArgument
+from sidecar.factory import get_hasher
+from sidecar.native import hashing as native_hashing
+from sidecar.native.kv_index import NativePrefixIndex
+
+BS = 4
+BLOCKS = 8
+WORKERS = ["w0", "w1", "w2", "w3", "w4"]
+MEDIA = ["GPU", "CPU", "DISK"]
+LORAS = ["", "", "ad1"]
+SALTS = ["", "", "t1"]
+EVENTS = Path(__file__).resolve().parents[1] / "data" / "kv" / "events"
+ENCODE = msgspec.msgpack.encode
+
+
+@dataclass
+class Prompt:
+    tokens: list[int]
+    mm: tuple[MmItem, ...] = ()
+
+
+def prompts_for(rng: random.Random, with_mm: bool) -> list[Prompt]:
+    """Eight prompts that share prefixes of random lengths (a prefix tree, as real traffic)."""
+    base = [rng.randrange(50_000) for _ in range(BLOCKS * BS)]
+    out = []
+    for _ in range(8):
+        shared = rng.choice([0, 1, 2, 4, BLOCKS]) * BS
+        tokens = base[:shared] + [rng.randrange(50_000) for _ in range(BLOCKS * BS - shared)]
+        mm = (MmItem("img-" + str(rng.randrange(3)), rng.randrange(8), rng.randrange(1, 9)),) if with_mm and rng.random() < 0.4 else ()
+        out.append(Prompt(tokens, mm))
+    return out
+
+
+def engine_hashes(prompt: Prompt, lora: str, salt: str, seed: str) -> list[int]:
+    """What vLLM publishes for the prompt (sha256 chain with LoRA, salt and multimodal items)."""
+    spec = HashSpec("vllm_sha256", BS, seed=seed, lora_name=lora, cache_salt=salt, mm_items=prompt.mm)
+    return native_hashing.block_hashes(prompt.tokens, spec)
+
+
+def hash_repr(h: int, kind: str, rng: random.Random) -> int | bytes:
+    if kind == "signed":
+        return h - (1 << 64) if h >= 1 << 63 else h
+    if kind == "bytes":
+        return rng.randbytes(rng.choice([0, 8, 24])) + h.to_bytes(8, "big")
+    return h
+
+
+@dataclass
+class Stored:
+    hashes: list[int]
+    parent: int | None
+    tokens: list[int]
+    block_size: int
+    medium: str | None
+    lora: str
+    salt: str
+    mm_ids: list[tuple[str, int]] = field(default_factory=list)
+    group_idx: int | None = None
+    locality: str | None = None
+
+
+@dataclass
+class Removed:
+    hashes: list[int]
+    medium: str | None
+    group_idx: int | None = None
+    locality: str | None = None
+
+
+class Cleared:
+    pass
+
+
+def extra_keys(ev: Stored, rng: random.Random) -> list | None:
+    """vLLM's untagged per-block extra keys: LoRA name, (mm id, offset) pairs, the salt on the
+    first block of a sequence."""
+    first: list = [ev.lora] if ev.lora else []
+    first += [list(m) for m in ev.mm_ids]
+    if ev.parent is None and ev.salt:
+        first.append(ev.salt)
+    if not first and rng.random() < 0.7:
+        return None
+    rest = [[ev.lora] if ev.lora else None for _ in ev.hashes[1:]]
+    return [first or None] + rest
+
+
+def wire(ev: object, encoding: str, hashes_as: str, rng: random.Random) -> object:
+    """One event as the given engine version encodes it."""
+    if isinstance(ev, Cleared):
+        return ["AllBlocksCleared"] if encoding == "vllm-array" else {"type": "AllBlocksCleared"}
+    if encoding == "sglang":
+        hashes_as = "unsigned" if hashes_as == "bytes" else hashes_as  # SGLang publishes ints
+    hashes = [hash_repr(h, hashes_as, rng) for h in ev.hashes]
+    if isinstance(ev, Removed):
+        fields = [("block_hashes", hashes), ("medium", ev.medium), ("group_idx", ev.group_idx), ("locality", ev.locality)]
+        if encoding == "vllm-array":
+            return trimmed(["BlockRemoved"] + [v for _, v in fields], 2, rng)
+        return {"type": "BlockRemoved", **{k: v for k, v in fields if v is not None or k == "medium"}}
+    parent = None if ev.parent is None else hash_repr(ev.parent, hashes_as, rng)
+    if encoding == "sglang":
+        return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent, "token_ids": ev.tokens,
+                "block_size": ev.block_size, "lora_id": None, "medium": ev.medium or "GPU",
+                "cache_salt": ev.salt or None, "session_id": None, "lora_name": ev.lora or None}
+    extra = extra_keys(ev, rng)
+    if encoding == "vllm-array":
+        arr = ["BlockStored", hashes, parent, ev.tokens, ev.block_size, None, ev.medium, ev.lora or None, extra,
+               ev.group_idx, None, None, ev.locality]
+        return trimmed(arr, 5, rng)
+    event = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent, "token_ids": ev.tokens,
+             "block_size": ev.block_size, "lora_id": None, "medium": ev.medium, "lora_name": ev.lora or None}
+    for key, value in (("extra_keys", extra), ("group_idx", ev.group_idx), ("locality", ev.locality)):
+        if value is not None:
+            event[key] = value
+    if rng.random() < 0.2:
+        event["a_field_from_the_future"] = {"nested": [1, b"x", None]}
+    if rng.random() < 0.3:
+        # The tag may come anywhere in the map.
+        event = dict(sorted(event.items(), key=lambda kv: rng.random()))
+    return event
+
+
+def trimmed(arr: list, minimum: int, rng: random.Random) -> list:
+    """A positional event without its trailing defaults (omit_defaults), maybe with fields from
+    later versions appended."""
+    while len(arr) > minimum and arr[-1] is None and rng.random() < 0.8:
+        arr.pop()
+    if rng.random() < 0.2:
+        arr = arr + [None] * (13 - len(arr)) + ["ownership", "session"]
+    return arr
+
+
+def payload(events: list, encoding: str, hashes_as: str, rng: random.Random) -> bytes:
+    batch = [rng.random() * 1e9, [wire(e, encoding, hashes_as, rng) for e in events]]
+    if rng.random() < 0.7:
+        batch.append(rng.choice([0, 1, None]))
+    return ENCODE(batch)
+
+
+class Scenario:
+    """Random events over a prompt pool. Workers mostly continue sequences they started (so
+    parents are known), sometimes start anew or jump (orphans); removals mostly hit blocks the
+    worker was told to hold."""
+
+    def __init__(self, rng: random.Random, engine_mode: bool) -> None:
+        self.rng = rng
+        self.engine_mode = engine_mode
+        self.prompts = prompts_for(rng, with_mm=True)
+        #: (worker, prompt, lora, salt, seed) -> blocks stored so far.
+        self.progress: dict[tuple, int] = {}
+        #: (worker, engine hash, medium) stored, for removals.
+        self.held: list[tuple[str, int, str | None]] = []
+
+    def request(self) -> tuple:
+        p = self.rng.choice(self.prompts)
+        lora, salt = self.rng.choice(LORAS), self.rng.choice(SALTS)
+        tokens = p.tokens + [1, 2, 3][: self.rng.randrange(4)]
+        if self.rng.random() < 0.15:
+            tokens = tokens[: self.rng.randrange(len(tokens))]
+        return tokens, lora, salt, p.mm if self.engine_mode else ()
+
+    def stored(self, worker: str) -> Stored:
+        rng = self.rng
+        index = rng.randrange(len(self.prompts))
+        p = self.prompts[index]
+        lora, salt = rng.choice(LORAS), rng.choice(SALTS)
+        # A second engine seed gives the same content under other engine hashes.
+        seed = "0" if self.engine_mode or rng.random() < 0.9 else "other"
+        hashes = engine_hashes(p, lora, salt, seed)
+        sequence = (worker, index, lora, salt, seed)
+        r = rng.random()
+        start = self.progress.get(sequence, 0) if r < 0.6 else 0 if r < 0.85 else rng.randrange(BLOCKS)
+        start = min(start, BLOCKS - 1)
+        end = rng.randrange(start + 1, BLOCKS + 1)
+        self.progress[sequence] = end
+        medium = rng.choice(MEDIA + [None]) if rng.random() < 0.5 else "GPU"
+        self.held += [(worker, h, medium) for h in hashes[start:end]]
+        tokens = p.tokens[start * BS : end * BS]
+        if rng.random() < 0.05:
+            tokens = tokens[: rng.randrange(len(tokens) + 1)]  # fewer tokens than blocks
+        block_size = BS if rng.random() < 0.95 else rng.choice([8, 0, -1])
+        mm_ids = [(m.identifier, m.offset - start * BS) for m in p.mm] if start == 0 else []
+        return Stored(
+            hashes=hashes[start:end], parent=hashes[start - 1] if start else None, tokens=tokens,
+            block_size=block_size, medium=medium,
+            lora=lora, salt=salt, mm_ids=mm_ids, group_idx=rng.choice([None] * 12 + [0, 1]),
+            locality=rng.choice([None] * 12 + ["LOCAL", "REMOTE"]),
+        )
+
+    def removed(self, worker: str) -> Removed:
+        rng = self.rng
+        mine = [(h, m) for w, h, m in self.held[-300:] if w == worker]
+        picked = rng.sample(mine, min(len(mine), rng.randrange(1, 4))) if mine else []
+        hashes = [h for h, _ in picked]
+        if not hashes or rng.random() < 0.1:
+            hashes.append(rng.getrandbits(64))  # never stored
+        medium = picked[0][1] if picked and rng.random() < 0.8 else rng.choice(MEDIA + [None])
+        return Removed(hashes, medium, rng.choice([None] * 12 + [1]), rng.choice([None] * 12 + ["REMOTE"]))
+
+    def forget(self, worker: str) -> None:
+        """The worker's cache is gone (a clear or a drop)."""
+        self.progress = {k: v for k, v in self.progress.items() if k[0] != worker}
+        self.held = [h for h in self.held if h[0] != worker]
+
+    def events(self, worker: str) -> list:
+        out = []
+        for _ in range(self.rng.choice([1, 1, 1, 2, 3])):
+            r = self.rng.random()
+            out.append(self.stored(worker) if r < 0.65 else self.removed(worker) if r < 0.98 else Cleared())
+            if isinstance(out[-1], Cleared):
+                self.forget(worker)
+        return out
+
+
+def assert_same(python: PrefixIndex, native: NativePrefixIndex, requests: list[tuple], step: int) -> None:
+    where = f"step {step}"
+    assert native.stats == python.stats, where
+    assert native.num_blocks == python.num_blocks, where
+    assert native.workers == python.workers, where
+    assert native.block_size == python.block_size, where
+    for w in WORKERS:
+        assert native.worker_blocks(w) == python.worker_blocks(w), (where, w)
+    for tokens, lora, salt, mm in requests:
+        assert native.score(tokens, lora, salt, mm) == python.score(tokens, lora, salt, mm), (where, lora, salt)
+
+
+CASES = {
+    # name: (seed, operations, engine mode, configured block size, max_blocks, the Python index's hasher)
+    "content": (1, 1500, False, BS, 4_000_000, "native"),
+    "content-evicting": (2, 1500, False, BS, 45, "native"),
+    "content-learned-block-size": (3, 400, False, None, 120, "native"),
+    "content-reference-hashing": (4, 300, False, BS, 60, "reference"),
+    "engine": (5, 1000, True, BS, 4_000_000, "native"),
+    "engine-evicting": (6, 600, True, BS, 35, "native"),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_native_index_equals_python_index(case: str) -> None:
+    seed, operations, engine_mode, block_size, max_blocks, backend = CASES[case]
+    rng = random.Random(f"native-index-{seed}")
+    spec = HashSpec("vllm_sha256", BS, seed="0") if engine_mode else None
+    python = PrefixIndex(block_size, engine_spec=spec, max_blocks=max_blocks, hasher=get_hasher(backend))
+    native = NativePrefixIndex(block_size, engine_spec=spec, max_blocks=max_blocks)
+    scenario = Scenario(rng, engine_mode)
+    for step in range(operations):
+        worker = rng.choice(WORKERS)
+        if rng.random() < 0.03:
+            python.drop_worker(worker)
+            native.drop_worker(worker)
+        else:
+            data = payload(scenario.events(worker), rng.choice(["vllm-map", "vllm-array", "sglang"]),
+                           rng.choice(["unsigned", "signed", "bytes"]), rng)
+            batch = decode_batch(data)
+            python.apply_batch(worker, batch)
+            # Raw bytes decoded natively, or the Python-decoded batch handed over.
+            if rng.random() < 0.6:
+                native.apply_payload(worker, data)
+            else:
+                native.apply_batch(worker, batch)
+        assert_same(python, native, [scenario.request() for _ in range(3)], step)
+    assert_same(python, native, [(p.tokens, lora, salt, p.mm if engine_mode else ())
+                                 for p in scenario.prompts for lora in ("", "ad1") for salt in ("", "t1")], operations)
+    if max_blocks < 1000:
+        assert python.stats.evicted_blocks > 0
+    stats = python.stats
+    # The sequence exercised what it is meant to (engine mode has no parents to miss).
+    assert stats.skipped_events > 0 and stats.blocks_removed > 30 and stats.unknown_removals > 0
+    assert stats.blocks_stored > 2 * stats.orphan_blocks and (engine_mode or stats.orphan_blocks > 0)
+    native.close()
+
+
+def test_recorded_engine_payloads_apply_alike() -> None:
+    python, native = PrefixIndex(), NativePrefixIndex()
+    for path in sorted(EVENTS.glob("*.msgpack")):
+        data = path.read_bytes()
+        # Replay each recording's batch with its final clear dropped, so that blocks remain.
+        batch = decode_batch(data)
+        kept = ENCODE([batch.ts, [msgspec.msgpack.decode(data)[1][i] for i in range(len(batch.events))
+                                  if type(batch.events[i]).__name__ != "AllBlocksCleared"]])
+        python.apply_batch(path.stem, decode_batch(kept))
+        native.apply_payload(path.stem, kept)
+    assert native.num_blocks == python.num_blocks > 0
+    assert native.stats == python.stats
+    assert native.workers == python.workers
+
+
+def mutations(data: bytes, rng: random.Random) -> list[bytes]:
+    out = [data[: rng.randrange(len(data))] for _ in range(3)]
+    for _ in range(12):
+        b = bytearray(data)
+        for _ in range(rng.choice([1, 1, 2])):
+            b[rng.randrange(len(b))] = rng.randrange(256)
+        out.append(bytes(b))
+    at = rng.randrange(len(data))
+    out.append(data[:at] + bytes([rng.randrange(256)]) + data[at:])
+    out.append(data + b"\x00")
+    return out
+
+
+def test_payload_mutations_are_refused_alike() -> None:
+    """Truncations, byte changes and insertions of valid payloads: the native decoder refuses
+    exactly what `decode_batch` refuses, and what both accept applies alike."""
+    rng = random.Random("mutations")
+    scenario = Scenario(rng, engine_mode=False)
+    refused = accepted = 0
+    for _ in range(250):
+        data = payload(scenario.events("w"), rng.choice(["vllm-map", "vllm-array", "sglang"]),
+                       rng.choice(["unsigned", "signed", "bytes"]), rng)
+        for mutated in mutations(data, rng):
+            native = NativePrefixIndex(BS)
+            try:
+                batch = decode_batch(mutated)
+            except DecodeError:
+                with pytest.raises(DecodeError):
+                    native.apply_payload("w", mutated)
+                assert native.workers == []
+                refused += 1
+                continue
+            except RecursionError:  # msgspec's limit on nesting, not a DecodeError
+                continue
+            python = PrefixIndex(BS, hasher=get_hasher("native"))
+            try:
+                python.apply_batch("w", batch)
+            except (InvalidArgument, OverflowError):
+                continue  # token ids beyond 32 bits: Python raises, the native index skips
+            native.apply_payload("w", mutated)
+            assert native.stats == python.stats
+            accepted += 1
+    assert refused > 500 and accepted > 500
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"\xc1", ENCODE({"ts": 1}), ENCODE([1.0, "x"]), ENCODE([1.0, [{"type": "Nope"}]]),
+     ENCODE([1.0, [{"type": "BlockStored", "block_hashes": ["s"]}]]), ENCODE([1.0, [["BlockRemoved"]]]),
+     ENCODE([1.0, [{"type": "BlockRemoved", "block_hashes": [b"short"]}]]), ENCODE([True, []]),
+     ENCODE([1.0, [], "rank"]), ENCODE([1.0, [{"block_hashes": [1]}]]), ENCODE([1.0, [["BlockStored", [1], None, [1]]]]),
+     # A map as a map key inside extra_keys (unhashable), and "type" naming two classes.
+     b"\x92\xcb" + bytes(8) + b"\x91\x83\xa4type\xabBlockStored\xacblock_hashes\x90\xaaextra_keys\x91\x81\x80\x01",
+     b"\x92\xcb" + bytes(8) + b"\x91\x83\xa4type\xacBlockRemoved\xacblock_hashes\x90\xa4type\xb0AllBlocksCleared",
+     ENCODE([1.0, [{"type": "BlockStored", "block_hashes": [], "medium": b"GPU"}]]),
+     b"\x92\xcb" + bytes(8) + b"\x91\x82\xa4type\xabBlockStored\xacblock_hashes\x91\xd4\xff\x00",
+     b"\x92\xcb" + bytes(8) + b"\x91\x83\xa4type\xabBlockStored\xacblock_hashes\x90\xa6medium\xa2\xff\xfe"],
+)
+def test_malformed_payloads_raise_decode_error_and_change_nothing(data: bytes) -> None:
+    with pytest.raises(DecodeError):
+        decode_batch(data)
+    native = NativePrefixIndex(BS)
+    with pytest.raises(DecodeError, match="^payload: "):
+        native.apply_payload("w", data)
+    assert native.workers == [] and native.stats.events == 0
+
+
+def build(rng: random.Random, max_blocks: int = 4_000_000) -> tuple[NativePrefixIndex, Scenario]:
+    native = NativePrefixIndex(BS, max_blocks=max_blocks)
+    scenario = Scenario(rng, engine_mode=False)
+    for _ in range(400):
+        worker = rng.choice(WORKERS)
+        native.apply_payload(worker, payload(scenario.events(worker), "vllm-map", "unsigned", rng))
+    return native, scenario
+
+
+def test_snapshot_round_trip_and_refusals() -> None:
+    rng = random.Random("snapshot")
+    native, scenario = build(rng, max_blocks=150)
+    data = native.snapshot()
+    copy = NativePrefixIndex(BS, max_blocks=150)
+    copy.restore(data)
+    assert copy.snapshot() == data
+    assert (copy.stats, copy.num_blocks, copy.workers) == (native.stats, native.num_blocks, native.workers)
+    for _ in range(100):
+        request = scenario.request()
+        assert copy.score(*request) == native.score(*request)
+    # Both continue identically (recency order and eviction choices survive the round trip).
+    for _ in range(200):
+        worker = rng.choice(WORKERS)
+        data2 = payload(scenario.events(worker), "vllm-map", "unsigned", rng)
+        native.apply_payload(worker, data2)
+        copy.apply_payload(worker, data2)
+    assert copy.snapshot() == native.snapshot()
+    with pytest.raises(InvalidArgument, match="snapshot"):
+        copy.restore(data[:-3])
+    with pytest.raises(FailedPrecondition, match="snapshot"):
+        NativePrefixIndex(8).restore(data)
+    with pytest.raises(FailedPrecondition, match="snapshot"):
+        NativePrefixIndex(engine_spec=HashSpec("vllm_sha256", BS)).restore(data)
+
+
+def test_close_is_idempotent_and_later_calls_fail_cleanly() -> None:
+    native, scenario = build(random.Random("close"))
+    native.close()
+    native.close()
+    with pytest.raises(FailedPrecondition, match="closed"):
+        native.score(scenario.prompts[0].tokens)
+    with pytest.raises(FailedPrecondition, match="closed"):
+        native.apply_payload("w", b"")
+
+
+def test_scoring_from_threads_while_a_thread_applies() -> None:
+    rng = random.Random("threads")
+    native, scenario = build(rng)
+    requests = [scenario.request() for _ in range(20)]
+    workers = [rng.choice(WORKERS) for _ in range(800)]
+    payloads = [(w, payload(scenario.events(w), "vllm-map", "unsigned", rng)) for w in workers]
+    errors: list[BaseException] = []
+
+    def score() -> None:
+        try:
+            for i in range(400):
+                result = native.score(*requests[i % len(requests)])
+                assert [w.blocks for w in result.workers] == sorted((w.blocks for w in result.workers), reverse=True)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=score) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for worker, data in payloads:
+        native.apply_payload(worker, data)
+    for t in threads:
+        t.join()
+    assert not errors
+
+
+def test_engine_mode_validates_multimodal_items_like_the_python_index() -> None:
+    spec = HashSpec("vllm_sha256", BS, seed="0")
+    bad = (MmItem("b", 5, 1), MmItem("a", 1, 1))
+    for index in (PrefixIndex(engine_spec=spec), NativePrefixIndex(engine_spec=spec)):
+        with pytest.raises(InvalidSpec, match=r"mm_items\[1\]"):
+            index.score(list(range(32)), mm_items=bad)
+    with pytest.raises(ValueError, match="differs"):
+        NativePrefixIndex(8, engine_spec=spec)
+    with pytest.raises(InvalidArgument, match="token_ids"):
+        NativePrefixIndex(BS).score([1, -1, 2, 3])
+    assert replace(spec).block_size == BS
