@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::parse::model::ParseModel;
 use crate::parse::out::CallDelta;
@@ -137,6 +138,17 @@ impl Mux {
     /// Handles a raw `ParseStreamRequest`; a step's answer is appended to `out` as
     /// `ParseStreamResponse` bytes. A malformed message is `InvalidArgument`.
     pub fn handle(&mut self, message: &[u8], out: &mut Vec<u8>) -> Result<Handled> {
+        self.handle_cancellable(message, out, &Cancel::default())
+    }
+
+    /// [`Mux::handle`] that stops when `cancel` says so (between requests of a step, and within
+    /// a long request's ids), failing the whole call: its client has gone.
+    pub fn handle_cancellable(
+        &mut self,
+        message: &[u8],
+        out: &mut Vec<u8>,
+        cancel: &Cancel<'_>,
+    ) -> Result<Handled> {
         match wire::decode_request(message)? {
             ClientMessage::Open => Ok(Handled::Open),
             ClientMessage::Cancel(id) => {
@@ -145,7 +157,8 @@ impl Mux {
             }
             ClientMessage::Step(items) => {
                 for item in items {
-                    self.step_one(item.request_id, &item.token_ids, item.finished, out);
+                    cancel.check()?;
+                    self.step_one(item.request_id, &item.token_ids, item.finished, out, cancel)?;
                 }
                 Ok(Handled::Done)
             }
@@ -155,8 +168,16 @@ impl Mux {
         }
     }
 
-    /// Feeds one request's tokens and appends its delta (if any) to `out`.
-    fn step_one(&mut self, request_id: &str, ids: &[u32], finished: bool, out: &mut Vec<u8>) {
+    /// Feeds one request's tokens and appends its delta (if any) to `out`; `Err` only when the
+    /// call was cancelled.
+    fn step_one(
+        &mut self,
+        request_id: &str,
+        ids: &[u32],
+        finished: bool,
+        out: &mut Vec<u8>,
+        cancel: &Cancel<'_>,
+    ) -> Result<()> {
         let Some(entry) = self.entries.get_mut(request_id) else {
             let error = if self.finished.contains(request_id) {
                 Error::failed_precondition(format!(
@@ -168,13 +189,18 @@ impl Mux {
                 ))
             };
             wire::put_error(out, request_id, &error, "");
-            return;
+            return Ok(());
         };
         let delta = &mut self.scratch;
         let result = catch_unwind(AssertUnwindSafe(|| {
-            entry.session.feed_into(ids, finished, delta)
+            entry.session.feed_cancellable(ids, finished, delta, cancel)
         }))
         .unwrap_or_else(|_| Err(Error::internal("panic in the native parser")));
+        if let Err(e) = &result {
+            if e.kind() == crate::error::ErrorKind::Cancelled || cancel.is_cancelled() {
+                return Err(e.clone());
+            }
+        }
         let fingerprint = if entry.sent_first {
             ""
         } else {
@@ -201,6 +227,7 @@ impl Mux {
                 self.retire(request_id);
             }
         }
+        Ok(())
     }
 
     /// Drops a request; unknown ids are ignored.
