@@ -23,6 +23,8 @@ class EncodeOptions:
     max_length: int = 0
     truncate_left: bool = False
     timeout_s: float | None = None
+    #: Refuse a text with a run of one character class longer than this (0 = no limit).
+    max_word_chars: int = 0
 
 
 @dataclass(slots=True)
@@ -106,6 +108,8 @@ class RendererSettings:
     cache_bytes: int = 64 << 20
     #: Seconds since the epoch that `strftime_now` reports (in UTC) instead of now (tests pin dates).
     fixed_time: int | None = None
+    #: Refuse a prompt with a run of one character class longer than this (0 = no limit).
+    max_word_chars: int = 0
 
 
 class Renderer(Protocol):

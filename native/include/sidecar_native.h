@@ -474,6 +474,23 @@ int32_t sc_prefix_keys(struct sc_ids ids,
                        struct sc_error **err);
 
 /*
+ mimalloc: collect this thread's heap and purge free memory (`force` = also what is cached).
+ */
+extern void mi_collect(bool force);
+
+/*
+ glibc: return free memory at the top of the heap and whole free pages inside it.
+ */
+extern int32_t malloc_trim(uintptr_t pad);
+
+/*
+ Returns freed memory of both allocators to the system: mimalloc's for the calling thread (and
+ abandoned pages), glibc malloc's for the whole process. Cheap when there is nothing to return;
+ call it after large calls, not after every call.
+ */
+void sc_release_memory(void);
+
+/*
  Builds the parse data of a tokenizer. `options_json`: `{"force_generic": bool}` or empty.
 
  # Safety

@@ -6,6 +6,7 @@ from __future__ import annotations
 from array import array
 from typing import Any, Callable, Sequence
 
+from sidecar.cancel import current
 from sidecar.errors import InvalidArgument
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
@@ -27,6 +28,13 @@ def ids_array(ids: Sequence[int], field: str) -> array:
         return array("I", ids)
     except (OverflowError, TypeError) as e:
         raise InvalidArgument(f"{field}: token ids must be integers in [0, 2^32): {e}") from None
+
+
+def cancel_arg() -> Any:
+    """The `const uint32_t *` cancel flag of the offloaded call running on this thread (see
+    `sidecar.cancel`), or NULL; the token stays bound, so alive, for the call."""
+    token = current()
+    return ffi.NULL if token is None else ffi.from_buffer("uint32_t[]", token.flag)
 
 
 def timeout_us(timeout_s: float | None) -> int:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
 from sidecar.errors import InvalidArgument, Unimplemented
-from sidecar.native._calls import call_bytes, call_out, ids_arg, str_arg
+from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, str_arg
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, has_testing_exports, lib
 from sidecar.native._handle import Handle
@@ -98,7 +98,7 @@ class NativeParseMux:
         # Fresh out-slots per call: a worker still finishing a cancelled step must not share them.
         out, kind, err = ffi.new("sc_bytes *"), ffi.new("int32_t *"), ffi.new("sc_error **")
         with self._handle as mux:
-            status = lib.sc_parse_mux_handle(mux, ffi.from_buffer(message), len(message), out, kind, err)
+            status = lib.sc_parse_mux_handle(mux, ffi.from_buffer(message), len(message), cancel_arg(), out, kind, err)
         raise_for_status(status, err)
         try:
             if kind[0] == lib.SC_PARSE_OPEN:

@@ -23,6 +23,7 @@
 
 pub mod buf;
 pub mod hash;
+pub mod memory;
 pub mod parse;
 pub mod render;
 pub mod status;
