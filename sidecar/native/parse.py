@@ -11,8 +11,8 @@ from array import array
 from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
-from sidecar.errors import InvalidArgument, Unimplemented
-from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, str_arg
+from sidecar.errors import Unimplemented
+from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, ids_array, str_arg
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, has_testing_exports, lib
 from sidecar.native._handle import Handle
@@ -81,10 +81,7 @@ class NativeParseMux:
     def open(self, model: NativeParseModel, request_id: str, fingerprint: str, config: dict[str, Any],
              prompt_ids: Sequence[int]) -> None:
         """Opens a request; raises InvalidArgument / ResourceExhausted naming the field."""
-        try:
-            prompt = array("I", prompt_ids)
-        except (OverflowError, TypeError) as e:
-            raise InvalidArgument(f"open.prompt_token_ids: ids must be integers in [0, 2^32): {e}") from None
+        prompt = ids_array(prompt_ids, "open.prompt_token_ids")
         err = ffi.new("sc_error **")
         with self._handle as mux, model.handle as parse_model:
             status = lib.sc_parse_mux_open(
