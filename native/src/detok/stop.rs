@@ -254,10 +254,13 @@ impl StopAutomaton {
     }
 }
 
-/// The trie of `stops`: per state its (byte, child) edges sorted by byte, and the stop string that
-/// ends exactly there (the first one, for duplicates).
-fn build_trie(stops: &[&str]) -> (Vec<Vec<(u8, u32)>>, Vec<Option<u32>>) {
-    let mut trie: Vec<Vec<(u8, u32)>> = vec![Vec::new()];
+/// Per trie state: its (byte, child) edges, sorted by byte.
+type TrieEdges = Vec<Vec<(u8, u32)>>;
+
+/// The trie of `stops`: per state its edges, and the stop string that ends exactly there (the
+/// first one, for duplicates).
+fn build_trie(stops: &[&str]) -> (TrieEdges, Vec<Option<u32>>) {
+    let mut trie: TrieEdges = vec![Vec::new()];
     let mut terminal: Vec<Option<u32>> = vec![None];
     for (index, stop) in stops.iter().enumerate() {
         let mut state = 0usize;
