@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import grpc
 
-from router_adapter.errors import InvalidSpec
+from router_adapter.errors import InvalidSpec, InvalidTokens
 
 
 class SidecarError(Exception):
@@ -98,6 +98,7 @@ def error_for_code(code: int, message: str) -> SidecarError:
 #: The router adapter's exceptions: they mean the caller asked for something no engine does.
 _LIBRARY_STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidSpec, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidTokens, grpc.StatusCode.INVALID_ARGUMENT),
 )
 
 

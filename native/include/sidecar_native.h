@@ -79,6 +79,11 @@
 #define SC_ABI_VERSION 3
 
 /*
+ Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
+ */
+#define HASH_CHECK_BLOCKS 1024
+
+/*
  Dynamo's fixed XXH3 seed.
  */
 #define DYNAMO_SEED 1337
@@ -442,13 +447,17 @@ void sc_bytes_free(struct sc_bytes *buf);
  `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`) and writes one 64-bit
  value per block to `out`; `*written` receives the count. A malformed or unreproducible spec,
  or `out_cap` smaller than the number of full blocks, fails with `SC_ERR_KIND_INVALID_ARGUMENT`.
+ `cancel` is the call's cancellation flag (as in `sc_encode_options`) or NULL, checked every
+ `HASH_CHECK_BLOCKS` blocks.
 
  # Safety
- `spec` and `ids` are borrowed for the call; `out` must be valid for `out_cap` writes;
- `written` and `err` must be NULL or valid for writes.
+ `spec` and `ids` are borrowed for the call; `cancel` NULL or an aligned `uint32_t` valid for
+ the call; `out` must be valid for `out_cap` writes; `written` and `err` must be NULL or valid
+ for writes.
  */
 int32_t sc_block_hashes(struct sc_str spec,
                         struct sc_ids ids,
+                        const uint32_t *cancel,
                         uint64_t *out,
                         uintptr_t out_cap,
                         uintptr_t *written,
