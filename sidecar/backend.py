@@ -155,6 +155,8 @@ class ParseLimits:
     remember_finished: int = 4096
     #: Bytes of undecided output one request may hold back; more is RESOURCE_EXHAUSTED.
     max_held_bytes: int = 1 << 20
+    #: Token ids of one request in one step; more fails the request with RESOURCE_EXHAUSTED.
+    max_step_ids: int = 16 << 20
 
 
 class ParseModel(Protocol):

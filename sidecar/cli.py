@@ -94,7 +94,8 @@ def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
                              "rendered prompt: the longest word the encoder takes in one uninterruptible piece; "
                              "default 100,000")
     limits.add_argument("--max-token-ids", type=int, default=16 << 20,
-                        help="token ids in one request (Detokenize in all, ParseStream prompt ids, Score ids); "
+                        help="token ids in one request (Detokenize in all, ParseStream prompt ids and one request's ids "
+                             "in one step, Score ids); "
                              "default 16 Mi")
     limits.add_argument("--max-stop-strings", type=int, default=1024,
                         help="ParseStream: stop strings of one request; default 1024")

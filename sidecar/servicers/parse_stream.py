@@ -41,7 +41,8 @@ class ParseStreamServicer:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         config = runtime.config
-        self._limits = ParseLimits(max_requests=config.parse_max_requests, max_held_bytes=config.parse_max_held_bytes)
+        self._limits = ParseLimits(max_requests=config.parse_max_requests, max_held_bytes=config.parse_max_held_bytes,
+                                   max_step_ids=config.max_token_ids)
 
     async def ParseStream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, call: Call, counts: StreamCounts
