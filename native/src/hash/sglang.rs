@@ -15,7 +15,11 @@ use crate::error::Result;
 const SALT_TAG: &[u8] = b"sglang-cache-salt-v1\0";
 const NAMESPACE_TAG: &[u8] = b"sglang-kv-event-namespace-v1";
 
-pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec, cancel: &Cancel<'_>) -> Result<Vec<u64>> {
+pub(super) fn block_hashes(
+    tokens: &[u32],
+    spec: &HashSpec,
+    cancel: &Cancel<'_>,
+) -> Result<Vec<u64>> {
     let page = spec.block_size as usize;
     let mut prior: Option<[u8; 32]> = (!spec.cache_salt.is_empty())
         .then(|| sha256_parts(&[SALT_TAG, spec.cache_salt.as_bytes()]));

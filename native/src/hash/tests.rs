@@ -74,7 +74,11 @@ fn a_cancelled_call_stops_every_algorithm() {
         let mut spec = HashSpec::new(algorithm, 16);
         spec.seed = Some("0".into());
         let err = block_hashes_cancellable(&range(64), &spec, &cancel).unwrap_err();
-        assert_eq!(err.kind(), crate::error::ErrorKind::Cancelled, "{algorithm:?}");
+        assert_eq!(
+            err.kind(),
+            crate::error::ErrorKind::Cancelled,
+            "{algorithm:?}"
+        );
     }
 }
 
@@ -102,10 +106,7 @@ fn dynamo_hashes_in_checked_parts_equal_one_pass() {
         .values;
     let mm = dynamo::block_mm_hashes(tokens.len() / bs as usize, bs as usize, &spec.mm_items);
     let seed = dynamo::block_seed(&spec.lora_name, &spec.namespace);
-    assert_eq!(
-        checked,
-        local_block_hashes(&tokens, bs as usize, seed, &mm)
-    );
+    assert_eq!(checked, local_block_hashes(&tokens, bs as usize, seed, &mm));
 }
 
 #[test]
