@@ -333,6 +333,8 @@ impl Session {
         if ids.len() <= STEP_CHECK_IDS {
             return self.feed_into(ids, end, delta);
         }
+        // Checked over the whole step first, so an error names the id's position in the step.
+        self.check_known(ids)?;
         let mut joined = Delta::default();
         let parts = ids.len().div_ceil(STEP_CHECK_IDS);
         for (i, part) in ids.chunks(STEP_CHECK_IDS).enumerate() {
@@ -368,14 +370,7 @@ impl Session {
         if self.finished {
             return Err(Error::failed_precondition("the request already finished"));
         }
-        for (i, &id) in ids.iter().enumerate() {
-            if !self.detok.is_known(id) {
-                return Err(Error::invalid_argument(format!(
-                    "token_ids[{i}]: id {id} is not in the vocabulary (size {})",
-                    self.model.vocab_size()
-                )));
-            }
-        }
+        self.check_known(ids)?;
         let mut sink = std::mem::take(&mut self.sink);
         self.decode(ids, end, &mut sink);
         let buf1 = &mut self.buf1;
@@ -399,6 +394,18 @@ impl Session {
         }
         self.fill(delta, done, matched.map(|m| m.index));
         Ok(())
+    }
+
+    /// Refuses an id outside the vocabulary, naming its position in `ids`.
+    fn check_known(&self, ids: &[u32]) -> Result<()> {
+        match ids.iter().position(|&id| !self.detok.is_known(id)) {
+            None => Ok(()),
+            Some(i) => Err(Error::invalid_argument(format!(
+                "token_ids[{i}]: id {} is not in the vocabulary (size {})",
+                ids[i],
+                self.model.vocab_size()
+            ))),
+        }
     }
 
     /// Decodes a step's ids into `sink` (marker tokens as sentinels, model text escaped so it

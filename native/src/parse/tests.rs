@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::cancel::Cancel;
+use crate::parse::session::STEP_CHECK_IDS;
 use crate::parse::{ParseModel, Session, SessionConfig};
 use crate::test_support::shared_model;
 
@@ -187,4 +189,69 @@ fn mux_refuses_a_step_over_the_id_limit_or_with_an_id_above_32_bits_per_request(
     );
     assert_eq!(by_id("fine").content, "Hello world");
     assert_eq!(mux.len(), 1, "the refused requests are retired");
+}
+
+/// A step is fed as one whole: its deltas joined, in any number of checked parts.
+fn feed_joined(
+    s: &mut Session,
+    ids: &[u32],
+    end: bool,
+    cancel: &Cancel<'_>,
+) -> (String, String, String) {
+    let mut delta = crate::parse::Delta::default();
+    s.feed_cancellable(ids, end, &mut delta, cancel)
+        .expect("feed");
+    let args = delta.calls.iter().map(|c| c.arguments.as_str()).collect();
+    (delta.content, delta.reasoning, args)
+}
+
+#[test]
+fn a_long_step_fed_in_checked_parts_equals_small_steps() {
+    let Some((mut small, tok)) = session("hermes", "qwen3", "<|im_start|>assistant\n") else {
+        return;
+    };
+    let (mut long, _) = session("hermes", "qwen3", "<|im_start|>assistant\n").expect("model");
+    let filler = "word ".repeat(3 * STEP_CHECK_IDS / 2);
+    let text = format!("<think>{filler}</think>{filler}<tool_call>{{\"name\": \"f\", \"arguments\": {{\"a\": \"x\"}}}}</tool_call>");
+    let ids = tok
+        .hf()
+        .encode(text, false)
+        .expect("encode")
+        .get_ids()
+        .to_vec();
+    assert!(ids.len() > 2 * STEP_CHECK_IDS, "{}", ids.len());
+    let mut expected = (String::new(), String::new(), String::new());
+    for chunk in ids.chunks(1000) {
+        let d = small.feed(chunk, false).expect("feed");
+        expected.0.push_str(&d.content);
+        expected.1.push_str(&d.reasoning);
+        d.calls
+            .iter()
+            .for_each(|c| expected.2.push_str(&c.arguments));
+    }
+    assert_eq!(
+        feed_joined(&mut long, &ids, false, &Cancel::default()),
+        expected
+    );
+}
+
+#[test]
+fn a_long_step_names_a_bad_id_by_its_place_in_the_step_and_stops_when_cancelled() {
+    let Some((mut s, _)) = session("", "", "") else {
+        return;
+    };
+    let mut ids = vec![1000u32; 2 * STEP_CHECK_IDS];
+    ids[STEP_CHECK_IDS + 7] = u32::MAX;
+    let mut delta = crate::parse::Delta::default();
+    let err = s
+        .feed_cancellable(&ids, false, &mut delta, &Cancel::default())
+        .unwrap_err();
+    let at = format!("token_ids[{}]", STEP_CHECK_IDS + 7);
+    assert!(err.message().starts_with(&at), "{}", err.message());
+    let flag = std::sync::atomic::AtomicU32::new(1);
+    let ids = vec![1000u32; 2 * STEP_CHECK_IDS];
+    let err = s
+        .feed_cancellable(&ids, false, &mut delta, &Cancel::new(None, Some(&flag)))
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::error::ErrorKind::Cancelled);
 }
