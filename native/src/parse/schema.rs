@@ -2,12 +2,13 @@
 //! turn the raw text values of XML-style formats (`qwen3_coder`, GLM, MiniMax) into typed JSON.
 //!
 //! Conversion, given the parameter's allowed types, tries in this order: `null` (the text
-//! `null`), integer (`[+-]?digits`), number (a JSON number, allowing a leading `+`, a bare leading
+//! `null` in any case, no whitespace around it), integer (`[+-]?digits`), number (a JSON number, allowing a leading `+`, a bare leading
 //! or trailing `.`), boolean (`true`/`false` in any case, `1`/`0`), object and array (JSON text of
 //! that kind), string; when none applies the value stays a string. A parameter without a known
 //! type is a string. A failed conversion never drops the call.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -50,6 +51,20 @@ impl TypeSet {
         self.0 & bit != 0
     }
 
+    /// These types when they are exactly one scalar type (null, integer, number or boolean),
+    /// else plain strings (Step-3 types only such values).
+    pub(crate) fn single_scalar(self) -> TypeSet {
+        match self.0 {
+            Self::NULL | Self::INTEGER | Self::NUMBER | Self::BOOLEAN => self,
+            _ => TypeSet::string(),
+        }
+    }
+
+    /// Whether a string is among the types (as it is when none is known).
+    pub(crate) fn allows_string(self) -> bool {
+        self.0 == 0 || self.has(Self::STRING)
+    }
+
     /// Whether values are plain strings (streamable as they arrive).
     pub(crate) fn is_string(self) -> bool {
         self.0 == 0 || self.0 == Self::STRING
@@ -69,7 +84,7 @@ impl TypeSet {
     }
 
     /// The types a property schema allows (`type`, `anyOf`/`oneOf` members, `nullable`).
-    fn of_schema(schema: &Value) -> TypeSet {
+    pub(crate) fn of_schema(schema: &Value) -> TypeSet {
         let mut set = TypeSet::default();
         match schema.get("type") {
             Some(Value::String(t)) => set.add_name(t),
@@ -97,6 +112,8 @@ impl TypeSet {
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Tools {
     functions: HashMap<String, HashMap<String, TypeSet>>,
+    /// Each function's `parameters.properties` schema, for formats with nested values.
+    properties: Arc<HashMap<String, Value>>,
 }
 
 impl Tools {
@@ -113,20 +130,35 @@ impl Tools {
             ));
         };
         let mut functions = HashMap::new();
+        let mut properties = HashMap::new();
         for item in &items {
             let function = item.get("function").unwrap_or(item);
             let Some(name) = function.get("name").and_then(Value::as_str) else {
                 continue;
             };
             let mut params = HashMap::new();
-            if let Some(Value::Object(props)) = function.pointer("/parameters/properties") {
-                for (key, schema) in props {
+            if let Some(props @ Value::Object(map)) = function.pointer("/parameters/properties") {
+                for (key, schema) in map {
                     params.insert(key.clone(), TypeSet::of_schema(schema));
                 }
+                properties.insert(name.to_string(), props.clone());
             }
             functions.insert(name.to_string(), params);
         }
-        Ok(Tools { functions })
+        Ok(Tools {
+            functions,
+            properties: Arc::new(properties),
+        })
+    }
+
+    /// Whether the request declared `function`.
+    pub(crate) fn declares(&self, function: &str) -> bool {
+        self.functions.contains_key(function)
+    }
+
+    /// `function`'s `parameters.properties` schema object, when the request declared one.
+    pub(crate) fn properties(&self, function: &str) -> Option<&Value> {
+        self.properties.get(function)
     }
 
     /// The types of `function`'s parameter `param` (empty when unknown).
@@ -147,7 +179,8 @@ pub(crate) fn coerce(value: &str, types: TypeSet) -> String {
             return c;
         }
     } else if !types.is_string() {
-        if types.has(TypeSet::NULL) && t == "null" {
+        // vLLM compares the value as the format gives it (no whitespace trimmed), in any case.
+        if types.has(TypeSet::NULL) && value.eq_ignore_ascii_case("null") {
             return "null".into();
         }
         if types.has(TypeSet::INTEGER) {

@@ -3,6 +3,7 @@
 //! - `glm45` / `glm47` (GLM-4.5/4.6/4.7), `ling3`, `poolside_v1`:
 //!   `<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>...</tool_call>`, GLM-4.5/4.6
 //!   with a newline after the name and between elements, 4.7 without; one parser reads both.
+//!   `iquest_q1` writes the same inside `<iquest_tool_call>`.
 //! - `hy_v3` (Hunyuan): `<tool_calls><tool_call>NAME<tool_sep><arg_key>k</arg_key>
 //!   <arg_value>v</arg_value></tool_call>...</tool_calls>`: calls only inside the section, the
 //!   name ends at `<tool_sep>`.
@@ -61,6 +62,22 @@ pub(crate) const GLM: KeyedSpec = KeyedSpec {
     arg_type: None,
     value: [4, 5],
     json_body: false,
+};
+
+/// The markers of IQuest-Q1 (`iquest_q1`).
+pub(crate) const IQUEST_MARKERS: &[&str] = &[
+    "<iquest_tool_call>",
+    "</iquest_tool_call>",
+    "<arg_key>",
+    "</arg_key>",
+    "<arg_value>",
+    "</arg_value>",
+];
+
+/// IQuest-Q1: GLM-4.7's elements inside `<iquest_tool_call>`.
+pub(crate) const IQUEST: KeyedSpec = KeyedSpec {
+    markers: IQUEST_MARKERS,
+    ..GLM
 };
 
 /// Hunyuan `hy_v3`.
@@ -209,6 +226,11 @@ pub(crate) fn build(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
 /// The `k2_horizon` parser of a request (registry constructor).
 pub(crate) fn build_k2_horizon(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
     Box::new(Keyed::new(&K2_HORIZON, markers, tools))
+}
+
+/// The `iquest_q1` parser of a request (registry constructor).
+pub(crate) fn build_iquest(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Keyed::new(&IQUEST, markers, tools))
 }
 
 /// The `hy_v3` parser of a request (registry constructor).

@@ -1,4 +1,5 @@
-//! `qwen3_coder` (Qwen3-Coder, also `qwen3_xml`):
+//! `qwen3_coder` (Qwen3-Coder, also `qwen3_xml`) and the formats that share its grammar (Step-3.5,
+//! Step-5, MiMo, Seed-OSS, each a [`CoderSpec`]):
 //!
 //! ```text
 //! <tool_call>
@@ -12,7 +13,7 @@
 //! ```
 //!
 //! Values are raw text typed by the request's tool schema (see [`super::xml_args`]); one leading
-//! and one trailing newline of each value are template framing. A missing `</parameter>` is closed
+//! and one trailing newline of each value are template framing (MiMo: values are verbatim). A missing `</parameter>` is closed
 //! by the next `<parameter=`, `</function>` or `</tool_call>`; `<function=` is also accepted
 //! without `<tool_call>`. A call starts when its name's `>` arrives; text that turns out not to be
 //! a call (no `<function=` after `<tool_call>`, a name cut off) is content.
@@ -26,6 +27,35 @@ use crate::parse::Stage;
 
 /// The markers this format uses.
 pub(crate) const MARKERS: &[&str] = &["<tool_call>", "</tool_call>"];
+/// The markers of Seed-OSS.
+pub(crate) const SEED_MARKERS: &[&str] = &["<seed:tool_call>", "</seed:tool_call>"];
+
+/// What differs between the formats of this grammar.
+pub(crate) struct CoderSpec {
+    /// The block's opening and closing markers.
+    pub(crate) markers: &'static [&'static str],
+    /// One leading and one trailing newline of each value are framing.
+    pub(crate) strip_newlines: bool,
+}
+
+/// Qwen3-Coder (also Step-3.5 and Step-5, whose differences from it are in text around calls
+/// only, which is content here anyway).
+pub(crate) const QWEN3: CoderSpec = CoderSpec {
+    markers: MARKERS,
+    strip_newlines: true,
+};
+
+/// MiMo: values are verbatim (a value's newlines are part of it).
+pub(crate) const MIMO: CoderSpec = CoderSpec {
+    markers: MARKERS,
+    strip_newlines: false,
+};
+
+/// Seed-OSS: the Qwen3 grammar inside `<seed:tool_call>` blocks.
+pub(crate) const SEED_OSS: CoderSpec = CoderSpec {
+    markers: SEED_MARKERS,
+    strip_newlines: true,
+};
 
 const FUNCTION: &str = "<function=";
 const FUNCTION_END: &str = "</function>";
@@ -62,21 +92,31 @@ pub(crate) struct Qwen3Coder {
 }
 
 impl Qwen3Coder {
-    pub(crate) fn new(markers: &Markers, tools: &Tools) -> Self {
+    pub(crate) fn new(spec: &CoderSpec, markers: &Markers, tools: &Tools) -> Self {
         Qwen3Coder {
-            open: markers.pattern(MARKERS[0]),
-            close: markers.pattern(MARKERS[1]),
+            open: markers.pattern(spec.markers[0]),
+            close: markers.pattern(spec.markers[1]),
             state: State::Content,
             tools: tools.clone(),
             function: String::new(),
-            args: ArgsBuilder::new(true),
+            args: ArgsBuilder::new(spec.strip_newlines),
         }
     }
 }
 
-/// The parser of a request (registry constructor).
+/// `qwen3_coder`, `step3p5`, `step5` (registry constructor).
 pub(crate) fn build(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
-    Box::new(Qwen3Coder::new(markers, tools))
+    Box::new(Qwen3Coder::new(&QWEN3, markers, tools))
+}
+
+/// `mimo` (registry constructor).
+pub(crate) fn build_mimo(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Qwen3Coder::new(&MIMO, markers, tools))
+}
+
+/// `seed_oss` (registry constructor).
+pub(crate) fn build_seed_oss(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Qwen3Coder::new(&SEED_OSS, markers, tools))
 }
 
 impl Qwen3Coder {

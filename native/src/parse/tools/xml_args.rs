@@ -7,7 +7,8 @@
 //! [`crate::parse::schema`]). Template framing around values (a newline after the opening tag and
 //! one before the closing tag, for formats that write them) is stripped: the first newline is
 //! dropped when it comes, a trailing newline is held until it is known not to be the last
-//! character.
+//! character. Formats whose values are trimmed (Step-3, MiniCPM-5) drop leading whitespace and hold
+//! trailing whitespace the same way.
 
 use crate::parse::json::{is_sentinel, push_escaped, push_json_string};
 use crate::parse::out::{Channel, Out};
@@ -47,6 +48,9 @@ pub(crate) struct ArgsBuilder {
     streaming: bool,
     value_started: bool,
     strip_newlines: bool,
+    /// Values are trimmed of surrounding whitespace (unless the current one is verbatim).
+    trim: bool,
+    verbatim: bool,
     at_value_start: bool,
     in_member: bool,
     open: bool,
@@ -63,6 +67,23 @@ impl ArgsBuilder {
         }
     }
 
+    /// A builder for a format whose values are trimmed of surrounding whitespace.
+    pub(crate) fn trimming() -> Self {
+        ArgsBuilder {
+            trim: true,
+            ..ArgsBuilder::default()
+        }
+    }
+
+    /// The current value is taken as written, not trimmed (a CDATA section).
+    pub(crate) fn verbatim(&mut self) {
+        self.verbatim = true;
+    }
+
+    fn trims(&self) -> bool {
+        self.trim && !self.verbatim
+    }
+
     /// Bytes held back.
     pub(crate) fn held(&self) -> usize {
         self.value.len() + self.key.len()
@@ -73,6 +94,7 @@ impl ArgsBuilder {
         *self = ArgsBuilder {
             index,
             open: true,
+            trim: self.trim,
             ..ArgsBuilder::new(self.strip_newlines)
         };
         out.call_args(index, "{");
@@ -86,6 +108,7 @@ impl ArgsBuilder {
         self.streaming = types.is_string();
         self.value_started = false;
         self.at_value_start = true;
+        self.verbatim = false;
         self.in_member = true;
     }
 
@@ -148,6 +171,12 @@ impl ArgsBuilder {
     fn text(&mut self, s: &str, out: &mut String) {
         let mut s = s;
         if self.at_value_start && !s.is_empty() {
+            if self.trims() {
+                s = s.trim_start_matches(|c: char| c.is_ascii_whitespace());
+                if s.is_empty() {
+                    return;
+                }
+            }
             self.at_value_start = false;
             if self.strip_newlines {
                 s = s.strip_prefix('\n').unwrap_or(s);
@@ -163,19 +192,22 @@ impl ArgsBuilder {
         // A held newline is text after all once more text follows it.
         let mut chunk = std::mem::take(&mut self.value);
         chunk.push_str(s);
-        let keep_newline = self.strip_newlines && chunk.ends_with('\n');
-        let emit = if keep_newline {
-            &chunk[..chunk.len() - 1]
+        // Held back: a last newline (newline framing) or trailing whitespace (trimmed values).
+        let held = if self.trims() {
+            chunk.len()
+                - chunk
+                    .trim_end_matches(|c: char| c.is_ascii_whitespace())
+                    .len()
         } else {
-            &chunk[..]
+            usize::from(self.strip_newlines && chunk.ends_with('\n'))
         };
+        let emit = &chunk[..chunk.len() - held];
         if !emit.is_empty() {
             self.start_string(out);
             push_escaped(emit, out);
         }
-        if keep_newline {
-            self.value.push('\n');
-        }
+        let tail = chunk[chunk.len() - held..].to_string();
+        self.value.push_str(&tail);
     }
 
     fn start_string(&mut self, out: &mut String) {
@@ -203,7 +235,7 @@ impl ArgsBuilder {
         self.in_member = false;
         if self.streaming {
             // The held trailing newline is the template's framing.
-            if !self.strip_newlines {
+            if !self.strip_newlines && !self.trims() {
                 let held = std::mem::take(&mut self.value);
                 if !held.is_empty() {
                     self.start_string(out);
@@ -216,6 +248,11 @@ impl ArgsBuilder {
             let mut raw = std::mem::take(&mut self.value);
             if self.strip_newlines && raw.ends_with('\n') {
                 raw.pop();
+            }
+            if self.trims() {
+                raw = raw
+                    .trim_end_matches(|c: char| c.is_ascii_whitespace())
+                    .to_string();
             }
             self.key_prefix(out);
             out.push_str(&coerce(&raw, self.types));
