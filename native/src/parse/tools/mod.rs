@@ -16,6 +16,7 @@ pub(crate) mod glm;
 pub(crate) mod hermes;
 pub(crate) mod inkling;
 pub(crate) mod invoke;
+mod json_block;
 mod json_call;
 pub(crate) mod kimi;
 pub(crate) mod kimi_k3;
