@@ -22,8 +22,6 @@ pub(crate) enum Body {
     Object,
     /// A JSON list of call objects.
     List,
-    /// Either of the two.
-    ObjectOrList,
 }
 
 /// One format of the family.
@@ -141,8 +139,8 @@ impl JsonBlock {
         let s = &input.as_str()[marker..];
         let ws = leading_ws(s);
         let after = &s[ws..];
-        let lists = self.spec.body != Body::Object;
-        let objects = self.spec.body != Body::List;
+        let lists = self.spec.body == Body::List;
+        let objects = self.spec.body == Body::Object;
         if let Some(inner) = after.strip_prefix('[').filter(|_| lists) {
             let ws2 = leading_ws(inner);
             match inner[ws2..].chars().next() {

@@ -18,6 +18,7 @@ pub(crate) mod inkling;
 pub(crate) mod invoke;
 mod json_block;
 mod json_call;
+pub(crate) mod json_formats;
 pub(crate) mod kimi;
 pub(crate) mod kimi_k3;
 pub(crate) mod llama3_json;
