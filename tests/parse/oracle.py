@@ -229,7 +229,8 @@ MANUAL_RULES: dict[tuple[str, str, str], str] = {
     ("mistral", "mistral", "separate_blocks"): "later_calls_kept",
     ("mistral", "mistral", "text_between"): "later_calls_kept",
     **{(block, run, case): "later_calls_kept" for block, run in [
-        ("jamba", "jamba"), ("jamba", "hunyuan_a13b"), ("phi4_mini_json", "phi4_mini_json"), ("apertus", "apertus")]
+        ("jamba", "jamba"), ("jamba", "hunyuan_a13b"), ("phi4_mini_json", "phi4_mini_json"), ("apertus", "apertus"),
+        ("lfm2", "lfm2"), ("olmo3", "olmo3")]
        for case in ("separate_blocks", "text_between")},
     ("kimi_k2", "kimi_k2", "mangled_id"): "mangled_header",
     ("qwen3_coder", "qwen3_coder", "float_for_integer"): "schema_typing",

@@ -4,8 +4,7 @@
 
 use crate::parse::schema::Tools;
 use crate::parse::text::Markers;
-use crate::parse::tools::json_block::{BlockSpec, Body, JsonBlock};
-use crate::parse::tools::json_call::CallShape;
+use crate::parse::tools::json_block::{BlockSpec, JsonBlock};
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -14,8 +13,7 @@ pub(crate) const MARKERS: &[&str] = &["<tool_call>", "</tool_call>"];
 const SPEC: BlockSpec = BlockSpec {
     opens: &[&[MARKERS[0]]],
     close: Some(MARKERS[1]),
-    body: Body::Object,
-    shape: CallShape::NAME_ARGS,
+    ..BlockSpec::PLAIN
 };
 
 /// The parser of a request (registry constructor).

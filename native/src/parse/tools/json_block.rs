@@ -34,10 +34,29 @@ pub(crate) struct BlockSpec {
     pub(crate) close: Option<&'static str>,
     pub(crate) body: Body,
     pub(crate) shape: CallShape,
+    /// A body at the very start of the output counts without a start marker (xLAM).
+    pub(crate) at_start: bool,
+    /// Without an end marker: markers that are framing when they follow the body (after
+    /// whitespace), such as xLAM's closing code fence; anything else after the body is content.
+    pub(crate) trailers: &'static [&'static str],
+}
+
+impl BlockSpec {
+    /// The base of a spec: one `{"name", "arguments"}` object, no end marker.
+    pub(crate) const PLAIN: BlockSpec = BlockSpec {
+        opens: &[],
+        close: None,
+        body: Body::Object,
+        shape: CallShape::NAME_ARGS,
+        at_start: false,
+        trailers: &[],
+    };
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
+    /// Nothing read yet (`at_start` specs): a body here needs no start marker.
+    Start,
     Content,
     /// The input starts with a start marker of `marker` bytes, not yet routed.
     Opened { marker: usize },
@@ -63,6 +82,7 @@ pub(crate) struct JsonBlock {
     spec: &'static BlockSpec,
     opens: Vec<String>,
     close: Option<String>,
+    trailers: Vec<String>,
     state: State,
     call: JsonCall,
 }
@@ -78,7 +98,12 @@ impl JsonBlock {
             spec,
             opens,
             close: spec.close.map(|m| markers.pattern(m)),
-            state: State::Content,
+            trailers: spec.trailers.iter().map(|m| markers.pattern(m)).collect(),
+            state: if spec.at_start {
+                State::Start
+            } else {
+                State::Content
+            },
             call: JsonCall::shaped(spec.shape),
         }
     }
@@ -86,6 +111,19 @@ impl JsonBlock {
     /// One state's work: `None` to wait for more input.
     fn step(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
         match self.state {
+            State::Start => {
+                let s = input.as_str();
+                let ws = leading_ws(s);
+                if ws == s.len() && !end {
+                    return None;
+                }
+                let bracket = if self.spec.body == Body::List { '[' } else { '{' };
+                self.state = State::Content;
+                if s[ws..].starts_with(bracket) {
+                    out.route(input, ws, Channel::Content);
+                    self.state = State::Opened { marker: 0 };
+                }
+            }
             State::Content => {
                 let patterns: Vec<&str> = self.opens.iter().map(String::as_str).collect();
                 let index = out.route_until(input, &patterns, Channel::Content, end)?;
@@ -220,14 +258,29 @@ impl JsonBlock {
     /// Framing through the end marker; a new start marker (the end one missing) starts over.
     fn after_body(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
         let Some(close) = self.close.as_deref() else {
-            self.state = State::Content;
-            return Some(());
+            return self.trailer(input, out, end);
         };
         let mut patterns = vec![close];
         patterns.extend(self.opens.iter().map(String::as_str));
         let index = out.route_until(input, &patterns, Channel::Framing, end)?;
         if index == 0 {
             out.route(input, close.len(), Channel::Framing);
+        }
+        self.state = State::Content;
+        Some(())
+    }
+}
+
+impl JsonBlock {
+    /// After a body without an end marker: whitespace and a trailer are framing.
+    fn trailer(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        let rest = &s[ws..];
+        if let Some(t) = self.trailers.iter().find(|t| rest.starts_with(t.as_str())) {
+            out.route(input, ws + t.len(), Channel::Framing);
+        } else if !end && self.trailers.iter().any(|t| t.starts_with(rest)) {
+            return None;
         }
         self.state = State::Content;
         Some(())

@@ -28,39 +28,39 @@ macro_rules! json_format {
 json_format!(
     /// `longcat`: Hermes with `<longcat_tool_call>` ... `</longcat_tool_call>`.
     LONGCAT_MARKERS, build_longcat, ["<longcat_tool_call>", "</longcat_tool_call>"],
-    |m| BlockSpec { opens: &[&[m[0]]], close: Some(m[1]), body: Body::Object, shape: CallShape::NAME_ARGS }
+    |m| BlockSpec { opens: &[&[m[0]]], close: Some(m[1]), ..BlockSpec::PLAIN }
 );
 
 json_format!(
     /// `internlm` (InternLM2/3, SGLang `interns1`): `<|action_start|><|plugin|>{"name",
     /// "parameters"}<|action_end|>`, the two start tokens back to back.
     INTERNLM_MARKERS, build_internlm, ["<|action_start|>", "<|plugin|>", "<|action_end|>"],
-    |m| BlockSpec { opens: &[&[m[0], m[1]]], close: Some(m[2]), body: Body::Object, shape: CallShape::NAME_ARGS }
+    |m| BlockSpec { opens: &[&[m[0], m[1]]], close: Some(m[2]), ..BlockSpec::PLAIN }
 );
 
 json_format!(
     /// `granite-20b-fc`: `<function_call> {...}` per call, no end marker.
     GRANITE_20B_FC_MARKERS, build_granite_20b_fc, ["<function_call>"],
-    |m| BlockSpec { opens: &[&[m[0]]], close: None, body: Body::Object, shape: CallShape::NAME_ARGS }
+    |m| BlockSpec { opens: &[&[m[0]]], close: None, ..BlockSpec::PLAIN }
 );
 
 json_format!(
     /// `granite` (Granite 3.0 token `<|tool_call|>`, 3.1 text `<tool_call>`): a JSON list after
     /// the marker, no end marker (the `]` ends it).
     GRANITE_MARKERS, build_granite, ["<|tool_call|>", "<tool_call>"],
-    |m| BlockSpec { opens: &[&[m[0]], &[m[1]]], close: None, body: Body::List, shape: CallShape::NAME_ARGS }
+    |m| BlockSpec { opens: &[&[m[0]], &[m[1]]], close: None, body: Body::List, ..BlockSpec::PLAIN }
 );
 
 json_format!(
     /// `jamba` and `hunyuan_a13b`: `<tool_calls>[{...}, ...]</tool_calls>`.
     JAMBA_MARKERS, build_jamba, ["<tool_calls>", "</tool_calls>"],
-    |m| BlockSpec { opens: &[&[m[0]]], close: Some(m[1]), body: Body::List, shape: CallShape::NAME_ARGS }
+    |m| BlockSpec { opens: &[&[m[0]]], close: Some(m[1]), body: Body::List, ..BlockSpec::PLAIN }
 );
 
 json_format!(
     /// `phi4_mini_json`: `functools[{...}, ...]` (plain text, the list ends the call block).
     PHI4_MINI_MARKERS, build_phi4_mini, ["functools"],
-    |m| BlockSpec { opens: &[&[m[0]]], close: None, body: Body::List, shape: CallShape::NAME_ARGS }
+    |m| BlockSpec { opens: &[&[m[0]]], close: None, body: Body::List, ..BlockSpec::PLAIN }
 );
 
 json_format!(
@@ -71,6 +71,7 @@ json_format!(
         close: Some(m[1]),
         body: Body::List,
         shape: CallShape { name_keys: &[], arg_keys: &[], keyed: true },
+        ..BlockSpec::PLAIN
     }
 );
 
@@ -83,7 +84,20 @@ json_format!(
     |m| BlockSpec {
         opens: &[&[m[0], m[1], m[2], m[3]], &[m[2], m[3]], &[m[4]]],
         close: None,
-        body: Body::Object,
-        shape: CallShape::NAME_ARGS,
+        ..BlockSpec::PLAIN
+    }
+);
+
+json_format!(
+    /// `xlam` (xLAM): a JSON list of calls at the very start of the output, or after a
+    /// ```` ```json ```` fence, `[TOOL_CALLS]`, `<tool_call>` or `</think>`; a closing fence or
+    /// `</tool_call>` right after the list is framing.
+    XLAM_MARKERS, build_xlam, ["```json", "[TOOL_CALLS]", "<tool_call>", "</think>", "```", "</tool_call>"],
+    |m| BlockSpec {
+        opens: &[&[m[0]], &[m[1]], &[m[2]], &[m[3]]],
+        body: Body::List,
+        at_start: true,
+        trailers: &[m[4], m[5]],
+        ..BlockSpec::PLAIN
     }
 );
