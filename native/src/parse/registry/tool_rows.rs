@@ -297,7 +297,7 @@ pub(super) const ROWS: &[Parser] = &[
         markers: pythonic::LFM2_MARKERS,
         build: Build::Tool(pythonic::build_lfm2),
         ids: IdStyle::OpenAi,
-        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|tool_list_start|>"), Sig::Token("<|tool_call_start|>")]], unless: &[] }],
+        detect: &[Detect { rank: 15, all: &[&[Sig::Template("<|tool_list_start|>"), Sig::Template("<|tool_call_start|>"), Sig::Token("<|tool_call_start|>")]], unless: &[] }],
         about: "pythonic list inside markers",
         ..BASE
     },

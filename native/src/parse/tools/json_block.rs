@@ -39,6 +39,9 @@ pub(crate) struct BlockSpec {
     /// Without an end marker: markers that are framing when they follow the body (after
     /// whitespace), such as xLAM's closing code fence; anything else after the body is content.
     pub(crate) trailers: &'static [&'static str],
+    /// Markers that stay content but after which a body counts as at the start (xLAM after
+    /// `</think>`); used with `at_start`.
+    pub(crate) restarts: &'static [&'static str],
 }
 
 impl BlockSpec {
@@ -50,6 +53,7 @@ impl BlockSpec {
         shape: CallShape::NAME_ARGS,
         at_start: false,
         trailers: &[],
+        restarts: &[],
     };
 }
 
@@ -59,7 +63,9 @@ enum State {
     Start,
     Content,
     /// The input starts with a start marker of `marker` bytes, not yet routed.
-    Opened { marker: usize },
+    Opened {
+        marker: usize,
+    },
     /// Reading an object not yet known to be a call: the first `prefix` bytes (marker, `[`,
     /// whitespace) are framing if it is one and content if not; `cursor` bytes read. `list`: an
     /// element of a list.
@@ -68,7 +74,10 @@ enum State {
         cursor: usize,
         list: bool,
     },
-    InCall { index: u32, list: bool },
+    InCall {
+        index: u32,
+        list: bool,
+    },
     /// In a list after an element: `,` or `]`.
     ListNext,
     /// In a list after `,`: the next element.
@@ -83,6 +92,7 @@ pub(crate) struct JsonBlock {
     opens: Vec<String>,
     close: Option<String>,
     trailers: Vec<String>,
+    restarts: Vec<String>,
     state: State,
     call: JsonCall,
 }
@@ -99,6 +109,7 @@ impl JsonBlock {
             opens,
             close: spec.close.map(|m| markers.pattern(m)),
             trailers: spec.trailers.iter().map(|m| markers.pattern(m)).collect(),
+            restarts: spec.restarts.iter().map(|m| markers.pattern(m)).collect(),
             state: if spec.at_start {
                 State::Start
             } else {
@@ -117,7 +128,11 @@ impl JsonBlock {
                 if ws == s.len() && !end {
                     return None;
                 }
-                let bracket = if self.spec.body == Body::List { '[' } else { '{' };
+                let bracket = if self.spec.body == Body::List {
+                    '['
+                } else {
+                    '{'
+                };
                 self.state = State::Content;
                 if s[ws..].starts_with(bracket) {
                     out.route(input, ws, Channel::Content);
@@ -125,11 +140,19 @@ impl JsonBlock {
                 }
             }
             State::Content => {
-                let patterns: Vec<&str> = self.opens.iter().map(String::as_str).collect();
+                let patterns: Vec<&str> = self
+                    .opens
+                    .iter()
+                    .chain(&self.restarts)
+                    .map(String::as_str)
+                    .collect();
                 let index = out.route_until(input, &patterns, Channel::Content, end)?;
-                self.state = State::Opened {
-                    marker: self.opens[index].len(),
-                };
+                if let Some(open) = self.opens.get(index) {
+                    self.state = State::Opened { marker: open.len() };
+                } else {
+                    out.route(input, patterns[index].len(), Channel::Content);
+                    self.state = State::Start;
+                }
             }
             State::Opened { marker } => self.opened(marker, input, out, end)?,
             State::Undecided {
@@ -173,7 +196,13 @@ impl JsonBlock {
     }
 
     /// After the start marker: the body's first bracket, else the marker is content.
-    fn opened(&mut self, marker: usize, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+    fn opened(
+        &mut self,
+        marker: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
         let s = &input.as_str()[marker..];
         let ws = leading_ws(s);
         let after = &s[ws..];
@@ -282,7 +311,12 @@ impl JsonBlock {
         } else if !end && self.trailers.iter().any(|t| t.starts_with(rest)) {
             return None;
         }
-        self.state = State::Content;
+        // Another body right after this one needs no start marker either.
+        self.state = if self.spec.at_start {
+            State::Start
+        } else {
+            State::Content
+        };
         Some(())
     }
 }

@@ -89,15 +89,17 @@ json_format!(
 );
 
 json_format!(
-    /// `xlam` (xLAM): a JSON list of calls at the very start of the output, or after a
-    /// ```` ```json ```` fence, `[TOOL_CALLS]`, `<tool_call>` or `</think>`; a closing fence or
-    /// `</tool_call>` right after the list is framing.
+    /// `xlam` (xLAM): a JSON list of calls at the very start of the output, right after another
+    /// list or after `</think>` (which stays content), or after a ```` ```json ```` fence,
+    /// `[TOOL_CALLS]` or `<tool_call>`; a closing fence or `</tool_call>` right after the list is
+    /// framing.
     XLAM_MARKERS, build_xlam, ["```json", "[TOOL_CALLS]", "<tool_call>", "</think>", "```", "</tool_call>"],
     |m| BlockSpec {
-        opens: &[&[m[0]], &[m[1]], &[m[2]], &[m[3]]],
+        opens: &[&[m[0]], &[m[1]], &[m[2]]],
         body: Body::List,
         at_start: true,
         trailers: &[m[4], m[5]],
+        restarts: &[m[3]],
         ..BlockSpec::PLAIN
     }
 );

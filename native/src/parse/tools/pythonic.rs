@@ -504,10 +504,14 @@ const OLMO3: PythonicSpec = PythonicSpec {
 enum State {
     Content,
     /// The input starts with the start marker (`marker` bytes), not yet routed.
-    Opened { marker: usize },
+    Opened {
+        marker: usize,
+    },
     /// The calls start after `prefix` bytes (the start marker and whitespace: framing once a
     /// call is made, content if none is).
-    Calls { prefix: usize },
+    Calls {
+        prefix: usize,
+    },
     /// After the calls: whitespace and the end marker are framing.
     AfterBody,
 }
@@ -638,7 +642,13 @@ impl Pythonic {
     }
 
     /// After the start marker: the list's `[` (lines: anything), else the marker is content.
-    fn opened(&mut self, marker: usize, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+    fn opened(
+        &mut self,
+        marker: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
         let s = &input.as_str()[marker..];
         let ws = leading_ws(s);
         let next = s[ws..].chars().next();
@@ -649,7 +659,9 @@ impl Pythonic {
         if self.spec.lines {
             self.state = State::Calls { prefix: marker };
         } else if next == Some('[') {
-            self.state = State::Calls { prefix: marker + ws };
+            self.state = State::Calls {
+                prefix: marker + ws,
+            };
         } else {
             out.route(input, marker, Channel::Content);
             self.state = State::Content;
