@@ -532,6 +532,8 @@ pub(crate) struct Pythonic {
     framing: Vec<String>,
     state: State,
     sent: Vec<Sent>,
+    /// Input length when the calls were last parsed and more input was needed.
+    waited_at: usize,
 }
 
 /// The parser of a request (registry constructor): `pythonic`, `llama4_pythonic`.
@@ -558,6 +560,7 @@ impl Pythonic {
             framing: spec.framing.iter().map(|m| markers.pattern(m)).collect(),
             state: State::Content,
             sent: Vec::new(),
+            waited_at: 0,
         }
     }
 
@@ -606,10 +609,26 @@ impl Pythonic {
 
     /// Reads the calls after `prefix` bytes of `input`: `None` to wait for more.
     fn calls(&mut self, prefix: usize, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        // The list is parsed again from its start at every step. Identifier characters appended
+        // to text that needed more cannot complete an argument, a call or the list (that takes a
+        // delimiter, a quote, a space or a marker), so they wait for the next such character
+        // without a parse: the result is the same, only a break is noticed a step later.
+        let fresh = &input.as_str()[self.waited_at.min(input.len())..];
+        if !end
+            && self.waited_at > 0
+            && fresh
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            self.waited_at = input.len();
+            return None;
+        }
+        self.waited_at = 0;
         let (calls, status) = parse_calls(&input.as_str()[prefix..], self.syntax());
         let decided = calls.iter().rposition(ParsedCall::decided);
         if matches!(status, ListStatus::Wait) && !end {
             self.emit(&calls, out);
+            self.waited_at = input.len();
             return None;
         }
         self.state = State::Content;
