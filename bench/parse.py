@@ -1,6 +1,7 @@
 """ParseStream benchmarks: per-token cost of detokenize + parse, and an engine-like gRPC client.
 
-(a) Native cost per request-step (one token per step) for hermes, qwen3_coder and harmony outputs:
+(a) Native cost per request-step (one token per step) for hermes, qwen3_coder, harmony, hy_v3, phi4_mini_json
+    (JSON list) and lfm2 (pythonic) outputs, each also per token relative to hermes in the same run:
     inside the native core (no FFI), and through the server's path (one native call per decode
     step carrying many requests, raw protobuf in and out).
 (b) An engine-like client on one ParseStream over a Unix socket: 1, 64 and 256 concurrent
@@ -72,9 +73,22 @@ HARMONY = (
     + WEATHER + "<|call|>"
 )
 
+# The same two calls in a JSON-list format and a pythonic-style one (issue 10.7: per token, beside hermes).
+PHI4_MINI = (
+    "Let me look that up for you.\nfunctools["
+    '{"name": "get_weather", "arguments": ' + WEATHER + "}, "
+    '{"name": "get_air_quality", "arguments": {"location": "San Francisco, CA", "pollutants": ["pm25", "o3"]}}]'
+)
+LFM2 = (
+    "Let me look that up for you.\n<|tool_call_start|>[get_weather(location='San Francisco, CA', unit='celsius', "
+    "days=3), get_air_quality(location='San Francisco, CA', pollutants=['pm25', 'o3'])]<|tool_call_end|>"
+)
+
 WORKLOADS = [
     # name, model dir, tool parser, reasoning parser, prompt, output, tools
     ("hermes", "qwen3", "hermes", "qwen3", QWEN_PROMPT, HERMES, ""),
+    ("phi4_mini_json", "qwen3", "phi4_mini_json", "", QWEN_PROMPT, PHI4_MINI, ""),
+    ("lfm2", "qwen3", "lfm2", "", QWEN_PROMPT, LFM2, ""),
     ("qwen3_coder", "qwen3", "qwen3_coder", "", QWEN_PROMPT, CODER, CODER_TOOLS),
     ("harmony", "gpt-oss", "openai", "openai", HARMONY_PROMPT, HARMONY, ""),
     ("hy_v3", "qwen3", "hy_v3", "", QWEN_PROMPT, HY_V3, HY_V3_TOOLS),

@@ -230,6 +230,10 @@ MANUAL_RULES: dict[tuple[str, str, str], str] = {
     ("mistral", "mistral", "text_between"): "later_calls_kept",
     ("step3", "step3", "separate_blocks"): "later_calls_kept",
     ("step3", "step3", "text_between"): "later_calls_kept",
+    **{(block, run, case): "later_calls_kept" for block, run in [
+        ("jamba", "jamba"), ("jamba", "hunyuan_a13b"), ("phi4_mini_json", "phi4_mini_json"), ("apertus", "apertus"),
+        ("lfm2", "lfm2"), ("olmo3", "olmo3")]
+       for case in ("separate_blocks", "text_between")},
     ("kimi_k2", "kimi_k2", "mangled_id"): "mangled_header",
     ("qwen3_coder", "qwen3_coder", "float_for_integer"): "schema_typing",
     ("qwen3_coder", "step3p5", "float_for_integer"): "schema_typing",
@@ -343,6 +347,10 @@ _CHECKS = {
     "call_id_kept": lambda run, case, mine, vllm, modes: _names(mine) != _names(vllm)
     and [c["arguments"] for c in mine["tool_calls"]] == [c["arguments"] for c in vllm["tool_calls"]],
     "quoting": lambda run, case, mine, vllm, modes: len(_names(vllm)) > len(_names(mine)),
+    "call_dropped": lambda run, case, mine, vllm, modes: not vllm["tool_calls"] and bool(mine["tool_calls"])
+    and not _incomplete(mine) and _subsequence(vllm["content"], mine["content"]),
+    "call_text_repeated": lambda run, case, mine, vllm, modes: _calls(mine) == _calls(vllm)
+    and len(mine["content"]) < len(vllm["content"]) and _subsequence(mine["content"], vllm["content"]),
     "fence_optional": lambda run, case, mine, vllm, modes: len(_names(mine)) > len(_names(vllm))
     and "```" not in case["text"],
 }

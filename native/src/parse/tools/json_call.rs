@@ -3,7 +3,8 @@
 //!
 //! Arguments that arrive before the name are held until the name is known (a call's first delta
 //! carries its name). Arguments written as a JSON string holding an object are decoded and
-//! emitted whole. Other members are skipped.
+//! emitted whole. Other members are skipped. A [`CallShape`] says which keys hold the name and the
+//! arguments (Cohere's `tool_name`/`parameters`), or that the object is `{"NAME": {...}}` (Apertus).
 
 use crate::parse::json::{canonical, decode_canonical_string, JsonRelay, Relay};
 use crate::parse::out::{Channel, Out};
@@ -50,13 +51,34 @@ enum State {
     Done,
 }
 
+/// Which members of a call object hold its name and its arguments.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CallShape {
+    /// Keys whose (string) value is the function name; the first one read counts.
+    pub(crate) name_keys: &'static [&'static str],
+    /// Keys whose value is the arguments object (or a JSON string holding one).
+    pub(crate) arg_keys: &'static [&'static str],
+    /// `{"NAME": {...}}`: the first key is the name and its value, which must be an object, the
+    /// arguments (Apertus); `name_keys` and `arg_keys` are not used.
+    pub(crate) keyed: bool,
+}
+
+impl CallShape {
+    /// `{"name": ..., "arguments" | "parameters": {...}}`, the common shape.
+    pub(crate) const NAME_ARGS: CallShape = CallShape {
+        name_keys: &["name"],
+        arg_keys: &["arguments", "parameters"],
+        keyed: false,
+    };
+}
+
 /// The reader (see the module docs).
 pub(crate) struct JsonCall {
     state: State,
     relay: JsonRelay,
     scratch: String,
     key: String,
-    arg_keys: &'static [&'static str],
+    shape: CallShape,
     /// The function name, once read.
     pub(crate) name: Option<String>,
     /// Arguments text not yet sent to the call.
@@ -69,12 +91,20 @@ pub(crate) struct JsonCall {
 impl JsonCall {
     /// A reader accepting `arg_keys` (for example `["arguments", "parameters"]`) for arguments.
     pub(crate) fn new(arg_keys: &'static [&'static str]) -> Self {
+        JsonCall::shaped(CallShape {
+            arg_keys,
+            ..CallShape::NAME_ARGS
+        })
+    }
+
+    /// A reader of call objects of `shape`.
+    pub(crate) fn shaped(shape: CallShape) -> Self {
         JsonCall {
             state: State::Open,
             relay: JsonRelay::new(),
             scratch: String::new(),
             key: String::new(),
-            arg_keys,
+            shape,
             name: None,
             args: String::new(),
             args_started: false,
@@ -166,9 +196,18 @@ impl JsonCall {
 
     /// What the member whose key was just read holds.
     fn member(&mut self) -> Member {
-        if self.key == "name" && self.name.is_none() {
+        let key = self.key.as_str();
+        if self.shape.keyed {
+            // The first member is the call; later ones are not read.
+            if self.args_seen {
+                return Member::Skip;
+            }
+            self.args_seen = true;
+            return Member::Args;
+        }
+        if self.shape.name_keys.contains(&key) && self.name.is_none() {
             Member::Name
-        } else if self.arg_keys.contains(&self.key.as_str()) && !self.args_seen {
+        } else if self.shape.arg_keys.contains(&key) && !self.args_seen {
             self.args_seen = true;
             Member::Args
         } else {
@@ -182,6 +221,14 @@ impl JsonCall {
             // The first byte decides how the arguments are written.
             match c {
                 c if c.is_ascii_whitespace() => return Step::Advance(c.len_utf8()),
+                // Keyed: the key was the name, known to be a call once its object begins.
+                '{' if self.shape.keyed && self.name.is_none() => {
+                    self.name = Some(std::mem::take(&mut self.key));
+                    return Step::Stop(0, CallEvent::Named);
+                }
+                _ if self.shape.keyed && self.name.is_none() => {
+                    return Step::Stop(0, CallEvent::Broken)
+                }
                 '{' => Member::Args,
                 '"' => Member::ArgsString,
                 _ => Member::Skip,

@@ -12,12 +12,16 @@
 //! the last one, if made, stays incomplete (its arguments are never closed) and owns the rest of
 //! the text; a call not yet made and anything after broken syntax are content. Not supported:
 //! positional arguments, `\N{...}` escapes, implicit string concatenation, non-decimal numbers.
+//!
+//! The family's other formats are [`PythonicSpec`]s of the same parser: LFM2 reads a list only
+//! after its start marker (the marker is content when no call follows), OLMo 3 reads calls one per
+//! line between `<function_calls>` and `</function_calls>` without brackets.
 
 use crate::parse::json::push_json_string;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::coerce_number;
 use crate::parse::schema::Tools;
-use crate::parse::text::{Markers, SegBuf};
+use crate::parse::text::{leading_ws, Markers, SegBuf};
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -59,6 +63,18 @@ pub(crate) enum ListStatus {
 struct P<'a> {
     s: &'a str,
     i: usize,
+    /// `true`/`false`/`null` accepted beside `True`/`False`/`None` (OLMo 3).
+    json_literals: bool,
+}
+
+/// How calls are written around their `name(key=value)` syntax.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Syntax<'a> {
+    /// `None`: a Python list `[f(..), g(..)]`. `Some(close)`: calls separated by newlines (or
+    /// commas) without brackets, up to this end marker (OLMo 3's `</function_calls>`).
+    pub(crate) close: Option<&'a str>,
+    /// Accept JSON's `true`, `false`, `null` too.
+    pub(crate) json_literals: bool,
 }
 
 /// `Err(true)` = need more input, `Err(false)` = syntax error.
@@ -286,6 +302,7 @@ impl<'a> P<'a> {
             "True" => Ok("true".into()),
             "False" => Ok("false".into()),
             "None" => Ok("null".into()),
+            "true" | "false" | "null" if self.json_literals => Ok(word.into()),
             _ => coerce_number(&word.replace('_', "")).ok_or(false),
         }
     }
@@ -333,28 +350,32 @@ fn stop(calls: &[ParsedCall], more: bool, at: usize) -> ListStatus {
 }
 
 /// Reads a call list at the start of `s` (which starts with `[`).
+#[cfg(test)]
 pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
-    let mut p = P { s, i: 1 };
+    parse_calls(s, Syntax::default())
+}
+
+/// Reads calls written in `syntax` at the start of `s` (a list starts with its `[`; lines start
+/// with the first call). `Done` counts the closing `]` or end marker.
+pub(crate) fn parse_calls(s: &str, syntax: Syntax<'_>) -> (Vec<ParsedCall>, ListStatus) {
+    let mut p = P {
+        s,
+        i: usize::from(syntax.close.is_none()),
+        json_literals: syntax.json_literals,
+    };
     let mut calls: Vec<ParsedCall> = Vec::new();
     loop {
         p.ws();
         if calls.is_empty() {
-            if p.peek() == Some(']') {
+            let empty = match syntax.close {
+                None => p.peek() == Some(']'),
+                Some(close) => s[p.i..].starts_with(close),
+            };
+            if empty {
                 return (calls, ListStatus::NotAList);
             }
-        } else {
-            match p.peek() {
-                None => return (calls, ListStatus::Wait),
-                Some(']') => return (calls, ListStatus::Done(p.i + 1)),
-                Some(',') => {
-                    p.i += 1;
-                    p.ws();
-                    if p.peek() == Some(']') {
-                        return (calls, ListStatus::Done(p.i + 1));
-                    }
-                }
-                _ => return (calls, ListStatus::Broken(p.i)),
-            }
+        } else if let Some(status) = between_calls(&mut p, syntax) {
+            return (calls, status);
         }
         let at = p.i;
         let name = match p.call_head() {
@@ -372,6 +393,33 @@ pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
             return (calls, status);
         }
     }
+}
+
+/// After a call (whitespace skipped): the end of the calls, or `None` when another one follows.
+fn between_calls(p: &mut P<'_>, syntax: Syntax<'_>) -> Option<ListStatus> {
+    let close = syntax.close.unwrap_or("]");
+    let rest = &p.s[p.i..];
+    if rest.starts_with(close) {
+        return Some(ListStatus::Done(p.i + close.len()));
+    }
+    match p.peek() {
+        None => return Some(ListStatus::Wait),
+        Some(',') => {
+            p.i += 1;
+            p.ws();
+            if p.s[p.i..].starts_with(close) {
+                return Some(ListStatus::Done(p.i + close.len()));
+            }
+        }
+        // Lines: the next call, or a prefix of the end marker.
+        _ if syntax.close.is_some() => {
+            if close.starts_with(rest) {
+                return Some(ListStatus::Wait);
+            }
+        }
+        _ => return Some(ListStatus::Broken(p.i)),
+    }
+    None
 }
 
 /// Reads the keyword arguments of the last call of `calls` through its `)`.
@@ -412,10 +460,60 @@ fn arguments(p: &mut P<'_>, calls: &mut [ParsedCall]) -> Result<(), ListStatus> 
     }
 }
 
+/// One format of the pythonic family.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PythonicSpec {
+    /// The start marker of a call block; `None`: a `[...]` list anywhere in the text is one.
+    pub(crate) open: Option<&'static str>,
+    /// The end marker of a call block (framing after the list, or the end of OLMo 3's lines).
+    pub(crate) close: Option<&'static str>,
+    /// Calls one per line up to `close` instead of a `[...]` list (OLMo 3), JSON literals too.
+    pub(crate) lines: bool,
+    /// Markers that are framing wherever they stand (Llama 4's `<|python_start|>`).
+    pub(crate) framing: &'static [&'static str],
+}
+
+const PYTHONIC: PythonicSpec = PythonicSpec {
+    open: None,
+    close: None,
+    lines: false,
+    framing: MARKERS,
+};
+
+/// `lfm2` (LFM2): `<|tool_call_start|>[f(a=1), g()]<|tool_call_end|>`.
+pub(crate) const LFM2_MARKERS: &[&str] = &["<|tool_call_start|>", "<|tool_call_end|>"];
+
+const LFM2: PythonicSpec = PythonicSpec {
+    open: Some(LFM2_MARKERS[0]),
+    close: Some(LFM2_MARKERS[1]),
+    lines: false,
+    framing: &[],
+};
+
+/// `olmo3` (OLMo 3): `<function_calls>f(a=1)\ng(b="x")</function_calls>`.
+pub(crate) const OLMO3_MARKERS: &[&str] = &["<function_calls>", "</function_calls>"];
+
+const OLMO3: PythonicSpec = PythonicSpec {
+    open: Some(OLMO3_MARKERS[0]),
+    close: Some(OLMO3_MARKERS[1]),
+    lines: true,
+    framing: &[],
+};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum State {
     Content,
-    List,
+    /// The input starts with the start marker (`marker` bytes), not yet routed.
+    Opened {
+        marker: usize,
+    },
+    /// The calls start after `prefix` bytes (the start marker and whitespace: framing once a
+    /// call is made, content if none is).
+    Calls {
+        prefix: usize,
+    },
+    /// After the calls: whitespace and the end marker are framing.
+    AfterBody,
 }
 
 /// What has been sent of one call.
@@ -428,24 +526,41 @@ struct Sent {
 
 /// The parser (see the module docs).
 pub(crate) struct Pythonic {
-    start: String,
-    end: String,
+    spec: &'static PythonicSpec,
+    open: Option<String>,
+    close: Option<String>,
+    framing: Vec<String>,
     state: State,
     sent: Vec<Sent>,
+    /// Input length when the calls were last parsed and more input was needed.
+    waited_at: usize,
 }
 
-/// The parser of a request (registry constructor).
+/// The parser of a request (registry constructor): `pythonic`, `llama4_pythonic`.
 pub(crate) fn build(markers: &Markers, _tools: &Tools) -> Box<dyn Stage> {
-    Box::new(Pythonic::new(markers))
+    Box::new(Pythonic::new(&PYTHONIC, markers))
+}
+
+/// `lfm2`.
+pub(crate) fn build_lfm2(markers: &Markers, _tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Pythonic::new(&LFM2, markers))
+}
+
+/// `olmo3`.
+pub(crate) fn build_olmo3(markers: &Markers, _tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Pythonic::new(&OLMO3, markers))
 }
 
 impl Pythonic {
-    pub(crate) fn new(markers: &Markers) -> Self {
+    pub(crate) fn new(spec: &'static PythonicSpec, markers: &Markers) -> Self {
         Pythonic {
-            start: markers.pattern(MARKERS[0]),
-            end: markers.pattern(MARKERS[1]),
+            spec,
+            open: spec.open.map(|m| markers.pattern(m)),
+            close: spec.close.map(|m| markers.pattern(m)),
+            framing: spec.framing.iter().map(|m| markers.pattern(m)).collect(),
             state: State::Content,
             sent: Vec::new(),
+            waited_at: 0,
         }
     }
 
@@ -485,33 +600,129 @@ impl Pythonic {
         }
     }
 
-    /// Reads the list at the start of `input`: `None` to wait for more.
-    fn list(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
-        let (calls, status) = parse_list(input.as_str());
+    fn syntax(&self) -> Syntax<'_> {
+        Syntax {
+            close: self.close.as_deref().filter(|_| self.spec.lines),
+            json_literals: self.spec.lines,
+        }
+    }
+
+    /// Reads the calls after `prefix` bytes of `input`: `None` to wait for more.
+    fn calls(&mut self, prefix: usize, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        // The list is parsed again from its start at every step. Identifier characters appended
+        // to text that needed more cannot complete an argument, a call or the list (that takes a
+        // delimiter, a quote, a space or a marker), so they wait for the next such character
+        // without a parse: the result is the same, only a break is noticed a step later.
+        let fresh = &input.as_str()[self.waited_at.min(input.len())..];
+        if !end
+            && self.waited_at > 0
+            && fresh
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'_')
+        {
+            self.waited_at = input.len();
+            return None;
+        }
+        self.waited_at = 0;
+        let (calls, status) = parse_calls(&input.as_str()[prefix..], self.syntax());
         let decided = calls.iter().rposition(ParsedCall::decided);
-        match (status, decided) {
-            (ListStatus::Wait, _) if !end => {
-                self.emit(&calls, out);
-                return None;
-            }
-            (ListStatus::Done(n), _) => {
-                self.emit(&calls, out);
-                out.route(input, n, Channel::Tool);
-            }
-            // The output ended inside a call that was made: the rest is that call's.
-            (ListStatus::Wait, Some(last)) if last + 1 == calls.len() => {
-                self.emit(&calls, out);
-                out.route_all(input, Channel::Tool);
-            }
-            // Broken or cut off after calls were made: they keep their text, the rest is content.
-            (ListStatus::Wait | ListStatus::Broken(_), Some(last)) => {
-                self.emit(&calls, out);
-                out.route(input, calls[last].end, Channel::Tool);
-            }
-            // No call was made: the `[` is text.
-            _ => out.route(input, 1, Channel::Content),
+        if matches!(status, ListStatus::Wait) && !end {
+            self.emit(&calls, out);
+            self.waited_at = input.len();
+            return None;
         }
         self.state = State::Content;
+        let body = match (status, decided) {
+            (ListStatus::Done(n), _) => {
+                self.state = State::AfterBody;
+                n
+            }
+            // The output ended inside a call that was made: the rest is that call's.
+            (ListStatus::Wait, Some(last)) if last + 1 == calls.len() => input.len() - prefix,
+            // Broken or cut off after calls were made: they keep their text, the rest is content.
+            (ListStatus::Wait | ListStatus::Broken(_), Some(last)) => calls[last].end,
+            // No call was made: the start marker (or the bare `[`) is text.
+            _ => {
+                let text = if self.open.is_some() { prefix } else { 1 };
+                out.route(input, text, Channel::Content);
+                return Some(());
+            }
+        };
+        self.emit(&calls, out);
+        out.route(input, prefix, Channel::Framing);
+        // OLMo 3's end marker closed the lines: it is framing, not the calls' text.
+        let close = match (self.state, self.syntax().close) {
+            (State::AfterBody, Some(close)) => close.len(),
+            _ => 0,
+        };
+        out.route(input, body - close, Channel::Tool);
+        out.route(input, close, Channel::Framing);
+        Some(())
+    }
+
+    /// After the start marker: the list's `[` (lines: anything), else the marker is content.
+    fn opened(
+        &mut self,
+        marker: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let s = &input.as_str()[marker..];
+        let ws = leading_ws(s);
+        let next = s[ws..].chars().next();
+        if next.is_none() && !end {
+            return None;
+        }
+        self.sent.clear();
+        if self.spec.lines {
+            self.state = State::Calls { prefix: marker };
+        } else if next == Some('[') {
+            self.state = State::Calls {
+                prefix: marker + ws,
+            };
+        } else {
+            out.route(input, marker, Channel::Content);
+            self.state = State::Content;
+        }
+        Some(())
+    }
+
+    /// Whitespace and the end marker after a list are framing; anything else is content.
+    fn after_body(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        self.state = State::Content;
+        let Some(close) = self.close.as_deref().filter(|_| !self.spec.lines) else {
+            return Some(());
+        };
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        let rest = &s[ws..];
+        if rest.starts_with(close) {
+            out.route(input, ws + close.len(), Channel::Framing);
+        } else if !end && close.starts_with(rest) {
+            self.state = State::AfterBody;
+            return None;
+        }
+        Some(())
+    }
+
+    fn content(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let mut patterns: Vec<&str> = match &self.open {
+            Some(open) => vec![open],
+            None => vec!["["],
+        };
+        patterns.extend(self.framing.iter().map(String::as_str));
+        let index = out.route_until(input, &patterns, Channel::Content, end)?;
+        if index > 0 {
+            out.route(input, patterns[index].len(), Channel::Framing);
+        } else if self.open.is_some() {
+            self.state = State::Opened {
+                marker: patterns[0].len(),
+            };
+        } else {
+            self.sent.clear();
+            self.state = State::Calls { prefix: 0 };
+        }
         Some(())
     }
 }
@@ -519,25 +730,14 @@ impl Pythonic {
 impl Stage for Pythonic {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         loop {
-            match self.state {
-                State::Content => {
-                    let patterns = ["[", self.start.as_str(), self.end.as_str()];
-                    let Some(index) = out.route_until(input, &patterns, Channel::Content, end)
-                    else {
-                        return;
-                    };
-                    if index == 0 {
-                        self.state = State::List;
-                        self.sent.clear();
-                    } else {
-                        out.route(input, patterns[index].len(), Channel::Framing);
-                    }
-                }
-                State::List => {
-                    if self.list(input, out, end).is_none() {
-                        return;
-                    }
-                }
+            let step = match self.state {
+                State::Content => self.content(input, out, end),
+                State::Opened { marker } => self.opened(marker, input, out, end),
+                State::Calls { prefix } => self.calls(prefix, input, out, end),
+                State::AfterBody => self.after_body(input, out, end),
+            };
+            if step.is_none() || (input.is_empty() && self.state == State::Content) {
+                return;
             }
         }
     }

@@ -1,0 +1,338 @@
+//! The JSON-call family: a start marker, then one call object or a JSON list of call objects,
+//! then (for most formats) an end marker. One parser, parametrised by a [`BlockSpec`]: Hermes
+//! (`<tool_call>{...}</tool_call>`), Jamba (`<tool_calls>[...]</tool_calls>`), Phi-4-mini
+//! (`functools[...]`), Granite 20B FC (`<function_call> {...}`, no end marker), Apertus
+//! (`[{"NAME": {...}}]`), Cohere (`{"tool_name", "parameters"}`), ... (`json_formats`).
+//!
+//! A call is decided when its name is read: before that the text since the start marker is held,
+//! and if it turns out not to be a call object (bad JSON, no name, end of output) it is content,
+//! markers and all. Inside a list, `,` and `]` are framing; after the body, everything up to the
+//! end marker is framing (a format without one goes back to content). A start marker followed by
+//! anything but the body's first bracket is content.
+
+use crate::parse::out::{Channel, Out};
+use crate::parse::text::{leading_ws, Markers, SegBuf};
+use crate::parse::tools::json_call::{CallEvent, CallShape, JsonCall};
+use crate::parse::Stage;
+
+/// What follows the start marker.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Body {
+    /// One call object.
+    Object,
+    /// A JSON list of call objects.
+    List,
+}
+
+/// One format of the family.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct BlockSpec {
+    /// The start, alternatives; each a sequence of markers written back to back
+    /// (`<|action_start|><|plugin|>`).
+    pub(crate) opens: &'static [&'static [&'static str]],
+    /// The end marker, when the format has one.
+    pub(crate) close: Option<&'static str>,
+    pub(crate) body: Body,
+    pub(crate) shape: CallShape,
+    /// A body at the very start of the output counts without a start marker (xLAM).
+    pub(crate) at_start: bool,
+    /// Without an end marker: markers that are framing when they follow the body (after
+    /// whitespace), such as xLAM's closing code fence; anything else after the body is content.
+    pub(crate) trailers: &'static [&'static str],
+    /// Markers that stay content but after which a body counts as at the start (xLAM after
+    /// `</think>`); used with `at_start`.
+    pub(crate) restarts: &'static [&'static str],
+}
+
+impl BlockSpec {
+    /// The base of a spec: one `{"name", "arguments"}` object, no end marker.
+    pub(crate) const PLAIN: BlockSpec = BlockSpec {
+        opens: &[],
+        close: None,
+        body: Body::Object,
+        shape: CallShape::NAME_ARGS,
+        at_start: false,
+        trailers: &[],
+        restarts: &[],
+    };
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// Nothing read yet (`at_start` specs): a body here needs no start marker.
+    Start,
+    Content,
+    /// The input starts with a start marker of `marker` bytes, not yet routed.
+    Opened {
+        marker: usize,
+    },
+    /// Reading an object not yet known to be a call: the first `prefix` bytes (marker, `[`,
+    /// whitespace) are framing if it is one and content if not; `cursor` bytes read. `list`: an
+    /// element of a list.
+    Undecided {
+        prefix: usize,
+        cursor: usize,
+        list: bool,
+    },
+    InCall {
+        index: u32,
+        list: bool,
+    },
+    /// In a list after an element: `,` or `]`.
+    ListNext,
+    /// In a list after `,`: the next element.
+    ListItem,
+    /// After the body: framing through the end marker.
+    AfterBody,
+}
+
+/// The parser (see the module docs).
+pub(crate) struct JsonBlock {
+    spec: &'static BlockSpec,
+    opens: Vec<String>,
+    close: Option<String>,
+    trailers: Vec<String>,
+    restarts: Vec<String>,
+    state: State,
+    call: JsonCall,
+}
+
+impl JsonBlock {
+    pub(crate) fn new(spec: &'static BlockSpec, markers: &Markers) -> Self {
+        let opens = spec
+            .opens
+            .iter()
+            .map(|seq| seq.iter().map(|m| markers.pattern(m)).collect())
+            .collect();
+        JsonBlock {
+            spec,
+            opens,
+            close: spec.close.map(|m| markers.pattern(m)),
+            trailers: spec.trailers.iter().map(|m| markers.pattern(m)).collect(),
+            restarts: spec.restarts.iter().map(|m| markers.pattern(m)).collect(),
+            state: if spec.at_start {
+                State::Start
+            } else {
+                State::Content
+            },
+            call: JsonCall::shaped(spec.shape),
+        }
+    }
+
+    /// One state's work: `None` to wait for more input.
+    fn step(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        match self.state {
+            State::Start => {
+                let s = input.as_str();
+                let ws = leading_ws(s);
+                if ws == s.len() && !end {
+                    return None;
+                }
+                let bracket = if self.spec.body == Body::List {
+                    '['
+                } else {
+                    '{'
+                };
+                self.state = State::Content;
+                if s[ws..].starts_with(bracket) {
+                    out.route(input, ws, Channel::Content);
+                    self.state = State::Opened { marker: 0 };
+                }
+            }
+            State::Content => {
+                let patterns: Vec<&str> = self
+                    .opens
+                    .iter()
+                    .chain(&self.restarts)
+                    .map(String::as_str)
+                    .collect();
+                let index = out.route_until(input, &patterns, Channel::Content, end)?;
+                if let Some(open) = self.opens.get(index) {
+                    self.state = State::Opened { marker: open.len() };
+                } else {
+                    out.route(input, patterns[index].len(), Channel::Content);
+                    self.state = State::Start;
+                }
+            }
+            State::Opened { marker } => self.opened(marker, input, out, end)?,
+            State::Undecided {
+                prefix,
+                cursor,
+                list,
+            } => self.undecided(prefix, cursor, list, input, out, end)?,
+            State::InCall { index, list } => {
+                let event = self.call.stream(index, input, out, end)?;
+                self.state = if event == CallEvent::Done && list {
+                    State::ListNext
+                } else {
+                    State::AfterBody
+                };
+            }
+            State::ListNext => self.list_next(input, out, end)?,
+            State::ListItem => {
+                let s = input.as_str();
+                let after = &s[leading_ws(s)..];
+                if after.is_empty() && !end {
+                    return None;
+                }
+                self.state = if after.starts_with('{') {
+                    self.begin(0, true)
+                } else {
+                    State::AfterBody
+                };
+            }
+            State::AfterBody => self.after_body(input, out, end)?,
+        }
+        Some(())
+    }
+
+    fn begin(&mut self, prefix: usize, list: bool) -> State {
+        self.call = JsonCall::shaped(self.spec.shape);
+        State::Undecided {
+            prefix,
+            cursor: prefix,
+            list,
+        }
+    }
+
+    /// After the start marker: the body's first bracket, else the marker is content.
+    fn opened(
+        &mut self,
+        marker: usize,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let s = &input.as_str()[marker..];
+        let ws = leading_ws(s);
+        let after = &s[ws..];
+        let lists = self.spec.body == Body::List;
+        let objects = self.spec.body == Body::Object;
+        if let Some(inner) = after.strip_prefix('[').filter(|_| lists) {
+            let ws2 = leading_ws(inner);
+            match inner[ws2..].chars().next() {
+                Some('{') => self.state = self.begin(marker + ws + 1 + ws2, true),
+                Some(']') => {
+                    out.route(input, marker + ws + 1 + ws2 + 1, Channel::Framing);
+                    self.state = State::AfterBody;
+                }
+                None if !end => return None,
+                _ => self.not_a_call(marker, input, out),
+            }
+        } else if after.starts_with('{') && objects {
+            self.state = self.begin(marker + ws, false);
+        } else if after.is_empty() && !end {
+            return None;
+        } else {
+            self.not_a_call(marker, input, out);
+        }
+        Some(())
+    }
+
+    fn not_a_call(&mut self, prefix: usize, input: &mut SegBuf, out: &mut Out) {
+        out.route(input, prefix, Channel::Content);
+        self.state = State::Content;
+    }
+
+    fn undecided(
+        &mut self,
+        prefix: usize,
+        cursor: usize,
+        list: bool,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<()> {
+        let (n, event) = self.call.feed(&input.as_str()[cursor..]);
+        let cursor = cursor + n;
+        match event {
+            CallEvent::Named => {
+                let index = self.call.start(out);
+                out.route(input, prefix, Channel::Framing);
+                out.route(input, cursor - prefix, Channel::Tool);
+                self.state = State::InCall { index, list };
+            }
+            CallEvent::More if !end => {
+                self.state = State::Undecided {
+                    prefix,
+                    cursor,
+                    list,
+                };
+                return None;
+            }
+            // Not a call: what was held is content, and what follows is read as content.
+            _ => self.not_a_call(prefix, input, out),
+        }
+        Some(())
+    }
+
+    fn list_next(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        match s[ws..].chars().next() {
+            Some(',') => {
+                out.route(input, ws + 1, Channel::Framing);
+                self.state = State::ListItem;
+            }
+            Some(']') => {
+                out.route(input, ws + 1, Channel::Framing);
+                self.state = State::AfterBody;
+            }
+            None if !end => return None,
+            _ => self.state = State::AfterBody,
+        }
+        Some(())
+    }
+
+    /// Framing through the end marker; a new start marker (the end one missing) starts over.
+    fn after_body(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let Some(close) = self.close.as_deref() else {
+            return self.trailer(input, out, end);
+        };
+        let mut patterns = vec![close];
+        patterns.extend(self.opens.iter().map(String::as_str));
+        let index = out.route_until(input, &patterns, Channel::Framing, end)?;
+        if index == 0 {
+            out.route(input, close.len(), Channel::Framing);
+        }
+        self.state = State::Content;
+        Some(())
+    }
+}
+
+impl JsonBlock {
+    /// After a body without an end marker: whitespace and a trailer are framing.
+    fn trailer(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        let rest = &s[ws..];
+        if let Some(t) = self.trailers.iter().find(|t| rest.starts_with(t.as_str())) {
+            out.route(input, ws + t.len(), Channel::Framing);
+        } else if !end && self.trailers.iter().any(|t| t.starts_with(rest)) {
+            return None;
+        }
+        // Another body right after this one needs no start marker either.
+        self.state = if self.spec.at_start {
+            State::Start
+        } else {
+            State::Content
+        };
+        Some(())
+    }
+}
+
+impl Stage for JsonBlock {
+    fn held(&self) -> usize {
+        self.call.held()
+    }
+
+    fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
+        while self.step(input, out, end).is_some() {
+            let busy = matches!(self.state, State::InCall { .. })
+                || (end && !matches!(self.state, State::Content));
+            if input.is_empty() && !busy {
+                return;
+            }
+        }
+    }
+}
