@@ -25,7 +25,7 @@ from tests.parse import harness, oracle  # noqa: E402
 RULE_ORDER = [
     "vllm_error", "prompt_honoured", "harmony_reads_both", "cut_off_call", "call_in_reasoning",
     "no_invented_call", "broken_call", "text_kept", "undeclared_tool_kept", "vllm_stream_agrees",
-    "whole_output_rejected", "missing_close_tag",
+    "whole_output_rejected", "missing_close_tag", "unclosed_reasoning", "no_injected_text",
 ]
 
 

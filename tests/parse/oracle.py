@@ -314,6 +314,17 @@ def _missing_close_tag(run: Run, case: dict, mine: dict, vllm: dict, modes: dict
                and set(v["arguments"]) < set(m["arguments"]) for m, v in pairs)
 
 
+def _unclosed_reasoning(run: Run, case: dict, mine: dict, vllm: dict, modes: dict) -> bool:
+    return (not vllm["reasoning"] and not mine["content"] and bool(mine["reasoning"])
+            and vllm["content"].endswith(mine["reasoning"]))
+
+
+def _no_injected_text(run: Run, case: dict, mine: dict, vllm: dict, modes: dict) -> bool:
+    injected = "<think>"
+    return vllm["content"].startswith(injected) and _text_kept(
+        run, case, mine, {**vllm, "content": vllm["content"][len(injected):]}, modes)
+
+
 _CHECKS = {
     "prompt_honoured": _prompt_honoured,
     "harmony_reads_both": lambda run, case, mine, vllm, modes: bool(load_input(run.input).get("harmony"))
@@ -328,6 +339,8 @@ _CHECKS = {
     "whole_output_rejected": _calls_within_text,
     "missing_close_tag": _missing_close_tag,
     "bare_values_kept": _missing_close_tag,
+    "unclosed_reasoning": _unclosed_reasoning,
+    "no_injected_text": _no_injected_text,
     "vllm_stream_agrees": lambda run, case, mine, vllm, modes: any(
         _normal(mine) == _normal(modes[m]) for m in ("stream_1", "stream_3")),
     "json_only_at_start": lambda run, case, mine, vllm, modes: len(_names(vllm)) > len(_names(mine)),
