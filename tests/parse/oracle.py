@@ -243,6 +243,7 @@ MANUAL_RULES: dict[tuple[str, str, str], str] = {
     ("functiongemma", "functiongemma", "text_between"): "bare_values_kept",
     ("functiongemma", "functiongemma", "nested_json"): "bare_values_kept",
     ("functiongemma", "functiongemma", "typed_values"): "bare_values_kept",
+    ("muse_think", "muse_glimmer", "nested_lookalike"): "vllm_duplicates_text",
 }
 
 
@@ -321,8 +322,20 @@ def _unclosed_reasoning(run: Run, case: dict, mine: dict, vllm: dict, modes: dic
 
 def _no_injected_text(run: Run, case: dict, mine: dict, vllm: dict, modes: dict) -> bool:
     injected = "<think>"
-    return vllm["content"].startswith(injected) and _text_kept(
-        run, case, mine, {**vllm, "content": vllm["content"][len(injected):]}, modes)
+    if run.reasoning != "minimax_m2_append_think" or not vllm["content"].startswith(injected):
+        return False
+    rest = {**vllm, "content": vllm["content"][len(injected):]}
+    return _normal(mine) == _normal(rest) or any(
+        _CHECKS[rule](run, case, mine, rest, modes) for rule in ("text_kept", "cut_off_call", "block_text_framing"))
+
+
+def _block_text_framing(run: Run, case: dict, mine: dict, vllm: dict, modes: dict) -> bool:
+    return not mine["tool_calls"] and not vllm["tool_calls"] and vllm["content"].startswith(mine["content"])
+
+
+def _vllm_duplicates(run: Run, case: dict, mine: dict, vllm: dict, modes: dict) -> bool:
+    return (vllm["reasoning"].startswith(mine["reasoning"]) and vllm["content"] in mine["content"]
+            and len(vllm["reasoning"]) + len(vllm["content"]) > len(case["text"]))
 
 
 _CHECKS = {
@@ -341,6 +354,8 @@ _CHECKS = {
     "bare_values_kept": _missing_close_tag,
     "unclosed_reasoning": _unclosed_reasoning,
     "no_injected_text": _no_injected_text,
+    "block_text_framing": _block_text_framing,
+    "vllm_duplicates_text": _vllm_duplicates,
     "vllm_stream_agrees": lambda run, case, mine, vllm, modes: any(
         _normal(mine) == _normal(modes[m]) for m in ("stream_1", "stream_3")),
     "json_only_at_start": lambda run, case, mine, vllm, modes: len(_names(vllm)) > len(_names(mine)),
