@@ -294,7 +294,11 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &[],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 70,
+            all: &[&[Sig::Template("<im_patch>")], &[Sig::Template("<think>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -336,7 +340,15 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["enable_thinking"],
             needs_thinking: true,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 70,
+            all: &[
+                &[Sig::Template("<tool_call>")],
+                &[Sig::Template("<think></think>")],
+                &[Sig::Template("enable_thinking")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -739,7 +751,14 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &[],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[
+                &[Sig::Template("<|START_THINKING|>")],
+                &[Sig::Template("reasoning_effort")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -941,7 +960,14 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &[],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[
+                &[Sig::Template("<atem:function_calls>")],
+                &[Sig::Template("to=self")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -1021,7 +1047,11 @@ pub(super) const ROWS: &[Parser] = &[
             trim_end: false,
             ..ThinkSpec::BASE
         }),
-        start: StartRule::CONTENT,
+        start: StartRule {
+            default_reasoning: true,
+            flags: &["enable_thinking", "thinking"],
+            needs_thinking: false,
+        },
         detect: &[],
         about: "",
         ..BASE
