@@ -334,8 +334,9 @@ def _block_text_framing(run: Run, case: dict, mine: dict, vllm: dict, modes: dic
 
 
 def _vllm_duplicates(run: Run, case: dict, mine: dict, vllm: dict, modes: dict) -> bool:
-    return (vllm["reasoning"].startswith(mine["reasoning"]) and vllm["content"] in mine["content"]
-            and len(vllm["reasoning"]) + len(vllm["content"]) > len(case["text"]))
+    r = vllm["reasoning"]
+    repeated = any(r.count(r[i:i + 12]) > case["text"].count(r[i:i + 12]) for i in range(len(r) - 11))
+    return r.startswith(mine["reasoning"]) and vllm["content"] in mine["content"] and repeated
 
 
 _CHECKS = {
