@@ -197,7 +197,7 @@ pub(super) const ROWS: &[Parser] = &[
             needs_thinking: false,
         },
         detect: &[],
-        about: "",
+        about: "no split: the output is content as written (vLLM also prepends <think>)",
         ..BASE
     },
     Parser {
@@ -500,7 +500,7 @@ pub(super) const ROWS: &[Parser] = &[
             needs_thinking: true,
         },
         detect: &[],
-        about: "",
+        about: "unsuffixed <think>/</think> only; checkpoints whose think tokens carry a suffix are not read",
         ..BASE
     },
     Parser {
@@ -784,7 +784,7 @@ pub(super) const ROWS: &[Parser] = &[
             all: &[&[Sig::Template("<ifm|think>")]],
             unless: &[],
         }],
-        about: "",
+        about: "the reasoning_effort=high markers only; <ifm|think_fast>/<ifm|think_faster> blocks are text",
         ..BASE
     },
     Parser {
@@ -979,7 +979,7 @@ pub(super) const ROWS: &[Parser] = &[
         build: Build::Missing,
         start: StartRule::CONTENT,
         detect: &[],
-        about: "",
+        about: "markers come from the checkpoint's response_template metadata, which is not loaded here; not implemented",
         ..BASE
     },
     Parser {
@@ -990,7 +990,7 @@ pub(super) const ROWS: &[Parser] = &[
         build: Build::Missing,
         start: StartRule::CONTENT,
         detect: &[],
-        about: "",
+        about: "markers come from the tokenizer's response_template metadata, which is not loaded here; not implemented",
         ..BASE
     },
     Parser {
