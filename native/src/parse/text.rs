@@ -268,14 +268,23 @@ impl Markers {
         self.by_id.iter().find(|(i, _)| *i == id).map(|(_, c)| *c)
     }
 
-    /// The pattern to search for: the sentinel of a token marker, else the marker's text.
+    /// The pattern to search for: the sentinel of a token marker, else the marker's text with
+    /// every token marker inside it replaced by its sentinel (`<|open|>think<|sep|>` when the
+    /// request also looks for `<|sep|>` as a token reads as the decoded stream shows it).
     pub(crate) fn pattern(&self, text: &str) -> String {
-        match self.list.iter().find(|m| m.text == text) {
-            Some(Marker { id: Some(id), .. }) => {
-                self.sentinel_for(*id).expect("registered").to_string()
-            }
-            _ => text.to_string(),
+        if let Some(Marker { id: Some(id), .. }) = self.list.iter().find(|m| m.text == text) {
+            return self.sentinel_for(*id).expect("registered").to_string();
         }
+        let mut pattern = text.to_string();
+        for m in &self.list {
+            if let (Some(id), true) = (m.id, m.text.len() < text.len()) {
+                if pattern.contains(m.text) {
+                    let sentinel = self.sentinel_for(id).expect("registered").to_string();
+                    pattern = pattern.replace(m.text, &sentinel);
+                }
+            }
+        }
+        pattern
     }
 
     /// Appends `s` (which starts at stream offset `start`) with sentinels replaced by what

@@ -88,8 +88,10 @@ pub struct StartRule {
     /// Output starts in reasoning when neither the prompt nor a flag decides (vLLM: plain output
     /// is reasoning).
     pub default_reasoning: bool,
-    /// The `chat_template_kwargs` booleans the format honours, in order: the first one present
-    /// decides (`true`: reasoning, `false`: content).
+    /// The `chat_template_kwargs` flags the format honours, in order: the first one present
+    /// decides. `key`: a boolean (`true`: reasoning, `false`: content); `key=value`: a string,
+    /// reasoning when it equals `value` (MiniMax M3's `thinking_mode=enabled`); `key!=value`: a
+    /// string, reasoning unless it equals `value` (Hunyuan's `reasoning_effort!=no_think`).
     pub flags: &'static [&'static str],
     /// Split only when thinking is on (by the prompt, a flag or the default); otherwise all text is
     /// visible, markers included (DeepSeek-V3's reasoning parser is the identity without thinking).
@@ -106,9 +108,7 @@ impl StartRule {
 
     /// The flag that decides, from the request's `chat_template_kwargs` (a JSON object).
     pub fn flag(&self, kwargs: &serde_json::Map<String, Value>) -> Option<bool> {
-        self.flags
-            .iter()
-            .find_map(|k| kwargs.get(*k).and_then(Value::as_bool))
+        self.flags.iter().find_map(|spec| flag_value(spec, kwargs))
     }
 
     /// Whether output starts in reasoning: the prompt's last reasoning marker when its tail has one
@@ -117,6 +117,17 @@ impl StartRule {
     pub fn decide(&self, prompt: Option<bool>, flag: Option<bool>) -> bool {
         prompt.or(flag).unwrap_or(self.default_reasoning)
     }
+}
+
+/// What one flag of [`StartRule::flags`] says about `kwargs`, when it is present with its type.
+fn flag_value(spec: &str, kwargs: &serde_json::Map<String, Value>) -> Option<bool> {
+    if let Some((key, value)) = spec.split_once("!=") {
+        return kwargs.get(key)?.as_str().map(|v| v != value);
+    }
+    if let Some((key, value)) = spec.split_once('=') {
+        return kwargs.get(key)?.as_str().map(|v| v == value);
+    }
+    kwargs.get(spec).and_then(Value::as_bool)
 }
 
 /// A builder of a tool-call stage.

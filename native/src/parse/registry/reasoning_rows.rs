@@ -19,6 +19,7 @@ pub(super) const ROWS: &[Parser] = &[
             end: &["</think>"],
             implicit_end: &[],
             trim_end: false,
+            ..ThinkSpec::BASE
         }),
         start: StartRule {
             default_reasoning: true,
@@ -46,6 +47,7 @@ pub(super) const ROWS: &[Parser] = &[
             end: &["</think>"],
             implicit_end: &["<tool_call>"],
             trim_end: false,
+            ..ThinkSpec::BASE
         }),
         start: StartRule {
             default_reasoning: true,
@@ -73,6 +75,7 @@ pub(super) const ROWS: &[Parser] = &[
             end: &["</think>"],
             implicit_end: &["<tool_call>"],
             trim_end: true,
+            ..ThinkSpec::BASE
         }),
         start: StartRule {
             default_reasoning: true,
@@ -91,12 +94,18 @@ pub(super) const ROWS: &[Parser] = &[
         name: "ling3",
         vllm: &["ling3"],
         sglang: &["ling3"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>", "<tool_call>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &["<tool_call>"],
+            trim_end: true,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 55,
@@ -127,6 +136,7 @@ pub(super) const ROWS: &[Parser] = &[
                 "<|tool_call_section_begin|>",
             ],
             trim_end: true,
+            ..ThinkSpec::BASE
         }),
         start: StartRule {
             default_reasoning: true,
@@ -154,6 +164,7 @@ pub(super) const ROWS: &[Parser] = &[
             end: &["</think>"],
             implicit_end: &["<minimax:tool_call>"],
             trim_end: true,
+            ..ThinkSpec::BASE
         }),
         start: StartRule {
             default_reasoning: true,
@@ -172,15 +183,21 @@ pub(super) const ROWS: &[Parser] = &[
         name: "minimax_m2_append_think",
         vllm: &["minimax_m2_append_think"],
         sglang: &["minimax-append-think"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &[],
+        build: Build::Think(ThinkSpec {
+            start: &[],
+            end: &[],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &[],
             needs_thinking: false,
         },
         detect: &[],
-        about: "",
+        about: "no split: the output is content as written (vLLM also prepends <think>)",
         ..BASE
     },
     Parser {
@@ -193,6 +210,7 @@ pub(super) const ROWS: &[Parser] = &[
             end: &["</think>"],
             implicit_end: &[],
             trim_end: false,
+            ..ThinkSpec::BASE
         }),
         start: StartRule {
             default_reasoning: false,
@@ -222,11 +240,17 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["holo2"],
         sglang: &[],
         markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[],
         about: "",
@@ -236,8 +260,14 @@ pub(super) const ROWS: &[Parser] = &[
         name: "step3",
         vllm: &["step3"],
         sglang: &["step3"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &["</think>"],
+        build: Build::Think(ThinkSpec {
+            start: &[],
+            end: &["</think>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &[],
@@ -251,14 +281,24 @@ pub(super) const ROWS: &[Parser] = &[
         name: "step3p5",
         vllm: &["step3p5"],
         sglang: &["step3p5"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>", "<tool_call>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &["<tool_call>"],
+            trim_end: true,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &[],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 70,
+            all: &[&[Sig::Template("<im_patch>")], &[Sig::Template("<think>")]],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -267,9 +307,15 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["olmo3"],
         sglang: &[],
         markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
-            default_reasoning: false,
+            default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
             needs_thinking: false,
         },
@@ -281,14 +327,28 @@ pub(super) const ROWS: &[Parser] = &[
         name: "nemotron_v3",
         vllm: &["nemotron_v3"],
         sglang: &["nemotron_3"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>", "<tool_call>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &["<tool_call>"],
+            trim_end: true,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 70,
+            all: &[
+                &[Sig::Template("<tool_call>")],
+                &[Sig::Template("<think></think>")],
+                &[Sig::Template("enable_thinking")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -296,12 +356,19 @@ pub(super) const ROWS: &[Parser] = &[
         name: "granite_thinking_parser",
         vllm: &["granite_thinking_parser"],
         sglang: &["granite_thinking_parser"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>", "<tool_call>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &["<tool_call>"],
+            trim_end: true,
+            trim_after_end: true,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[],
         about: "",
@@ -311,12 +378,18 @@ pub(super) const ROWS: &[Parser] = &[
         name: "mimo",
         vllm: &["mimo"],
         sglang: &["mimo"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>", "<tool_call>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &["<tool_call>"],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[],
         about: "",
@@ -326,12 +399,18 @@ pub(super) const ROWS: &[Parser] = &[
         name: "minicpmv",
         vllm: &["minicpmv"],
         sglang: &[],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>", "<tool_call>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &["<tool_call>"],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[],
         about: "",
@@ -342,7 +421,15 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["ernie45"],
         sglang: &[],
         markers: &["<think>", "</think>", "<response>", "</response>"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &[],
+            trim_end: false,
+            answer_open: &["<response>"],
+            answer_close: &["</response>"],
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &[],
@@ -357,7 +444,14 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["hunyuan_a13b"],
         sglang: &[],
         markers: &["<think>\n", "\n</think>\n<answer>\n", "\n</answer>"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["<think>\n"],
+            end: &["\n</think>\n<answer>\n"],
+            implicit_end: &[],
+            trim_end: false,
+            answer_close: &["\n</answer>"],
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &[],
@@ -372,11 +466,17 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["hy_v3"],
         sglang: &["hunyuan"],
         markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
-            flags: &[],
-            needs_thinking: false,
+            flags: &["reasoning_effort!=no_think"],
+            needs_thinking: true,
         },
         detect: &[],
         about: "",
@@ -386,27 +486,49 @@ pub(super) const ROWS: &[Parser] = &[
         name: "hy_v4",
         vllm: &["hy_v4"],
         sglang: &[],
-        markers: &["<think:…>", "</think:…>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
-            flags: &[],
-            needs_thinking: false,
+            flags: &["reasoning_effort!=no_think"],
+            needs_thinking: true,
         },
         detect: &[],
-        about: "",
+        about: "unsuffixed <think>/</think> only; checkpoints whose think tokens carry a suffix are not read",
         ..BASE
     },
     Parser {
         name: "deepseek_v4",
         vllm: &["deepseek_v4"],
         sglang: &["deepseek-v4"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &[
+            "<think>",
+            "</think>",
+            "<｜DSML｜tool_calls>",
+            "<｜DSML｜toolcalls>",
+            "<｜DSML｜tool>",
+        ],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &[
+                "<｜DSML｜tool_calls>",
+                "<｜DSML｜toolcalls>",
+                "<｜DSML｜tool>",
+            ],
+            trim_end: true,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 29,
@@ -423,12 +545,18 @@ pub(super) const ROWS: &[Parser] = &[
         name: "deepseek_v41",
         vllm: &["deepseek_v41"],
         sglang: &["deepseek-v41"],
-        markers: &["<think>", "</think>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>", "<｜DSML｜ calls>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &["<｜DSML｜ calls>"],
+            trim_end: true,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[],
         about: "",
@@ -444,6 +572,7 @@ pub(super) const ROWS: &[Parser] = &[
             end: &["[/THINK]"],
             implicit_end: &[],
             trim_end: true,
+            ..ThinkSpec::BASE
         }),
         start: StartRule {
             default_reasoning: false,
@@ -484,12 +613,18 @@ pub(super) const ROWS: &[Parser] = &[
         name: "seed_oss",
         vllm: &["seed_oss"],
         sglang: &[],
-        markers: &["<seed:think>", "</seed:think>"],
-        build: Build::Missing,
+        markers: &["<seed:think>", "</seed:think>", "<seed:tool_call>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<seed:think>"],
+            end: &["</seed:think>"],
+            implicit_end: &["<seed:tool_call>"],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 15,
@@ -504,10 +639,16 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["minimax_m3"],
         sglang: &["minimax-m3"],
         markers: &["<mm:think>", "</mm:think>"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["<mm:think>"],
+            end: &["</mm:think>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
-            flags: &[],
+            flags: &["thinking_mode=enabled"],
             needs_thinking: false,
         },
         detect: &[Detect {
@@ -522,8 +663,19 @@ pub(super) const ROWS: &[Parser] = &[
         name: "granite",
         vllm: &["granite"],
         sglang: &[],
-        markers: &["Here is my thought process:", "Here is my response:"],
-        build: Build::Missing,
+        markers: &[
+            "Here is my thought process:",
+            "Here's my thought process:",
+            "Here is my response:",
+            "Here's my response:",
+        ],
+        build: Build::Think(ThinkSpec {
+            start: &["Here is my thought process:", "Here's my thought process:"],
+            end: &["Here is my response:", "Here's my response:"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &[],
@@ -537,8 +689,15 @@ pub(super) const ROWS: &[Parser] = &[
         name: "gemma4",
         vllm: &["gemma4"],
         sglang: &["gemma4"],
-        markers: &["<|channel>thought\\n", "<channel|>"],
-        build: Build::Missing,
+        markers: &["<|channel>", "<channel|>", "<|tool_call>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<|channel>"],
+            end: &["<channel|>"],
+            implicit_end: &["<|tool_call>"],
+            trim_end: true,
+            label: "thought\n",
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &["enable_thinking", "thinking"],
@@ -556,8 +715,15 @@ pub(super) const ROWS: &[Parser] = &[
         name: "cohere_command3",
         vllm: &["cohere_command3"],
         sglang: &[],
-        markers: &["<|START_THINKING|>", "<|END_THINKING|>"],
-        build: Build::Missing,
+        markers: &["<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<|START_THINKING|>"],
+            end: &["<|END_THINKING|>"],
+            implicit_end: &["<|START_ACTION|>"],
+            trim_end: true,
+            trim_start: true,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &[],
@@ -571,14 +737,28 @@ pub(super) const ROWS: &[Parser] = &[
         name: "cohere_command4",
         vllm: &["cohere_command4"],
         sglang: &["cohere_command4"],
-        markers: &["<|START_THINKING|>", "<|END_THINKING|>"],
-        build: Build::Missing,
+        markers: &["<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<|START_THINKING|>"],
+            end: &["<|END_THINKING|>"],
+            implicit_end: &["<|START_ACTION|>"],
+            trim_end: true,
+            trim_start: true,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &[],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[
+                &[Sig::Template("<|START_THINKING|>")],
+                &[Sig::Template("reasoning_effort")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -586,15 +766,16 @@ pub(super) const ROWS: &[Parser] = &[
         name: "k2_horizon",
         vllm: &["k2_horizon"],
         sglang: &["k2_horizon"],
-        markers: &[
-            "<ifm|think>",
-            "</ifm|think>",
-            "<ifm|think_fast>",
-            "<ifm|think_faster>",
-        ],
-        build: Build::Missing,
+        markers: &["<ifm|think>", "</ifm|think>", "<ifm|tool_calls>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<ifm|think>"],
+            end: &["</ifm|think>"],
+            implicit_end: &["<ifm|tool_calls>"],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
-            default_reasoning: false,
+            default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
             needs_thinking: false,
         },
@@ -603,19 +784,32 @@ pub(super) const ROWS: &[Parser] = &[
             all: &[&[Sig::Template("<ifm|think>")]],
             unless: &[],
         }],
-        about: "",
+        about: "the reasoning_effort=high markers only; <ifm|think_fast>/<ifm|think_faster> blocks are text",
         ..BASE
     },
     Parser {
         name: "kimi_k3",
         vllm: &["kimi_k3"],
         sglang: &["kimi_k3"],
-        markers: &["<|open|>think<|sep|>", "<|close|>think<|sep|>"],
-        build: Build::Missing,
+        markers: &[
+            "<|open|>think<|sep|>",
+            "<|close|>think<|sep|>",
+            "<|open|>",
+            "<|close|>",
+            "<|sep|>",
+        ],
+        build: Build::Think(ThinkSpec {
+            start: &["<|open|>think<|sep|>"],
+            end: &["<|close|>think<|sep|>"],
+            implicit_end: &[],
+            trim_end: false,
+            pieces: &["<|open|>", "<|close|>", "<|sep|>"],
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking", "thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 16,
@@ -629,8 +823,27 @@ pub(super) const ROWS: &[Parser] = &[
         name: "inkling",
         vllm: &["inkling"],
         sglang: &["inkling"],
-        markers: &["<|content_thinking|>", "<|end_message|>"],
-        build: Build::Missing,
+        markers: &[
+            "<|message_model|><|content_thinking|>",
+            "<|content_thinking|>",
+            "<|end_message|>",
+            "<|message_model|><|content_text|>",
+            "<|end_message|>",
+            "<|message_model|>",
+        ],
+        build: Build::Think(ThinkSpec {
+            start: &[
+                "<|message_model|><|content_thinking|>",
+                "<|content_thinking|>",
+            ],
+            end: &["<|end_message|>"],
+            implicit_end: &[],
+            trim_end: true,
+            answer_open: &["<|message_model|><|content_text|>"],
+            answer_close: &["<|end_message|>"],
+            pieces: &["<|message_model|>"],
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &[],
@@ -649,11 +862,17 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["plamo3"],
         sglang: &[],
         markers: &["<|plamo:begin_think:plamo|>", "<|plamo:end_think:plamo|>"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["<|plamo:begin_think:plamo|>"],
+            end: &["<|plamo:end_think:plamo|>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: true,
             flags: &["enable_thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 15,
@@ -667,12 +886,18 @@ pub(super) const ROWS: &[Parser] = &[
         name: "poolside_v1",
         vllm: &["poolside_v1"],
         sglang: &["poolside_v1"],
-        markers: &["<assistant>"],
-        build: Build::Missing,
+        markers: &["<think>", "</think>"],
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &["enable_thinking", "thinking"],
-            needs_thinking: false,
+            needs_thinking: true,
         },
         detect: &[Detect {
             rank: 55,
@@ -689,8 +914,20 @@ pub(super) const ROWS: &[Parser] = &[
         name: "muse",
         vllm: &["muse", "musespark1x"],
         sglang: &[],
-        markers: &["<|start|>assistant to=self", "<|message|>", "<|eom|>"],
-        build: Build::Missing,
+        markers: &[
+            "<|start|>assistant to=self<|message|>",
+            "<|eom|>",
+            "<|start|>",
+            "<|message|>",
+        ],
+        build: Build::Think(ThinkSpec {
+            start: &["<|start|>assistant to=self<|message|>"],
+            end: &["<|eom|>"],
+            implicit_end: &[],
+            trim_end: false,
+            pieces: &["<|start|>", "<|message|>"],
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &[],
@@ -704,14 +941,33 @@ pub(super) const ROWS: &[Parser] = &[
         name: "muse_glimmer",
         vllm: &["muse_glimmer"],
         sglang: &["muse"],
-        markers: &["<|start|>assistant to=self", "<|message|>", "<|eom|>"],
-        build: Build::Missing,
+        markers: &[
+            "<|start|>assistant to=self<|message|>",
+            "<|eom|>",
+            "<|start|>",
+            "<|message|>",
+        ],
+        build: Build::Think(ThinkSpec {
+            start: &["<|start|>assistant to=self<|message|>"],
+            end: &["<|eom|>"],
+            implicit_end: &[],
+            trim_end: false,
+            pieces: &["<|start|>", "<|message|>"],
+            ..ThinkSpec::BASE
+        }),
         start: StartRule {
             default_reasoning: false,
             flags: &[],
             needs_thinking: false,
         },
-        detect: &[],
+        detect: &[Detect {
+            rank: 15,
+            all: &[
+                &[Sig::Template("<atem:function_calls>")],
+                &[Sig::Template("to=self")],
+            ],
+            unless: &[],
+        }],
         about: "",
         ..BASE
     },
@@ -723,7 +979,7 @@ pub(super) const ROWS: &[Parser] = &[
         build: Build::Missing,
         start: StartRule::CONTENT,
         detect: &[],
-        about: "",
+        about: "markers come from the checkpoint's response_template metadata, which is not loaded here; not implemented",
         ..BASE
     },
     Parser {
@@ -734,7 +990,7 @@ pub(super) const ROWS: &[Parser] = &[
         build: Build::Missing,
         start: StartRule::CONTENT,
         detect: &[],
-        about: "",
+        about: "markers come from the tokenizer's response_template metadata, which is not loaded here; not implemented",
         ..BASE
     },
     Parser {
@@ -742,7 +998,13 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &[],
         sglang: &["kimi"],
         markers: &["◁think▷", "◁/think▷"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["◁think▷"],
+            end: &["◁/think▷"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule::CONTENT,
         detect: &[Detect {
             rank: 15,
@@ -757,7 +1019,13 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &[],
         sglang: &["apertus2509"],
         markers: &["<|inner_prefix|>", "<|inner_suffix|>"],
-        build: Build::Missing,
+        build: Build::Think(ThinkSpec {
+            start: &["<|inner_prefix|>"],
+            end: &["<|inner_suffix|>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
         start: StartRule::CONTENT,
         detect: &[Detect {
             rank: 15,
@@ -772,8 +1040,18 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &[],
         sglang: &["iquest_q1"],
         markers: &["<think>", "</think>"],
-        build: Build::Missing,
-        start: StartRule::CONTENT,
+        build: Build::Think(ThinkSpec {
+            start: &["<think>"],
+            end: &["</think>"],
+            implicit_end: &[],
+            trim_end: false,
+            ..ThinkSpec::BASE
+        }),
+        start: StartRule {
+            default_reasoning: true,
+            flags: &["enable_thinking", "thinking"],
+            needs_thinking: false,
+        },
         detect: &[],
         about: "",
         ..BASE

@@ -106,6 +106,10 @@ fn canonical_names_are_vllms() {
     }
 }
 
+/// Formats whose vLLM parsers start in reasoning when streaming but not in the oracle's
+/// non-streaming observation (see `start_rules_follow_the_oracle`).
+const STREAMED_AS_REASONING: &[&str] = &["olmo3", "k2_horizon"];
+
 #[test]
 fn start_rules_follow_the_oracle() {
     let oracle = oracle_registry();
@@ -119,6 +123,10 @@ fn start_rules_follow_the_oracle() {
         };
         let name = entry["name"].as_str().expect("name");
         let rule = find(Kind::Reasoning, name).expect("row").start;
+        // vLLM's olmo3 and k2_horizon stream output as reasoning from the start and only their
+        // non-streaming parsers, which the oracle observed, give unclosed reasoning as content
+        // after the fact; ParseStream follows the stream (differences.json: unclosed_reasoning).
+        let plain = plain || STREAMED_AS_REASONING.contains(&name);
         assert_eq!(rule.default_reasoning, plain, "{name}: default");
         for flag in ["enable_thinking", "thinking"] {
             let on = &observed[format!("{flag}_true_gives_reasoning")];
