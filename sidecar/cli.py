@@ -50,6 +50,7 @@ def _serve(args: argparse.Namespace) -> int:
             drain_seconds=args.drain_seconds,
             drain_notice_seconds=args.drain_notice_seconds,
             parse_max_requests=args.parse_max_requests,
+            multiplex_max_inflight=args.multiplex_max_inflight,
             parse_max_held_bytes=args.parse_max_held_kb * 1024,
             log_level=args.log_level,
             kv=kv_config_from_args(args),
@@ -340,6 +341,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ParseStream: open requests per stream (more is RESOURCE_EXHAUSTED)")
     serve.add_argument("--parse-max-held-kb", type=int, default=1024,
                        help="ParseStream: KiB of undecided output one request may hold back")
+    serve.add_argument("--multiplex-max-inflight", type=int, default=4096,
+                       help="Multiplex: requests one stream may have waiting for their results (more are "
+                            "RESOURCE_EXHAUSTED, each on its own)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     serve.add_argument("--kv-events", action="append", default=[],
                        metavar="WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]",

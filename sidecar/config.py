@@ -77,6 +77,8 @@ class ServerConfig:
     max_queue: int = 256
     #: Calls with less input than this run inline on the event loop (a thread hop costs more).
     inline_bytes: int = 16 * 1024
+    #: Multiplex: requests one stream may have waiting for their results.
+    multiplex_max_inflight: int = 4096
     #: ParseStream: open requests per stream.
     parse_max_requests: int = 4096
     #: ParseStream: bytes of undecided output one request may hold back.
@@ -99,5 +101,7 @@ class ServerConfig:
             raise ValueError("--tls-client-ca: needs --tls-cert and --tls-key (mutual TLS is TLS first)")
         if self.tls_cert is not None and self.port is None:
             raise ValueError("--tls-cert: TLS is for the TCP listener, which --port -1 disables")
+        if self.multiplex_max_inflight <= 0:
+            raise ValueError("--multiplex-max-inflight: must be > 0")
         if self.drain_seconds < 0 or self.drain_notice_seconds < 0:
             raise ValueError("--drain-seconds, --drain-notice-seconds: must be >= 0")

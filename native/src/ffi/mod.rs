@@ -25,6 +25,7 @@
 pub mod buf;
 pub mod hash;
 pub mod index;
+pub mod multiplex;
 pub mod parse;
 pub mod render;
 pub mod status;
