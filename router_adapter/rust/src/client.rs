@@ -31,7 +31,8 @@ pub struct ClientBuilder {
     health_service: String,
     max_message_bytes: usize,
     retry_unavailable: bool,
-    multiplex: Option<MultiplexSettings>,
+    multiplex: bool,
+    multiplex_settings: MultiplexSettings,
 }
 
 impl ClientBuilder {
@@ -76,10 +77,11 @@ impl ClientBuilder {
     }
 
     /// Whether Tokenize, Detokenize and Render travel as requests on a pool of `Multiplex`
-    /// streams (default true: the cheapest way per request) or as one unary RPC each (false).
-    /// Either way the calls, their deadlines and their errors are the same.
+    /// streams (true: the cheapest way per request for a router making many small calls) or as
+    /// one unary RPC each (false, the default). Either way the calls, their deadlines and their
+    /// errors are the same; a server without Multiplex is served unary.
     pub fn multiplex(mut self, on: bool) -> Self {
-        self.multiplex = on.then(|| self.multiplex.clone().unwrap_or_else(default_multiplex));
+        self.multiplex = on;
         self
     }
 
@@ -87,9 +89,7 @@ impl ClientBuilder {
     /// robin; each stream sends every call waiting at a moment as one message, so fewer streams
     /// batch more and more streams wait less behind one another.
     pub fn streams(mut self, streams: usize) -> Self {
-        if let Some(settings) = &mut self.multiplex {
-            settings.streams = streams.max(1);
-        }
+        self.multiplex_settings.streams = streams.max(1);
         self
     }
 
@@ -98,10 +98,8 @@ impl ClientBuilder {
     /// `--max-message-mb` would end the whole stream). Messages of the stream are closed at the
     /// same size.
     pub fn multiplex_max_request_bytes(mut self, bytes: usize) -> Self {
-        if let Some(settings) = &mut self.multiplex {
-            settings.max_request_bytes = bytes;
-            settings.max_batch_bytes = bytes;
-        }
+        self.multiplex_settings.max_request_bytes = bytes;
+        self.multiplex_settings.max_batch_bytes = bytes;
         self
     }
 
@@ -116,11 +114,15 @@ impl ClientBuilder {
             retry_unavailable: self.retry_unavailable,
         };
         let connections = Arc::new(Connections::new(settings)?);
-        let carrier: Arc<dyn Carrier> = match self.multiplex {
-            Some(settings) => Arc::new(StreamCarrier::new(connections.clone(), settings)),
-            None => Arc::new(UnaryCarrier {
+        let carrier: Arc<dyn Carrier> = if self.multiplex {
+            Arc::new(StreamCarrier::new(
+                connections.clone(),
+                self.multiplex_settings,
+            ))
+        } else {
+            Arc::new(UnaryCarrier {
                 connections: connections.clone(),
-            }),
+            })
         };
         Ok(Client {
             connections,
@@ -172,7 +174,8 @@ impl Client {
             health_service: String::new(),
             max_message_bytes: 64 << 20,
             retry_unavailable: true,
-            multiplex: Some(default_multiplex()),
+            multiplex: false,
+            multiplex_settings: default_multiplex(),
         }
     }
 
