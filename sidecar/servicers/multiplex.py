@@ -24,7 +24,8 @@ from typing import AsyncIterator
 import grpc
 
 from sidecar import metrics
-from sidecar.errors import FailedPrecondition, SidecarError, Unavailable, status_proto_fields
+from sidecar.errors import FailedPrecondition, Unavailable, is_expected, status_proto_fields
+from sidecar.logs import get_logger
 from sidecar.rpc import Call, Gate, StreamCounts
 from sidecar.runtime import Runtime
 from sidecar.v1 import preprocessor_pb2 as pb
@@ -34,6 +35,7 @@ try:
 except ImportError:  # no native library (a reference-only install): the stream says so when opened
     NativeMultiplexer = None
 
+_log = get_logger("sidecar.multiplex")
 _DRAINING = (grpc.StatusCode.UNAVAILABLE.value[0], "server is shutting down (draining); retry on another instance")
 _CANCELLED = grpc.StatusCode.CANCELLED.value[0]
 _DEADLINE = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
@@ -183,7 +185,9 @@ class _Stream:
             batch = await self._runtime.offloader.run(
                 lambda: table.run_one(call, _elapsed_us(received)), deferred.cost, self._call.rpc
             )
-        except SidecarError as e:  # the worker pool's queue is full
+        except Exception as e:  # noqa: BLE001 - the worker pool's queue is full, or a bug: this id's error
+            if not is_expected(e):
+                _log.exception("multiplex_request_crashed", request=deferred.id)
             if self._owns(deferred.id, me):
                 self._fail(deferred.id, deferred.kind, *status_proto_fields(e))
             return
