@@ -196,7 +196,7 @@ def test_rust_client_matches_python_client(tmp_path: Path, kv_server: LiveServer
     assert compared == sum(r["compare"] for r in records) >= 25
     # The multiplexed client's Tokenize, Detokenize and Render calls really travelled on Multiplex
     # streams (requests over its 256 KiB bound go unary by design), and were compared above.
-    multiplexed = [r for r in records if r["carrier"] == "multiplex" and r["method"] in ("Tokenize", "Detokenize", "Render")
+    multiplexed = [r for r in records if r.get("carrier") == "multiplex" and r["method"] in ("Tokenize", "Detokenize", "Render")
                    and len(r["request"]) // 2 <= MULTIPLEX_MAX_REQUEST_BYTES]
     carried = sum(e.get("opened", 0) for e in first_log if e.get("event") == "rpc" and e.get("rpc") == "Multiplex")
     assert len(multiplexed) >= 60 and carried == len(multiplexed), (len(multiplexed), carried)
