@@ -77,6 +77,9 @@ class ServerConfig:
     max_queue: int = 256
     #: Calls with less input than this run inline on the event loop (a thread hop costs more).
     inline_bytes: int = 16 * 1024
+    #: Bind TCP with SO_REUSEPORT (one of `--processes N` servers sharing the port); otherwise a
+    #: port already in use is an error.
+    reuse_port: bool = False
     #: Multiplex: requests one stream may have waiting for their results.
     multiplex_max_inflight: int = 4096
     #: ParseStream: open requests per stream.

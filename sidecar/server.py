@@ -201,7 +201,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
         options=[
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if config.reuse_port else 0),
         ]
     )
     gate = Gate()
