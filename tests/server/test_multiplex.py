@@ -8,8 +8,10 @@ UNAVAILABLE while the server drains.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
+import random
 import signal
 import time
 from pathlib import Path
@@ -247,6 +249,36 @@ def test_client_gone_mid_stream_leaves_the_server_serving(server: LiveServer, ch
     assert fresh.close() == []
     lines = [e for e in server.log_lines() if e.get("event") == "rpc" and e.get("rpc") == "Multiplex"]
     assert any(e["code"] == "CANCELLED" for e in lines), lines
+
+
+async def _cancel_mid_message(target: str, model: str, rng: random.Random) -> None:
+    """One big message (run on the worker pool, as are its large requests), then the client goes."""
+    options = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+    async with grpc.aio.insecure_channel(target, options=options) as ch:
+        stream = ch.stream_stream(METHOD)()
+        calls = [call(i, "tokenize", pb.TokenizeRequest(model=model, texts=["x y " * rng.choice([10, 3000, 60_000])]))
+                 for i in range(rng.randrange(1, 40))]
+        await stream.write(pb.MultiplexRequest(calls=calls).SerializeToString())
+        await asyncio.sleep(rng.uniform(0.001, 0.05))
+        stream.cancel()
+
+
+def test_clients_cancelling_big_messages_do_not_hurt_the_server(server: LiveServer, channel: grpc.Channel,
+                                                                models: list[str]) -> None:
+    rng = random.Random(11)
+
+    async def rounds() -> None:
+        for _ in range(16):
+            await _cancel_mid_message(server.tcp, models[0], rng)
+
+    asyncio.run(rounds())
+    assert server.process.poll() is None, "the server died while clients cancelled big messages"
+    small = pb.TokenizeRequest(model=models[0], texts=["still here"])
+    stream = Stream(channel)
+    stream.send([call(1, "tokenize", small)])
+    assert stream_answer("tokenize", stream.receive(1)[0]) == unary_answer(channel, "tokenize", small)
+    assert stream.close() == []
+    assert not [e for e in server.log_lines() if e.get("event") in ("rpc_crashed", "multiplex_request_crashed")]
 
 
 def test_draining_answers_new_requests_unavailable(tmp_path: Path) -> None:
