@@ -119,7 +119,8 @@ pub unsafe extern "C" fn sc_multiplexer_new(
             table.push(unsafe { read_model(entry, i)? });
         }
         // SAFETY: as above.
-        let settings: Settings = from_json(unsafe { read_str(settings_json, "settings")? }, "settings")?;
+        let settings: Settings =
+            from_json(unsafe { read_str(settings_json, "settings")? }, "settings")?;
         let inner = Multiplexer::new(table, settings);
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_handle(out, sc_multiplexer { inner }) }

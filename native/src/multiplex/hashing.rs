@@ -34,10 +34,7 @@ pub(super) fn spec_from_proto(msg: &pb::BlockHashing) -> Result<HashSpec> {
     }
     // The seed rule is the core's own check (same message); run it before the layout checks, in
     // the unary path's order.
-    if matches!(
-        algorithm,
-        Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor
-    ) && spec.seed.is_none()
+    if matches!(algorithm, Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor) && spec.seed.is_none()
     {
         spec.validate()?;
     }

@@ -235,10 +235,7 @@ impl Multiplexer {
 
     fn decode(&self, call: &CallView<'_>) -> Result<Request> {
         let invalid = |kind: CallKind, type_name: &str, e: prost::DecodeError| {
-            Error::invalid_argument(format!(
-                "{}: not a valid {type_name} ({e})",
-                kind.name()
-            ))
+            Error::invalid_argument(format!("{}: not a valid {type_name} ({e})", kind.name()))
         };
         match call.request {
             None => Err(Error::invalid_argument(

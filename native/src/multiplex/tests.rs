@@ -20,9 +20,8 @@ const UNAVAILABLE: i32 = 14;
 const TEMPLATE: &str = "{% for m in messages %}{{ m.content }} {% endfor %}";
 
 fn multiplexer(inline_bytes: usize, max_inflight: usize, max_message_bytes: usize) -> Multiplexer {
-    let tokenizer = Arc::new(
-        Tokenizer::from_json_text(&toy_json(), TokenizerFormat::TokenizerJson).unwrap(),
-    );
+    let tokenizer =
+        Arc::new(Tokenizer::from_json_text(&toy_json(), TokenizerFormat::TokenizerJson).unwrap());
     let config = RendererConfig {
         templates: vec![("default".into(), TEMPLATE.into())],
         ..RendererConfig::default()
@@ -63,7 +62,11 @@ fn results(batch: &Batch) -> Vec<pb::MultiplexResult> {
     let mut start = 0;
     let mut out = Vec::new();
     for &end in &batch.chunk_ends {
-        out.extend(pb::MultiplexResponse::decode(&batch.out[start..end]).unwrap().results);
+        out.extend(
+            pb::MultiplexResponse::decode(&batch.out[start..end])
+                .unwrap()
+                .results,
+        );
         start = end;
     }
     assert_eq!(start, batch.out.len(), "bytes outside every chunk");
@@ -81,7 +84,10 @@ fn error_code(result: &pb::MultiplexResult) -> Option<i32> {
 fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
     let mux = multiplexer(8, 100, 1 << 20);
     let big = "ab ".repeat(10);
-    let raw = message(vec![tokenize(1, "ab"), tokenize(2, &big), tokenize(3, "a b")], vec![7]);
+    let raw = message(
+        vec![tokenize(1, "ab"), tokenize(2, &big), tokenize(3, "a b")],
+        vec![7],
+    );
     let batch = mux.run(&raw, &RunOptions::default()).unwrap();
     let answered: Vec<u64> = results(&batch).iter().map(|r| r.id).collect();
     assert_eq!(answered, [1, 3]);
@@ -89,17 +95,32 @@ fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
     let [deferred] = batch.deferred[..] else {
         panic!("{:?}", batch.deferred)
     };
-    assert_eq!((deferred.id, deferred.kind, deferred.cost), (2, CallKind::Tokenize, big.len()));
+    assert_eq!(
+        (deferred.id, deferred.kind, deferred.cost),
+        (2, CallKind::Tokenize, big.len())
+    );
     let one = mux
-        .run_one(&raw[deferred.start..deferred.start + deferred.len], Duration::ZERO)
+        .run_one(
+            &raw[deferred.start..deferred.start + deferred.len],
+            Duration::ZERO,
+        )
         .unwrap();
-    let [result] = &results(&one)[..] else { panic!() };
+    let [result] = &results(&one)[..] else {
+        panic!()
+    };
     let Some(Outcome::Tokenize(response)) = &result.result else {
         panic!("{result:?}")
     };
     // The same request run inline (a larger inline bound) gets the same response.
     let inline = multiplexer(1 << 20, 100, 1 << 20);
-    let again = results(&inline.run(&message(vec![tokenize(2, &big)], vec![]), &RunOptions::default()).unwrap());
+    let again = results(
+        &inline
+            .run(
+                &message(vec![tokenize(2, &big)], vec![]),
+                &RunOptions::default(),
+            )
+            .unwrap(),
+    );
     let Some(Outcome::Tokenize(direct)) = &again[0].result else {
         panic!("{:?}", again[0])
     };
@@ -120,7 +141,10 @@ fn each_bad_request_gets_its_own_error() {
         id: 3,
         ..Default::default()
     };
-    let raw = message(vec![tokenize(1, "ab"), unknown, empty, tokenize(4, "b")], vec![]);
+    let raw = message(
+        vec![tokenize(1, "ab"), unknown, empty, tokenize(4, "b")],
+        vec![],
+    );
     let got = results(&mux.run(&raw, &RunOptions::default()).unwrap());
     let codes: Vec<_> = got.iter().map(|r| (r.id, error_code(r))).collect();
     assert_eq!(
@@ -180,7 +204,9 @@ fn results_are_cut_into_messages_within_the_limit() {
     let limit = 200;
     let mux = multiplexer(1 << 20, 100, limit);
     let calls = (1..=20).map(|i| tokenize(i, "ab ab ab")).collect();
-    let batch = mux.run(&message(calls, vec![]), &RunOptions::default()).unwrap();
+    let batch = mux
+        .run(&message(calls, vec![]), &RunOptions::default())
+        .unwrap();
     assert!(batch.chunk_ends.len() > 1);
     let mut start = 0;
     for &end in &batch.chunk_ends {
@@ -190,7 +216,10 @@ fn results_are_cut_into_messages_within_the_limit() {
     assert_eq!(results(&batch).len(), 20);
     // One response larger than the limit is replaced by its own error.
     let huge = tokenize(21, &"ab ".repeat(200));
-    let got = results(&mux.run(&message(vec![huge], vec![]), &RunOptions::default()).unwrap());
+    let got = results(
+        &mux.run(&message(vec![huge], vec![]), &RunOptions::default())
+            .unwrap(),
+    );
     assert_eq!(error_code(&got[0]), Some(grpc_code::RESOURCE_EXHAUSTED));
 }
 
@@ -218,11 +247,20 @@ fn render_and_detokenize_run_through_the_model() {
             skip_special_tokens: None,
         })),
     };
-    let got = results(&mux.run(&message(vec![render, detokenize], vec![]), &RunOptions::default()).unwrap());
+    let got = results(
+        &mux.run(
+            &message(vec![render, detokenize], vec![]),
+            &RunOptions::default(),
+        )
+        .unwrap(),
+    );
     let Some(Outcome::Render(rendered)) = &got[0].result else {
         panic!("{:?}", got[0])
     };
-    assert_eq!((rendered.text.as_str(), rendered.fingerprint.as_str()), ("ab ", "fp"));
+    assert_eq!(
+        (rendered.text.as_str(), rendered.fingerprint.as_str()),
+        ("ab ", "fp")
+    );
     let Some(Outcome::Detokenize(detok)) = &got[1].result else {
         panic!("{:?}", got[1])
     };

@@ -17,12 +17,12 @@ mod render;
 #[cfg(test)]
 mod tests;
 
-pub use parse_stream::{
-    decode_request, put_delta, put_error, ClientMessage, DeltaFields, StepTokens, ToolCallFields,
-};
 pub use multiplex::{
     decode_call, decode_multiplex, put_result, put_result_error, CallKind, CallView,
     MultiplexMessage,
+};
+pub use parse_stream::{
+    decode_request, put_delta, put_error, ClientMessage, DeltaFields, StepTokens, ToolCallFields,
 };
 pub use render::render_response;
 

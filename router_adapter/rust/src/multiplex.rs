@@ -351,7 +351,10 @@ impl MuxStream {
     }
 
     /// Registers the call's waiter and queues it.
-    fn send(&self, call: MultiplexCall) -> Result<oneshot::Receiver<Result<Outcome, Status>>, Status> {
+    fn send(
+        &self,
+        call: MultiplexCall,
+    ) -> Result<oneshot::Receiver<Result<Outcome, Status>>, Status> {
         let (waiter, outcome) = oneshot::channel();
         {
             let mut state = lock(&self.state);
@@ -470,7 +473,8 @@ impl Stream for Coalesce {
             add(&mut message, &mut size, command);
         }
         // A held call stays counted as queued until a message carries it.
-        self.queued.fetch_sub(message.calls.len(), Ordering::Relaxed);
+        self.queued
+            .fetch_sub(message.calls.len(), Ordering::Relaxed);
         Poll::Ready(Some(message))
     }
 }
@@ -486,7 +490,9 @@ fn add(message: &mut MultiplexRequest, size: &mut usize, command: Command) {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn deadline_passed() -> Status {

@@ -3,12 +3,12 @@
 
 use std::time::Duration;
 
+use prost::Message;
 use sidecar_client::health::ServingStatus;
 use sidecar_client::v1::{
     BlockHashing, DetokenizeRequest, RenderRequest, ScoreRequest, TokenIds, TokenizeRequest,
     TruncationSide,
 };
-use prost::Message;
 use sidecar_client::{Client, Code};
 
 use crate::record::{Case, Recorder};
