@@ -264,7 +264,8 @@ struct State {
 }
 
 enum Command {
-    Call(MultiplexCall),
+    // Boxed: a call is hundreds of bytes, a cancel eight.
+    Call(Box<MultiplexCall>),
     Cancel(u64),
 }
 
@@ -365,7 +366,7 @@ impl MuxStream {
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);
         self.queued.fetch_add(1, Ordering::Relaxed);
-        if self.commands.send(Command::Call(call)).is_err() {
+        if self.commands.send(Command::Call(Box::new(call))).is_err() {
             return Err(Status::unavailable("multiplex: the stream has ended"));
         }
         Ok(outcome)
@@ -466,7 +467,7 @@ impl Stream for Coalesce {
                     let Command::Call(call) = command else {
                         unreachable!()
                     };
-                    self.held = Some(call);
+                    self.held = Some(*call);
                     break;
                 }
             }
@@ -483,7 +484,7 @@ fn add(message: &mut MultiplexRequest, size: &mut usize, command: Command) {
     match command {
         Command::Call(call) => {
             *size += call.encoded_len();
-            message.calls.push(call);
+            message.calls.push(*call);
         }
         Command::Cancel(id) => message.cancel.push(id),
     }
