@@ -24,7 +24,8 @@ from typing import AsyncIterator
 import grpc
 
 from sidecar import metrics
-from sidecar.errors import FailedPrecondition, Unavailable, is_expected, status_proto_fields
+from sidecar.errors import (CANCELLED, DeadlineExceeded, FailedPrecondition, Unavailable, code_name, code_number,
+                            is_expected, status_proto_fields)
 from sidecar.logs import get_logger
 from sidecar.rpc import Call, Gate, StreamCounts
 from sidecar.runtime import Runtime
@@ -36,10 +37,10 @@ except ImportError:  # no native library (a reference-only install): the stream 
     NativeMultiplexer = None
 
 _log = get_logger("sidecar.multiplex")
-_DRAINING = (grpc.StatusCode.UNAVAILABLE.value[0], "server is shutting down (draining); retry on another instance")
-_CANCELLED = grpc.StatusCode.CANCELLED.value[0]
-_DEADLINE = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
-_CODE_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+#: (code, message) of the results written here rather than by the native core.
+_DRAINING = status_proto_fields(Unavailable("server is shutting down (draining); retry on another instance"))
+_CANCELLED = (code_number(CANCELLED[0]), CANCELLED[1])
+_DEADLINE = status_proto_fields(DeadlineExceeded("the request's deadline passed before the server answered"))
 
 
 def error_result(request_id: int, code: int, message: str) -> bytes:
@@ -102,7 +103,7 @@ class MultiplexServicer:
             counter = self._requests.get((kind, code))
             if counter is None:
                 counter = self._requests[(kind, code)] = metrics.MULTIPLEXED.labels(
-                    KINDS[kind], _CODE_NAMES.get(code, str(code)))
+                    KINDS[kind], code_name(code))
             counter.inc(n)
             counts.opened += n
             if code:
@@ -171,7 +172,7 @@ class _Stream:
             entry = self._pending.pop(request_id, None)
             if entry is not None:
                 entry[0].cancel()
-                self._fail(request_id, entry[1], _CANCELLED, "cancelled by the client")
+                self._fail(request_id, entry[1], *_CANCELLED)
 
     async def _run_deferred(self, deferred: Deferred, call: bytes, received: float, table: NativeMultiplexer) -> None:
         """Runs one large request on the worker pool and sends its result; a deadline that passes
@@ -209,7 +210,7 @@ class _Stream:
         if self._owns(deferred.id, task):
             del self._pending[deferred.id]
             task.cancel()
-            self._fail(deferred.id, deferred.kind, _DEADLINE, "the request's deadline passed before the server answered")
+            self._fail(deferred.id, deferred.kind, *_DEADLINE)
 
     def _fail(self, request_id: int, kind: int, code: int, message: str) -> None:
         self._servicer.record_error(kind, code, self._counts)
