@@ -6,7 +6,7 @@ imports this package, never the reverse; the native hasher is handed in (`hasher
 """
 
 from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, DecodeError, decode_batch
-from router_adapter.errors import InvalidSpec, RouterAdapterError
+from router_adapter.errors import InvalidSpec, InvalidTokens, RouterAdapterError
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher, block_hashes, prefix_keys
 from router_adapter.index import PrefixIndex, Score, WorkerScore
 from router_adapter.router import KvRouter, ModelOptions
@@ -22,6 +22,7 @@ __all__ = [
     "DecodeError",
     "HashSpec",
     "InvalidSpec",
+    "InvalidTokens",
     "KvRouter",
     "MmItem",
     "ModelOptions",

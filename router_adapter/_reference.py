@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import pickle
 import struct
+from array import array
 from typing import Any, Callable, Sequence
 
 import cbor2
 import xxhash
 
+from router_adapter.errors import InvalidTokens
 from router_adapter.spec import HashSpec, MmItem
 
 #: vLLM >= 0.29: the NONE_HASH seed when PYTHONHASHSEED is unset (sha256 and sha256_cbor only).
@@ -178,9 +180,23 @@ def dynamo_sequence_hashes(local: Sequence[int], parent: int | None = None) -> l
     return out
 
 
+def check_token_ids(tokens: Sequence[int], field: str = "token_ids") -> None:
+    """Raises `InvalidTokens` naming `field[i]` for the first element that is not an integer in
+    [0, 2^32). (vLLM would hash such a value and SGLang and Dynamo would fail to pack it; no engine
+    produces one, so the library refuses it rather than hash something no engine will publish.)"""
+    try:
+        array("I", tokens)
+    except (OverflowError, TypeError):
+        for i, token in enumerate(tokens):
+            if not isinstance(token, int) or not 0 <= token < 1 << 32:
+                raise InvalidTokens(f"{field}[{i}]: {token!r} is not a token id (an integer in [0, 2^32))") from None
+        raise
+
+
 def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
     """The 64-bit values of every full block, as the native `block_hashes` reports them (unsigned)."""
     spec.validate()
+    check_token_ids(tokens)
     if spec.algorithm.startswith("vllm_"):
         return [vllm_event_value(d) for d in vllm_digests(tokens, spec)]
     if spec.algorithm == "sglang_sha256":
@@ -197,6 +213,7 @@ def prefix_keys(tokens: Sequence[int], block_size: int, lora_name: str = "", nam
     sequence, as vLLM does with the salt, so a store event that continues a sequence (which does not
     repeat the salt) gets the same keys as the whole request.
     """
+    check_token_ids(tokens)
     local = dynamo_local_hashes(tokens, HashSpec("dynamo_xxh3", block_size, lora_name=lora_name))
     if parent is None and namespace and local:
         first = HashSpec("dynamo_xxh3", block_size, lora_name=lora_name, namespace=namespace)

@@ -16,3 +16,8 @@ class RouterAdapterError(Exception):
 
 class InvalidSpec(RouterAdapterError, ValueError):
     """A `HashSpec` no engine could produce; the message names the field as `block_hashing.<field>`."""
+
+
+class InvalidTokens(RouterAdapterError, ValueError):
+    """A token sequence holding something that is not a token id (an integer in [0, 2^32), the range
+    every engine's ids live in); the message names the field and the position."""

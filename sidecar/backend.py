@@ -23,6 +23,8 @@ class EncodeOptions:
     max_length: int = 0
     truncate_left: bool = False
     timeout_s: float | None = None
+    #: Refuse a text with a run of one character class longer than this (0 = no limit).
+    max_word_chars: int = 0
 
 
 @dataclass(slots=True)
@@ -106,6 +108,8 @@ class RendererSettings:
     cache_bytes: int = 64 << 20
     #: Seconds since the epoch that `strftime_now` reports (in UTC) instead of now (tests pin dates).
     fixed_time: int | None = None
+    #: Refuse a prompt with a run of one character class longer than this (0 = no limit).
+    max_word_chars: int = 0
 
 
 class Renderer(Protocol):
@@ -151,6 +155,8 @@ class ParseLimits:
     remember_finished: int = 4096
     #: Bytes of undecided output one request may hold back; more is RESOURCE_EXHAUSTED.
     max_held_bytes: int = 1 << 20
+    #: Token ids of one request in one step; more fails the request with RESOURCE_EXHAUSTED.
+    max_step_ids: int = 16 << 20
 
 
 class ParseModel(Protocol):

@@ -59,6 +59,7 @@ def _serve(args: argparse.Namespace) -> int:
             parse_max_held_bytes=args.parse_max_held_kb * 1024,
             log_level=args.log_level,
             kv=kv_config_from_args(args),
+            **limits_from_args(args),
         )
         asyncio.run(serve(config))
     except SidecarError as e:
@@ -91,6 +92,40 @@ def _octal_mode(text: str) -> int:
         return int(text, 8)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r}: expected octal permission bits such as 600 or 660") from None
+
+
+def limits_from_args(args: argparse.Namespace) -> dict:
+    """The per-request limits and the huge-call lane of `serve` (`ServerConfig` fields)."""
+    return {
+        "max_text_chars": args.max_text_chars, "max_word_chars": args.max_word_chars,
+        "max_token_ids": args.max_token_ids, "max_stop_strings": args.max_stop_strings,
+        "max_stop_bytes": args.max_stop_bytes, "max_kwargs_bytes": args.max_kwargs_bytes,
+        "huge_bytes": args.huge_kb * 1024,
+    }
+
+
+def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
+    limits = serve.add_argument_group(
+        "per-request limits", "each is a RESOURCE_EXHAUSTED naming the field and the flag when a request exceeds it")
+    limits.add_argument("--max-text-chars", type=int, default=64 << 20,
+                        help="characters in one text (Tokenize, Score text); default 64 Mi")
+    limits.add_argument("--max-word-chars", type=int, default=100_000,
+                        help="longest run of one character class (letters, digits, whitespace, symbols) in a text or "
+                             "rendered prompt: the longest word the encoder takes in one uninterruptible piece; "
+                             "default 100,000")
+    limits.add_argument("--max-token-ids", type=int, default=16 << 20,
+                        help="token ids in one request (Detokenize in all, ParseStream prompt ids and one request's ids "
+                             "in one step, Score ids); "
+                             "default 16 Mi")
+    limits.add_argument("--max-stop-strings", type=int, default=1024,
+                        help="ParseStream: stop strings of one request; default 1024")
+    limits.add_argument("--max-stop-bytes", type=int, default=256 * 1024,
+                        help="ParseStream: total UTF-8 bytes of one request's stop strings; default 256 KiB")
+    limits.add_argument("--max-kwargs-bytes", type=int, default=1 << 20,
+                        help="chat_template_kwargs_json of one request (Render, Score, ParseStream); default 1 MiB")
+    limits.add_argument("--huge-kb", type=int, default=1024,
+                        help="calls reading more than this run in their own lane of at most half the workers, so "
+                             "huge requests never hold every worker; default 1024")
 
 
 def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.config.KvConfig | None
@@ -366,6 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="Multiplex: requests one stream may have waiting for their results (more are "
                             "RESOURCE_EXHAUSTED, each on its own)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    _add_limit_flags(serve)
     serve.add_argument("--kv-events", action="append", default=[],
                        metavar="WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]",
                        help="subscribe to an engine's ZMQ KV-event publisher (repeatable; one per engine and DP "

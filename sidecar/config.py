@@ -82,6 +82,19 @@ class ServerConfig:
     reuse_port: bool = False
     #: Multiplex: requests one stream may have waiting for their results.
     multiplex_max_inflight: int = 4096
+    #: Calls with more input than this run in the huge lane (at most half the workers).
+    huge_bytes: int = 1 << 20
+    #: Characters in one text (`--max-text-chars`).
+    max_text_chars: int = 64 << 20
+    #: Longest run of one character class in a text or prompt (`--max-word-chars`).
+    max_word_chars: int = 100_000
+    #: Token ids in one request (`--max-token-ids`).
+    max_token_ids: int = 16 << 20
+    #: ParseStream: stop strings per request and their total UTF-8 bytes (`--max-stop-*`).
+    max_stop_strings: int = 1024
+    max_stop_bytes: int = 256 * 1024
+    #: chat_template_kwargs_json bytes per request (`--max-kwargs-bytes`).
+    max_kwargs_bytes: int = 1 << 20
     #: ParseStream: open requests per stream.
     parse_max_requests: int = 4096
     #: ParseStream: bytes of undecided output one request may hold back.

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import grpc
 
-from router_adapter.errors import InvalidSpec
+from router_adapter.errors import InvalidSpec, InvalidTokens
 
 
 class SidecarError(Exception):
@@ -56,6 +56,12 @@ class DeadlineExceeded(SidecarError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+class Cancelled(SidecarError):
+    """The call was withdrawn (its client went away) and its work stopped early; nobody reads it."""
+
+    code = grpc.StatusCode.CANCELLED
+
+
 class Unimplemented(SidecarError):
     """The RPC or option exists in the contract but is not built yet."""
 
@@ -77,8 +83,8 @@ class Internal(SidecarError):
 def error_class_for_code(code: int) -> type[SidecarError]:
     """The error class whose status has the numeric gRPC `code` (for a table exported by the native
     core as code numbers); an unknown number is Internal."""
-    for cls in (InvalidArgument, NotFound, ResourceExhausted, FailedPrecondition, DeadlineExceeded, Unimplemented,
-                Unavailable):
+    for cls in (InvalidArgument, NotFound, ResourceExhausted, FailedPrecondition, DeadlineExceeded, Cancelled,
+                Unimplemented, Unavailable):
         if cls.code.value[0] == code:
             return cls
     return Internal
@@ -92,6 +98,7 @@ def error_for_code(code: int, message: str) -> SidecarError:
 #: The router adapter's exceptions: they mean the caller asked for something no engine does.
 _LIBRARY_STATUS: tuple[tuple[type[Exception], grpc.StatusCode], ...] = (
     (InvalidSpec, grpc.StatusCode.INVALID_ARGUMENT),
+    (InvalidTokens, grpc.StatusCode.INVALID_ARGUMENT),
 )
 
 

@@ -68,6 +68,10 @@ class Gate:
         self.open = True
         self.inflight = 0
 
+    def call_done(self, _context: object) -> None:
+        """A call ended (its status sent or the call cancelled): the `add_done_callback` of each call."""
+        self.inflight -= 1
+
 
 #: The gate of wrappers built without one (tests, tools): never closes.
 _ALWAYS_OPEN = Gate()
@@ -112,7 +116,10 @@ class _Outcome:
                       if traced else None)
         structlog.contextvars.bind_contextvars(request_id=self.call.request_id, rpc=rpc)
         meters.inflight.inc()
+        # In flight until gRPC has sent the answer, not until the handler returns: a drain that
+        # stopped the server in between would cancel a response already computed.
         gate.inflight += 1
+        context.add_done_callback(gate.call_done)
 
     def admit(self) -> None:
         """Raises UNAVAILABLE when the server is draining, DEADLINE_EXCEEDED when the deadline passed."""
@@ -123,7 +130,6 @@ class _Outcome:
     def finish(self, failure: tuple[grpc.StatusCode, str] | None, **fields: Any) -> None:
         elapsed = time.perf_counter() - self.start
         self.meters.inflight.dec()
-        self.gate.inflight -= 1
         self.meters.latency.observe(elapsed)
         structlog.contextvars.unbind_contextvars("request_id", "rpc")
         if failure is None:

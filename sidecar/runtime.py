@@ -1,9 +1,21 @@
 """What every servicer shares: the registry, the settings, the block hasher and the native worker pool.
 
-CPU-heavy work never runs on the event loop: a call whose input is larger than `inline_bytes` goes to
-a bounded thread pool (cffi releases the GIL during native calls, so the pool runs truly in parallel),
-and the loop stays free for small requests and health checks. When more than `max_queue` calls are
-waiting, new ones fail fast with RESOURCE_EXHAUSTED instead of queueing without bound.
+CPU-heavy work never runs on the event loop: a call whose cost (`request_cost`: every byte of
+input the call's Python and native work reads, plus a little per item) is above `inline_bytes`
+goes to a bounded thread pool (cffi releases the GIL during native calls, so the pool runs truly in
+parallel), and the loop stays free for small requests and health checks. Work whose cost is not
+bounded by its size at all (a request's own chat template) always goes to the pool.
+
+Admission is by cost: calls above `huge_bytes` run in their own lane of at most half the workers,
+so a few huge requests can never occupy every worker and the ordinary large requests queued behind
+them still meet their deadlines. When more than `max_queue` calls wait in a lane, new ones fail
+fast with RESOURCE_EXHAUSTED instead of queueing without bound.
+
+Every offloaded call gets a `CancelToken` (see `sidecar.cancel`): when the awaiting coroutine is
+cancelled (the client went away, the deadline passed) the token is set and the native loops stop
+within a bounded unit of work. After a call above `release_bytes` the worker hands the transient
+memory back to the system (`release_memory`), so one 50 MB request does not leave the process
+gigabytes larger.
 """
 
 from __future__ import annotations
@@ -11,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -18,11 +31,23 @@ from typing import Callable, TypeVar
 
 from router_adapter.hashing import BlockHasher
 from sidecar import metrics
+from sidecar.cancel import CancelToken, bound
 from sidecar.config import ServerConfig
 from sidecar.errors import ResourceExhausted
 from sidecar.registry import ModelRegistry
 
 T = TypeVar("T")
+
+#: What one item of a request (a text, an id sequence, a stop string) costs on top of its bytes:
+#: the per-item Python and FFI work (an encode, a buffer, a list entry).
+ITEM_COST = 64
+#: The cost of work whose size says nothing about its cost (a request's own Jinja template).
+UNBOUNDED = sys.maxsize
+
+
+def request_cost(*sizes: int, items: int = 0) -> int:
+    """The offload cost of a call: the bytes it reads (`sizes`) plus `ITEM_COST` per item."""
+    return sum(sizes) + ITEM_COST * items
 
 
 @functools.cache
@@ -31,14 +56,34 @@ def _stage(rpc: str, stage: str):  # noqa: ANN202 - has .observe(seconds)
     return metrics.stage_meter(rpc, stage)
 
 
-class Offloader:
-    """Runs native calls inline when small, on a bounded pool when large."""
+class _Lane:
+    """A thread pool with a bound on the calls waiting for it."""
 
-    def __init__(self, workers: int, max_queue: int, inline_bytes: int) -> None:
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="native")
-        self._max_queue = max_queue
+    def __init__(self, name: str, workers: int, max_queue: int) -> None:
+        self.name = name
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"native-{name}")
+        self.max_queue = max_queue
+        self.pending = 0  # only touched on the event loop thread
+
+
+class Offloader:
+    """Runs native calls inline when small, in a pool lane by cost when large (see the module docs)."""
+
+    def __init__(
+        self, workers: int, max_queue: int, inline_bytes: int, huge_bytes: int = 1 << 20,
+        release_bytes: int = 8 << 20, release_memory: Callable[[], None] | None = None,
+    ) -> None:
         self._inline_bytes = inline_bytes
-        self._pending = 0  # only touched on the event loop thread
+        self._huge_bytes = max(huge_bytes, inline_bytes)
+        self._release_bytes = release_bytes
+        self._release_memory = release_memory
+        self._large = _Lane("large", workers, max_queue)
+        self._huge = _Lane("huge", max(1, workers // 2), max_queue)
+
+    @classmethod
+    def for_config(cls, config: ServerConfig, release_memory: Callable[[], None] | None = None) -> Offloader:
+        return cls(config.workers, config.max_queue, config.inline_bytes, config.huge_bytes,
+                   release_memory=release_memory)
 
     async def run(self, fn: Callable[[], T], cost_bytes: int, rpc: str) -> T:
         if cost_bytes <= self._inline_bytes:
@@ -46,32 +91,43 @@ class Offloader:
             result = fn()
             _stage(rpc, "native").observe(time.perf_counter() - start)
             return result
-        if self._pending >= self._max_queue:
+        lane = self._huge if cost_bytes > self._huge_bytes else self._large
+        if lane.pending >= lane.max_queue:
             raise ResourceExhausted(
-                f"server busy: {self._pending} large requests already queued for the native pool; retry later"
+                f"server busy: {lane.pending} {lane.name} requests already queued for the native pool; retry later"
             )
-        self._pending += 1
-        metrics.NATIVE_QUEUE.set(self._pending)
-        queued = time.perf_counter()
-
-        def timed() -> T:
-            started = time.perf_counter()
-            _stage(rpc, "queue").observe(started - queued)
-            try:
-                return fn()
-            finally:
-                _stage(rpc, "native").observe(time.perf_counter() - started)
-
+        lane.pending += 1
+        metrics.NATIVE_QUEUE.set(self._large.pending + self._huge.pending)
+        token = CancelToken()
         try:
             # In the caller's context: the worker's log lines carry the request id, its stages join the
             # call's trace.
-            return await asyncio.get_running_loop().run_in_executor(self._pool, contextvars.copy_context().run, timed)
+            return await asyncio.get_running_loop().run_in_executor(
+                lane.pool, contextvars.copy_context().run, self._in_worker, fn, token, time.perf_counter(),
+                cost_bytes, rpc,
+            )
+        except asyncio.CancelledError:
+            # Nobody will read the result: the native loops stop at their next check.
+            token.cancel()
+            raise
         finally:
-            self._pending -= 1
-            metrics.NATIVE_QUEUE.set(self._pending)
+            lane.pending -= 1
+            metrics.NATIVE_QUEUE.set(self._large.pending + self._huge.pending)
+
+    def _in_worker(self, fn: Callable[[], T], token: CancelToken, queued: float, cost_bytes: int, rpc: str) -> T:
+        started = time.perf_counter()
+        _stage(rpc, "queue").observe(started - queued)
+        try:
+            with bound(token):
+                return fn()
+        finally:
+            _stage(rpc, "native").observe(time.perf_counter() - started)
+            if self._release_memory is not None and cost_bytes >= self._release_bytes:
+                self._release_memory()
 
     def shutdown(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        for lane in (self._large, self._huge):
+            lane.pool.shutdown(wait=False, cancel_futures=True)
 
 
 @dataclass

@@ -51,7 +51,9 @@ _log = get_logger("sidecar.server")
 
 def load_registry(config: ServerConfig) -> ModelRegistry:
     """Loads every `--model`, or the embedded default when there is none."""
-    settings = RendererSettings(cache_bytes=config.render_cache_mb << 20, fuel=config.template_fuel)
+    settings = RendererSettings(
+        cache_bytes=config.render_cache_mb << 20, fuel=config.template_fuel, max_word_chars=config.max_word_chars
+    )
     registry = ModelRegistry(get_backend(config.backend), settings)
     for spec in config.models or [embedded_spec()]:
         model = registry.load(spec)
@@ -196,7 +198,8 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
         tracing.configure(config.otlp_endpoint)  # before the wrappers are built: they capture it
     registry = registry or load_registry(config)
     hasher = get_hasher(config.backend)
-    runtime = Runtime(config, registry, Offloader(config.workers, config.max_queue, config.inline_bytes), hasher)
+    offloader = Offloader.for_config(config, release_memory=getattr(registry.backend, "release_memory", None))
+    runtime = Runtime(config, registry, offloader, hasher)
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", config.max_message_bytes),

@@ -78,10 +78,20 @@
 #define SC_ERR_KIND_PANIC 7
 
 /*
+ The caller withdrew the call (see `sc_cancel_flag`). gRPC `CANCELLED`.
+ */
+#define SC_ERR_KIND_CANCELLED 8
+
+/*
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 3
+#define SC_ABI_VERSION 4
+
+/*
+ Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
+ */
+#define HASH_CHECK_BLOCKS 1024
 
 /*
  Dynamo's fixed XXH3 seed.
@@ -98,6 +108,19 @@
  How far back the reasoning split looks in the prompt for its last marker.
  */
 #define PRIME_PARSER_IDS 512
+
+/*
+ A step longer than this is fed in parts of this many ids, with cancellation checked between
+ them (a few milliseconds of work each).
+ */
+#define STEP_CHECK_IDS (1 << 15)
+
+/*
+ Texts longer than this are encoded in pieces of about this size where the tokenizer allows
+ exact cuts: the most uninterruptible work one piece costs is tens of milliseconds on the slowest
+ encoder path (`tokenizers` with offsets, about 1.4 us per character).
+ */
+#define CHUNK_BYTES (48 * 1024)
 
 /*
  A KV prefix index (one model). Create with `sc_kv_index_new`, free with `sc_kv_index_free`.
@@ -447,6 +470,10 @@ typedef struct sc_render_request {
    Give up with `SC_ERR_KIND_DEADLINE_EXCEEDED` after this many microseconds; 0 = never.
    */
   uint64_t timeout_us;
+  /*
+   The call's cancellation flag (as in `sc_encode_options`); NULL = not cancellable.
+   */
+  const uint32_t *cancel;
 } sc_render_request;
 
 /*
@@ -523,6 +550,16 @@ typedef struct sc_encode_options {
    Give up with `SC_ERR_KIND_DEADLINE_EXCEEDED` after this many microseconds; 0 = never.
    */
   uint64_t timeout_us;
+  /*
+   The call's cancellation flag (see `sc_cancel_flag` in the README of the C ABI: a `uint32_t`
+   set to non-zero to stop the call with `SC_ERR_KIND_CANCELLED`); NULL = not cancellable.
+   */
+  const uint32_t *cancel;
+  /*
+   Refuse a text with a run of one character class longer than this many characters
+   (`SC_ERR_KIND_RESOURCE_EXHAUSTED`); 0 = no limit.
+   */
+  uint64_t max_word_chars;
 } sc_encode_options;
 
 /*
@@ -621,13 +658,17 @@ void sc_bytes_free(struct sc_bytes *buf);
  `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`) and writes one 64-bit
  value per block to `out`; `*written` receives the count. A malformed or unreproducible spec,
  or `out_cap` smaller than the number of full blocks, fails with `SC_ERR_KIND_INVALID_ARGUMENT`.
+ `cancel` is the call's cancellation flag (as in `sc_encode_options`) or NULL, checked every
+ `HASH_CHECK_BLOCKS` blocks.
 
  # Safety
- `spec` and `ids` are borrowed for the call; `out` must be valid for `out_cap` writes;
- `written` and `err` must be NULL or valid for writes.
+ `spec` and `ids` are borrowed for the call; `cancel` NULL or an aligned `uint32_t` valid for
+ the call; `out` must be valid for `out_cap` writes; `written` and `err` must be NULL or valid
+ for writes.
  */
 int32_t sc_block_hashes(struct sc_str spec,
                         struct sc_ids ids,
+                        const uint32_t *cancel,
                         uint64_t *out,
                         uintptr_t out_cap,
                         uintptr_t *written,
@@ -824,6 +865,23 @@ int32_t sc_kv_index_restore(const struct sc_kv_index *index,
                             struct sc_error **err);
 
 /*
+ mimalloc: collect this thread's heap and purge free memory (`force` = also what is cached).
+ */
+extern void mi_collect(bool force);
+
+/*
+ glibc: return free memory at the top of the heap and whole free pages inside it.
+ */
+extern int32_t malloc_trim(uintptr_t pad);
+
+/*
+ Returns freed memory of both allocators to the system: mimalloc's for the calling thread (and
+ abandoned pages), glibc malloc's for the whole process. Cheap when there is nothing to return;
+ call it after large calls, not after every call.
+ */
+void sc_release_memory(void);
+
+/*
  Builds the table from `count` models and `settings_json` (`allow_request_templates`,
  `inline_bytes`, `max_inflight`, `max_message_bytes`).
 
@@ -970,16 +1028,20 @@ int32_t sc_parse_mux_open(struct sc_parse_mux *mux,
  Handles one raw `ParseStreamRequest`: a step or a cancel is answered in `out` (raw
  `ParseStreamResponse` bytes, possibly empty) and `*kind` is `SC_PARSE_HANDLED`; an open sets
  `*kind` to `SC_PARSE_OPEN` and leaves `out` empty. A malformed message is
- `SC_ERR_KIND_INVALID_ARGUMENT`; failures of single requests are inside the answer.
+ `SC_ERR_KIND_INVALID_ARGUMENT`; failures of single requests are inside the answer. `cancel` is
+ the call's cancellation flag (as in `sc_encode_options`) or NULL: once set, the call stops
+ between requests or within a long request's ids with `SC_ERR_KIND_CANCELLED` (the requests it
+ touched are left mid-step; the stream is being closed).
 
  # Safety
  `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
- `message` must be NULL (len 0) or readable for `len` bytes during the call; `out`, `kind` and
- `err` NULL or writable.
+ `message` must be NULL (len 0) or readable for `len` bytes during the call; `cancel` NULL or an
+ aligned `uint32_t` valid for the call; `out`, `kind` and `err` NULL or writable.
  */
 int32_t sc_parse_mux_handle(struct sc_parse_mux *mux,
                             const uint8_t *message,
                             uintptr_t len,
+                            const uint32_t *cancel,
                             struct sc_bytes *out,
                             int32_t *kind,
                             struct sc_error **err);
@@ -1162,17 +1224,20 @@ void sc_encodings_free(struct sc_encodings *enc);
 
 /*
  Decodes `count` id sequences as Hugging Face `decode` does. An id outside the vocabulary fails
- with `SC_ERR_KIND_INVALID_ARGUMENT` naming the sequence and position.
+ with `SC_ERR_KIND_INVALID_ARGUMENT` naming the sequence and position. `cancel` is the call's
+ cancellation flag (as in `sc_encode_options`) or NULL.
 
  # Safety
  `tok` must be a live handle; `seqs` NULL (count 0) or `count` readable `sc_ids`, each borrowed
- for the call; `out` and `err` NULL or writable.
+ for the call; `cancel` NULL or an aligned `uint32_t` valid for the call; `out` and `err` NULL
+ or writable.
  */
 int32_t sc_tokenizer_decode_batch(const struct sc_tokenizer *tok,
                                   const struct sc_ids *seqs,
                                   uintptr_t count,
                                   bool skip_special_tokens,
                                   uint64_t timeout_us,
+                                  const uint32_t *cancel,
                                   struct sc_texts **out,
                                   struct sc_error **err);
 

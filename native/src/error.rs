@@ -25,6 +25,8 @@ pub enum ErrorKind {
     FailedPrecondition,
     /// The caller's deadline passed before the work finished.
     DeadlineExceeded,
+    /// The caller withdrew the call (its client went away) before the work finished.
+    Cancelled,
     /// A bug: an invariant of ours did not hold.
     Internal,
 }
@@ -32,6 +34,8 @@ pub enum ErrorKind {
 /// gRPC status code numbers (`google.rpc.Code`) of the statuses the native core produces.
 /// (`pub(crate)`: cbindgen would otherwise put every `pub const` of the crate into the C header.)
 pub mod grpc_code {
+    /// `CANCELLED`.
+    pub(crate) const CANCELLED: i32 = 1;
     /// `INVALID_ARGUMENT`.
     pub(crate) const INVALID_ARGUMENT: i32 = 3;
     /// `DEADLINE_EXCEEDED`.
@@ -49,12 +53,13 @@ pub mod grpc_code {
 impl ErrorKind {
     /// Every kind (a new kind fails to compile in the matches below until it is mapped; list it
     /// here too, the table tests walk this list).
-    pub const ALL: [ErrorKind; 6] = [
+    pub const ALL: [ErrorKind; 7] = [
         ErrorKind::InvalidArgument,
         ErrorKind::NotFound,
         ErrorKind::ResourceExhausted,
         ErrorKind::FailedPrecondition,
         ErrorKind::DeadlineExceeded,
+        ErrorKind::Cancelled,
         ErrorKind::Internal,
     ];
 
@@ -66,6 +71,7 @@ impl ErrorKind {
             ErrorKind::ResourceExhausted => grpc_code::RESOURCE_EXHAUSTED,
             ErrorKind::FailedPrecondition => grpc_code::FAILED_PRECONDITION,
             ErrorKind::DeadlineExceeded => grpc_code::DEADLINE_EXCEEDED,
+            ErrorKind::Cancelled => grpc_code::CANCELLED,
             ErrorKind::Internal => grpc_code::INTERNAL,
         }
     }
@@ -78,6 +84,7 @@ impl ErrorKind {
             ErrorKind::ResourceExhausted => "resource_exhausted",
             ErrorKind::FailedPrecondition => "failed_precondition",
             ErrorKind::DeadlineExceeded => "deadline_exceeded",
+            ErrorKind::Cancelled => "cancelled",
             ErrorKind::Internal => "internal",
         }
     }
@@ -90,6 +97,7 @@ impl ErrorKind {
             ErrorKind::ResourceExhausted => "resource exhausted",
             ErrorKind::FailedPrecondition => "failed precondition",
             ErrorKind::DeadlineExceeded => "deadline exceeded",
+            ErrorKind::Cancelled => "cancelled",
             ErrorKind::Internal => "internal error",
         }
     }
@@ -179,6 +187,7 @@ mod tests {
         let known = [
             grpc_code::INVALID_ARGUMENT,
             grpc_code::DEADLINE_EXCEEDED,
+            grpc_code::CANCELLED,
             grpc_code::NOT_FOUND,
             grpc_code::RESOURCE_EXHAUSTED,
             grpc_code::FAILED_PRECONDITION,
@@ -212,6 +221,7 @@ mod tests {
                 ("resource_exhausted", 8),
                 ("failed_precondition", 9),
                 ("deadline_exceeded", 4),
+                ("cancelled", 1),
                 ("internal", 13),
             ]
         );

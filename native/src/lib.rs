@@ -12,6 +12,7 @@
 
 #![deny(unsafe_code)]
 
+pub mod cancel;
 pub mod detok;
 pub mod error;
 pub mod ffi;

@@ -6,12 +6,12 @@
 //! otherwise) and keeps the request's deadline across both stages.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::error::{Error, Result};
+use crate::cancel::Cancel;
+use crate::error::Result;
 use crate::template::{ChatTemplates, Clock, Limits, RenderRequest};
 use crate::tokenizer::{CacheStats, EncodeOptions, SegmentCache, Tokenizer};
 
@@ -36,11 +36,14 @@ pub struct RendererConfig {
     /// Budget of the multi-turn segment cache in bytes; 0 disables it.
     #[serde(default)]
     pub cache_bytes: usize,
+    /// Refuse a prompt with a run of one character class longer than this (the longest word the
+    /// tokenizer is given in one piece); None = no limit.
+    pub max_word_chars: Option<usize>,
 }
 
 /// What a render returns besides the request's JSON fields.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct RenderOptions {
+pub struct RenderOptions<'a> {
     /// Let the post-processor add BOS/EOS around the prompt.
     pub add_special_tokens: bool,
     /// Return the prompt text.
@@ -51,8 +54,9 @@ pub struct RenderOptions {
     pub return_offsets: bool,
     /// Reuse segment ids from earlier requests (when the renderer has a cache).
     pub use_cache: bool,
-    /// Give up with `DeadlineExceeded` once this instant has passed.
-    pub deadline: Option<Instant>,
+    /// When to stop early: checked while the template writes its output and before each piece
+    /// of the prompt is tokenized.
+    pub cancel: Cancel<'a>,
 }
 
 /// A rendered prompt; fields not asked for are empty.
@@ -74,6 +78,7 @@ pub struct Renderer {
     templates: ChatTemplates,
     tokenizer: Arc<Tokenizer>,
     cache: Option<SegmentCache>,
+    max_word_chars: Option<usize>,
 }
 
 impl Renderer {
@@ -92,6 +97,7 @@ impl Renderer {
             templates,
             tokenizer,
             cache,
+            max_word_chars: config.max_word_chars,
         }
     }
 
@@ -118,10 +124,10 @@ impl Renderer {
 
     /// Renders `request` with the model's template and tokenizes the prompt as `opts` say.
     pub fn render(&self, request: &RenderRequest<'_>, opts: &RenderOptions) -> Result<Rendered> {
-        let text = self.templates.render(request)?;
+        let text = self.templates.render_cancellable(request, &opts.cancel)?;
         let mut rendered = Rendered::default();
         if opts.return_ids || opts.return_offsets {
-            past_deadline(opts.deadline)?;
+            opts.cancel.check()?;
             let (ids, offsets, stats) = self.tokenize(&text, opts)?;
             if opts.return_ids {
                 rendered.ids = ids;
@@ -147,7 +153,8 @@ impl Renderer {
                     text,
                     opts.add_special_tokens,
                     cache,
-                    opts.deadline,
+                    &opts.cancel,
+                    self.max_word_chars,
                 )?;
                 Ok((ids, Vec::new(), stats))
             }
@@ -155,21 +162,13 @@ impl Renderer {
                 let encode = EncodeOptions {
                     add_special_tokens: opts.add_special_tokens,
                     return_offsets: opts.return_offsets,
-                    deadline: opts.deadline,
+                    cancel: opts.cancel,
+                    max_word_chars: self.max_word_chars,
                     ..EncodeOptions::default()
                 };
                 let encoded = self.tokenizer.encode(text, &encode)?;
                 Ok((encoded.ids, encoded.offsets, CacheStats::default()))
             }
         }
-    }
-}
-
-fn past_deadline(deadline: Option<Instant>) -> Result<()> {
-    match deadline {
-        Some(d) if Instant::now() >= d => Err(Error::deadline_exceeded(
-            "the request's deadline passed while rendering",
-        )),
-        _ => Ok(()),
     }
 }

@@ -39,3 +39,8 @@ class NativeBackend:
 
     def new_parse_mux(self, limits: ParseLimits) -> NativeParseMux:
         return NativeParseMux(limits)
+
+    def release_memory(self) -> None:
+        """Hands freed memory back to the system (the native allocator's and glibc's); the server
+        calls it after large calls (see `sidecar.runtime`)."""
+        lib.sc_release_memory()

@@ -6,6 +6,7 @@ from __future__ import annotations
 from array import array
 from typing import Any, Callable, Sequence
 
+from sidecar.cancel import current
 from sidecar.errors import InvalidArgument
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
@@ -21,10 +22,20 @@ def ids_arg(ids: array) -> dict:
     return {"ptr": ffi.from_buffer("uint32_t[]", ids) if ids else ffi.NULL, "len": len(ids)}
 
 
+#: Ids converted per slice: converting makes a Python int per id with the GIL held, so millions
+#: of ids in one C call would stall the event loop; between slices the GIL can switch.
+_IDS_SLICE = 1 << 14
+
+
 def ids_array(ids: Sequence[int], field: str) -> array:
     """Token ids as a C `uint32_t` array; an id outside 0..2^32-1 is InvalidArgument naming `field`."""
     try:
-        return array("I", ids)
+        if len(ids) <= _IDS_SLICE:
+            return array("I", ids)
+        out = array("I")
+        for start in range(0, len(ids), _IDS_SLICE):
+            out.extend(ids[start : start + _IDS_SLICE])
+        return out
     except (OverflowError, TypeError) as e:
         raise InvalidArgument(f"{field}: token ids must be integers in [0, 2^32): {e}") from None
 
@@ -45,6 +56,13 @@ def uint32_ids(ids: Sequence[int], field: str = "token_ids") -> array | memoryvi
         except (OverflowError, TypeError):
             pass
     return ids_array(ids, field)  # raises InvalidArgument naming the field
+
+
+def cancel_arg() -> Any:
+    """The `const uint32_t *` cancel flag of the offloaded call running on this thread (see
+    `sidecar.cancel`), or NULL; the token stays bound, so alive, for the call."""
+    token = current()
+    return ffi.NULL if token is None else ffi.from_buffer("uint32_t[]", token.flag)
 
 
 def timeout_us(timeout_s: float | None) -> int:

@@ -6,7 +6,7 @@ from functools import lru_cache
 from typing import Sequence
 
 from router_adapter.spec import HashSpec
-from sidecar.native._calls import ids_arg, str_arg, uint32_ids
+from sidecar.native._calls import cancel_arg, ids_arg, str_arg, uint32_ids
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
 
@@ -32,7 +32,9 @@ def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
     """The engine's 64-bit value of every full block of `tokens` (see `HashSpec`)."""
     spec_bytes = _spec_json(spec)
     arr = uint32_ids(tokens)
-    return _hashes(lib.sc_block_hashes, len(arr) // spec.block_size, str_arg(spec_bytes), ids_arg(arr))
+    # The offloaded call's cancel flag (NULL inline and outside the server): a long prompt's chained
+    # hashes stop with the call.
+    return _hashes(lib.sc_block_hashes, len(arr) // spec.block_size, str_arg(spec_bytes), ids_arg(arr), cancel_arg())
 
 
 def prefix_keys(

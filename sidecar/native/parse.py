@@ -11,8 +11,8 @@ from array import array
 from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
-from sidecar.errors import InvalidArgument, Unimplemented
-from sidecar.native._calls import call_bytes, call_out, ids_arg, str_arg
+from sidecar.errors import Unimplemented
+from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, ids_array, str_arg
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, has_testing_exports, lib
 from sidecar.native._handle import Handle
@@ -68,7 +68,8 @@ class NativeParseMux:
     """
 
     def __init__(self, limits: ParseLimits) -> None:
-        text = json.dumps({"max_requests": limits.max_requests, "remember_finished": limits.remember_finished}).encode()
+        text = json.dumps({"max_requests": limits.max_requests, "remember_finished": limits.remember_finished,
+                           "max_step_ids": limits.max_step_ids}).encode()
         self._handle = Handle(call_out("sc_parse_mux *", lib.sc_parse_mux_new, str_arg(text)), lib.sc_parse_mux_free,
                               "parse stream")
 
@@ -81,10 +82,7 @@ class NativeParseMux:
     def open(self, model: NativeParseModel, request_id: str, fingerprint: str, config: dict[str, Any],
              prompt_ids: Sequence[int]) -> None:
         """Opens a request; raises InvalidArgument / ResourceExhausted naming the field."""
-        try:
-            prompt = array("I", prompt_ids)
-        except (OverflowError, TypeError) as e:
-            raise InvalidArgument(f"open.prompt_token_ids: ids must be integers in [0, 2^32): {e}") from None
+        prompt = ids_array(prompt_ids, "open.prompt_token_ids")
         err = ffi.new("sc_error **")
         with self._handle as mux, model.handle as parse_model:
             status = lib.sc_parse_mux_open(
@@ -98,7 +96,7 @@ class NativeParseMux:
         # Fresh out-slots per call: a worker still finishing a cancelled step must not share them.
         out, kind, err = ffi.new("sc_bytes *"), ffi.new("int32_t *"), ffi.new("sc_error **")
         with self._handle as mux:
-            status = lib.sc_parse_mux_handle(mux, ffi.from_buffer(message), len(message), out, kind, err)
+            status = lib.sc_parse_mux_handle(mux, ffi.from_buffer(message), len(message), cancel_arg(), out, kind, err)
         raise_for_status(status, err)
         try:
             if kind[0] == lib.SC_PARSE_OPEN:

@@ -6,7 +6,7 @@ import json
 from array import array
 
 from sidecar.backend import CacheStats, RenderOptions, Rendered, RendererSettings
-from sidecar.native._calls import call_bytes, call_out, str_arg, timeout_us, unpack_bytes
+from sidecar.native._calls import call_bytes, call_out, cancel_arg, str_arg, timeout_us, unpack_bytes
 from sidecar.native._ffi import ffi, lib
 from sidecar.native._handle import Handle
 from sidecar.native.tokenizer import NativeTokenizer
@@ -29,6 +29,7 @@ class NativeRenderer:
             "max_output_bytes": settings.max_output_bytes,
             "fixed_time": settings.fixed_time,
             "cache_bytes": settings.cache_bytes,
+            "max_word_chars": settings.max_word_chars or None,
         }
         raw = json.dumps(config).encode()
         with tokenizer.handle as tok:
@@ -81,6 +82,8 @@ class NativeRenderer:
         req.return_offsets = opts.return_offsets
         req.use_cache = opts.use_cache
         req.timeout_us = timeout_us(opts.timeout_s)
+        flag = cancel_arg()
+        req.cancel = flag
         with self._handle as renderer:
             res = ffi.gc(call_out("sc_render_result *", lib.sc_renderer_render, renderer, req), lib.sc_render_result_free)
         cache = CacheStats(res.cache_hit_segments, res.cache_miss_segments, res.cache_hit_bytes, res.cache_miss_bytes)

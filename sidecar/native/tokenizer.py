@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Sequence
 
 from sidecar.backend import AddedToken, EncodeOptions, Encoding
-from sidecar.native._calls import call_bytes, call_out, ids_array, str_arg, timeout_us, unpack_bytes
+from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_array, str_arg, timeout_us, unpack_bytes
 from sidecar.native._ffi import ffi, lib
 from sidecar.native._handle import Handle
 
@@ -61,6 +61,8 @@ class NativeTokenizer:
                 "truncate_left": opts.truncate_left,
                 "max_length": opts.max_length,
                 "timeout_us": timeout_us(opts.timeout_s),
+                "cancel": cancel_arg(),
+                "max_word_chars": opts.max_word_chars,
             },
         )
         with self._handle as tok:
@@ -83,7 +85,7 @@ class NativeTokenizer:
         with self._handle as tok:
             texts = call_out(
                 "sc_texts *", lib.sc_tokenizer_decode_batch, tok, items, count, skip_special_tokens,
-                timeout_us(timeout_s),
+                timeout_us(timeout_s), cancel_arg(),
             )
         try:
             data = unpack_bytes(texts.data, texts.data_len)

@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import grpc
 
+from sidecar.errors import ResourceExhausted
 from sidecar.rpc import Call
-from sidecar.runtime import Runtime
+from sidecar.runtime import Runtime, request_cost
 from sidecar.v1 import preprocessor_pb2 as pb
 
-#: Rough bytes of text per token, to size the offload decision like Tokenize's.
-_BYTES_PER_TOKEN = 4
+
+def check_token_ids(count: int, limit: int, field: str) -> None:
+    """Refuses more than `limit` token ids in one request, naming the field and the flag."""
+    if count > limit:
+        raise ResourceExhausted(
+            f"{field}: {count} token ids is more than the server's limit of {limit} per request (--max-token-ids)"
+        )
 
 
 class DetokenizeServicer:
@@ -21,9 +27,13 @@ class DetokenizeServicer:
     ) -> pb.DetokenizeResponse:
         model = self._runtime.registry.get(request.model)
         skip = request.skip_special_tokens if request.HasField("skip_special_tokens") else True
-        seqs = [s.token_ids for s in request.sequences]
-        cost = _BYTES_PER_TOKEN * sum(len(s) for s in seqs)
-        texts = await self._runtime.offloader.run(
-            lambda: model.tokenizer.decode_batch(seqs, skip, call.timeout_s), cost, call.rpc
-        )
-        return pb.DetokenizeResponse(texts=texts, fingerprint=model.fingerprint)
+        limit = self._runtime.config.max_token_ids
+
+        def work() -> pb.DetokenizeResponse:
+            seqs = [s.token_ids for s in request.sequences]
+            check_token_ids(sum(len(s) for s in seqs), limit, "sequences")
+            texts = model.tokenizer.decode_batch(seqs, skip, call.timeout_s)
+            return pb.DetokenizeResponse(texts=texts, fingerprint=model.fingerprint)
+
+        cost = request_cost(request.ByteSize(), items=len(request.sequences))
+        return await self._runtime.offloader.run(work, cost, call.rpc)

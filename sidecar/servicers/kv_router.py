@@ -16,7 +16,10 @@ from sidecar.backend import EncodeOptions, RenderOptions
 from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound
 from sidecar.hashing import spec_to_proto
 from sidecar.rpc import Call
-from sidecar.runtime import Runtime
+from sidecar.runtime import Runtime, request_cost
+from sidecar.servicers.detokenize import check_token_ids
+from sidecar.servicers.render import check_kwargs_size
+from sidecar.servicers.tokenize import check_text_lengths
 from sidecar.v1 import kv_router_pb2 as kv
 
 
@@ -42,42 +45,52 @@ class KvRouterServicer:
             if not item.identifier:
                 raise InvalidArgument(f"mm_items[{i}].identifier: empty")
         kind = request.WhichOneof("input")
+        config = self._runtime.config
+        # Every field the input needs is read by `ids()`, which runs off the loop when the request
+        # is large (copying 10M ids into a list is itself a stall).
+        cost = request_cost(request.ByteSize())
         fingerprint = ""
         if kind == "token_ids":
-            token_ids = list(request.token_ids.token_ids)
+            def ids() -> list[int]:
+                check_token_ids(len(request.token_ids.token_ids), config.max_token_ids, "token_ids")
+                return list(request.token_ids.token_ids)
         elif kind == "text":
             model = self._runtime.registry.get(request.model)
             fingerprint = model.fingerprint
             add_special = request.add_special_tokens if request.HasField("add_special_tokens") else True
-            opts = EncodeOptions(add_special_tokens=add_special, timeout_s=call.timeout_s)
-            text = request.text
-            encodings = await self._runtime.offloader.run(
-                lambda: model.tokenizer.encode_batch([text], opts), len(text), call.rpc
-            )
-            token_ids = encodings[0].ids
+            opts = EncodeOptions(add_special_tokens=add_special, timeout_s=call.timeout_s,
+                                 max_word_chars=config.max_word_chars)
+
+            def ids() -> list[int]:
+                check_text_lengths([request.text], config.max_text_chars, "text")
+                return model.tokenizer.encode_batch([request.text], opts)[0].ids
         elif kind == "messages_json":
             # Rendered exactly as Render renders it with its defaults, so the blocks are the ones the
             # engine will hash for this chat request.
             model = self._runtime.registry.get(request.model)
             fingerprint = model.fingerprint
-            opts = RenderOptions(
-                messages_json=request.messages_json,
-                tools_json=request.tools_json,
-                chat_template_kwargs_json=request.chat_template_kwargs_json,
-                timeout_s=call.timeout_s,
-            )
             renderer = model.renderer
-            cost = len(opts.messages_json) + len(opts.tools_json)
-            token_ids = (await self._runtime.offloader.run(lambda: renderer.render(opts), cost, call.rpc)).ids
+
+            def ids() -> list[int]:
+                check_kwargs_size(request.chat_template_kwargs_json, config.max_kwargs_bytes)
+                opts = RenderOptions(
+                    messages_json=request.messages_json,
+                    tools_json=request.tools_json,
+                    chat_template_kwargs_json=request.chat_template_kwargs_json,
+                    timeout_s=call.timeout_s,
+                )
+                return renderer.render(opts).ids
         else:
             raise InvalidArgument("input: one of text, messages_json or token_ids is required")
-        score = await self._runtime.offloader.run(
-            lambda: index.score(token_ids, request.lora_name, request.cache_salt, mm_items),
-            4 * len(token_ids), call.rpc,
-        )
+
+        def work() -> tuple[int, object]:
+            token_ids = ids()
+            return len(token_ids), index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
+
+        num_tokens, score = await self._runtime.offloader.run(work, cost, call.rpc)
         response = kv.ScoreResponse(
             block_hashes=score.block_hashes, block_size=score.block_size, mode=score.mode,
-            num_tokens=len(token_ids), fingerprint=fingerprint, warming=router.warming(_model_name(router, index)),
+            num_tokens=num_tokens, fingerprint=fingerprint, warming=router.warming(_model_name(router, index)),
         )
         if index.engine_spec is not None:
             response.block_hash_spec.CopyFrom(spec_to_proto(index.engine_spec))

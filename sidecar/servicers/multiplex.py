@@ -76,6 +76,9 @@ class MultiplexServicer:
         settings = {
             "allow_request_templates": config.allow_request_templates, "inline_bytes": config.inline_bytes,
             "max_inflight": config.multiplex_max_inflight, "max_message_bytes": config.max_message_bytes,
+            # The unary RPCs' per-item limits, with their messages (see the servicers).
+            "max_text_chars": config.max_text_chars, "max_word_chars": config.max_word_chars,
+            "max_token_ids": config.max_token_ids, "max_kwargs_bytes": config.max_kwargs_bytes,
         }
         previous, self._table = self._table, NativeMultiplexer(models, settings)
         self._table_generation = registry.generation

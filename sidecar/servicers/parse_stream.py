@@ -20,7 +20,7 @@ import grpc
 
 from sidecar import metrics, parsers
 from sidecar.backend import ParseLimits, ParseMux, ParseOpenConfig
-from sidecar.errors import FailedPrecondition, InvalidArgument, SidecarError, status_proto_fields
+from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, SidecarError, status_proto_fields
 from sidecar.logs import get_logger
 from sidecar.parse_defaults import ParseDefaults
 from sidecar.rpc import Call, StreamCounts
@@ -41,7 +41,8 @@ class ParseStreamServicer:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
         config = runtime.config
-        self._limits = ParseLimits(max_requests=config.parse_max_requests, max_held_bytes=config.parse_max_held_bytes)
+        self._limits = ParseLimits(max_requests=config.parse_max_requests, max_held_bytes=config.parse_max_held_bytes,
+                                   max_step_ids=config.max_token_ids)
 
     async def ParseStream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, call: Call, counts: StreamCounts
@@ -58,7 +59,11 @@ class ParseStreamServicer:
                 # malformed message raises: the stream ends with its status.
                 answer = await self._runtime.offloader.run(lambda: mux.handle(message), len(message), call.rpc)
                 if answer is None:
-                    answer = self._open(mux, message, counts)
+                    # An open reads every field of its message (prompt ids, stop strings, tools,
+                    # kwargs) in Python and builds its stop-string automaton: sized the same way.
+                    answer = await self._runtime.offloader.run(
+                        lambda: self._open(mux, message, counts), len(message), call.rpc
+                    )
                 step_latency.observe(time.perf_counter() - started)
                 yield answer
         finally:
@@ -86,6 +91,7 @@ class ParseStreamServicer:
         model = self._runtime.registry.get(request.model)
         if model.parse_model is None:
             raise FailedPrecondition(f"model: {model.name!r} has no parsing data on this backend")
+        check_open_limits(request, self._runtime.config)
         check_defaults(request, model.name, model.parse_defaults)
         config = open_config(request, model.parse_defaults, self._limits)
         mux.open(model.parse_model, request.request_id, model.fingerprint, config, request.prompt_token_ids)
@@ -104,6 +110,31 @@ def check_defaults(request: pb.OpenRequest, model: str, defaults: ParseDefaults)
                 f"its chat template and tokens), which this server does not implement yet; name a parser, or "
                 f"`none` to parse without one"
             )
+
+
+def check_open_limits(request: pb.OpenRequest, config) -> None:  # noqa: ANN001 - sidecar.config.ServerConfig
+    """Refuses an open over the per-request limits, naming the field and the flag."""
+    if len(request.prompt_token_ids) > config.max_token_ids:
+        raise ResourceExhausted(
+            f"open.prompt_token_ids: {len(request.prompt_token_ids)} token ids is more than the server's limit of "
+            f"{config.max_token_ids} per request (--max-token-ids)"
+        )
+    if len(request.stop) > config.max_stop_strings:
+        raise ResourceExhausted(
+            f"open.stop: {len(request.stop)} stop strings is more than the server's limit of {config.max_stop_strings} "
+            "(--max-stop-strings)"
+        )
+    stop_bytes = sum(len(s.encode("utf-8", "surrogatepass")) for s in request.stop)
+    if stop_bytes > config.max_stop_bytes:
+        raise ResourceExhausted(
+            f"open.stop: {stop_bytes} bytes of stop strings is more than the server's limit of {config.max_stop_bytes} "
+            "(--max-stop-bytes)"
+        )
+    if len(request.chat_template_kwargs_json) > config.max_kwargs_bytes:
+        raise ResourceExhausted(
+            f"open.chat_template_kwargs_json: {len(request.chat_template_kwargs_json)} characters is more than the "
+            f"server's limit of {config.max_kwargs_bytes} (--max-kwargs-bytes)"
+        )
 
 
 def open_config(request: pb.OpenRequest, defaults: ParseDefaults, limits: ParseLimits) -> ParseOpenConfig:

@@ -9,10 +9,10 @@ import grpc
 
 from sidecar import metrics
 from sidecar.backend import CacheStats, Rendered, RenderOptions
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.hashing import spec_from_proto, spec_to_proto
 from sidecar.rpc import Call
-from sidecar.runtime import Runtime
+from sidecar.runtime import UNBOUNDED, Runtime, request_cost
 from sidecar.v1 import preprocessor_pb2 as pb
 
 try:
@@ -52,6 +52,23 @@ def render_options(request: pb.RenderRequest, allow_request_templates: bool, tim
     )
 
 
+def check_kwargs_size(kwargs_json: str, limit: int) -> None:
+    """Refuses `chat_template_kwargs_json` longer than `limit`, naming the field and the flag."""
+    if len(kwargs_json) > limit:
+        raise ResourceExhausted(
+            f"chat_template_kwargs_json: {len(kwargs_json)} characters is more than the server's limit of {limit} "
+            "(--max-kwargs-bytes)"
+        )
+
+
+def render_cost(request: pb.RenderRequest, allow_request_templates: bool) -> int:
+    """The offload cost of a Render: every field it reads; a request's own template is code whose
+    cost its size does not bound (a 100-byte template can run for seconds), so it always offloads."""
+    if allow_request_templates and request.HasField("chat_template"):
+        return UNBOUNDED
+    return request_cost(request.ByteSize())
+
+
 class RenderServicer:
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -61,16 +78,20 @@ class RenderServicer:
     async def Render(self, request: pb.RenderRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.RenderResponse:
         model = self._runtime.registry.get(request.model)
         renderer = model.renderer
-        opts = render_options(request, self._runtime.config.allow_request_templates, call.timeout_s)
+        config = self._runtime.config
         # A bad hashing spec fails before any rendering work; hashing needs the ids even when the
         # caller does not want them back.
         hash_spec = spec_from_proto(request.block_hashing) if request.HasField("block_hashing") else None
-        wants_ids = opts.return_token_ids
-        if hash_spec is not None:
-            opts = replace(opts, return_token_ids=True)
         hasher = self._runtime.hasher
 
         def work() -> tuple[CacheStats, pb.RenderResponse]:
+            # Reading the request's text fields copies them: that too runs here, off the loop when
+            # the request is large.
+            check_kwargs_size(request.chat_template_kwargs_json, config.max_kwargs_bytes)
+            opts = render_options(request, config.allow_request_templates, call.timeout_s)
+            wants_ids = opts.return_token_ids
+            if hash_spec is not None:
+                opts = replace(opts, return_token_ids=True)
             rendered = renderer.render(opts)
             response = response_from(rendered, wants_ids)
             if hash_spec is not None:
@@ -78,7 +99,7 @@ class RenderServicer:
                 response.block_hash_spec.CopyFrom(spec_to_proto(hash_spec))
             return rendered.cache, response
 
-        cost = len(opts.messages_json) + len(opts.tools_json) + len(opts.documents_json)
+        cost = render_cost(request, config.allow_request_templates)
         stats, response = await self._runtime.offloader.run(work, cost, call.rpc)
         if stats.hit_segments or stats.miss_segments:
             self._cache_hits[0].inc(stats.hit_segments)

@@ -5,11 +5,20 @@ from __future__ import annotations
 import grpc
 
 from sidecar.backend import EncodeOptions
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.hashing import spec_from_proto, spec_to_proto
 from sidecar.rpc import Call
-from sidecar.runtime import Runtime
+from sidecar.runtime import Runtime, request_cost
 from sidecar.v1 import preprocessor_pb2 as pb
+
+
+def check_text_lengths(texts, limit: int, field: str = "texts") -> None:  # noqa: ANN001 - a repeated str field
+    """Refuses a text of more than `limit` characters, naming it and the flag."""
+    for i, text in enumerate(texts):
+        if len(text) > limit:
+            raise ResourceExhausted(
+                f"{field}[{i}]: {len(text)} characters is more than the server's limit of {limit} (--max-text-chars)"
+            )
 
 
 class TokenizeServicer:
@@ -23,7 +32,7 @@ class TokenizeServicer:
         hash_request = request.block_hashing if request.HasField("block_hashing") else None
         # Validate the spec before tokenizing, so a bad spec costs nothing.
         hash_spec = spec_from_proto(hash_request) if hash_request is not None else None
-        texts = list(request.texts)
+        config = self._runtime.config
         opts = EncodeOptions(
             add_special_tokens=request.add_special_tokens if request.HasField("add_special_tokens") else True,
             return_offsets=request.return_offsets,
@@ -31,27 +40,29 @@ class TokenizeServicer:
             max_length=request.max_length,
             truncate_left=request.truncation_side == pb.TRUNCATION_SIDE_LEFT,
             timeout_s=call.timeout_s,
+            max_word_chars=config.max_word_chars,
         )
-        cost = sum(len(t) for t in texts)
         hasher = self._runtime.hasher
 
-        def work() -> tuple[list, list[list[int]]]:
-            encodings = model.tokenizer.encode_batch(texts, opts)
-            hashes = [] if hash_spec is None else [hasher.block_hashes(e.ids, hash_spec) for e in encodings]
-            return encodings, hashes
+        def work() -> pb.TokenizeResponse:
+            # Everything that reads the texts or the ids, the response included, runs here: on a
+            # worker when the request is large.
+            check_text_lengths(request.texts, config.max_text_chars)
+            encodings = model.tokenizer.encode_batch(list(request.texts), opts)
+            response = pb.TokenizeResponse(fingerprint=model.fingerprint)
+            if hash_spec is not None:
+                response.block_hash_spec.CopyFrom(spec_to_proto(hash_spec))
+            for e in encodings:
+                out = response.encodings.add()
+                out.token_ids.extend(e.ids)
+                if hash_spec is not None:
+                    out.block_hashes.extend(hasher.block_hashes(e.ids, hash_spec))
+                if e.offsets:
+                    out.offsets.extend(e.offsets)
+                if e.tokens:
+                    out.tokens.extend(e.tokens)
+                out.truncated = e.truncated
+            return response
 
-        encodings, hashes = await self._runtime.offloader.run(work, cost, call.rpc)
-        response = pb.TokenizeResponse(fingerprint=model.fingerprint)
-        if hash_spec is not None:
-            response.block_hash_spec.CopyFrom(spec_to_proto(hash_spec))
-        for i, e in enumerate(encodings):
-            out = response.encodings.add()
-            out.token_ids.extend(e.ids)
-            if hashes:
-                out.block_hashes.extend(hashes[i])
-            if e.offsets:
-                out.offsets.extend(e.offsets)
-            if e.tokens:
-                out.tokens.extend(e.tokens)
-            out.truncated = e.truncated
-        return response
+        cost = request_cost(request.ByteSize(), items=len(request.texts))
+        return await self._runtime.offloader.run(work, cost, call.rpc)

@@ -13,7 +13,7 @@ from sidecar.v1 import preprocessor_pb2 as pb
 def test_export_list_is_pinned() -> None:
     assert sorted(router_adapter.__all__) == [
         "AllBlocksCleared", "Batch", "BlockHasher", "BlockRemoved", "BlockStored", "DecodeError", "HashSpec",
-        "InvalidSpec", "KvRouter", "MmItem", "ModelOptions", "PrefixIndex", "REFERENCE_HASHER", "RouterAdapterError",
+        "InvalidSpec", "InvalidTokens", "KvRouter", "MmItem", "ModelOptions", "PrefixIndex", "REFERENCE_HASHER", "RouterAdapterError",
         "Score", "Source", "Subscriber", "WorkerScore", "block_hashes", "decode_batch", "prefix_keys",
     ]
     for name in router_adapter.__all__:

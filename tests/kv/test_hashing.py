@@ -8,12 +8,13 @@ import json
 import random
 from pathlib import Path
 
+import grpc
 import pytest
 
 from router_adapter import _reference
 from router_adapter.errors import InvalidSpec
 from router_adapter.spec import ALGORITHMS, HashSpec, MmItem
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, status_of
 from sidecar.factory import get_hasher
 from tests.kv.cases import lcg_tokens, spec_of, tokens_of
 
@@ -152,14 +153,37 @@ def test_native_refuses_an_undersized_output_buffer_and_bad_utf8() -> None:
     written = ffi.new("uintptr_t *")
     err = ffi.new("sc_error **")
     keep = ffi.from_buffer("uint8_t[]", spec)
-    status = lib.sc_block_hashes({"ptr": keep, "len": len(spec)}, {"ptr": ids, "len": 16}, out, 2, written, err)
+    status = lib.sc_block_hashes({"ptr": keep, "len": len(spec)}, {"ptr": ids, "len": 16}, ffi.NULL, out, 2, written, err)
     with pytest.raises(InvalidArgument, match="room for 2"):
         raise_for_status(status, err)
     bad = b"\xff\xfe"
     keep = ffi.from_buffer("uint8_t[]", bad)
-    status = lib.sc_block_hashes({"ptr": keep, "len": 2}, {"ptr": ids, "len": 16}, out, 4, written, err)
+    status = lib.sc_block_hashes({"ptr": keep, "len": 2}, {"ptr": ids, "len": 16}, ffi.NULL, out, 4, written, err)
     with pytest.raises(InvalidArgument, match="spec: not valid UTF-8"):
         raise_for_status(status, err)
+
+
+@pytest.mark.parametrize("bad", [2**32, -1, 1.5, "7"])
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_both_hashers_refuse_what_is_not_a_token_id_by_name(backend: str, bad: object) -> None:
+    hasher = get_hasher(backend)
+    tokens = [1, 2, 3, bad, 5, 6, 7, 8]
+    for call in (lambda: hasher.block_hashes(tokens, HashSpec("sglang_sha256", 4)), lambda: hasher.prefix_keys(tokens, 4)):
+        with pytest.raises(Exception) as info:
+            call()
+        code, message = status_of(info.value)
+        assert code == grpc.StatusCode.INVALID_ARGUMENT and message.startswith("token_ids"), (code, message)
+
+
+def test_native_hashing_stops_when_its_call_is_cancelled() -> None:
+    from sidecar.cancel import CancelToken, bound
+    from sidecar.errors import Cancelled
+
+    token = CancelToken()
+    token.cancel()
+    with bound(token), pytest.raises(Cancelled):
+        native.block_hashes(list(range(64)), HashSpec("vllm_sha256_cbor", 16))
+    assert len(native.block_hashes(list(range(64)), HashSpec("vllm_sha256_cbor", 16))) == 4
 
 
 def test_only_full_blocks_and_prefix_stability() -> None:

@@ -148,7 +148,7 @@ def _null_out_calls(n: int) -> None:
         for _ in range(n):
             assert lib.sc_tokenizer_encode_batch(tok, items, 1, options, ffi.NULL, err) == lib.SC_STATUS_ERROR
             assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "out: null out-pointer")
-            assert lib.sc_tokenizer_decode_batch(tok, seqs, 1, False, 0, ffi.NULL, err) == lib.SC_STATUS_ERROR
+            assert lib.sc_tokenizer_decode_batch(tok, seqs, 1, False, 0, ffi.NULL, ffi.NULL, err) == lib.SC_STATUS_ERROR
             assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "out: null out-pointer")
             assert lib.sc_tokenizer_info(tok, ffi.NULL, err) == lib.SC_STATUS_ERROR
             assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "out: null out-pointer")
@@ -187,7 +187,7 @@ def test_error_kinds() -> None:
         ids = ffi.new("uint32_t[]", [2, 999])
         seqs = ffi.new("sc_ids[]", [{"ptr": ids, "len": 2}])
         texts = ffi.new("sc_texts **")
-        assert lib.sc_tokenizer_decode_batch(tok, seqs, 1, True, 0, texts, err) == lib.SC_STATUS_ERROR
+        assert lib.sc_tokenizer_decode_batch(tok, seqs, 1, True, 0, ffi.NULL, texts, err) == lib.SC_STATUS_ERROR
         kind, message = take_error(err)
         assert kind == lib.SC_ERR_KIND_INVALID_ARGUMENT
         assert message == "sequences[0]: token_ids[1]: id 999 is not in the vocabulary (size 9)"
@@ -251,7 +251,7 @@ def _cycle_once() -> None:
     ids = ffi.new("uint32_t[]", [6, 2, 4, 7])
     seqs = ffi.new("sc_ids[]", [{"ptr": ids, "len": 4}])
     texts = ffi.new("sc_texts **")
-    assert lib.sc_tokenizer_decode_batch(tok, seqs, 1, False, 0, texts, err) == lib.SC_STATUS_OK
+    assert lib.sc_tokenizer_decode_batch(tok, seqs, 1, False, 0, ffi.NULL, texts, err) == lib.SC_STATUS_OK
     lib.sc_texts_free(texts[0])
     lib.sc_tokenizer_free(tok)
 

@@ -201,9 +201,10 @@ def test_reference_backend_refuses_parse_stream(tmp_path) -> None:  # noqa: ANN0
     async def scenario() -> grpc.aio.AioRpcError:
         async with grpc.aio.insecure_channel(live.uds) as channel:
             call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
-            # The stream is refused as it starts: the write itself may already see the status.
+            # The stream is refused as it starts, before any message: a write racing with that status
+            # can fail on the client with a local INTERNAL ("Internal error from Core") that replaces
+            # the server's status, so the test only reads.
             with pytest.raises(grpc.aio.AioRpcError) as info:
-                await call.write(open_request("r", {"model": "qwen3"}))
                 await call.read()
             return info.value
 

@@ -56,6 +56,28 @@ def test_bad_items_fail_alone(env) -> None:  # noqa: ANN001
 
 
 @pytest.mark.models
+def test_too_many_ids_in_one_step_and_ids_above_32_bits_fail_their_request() -> None:
+    require_shared_models()
+    mux = get_backend("native").new_parse_mux(ParseLimits(max_step_ids=4))
+    try:
+        model = parse_model("qwen3")
+        for rid in ("long", "wide", "fine"):
+            mux.open(model, rid, "fp", CONFIG, [])
+        hello = encode("qwen3", "Hello")
+        # "wide" carries a packed varint of 2^32, which protobuf would read as id 0.
+        wide = b"\x0a\x04wide\x12\x05\x80\x80\x80\x80\x10"
+        items = [pb.StepTokens(request_id="long", token_ids=hello * 5).SerializeToString(), wide,
+                 pb.StepTokens(request_id="fine", token_ids=hello).SerializeToString()]
+        step_bytes = b"".join(b"\x0a" + bytes([len(i)]) + i for i in items)
+        out = deltas(mux.handle(b"\x12" + bytes([len(step_bytes)]) + step_bytes))
+        assert out["long"].error.code == 8 and "--max-token-ids" in out["long"].error.message, out["long"]
+        assert out["wide"].error.code == 3 and out["wide"].error.message.startswith("step.items.token_ids[0]: 4294967296")
+        assert out["fine"].content == "Hello" and len(mux) == 1
+    finally:
+        mux.close()
+
+
+@pytest.mark.models
 def test_open_errors(env) -> None:  # noqa: ANN001
     mux, model = env
     with pytest.raises(InvalidArgument, match="tool_parser"):

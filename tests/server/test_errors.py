@@ -19,6 +19,7 @@ EXPECTED = {
     errors.ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED,
     errors.FailedPrecondition: grpc.StatusCode.FAILED_PRECONDITION,
     errors.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    errors.Cancelled: grpc.StatusCode.CANCELLED,
     errors.Unimplemented: grpc.StatusCode.UNIMPLEMENTED,
     errors.Unavailable: grpc.StatusCode.UNAVAILABLE,
     errors.Internal: grpc.StatusCode.INTERNAL,

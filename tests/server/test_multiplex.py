@@ -41,7 +41,9 @@ OK = pb.MultiplexResult.DESCRIPTOR.fields_by_name["error"]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    args = ["--multiplex-max-inflight", str(MAX_INFLIGHT), "--max-message-mb", "16"]
+    # Per-item limits low enough for the `repeat` cases to go over, above what the other tests send.
+    args = ["--multiplex-max-inflight", str(MAX_INFLIGHT), "--max-message-mb", "16", "--max-text-chars", "2500000",
+            "--max-token-ids", "100000", "--max-kwargs-bytes", "4096"]
     if (SHARED_MODELS / "SOURCES.md").is_file():
         args += ["--model", "qwen3=" + str(SHARED_MODELS / "qwen3"), "--model", "gpt2=" + str(SHARED_MODELS / "gpt2")]
     live = start_server(tmp_path_factory.mktemp("multiplex"), *args)
@@ -94,14 +96,26 @@ class Stream:
         return rest
 
 
+def repeated(case: dict) -> dict:
+    """The case's request with its texts, id sequences or kwargs repeated `repeat` times (see the data's provenance)."""
+    request, n = dict(case["request"]), case.get("repeat", 1)
+    if "texts" in request:
+        request["texts"] = [t * n for t in request["texts"]]
+    if "sequences" in request:
+        request["sequences"] = [{**s, "tokenIds": s["tokenIds"] * n} for s in request["sequences"]]
+    if "chatTemplateKwargsJson" in request:
+        request["chatTemplateKwargsJson"] *= n
+    return request
+
+
 def requests_for(models: list[str]) -> list[tuple[str, str, object]]:
     """(name, kind, request) for every case and model, plus the large variant of each Tokenize."""
     out = []
     for case in CASES:
         for model in ([case["request"]["model"]] if "model" in case["request"] else models):
-            request = json_format.ParseDict({**case["request"], "model": model}, REQUEST_TYPES[case["kind"]]())
+            request = json_format.ParseDict({**repeated(case), "model": model}, REQUEST_TYPES[case["kind"]]())
             out.append((f"{case['name']} [{model}]", case["kind"], request))
-            if case["kind"] == "tokenize" and any(request.texts):
+            if case["kind"] == "tokenize" and any(request.texts) and "repeat" not in case:
                 large = pb.TokenizeRequest()
                 large.CopyFrom(request)
                 large.texts[:] = [t * LARGE_REPEAT for t in request.texts]
@@ -135,6 +149,11 @@ def test_each_result_equals_the_unary_answer(channel: grpc.Channel, models: list
     assert len(requests) < MAX_INFLIGHT
     expected = {i: unary_answer(channel, kind, request) for i, (_, kind, request) in enumerate(requests, 1)}
     assert {a[0] for a in expected.values()} == {"ok", "error"}
+    # The cases over a per-item limit are refused naming the flag their name names.
+    over_limit = [(name.split(" [")[0].split()[-1], a) for (name, _, _), a in zip(requests, expected.values()) if "--max-" in name]
+    assert over_limit, "no case over a per-item limit"
+    for flag, answer in over_limit:
+        assert answer[:2] == ("error", grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]) and flag in answer[2], (flag, answer)
     stream = Stream(channel)
     # All at once in one message, then one per message: every result once, each equal to unary.
     stream.send([call(i, kind, request) for i, (_, kind, request) in enumerate(requests, 1)])

@@ -37,6 +37,14 @@ class FakeContext:
     def set_trailing_metadata(self, metadata: tuple) -> None:
         self.trailing = metadata
 
+    def add_done_callback(self, callback) -> None:  # noqa: ANN001
+        self.done_callbacks = [*getattr(self, "done_callbacks", []), callback]
+
+    def end(self) -> None:
+        """What gRPC does once the call's status is sent: runs the done callbacks."""
+        for callback in getattr(self, "done_callbacks", []):
+            callback(self)
+
     async def abort(self, code: grpc.StatusCode, message: str) -> None:
         self.aborted = (code, message)
         raise Aborted(message)
@@ -212,4 +220,6 @@ def test_a_closed_gate_refuses_new_calls_with_unavailable() -> None:
     context = FakeContext()
     with pytest.raises(Aborted):
         asyncio.run(unary("UnaryJ", never, gate=gate)(b"", context))
-    assert context.aborted[0] == grpc.StatusCode.UNAVAILABLE and gate.inflight == 0
+    assert context.aborted[0] == grpc.StatusCode.UNAVAILABLE and gate.inflight == 1  # until the status is sent
+    context.end()
+    assert gate.inflight == 0

@@ -197,7 +197,7 @@ pub fn run(data: &[u8]) {
     let mut input = Input::new(data);
     let mut mux = Mux::new(MuxLimits {
         max_requests: 8,
-        remember_finished: 4096,
+        ..MuxLimits::default()
     });
     let mut state = Model {
         exact: true,

@@ -164,3 +164,28 @@ pub(crate) unsafe fn write_json(out: *mut sc_bytes, value: &serde_json::Value) -
     // SAFETY: forwarded from the caller.
     unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
 }
+
+/// Reads a call's cancellation flag (see `crate::cancel`): a `uint32_t` the caller owns, zero while
+/// the call is wanted; the caller sets it to non-zero (a single aligned 32-bit store, from any
+/// thread) to make the call stop at its next check with `SC_ERR_KIND_CANCELLED`. NULL = the call
+/// cannot be cancelled.
+///
+/// # Safety
+/// `flag` must be NULL or point to a 4-byte-aligned `uint32_t` that stays valid for the call.
+pub(crate) unsafe fn read_cancel_flag<'a>(
+    flag: *const u32,
+) -> Result<Option<&'a std::sync::atomic::AtomicU32>> {
+    if flag.is_null() {
+        return Ok(None);
+    }
+    if (flag as usize) % std::mem::align_of::<u32>() != 0 {
+        return Err(Error::invalid_argument(
+            "cancel: the flag is not 4-byte aligned",
+        ));
+    }
+    // SAFETY: non-null, aligned, and valid for the call as the caller promises; every access on
+    // our side is atomic.
+    Ok(Some(unsafe {
+        std::sync::atomic::AtomicU32::from_ptr(flag.cast_mut())
+    }))
+}

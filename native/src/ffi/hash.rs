@@ -4,9 +4,10 @@
 //! the size: `len / block_size`), which keeps these hot calls free of allocations the caller would
 //! have to free.
 
-use super::buf::{read_ids, read_slice, read_str, sc_ids, sc_str};
+use super::buf::{read_cancel_flag, read_ids, read_slice, read_str, sc_ids, sc_str};
 use super::status::sc_error;
 use super::{guard, write_out};
+use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::hash::{self, HashSpec};
 
@@ -15,14 +16,18 @@ use crate::hash::{self, HashSpec};
 /// `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`) and writes one 64-bit
 /// value per block to `out`; `*written` receives the count. A malformed or unreproducible spec,
 /// or `out_cap` smaller than the number of full blocks, fails with `SC_ERR_KIND_INVALID_ARGUMENT`.
+/// `cancel` is the call's cancellation flag (as in `sc_encode_options`) or NULL, checked every
+/// `HASH_CHECK_BLOCKS` blocks.
 ///
 /// # Safety
-/// `spec` and `ids` are borrowed for the call; `out` must be valid for `out_cap` writes;
-/// `written` and `err` must be NULL or valid for writes.
+/// `spec` and `ids` are borrowed for the call; `cancel` NULL or an aligned `uint32_t` valid for
+/// the call; `out` must be valid for `out_cap` writes; `written` and `err` must be NULL or valid
+/// for writes.
 #[no_mangle]
 pub unsafe extern "C" fn sc_block_hashes(
     spec: sc_str,
     ids: sc_ids,
+    cancel: *const u32,
     out: *mut u64,
     out_cap: usize,
     written: *mut usize,
@@ -33,7 +38,13 @@ pub unsafe extern "C" fn sc_block_hashes(
         let spec_text = unsafe { read_str(spec, "spec")? };
         // SAFETY: as above.
         let ids = unsafe { read_ids(ids, "token_ids")? };
-        let result = hash::block_hashes(ids, &HashSpec::from_json(spec_text)?)?;
+        // SAFETY: the caller lends the flag for the call.
+        let flag = unsafe { read_cancel_flag(cancel)? };
+        let result = hash::block_hashes_cancellable(
+            ids,
+            &HashSpec::from_json(spec_text)?,
+            &Cancel::new(None, flag),
+        )?;
         // SAFETY: the caller promises `out` holds `out_cap` writable values.
         unsafe { write_values(&result.values, out, out_cap)? };
         // SAFETY: the caller promises `written` is NULL or writable.

@@ -5,12 +5,13 @@
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 
 use super::buf::{
-    free_handle, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids, sc_str,
-    write_handle, write_json,
+    free_handle, read_cancel_flag, read_handle, read_ids, read_slice, read_str, sc_bytes, sc_ids,
+    sc_str, write_handle, write_json,
 };
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
 use super::{guard, require_out, write_out};
+use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::parse::{
     Handled, Mux, MuxLimits, OpenOptions, ParseModel, ParseModelOptions, SessionConfig,
@@ -202,17 +203,21 @@ pub unsafe extern "C" fn sc_parse_mux_open(
 /// Handles one raw `ParseStreamRequest`: a step or a cancel is answered in `out` (raw
 /// `ParseStreamResponse` bytes, possibly empty) and `*kind` is `SC_PARSE_HANDLED`; an open sets
 /// `*kind` to `SC_PARSE_OPEN` and leaves `out` empty. A malformed message is
-/// `SC_ERR_KIND_INVALID_ARGUMENT`; failures of single requests are inside the answer.
+/// `SC_ERR_KIND_INVALID_ARGUMENT`; failures of single requests are inside the answer. `cancel` is
+/// the call's cancellation flag (as in `sc_encode_options`) or NULL: once set, the call stops
+/// between requests or within a long request's ids with `SC_ERR_KIND_CANCELLED` (the requests it
+/// touched are left mid-step; the stream is being closed).
 ///
 /// # Safety
 /// `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
-/// `message` must be NULL (len 0) or readable for `len` bytes during the call; `out`, `kind` and
-/// `err` NULL or writable.
+/// `message` must be NULL (len 0) or readable for `len` bytes during the call; `cancel` NULL or an
+/// aligned `uint32_t` valid for the call; `out`, `kind` and `err` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn sc_parse_mux_handle(
     mux: *mut sc_parse_mux,
     message: *const u8,
     len: usize,
+    cancel: *const u32,
     out: *mut sc_bytes,
     kind: *mut i32,
     err: *mut *mut sc_error,
@@ -224,8 +229,10 @@ pub unsafe extern "C" fn sc_parse_mux_handle(
         let mut mux = unsafe { read_handle(mux, "mux")? }.lock()?;
         // SAFETY: the caller lends the bytes for the call.
         let message = unsafe { read_slice(message, len, "message")? };
+        // SAFETY: the caller lends the flag for the call.
+        let flag = unsafe { read_cancel_flag(cancel)? };
         let mut response = Vec::new();
-        let handled = mux.handle(message, &mut response)?;
+        let handled = mux.handle_cancellable(message, &mut response, &Cancel::new(None, flag))?;
         let code = match handled {
             Handled::Done => SC_PARSE_HANDLED,
             Handled::Open => SC_PARSE_OPEN,
@@ -297,6 +304,7 @@ mod tests {
                 mux,
                 cancel.as_ptr(),
                 cancel.len(),
+                std::ptr::null(),
                 &mut out,
                 &mut kind,
                 &mut err,
@@ -319,6 +327,7 @@ mod tests {
                 mux,
                 cancel.as_ptr(),
                 cancel.len(),
+                std::ptr::null(),
                 &mut out,
                 &mut kind,
                 &mut err,

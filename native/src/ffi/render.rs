@@ -2,15 +2,16 @@
 //! in one call.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::buf::sc_bytes;
 use super::buf::{
-    free_handle, free_slice, leak_slice, read_handle, read_str, sc_str, write_handle, write_json,
+    free_handle, free_slice, leak_slice, read_cancel_flag, read_handle, read_str, sc_str,
+    write_handle, write_json,
 };
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
 use super::{guard, require_out, write_out};
+use crate::cancel::Cancel;
 use crate::render::{RenderOptions, Rendered, Renderer};
 use crate::template::RenderRequest;
 
@@ -61,6 +62,8 @@ pub struct sc_render_request {
     pub use_cache: bool,
     /// Give up with `SC_ERR_KIND_DEADLINE_EXCEEDED` after this many microseconds; 0 = never.
     pub timeout_us: u64,
+    /// The call's cancellation flag (as in `sc_encode_options`); NULL = not cancellable.
+    pub cancel: *const u32,
 }
 
 /// The result of `sc_renderer_render`; free with `sc_render_result_free`.
@@ -170,7 +173,12 @@ pub unsafe extern "C" fn sc_renderer_render(
         let raw = unsafe { read_handle(req, "request")? };
         // SAFETY: every string of the request is borrowed for the call.
         let request = unsafe { read_request(raw)? };
-        let rendered = r.inner.render(&request, &read_options(raw))?;
+        // SAFETY: the caller lends the flag for the call.
+        let flag = unsafe { read_cancel_flag(raw.cancel)? };
+        let rendered = r.inner.render(
+            &request,
+            &read_options(raw, Cancel::after_micros(raw.timeout_us, flag)),
+        )?;
         let result = Box::into_raw(Box::new(render_result(rendered)));
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, result, "out") }
@@ -201,15 +209,14 @@ unsafe fn read_request(raw: &sc_render_request) -> crate::Result<RenderRequest<'
     }
 }
 
-fn read_options(raw: &sc_render_request) -> RenderOptions {
+fn read_options<'a>(raw: &sc_render_request, cancel: Cancel<'a>) -> RenderOptions<'a> {
     RenderOptions {
         add_special_tokens: raw.add_special_tokens,
         return_text: raw.return_text,
         return_ids: raw.return_ids,
         return_offsets: raw.return_offsets,
         use_cache: raw.use_cache,
-        deadline: (raw.timeout_us > 0)
-            .then(|| Instant::now() + Duration::from_micros(raw.timeout_us)),
+        cancel,
     }
 }
 

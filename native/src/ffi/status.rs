@@ -31,6 +31,8 @@ pub const SC_ERR_KIND_DEADLINE_EXCEEDED: i32 = 5;
 pub const SC_ERR_KIND_INTERNAL: i32 = 6;
 /// A panic was caught. gRPC `INTERNAL`.
 pub const SC_ERR_KIND_PANIC: i32 = 7;
+/// The caller withdrew the call (see `sc_cancel_flag`). gRPC `CANCELLED`.
+pub const SC_ERR_KIND_CANCELLED: i32 = 8;
 
 /// An error returned by a failed call; free with `sc_error_free`.
 #[repr(C)]
@@ -50,6 +52,7 @@ pub(crate) fn kind_code(kind: ErrorKind) -> i32 {
         ErrorKind::ResourceExhausted => SC_ERR_KIND_RESOURCE_EXHAUSTED,
         ErrorKind::FailedPrecondition => SC_ERR_KIND_FAILED_PRECONDITION,
         ErrorKind::DeadlineExceeded => SC_ERR_KIND_DEADLINE_EXCEEDED,
+        ErrorKind::Cancelled => SC_ERR_KIND_CANCELLED,
         ErrorKind::Internal => SC_ERR_KIND_INTERNAL,
     }
 }
@@ -163,8 +166,8 @@ mod tests {
         kinds.sort_unstable();
         assert_eq!(
             kinds,
-            (1..=7).collect::<Vec<i64>>(),
-            "SC_ERR_KIND_* 1..7, each once"
+            (1..=8).collect::<Vec<i64>>(),
+            "SC_ERR_KIND_* 1..8, each once"
         );
         for kind in ErrorKind::ALL {
             let row = rows

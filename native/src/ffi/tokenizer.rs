@@ -2,14 +2,14 @@
 
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::buf::{
-    free_handle, free_slice, leak_slice, read_handle, read_ids, read_slice, read_str, sc_bytes,
-    sc_ids, sc_str, write_handle, write_json,
+    free_handle, free_slice, leak_slice, read_cancel_flag, read_handle, read_ids, read_slice,
+    read_str, sc_bytes, sc_ids, sc_str, write_handle, write_json,
 };
 use super::status::sc_error;
 use super::{guard, require_out, write_out};
+use crate::cancel::Cancel;
 use crate::tokenizer::{EncodeOptions, Tokenizer, TruncationSide};
 
 /// A loaded tokenizer; immutable, shareable across threads. Free with `sc_tokenizer_free`.
@@ -52,6 +52,12 @@ pub struct sc_encode_options {
     pub max_length: u32,
     /// Give up with `SC_ERR_KIND_DEADLINE_EXCEEDED` after this many microseconds; 0 = never.
     pub timeout_us: u64,
+    /// The call's cancellation flag (see `sc_cancel_flag` in the README of the C ABI: a `uint32_t`
+    /// set to non-zero to stop the call with `SC_ERR_KIND_CANCELLED`); NULL = not cancellable.
+    pub cancel: *const u32,
+    /// Refuse a text with a run of one character class longer than this many characters
+    /// (`SC_ERR_KIND_RESOURCE_EXHAUSTED`); 0 = no limit.
+    pub max_word_chars: u64,
 }
 
 /// The encodings of a batch, flattened; free with `sc_encodings_free`.
@@ -163,6 +169,8 @@ pub unsafe extern "C" fn sc_tokenizer_encode_batch(
         let t = unsafe { read_handle(tok, "tokenizer")? }.tokenizer();
         // SAFETY: as above.
         let raw_opts = unsafe { read_handle(opts, "options")? };
+        // SAFETY: the caller lends the flag for the call.
+        let flag = unsafe { read_cancel_flag(raw_opts.cancel)? };
         // SAFETY: as above.
         let items = unsafe { read_slice(texts, count, "texts")? };
         let texts: Vec<&str> = items
@@ -181,17 +189,15 @@ pub unsafe extern "C" fn sc_tokenizer_encode_batch(
             } else {
                 TruncationSide::Right
             },
-            deadline: deadline_after(raw_opts.timeout_us),
+            cancel: Cancel::after_micros(raw_opts.timeout_us, flag),
+            max_word_chars: (raw_opts.max_word_chars > 0)
+                .then_some(raw_opts.max_word_chars as usize),
         };
         let encodings = t.encode_batch(&texts, &options)?;
         let result = flatten_encodings(encodings, &options);
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, Box::into_raw(Box::new(result)), "out") }
     })
-}
-
-fn deadline_after(timeout_us: u64) -> Option<Instant> {
-    (timeout_us > 0).then(|| Instant::now() + Duration::from_micros(timeout_us))
 }
 
 fn flatten_encodings(
@@ -260,11 +266,13 @@ pub unsafe extern "C" fn sc_encodings_free(enc: *mut sc_encodings) {
 }
 
 /// Decodes `count` id sequences as Hugging Face `decode` does. An id outside the vocabulary fails
-/// with `SC_ERR_KIND_INVALID_ARGUMENT` naming the sequence and position.
+/// with `SC_ERR_KIND_INVALID_ARGUMENT` naming the sequence and position. `cancel` is the call's
+/// cancellation flag (as in `sc_encode_options`) or NULL.
 ///
 /// # Safety
 /// `tok` must be a live handle; `seqs` NULL (count 0) or `count` readable `sc_ids`, each borrowed
-/// for the call; `out` and `err` NULL or writable.
+/// for the call; `cancel` NULL or an aligned `uint32_t` valid for the call; `out` and `err` NULL
+/// or writable.
 #[no_mangle]
 pub unsafe extern "C" fn sc_tokenizer_decode_batch(
     tok: *const sc_tokenizer,
@@ -272,6 +280,7 @@ pub unsafe extern "C" fn sc_tokenizer_decode_batch(
     count: usize,
     skip_special_tokens: bool,
     timeout_us: u64,
+    cancel: *const u32,
     out: *mut *mut sc_texts,
     err: *mut *mut sc_error,
 ) -> i32 {
@@ -287,7 +296,13 @@ pub unsafe extern "C" fn sc_tokenizer_decode_batch(
             // SAFETY: each `sc_ids` is borrowed for the call.
             .map(|(i, s)| unsafe { read_ids(*s, &format!("sequences[{i}]")) })
             .collect::<Result<_, _>>()?;
-        let texts = t.decode_batch(&seqs, skip_special_tokens, deadline_after(timeout_us))?;
+        // SAFETY: the caller lends the flag for the call.
+        let flag = unsafe { read_cancel_flag(cancel)? };
+        let texts = t.decode_batch(
+            &seqs,
+            skip_special_tokens,
+            &Cancel::after_micros(timeout_us, flag),
+        )?;
         let mut data = Vec::with_capacity(texts.iter().map(String::len).sum());
         let mut lens = Vec::with_capacity(texts.len());
         for text in &texts {

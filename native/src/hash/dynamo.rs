@@ -8,6 +8,8 @@
 use xxhash_rust::xxh3::{xxh3_64, xxh3_64_with_seed};
 
 use super::spec::MmItem;
+use crate::cancel::Cancel;
+use crate::error::Result;
 
 /// Dynamo's fixed XXH3 seed.
 pub const DYNAMO_SEED: u64 = 1337;
@@ -51,6 +53,29 @@ pub fn local_block_hashes(
             xxh3_64_with_seed(&bytes, seed)
         })
         .collect()
+}
+
+/// [`local_block_hashes`] in parts of [`super::HASH_CHECK_BLOCKS`] blocks, checking `cancel`
+/// before each (the blocks are independent, so the parts join to the same values).
+pub(super) fn local_block_hashes_cancellable(
+    tokens: &[u32],
+    block_size: usize,
+    seed: u64,
+    mm: &[Vec<u64>],
+    cancel: &Cancel<'_>,
+) -> Result<Vec<u64>> {
+    let full = tokens.len() / block_size * block_size;
+    let mut values = Vec::with_capacity(full / block_size);
+    for (part, ids) in tokens[..full]
+        .chunks(super::HASH_CHECK_BLOCKS * block_size)
+        .enumerate()
+    {
+        cancel.check()?;
+        let first = part * super::HASH_CHECK_BLOCKS;
+        let part_mm = mm.get(first..).unwrap_or(&[]);
+        values.extend(local_block_hashes(ids, block_size, seed, part_mm));
+    }
+    Ok(values)
 }
 
 /// The SequenceHash chain over local hashes, continuing from `parent` (None = sequence start).

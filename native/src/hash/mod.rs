@@ -33,7 +33,11 @@ pub use pickle::dumps as pickle_dumps;
 pub use spec::{Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat};
 pub use value::Value;
 
+use crate::cancel::Cancel;
 use crate::error::Result;
+
+/// Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
+pub const HASH_CHECK_BLOCKS: usize = 1024;
 
 /// The block hashes of one token sequence and the facts a router needs to compare them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,21 +51,31 @@ pub struct BlockHashes {
 
 /// Hashes the full blocks of `tokens` as `spec` says.
 pub fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashes> {
+    block_hashes_cancellable(tokens, spec, &Cancel::default())
+}
+
+/// [`block_hashes`] that stops when `cancel` says so, checked every [`HASH_CHECK_BLOCKS`] blocks
+/// (a 16M-token prompt is a second of chained SHA-256).
+pub fn block_hashes_cancellable(
+    tokens: &[u32],
+    spec: &HashSpec,
+    cancel: &Cancel<'_>,
+) -> Result<BlockHashes> {
     spec.validate()?;
     let bs = spec.block_size as usize;
     match spec.algorithm {
         Algorithm::VllmSha256
         | Algorithm::VllmSha256Cbor
         | Algorithm::VllmXxhash
-        | Algorithm::VllmXxhashCbor => vllm::block_hashes(tokens, spec),
+        | Algorithm::VllmXxhashCbor => vllm::block_hashes(tokens, spec, cancel),
         Algorithm::SglangSha256 => Ok(BlockHashes {
-            values: sglang::block_hashes(tokens, spec),
+            values: sglang::block_hashes(tokens, spec, cancel)?,
             seed: String::new(),
         }),
         Algorithm::DynamoXxh3 => {
             let mm = dynamo::block_mm_hashes(tokens.len() / bs, bs, &spec.mm_items);
             let seed = dynamo::block_seed(&spec.lora_name, &spec.namespace);
-            let local = local_block_hashes(tokens, bs, seed, &mm);
+            let local = dynamo::local_block_hashes_cancellable(tokens, bs, seed, &mm, cancel)?;
             let values = if spec.sequence_hashes {
                 sequence_hashes(None, &local)
             } else {

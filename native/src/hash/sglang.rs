@@ -9,38 +9,45 @@
 use sha2::{Digest, Sha256};
 
 use super::spec::{HashSpec, SglangEventFormat};
+use crate::cancel::{Cancel, Every};
+use crate::error::Result;
 
 const SALT_TAG: &[u8] = b"sglang-cache-salt-v1\0";
 const NAMESPACE_TAG: &[u8] = b"sglang-kv-event-namespace-v1";
 
-pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Vec<u64> {
+pub(super) fn block_hashes(
+    tokens: &[u32],
+    spec: &HashSpec,
+    cancel: &Cancel<'_>,
+) -> Result<Vec<u64>> {
     let page = spec.block_size as usize;
     let mut prior: Option<[u8; 32]> = (!spec.cache_salt.is_empty())
         .then(|| sha256_parts(&[SALT_TAG, spec.cache_salt.as_bytes()]));
     let seed = namespace_seed(spec);
     // One reused buffer holds `prior || u32le(page)`, so each page is a single digest call.
     let mut buf = vec![0u8; 32 + page * 4];
-    tokens
-        .chunks_exact(page)
-        .map(|chunk| {
-            for (dst, t) in buf[32..].chunks_exact_mut(4).zip(chunk) {
-                dst.copy_from_slice(&t.to_le_bytes());
+    let mut values = Vec::with_capacity(tokens.len() / page);
+    let mut every = Every::new(super::HASH_CHECK_BLOCKS);
+    for chunk in tokens.chunks_exact(page) {
+        every.tick(cancel)?;
+        for (dst, t) in buf[32..].chunks_exact_mut(4).zip(chunk) {
+            dst.copy_from_slice(&t.to_le_bytes());
+        }
+        let digest: [u8; 32] = match &prior {
+            Some(p) => {
+                buf[..32].copy_from_slice(p);
+                Sha256::digest(&buf).into()
             }
-            let digest: [u8; 32] = match &prior {
-                Some(p) => {
-                    buf[..32].copy_from_slice(p);
-                    Sha256::digest(&buf).into()
-                }
-                None => Sha256::digest(&buf[32..]).into(),
-            };
-            prior = Some(digest);
-            let value = i64::from_be_bytes(digest[..8].try_into().expect("32-byte digest"));
-            match &seed {
-                Some(seed) => namespaced(seed, value) as u64,
-                None => value as u64,
-            }
-        })
-        .collect()
+            None => Sha256::digest(&buf[32..]).into(),
+        };
+        prior = Some(digest);
+        let value = i64::from_be_bytes(digest[..8].try_into().expect("32-byte digest"));
+        values.push(match &seed {
+            Some(seed) => namespaced(seed, value) as u64,
+            None => value as u64,
+        });
+    }
+    Ok(values)
 }
 
 fn namespace_seed(spec: &HashSpec) -> Option<[u8; 32]> {

@@ -67,6 +67,49 @@ fn only_full_blocks_are_hashed() {
 }
 
 #[test]
+fn a_cancelled_call_stops_every_algorithm() {
+    let flag = std::sync::atomic::AtomicU32::new(1);
+    let cancel = Cancel::new(None, Some(&flag));
+    for algorithm in Algorithm::ALL {
+        let mut spec = HashSpec::new(algorithm, 16);
+        spec.seed = Some("0".into());
+        let err = block_hashes_cancellable(&range(64), &spec, &cancel).unwrap_err();
+        assert_eq!(
+            err.kind(),
+            crate::error::ErrorKind::Cancelled,
+            "{algorithm:?}"
+        );
+    }
+}
+
+#[test]
+fn dynamo_hashes_in_checked_parts_equal_one_pass() {
+    // Parts of HASH_CHECK_BLOCKS blocks, with multimodal items straddling part boundaries.
+    let bs = 4;
+    let tokens = range((HASH_CHECK_BLOCKS * 2 + 7) as u32 * bs);
+    let mut spec = HashSpec::new(Algorithm::DynamoXxh3, bs);
+    let boundary = (HASH_CHECK_BLOCKS * bs as usize) as u64;
+    spec.mm_items = vec![
+        MmItem {
+            identifier: "a".into(),
+            offset: boundary - 6,
+            length: 12,
+        },
+        MmItem {
+            identifier: "b".into(),
+            offset: 2 * boundary - 1,
+            length: 3,
+        },
+    ];
+    let checked = block_hashes_cancellable(&tokens, &spec, &Cancel::default())
+        .unwrap()
+        .values;
+    let mm = dynamo::block_mm_hashes(tokens.len() / bs as usize, bs as usize, &spec.mm_items);
+    let seed = dynamo::block_seed(&spec.lora_name, &spec.namespace);
+    assert_eq!(checked, local_block_hashes(&tokens, bs as usize, seed, &mm));
+}
+
+#[test]
 fn unreproducible_and_malformed_specs_are_refused() {
     for algorithm in [Algorithm::VllmXxhash, Algorithm::VllmXxhashCbor] {
         let err = block_hashes(&range(32), &HashSpec::new(algorithm, 16)).unwrap_err();

@@ -10,12 +10,17 @@ use xxhash_rust::xxh3::xxh3_128;
 use super::spec::{Algorithm, ExtraKeyLayout, HashSpec, MmItem};
 use super::value::Value;
 use super::{cbor, pickle, BlockHashes};
+use crate::cancel::{Cancel, Every};
 use crate::error::Result;
 
 /// vLLM >= 0.29's NONE_HASH seed when PYTHONHASHSEED is unset and the algorithm is SHA-256 based.
 pub const DEFAULT_NONE_HASH_SEED: &str = "vllm-none-hash";
 
-pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashes> {
+pub(super) fn block_hashes(
+    tokens: &[u32],
+    spec: &HashSpec,
+    cancel: &Cancel<'_>,
+) -> Result<BlockHashes> {
     let seed = spec
         .seed
         .clone()
@@ -41,7 +46,9 @@ pub(super) fn block_hashes(tokens: &[u32], spec: &HashSpec) -> Result<BlockHashe
     let mut values = Vec::with_capacity(blocks);
     let mut mm = MmCursor::default();
     let plain = spec.lora_name.is_empty() && spec.mm_items.is_empty() && spec.cache_salt.is_empty();
+    let mut every = Every::new(super::HASH_CHECK_BLOCKS);
     for (i, block) in tokens.chunks_exact(bs).enumerate() {
+        every.tick(cancel)?;
         let (start, end) = (i * bs, (i + 1) * bs);
         let extra = if plain {
             Value::None

@@ -5,6 +5,7 @@
 
 use std::time::Instant;
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::hash;
 use crate::render::RenderOptions;
@@ -86,8 +87,11 @@ impl Multiplexer {
             return_tokens: request.return_tokens,
             max_length: (request.max_length > 0).then_some(request.max_length as usize),
             truncation_side: side,
-            deadline,
+            cancel: Cancel::with_deadline(deadline),
+            max_word_chars: (self.settings.max_word_chars > 0)
+                .then_some(self.settings.max_word_chars),
         };
+        check_text_lengths(&request.texts, self.settings.max_text_chars)?;
         let encoded = model.tokenizer.encode_batch(&request.texts, &opts)?;
         let mut encodings = Vec::with_capacity(encoded.len());
         for e in encoded {
@@ -122,7 +126,15 @@ impl Multiplexer {
             .iter()
             .map(|s| s.token_ids.as_slice())
             .collect();
-        let texts = model.tokenizer.decode_batch(&sequences, skip, deadline)?;
+        let count: usize = sequences.iter().map(|s| s.len()).sum();
+        if count > self.settings.max_token_ids {
+            return Err(Error::resource_exhausted(format!(
+                "sequences: {count} token ids is more than the server's limit of {} per request (--max-token-ids)",
+                self.settings.max_token_ids
+            )));
+        }
+        let cancel = Cancel::with_deadline(deadline);
+        let texts = model.tokenizer.decode_batch(&sequences, skip, &cancel)?;
         Ok(pb::DetokenizeResponse {
             texts,
             fingerprint: model.fingerprint.clone(),
@@ -148,6 +160,14 @@ impl Multiplexer {
             .as_ref()
             .map(spec_from_proto)
             .transpose()?;
+        let kwargs_chars = request.chat_template_kwargs_json.chars().count();
+        if kwargs_chars > self.settings.max_kwargs_bytes {
+            return Err(Error::resource_exhausted(format!(
+                "chat_template_kwargs_json: {kwargs_chars} characters is more than the server's limit of {} \
+                 (--max-kwargs-bytes)",
+                self.settings.max_kwargs_bytes
+            )));
+        }
         let wants_ids = request.return_token_ids.unwrap_or(true);
         let template_request = RenderRequest {
             messages_json: &request.messages_json,
@@ -166,7 +186,7 @@ impl Multiplexer {
             return_ids: wants_ids || spec.is_some(),
             return_offsets: request.return_offsets,
             use_cache: !request.bypass_cache,
-            deadline,
+            cancel: Cancel::with_deadline(deadline),
         };
         let rendered = model.renderer.render(&template_request, &opts)?;
         let (block_hashes, block_hash_spec) = match &spec {
@@ -186,4 +206,20 @@ impl Multiplexer {
         };
         Ok(Response::Render(response, rendered.cache))
     }
+}
+
+/// Refuses a text of more than `limit` characters (as the unary Tokenize does), naming it and the flag.
+fn check_text_lengths(texts: &[String], limit: usize) -> Result<()> {
+    for (i, text) in texts.iter().enumerate() {
+        // A text of at most `limit` bytes has at most `limit` characters: count only the longer ones.
+        if text.len() > limit {
+            let chars = text.chars().count();
+            if chars > limit {
+                return Err(Error::resource_exhausted(format!(
+                    "texts[{i}]: {chars} characters is more than the server's limit of {limit} (--max-text-chars)"
+                )));
+            }
+        }
+    }
+    Ok(())
 }

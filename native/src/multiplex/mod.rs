@@ -60,6 +60,15 @@ pub struct Settings {
     pub max_inflight: usize,
     /// The largest message the server sends (`--max-message-mb`).
     pub max_message_bytes: usize,
+    /// Characters in one Tokenize text (`--max-text-chars`).
+    pub max_text_chars: usize,
+    /// Longest run of one character class in a Tokenize text (`--max-word-chars`); 0 = none.
+    /// Render's prompts are bounded by the renderer's own setting (the same flag).
+    pub max_word_chars: usize,
+    /// Token ids in one Detokenize request (`--max-token-ids`).
+    pub max_token_ids: usize,
+    /// Characters of one Render's `chat_template_kwargs_json` (`--max-kwargs-bytes`).
+    pub max_kwargs_bytes: usize,
 }
 
 /// A large request of a message, to be run on its own ([`Multiplexer::run_one`]).

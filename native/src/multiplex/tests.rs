@@ -38,6 +38,10 @@ fn multiplexer(inline_bytes: usize, max_inflight: usize, max_message_bytes: usiz
         inline_bytes,
         max_inflight,
         max_message_bytes,
+        max_text_chars: 64 << 20,
+        max_word_chars: 100_000,
+        max_token_ids: 16 << 20,
+        max_kwargs_bytes: 1 << 20,
     };
     Multiplexer::new(vec![model], settings)
 }

@@ -12,14 +12,15 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::Value;
 
+use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::parse::model::ParseModel;
 use crate::parse::out::CallDelta;
 use crate::parse::session::{Delta, Session, SessionConfig};
 use crate::wire::{self, ClientMessage, DeltaFields, ToolCallFields};
 
-/// Limits of one stream (JSON `{"max_requests": n, "remember_finished": n}`; a missing field keeps
-/// its default).
+/// Limits of one stream (JSON `{"max_requests": n, "remember_finished": n, "max_step_ids": n}`; a
+/// missing field keeps its default).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct MuxLimits {
@@ -27,6 +28,9 @@ pub struct MuxLimits {
     pub max_requests: usize,
     /// Finished request ids remembered, so a late step says "already finished", not "unknown".
     pub remember_finished: usize,
+    /// Token ids of one request in one step; more fails that request with `RESOURCE_EXHAUSTED`
+    /// (the server sets it from `--max-token-ids`).
+    pub max_step_ids: usize,
 }
 
 impl Default for MuxLimits {
@@ -34,6 +38,7 @@ impl Default for MuxLimits {
         MuxLimits {
             max_requests: 4096,
             remember_finished: 4096,
+            max_step_ids: 16 << 20,
         }
     }
 }
@@ -137,6 +142,17 @@ impl Mux {
     /// Handles a raw `ParseStreamRequest`; a step's answer is appended to `out` as
     /// `ParseStreamResponse` bytes. A malformed message is `InvalidArgument`.
     pub fn handle(&mut self, message: &[u8], out: &mut Vec<u8>) -> Result<Handled> {
+        self.handle_cancellable(message, out, &Cancel::default())
+    }
+
+    /// [`Mux::handle`] that stops when `cancel` says so (between requests of a step, and within
+    /// a long request's ids), failing the whole call: its client has gone.
+    pub fn handle_cancellable(
+        &mut self,
+        message: &[u8],
+        out: &mut Vec<u8>,
+        cancel: &Cancel<'_>,
+    ) -> Result<Handled> {
         match wire::decode_request(message)? {
             ClientMessage::Open => Ok(Handled::Open),
             ClientMessage::Cancel(id) => {
@@ -145,7 +161,12 @@ impl Mux {
             }
             ClientMessage::Step(items) => {
                 for item in items {
-                    self.step_one(item.request_id, &item.token_ids, item.finished, out);
+                    cancel.check()?;
+                    if let Some(refused) = self.refused_ids(&item) {
+                        self.fail(item.request_id, refused, out);
+                        continue;
+                    }
+                    self.step_one(item.request_id, &item.token_ids, item.finished, out, cancel)?;
                 }
                 Ok(Handled::Done)
             }
@@ -155,26 +176,30 @@ impl Mux {
         }
     }
 
-    /// Feeds one request's tokens and appends its delta (if any) to `out`.
-    fn step_one(&mut self, request_id: &str, ids: &[u32], finished: bool, out: &mut Vec<u8>) {
+    /// Feeds one request's tokens and appends its delta (if any) to `out`; `Err` only when the
+    /// call was cancelled.
+    fn step_one(
+        &mut self,
+        request_id: &str,
+        ids: &[u32],
+        finished: bool,
+        out: &mut Vec<u8>,
+        cancel: &Cancel<'_>,
+    ) -> Result<()> {
         let Some(entry) = self.entries.get_mut(request_id) else {
-            let error = if self.finished.contains(request_id) {
-                Error::failed_precondition(format!(
-                    "step.items.request_id: request {request_id:?} already finished"
-                ))
-            } else {
-                Error::not_found(format!(
-                    "step.items.request_id: no open request {request_id:?} on this stream"
-                ))
-            };
-            wire::put_error(out, request_id, &error, "");
-            return;
+            self.step_unknown(request_id, out);
+            return Ok(());
         };
         let delta = &mut self.scratch;
         let result = catch_unwind(AssertUnwindSafe(|| {
-            entry.session.feed_into(ids, finished, delta)
+            entry.session.feed_cancellable(ids, finished, delta, cancel)
         }))
         .unwrap_or_else(|_| Err(Error::internal("panic in the native parser")));
+        if let Err(e) = &result {
+            if e.kind() == crate::error::ErrorKind::Cancelled || cancel.is_cancelled() {
+                return Err(e.clone());
+            }
+        }
         let fingerprint = if entry.sent_first {
             ""
         } else {
@@ -201,6 +226,55 @@ impl Mux {
                 self.retire(request_id);
             }
         }
+        Ok(())
+    }
+
+    /// Why a step item's ids are refused before any work: an id that is not a token id (the wire
+    /// held more than 32 bits), or more ids than one step may carry.
+    fn refused_ids(&self, item: &wire::StepTokens<'_>) -> Option<Error> {
+        if let Some((at, id)) = item.out_of_range {
+            return Some(Error::invalid_argument(format!(
+                "step.items.token_ids[{at}]: {id} is not a token id (token ids are below 2^32)"
+            )));
+        }
+        let n = item.token_ids.len();
+        (n > self.limits.max_step_ids).then(|| {
+            Error::resource_exhausted(format!(
+                "step.items.token_ids: {n} token ids in one step is more than the server's limit of {} per \
+                 request (--max-token-ids)",
+                self.limits.max_step_ids
+            ))
+        })
+    }
+
+    /// Fails an open request with `error` (its last answer) and retires it; for a request that is
+    /// not open, answers as a step for it would.
+    fn fail(&mut self, request_id: &str, error: Error, out: &mut Vec<u8>) {
+        let Some(entry) = self.entries.get(request_id) else {
+            // Unknown or finished: the usual answer for a step to such a request.
+            return self.step_unknown(request_id, out);
+        };
+        let fingerprint = if entry.sent_first {
+            ""
+        } else {
+            entry.fingerprint.as_str()
+        };
+        wire::put_error(out, request_id, &error, fingerprint);
+        self.retire(request_id);
+    }
+
+    /// The answer to a step for a request that is not open.
+    fn step_unknown(&self, request_id: &str, out: &mut Vec<u8>) {
+        let error = if self.finished.contains(request_id) {
+            Error::failed_precondition(format!(
+                "step.items.request_id: request {request_id:?} already finished"
+            ))
+        } else {
+            Error::not_found(format!(
+                "step.items.request_id: no open request {request_id:?} on this stream"
+            ))
+        };
+        wire::put_error(out, request_id, &error, "");
     }
 
     /// Drops a request; unknown ids are ignored.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{Map, Value};
 
+use crate::cancel::Cancel;
 use crate::detok::{Anchor, Detokenizer, StopFilter, TextSink};
 use crate::error::{Error, Result};
 use crate::parse::ledger::Ledger;
@@ -22,6 +23,9 @@ use crate::parse::{Passthrough, Stage};
 pub const PRIME_DETOK_IDS: usize = 32;
 /// How far back the reasoning split looks in the prompt for its last marker.
 pub const PRIME_PARSER_IDS: usize = 512;
+/// A step longer than this is fed in parts of this many ids, with cancellation checked between
+/// them (a few milliseconds of work each).
+pub const STEP_CHECK_IDS: usize = 1 << 15;
 
 /// How a request is parsed (the `OpenRequest` fields that matter here, with the model's defaults
 /// and the server's limits applied). The server sends it as JSON when it opens a request; a
@@ -312,17 +316,61 @@ impl Session {
     /// [`Session::feed`] into a reused `delta` (its buffers are cleared and refilled), so a
     /// steady stream of steps allocates nothing.
     pub fn feed_into(&mut self, ids: &[u32], end: bool, delta: &mut Delta) -> Result<()> {
+        self.feed_part(ids, end, delta, true)
+    }
+
+    /// [`Session::feed_into`] for a step of any size that stops when `cancel` says so: a long
+    /// step is fed in parts of [`STEP_CHECK_IDS`] ids (the result does not depend on how a stream
+    /// is split into steps) with `cancel` checked before each, and the parts' deltas joined; the
+    /// held-back bound is checked once, at the end of the step, as for one part.
+    pub fn feed_cancellable(
+        &mut self,
+        ids: &[u32],
+        end: bool,
+        delta: &mut Delta,
+        cancel: &Cancel<'_>,
+    ) -> Result<()> {
+        if ids.len() <= STEP_CHECK_IDS {
+            return self.feed_into(ids, end, delta);
+        }
+        // Checked over the whole step first, so an error names the id's position in the step.
+        self.check_known(ids)?;
+        let mut joined = Delta::default();
+        let parts = ids.len().div_ceil(STEP_CHECK_IDS);
+        for (i, part) in ids.chunks(STEP_CHECK_IDS).enumerate() {
+            cancel.check()?;
+            let last = i + 1 == parts;
+            self.feed_part(part, end && last, delta, last)?;
+            joined.content.push_str(&delta.content);
+            joined.reasoning.push_str(&delta.reasoning);
+            joined.calls.append(&mut delta.calls);
+            if delta.finished && !last {
+                // A stop string ended the request: the rest of the step is output past the end.
+                let rest = (ids.len() - (i + 1) * STEP_CHECK_IDS) as u64;
+                self.tokens += rest;
+                delta.completion_tokens = self.tokens.min(u32::MAX as u64) as u32;
+            }
+            if delta.finished {
+                break;
+            }
+        }
+        std::mem::swap(&mut delta.content, &mut joined.content);
+        std::mem::swap(&mut delta.reasoning, &mut joined.reasoning);
+        std::mem::swap(&mut delta.calls, &mut joined.calls);
+        Ok(())
+    }
+
+    fn feed_part(
+        &mut self,
+        ids: &[u32],
+        end: bool,
+        delta: &mut Delta,
+        check_held: bool,
+    ) -> Result<()> {
         if self.finished {
             return Err(Error::failed_precondition("the request already finished"));
         }
-        for (i, &id) in ids.iter().enumerate() {
-            if !self.detok.is_known(id) {
-                return Err(Error::invalid_argument(format!(
-                    "token_ids[{i}]: id {id} is not in the vocabulary (size {})",
-                    self.model.vocab_size()
-                )));
-            }
-        }
+        self.check_known(ids)?;
         let mut sink = std::mem::take(&mut self.sink);
         self.decode(ids, end, &mut sink);
         let buf1 = &mut self.buf1;
@@ -336,7 +384,7 @@ impl Session {
         self.tools.feed(&mut self.buf2, &mut self.out, done);
         self.attribute_step(done);
         let held = self.held_bytes();
-        if !done && held > self.max_held {
+        if check_held && !done && held > self.max_held {
             self.finished = true;
             return Err(Error::resource_exhausted(format!(
                 "the request holds back {held} bytes of undecided output, more than the limit of {} \
@@ -346,6 +394,18 @@ impl Session {
         }
         self.fill(delta, done, matched.map(|m| m.index));
         Ok(())
+    }
+
+    /// Refuses an id outside the vocabulary, naming its position in `ids`.
+    fn check_known(&self, ids: &[u32]) -> Result<()> {
+        match ids.iter().position(|&id| !self.detok.is_known(id)) {
+            None => Ok(()),
+            Some(i) => Err(Error::invalid_argument(format!(
+                "token_ids[{i}]: id {} is not in the vocabulary (size {})",
+                ids[i],
+                self.model.vocab_size()
+            ))),
+        }
     }
 
     /// Decodes a step's ids into `sink` (marker tokens as sentinels, model text escaped so it

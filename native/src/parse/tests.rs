@@ -4,6 +4,8 @@
 
 use std::sync::Arc;
 
+use crate::cancel::Cancel;
+use crate::parse::session::STEP_CHECK_IDS;
 use crate::parse::{ParseModel, Session, SessionConfig};
 use crate::test_support::shared_model;
 
@@ -117,4 +119,139 @@ fn mux_answers_an_unknown_request_with_not_found_from_the_table() {
     assert_eq!(error.code, crate::ErrorKind::NotFound.grpc_code());
     assert!(answer.deltas[0].finished);
     assert!(mux.handle(&[], &mut out).is_err(), "an empty message");
+}
+
+#[test]
+fn mux_refuses_a_step_over_the_id_limit_or_with_an_id_above_32_bits_per_request() {
+    use crate::parse::{Mux, MuxLimits, OpenOptions};
+    use crate::wire::pb::{self, parse_stream_request::Kind};
+    use prost::Message;
+
+    let Some(tok) = shared_model("qwen3") else {
+        return;
+    };
+    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
+    let mut mux = Mux::new(MuxLimits {
+        max_step_ids: 4,
+        ..MuxLimits::default()
+    });
+    for id in ["long", "wide", "fine"] {
+        let opts = OpenOptions {
+            request_id: id.into(),
+            fingerprint: String::new(),
+        };
+        mux.open(model.clone(), &opts, &SessionConfig::default(), &[])
+            .expect("opens");
+    }
+    let item = |id: &str, ids: Vec<u32>| pb::StepTokens {
+        request_id: id.into(),
+        token_ids: ids,
+        finished: false,
+    };
+    let step = pb::ParseStreamRequest {
+        kind: Some(Kind::Step(pb::Step {
+            items: vec![
+                item("long", vec![9707; 5]),
+                item("wide", vec![]),
+                item("fine", vec![9707, 1879]),
+            ],
+        })),
+    };
+    let mut bytes = step.encode_to_vec();
+    // "wide" gets a packed 2^32 (prost cannot write one into a uint32 field).
+    let wide = bytes.windows(4).position(|w| w == b"wide").expect("wide") + 4;
+    let packed = [0x12, 5, 0x80, 0x80, 0x80, 0x80, 0x10];
+    bytes.splice(wide..wide, packed);
+    // Fix the lengths of the item and the step around the 7 inserted bytes.
+    let item_len_at = wide - 4 - 3;
+    bytes[item_len_at] += packed.len() as u8;
+    bytes[1] += packed.len() as u8;
+    let mut out = Vec::new();
+    mux.handle(&bytes, &mut out).expect("handled");
+    let answer = pb::ParseStreamResponse::decode(out.as_slice()).expect("decodes");
+    let by_id = |id: &str| {
+        answer
+            .deltas
+            .iter()
+            .find(|d| d.request_id == id)
+            .expect("answered")
+    };
+    let long = by_id("long").error.as_ref().expect("refused");
+    assert_eq!(long.code, crate::ErrorKind::ResourceExhausted.grpc_code());
+    assert!(long.message.contains("--max-token-ids"), "{}", long.message);
+    let wide = by_id("wide").error.as_ref().expect("refused");
+    assert_eq!(wide.code, crate::ErrorKind::InvalidArgument.grpc_code());
+    assert!(
+        wide.message
+            .starts_with("step.items.token_ids[0]: 4294967296"),
+        "{}",
+        wide.message
+    );
+    assert_eq!(by_id("fine").content, "Hello world");
+    assert_eq!(mux.len(), 1, "the refused requests are retired");
+}
+
+/// A step is fed as one whole: its deltas joined, in any number of checked parts.
+fn feed_joined(
+    s: &mut Session,
+    ids: &[u32],
+    end: bool,
+    cancel: &Cancel<'_>,
+) -> (String, String, String) {
+    let mut delta = crate::parse::Delta::default();
+    s.feed_cancellable(ids, end, &mut delta, cancel)
+        .expect("feed");
+    let args = delta.calls.iter().map(|c| c.arguments.as_str()).collect();
+    (delta.content, delta.reasoning, args)
+}
+
+#[test]
+fn a_long_step_fed_in_checked_parts_equals_small_steps() {
+    let Some((mut small, tok)) = session("hermes", "qwen3", "<|im_start|>assistant\n") else {
+        return;
+    };
+    let (mut long, _) = session("hermes", "qwen3", "<|im_start|>assistant\n").expect("model");
+    let filler = "word ".repeat(3 * STEP_CHECK_IDS / 2);
+    let text = format!("<think>{filler}</think>{filler}<tool_call>{{\"name\": \"f\", \"arguments\": {{\"a\": \"x\"}}}}</tool_call>");
+    let ids = tok
+        .hf()
+        .encode(text, false)
+        .expect("encode")
+        .get_ids()
+        .to_vec();
+    assert!(ids.len() > 2 * STEP_CHECK_IDS, "{}", ids.len());
+    let mut expected = (String::new(), String::new(), String::new());
+    for chunk in ids.chunks(1000) {
+        let d = small.feed(chunk, false).expect("feed");
+        expected.0.push_str(&d.content);
+        expected.1.push_str(&d.reasoning);
+        d.calls
+            .iter()
+            .for_each(|c| expected.2.push_str(&c.arguments));
+    }
+    assert_eq!(
+        feed_joined(&mut long, &ids, false, &Cancel::default()),
+        expected
+    );
+}
+
+#[test]
+fn a_long_step_names_a_bad_id_by_its_place_in_the_step_and_stops_when_cancelled() {
+    let Some((mut s, _)) = session("", "", "") else {
+        return;
+    };
+    let mut ids = vec![1000u32; 2 * STEP_CHECK_IDS];
+    ids[STEP_CHECK_IDS + 7] = u32::MAX;
+    let mut delta = crate::parse::Delta::default();
+    let err = s
+        .feed_cancellable(&ids, false, &mut delta, &Cancel::default())
+        .unwrap_err();
+    let at = format!("token_ids[{}]", STEP_CHECK_IDS + 7);
+    assert!(err.message().starts_with(&at), "{}", err.message());
+    let flag = std::sync::atomic::AtomicU32::new(1);
+    let ids = vec![1000u32; 2 * STEP_CHECK_IDS];
+    let err = s
+        .feed_cancellable(&ids, false, &mut delta, &Cancel::new(None, Some(&flag)))
+        .unwrap_err();
+    assert_eq!(err.kind(), crate::error::ErrorKind::Cancelled);
 }

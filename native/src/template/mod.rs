@@ -25,7 +25,8 @@ pub use env::{Clock, Limits, RaisedByTemplate};
 use json::Json;
 pub use normalize::ContentFormat;
 
-use crate::error::{Error, Result};
+use crate::cancel::Cancel;
+use crate::error::{Error, ErrorKind, Result};
 
 /// transformers appends this to the final message and cuts the prompt at it.
 const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
@@ -158,6 +159,15 @@ impl ChatTemplates {
 
     /// Renders a request to the prompt text.
     pub fn render(&self, req: &RenderRequest<'_>) -> Result<String> {
+        self.render_cancellable(req, &Cancel::default())
+    }
+
+    /// [`ChatTemplates::render`] that stops when `cancel` says so while the template writes.
+    pub fn render_cancellable(
+        &self,
+        req: &RenderRequest<'_>,
+        cancel: &Cancel<'_>,
+    ) -> Result<String> {
         if req.continue_final_message && req.add_generation_prompt {
             return Err(Error::invalid_argument(
                 "continue_final_message and add_generation_prompt cannot both be true: the first ends the prompt \
@@ -207,7 +217,7 @@ impl ChatTemplates {
             Value::from("add_generation_prompt"),
             Value::from(req.add_generation_prompt),
         ));
-        let mut text = self.run(template, Value::from_pairs(context))?;
+        let mut text = self.run(template, Value::from_pairs(context), cancel)?;
         if let Some(original) = continued {
             cut_at_continue_tag(&mut text, &original)?;
         }
@@ -298,7 +308,12 @@ impl ChatTemplates {
         Ok(compiled)
     }
 
-    fn run(&self, template: Arc<CompiledTemplate>, context: Value) -> Result<String> {
+    fn run(
+        &self,
+        template: Arc<CompiledTemplate>,
+        context: Value,
+        cancel: &Cancel<'_>,
+    ) -> Result<String> {
         let tmpl = template
             .env
             .get_template(env::TEMPLATE_NAME)
@@ -307,8 +322,13 @@ impl ChatTemplates {
             buf: Vec::new(),
             limit: self.limits.max_output_bytes,
             exceeded: false,
+            cancel,
+            stopped: None,
         };
         let result = tmpl.render_captured_to(context, &mut out);
+        if let Some(stop) = out.stopped {
+            return Err(stop);
+        }
         if out.exceeded {
             return Err(Error::resource_exhausted(format!(
                 "chat template: the rendered prompt exceeds the output limit of {} bytes",
@@ -492,15 +512,26 @@ pub(crate) fn to_value(json: Json) -> Value {
     }
 }
 
-/// Collects template output and stops it at a size limit.
-struct LimitedWriter {
+/// Collects template output and stops it at a size limit, or when the call is cancelled (every
+/// write checks; a template that loops writes often).
+struct LimitedWriter<'c, 'a> {
     buf: Vec<u8>,
     limit: usize,
     exceeded: bool,
+    cancel: &'c Cancel<'a>,
+    stopped: Option<Error>,
 }
 
-impl io::Write for LimitedWriter {
+impl io::Write for LimitedWriter<'_, '_> {
     fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if let Err(stop) = self.cancel.check() {
+            debug_assert!(matches!(
+                stop.kind(),
+                ErrorKind::Cancelled | ErrorKind::DeadlineExceeded
+            ));
+            self.stopped = Some(stop);
+            return Err(io::Error::other("the call was stopped"));
+        }
         if self.buf.len() + data.len() > self.limit {
             self.exceeded = true;
             return Err(io::Error::other("output limit exceeded"));

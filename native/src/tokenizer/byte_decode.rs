@@ -57,9 +57,13 @@ impl ByteDecodeTable {
         Some(table)
     }
 
-    /// Decodes known ids (the caller has checked them).
-    pub(super) fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> String {
-        let mut out = Vec::with_capacity(ids.len() * 4);
+    /// Appends the bytes of known ids to `out` (a decode in parts; [`Self::finish`] makes the text).
+    pub(super) fn decode_bytes_into(
+        &self,
+        ids: &[u32],
+        skip_special_tokens: bool,
+        out: &mut Vec<u8>,
+    ) {
         for &id in ids {
             let id = id as usize;
             if skip_special_tokens && self.special[id] {
@@ -69,6 +73,10 @@ impl ByteDecodeTable {
                 &self.bytes[self.starts[id] as usize..self.starts[id + 1] as usize],
             );
         }
+    }
+
+    /// The text of decoded bytes (invalid UTF-8 replaced, as Hugging Face does).
+    pub(super) fn finish(&self, out: Vec<u8>) -> String {
         match String::from_utf8(out) {
             Ok(text) => text,
             Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),

@@ -75,3 +75,37 @@ fn probe_corpus(reference: &Tokenizer) -> Vec<String> {
     corpus.push(corpus.concat());
     corpus
 }
+
+/// Checks that cutting the probe corpus wherever `chunker` allows gives the ids of encoding it
+/// whole (with `tokenizers`, the reference), or says where it differs.
+pub(super) fn probe_chunking(
+    reference: &Tokenizer,
+    chunker: &super::Chunker,
+) -> Result<(), String> {
+    let mut corpus = probe_corpus(reference);
+    corpus.push(corpus.join(" "));
+    let encode = |text: &str| {
+        reference
+            .hf
+            .encode(text, false)
+            .map(|e| e.get_ids().to_vec())
+            .map_err(|e| format!("tokenizers failed on the probe: {e}"))
+    };
+    for text in &corpus {
+        let whole = encode(text)?;
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        for cut in chunker
+            .cuts(text, 1)
+            .into_iter()
+            .chain(std::iter::once(text.len()))
+        {
+            pieces.extend(encode(&text[start..cut])?);
+            start = cut;
+        }
+        if pieces != whole {
+            return Err(format!("cutting changes the ids of {text:?}"));
+        }
+    }
+    Ok(())
+}

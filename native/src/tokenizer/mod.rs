@@ -9,18 +9,20 @@
 //! A `Tokenizer` is immutable after loading, `Send + Sync`, and shared by every thread.
 
 mod byte_decode;
+mod chunks;
 mod fast;
 mod load;
 mod segments;
 mod tiktoken;
-
-use std::time::Instant;
+mod words;
 
 use rayon::prelude::*;
 use tokenizers::TruncationDirection;
 
+use crate::cancel::Cancel;
 use crate::error::{Error, ErrorKind, Result};
 use byte_decode::ByteDecodeTable;
+use chunks::Chunker;
 
 pub use load::TokenizerFormat;
 pub use segments::{CacheStats, SegmentCache};
@@ -37,7 +39,7 @@ pub enum TruncationSide {
 
 /// How to encode one text.
 #[derive(Debug, Clone, Default)]
-pub struct EncodeOptions {
+pub struct EncodeOptions<'a> {
     /// Let the post-processor add its special tokens (BOS/EOS), as `encode(add_special_tokens=True)`.
     pub add_special_tokens: bool,
     /// Compute [start, end) character offsets.
@@ -48,8 +50,11 @@ pub struct EncodeOptions {
     pub max_length: Option<usize>,
     /// Which end truncation cuts.
     pub truncation_side: TruncationSide,
-    /// Give up (with [`ErrorKind::DeadlineExceeded`]) when a batch is still running at this instant.
-    pub deadline: Option<Instant>,
+    /// When to stop early (deadline, cancellation): checked before each text and each chunk of a
+    /// long text.
+    pub cancel: Cancel<'a>,
+    /// Refuse a text with a run of one character class longer than this (see [`words`]).
+    pub max_word_chars: Option<usize>,
 }
 
 /// The encoding of one text.
@@ -93,11 +98,21 @@ pub struct Tokenizer {
     byte_decode: Option<ByteDecodeTable>,
     /// Where prompts may be cut for the segment cache.
     boundaries: segments::Boundaries,
+    /// Where long texts may be cut so that an encode can stop between pieces.
+    chunker: Chunker,
 }
 
 /// Batches whose total text is smaller than this are encoded on the calling thread: splitting them
 /// over threads costs more than it saves.
 const PARALLEL_BATCH_MIN_BYTES: usize = 32 * 1024;
+
+/// Texts longer than this are encoded in pieces of about this size where the tokenizer allows
+/// exact cuts: the most uninterruptible work one piece costs is tens of milliseconds on the slowest
+/// encoder path (`tokenizers` with offsets, about 1.4 us per character).
+pub const CHUNK_BYTES: usize = 48 * 1024;
+
+/// Ids of a decode checked for cancellation at a time.
+const DECODE_CHECK_IDS: usize = 1 << 16;
 
 impl Tokenizer {
     /// Loads the tokenizer of a Hugging Face model directory: `tokenizer.json`, or a tiktoken file
@@ -123,6 +138,7 @@ impl Tokenizer {
             (reference, fast)
         });
         let mut tokenizer = reference?;
+        tokenizer.chunker = tokenizer.load_chunker(json);
         let verdict = fast.and_then(|fast| {
             std::thread::scope(|scope| scope.spawn(|| fast::verify(&fast, &tokenizer)).join())
                 .unwrap_or_else(|_| Err("fastokens panicked on the probe".into()))
@@ -163,6 +179,7 @@ impl Tokenizer {
         Ok(Tokenizer {
             byte_decode,
             boundaries,
+            chunker: Chunker::disabled("not probed yet"),
             hf,
             fast: None,
             fast_rejection: None,
@@ -242,8 +259,44 @@ impl Tokenizer {
         })
     }
 
+    /// Why long texts are encoded whole (no exact cuts), if they are.
+    pub fn chunking_rejection(&self) -> Option<&str> {
+        self.chunker.unsupported.as_deref()
+    }
+
+    /// The chunker for `json`, kept only when cut encodings equal whole ones on a probe corpus.
+    fn load_chunker(&self, json: &str) -> Chunker {
+        let value: serde_json::Value = match serde_json::from_str(json) {
+            Ok(v) => v,
+            Err(e) => return Chunker::disabled(format!("json: {e}")),
+        };
+        let added: Vec<String> = self
+            .added_tokens
+            .iter()
+            .map(|t| t.content.clone())
+            .collect();
+        let chunker = Chunker::for_tokenizer(&value, &added);
+        if chunker.unsupported.is_some() {
+            return chunker;
+        }
+        // On a short-lived thread, as the fast encoder's probe (see `from_json_text`).
+        let verdict = std::thread::scope(|scope| {
+            scope
+                .spawn(|| fast::probe_chunking(self, &chunker))
+                .join()
+                .unwrap_or_else(|_| Err("tokenizers panicked on the chunking probe".into()))
+        });
+        match verdict {
+            Ok(()) => chunker,
+            Err(why) => Chunker::disabled(why),
+        }
+    }
+
     /// Encodes one text.
     pub fn encode(&self, text: &str, opts: &EncodeOptions) -> Result<Encoded> {
+        if let Some(limit) = opts.max_word_chars {
+            words::check_word_lengths(text, limit)?;
+        }
         let n_added = if opts.add_special_tokens {
             self.num_special_tokens_to_add()
         } else {
@@ -274,9 +327,10 @@ impl Tokenizer {
         opts: &EncodeOptions,
         limit: Option<usize>,
     ) -> Result<Encoded> {
-        let mut raw = fast
-            .encode_with_special_tokens(text, false)
-            .map_err(|e| Error::internal(format!("fast encoder failed: {e}")))?;
+        let mut raw = self.encode_pieces(text, &opts.cancel, |piece| {
+            fast.encode_with_special_tokens(piece, false)
+                .map_err(|e| Error::internal(format!("fast encoder failed: {e}")))
+        })?;
         let truncated = truncate_ids(&mut raw, limit, opts.truncation_side);
         let ids = if opts.add_special_tokens && self.num_special_tokens_to_add() > 0 {
             let mut ids = Vec::with_capacity(raw.len() + self.num_special_tokens_to_add());
@@ -301,10 +355,7 @@ impl Tokenizer {
         opts: &EncodeOptions,
         limit: Option<usize>,
     ) -> Result<Encoded> {
-        let mut enc = self
-            .hf
-            .encode_char_offsets(text, false)
-            .map_err(|e| Error::internal(format!("encoder failed: {e}")))?;
+        let mut enc = self.encode_reference_pieces(text, &opts.cancel)?;
         let mut truncated = false;
         if let Some(limit) = limit {
             if enc.len() > limit {
@@ -340,6 +391,68 @@ impl Tokenizer {
         Ok(out)
     }
 
+    /// The model ids of `text` (no special tokens, no truncation) through `encode_piece`, one
+    /// exact piece at a time (see [`chunks`]), checking `cancel` before each piece.
+    fn encode_pieces(
+        &self,
+        text: &str,
+        cancel: &Cancel<'_>,
+        encode_piece: impl Fn(&str) -> Result<Vec<u32>> + Sync,
+    ) -> Result<Vec<u32>> {
+        let pieces = self.pieces(text);
+        if pieces.len() == 1 {
+            cancel.check()?;
+            return encode_piece(text);
+        }
+        let parts: Vec<Vec<u32>> = pieces
+            .par_iter()
+            .map(|piece| {
+                cancel.check()?;
+                encode_piece(piece)
+            })
+            .collect::<Result<_>>()?;
+        Ok(parts.concat())
+    }
+
+    /// `text` split at the chunker's cuts (one piece when it has none).
+    fn pieces<'t>(&self, text: &'t str) -> Vec<&'t str> {
+        let cuts = self.chunker.cuts(text, CHUNK_BYTES);
+        let mut pieces = Vec::with_capacity(cuts.len() + 1);
+        let mut start = 0;
+        for cut in cuts.into_iter().chain(std::iter::once(text.len())) {
+            pieces.push(&text[start..cut]);
+            start = cut;
+        }
+        pieces
+    }
+
+    /// `tokenizers`' encoding of `text` with character offsets, computed piece by piece (see
+    /// [`chunks`]) and joined with the offsets of later pieces moved by the characters before them.
+    fn encode_reference_pieces(
+        &self,
+        text: &str,
+        cancel: &Cancel<'_>,
+    ) -> Result<tokenizers::Encoding> {
+        let encode = |piece: &str| {
+            self.hf
+                .encode_char_offsets(piece, false)
+                .map_err(|e| Error::internal(format!("encoder failed: {e}")))
+        };
+        let pieces = self.pieces(text);
+        if pieces.len() == 1 {
+            cancel.check()?;
+            return encode(text);
+        }
+        let parts: Vec<(tokenizers::Encoding, usize)> = pieces
+            .par_iter()
+            .map(|piece| {
+                cancel.check()?;
+                Ok((encode(piece)?, piece.chars().count()))
+            })
+            .collect::<Result<_>>()?;
+        Ok(join_encodings(parts))
+    }
+
     /// Encodes one text to ids exactly as [`Tokenizer::encode`] does (no truncation), reusing the ids
     /// of segments `cache` has seen; see [`segments`] for why the result is identical.
     pub fn encode_with_cache(
@@ -347,9 +460,14 @@ impl Tokenizer {
         text: &str,
         add_special_tokens: bool,
         cache: &SegmentCache,
-        deadline: Option<Instant>,
+        cancel: &Cancel<'_>,
+        max_word_chars: Option<usize>,
     ) -> Result<(Vec<u32>, CacheStats)> {
-        let plain = EncodeOptions::default();
+        let plain = EncodeOptions {
+            cancel: *cancel,
+            max_word_chars,
+            ..EncodeOptions::default()
+        };
         let mut stats = CacheStats::default();
         let mut ids = Vec::with_capacity(text.len() / 3 + 8);
         if add_special_tokens {
@@ -365,7 +483,7 @@ impl Tokenizer {
             }
             let hit = cache.get_into(segment, &mut ids);
             if !hit {
-                check_deadline(deadline)?;
+                cancel.check()?;
                 let encoded = self.encode(segment, &plain)?;
                 cache.insert(segment, &encoded.ids);
                 ids.extend_from_slice(&encoded.ids);
@@ -385,10 +503,12 @@ impl Tokenizer {
         opts: &EncodeOptions,
     ) -> Result<Vec<Encoded>> {
         let one = |(i, text): (usize, &S)| -> Result<Encoded> {
-            check_deadline(opts.deadline)?;
+            opts.cancel.check()?;
             self.encode(text.as_ref(), opts).map_err(|e| {
-                // max_length errors are about the request, not one text.
-                if e.message().starts_with("max_length") {
+                // max_length errors are about the request, and stopping is about the call.
+                let whole_call =
+                    matches!(e.kind(), ErrorKind::Cancelled | ErrorKind::DeadlineExceeded);
+                if whole_call || e.message().starts_with("max_length") {
                     e
                 } else {
                     e.context(format_args!("texts[{i}]"))
@@ -423,10 +543,27 @@ impl Tokenizer {
 
     /// Decodes ids to text as Hugging Face `decode` does. Unknown ids are an error.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.decode_cancellable(ids, skip_special_tokens, &Cancel::default())
+    }
+
+    /// [`Tokenizer::decode`], checking `cancel` every few ten thousand ids where the decoder
+    /// allows it (the byte-level table; other decoders run whole).
+    pub fn decode_cancellable(
+        &self,
+        ids: &[u32],
+        skip_special_tokens: bool,
+        cancel: &Cancel<'_>,
+    ) -> Result<String> {
         self.check_ids(ids)?;
         if let Some(table) = &self.byte_decode {
-            return Ok(table.decode(ids, skip_special_tokens));
+            let mut bytes = Vec::with_capacity(ids.len() * 4);
+            for part in ids.chunks(DECODE_CHECK_IDS) {
+                cancel.check()?;
+                table.decode_bytes_into(part, skip_special_tokens, &mut bytes);
+            }
+            return Ok(table.finish(bytes));
         }
+        cancel.check()?;
         self.hf
             .decode(ids, skip_special_tokens)
             .map_err(|e| Error::internal(format!("decoder failed: {e}")))
@@ -437,12 +574,15 @@ impl Tokenizer {
         &self,
         seqs: &[S],
         skip_special_tokens: bool,
-        deadline: Option<Instant>,
+        cancel: &Cancel<'_>,
     ) -> Result<Vec<String>> {
         let one = |(i, ids): (usize, &S)| -> Result<String> {
-            check_deadline(deadline)?;
-            self.decode(ids.as_ref(), skip_special_tokens)
-                .map_err(|e| e.context(format_args!("sequences[{i}]")))
+            cancel.check()?;
+            self.decode_cancellable(ids.as_ref(), skip_special_tokens, cancel)
+                .map_err(|e| match e.kind() {
+                    ErrorKind::Cancelled | ErrorKind::DeadlineExceeded => e,
+                    _ => e.context(format_args!("sequences[{i}]")),
+                })
         };
         let total: usize = seqs.iter().map(|s| s.as_ref().len()).sum();
         if seqs.len() > 1 && total >= PARALLEL_BATCH_MIN_BYTES / 4 {
@@ -453,14 +593,35 @@ impl Tokenizer {
     }
 }
 
-fn check_deadline(deadline: Option<Instant>) -> Result<()> {
-    match deadline {
-        Some(d) if Instant::now() >= d => Err(Error::new(
-            ErrorKind::DeadlineExceeded,
-            "the request's deadline passed",
-        )),
-        _ => Ok(()),
+/// One encoding from the encodings of consecutive pieces of a text, each with its length in
+/// characters: ids, tokens and attention in order, offsets moved by the characters before.
+fn join_encodings(parts: Vec<(tokenizers::Encoding, usize)>) -> tokenizers::Encoding {
+    let total: usize = parts.iter().map(|(e, _)| e.len()).sum();
+    let mut ids = Vec::with_capacity(total);
+    let mut tokens = Vec::with_capacity(total);
+    let mut offsets = Vec::with_capacity(total);
+    let mut shift = 0;
+    for (enc, chars) in &parts {
+        ids.extend_from_slice(enc.get_ids());
+        tokens.extend_from_slice(enc.get_tokens());
+        offsets.extend(
+            enc.get_offsets()
+                .iter()
+                .map(|&(s, e)| (s + shift, e + shift)),
+        );
+        shift += chars;
     }
+    tokenizers::Encoding::new(
+        ids,
+        vec![0; total],
+        tokens,
+        vec![None; total],
+        offsets,
+        vec![0; total],
+        vec![1; total],
+        Vec::new(),
+        Default::default(),
+    )
 }
 
 /// Cuts `ids` to `limit` from `side`; returns whether anything was cut.

@@ -43,7 +43,7 @@ fn toy() -> Tokenizer {
     Tokenizer::from_json_text(&toy_json(), TokenizerFormat::TokenizerJson).unwrap()
 }
 
-fn opts() -> EncodeOptions {
+fn opts() -> EncodeOptions<'static> {
     EncodeOptions::default()
 }
 
@@ -123,7 +123,11 @@ fn unknown_ids_are_named_by_position() {
     assert_eq!(err.kind(), ErrorKind::InvalidArgument);
     assert!(err.message().contains("token_ids[1]"), "{err}");
     let err = t
-        .decode_batch(&[vec![2u32], vec![3, 100]], true, None)
+        .decode_batch(
+            &[vec![2u32], vec![3, 100]],
+            true,
+            &crate::cancel::Cancel::default(),
+        )
         .unwrap_err();
     assert!(
         err.message().starts_with("sequences[1]: token_ids[1]"),
@@ -143,7 +147,7 @@ fn batch_errors_name_the_text() {
     let t = toy();
     let past = Some(std::time::Instant::now() - std::time::Duration::from_millis(1));
     let o = EncodeOptions {
-        deadline: past,
+        cancel: crate::cancel::Cancel::with_deadline(past),
         ..opts()
     };
     let err = t.encode_batch(&["ab"], &o).unwrap_err();
@@ -178,7 +182,9 @@ fn segment_cache_gives_the_same_ids_and_hits_on_repeats() {
                 )
                 .unwrap()
                 .ids;
-            let (got, stats) = t.encode_with_cache(text, add, &cache, None).unwrap();
+            let (got, stats) = t
+                .encode_with_cache(text, add, &cache, &Default::default(), None)
+                .unwrap();
             assert_eq!(got, want, "{text:?} add_special_tokens={add}");
             if i == 2 && !add {
                 // The first text's segments are all reused; only "<s>c" is new.
@@ -195,8 +201,156 @@ fn segment_cache_stays_within_its_budget() {
     let cache = SegmentCache::new(16 * 1024);
     for i in 0..2000 {
         let text = format!("<s>{}</s>", "ab ".repeat(i % 50 + 1));
-        let (got, _) = t.encode_with_cache(&text, false, &cache, None).unwrap();
+        let (got, _) = t
+            .encode_with_cache(&text, false, &cache, &Default::default(), None)
+            .unwrap();
         assert_eq!(got, t.encode(&text, &opts()).unwrap().ids);
     }
     assert!(cache.bytes() <= 16 * 1024, "{}", cache.bytes());
+}
+
+/// A long mixed text: prose, code, digits, CJK, emoji, combining marks, whitespace runs and the
+/// model's own added tokens, in an order drawn from `seed` (several pieces of `CHUNK_BYTES`).
+fn long_mixed_text(t: &Tokenizer, seed: u64) -> String {
+    let mut parts: Vec<String> = [
+        "The quick brown fox jumps over the lazy dog. ",
+        "It's what they'd say, isn't it? ",
+        "fn main() { let x = vec![1, 2, 3]; println!(\"{x:?}\"); } ",
+        "12345 6789 0.5e-3 ",
+        "你好 世界 こんにちは カタカナ ",
+        "emoji 🎉🎉 ok ",
+        "cafe\u{301} e\u{301}te\u{301} ",
+        "tabs\tand  double  spaces   here ",
+        "new\nline\n\nparagraph ",
+        "a-b_c/d.e:f;g ",
+        "  leading and trailing  ",
+        "x 'll 's 've ",
+        "URL: https://example.com/a?b=c&d=e ",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    for added in t.added_tokens().iter().take(8) {
+        parts.push(format!("{} ", added.content));
+        parts.push(format!("x{}y ", added.content));
+    }
+    let mut state = seed;
+    let mut text = String::new();
+    while text.len() < 3 * super::CHUNK_BYTES + 1000 {
+        state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        text.push_str(&parts[(state >> 33) as usize % parts.len()]);
+    }
+    text
+}
+
+#[test]
+fn long_texts_cut_into_pieces_encode_exactly_as_whole_ones() {
+    let Some(dir) = crate::test_support::shared_models() else {
+        return;
+    };
+    let cut_models = [
+        "qwen3",
+        "qwen2.5",
+        "llama3",
+        "deepseek-v3",
+        "gpt-oss",
+        "mistral-nemo",
+        "gpt2",
+    ];
+    for name in cut_models
+        .iter()
+        .chain(&["gemma3", "phi3", "mistral-v3-spm"])
+    {
+        let t = Tokenizer::from_dir(&dir.join(name)).expect("loads");
+        assert_eq!(
+            t.chunking_rejection().is_none(),
+            cut_models.contains(name),
+            "{name}: {:?}",
+            t.chunking_rejection()
+        );
+        for seed in 0..2 {
+            let text = long_mixed_text(&t, seed);
+            let whole = t
+                .hf()
+                .encode_char_offsets(text.as_str(), false)
+                .expect("encodes");
+            let ids = t.encode(&text, &opts()).expect("encodes").ids;
+            assert_eq!(ids, whole.get_ids(), "{name} seed {seed}: ids (fast path)");
+            let with_offsets = EncodeOptions {
+                return_offsets: true,
+                return_tokens: true,
+                ..opts()
+            };
+            let got = t.encode(&text, &with_offsets).expect("encodes");
+            assert_eq!(
+                got.ids,
+                whole.get_ids(),
+                "{name} seed {seed}: ids (offsets path)"
+            );
+            let offsets: Vec<u32> = whole
+                .get_offsets()
+                .iter()
+                .flat_map(|&(s, e)| [s as u32, e as u32])
+                .collect();
+            assert_eq!(got.offsets, offsets, "{name} seed {seed}: offsets");
+            assert_eq!(got.tokens, whole.get_tokens(), "{name} seed {seed}: tokens");
+            let special = t
+                .hf()
+                .encode_char_offsets(text.as_str(), true)
+                .expect("encodes");
+            let add = EncodeOptions {
+                add_special_tokens: true,
+                return_offsets: true,
+                ..opts()
+            };
+            let got = t.encode(&text, &add).expect("encodes");
+            assert_eq!(
+                got.ids,
+                special.get_ids(),
+                "{name} seed {seed}: with special tokens"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_cancelled_encode_stops_between_pieces() {
+    let Some(t) = crate::test_support::shared_model("qwen3") else {
+        return;
+    };
+    let text = long_mixed_text(&t, 7);
+    let flag = std::sync::atomic::AtomicU32::new(1);
+    let o = EncodeOptions {
+        cancel: crate::cancel::Cancel::new(None, Some(&flag)),
+        ..opts()
+    };
+    let err = t.encode(&text, &o).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Cancelled);
+    let err = t.encode_batch(&[text.as_str()], &o).unwrap_err();
+    assert_eq!(
+        err.kind(),
+        ErrorKind::Cancelled,
+        "not blamed on one text: {}",
+        err.message()
+    );
+}
+
+#[test]
+fn a_long_single_word_is_refused_before_any_encoding() {
+    let t = toy();
+    let word = "a".repeat(1_000_001);
+    let o = EncodeOptions {
+        max_word_chars: Some(100_000),
+        ..opts()
+    };
+    let err = t.encode_batch(&["ok", word.as_str()], &o).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted);
+    assert!(
+        err.message()
+            .starts_with("texts[1]: a run of more than 100000 letters"),
+        "{}",
+        err.message()
+    );
 }

@@ -75,6 +75,10 @@ pub struct StepTokens<'a> {
     pub token_ids: Vec<u32>,
     /// The engine finished it.
     pub finished: bool,
+    /// The first id that is not a token id (a varint above 2^32-1, which protobuf would silently
+    /// truncate to 32 bits): its position among the item's ids and its value. The mux refuses the
+    /// request; the ids after it are not kept.
+    pub out_of_range: Option<(usize, u64)>,
 }
 
 /// Decodes a `ParseStreamRequest`; malformed bytes are `InvalidArgument`. As in protobuf, the
@@ -117,16 +121,29 @@ fn decode_step_tokens(buf: &[u8]) -> Result<StepTokens<'_>> {
             (request::ITEM_TOKEN_IDS, LEN) => {
                 let mut packed = Reader::new(r.bytes()?, WHAT);
                 while !packed.done() {
-                    item.token_ids.push(packed.varint()? as u32);
+                    item.push_id(packed.varint()?);
                 }
             }
             // A sender may write repeated scalars unpacked; protobuf parsers accept both.
-            (request::ITEM_TOKEN_IDS, VARINT) => item.token_ids.push(r.varint()? as u32),
+            (request::ITEM_TOKEN_IDS, VARINT) => item.push_id(r.varint()?),
             (request::ITEM_FINISHED, VARINT) => item.finished = r.varint()? != 0,
             (field, wire) => r.skip(field, wire)?,
         }
     }
     Ok(item)
+}
+
+impl StepTokens<'_> {
+    /// Keeps a decoded id, or records the first one that does not fit in 32 bits.
+    fn push_id(&mut self, id: u64) {
+        if self.out_of_range.is_some() {
+            return;
+        }
+        match u32::try_from(id) {
+            Ok(id) => self.token_ids.push(id),
+            Err(_) => self.out_of_range = Some((self.token_ids.len(), id)),
+        }
+    }
 }
 
 fn decode_cancel(buf: &[u8]) -> Result<&str> {

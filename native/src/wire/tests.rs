@@ -74,6 +74,7 @@ fn steps_decode_as_the_generated_types_wrote_them() {
                 request_id: &i.request_id,
                 token_ids: i.token_ids.clone(),
                 finished: i.finished,
+                out_of_range: None,
             })
             .collect();
         assert_eq!(
@@ -136,6 +137,30 @@ fn unpacked_ids_and_unknown_fields_are_read_as_protobuf_does() {
             request_id: "a",
             token_ids: vec![5, 300],
             finished: false,
+            out_of_range: None,
+        }])
+    );
+}
+
+#[test]
+fn an_id_above_32_bits_is_reported_not_truncated() {
+    // StepTokens { request_id = "a", token_ids = [7, 2^32, 9] (packed) }: protobuf would read 7, 0, 9.
+    let mut packed = vec![7u8];
+    super::codec::put_varint(&mut packed, 1 << 32);
+    packed.push(9);
+    let mut item = vec![0x0a, 1, b'a', 0x12, packed.len() as u8];
+    item.extend_from_slice(&packed);
+    let mut step = vec![0x0a, item.len() as u8];
+    step.extend_from_slice(&item);
+    let mut message = vec![0x12, step.len() as u8];
+    message.extend_from_slice(&step);
+    assert_eq!(
+        decode_request(&message).expect("decodes"),
+        ClientMessage::Step(vec![StepTokens {
+            request_id: "a",
+            token_ids: vec![7],
+            finished: false,
+            out_of_range: Some((1, 1 << 32)),
         }])
     );
 }

