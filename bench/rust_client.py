@@ -41,6 +41,8 @@ LOAD = REPO / "router_adapter" / "rust" / "target" / "release" / "sidecar-load"
 SHARED_QWEN3 = Path(os.environ.get("SIDECAR_SHARED_MODELS", REPO.parent / "shared" / "models")) / "qwen3"
 #: Workloads whose throughput is compared with the floor and vllm-rs (a router's common requests).
 SMALL = ("Tokenize 500 B", "Render chat")
+#: Multiplex streams the "multiplex" target's clients share (one Client, one connection).
+MULTIPLEX_STREAMS = 4
 
 
 def short_chat(seed: int) -> dict:
@@ -117,10 +119,16 @@ def run(quick: bool) -> list[Section]:
         return [Section(title, ["skipped"], [[f"{LOAD} not built (make rust-client)"]])]
     server_args = ("--model", f"qwen3={SHARED_QWEN3}") if (SHARED_QWEN3 / "tokenizer.json").is_file() else ()
     work = workloads(quick)
-    with BenchServer(*server_args) as server, VllmRs.start_or_none() as peer:
+    with BenchServer(*server_args, tcp=True) as server, BenchServer(*server_args, processes=2) as pair, \
+            VllmRs.start_or_none() as peer:
         with floor_server(floor_replies(server.uds, work)) as floor:
             targets = [{"name": "sidecar", "kind": "grpc", "address": server.uds},
-                       {"name": "floor", "kind": "grpc", "address": floor}]
+                       {"name": "multiplex", "kind": "grpc", "address": server.uds, "mode": "multiplex",
+                        "streams": MULTIPLEX_STREAMS},
+                       {"name": "floor", "kind": "grpc", "address": floor},
+                       # 1 and 2 processes over TCP, where SO_REUSEPORT spreads the clients' connections.
+                       {"name": "tcp, 1 process", "kind": "grpc", "address": server.tcp},
+                       {"name": "tcp, 2 processes", "kind": "grpc", "address": pair.tcp}]
             if peer is not None:
                 targets.append({"name": "vllm-rs", "kind": "http", "address": f"127.0.0.1:{peer.port}"})
             spec = {"seconds": 0.5 if quick else 2.0, "warmup_seconds": 0.2 if quick else 0.3, "rounds": 1 if quick else 3,
@@ -160,6 +168,8 @@ def table(title: str, results: list[dict], with_peer: bool, spec: dict) -> Secti
     section = Section(title, [
         "request", "sidecar p50 / p99 ms, 1 client", "sidecar req/s, 8 clients", "floor p50 / p99 ms", "floor req/s, 8",
         "vllm-rs p50 / p99 ms", "vllm-rs req/s, 8", "sidecar / floor, 8", "sidecar / vllm-rs, 8",
+        "multiplex p50 / p99 ms", "multiplex req/s, 8", "multiplex / unary, 8", "multiplex / vllm-rs, 8",
+        "TCP req/s, 8: 1 process", "2 processes", "2 / 1 processes",
     ])
     for workload in spec["workloads"]:
         name = workload["name"]
@@ -168,6 +178,10 @@ def table(title: str, results: list[dict], with_peer: bool, spec: dict) -> Secti
             name, _latency(get("sidecar", 1)), _rate(get("sidecar", 8)), _latency(get("floor", 1)), _rate(get("floor", 8)),
             _latency(get("vllm-rs", 1)), _rate(get("vllm-rs", 8)),
             _ratio(get("sidecar", 8), get("floor", 8)), _ratio(get("sidecar", 8), get("vllm-rs", 8)),
+            _latency(get("multiplex", 1)), _rate(get("multiplex", 8)),
+            _ratio(get("multiplex", 8), get("sidecar", 8)), _ratio(get("multiplex", 8), get("vllm-rs", 8)),
+            _rate(get("tcp, 1 process", 8)), _rate(get("tcp, 2 processes", 8)),
+            _ratio(get("tcp, 2 processes", 8), get("tcp, 1 process", 8)),
         ])
     errors = [r for r in results if r.get("errors")]
     mismatches = [r for r in results if r.get("check") == "ids" and not r["same"] and r["target"] != "floor"]
@@ -175,7 +189,11 @@ def table(title: str, results: list[dict], with_peer: bool, spec: dict) -> Secti
         f"{spec['rounds']} interleaved rounds of {spec['seconds']} s per target and client count; latency medians of the "
         "per-round p50/p99, throughput as the range over rounds, ratios as the median of same-round ratios (range).",
         "Each client has its own connection and one request in flight; the load generator runs on one thread. "
-        "The sidecar runs with default settings (info log line per call).",
+        "The sidecar runs with default settings (info log line per call). \"multiplex\" is the same server through the "
+        f"same client built with multiplex(true): all clients share one Client, whose calls travel on {MULTIPLEX_STREAMS} "
+        "Multiplex streams (calls waiting at one moment go in one message). The TCP columns are unary calls to the "
+        "same server over loopback TCP and to `serve --processes 2` (one port shared with SO_REUSEPORT; each "
+        "client's connection lands on one process); on this 2-core machine the load generator shares the cores.",
         "The floor answers every call with the sidecar's bytes for the first small request, without parsing or work; "
         f"the target of issue 13 is sidecar / floor >= 0.85x on {' and '.join(SMALL)} at 8 clients.",
         f"Token ids of the first inputs equal the sidecar's: {'yes' if not mismatches else 'NO: ' + ', '.join(m['workload'] + ' on ' + m['target'] for m in mismatches)}.",

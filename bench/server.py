@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -16,25 +17,52 @@ _REPO = Path(__file__).resolve().parent.parent
 
 
 class BenchServer:
-    """`with BenchServer(*extra_args) as s:` -> `s.uds` is the `unix:` target."""
+    """`with BenchServer(*extra_args) as s:` -> `s.uds` is the `unix:` target. With `tcp=True` it
+    also listens on a free loopback port (`s.tcp`); with `processes=N` it runs `--processes N`
+    (`s.uds` is then process 0's socket, `s.tcp` the port they share)."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, tcp: bool = False, processes: int = 1) -> None:
         self._args = args
         self._tmp = tempfile.TemporaryDirectory(prefix="sidecar-bench-")
-        self.uds = f"unix:{self._tmp.name}/sidecar.sock"
+        self._processes = processes
+        self._tcp = tcp or processes > 1
+        base = f"{self._tmp.name}/sidecar.sock"
+        self._uds_arg = base
+        self.uds = f"unix:{base}.0" if processes > 1 else f"unix:{base}"
+        self.tcp: str | None = None
         self._process: subprocess.Popen | None = None
 
     def __enter__(self) -> BenchServer:
         log_path = Path(self._tmp.name) / "server.log"
         self._log = open(log_path, "w")  # noqa: SIM115 - closed in __exit__
-        cmd = [sys.executable, "-m", "sidecar", "serve", "--port", "-1", "--uds", self.uds.removeprefix("unix:"), *self._args]
+        cmd = [sys.executable, "-m", "sidecar", "serve", "--port", "0" if self._tcp else "-1", "--uds", self._uds_arg,
+               *(("--processes", str(self._processes)) if self._processes > 1 else ()), *self._args]
         self._process = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, cwd=_REPO)
         try:
             self._wait_until_serving(log_path)
+            if self._tcp:
+                self.tcp = self._tcp_address(log_path)
         except BaseException:
             self.__exit__()
             raise
         return self
+
+    def _tcp_address(self, log_path: Path) -> str:
+        """The TCP address from the `listening` lines, once every process has written one."""
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            listening = []
+            for line in log_path.read_text().splitlines():
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("event") == "listening":
+                    listening.append(event)
+            if len(listening) >= self._processes:
+                return next(a for a in listening[0]["addresses"] if not a.startswith("unix:"))
+            time.sleep(0.1)
+        raise RuntimeError(f"bench server: not every process listened:\n{log_path.read_text()}")
 
     def _wait_until_serving(self, log_path: Path) -> None:
         # Readiness from the health service, so any --log-level works.

@@ -25,6 +25,10 @@ def _serve(args: argparse.Namespace) -> int:
     from sidecar.server import exit_unless_threads_finish, serve
 
     logs.configure(args.log_level)
+    if args.processes > 1:
+        return _supervise(args)
+    if args.process_index is not None:
+        logs.bind_process(args.process_index)
     try:
         config = ServerConfig(
             models=[ModelSpec.parse(m) for m in args.model],
@@ -50,6 +54,8 @@ def _serve(args: argparse.Namespace) -> int:
             drain_seconds=args.drain_seconds,
             drain_notice_seconds=args.drain_notice_seconds,
             parse_max_requests=args.parse_max_requests,
+            multiplex_max_inflight=args.multiplex_max_inflight,
+            reuse_port=args.process_index is not None,
             parse_max_held_bytes=args.parse_max_held_kb * 1024,
             log_level=args.log_level,
             kv=kv_config_from_args(args),
@@ -67,6 +73,18 @@ def _serve(args: argparse.Namespace) -> int:
         return exit_unless_threads_finish(1)
     # Native calls the drain gave up on must not keep the process alive.
     return exit_unless_threads_finish(0)
+
+
+def _supervise(args: argparse.Namespace) -> int:
+    """`--processes N`: N servers on the same listeners (see sidecar.processes)."""
+    from sidecar.processes import supervise
+
+    if args.port < 0 and not args.uds:
+        print("sidecar: --processes: needs a listener (--port >= 0 or --uds)", file=sys.stderr)
+        return 2
+    if args.port < 0:
+        print("sidecar: --processes: with --port -1 each process listens only on its own Unix socket", file=sys.stderr)
+    return supervise(args.serve_argv, args.processes, args.host, args.port, args.uds, args.metrics_port)
 
 
 def _octal_mode(text: str) -> int:
@@ -341,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=["native", "reference"], default="native",
                        help="native: the Rust core (default); reference: pure Python on PyPI tokenizers")
     serve.add_argument("--host", default="127.0.0.1", help="TCP listen address (default 127.0.0.1)")
+    serve.add_argument("--processes", type=_positive, default=1, metavar="N",
+                       help="run N server processes on the same listeners: TCP port shared (SO_REUSEPORT), "
+                            "Unix socket PATH as PATH.0 .. PATH.N-1, metrics on PORT+i (see sidecar/processes.py)")
+    serve.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--port", type=int, default=50051, help="TCP port; 0 = any free port, -1 = no TCP")
     serve.add_argument("--uds", default=None, metavar="PATH", help="also listen on this Unix socket")
     serve.add_argument("--uds-mode", type=_octal_mode, default=0o600, metavar="MODE",
@@ -375,6 +397,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ParseStream: open requests per stream (more is RESOURCE_EXHAUSTED)")
     serve.add_argument("--parse-max-held-kb", type=int, default=1024,
                        help="ParseStream: KiB of undecided output one request may hold back")
+    serve.add_argument("--multiplex-max-inflight", type=int, default=4096,
+                       help="Multiplex: requests one stream may have waiting for their results (more are "
+                            "RESOURCE_EXHAUSTED, each on its own)")
     serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     _add_limit_flags(serve)
     serve.add_argument("--kv-events", action="append", default=[],
@@ -448,6 +473,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
+    return value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    # `serve --processes N` starts N servers with the same arguments.
+    args.serve_argv = argv[argv.index("serve") + 1:] if "serve" in argv else []
     return args.func(args)

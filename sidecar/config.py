@@ -77,6 +77,11 @@ class ServerConfig:
     max_queue: int = 256
     #: Calls with less input than this run inline on the event loop (a thread hop costs more).
     inline_bytes: int = 16 * 1024
+    #: Bind TCP with SO_REUSEPORT (one of `--processes N` servers sharing the port); otherwise a
+    #: port already in use is an error.
+    reuse_port: bool = False
+    #: Multiplex: requests one stream may have waiting for their results.
+    multiplex_max_inflight: int = 4096
     #: Calls with more input than this run in the huge lane (at most half the workers).
     huge_bytes: int = 1 << 20
     #: Characters in one text (`--max-text-chars`).
@@ -112,5 +117,7 @@ class ServerConfig:
             raise ValueError("--tls-client-ca: needs --tls-cert and --tls-key (mutual TLS is TLS first)")
         if self.tls_cert is not None and self.port is None:
             raise ValueError("--tls-cert: TLS is for the TCP listener, which --port -1 disables")
+        if self.multiplex_max_inflight <= 0:
+            raise ValueError("--multiplex-max-inflight: must be > 0")
         if self.drain_seconds < 0 or self.drain_notice_seconds < 0:
             raise ValueError("--drain-seconds, --drain-notice-seconds: must be >= 0")

@@ -127,6 +127,15 @@ def code_number(code: grpc.StatusCode) -> int:
     return code.value[0]
 
 
+def code_name(number: int) -> str:
+    """The name of numeric gRPC status code `number` (as metrics label it); the number itself when
+    gRPC has no such code."""
+    for code in grpc.StatusCode:
+        if code.value[0] == number:
+            return code.name
+    return str(number)
+
+
 def status_proto_fields(exc: BaseException) -> tuple[int, str]:
     """`status_of` as the numeric code and message of a `sidecar.v1.Status` (a per-request error
     inside a ParseStream response)."""

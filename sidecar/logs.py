@@ -16,6 +16,7 @@ def configure(level: str = "info", stream=sys.stdout) -> None:  # noqa: ANN001 -
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            _add_process,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
@@ -31,6 +32,22 @@ def configure(level: str = "info", stream=sys.stdout) -> None:  # noqa: ANN001 -
 
 def _encode(event: dict, **_: object) -> str:
     return msgspec.json.encode(event, enc_hook=str).decode()
+
+
+#: This process's index among `--processes N` servers, or None.
+_process: int | None = None
+
+
+def bind_process(index: int) -> None:
+    """Every later log line of this process carries `process: index` (one of `--processes N`)."""
+    global _process
+    _process = index
+
+
+def _add_process(_logger: object, _method: str, event: dict) -> dict:
+    if _process is not None:
+        event["process"] = _process
+    return event
 
 
 def get_logger(name: str = "sidecar") -> structlog.typing.FilteringBoundLogger:

@@ -34,6 +34,9 @@ RENDER_CACHE_BYTES = Counter(
 )
 
 
+MULTIPLEXED = Counter(
+    "sidecar_multiplexed_requests_total", "Requests carried by Multiplex streams, by kind and status code", ["kind", "code"]
+)
 MODEL_RELOADS = Counter("sidecar_model_reloads_total", "Model reloads, by model and result", ["model", "result"])
 
 

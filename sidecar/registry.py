@@ -137,6 +137,13 @@ class ModelRegistry:
         self.render_settings = render_settings or RendererSettings()
         self._models: dict[str, Model] = {}
         self._specs: dict[str, ModelSpec] = {}
+        self._generation = 0
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever the hosted models change (a load or a swap), so state derived from
+        them (the Multiplex stream's model table) knows when to rebuild."""
+        return self._generation
 
     def load(self, spec: ModelSpec) -> Model:
         """Builds and registers a model (at startup)."""
@@ -145,6 +152,7 @@ class ModelRegistry:
         model = self.build(spec)
         self._specs = {**self._specs, spec.name: spec}
         self._models = {**self._models, spec.name: model}
+        self._generation += 1
         return model
 
     def fingerprint_of(self, spec: ModelSpec) -> str:
@@ -185,6 +193,7 @@ class ModelRegistry:
         in flight keep using that one until they finish)."""
         previous = self.get(model.name)
         self._models = {**self._models, model.name: model}
+        self._generation += 1
         return previous
 
     def get(self, name: str) -> Model:

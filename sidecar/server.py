@@ -33,6 +33,7 @@ from sidecar.servicers.admin import AdminServicer
 from sidecar.servicers.detokenize import DetokenizeServicer
 from sidecar.servicers.kv_router import KvRouterServicer, register_metrics
 from sidecar.servicers.models import ModelsServicer
+from sidecar.servicers.multiplex import MultiplexServicer
 from sidecar.servicers.parse_stream import ParseStreamServicer
 from sidecar.servicers.parsers import ParsersServicer
 from sidecar.servicers.render import RenderServicer
@@ -78,6 +79,7 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
     models = ModelsServicer(runtime)
     parse = ParseStreamServicer(runtime)
     parsers = ParsersServicer(runtime)
+    multiplex = MultiplexServicer(runtime, gate)
 
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
@@ -89,6 +91,7 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
             "ListParsers": unary_handler("ListParsers", parsers.ListParsers, pb.ListParsersRequest, gate),
             # Raw bytes both ways: the parse multiplexer reads and writes the wire format itself.
             "ParseStream": grpc.stream_stream_rpc_method_handler(stream("ParseStream", parse.ParseStream, gate)),
+            "Multiplex": grpc.stream_stream_rpc_method_handler(stream("Multiplex", multiplex.Multiplex, gate)),
         },
     )
 
@@ -201,7 +204,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
         options=[
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", 1 if config.reuse_port else 0),
         ]
     )
     gate = Gate()

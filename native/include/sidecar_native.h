@@ -86,7 +86,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 3
+#define SC_ABI_VERSION 4
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
@@ -126,6 +126,12 @@
  A KV prefix index (one model). Create with `sc_kv_index_new`, free with `sc_kv_index_free`.
  */
 typedef struct sc_kv_index sc_kv_index;
+
+/*
+ The models and settings every Multiplex stream of a server runs requests with; immutable and
+ shareable across threads. Free with `sc_multiplexer_free`.
+ */
+typedef struct sc_multiplexer sc_multiplexer;
 
 /*
  A model's parse data (decode table, added tokens); immutable, shareable across threads. Free
@@ -265,6 +271,140 @@ typedef struct sc_kv_status {
    */
   uint32_t block_size;
 } sc_kv_status;
+
+/*
+ One hosted model for `sc_multiplexer_new`; everything is borrowed for the call (the table
+ keeps its own references to the tokenizer and renderer).
+ */
+typedef struct sc_multiplex_model {
+  /*
+   The name requests address it by.
+   */
+  struct sc_str name;
+  /*
+   Its fingerprint.
+   */
+  struct sc_str fingerprint;
+  /*
+   Its tokenizer.
+   */
+  const struct sc_tokenizer *tokenizer;
+  /*
+   Its renderer (built on that tokenizer).
+   */
+  const struct sc_renderer *renderer;
+} sc_multiplex_model;
+
+/*
+ A large request for the worker pool: run it with `sc_multiplexer_run_one` on the message bytes
+ `[start, start + len)`.
+ */
+typedef struct sc_multiplex_deferred {
+  /*
+   The client's id.
+   */
+  uint64_t id;
+  /*
+   Its kind (as `sc_multiplex_tally.kind`).
+   */
+  uint32_t kind;
+  /*
+   Its deadline from when the message was read (µs); 0 = none.
+   */
+  uint64_t timeout_us;
+  /*
+   Its cost in bytes of input.
+   */
+  uint64_t cost;
+  /*
+   Offset of its `MultiplexCall` in the message.
+   */
+  uintptr_t start;
+  /*
+   Length of its `MultiplexCall`.
+   */
+  uintptr_t len;
+} sc_multiplex_deferred;
+
+/*
+ How many results of one kind ended with one status code.
+ */
+typedef struct sc_multiplex_tally {
+  /*
+   0 = no request set, 1 = tokenize, 2 = detokenize, 3 = render.
+   */
+  uint32_t kind;
+  /*
+   gRPC status code (0 = OK).
+   */
+  int32_t code;
+  /*
+   Results.
+   */
+  uint32_t count;
+} sc_multiplex_tally;
+
+/*
+ The outcome of one call; free with `sc_multiplex_batch_free`.
+ */
+typedef struct sc_multiplex_batch {
+  /*
+   Results as `MultiplexResponse` messages, back to back.
+   */
+  uint8_t *out;
+  /*
+   Bytes in `out`.
+   */
+  uintptr_t out_len;
+  /*
+   End offset in `out` of each message (each within the server's message limit).
+   */
+  uintptr_t *chunk_ends;
+  /*
+   Number of messages.
+   */
+  uintptr_t chunks;
+  /*
+   Large requests for the worker pool.
+   */
+  struct sc_multiplex_deferred *deferred;
+  /*
+   Number of deferred requests.
+   */
+  uintptr_t deferred_len;
+  /*
+   Ids the client cancelled.
+   */
+  uint64_t *cancel;
+  /*
+   Number of cancelled ids.
+   */
+  uintptr_t cancel_len;
+  /*
+   Results by kind and code.
+   */
+  struct sc_multiplex_tally *tally;
+  /*
+   Number of tally entries.
+   */
+  uintptr_t tally_len;
+  /*
+   Render: prompt segments served from the multi-turn cache.
+   */
+  uint64_t cache_hit_segments;
+  /*
+   Render: segments tokenized.
+   */
+  uint64_t cache_miss_segments;
+  /*
+   Render: bytes in hit segments.
+   */
+  uint64_t cache_hit_bytes;
+  /*
+   Render: bytes in missed segments.
+   */
+  uint64_t cache_miss_bytes;
+} sc_multiplex_batch;
 
 /*
  One Render request. All strings are borrowed for the call.
@@ -493,6 +633,8 @@ typedef struct sc_texts {
    */
   uintptr_t *lens;
 } sc_texts;
+
+
 
 
 
@@ -738,6 +880,72 @@ extern int32_t malloc_trim(uintptr_t pad);
  call it after large calls, not after every call.
  */
 void sc_release_memory(void);
+
+/*
+ Builds the table from `count` models and `settings_json` (`allow_request_templates`,
+ `inline_bytes`, `max_inflight`, `max_message_bytes`).
+
+ # Safety
+ `models` must be NULL (count 0) or `count` readable entries whose strings and live handles are
+ borrowed for the call; `settings_json` is borrowed; `out` and `err` NULL or writable.
+ */
+int32_t sc_multiplexer_new(const struct sc_multiplex_model *models,
+                           uintptr_t count,
+                           struct sc_str settings_json,
+                           struct sc_multiplexer **out,
+                           struct sc_error **err);
+
+/*
+ Frees a table; streams still running a call on it must not exist. NULL is a no-op.
+
+ # Safety
+ `mux` must be NULL or a handle from `sc_multiplexer_new`, not yet freed and not in use.
+ */
+void sc_multiplexer_free(struct sc_multiplexer *mux);
+
+/*
+ Runs the small requests of one raw `MultiplexRequest` and lists the large ones.
+ `elapsed_us`: time since the message was read; `pending`: ids of the stream's requests still
+ waiting for their result; `refuse_code` non-zero answers every request with that status and
+ `refuse_message` instead of running it. Malformed framing is `SC_ERR_KIND_INVALID_ARGUMENT`.
+
+ # Safety
+ `mux` must be a live handle; `message` (`len` bytes), `pending` (`pending_len` ids) and
+ `refuse_message` are borrowed for the call; `out` and `err` NULL or writable.
+ */
+int32_t sc_multiplexer_run(const struct sc_multiplexer *mux,
+                           const uint8_t *message,
+                           uintptr_t len,
+                           uint64_t elapsed_us,
+                           const uint64_t *pending,
+                           uintptr_t pending_len,
+                           int32_t refuse_code,
+                           struct sc_str refuse_message,
+                           struct sc_multiplex_batch **out,
+                           struct sc_error **err);
+
+/*
+ Runs one deferred `MultiplexCall` (`call`, `len` bytes) whatever its cost; `elapsed_us` is the
+ time since its message was read. The batch holds its one result.
+
+ # Safety
+ `mux` must be a live handle; `call` is borrowed for the call; `out` and `err` NULL or writable.
+ */
+int32_t sc_multiplexer_run_one(const struct sc_multiplexer *mux,
+                               const uint8_t *call,
+                               uintptr_t len,
+                               uint64_t elapsed_us,
+                               struct sc_multiplex_batch **out,
+                               struct sc_error **err);
+
+/*
+ Frees a batch. NULL is a no-op.
+
+ # Safety
+ `batch` must be NULL or a result of `sc_multiplexer_run` / `sc_multiplexer_run_one`, not yet
+ freed.
+ */
+void sc_multiplex_batch_free(struct sc_multiplex_batch *batch);
 
 /*
  Builds the parse data of a tokenizer. `options_json`: `{"force_generic": bool}` or empty.

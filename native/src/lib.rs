@@ -1,8 +1,8 @@
 //! Native core of the sidecar: tokenization, chat templates, incremental decoding, parsers,
 //! block hashing and the KV prefix index, behind a C ABI that Python loads through cffi.
 //!
-//! Capability modules (`tokenizer`, `template`, `render`, `detok`, `parse`, `hash`) are plain Rust:
-//! `&str` and `&[u32]` in, `Result<T, Error>` out, no FFI types. [`wire`] holds the protobuf
+//! Capability modules (`tokenizer`, `template`, `render`, `detok`, `parse`, `hash`, `index`, `multiplex`)
+//! are plain Rust: `&str` and `&[u32]` in, `Result<T, Error>` out, no FFI types. [`wire`] holds the protobuf
 //! messages generated from `protos/`, [`settings`] reads the JSON settings the server passes in,
 //! [`error`] the error kinds and their one gRPC status table. Every `extern "C"` export and every
 //! `unsafe` block lives in [`ffi`], which only converts.
@@ -18,6 +18,7 @@ pub mod error;
 pub mod ffi;
 pub mod hash;
 pub mod index;
+pub mod multiplex;
 pub mod parse;
 pub mod render;
 pub mod settings;

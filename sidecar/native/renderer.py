@@ -40,6 +40,11 @@ class NativeRenderer:
         #: Template name -> "string" or "openai" (vLLM's content format), for the ones that compile.
         self.content_formats: dict[str, str] = {t["name"]: t["content_format"] for t in info["templates"] if t["content_format"]}
 
+    @property
+    def handle(self) -> Handle:
+        """The leased `sc_renderer *` (for other native calls that take a renderer)."""
+        return self._handle
+
     def info(self) -> dict:
         """Templates with their content format, and the bytes the multi-turn cache holds."""
         with self._handle as renderer:

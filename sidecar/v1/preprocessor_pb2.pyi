@@ -292,6 +292,48 @@ class ParseStreamResponse(_message.Message):
     deltas: _containers.RepeatedCompositeFieldContainer[RequestDelta]
     def __init__(self, deltas: _Optional[_Iterable[_Union[RequestDelta, _Mapping]]] = ...) -> None: ...
 
+class MultiplexCall(_message.Message):
+    __slots__ = ("id", "timeout_us", "tokenize", "detokenize", "render")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_US_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZE_FIELD_NUMBER: _ClassVar[int]
+    DETOKENIZE_FIELD_NUMBER: _ClassVar[int]
+    RENDER_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    timeout_us: int
+    tokenize: TokenizeRequest
+    detokenize: DetokenizeRequest
+    render: RenderRequest
+    def __init__(self, id: _Optional[int] = ..., timeout_us: _Optional[int] = ..., tokenize: _Optional[_Union[TokenizeRequest, _Mapping]] = ..., detokenize: _Optional[_Union[DetokenizeRequest, _Mapping]] = ..., render: _Optional[_Union[RenderRequest, _Mapping]] = ...) -> None: ...
+
+class MultiplexRequest(_message.Message):
+    __slots__ = ("calls", "cancel")
+    CALLS_FIELD_NUMBER: _ClassVar[int]
+    CANCEL_FIELD_NUMBER: _ClassVar[int]
+    calls: _containers.RepeatedCompositeFieldContainer[MultiplexCall]
+    cancel: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, calls: _Optional[_Iterable[_Union[MultiplexCall, _Mapping]]] = ..., cancel: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class MultiplexResult(_message.Message):
+    __slots__ = ("id", "tokenize", "detokenize", "render", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    TOKENIZE_FIELD_NUMBER: _ClassVar[int]
+    DETOKENIZE_FIELD_NUMBER: _ClassVar[int]
+    RENDER_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    tokenize: TokenizeResponse
+    detokenize: DetokenizeResponse
+    render: RenderResponse
+    error: Status
+    def __init__(self, id: _Optional[int] = ..., tokenize: _Optional[_Union[TokenizeResponse, _Mapping]] = ..., detokenize: _Optional[_Union[DetokenizeResponse, _Mapping]] = ..., render: _Optional[_Union[RenderResponse, _Mapping]] = ..., error: _Optional[_Union[Status, _Mapping]] = ...) -> None: ...
+
+class MultiplexResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[MultiplexResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[MultiplexResult, _Mapping]]] = ...) -> None: ...
+
 class ListModelsRequest(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...

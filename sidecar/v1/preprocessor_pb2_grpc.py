@@ -65,6 +65,11 @@ class PreprocessorStub:
                 request_serializer=sidecar_dot_v1_dot_preprocessor__pb2.ListParsersRequest.SerializeToString,
                 response_deserializer=sidecar_dot_v1_dot_preprocessor__pb2.ListParsersResponse.FromString,
                 _registered_method=True)
+        self.Multiplex = channel.stream_stream(
+                '/sidecar.v1.Preprocessor/Multiplex',
+                request_serializer=sidecar_dot_v1_dot_preprocessor__pb2.MultiplexRequest.SerializeToString,
+                response_deserializer=sidecar_dot_v1_dot_preprocessor__pb2.MultiplexResponse.FromString,
+                _registered_method=True)
 
 
 class PreprocessorServicer:
@@ -117,6 +122,19 @@ class PreprocessorServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Multiplex(self, request_iterator, context):
+        """Many Tokenize, Detokenize and Render requests on one long-lived stream, for callers that make
+        many small requests (routers): the per-call cost of a unary RPC (a call, headers, trailers) is
+        paid once per stream, and one message carries every request the client has at that moment.
+        Each request has its own id (chosen by the client) and deadline, and gets exactly one
+        MultiplexResult with that id: its response, or its own error (the stream goes on). Results
+        come as requests complete, in any order, several per message. Responses are exactly what the
+        unary RPC returns for the same request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_PreprocessorServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -149,6 +167,11 @@ def add_PreprocessorServicer_to_server(servicer, server):
                     servicer.ListParsers,
                     request_deserializer=sidecar_dot_v1_dot_preprocessor__pb2.ListParsersRequest.FromString,
                     response_serializer=sidecar_dot_v1_dot_preprocessor__pb2.ListParsersResponse.SerializeToString,
+            ),
+            'Multiplex': grpc.stream_stream_rpc_method_handler(
+                    servicer.Multiplex,
+                    request_deserializer=sidecar_dot_v1_dot_preprocessor__pb2.MultiplexRequest.FromString,
+                    response_serializer=sidecar_dot_v1_dot_preprocessor__pb2.MultiplexResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -314,6 +337,33 @@ class Preprocessor:
             '/sidecar.v1.Preprocessor/ListParsers',
             sidecar_dot_v1_dot_preprocessor__pb2.ListParsersRequest.SerializeToString,
             sidecar_dot_v1_dot_preprocessor__pb2.ListParsersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Multiplex(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/sidecar.v1.Preprocessor/Multiplex',
+            sidecar_dot_v1_dot_preprocessor__pb2.MultiplexRequest.SerializeToString,
+            sidecar_dot_v1_dot_preprocessor__pb2.MultiplexResponse.FromString,
             options,
             channel_credentials,
             insecure,

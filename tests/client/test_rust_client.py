@@ -2,8 +2,10 @@
 
 Its interop driver (`sidecar-interop`) calls every RPC of both services and the health service
 through the crate's typed API, with an error of each kind, a ParseStream carrying several requests
-at once, and a server restart (health-aware reconnect); it checks each outcome itself and prints
-every request and response as protobuf bytes. Each request is then replayed here with the Python
+at once, and a server restart (health-aware reconnect), and the Preprocessor cases plus many
+concurrent calls once more through a client built with `multiplex(true)` (Tokenize, Detokenize and
+Render on a pool of Multiplex streams); it checks each outcome itself and prints every request and
+response as protobuf bytes. Each request is then replayed here with the Python
 client against the same server: both clients must get the same response, or the same status code
 and message (DEADLINE_EXCEEDED: the code, since each client words its own).
 """
@@ -36,6 +38,8 @@ BINARY = Path(os.environ.get("SIDECAR_INTEROP_BIN", REPO / "router_adapter/rust/
 MAIN_ARGS = ("--max-message-mb", "1", "--parse-max-requests", "4")
 KV_TEXT = "A router asks which worker already holds this prompt's prefix. " * 12
 BLOCK_SIZE = 16
+#: The Rust client's default `multiplex_max_request_bytes`: larger requests take the unary path.
+MULTIPLEX_MAX_REQUEST_BYTES = 256 << 10
 
 #: method -> (full gRPC path, request class, response class)
 METHODS = {
@@ -90,10 +94,12 @@ def _unary(channel: grpc.Channel, method: str):  # noqa: ANN202
                                response_deserializer=response_class.FromString)
 
 
-def run_driver(tmp_path: Path, kv_target: str) -> tuple[list[dict], LiveServer]:
+def run_driver(tmp_path: Path, kv_target: str) -> tuple[list[dict], LiveServer, list[dict]]:
     """Runs the driver against a fresh main server, restarting it when the driver asks; returns the
-    records and the server now running."""
+    records, the server now running, and the log lines of the first server (the restart overwrites
+    its log)."""
     server = start_server(tmp_path, *MAIN_ARGS)
+    first_log: list[dict] = []
     cmd = [str(interop_binary()), "--target", server.uds, "--kv-target", kv_target, "--kv-text", KV_TEXT, "--reconnect"]
     driver = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     watchdog = threading.Timer(180, driver.kill)
@@ -104,6 +110,7 @@ def run_driver(tmp_path: Path, kv_target: str) -> tuple[list[dict], LiveServer]:
             record = json.loads(line)
             if record.get("event") == "stop-server":
                 stop_server(server)
+                first_log = server.log_lines()
             elif record.get("event") == "start-server":
                 server = start_server(tmp_path, *MAIN_ARGS)
             else:
@@ -119,7 +126,7 @@ def run_driver(tmp_path: Path, kv_target: str) -> tuple[list[dict], LiveServer]:
     finally:
         watchdog.cancel()
         driver.kill()
-    return records, server
+    return records, server, first_log
 
 
 def python_outcome(channel: grpc.Channel, record: dict) -> tuple[str, object]:
@@ -163,7 +170,7 @@ def _comparable_stream(responses: list[pb.ParseStreamResponse]) -> list[pb.Parse
 
 
 def test_rust_client_matches_python_client(tmp_path: Path, kv_server: LiveServer) -> None:
-    records, server = run_driver(tmp_path, kv_server.tcp)
+    records, server, first_log = run_driver(tmp_path, kv_server.tcp)
     channels = {"main": grpc.insecure_channel(server.uds), "kv": grpc.insecure_channel(kv_server.tcp)}
     try:
         compared = 0
@@ -187,3 +194,9 @@ def test_rust_client_matches_python_client(tmp_path: Path, kv_server: LiveServer
     assert {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
             "UNAVAILABLE"} <= codes
     assert compared == sum(r["compare"] for r in records) >= 25
+    # The multiplexed client's Tokenize, Detokenize and Render calls really travelled on Multiplex
+    # streams (requests over its 256 KiB bound go unary by design), and were compared above.
+    multiplexed = [r for r in records if r.get("carrier") == "multiplex" and r["method"] in ("Tokenize", "Detokenize", "Render")
+                   and len(r["request"]) // 2 <= MULTIPLEX_MAX_REQUEST_BYTES]
+    carried = sum(e.get("opened", 0) for e in first_log if e.get("event") == "rpc" and e.get("rpc") == "Multiplex")
+    assert len(multiplexed) >= 60 and carried == len(multiplexed), (len(multiplexed), carried)

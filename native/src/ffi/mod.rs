@@ -26,6 +26,7 @@ pub mod buf;
 pub mod hash;
 pub mod index;
 pub mod memory;
+pub mod multiplex;
 pub mod parse;
 pub mod render;
 pub mod status;

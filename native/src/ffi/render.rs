@@ -1,6 +1,8 @@
 //! Exports for [`crate::render`]: a renderer per model, and Render (chat template + tokenization)
 //! in one call.
 
+use std::sync::Arc;
+
 use super::buf::sc_bytes;
 use super::buf::{
     free_handle, free_slice, leak_slice, read_cancel_flag, read_handle, read_str, sc_str,
@@ -16,7 +18,15 @@ use crate::template::RenderRequest;
 /// A model's chat templates bound to its tokenizer, with the multi-turn segment cache; immutable
 /// apart from its caches and shareable across threads. Free with `sc_renderer_free`.
 pub struct sc_renderer {
-    inner: Renderer,
+    // Shared so that a Multiplex stream's model table keeps the renderer alive on its own.
+    inner: Arc<Renderer>,
+}
+
+impl sc_renderer {
+    /// A shared reference to the renderer, for handles that outlive this one.
+    pub(crate) fn shared(&self) -> Arc<Renderer> {
+        Arc::clone(&self.inner)
+    }
 }
 
 /// One Render request. All strings are borrowed for the call.
@@ -103,7 +113,14 @@ pub unsafe extern "C" fn sc_renderer_new(
         let config = unsafe { read_str(config, "config")? };
         let inner = Renderer::from_json(tokenizer, config)?;
         // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_handle(out, sc_renderer { inner }) }
+        unsafe {
+            write_handle(
+                out,
+                sc_renderer {
+                    inner: Arc::new(inner),
+                },
+            )
+        }
     })
 }
 

@@ -146,7 +146,7 @@ impl Index {
 
     /// Whether an event of this group and locality is indexed.
     fn indexed(&self, group_idx: Option<i128>, remote: bool) -> bool {
-        !remote && group_idx.map_or(true, |g| g == self.options.group_idx as i128)
+        !remote && group_idx.is_none_or(|g| g == self.options.group_idx as i128)
     }
 
     fn store(&mut self, id: u32, event: &Stored<'_>, batch: &Batch<'_>) {

@@ -689,4 +689,4 @@ fn known_id_table(hf: &tokenizers::Tokenizer) -> Vec<bool> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -5,7 +5,7 @@ use super::*;
 use serde_json::json;
 
 /// A byte-level BPE over "a", "b", "ab", space and a few specials, wrapped as `<s> $A </s>`.
-fn toy_json() -> String {
+pub(crate) fn toy_json() -> String {
     let mut vocab = serde_json::Map::new();
     for (i, t) in ["a", "b", "ab", "Ġ", "Ġab", "c", "<s>", "</s>", "<pad>"]
         .iter()

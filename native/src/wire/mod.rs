@@ -1,7 +1,8 @@
 //! The protobuf contract (`protos/sidecar/v1/*.proto`) in the native core: the Rust types prost
 //! generates from it at build time ([`pb`]), and the encoders and decoders of the messages the
 //! core reads and writes on hot paths ([`decode_request`], [`put_delta`], [`put_error`],
-//! [`render_response`]).
+//! [`render_response`], and the Multiplex stream's framing: [`decode_multiplex`], [`put_result`],
+//! [`put_result_error`]).
 //!
 //! The hot-path codecs are written by hand for speed (each module says what it measured); the
 //! tests in this module check every message and every field they read or write against the
@@ -9,12 +10,17 @@
 //! This module depends on nothing of the crate but [`crate::error`].
 
 mod codec;
+mod multiplex;
 mod parse_stream;
 mod render;
 
 #[cfg(test)]
 mod tests;
 
+pub use multiplex::{
+    decode_call, decode_multiplex, put_result, put_result_error, CallKind, CallView,
+    MultiplexMessage,
+};
 pub use parse_stream::{
     decode_request, put_delta, put_error, ClientMessage, DeltaFields, StepTokens, ToolCallFields,
 };

@@ -1,10 +1,10 @@
 //! What carries the per-request calls a router makes most (Tokenize, Detokenize, Render).
 //!
 //! The typed calls of [`crate::Client`] go through the [`Carrier`] trait, not through tonic
-//! directly, so the way these requests travel can change without changing the API: today each is
-//! one unary RPC ([`UnaryCarrier`]); a pool of multiplexed bidirectional streams (many requests on
-//! one RPC, each with its own id and deadline, answered out of order) implements the same three
-//! methods and is picked by the builder.
+//! directly, so the way these requests travel is the builder's choice and not the API's: one
+//! unary RPC each ([`UnaryCarrier`]), or requests on a pool of `Multiplex` streams (many requests
+//! on one RPC, each with its own id and deadline, answered out of order:
+//! [`crate::multiplex::StreamCarrier`], the default).
 
 use std::future::Future;
 use std::pin::Pin;

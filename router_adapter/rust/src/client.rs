@@ -11,6 +11,7 @@ use tonic_health::pb::HealthCheckRequest;
 
 use crate::carrier::{Carrier, UnaryCarrier};
 use crate::connection::{Connection, Connections, Settings};
+use crate::multiplex::{MultiplexSettings, StreamCarrier};
 use crate::parse_stream::ParseStream;
 use crate::target::Target;
 use crate::v1::{
@@ -30,6 +31,8 @@ pub struct ClientBuilder {
     health_service: String,
     max_message_bytes: usize,
     retry_unavailable: bool,
+    multiplex: bool,
+    multiplex_settings: MultiplexSettings,
 }
 
 impl ClientBuilder {
@@ -73,6 +76,33 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether Tokenize, Detokenize and Render travel as requests on a pool of `Multiplex`
+    /// streams (true: the cheapest way per request for a router making many small calls) or as
+    /// one unary RPC each (false, the default). Either way the calls, their deadlines and their
+    /// errors are the same; a server without Multiplex is served unary.
+    pub fn multiplex(mut self, on: bool) -> Self {
+        self.multiplex = on;
+        self
+    }
+
+    /// Streams in the Multiplex pool (default 2; at least 1). Calls are spread over them round
+    /// robin; each stream sends every call waiting at a moment as one message, so fewer streams
+    /// batch more and more streams wait less behind one another.
+    pub fn streams(mut self, streams: usize) -> Self {
+        self.multiplex_settings.streams = streams.max(1);
+        self
+    }
+
+    /// Requests whose encoding is larger than this take the unary path even with Multiplex on
+    /// (default 256 KiB; batching saves nothing on them, and a message over the server's
+    /// `--max-message-mb` would end the whole stream). Messages of the stream are closed at the
+    /// same size.
+    pub fn multiplex_max_request_bytes(mut self, bytes: usize) -> Self {
+        self.multiplex_settings.max_request_bytes = bytes;
+        self.multiplex_settings.max_batch_bytes = bytes;
+        self
+    }
+
     /// The client, without dialing: the first call connects. Must run inside a tokio runtime.
     pub fn build(self) -> Result<Client, Error> {
         let settings = Settings {
@@ -84,9 +114,16 @@ impl ClientBuilder {
             retry_unavailable: self.retry_unavailable,
         };
         let connections = Arc::new(Connections::new(settings)?);
-        let carrier: Arc<dyn Carrier> = Arc::new(UnaryCarrier {
-            connections: connections.clone(),
-        });
+        let carrier: Arc<dyn Carrier> = if self.multiplex {
+            Arc::new(StreamCarrier::new(
+                connections.clone(),
+                self.multiplex_settings,
+            ))
+        } else {
+            Arc::new(UnaryCarrier {
+                connections: connections.clone(),
+            })
+        };
         Ok(Client {
             connections,
             carrier,
@@ -105,6 +142,14 @@ impl ClientBuilder {
             .check(&connection, Some(deadline))
             .await?;
         Ok(client)
+    }
+}
+
+fn default_multiplex() -> MultiplexSettings {
+    MultiplexSettings {
+        streams: 2,
+        max_batch_bytes: 256 << 10,
+        max_request_bytes: 256 << 10,
     }
 }
 
@@ -129,6 +174,8 @@ impl Client {
             health_service: String::new(),
             max_message_bytes: 64 << 20,
             retry_unavailable: true,
+            multiplex: false,
+            multiplex_settings: default_multiplex(),
         }
     }
 

@@ -70,6 +70,11 @@ impl Connection {
     pub fn mark_suspect(&self) {
         self.suspect.store(true, Ordering::Relaxed);
     }
+
+    /// Whether a call failed on it since it was checked.
+    pub fn is_suspect(&self) -> bool {
+        self.suspect.load(Ordering::Relaxed)
+    }
 }
 
 /// The current connection and the rules for replacing it.

@@ -21,6 +21,7 @@ mod carrier;
 mod client;
 mod connection;
 mod error;
+mod multiplex;
 mod parse_stream;
 mod target;
 

@@ -52,10 +52,12 @@ fn parse_args() -> Result<Args, String> {
 async fn run(args: Args) -> Result<Recorder, sidecar_client::Error> {
     let mut recorder = Recorder {
         target: "main",
+        carrier: "unary",
         ..Recorder::default()
     };
     let client = Client::connect(&args.target).await?;
     let model = preprocessor::run(&mut recorder, &client).await;
+    multiplexed(&mut recorder, &args.target).await?;
     parse::run(&mut recorder, &client, &model).await?;
     if let Some(kv_target) = &args.kv_target {
         let kv_client = Client::connect(kv_target).await?;
@@ -67,6 +69,18 @@ async fn run(args: Args) -> Result<Recorder, sidecar_client::Error> {
         reconnect::run(&mut recorder, &client, &model).await;
     }
     Ok(recorder)
+}
+
+/// The Tokenize, Detokenize and Render cases once more through a client that carries them on a
+/// pool of Multiplex streams: the replay compares each with the unary answer. The client is
+/// dropped at the end, so its streams close before a restart.
+async fn multiplexed(rec: &mut Recorder, target: &str) -> Result<(), sidecar_client::Error> {
+    let client = Client::builder(target).multiplex(true).streams(2).build()?;
+    rec.carrier = "multiplex";
+    let model = preprocessor::run(rec, &client).await;
+    preprocessor::concurrent(rec, &client, &model).await;
+    rec.carrier = "unary";
+    Ok(())
 }
 
 fn main() -> ExitCode {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use prost::Message;
 use sidecar_client::health::ServingStatus;
 use sidecar_client::v1::{
     BlockHashing, DetokenizeRequest, RenderRequest, ScoreRequest, TokenIds, TokenizeRequest,
@@ -352,4 +353,79 @@ async fn errors(rec: &mut Recorder, client: &Client, model: &str) {
         |r| client.score(r),
     )
     .await;
+}
+
+/// Many calls in flight at once, every seventh for a model the server does not host: on a
+/// multiplexed client they share stream messages, are answered out of order, and each error is
+/// its call's own.
+pub async fn concurrent(rec: &mut Recorder, client: &Client, model: &str) {
+    let model_for = |i: usize| {
+        if i % 7 == 3 {
+            "no-such-model".to_string()
+        } else {
+            model.to_string()
+        }
+    };
+    let tokenize: Vec<TokenizeRequest> = (0..40)
+        .map(|i| TokenizeRequest {
+            model: model_for(i),
+            texts: vec![format!("Call {i}: {}", TEXTS[i % TEXTS.len()])],
+            ..Default::default()
+        })
+        .collect();
+    let render: Vec<RenderRequest> = (0..16)
+        .map(|i| RenderRequest {
+            model: model_for(i),
+            messages_json: format!(r#"[{{"role":"user","content":"Question number {i}?"}}]"#),
+            ..Default::default()
+        })
+        .collect();
+    let tokenized = gather(client, tokenize, |c, r| async move { c.tokenize(r).await });
+    let rendered = gather(client, render, |c, r| async move { c.render(r).await });
+    let (tokenized, rendered) = (tokenized.await, rendered.await);
+    for (i, (request, outcome)) in tokenized.into_iter().enumerate() {
+        let case = Case::err(format!("concurrent tokenize {i}"), "Tokenize", expected(i));
+        rec.record(case, &request.encode_to_vec(), outcome);
+    }
+    for (i, (request, outcome)) in rendered.into_iter().enumerate() {
+        let case = Case::err(format!("concurrent render {i}"), "Render", expected(i));
+        rec.record(case, &request.encode_to_vec(), outcome);
+    }
+}
+
+fn expected(i: usize) -> Code {
+    if i % 7 == 3 {
+        Code::NotFound
+    } else {
+        Code::Ok
+    }
+}
+
+/// Runs every request as its own task at once; the outcomes in request order.
+async fn gather<Q, R, F, Fut>(
+    client: &Client,
+    requests: Vec<Q>,
+    call: F,
+) -> Vec<(Q, Result<R, sidecar_client::Error>)>
+where
+    Q: Clone + Send + 'static,
+    R: Send + 'static,
+    F: Fn(Client, Q) -> Fut,
+    Fut: std::future::Future<Output = Result<R, sidecar_client::Error>> + Send + 'static,
+{
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, request) in requests.iter().enumerate() {
+        let call = call(client.clone(), request.clone());
+        tasks.spawn(async move { (i, call.await) });
+    }
+    let mut outcomes: Vec<Option<Result<R, sidecar_client::Error>>> =
+        requests.iter().map(|_| None).collect();
+    while let Some(joined) = tasks.join_next().await {
+        let (i, outcome) = joined.expect("a call task panicked");
+        outcomes[i] = Some(outcome);
+    }
+    requests
+        .into_iter()
+        .zip(outcomes.into_iter().map(|o| o.expect("every task joined")))
+        .collect()
 }

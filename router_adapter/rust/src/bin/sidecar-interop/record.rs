@@ -61,6 +61,8 @@ pub struct Recorder {
     pub cases: usize,
     /// Which server the calls go to ("main" or "kv"), so the replay uses the same one.
     pub target: &'static str,
+    /// How the client carried the calls ("unary", or "multiplex" for a pool of Multiplex streams).
+    pub carrier: &'static str,
 }
 
 impl Recorder {
@@ -86,12 +88,24 @@ impl Recorder {
         F: FnOnce(Q) -> Fut,
         Fut: Future<Output = Result<R, Error>>,
     {
+        let bytes = request.encode_to_vec();
+        let outcome = call(request).await;
+        self.record(case, &bytes, outcome)
+    }
+
+    /// Records a finished call (its request's bytes and its outcome), checks its code; the
+    /// response when it succeeded.
+    pub fn record<R: Message>(
+        &mut self,
+        case: Case,
+        request: &[u8],
+        outcome: Result<R, Error>,
+    ) -> Option<R> {
         let mut record = json!({
-            "case": case.name, "target": self.target, "method": case.method, "request": hex(&request.encode_to_vec()),
-            "expected": code_name(case.expected), "compare": case.compare,
+            "case": case.name, "target": self.target, "carrier": self.carrier, "method": case.method,
+            "request": hex(request), "expected": code_name(case.expected), "compare": case.compare,
             "timeout_ms": case.timeout.map(|t| t.as_secs_f64() * 1e3),
         });
-        let outcome = call(request).await;
         match &outcome {
             Ok(response) => record["response"] = json!(hex(&response.encode_to_vec())),
             Err(error) => record["error"] = error_json(error),

@@ -21,12 +21,38 @@ pub enum Conn {
 }
 
 impl Conn {
-    pub async fn open(target: &Target) -> Result<Conn, String> {
+    /// `count` connections to `target`: unary gRPC and HTTP clients get one each; multiplexed
+    /// gRPC clients share one `Client` (one connection, one pool of streams), as the tasks of a
+    /// router would.
+    pub async fn open_many(target: &Target, count: usize) -> Result<Vec<Conn>, String> {
+        if let TargetKind::Grpc {
+            address,
+            multiplex: true,
+            streams,
+        } = &target.kind
+        {
+            let client = Client::builder(address.as_str())
+                .timeout(None)
+                .multiplex(true)
+                .streams(*streams)
+                .build()
+                .map_err(|e| e.to_string())?;
+            return Ok((0..count).map(|_| Conn::Grpc(client.clone())).collect());
+        }
+        let mut conns = Vec::with_capacity(count);
+        for _ in 0..count {
+            conns.push(Conn::open(target).await?);
+        }
+        Ok(conns)
+    }
+
+    async fn open(target: &Target) -> Result<Conn, String> {
         match &target.kind {
-            TargetKind::Grpc { address } => {
+            TargetKind::Grpc { address, .. } => {
                 // Own channel (own connection) per client, no deadline: the benchmark measures the call.
                 let client = Client::builder(address.as_str())
                     .timeout(None)
+                    .multiplex(false)
                     .build()
                     .map_err(|e| e.to_string())?;
                 Ok(Conn::Grpc(client))

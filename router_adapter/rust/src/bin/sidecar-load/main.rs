@@ -8,7 +8,9 @@
 //! the workloads with their distinct inputs, `seconds`, `warmup_seconds`, `rounds` and `clients`.
 //! Each round visits every workload, and for each every target (in an order that rotates per
 //! round) at every client count, so slow drift of the machine spreads over all of them. Every
-//! client has its own connection and sends one request at a time. Before timing, the token ids of
+//! client sends one request at a time: on its own connection (unary gRPC, HTTP), or through one
+//! `Client` shared by all clients of a target whose `mode` is `multiplex` (a pool of `streams`
+//! Multiplex streams on one connection). Before timing, the token ids of
 //! every target are compared with the first target's on the first inputs.
 
 mod conn;
@@ -28,11 +30,7 @@ async fn pools(spec: &Spec) -> Result<Pools, String> {
     let most = spec.clients.iter().copied().max().unwrap_or(1);
     let mut pools = HashMap::new();
     for target in &spec.targets {
-        let mut conns = Vec::with_capacity(most);
-        for _ in 0..most {
-            conns.push(Conn::open(target).await?);
-        }
-        pools.insert(target.name.clone(), conns);
+        pools.insert(target.name.clone(), Conn::open_many(target, most).await?);
     }
     Ok(pools)
 }

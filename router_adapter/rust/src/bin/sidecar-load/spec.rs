@@ -11,8 +11,14 @@ use sidecar_client::v1::{RenderRequest, TokenizeRequest};
 /// Where requests go and how.
 #[derive(Debug, Clone)]
 pub enum TargetKind {
-    /// The sidecar contract through `sidecar_client` (the sidecar itself, or the floor server).
-    Grpc { address: String },
+    /// The sidecar contract through `sidecar_client` (the sidecar itself, or the floor server):
+    /// unary calls, each client on its own connection; or (`multiplex`) every client sharing one
+    /// `Client` whose calls travel on a pool of `streams` Multiplex streams.
+    Grpc {
+        address: String,
+        multiplex: bool,
+        streams: usize,
+    },
     /// vllm-rs's OpenAI-style render endpoints over keep-alive HTTP/1.1 (the model it serves is
     /// the spec's `http_model`).
     Http { address: String },
@@ -102,7 +108,11 @@ pub fn parse(spec: &Value) -> Result<Spec, String> {
 fn parse_target(target: &Value) -> Result<Target, String> {
     let address = text(target, "address")?;
     let kind = match text(target, "kind")?.as_str() {
-        "grpc" => TargetKind::Grpc { address },
+        "grpc" => TargetKind::Grpc {
+            address,
+            multiplex: target.get("mode").and_then(Value::as_str) == Some("multiplex"),
+            streams: target.get("streams").and_then(Value::as_u64).unwrap_or(2) as usize,
+        },
         "http" => TargetKind::Http { address },
         other => return Err(format!("spec: unknown target kind {other:?}")),
     };

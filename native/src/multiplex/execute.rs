@@ -1,0 +1,225 @@
+//! One Multiplex request, run exactly as the unary RPC of its kind runs it: the same defaults for
+//! unset fields, the same checks in the same order with the same messages, the same core calls.
+//! The unary path is `sidecar/servicers/{tokenize,detokenize,render}.py`; the end-to-end tests
+//! compare the two transports' answers on the parity inputs.
+
+use std::time::Instant;
+
+use crate::cancel::Cancel;
+use crate::error::{Error, Result};
+use crate::hash;
+use crate::render::RenderOptions;
+use crate::template::RenderRequest;
+use crate::tokenizer::{CacheStats, EncodeOptions, TruncationSide};
+use crate::wire::pb;
+
+use super::hashing::{spec_from_proto, spec_to_proto};
+use super::Multiplexer;
+
+/// Bytes of text per token in a Detokenize's cost (as the unary servicer sizes it).
+const BYTES_PER_TOKEN: usize = 4;
+
+/// A decoded request.
+pub(super) enum Request {
+    Tokenize(pb::TokenizeRequest),
+    Detokenize(pb::DetokenizeRequest),
+    Render(pb::RenderRequest),
+}
+
+/// A request's response.
+pub(super) enum Response {
+    Tokenize(pb::TokenizeResponse),
+    Detokenize(pb::DetokenizeResponse),
+    /// With how the multi-turn cache served it (for the server's metrics).
+    Render(pb::RenderResponse, CacheStats),
+}
+
+impl Request {
+    /// What the request costs, in the unit of the server's inline bound (bytes of input): above
+    /// it, the request runs on the server's worker pool rather than on the event loop.
+    pub(super) fn cost(&self) -> usize {
+        match self {
+            Request::Tokenize(r) => r.texts.iter().map(String::len).sum(),
+            Request::Detokenize(r) => {
+                BYTES_PER_TOKEN * r.sequences.iter().map(|s| s.token_ids.len()).sum::<usize>()
+            }
+            Request::Render(r) => {
+                r.messages_json.len() + r.tools_json.len() + r.documents_json.len()
+            }
+        }
+    }
+}
+
+impl Multiplexer {
+    /// Runs one request; `deadline` is when it must have finished.
+    pub(super) fn execute(&self, request: Request, deadline: Option<Instant>) -> Result<Response> {
+        match request {
+            Request::Tokenize(r) => self.tokenize(r, deadline).map(Response::Tokenize),
+            Request::Detokenize(r) => self.detokenize(r, deadline).map(Response::Detokenize),
+            Request::Render(r) => self.render(r, deadline),
+        }
+    }
+
+    fn tokenize(
+        &self,
+        request: pb::TokenizeRequest,
+        deadline: Option<Instant>,
+    ) -> Result<pb::TokenizeResponse> {
+        let model = self.model(&request.model)?;
+        let side = match pb::TruncationSide::try_from(request.truncation_side) {
+            Ok(pb::TruncationSide::Left) => TruncationSide::Left,
+            Ok(_) => TruncationSide::Right,
+            Err(_) => {
+                return Err(Error::invalid_argument(format!(
+                    "truncation_side: unknown value {}",
+                    request.truncation_side
+                )))
+            }
+        };
+        let spec = request
+            .block_hashing
+            .as_ref()
+            .map(spec_from_proto)
+            .transpose()?;
+        let opts = EncodeOptions {
+            add_special_tokens: request.add_special_tokens.unwrap_or(true),
+            return_offsets: request.return_offsets,
+            return_tokens: request.return_tokens,
+            max_length: (request.max_length > 0).then_some(request.max_length as usize),
+            truncation_side: side,
+            cancel: Cancel::with_deadline(deadline),
+            max_word_chars: (self.settings.max_word_chars > 0)
+                .then_some(self.settings.max_word_chars),
+        };
+        check_text_lengths(&request.texts, self.settings.max_text_chars)?;
+        let encoded = model.tokenizer.encode_batch(&request.texts, &opts)?;
+        let mut encodings = Vec::with_capacity(encoded.len());
+        for e in encoded {
+            let block_hashes = match &spec {
+                Some(spec) => hash::block_hashes(&e.ids, spec)?.values,
+                None => Vec::new(),
+            };
+            encodings.push(pb::Encoding {
+                token_ids: e.ids,
+                offsets: e.offsets,
+                tokens: e.tokens,
+                block_hashes,
+                truncated: e.truncated,
+            });
+        }
+        Ok(pb::TokenizeResponse {
+            encodings,
+            fingerprint: model.fingerprint.clone(),
+            block_hash_spec: spec.as_ref().map(spec_to_proto),
+        })
+    }
+
+    fn detokenize(
+        &self,
+        request: pb::DetokenizeRequest,
+        deadline: Option<Instant>,
+    ) -> Result<pb::DetokenizeResponse> {
+        let model = self.model(&request.model)?;
+        let skip = request.skip_special_tokens.unwrap_or(true);
+        let sequences: Vec<&[u32]> = request
+            .sequences
+            .iter()
+            .map(|s| s.token_ids.as_slice())
+            .collect();
+        let count: usize = sequences.iter().map(|s| s.len()).sum();
+        if count > self.settings.max_token_ids {
+            return Err(Error::resource_exhausted(format!(
+                "sequences: {count} token ids is more than the server's limit of {} per request (--max-token-ids)",
+                self.settings.max_token_ids
+            )));
+        }
+        let cancel = Cancel::with_deadline(deadline);
+        let texts = model.tokenizer.decode_batch(&sequences, skip, &cancel)?;
+        Ok(pb::DetokenizeResponse {
+            texts,
+            fingerprint: model.fingerprint.clone(),
+        })
+    }
+
+    fn render(&self, request: pb::RenderRequest, deadline: Option<Instant>) -> Result<Response> {
+        let model = self.model(&request.model)?;
+        let continue_final = request.continue_final_message;
+        let add_generation_prompt = match request.add_generation_prompt {
+            Some(true) if continue_final => {
+                return Err(Error::invalid_argument(
+                    "add_generation_prompt: cannot be true together with continue_final_message (the first opens a \
+                     new assistant turn, the second ends the prompt inside the final message)",
+                ))
+            }
+            Some(value) => value,
+            // Unset means true, except that continuing the final message implies no new turn.
+            None => !continue_final,
+        };
+        let spec = request
+            .block_hashing
+            .as_ref()
+            .map(spec_from_proto)
+            .transpose()?;
+        let kwargs_chars = request.chat_template_kwargs_json.chars().count();
+        if kwargs_chars > self.settings.max_kwargs_bytes {
+            return Err(Error::resource_exhausted(format!(
+                "chat_template_kwargs_json: {kwargs_chars} characters is more than the server's limit of {} \
+                 (--max-kwargs-bytes)",
+                self.settings.max_kwargs_bytes
+            )));
+        }
+        let wants_ids = request.return_token_ids.unwrap_or(true);
+        let template_request = RenderRequest {
+            messages_json: &request.messages_json,
+            tools_json: &request.tools_json,
+            documents_json: &request.documents_json,
+            kwargs_json: &request.chat_template_kwargs_json,
+            chat_template: request.chat_template.as_deref(),
+            allow_source: self.settings.allow_request_templates,
+            add_generation_prompt,
+            continue_final_message: continue_final,
+        };
+        let opts = RenderOptions {
+            add_special_tokens: request.add_special_tokens.unwrap_or(false),
+            return_text: request.return_text,
+            // Hashing needs the ids even when the caller does not want them back.
+            return_ids: wants_ids || spec.is_some(),
+            return_offsets: request.return_offsets,
+            use_cache: !request.bypass_cache,
+            cancel: Cancel::with_deadline(deadline),
+        };
+        let rendered = model.renderer.render(&template_request, &opts)?;
+        let (block_hashes, block_hash_spec) = match &spec {
+            Some(spec) => (
+                hash::block_hashes(&rendered.ids, spec)?.values,
+                Some(spec_to_proto(spec)),
+            ),
+            None => (Vec::new(), None),
+        };
+        let response = pb::RenderResponse {
+            text: rendered.text.unwrap_or_default(),
+            token_ids: if wants_ids { rendered.ids } else { Vec::new() },
+            offsets: rendered.offsets,
+            block_hashes,
+            fingerprint: model.fingerprint.clone(),
+            block_hash_spec,
+        };
+        Ok(Response::Render(response, rendered.cache))
+    }
+}
+
+/// Refuses a text of more than `limit` characters (as the unary Tokenize does), naming it and the flag.
+fn check_text_lengths(texts: &[String], limit: usize) -> Result<()> {
+    for (i, text) in texts.iter().enumerate() {
+        // A text of at most `limit` bytes has at most `limit` characters: count only the longer ones.
+        if text.len() > limit {
+            let chars = text.chars().count();
+            if chars > limit {
+                return Err(Error::resource_exhausted(format!(
+                    "texts[{i}]: {chars} characters is more than the server's limit of {limit} (--max-text-chars)"
+                )));
+            }
+        }
+    }
+    Ok(())
+}

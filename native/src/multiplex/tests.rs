@@ -1,0 +1,272 @@
+//! The stream's rules on a toy tokenizer and a one-line template: results per id, deferral by
+//! cost, the in-flight limit, duplicate ids, refusal while draining, deadlines, chunking under the
+//! message limit. That each request is answered as its unary RPC answers it is held by the
+//! end-to-end tests (`tests/server/test_multiplex.py`) against the real server.
+
+use std::sync::Arc;
+
+use prost::Message;
+
+use super::*;
+use crate::render::RendererConfig;
+use crate::tokenizer::tests::toy_json;
+use crate::tokenizer::{Tokenizer, TokenizerFormat};
+use crate::wire::pb::multiplex_call::Request as Call;
+use crate::wire::pb::multiplex_result::Result as Outcome;
+
+/// gRPC's UNAVAILABLE (the server's drain refusal; the core itself never returns it).
+const UNAVAILABLE: i32 = 14;
+
+const TEMPLATE: &str = "{% for m in messages %}{{ m.content }} {% endfor %}";
+
+fn multiplexer(inline_bytes: usize, max_inflight: usize, max_message_bytes: usize) -> Multiplexer {
+    let tokenizer =
+        Arc::new(Tokenizer::from_json_text(&toy_json(), TokenizerFormat::TokenizerJson).unwrap());
+    let config = RendererConfig {
+        templates: vec![("default".into(), TEMPLATE.into())],
+        ..RendererConfig::default()
+    };
+    let renderer = Arc::new(Renderer::new(tokenizer.clone(), config));
+    let model = Model {
+        name: "toy".into(),
+        fingerprint: "fp".into(),
+        tokenizer,
+        renderer,
+    };
+    let settings = Settings {
+        allow_request_templates: false,
+        inline_bytes,
+        max_inflight,
+        max_message_bytes,
+        max_text_chars: 64 << 20,
+        max_word_chars: 100_000,
+        max_token_ids: 16 << 20,
+        max_kwargs_bytes: 1 << 20,
+    };
+    Multiplexer::new(vec![model], settings)
+}
+
+fn tokenize(id: u64, text: &str) -> pb::MultiplexCall {
+    pb::MultiplexCall {
+        id,
+        timeout_us: 0,
+        request: Some(Call::Tokenize(pb::TokenizeRequest {
+            model: "toy".into(),
+            texts: vec![text.into()],
+            ..Default::default()
+        })),
+    }
+}
+
+fn message(calls: Vec<pb::MultiplexCall>, cancel: Vec<u64>) -> Vec<u8> {
+    pb::MultiplexRequest { calls, cancel }.encode_to_vec()
+}
+
+fn results(batch: &Batch) -> Vec<pb::MultiplexResult> {
+    let mut start = 0;
+    let mut out = Vec::new();
+    for &end in &batch.chunk_ends {
+        out.extend(
+            pb::MultiplexResponse::decode(&batch.out[start..end])
+                .unwrap()
+                .results,
+        );
+        start = end;
+    }
+    assert_eq!(start, batch.out.len(), "bytes outside every chunk");
+    out
+}
+
+fn error_code(result: &pb::MultiplexResult) -> Option<i32> {
+    match &result.result {
+        Some(Outcome::Error(status)) => Some(status.code),
+        _ => None,
+    }
+}
+
+#[test]
+fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
+    let mux = multiplexer(8, 100, 1 << 20);
+    let big = "ab ".repeat(10);
+    let raw = message(
+        vec![tokenize(1, "ab"), tokenize(2, &big), tokenize(3, "a b")],
+        vec![7],
+    );
+    let batch = mux.run(&raw, &RunOptions::default()).unwrap();
+    let answered: Vec<u64> = results(&batch).iter().map(|r| r.id).collect();
+    assert_eq!(answered, [1, 3]);
+    assert_eq!(batch.cancel, [7]);
+    let [deferred] = batch.deferred[..] else {
+        panic!("{:?}", batch.deferred)
+    };
+    assert_eq!(
+        (deferred.id, deferred.kind, deferred.cost),
+        (2, CallKind::Tokenize, big.len())
+    );
+    let one = mux
+        .run_one(
+            &raw[deferred.start..deferred.start + deferred.len],
+            Duration::ZERO,
+        )
+        .unwrap();
+    let [result] = &results(&one)[..] else {
+        panic!()
+    };
+    let Some(Outcome::Tokenize(response)) = &result.result else {
+        panic!("{result:?}")
+    };
+    // The same request run inline (a larger inline bound) gets the same response.
+    let inline = multiplexer(1 << 20, 100, 1 << 20);
+    let again = results(
+        &inline
+            .run(
+                &message(vec![tokenize(2, &big)], vec![]),
+                &RunOptions::default(),
+            )
+            .unwrap(),
+    );
+    let Some(Outcome::Tokenize(direct)) = &again[0].result else {
+        panic!("{:?}", again[0])
+    };
+    assert_eq!(response, direct);
+}
+
+#[test]
+fn each_bad_request_gets_its_own_error() {
+    let mux = multiplexer(1 << 20, 100, 1 << 20);
+    let unknown = pb::MultiplexCall {
+        request: Some(Call::Detokenize(pb::DetokenizeRequest {
+            model: "nope".into(),
+            ..Default::default()
+        })),
+        ..tokenize(2, "")
+    };
+    let empty = pb::MultiplexCall {
+        id: 3,
+        ..Default::default()
+    };
+    let raw = message(
+        vec![tokenize(1, "ab"), unknown, empty, tokenize(4, "b")],
+        vec![],
+    );
+    let got = results(&mux.run(&raw, &RunOptions::default()).unwrap());
+    let codes: Vec<_> = got.iter().map(|r| (r.id, error_code(r))).collect();
+    assert_eq!(
+        codes,
+        [
+            (1, None),
+            (2, Some(grpc_code::NOT_FOUND)),
+            (3, Some(grpc_code::INVALID_ARGUMENT)),
+            (4, None)
+        ]
+    );
+}
+
+#[test]
+fn limit_duplicates_and_refusal() {
+    let mux = multiplexer(1 << 20, 3, 1 << 20);
+    let calls = vec![tokenize(1, "a"), tokenize(1, "a"), tokenize(2, "b")];
+    let opts = RunOptions {
+        pending: &[9],
+        ..RunOptions::default()
+    };
+    let got = results(&mux.run(&message(calls.clone(), vec![]), &opts).unwrap());
+    let codes: Vec<_> = got.iter().map(|r| (r.id, error_code(r))).collect();
+    assert_eq!(
+        codes,
+        [
+            (1, None),
+            (1, Some(grpc_code::INVALID_ARGUMENT)),
+            (2, Some(grpc_code::RESOURCE_EXHAUSTED))
+        ]
+    );
+    let refuse = RunOptions {
+        refuse: Some((UNAVAILABLE, "draining")),
+        ..RunOptions::default()
+    };
+    let got = results(&mux.run(&message(calls, vec![]), &refuse).unwrap());
+    assert!(got.iter().all(|r| error_code(r) == Some(UNAVAILABLE)));
+}
+
+#[test]
+fn a_passed_deadline_fails_before_work() {
+    let mux = multiplexer(1 << 20, 100, 1 << 20);
+    let call = pb::MultiplexCall {
+        timeout_us: 10,
+        ..tokenize(1, "ab")
+    };
+    let opts = RunOptions {
+        elapsed: Duration::from_millis(1),
+        ..RunOptions::default()
+    };
+    let got = results(&mux.run(&message(vec![call], vec![]), &opts).unwrap());
+    assert_eq!(error_code(&got[0]), Some(grpc_code::DEADLINE_EXCEEDED));
+}
+
+#[test]
+fn results_are_cut_into_messages_within_the_limit() {
+    let limit = 200;
+    let mux = multiplexer(1 << 20, 100, limit);
+    let calls = (1..=20).map(|i| tokenize(i, "ab ab ab")).collect();
+    let batch = mux
+        .run(&message(calls, vec![]), &RunOptions::default())
+        .unwrap();
+    assert!(batch.chunk_ends.len() > 1);
+    let mut start = 0;
+    for &end in &batch.chunk_ends {
+        assert!(end - start <= limit);
+        start = end;
+    }
+    assert_eq!(results(&batch).len(), 20);
+    // One response larger than the limit is replaced by its own error.
+    let huge = tokenize(21, &"ab ".repeat(200));
+    let got = results(
+        &mux.run(&message(vec![huge], vec![]), &RunOptions::default())
+            .unwrap(),
+    );
+    assert_eq!(error_code(&got[0]), Some(grpc_code::RESOURCE_EXHAUSTED));
+}
+
+#[test]
+fn render_and_detokenize_run_through_the_model() {
+    let mux = multiplexer(1 << 20, 100, 1 << 20);
+    let render = pb::MultiplexCall {
+        id: 1,
+        timeout_us: 0,
+        request: Some(Call::Render(pb::RenderRequest {
+            model: "toy".into(),
+            messages_json: r#"[{"role":"user","content":"ab"}]"#.into(),
+            return_text: true,
+            ..Default::default()
+        })),
+    };
+    let detokenize = pb::MultiplexCall {
+        id: 2,
+        timeout_us: 0,
+        request: Some(Call::Detokenize(pb::DetokenizeRequest {
+            model: "toy".into(),
+            sequences: vec![pb::TokenIds {
+                token_ids: vec![2, 4],
+            }],
+            skip_special_tokens: None,
+        })),
+    };
+    let got = results(
+        &mux.run(
+            &message(vec![render, detokenize], vec![]),
+            &RunOptions::default(),
+        )
+        .unwrap(),
+    );
+    let Some(Outcome::Render(rendered)) = &got[0].result else {
+        panic!("{:?}", got[0])
+    };
+    assert_eq!(
+        (rendered.text.as_str(), rendered.fingerprint.as_str()),
+        ("ab ", "fp")
+    );
+    let Some(Outcome::Detokenize(detok)) = &got[1].result else {
+        panic!("{:?}", got[1])
+    };
+    assert_eq!(detok.texts, ["ab ab"]);
+}

@@ -1,0 +1,501 @@
+//! The multiplexed transport: Tokenize, Detokenize and Render as requests on a pool of
+//! `Preprocessor/Multiplex` streams (see `MultiplexRequest` in `protos/`).
+//!
+//! Each call gets an id, registers a waiter, and queues its `MultiplexCall` on one stream of the
+//! pool (round robin). The stream's outbound side ([`Coalesce`]) turns every call queued at the
+//! moment tonic asks for the next message into one `MultiplexRequest`, so under load one message
+//! carries many calls; a reader task hands each `MultiplexResult` to its waiter. A call whose
+//! future is dropped before its result (its deadline passed, or the caller gave up) sends a
+//! cancel for its id, coalesced the same way.
+//!
+//! A stream that breaks fails its waiting calls with UNAVAILABLE (the connection goes to a health
+//! check, as for unary calls) and is replaced by the next call; a call that failed so, or that the
+//! server refused because it is draining, is made once more within its deadline on a fresh stream
+//! (the contract's requests are idempotent). Requests larger than `max_request_bytes` take the
+//! unary path (multiplexing saves nothing on them, and one message over the server's limit would
+//! end the whole stream), as does everything when the server has no Multiplex (an older server,
+//! or `--backend reference`).
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use prost::Message;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_stream::Stream;
+use tonic::{Code, Request, Status};
+
+use crate::carrier::{CallFuture, Carrier, UnaryCarrier};
+use crate::connection::{local_failure, Connection, Connections};
+use crate::v1::multiplex_call::Request as Call;
+use crate::v1::multiplex_result::Result as Outcome;
+use crate::v1::{
+    DetokenizeRequest, DetokenizeResponse, MultiplexCall, MultiplexRequest, MultiplexResponse,
+    RenderRequest, RenderResponse, TokenizeRequest, TokenizeResponse,
+};
+
+/// How the pool behaves (set through `ClientBuilder`).
+#[derive(Debug, Clone)]
+pub(crate) struct MultiplexSettings {
+    /// Streams in the pool.
+    pub streams: usize,
+    /// A message is closed once its calls reach this many bytes.
+    pub max_batch_bytes: usize,
+    /// Requests larger than this go unary.
+    pub max_request_bytes: usize,
+}
+
+/// Carries calls on a pool of Multiplex streams (see the module docs).
+#[derive(Debug)]
+pub(crate) struct StreamCarrier {
+    connections: Arc<Connections>,
+    unary: UnaryCarrier,
+    settings: MultiplexSettings,
+    slots: Vec<Mutex<Option<Arc<MuxStream>>>>,
+    next_id: AtomicU64,
+    /// The server has no Multiplex (UNIMPLEMENTED, or FAILED_PRECONDITION on a backend without
+    /// it): every call goes unary from then on.
+    unsupported: Arc<AtomicBool>,
+}
+
+impl StreamCarrier {
+    pub fn new(connections: Arc<Connections>, settings: MultiplexSettings) -> Self {
+        let streams = settings.streams.max(1);
+        StreamCarrier {
+            unary: UnaryCarrier {
+                connections: connections.clone(),
+            },
+            connections,
+            settings,
+            slots: (0..streams).map(|_| Mutex::new(None)).collect(),
+            next_id: AtomicU64::new(1),
+            unsupported: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The stream a call goes on: one that has calls queued and not yet sent (so calls made at
+    /// the same moment share a message), else the one with the fewest calls waiting; a slot
+    /// without a live stream gets one (on a health-checked connection).
+    async fn stream(&self, deadline: Option<Instant>) -> Result<Arc<MuxStream>, Status> {
+        let mut best: Option<(usize, usize)> = None;
+        for (i, slot) in self.slots.iter().enumerate() {
+            let load = match lock(slot).as_ref().filter(|s| s.usable()) {
+                Some(stream) if stream.queued.load(Ordering::Relaxed) > 0 => 0,
+                Some(stream) => 1 + stream.waiting.load(Ordering::Relaxed),
+                None => 1,
+            };
+            if best.is_none_or(|(_, least)| load < least) {
+                best = Some((i, load));
+            }
+        }
+        let slot = &self.slots[best.map_or(0, |(i, _)| i)];
+        if let Some(stream) = lock(slot).as_ref().filter(|s| s.usable()) {
+            return Ok(stream.clone());
+        }
+        let connection = self.connections.ready(deadline).await?;
+        let mut slot = lock(slot);
+        if let Some(stream) = slot.as_ref().filter(|s| s.usable()) {
+            return Ok(stream.clone());
+        }
+        let stream = MuxStream::open(connection, &self.settings, self.unsupported.clone());
+        *slot = Some(stream.clone());
+        Ok(stream)
+    }
+
+    /// Sends one call and waits for its outcome: once more on UNAVAILABLE (as unary calls
+    /// do), by the unary path when the server turns out to have no Multiplex.
+    async fn call(&self, call: Call, timeout: Option<Duration>) -> Result<Outcome, Status> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let spare = self
+            .connections
+            .settings
+            .retry_unavailable
+            .then(|| call.clone());
+        let failure = match self.attempt(call, deadline).await {
+            Err(status) if status.code() == Code::Unavailable || self.unsupported() => status,
+            other => return other,
+        };
+        let Some(call) = spare else {
+            return Err(failure);
+        };
+        if self.unsupported() {
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            return self.unary_call(call, left).await;
+        }
+        self.attempt(call, deadline).await
+    }
+
+    async fn unary_call(&self, call: Call, timeout: Option<Duration>) -> Result<Outcome, Status> {
+        match call {
+            Call::Tokenize(r) => self.unary.tokenize(r, timeout).await.map(Outcome::Tokenize),
+            Call::Detokenize(r) => self
+                .unary
+                .detokenize(r, timeout)
+                .await
+                .map(Outcome::Detokenize),
+            Call::Render(r) => self.unary.render(r, timeout).await.map(Outcome::Render),
+        }
+    }
+
+    fn unsupported(&self) -> bool {
+        self.unsupported.load(Ordering::Relaxed)
+    }
+
+    async fn attempt(&self, call: Call, deadline: Option<Instant>) -> Result<Outcome, Status> {
+        let stream = self.stream(deadline).await?;
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let timeout_us = match deadline {
+            None => 0,
+            Some(deadline) => {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(deadline_passed());
+                }
+                left.as_micros().max(1) as u64
+            }
+        };
+        let waiter = stream.send(MultiplexCall {
+            id,
+            timeout_us,
+            request: Some(call),
+        })?;
+        let guard = CancelOnDrop {
+            stream: &stream,
+            id,
+        };
+        let outcome = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, waiter)
+                .await
+                .map_err(|_| deadline_passed())?,
+            None => waiter.await,
+        };
+        std::mem::forget(guard);
+        let outcome = outcome.unwrap_or_else(|_| Err(Status::unavailable("stream dropped")))?;
+        if let Outcome::Error(error) = &outcome {
+            if error.code == Code::Unavailable as i32 {
+                // The server is draining: this stream takes no more requests.
+                stream.retire();
+                return Err(Status::unavailable(error.message.clone()));
+            }
+        }
+        Ok(outcome)
+    }
+
+    fn goes_unary(&self, size: usize) -> bool {
+        size > self.settings.max_request_bytes || self.unsupported()
+    }
+}
+
+/// An `Outcome` as the response `pick` selects, or the status it carries.
+fn expect<T>(outcome: Outcome, pick: impl FnOnce(Outcome) -> Option<T>) -> Result<T, Status> {
+    match outcome {
+        Outcome::Error(status) => Err(Status::new(Code::from(status.code), status.message)),
+        other => pick(other).ok_or_else(|| {
+            Status::internal("multiplex: the server answered with another kind of response")
+        }),
+    }
+}
+
+impl Carrier for StreamCarrier {
+    fn tokenize(
+        &self,
+        request: TokenizeRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, TokenizeResponse> {
+        if self.goes_unary(request.encoded_len()) {
+            return self.unary.tokenize(request, timeout);
+        }
+        Box::pin(async move {
+            let outcome = self.call(Call::Tokenize(request), timeout).await?;
+            expect(outcome, |o| match o {
+                Outcome::Tokenize(r) => Some(r),
+                _ => None,
+            })
+        })
+    }
+
+    fn detokenize(
+        &self,
+        request: DetokenizeRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, DetokenizeResponse> {
+        if self.goes_unary(request.encoded_len()) {
+            return self.unary.detokenize(request, timeout);
+        }
+        Box::pin(async move {
+            let outcome = self.call(Call::Detokenize(request), timeout).await?;
+            expect(outcome, |o| match o {
+                Outcome::Detokenize(r) => Some(r),
+                _ => None,
+            })
+        })
+    }
+
+    fn render(
+        &self,
+        request: RenderRequest,
+        timeout: Option<Duration>,
+    ) -> CallFuture<'_, RenderResponse> {
+        if self.goes_unary(request.encoded_len()) {
+            return self.unary.render(request, timeout);
+        }
+        Box::pin(async move {
+            let outcome = self.call(Call::Render(request), timeout).await?;
+            expect(outcome, |o| match o {
+                Outcome::Render(r) => Some(r),
+                _ => None,
+            })
+        })
+    }
+}
+
+type Waiter = oneshot::Sender<Result<Outcome, Status>>;
+
+/// What the calls of a stream and its reader share.
+#[derive(Debug, Default)]
+struct State {
+    waiting: HashMap<u64, Waiter>,
+    /// Set once the stream has ended: how it ended, for calls that arrive after.
+    failed: Option<Status>,
+}
+
+enum Command {
+    // Boxed: a call is hundreds of bytes, a cancel eight.
+    Call(Box<MultiplexCall>),
+    Cancel(u64),
+}
+
+/// One stream of the pool. Dropping the last handle half-closes the stream (the server answers
+/// what is still waiting, then ends it).
+#[derive(Debug)]
+struct MuxStream {
+    commands: mpsc::UnboundedSender<Command>,
+    /// Calls queued and not yet taken into a message.
+    queued: Arc<AtomicUsize>,
+    /// Calls sent and waiting for their result.
+    waiting: Arc<AtomicUsize>,
+    state: Arc<Mutex<State>>,
+    connection: Arc<Connection>,
+    retired: AtomicBool,
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Call(call) => write!(f, "Call({})", call.id),
+            Command::Cancel(id) => write!(f, "Cancel({id})"),
+        }
+    }
+}
+
+impl MuxStream {
+    fn open(
+        connection: Arc<Connection>,
+        settings: &MultiplexSettings,
+        unsupported: Arc<AtomicBool>,
+    ) -> Arc<MuxStream> {
+        let (commands, receiver) = mpsc::unbounded_channel();
+        let state = Arc::new(Mutex::new(State::default()));
+        let queued = Arc::new(AtomicUsize::new(0));
+        let waiting = Arc::new(AtomicUsize::new(0));
+        let outbound = Coalesce {
+            receiver,
+            max_bytes: settings.max_batch_bytes,
+            held: None,
+            queued: queued.clone(),
+        };
+        let mut client = connection.preprocessor.clone();
+        let reader_state = state.clone();
+        let reader_waiting = waiting.clone();
+        let reader_connection = connection.clone();
+        tokio::spawn(async move {
+            let ended = match client.multiplex(Request::new(outbound)).await {
+                Ok(response) => read(response.into_inner(), &reader_state, &reader_waiting).await,
+                Err(status) => {
+                    let status = local_failure(status);
+                    if is_unsupported(&status) {
+                        unsupported.store(true, Ordering::Relaxed);
+                    }
+                    status
+                }
+            };
+            if ended.code() == Code::Unavailable {
+                reader_connection.mark_suspect();
+            }
+            fail_all(&reader_state, ended);
+            reader_waiting.store(0, Ordering::Relaxed);
+        });
+        Arc::new(MuxStream {
+            commands,
+            queued,
+            waiting,
+            state,
+            connection,
+            retired: AtomicBool::new(false),
+        })
+    }
+
+    /// Whether new calls may use it.
+    fn usable(&self) -> bool {
+        !self.retired.load(Ordering::Relaxed)
+            && lock(&self.state).failed.is_none()
+            && !self.connection.is_suspect()
+    }
+
+    /// Takes no more calls (those waiting still get their results).
+    fn retire(&self) {
+        self.retired.store(true, Ordering::Relaxed);
+    }
+
+    /// Registers the call's waiter and queues it.
+    fn send(
+        &self,
+        call: MultiplexCall,
+    ) -> Result<oneshot::Receiver<Result<Outcome, Status>>, Status> {
+        let (waiter, outcome) = oneshot::channel();
+        {
+            let mut state = lock(&self.state);
+            if let Some(status) = &state.failed {
+                return Err(status.clone());
+            }
+            state.waiting.insert(call.id, waiter);
+        }
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+        if self.commands.send(Command::Call(Box::new(call))).is_err() {
+            return Err(Status::unavailable("multiplex: the stream has ended"));
+        }
+        Ok(outcome)
+    }
+}
+
+/// Sends a cancel for a call whose future was dropped before its result came.
+struct CancelOnDrop<'a> {
+    stream: &'a MuxStream,
+    id: u64,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        let unanswered = lock(&self.stream.state).waiting.remove(&self.id).is_some();
+        if unanswered {
+            self.stream.waiting.fetch_sub(1, Ordering::Relaxed);
+            let _ = self.stream.commands.send(Command::Cancel(self.id));
+        }
+    }
+}
+
+/// Hands each result to its waiter until the stream ends; returns how it ended.
+async fn read(
+    mut inbound: tonic::Streaming<MultiplexResponse>,
+    state: &Mutex<State>,
+    waiting: &AtomicUsize,
+) -> Status {
+    loop {
+        match inbound.message().await {
+            Ok(Some(response)) => {
+                let mut state = lock(state);
+                for result in response.results {
+                    let Some(waiter) = state.waiting.remove(&result.id) else {
+                        continue; // answered already (cancelled)
+                    };
+                    waiting.fetch_sub(1, Ordering::Relaxed);
+                    let outcome = result.result.ok_or_else(|| {
+                        Status::internal("multiplex: the server sent a result with nothing in it")
+                    });
+                    let _ = waiter.send(outcome);
+                }
+            }
+            Ok(None) => return Status::unavailable("multiplex: the server ended the stream"),
+            Err(status) => return local_failure(status),
+        }
+    }
+}
+
+fn fail_all(state: &Mutex<State>, status: Status) {
+    let waiting = {
+        let mut state = lock(state);
+        state.failed = Some(status.clone());
+        std::mem::take(&mut state.waiting)
+    };
+    for (_, waiter) in waiting {
+        let _ = waiter.send(Err(status.clone()));
+    }
+}
+
+/// A server without the Multiplex RPC, or one whose backend cannot run it.
+fn is_unsupported(status: &Status) -> bool {
+    status.code() == Code::Unimplemented
+        || (status.code() == Code::FailedPrecondition && status.message().starts_with("Multiplex:"))
+}
+
+/// The outbound side of a stream: each message carries every call and cancel queued when tonic
+/// asks for it, up to `max_bytes` of calls.
+struct Coalesce {
+    receiver: mpsc::UnboundedReceiver<Command>,
+    max_bytes: usize,
+    /// A call that did not fit into the previous message.
+    held: Option<MultiplexCall>,
+    /// Calls queued and not yet taken (shared with the stream's handle).
+    queued: Arc<AtomicUsize>,
+}
+
+impl Stream for Coalesce {
+    type Item = MultiplexRequest;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let mut message = MultiplexRequest::default();
+        let mut size = 0;
+        if let Some(call) = self.held.take() {
+            size += call.encoded_len();
+            message.calls.push(call);
+        } else {
+            match self.receiver.poll_recv(cx) {
+                Poll::Ready(Some(command)) => add(&mut message, &mut size, command),
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        while let Ok(command) = self.receiver.try_recv() {
+            if let Command::Call(call) = &command {
+                let len = call.encoded_len();
+                if size + len > self.max_bytes && !message.calls.is_empty() {
+                    let Command::Call(call) = command else {
+                        unreachable!()
+                    };
+                    self.held = Some(*call);
+                    break;
+                }
+            }
+            add(&mut message, &mut size, command);
+        }
+        // A held call stays counted as queued until a message carries it.
+        self.queued
+            .fetch_sub(message.calls.len(), Ordering::Relaxed);
+        Poll::Ready(Some(message))
+    }
+}
+
+fn add(message: &mut MultiplexRequest, size: &mut usize, command: Command) {
+    match command {
+        Command::Call(call) => {
+            *size += call.encoded_len();
+            message.calls.push(*call);
+        }
+        Command::Cancel(id) => message.cancel.push(id),
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn deadline_passed() -> Status {
+    Status::deadline_exceeded("the call's deadline passed before the sidecar answered")
+}
