@@ -44,7 +44,9 @@ def health_status(target: str) -> int | str:
 
 
 def test_sigterm_exits_within_the_drain_while_native_work_runs(tmp_path: Path) -> None:
-    server = start_server(tmp_path, "--drain-seconds", str(DRAIN_SECONDS), "--workers", "2", "--max-message-mb", "128")
+    # The long single word must be work, not a refusal: lift the word limit above it.
+    server = start_server(tmp_path, "--drain-seconds", str(DRAIN_SECONDS), "--workers", "2", "--max-message-mb", "128",
+                          "--max-word-chars", str(LONG_WORD_CHARS))
     limit = [("grpc.max_send_message_length", 128 << 20)]
     channel = grpc.insecure_channel(server.tcp, options=limit)
     stub = pb_grpc.PreprocessorStub(channel)
