@@ -441,23 +441,11 @@ impl Keyed {
 
     /// A key, up to its closing tag; a key never closed before the call's end is dropped.
     fn key(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
-        match scan(input.as_str(), &[&self.tags.key_close, &self.tags.close]) {
-            Scan::Found { at, index: 0 } => {
-                self.key = ascii_trim(&input.as_str()[..at]).to_string();
-                out.route(input, at + self.tags.key_close.len(), Channel::Tool);
-                self.written_type = None;
-                self.state = State::BeforeValue;
-            }
-            Scan::Found { at, .. } => {
-                out.route(input, at, Channel::Tool);
-                self.state = State::Args;
-            }
-            _ if !end => return None,
-            _ => {
-                self.args.cut_off(input, out);
-                self.state = State::Content;
-                return None;
-            }
+        let close = self.tags.key_close.clone();
+        if let Some(key) = self.element_text(&close, input, out, end)? {
+            self.key = key;
+            self.written_type = None;
+            self.state = State::BeforeValue;
         }
         Some(())
     }
@@ -493,27 +481,48 @@ impl Keyed {
 
     /// The type the model wrote for the value, up to its closing tag.
     fn value_type(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
-        let close = self.tags.arg_type.as_ref().map_or("", |[_, c]| c.as_str());
+        let close = self
+            .tags
+            .arg_type
+            .as_ref()
+            .map_or(String::new(), |[_, c]| c.clone());
+        if let Some(written) = self.element_text(&close, input, out, end)? {
+            let written = TypeSet::named(&written);
+            self.written_type = Some(written).filter(|t| *t != TypeSet::default());
+            self.state = State::BeforeValue;
+        }
+        Some(())
+    }
+
+    /// The trimmed text of an element (a key or a written type) up to its closing tag `close`,
+    /// routed with the tag as the call's text: `Some(Some(text))`. The call's end before `close`
+    /// drops the element (`Some(None)`, back to the call's elements); `None` waits for more input,
+    /// or, at the output's end, leaves the call cut off.
+    fn element_text(
+        &mut self,
+        close: &str,
+        input: &mut SegBuf,
+        out: &mut Out,
+        end: bool,
+    ) -> Option<Option<String>> {
         match scan(input.as_str(), &[close, &self.tags.close]) {
             Scan::Found { at, index: 0 } => {
-                let written = TypeSet::named(ascii_trim(&input.as_str()[..at]));
-                self.written_type = Some(written).filter(|t| *t != TypeSet::default());
+                let text = ascii_trim(&input.as_str()[..at]).to_string();
                 out.route(input, at + close.len(), Channel::Tool);
-                self.state = State::BeforeValue;
+                Some(Some(text))
             }
-            // A type never closed: the element is dropped.
             Scan::Found { at, .. } => {
                 out.route(input, at, Channel::Tool);
                 self.state = State::Args;
+                Some(None)
             }
-            _ if !end => return None,
+            _ if !end => None,
             _ => {
                 self.args.cut_off(input, out);
                 self.state = State::Content;
-                return None;
+                None
             }
         }
-        Some(())
     }
 
     /// Between a call's elements: a key, the call's end, or stray text (skipped).
