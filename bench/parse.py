@@ -15,6 +15,7 @@ Python baseline here; the figures are absolute, per token and per step.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import time
@@ -232,7 +233,32 @@ def section_grpc(quick: bool) -> Section:
     return section
 
 
+def section_stop_strings(quick: bool) -> Section:
+    """Per-step cost with thousands of stop strings beside two (issue 9: 20k stop strings made every
+    step 13x dearer before the matcher became one automaton over all of a request's stops)."""
+    from sidecar.factory import get_backend
+
+    section = Section(
+        "ParseStream: stop strings, cost per step (one token per step, none of the stops occurs)",
+        ["stop strings", "per step", "vs 2 stop strings"],
+        notes=["Through the mux as the server runs it (raw protobuf in and out), one request, hermes output, "
+               "best of 3; the stops are distinct strings of 8-37 bytes."],
+    )
+    backend = get_backend("native")
+    parse_model = backend.load_parse_model(backend.load_tokenizer(MODELS / "qwen3"))
+    prompt, ids = _encode("qwen3", QWEN_PROMPT), _encode("qwen3", HERMES)
+    _mux_cost(backend, parse_model, _config("", "", ""), prompt, ids, 1, 2)  # warm-up (first steps build caches)
+    base = None
+    for count in (2, 2_000, 20_000):
+        stops = tuple(f"never-{i}-{'q' * (i % 30)}" for i in range(count))
+        cfg = dataclasses.replace(_config("", "", ""), stop=stops)
+        cost = min(_mux_cost(backend, parse_model, cfg, prompt, ids, 1, 1) for _ in range(1 if quick else 3))
+        base = base or cost
+        section.rows.append([f"{count:,}", fmt_time(cost), f"{cost / base:.2f}x"])
+    return section
+
+
 def run(quick: bool) -> list[Section]:
     if not (MODELS / "SOURCES.md").is_file():
         return [Section("ParseStream", ["skipped"], rows=[[f"../shared/models not found at {MODELS}"]])]
-    return [section_native_cost(quick), section_grpc(quick)]
+    return [section_native_cost(quick), section_stop_strings(quick), section_grpc(quick)]

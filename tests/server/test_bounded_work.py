@@ -113,28 +113,51 @@ def _step(stub_call, request_id: str, ids: list[int]) -> None:  # noqa: ANN001
     stub_call.write(pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id=request_id, token_ids=ids)])))
 
 
-def test_steps_stay_cheap_with_thousands_of_stop_strings(server: LiveServer) -> None:
-    # The per-step native cost with 20k stop strings is within a small factor of two stop strings.
+def test_one_stop_among_twenty_thousand_ends_the_request_where_it_alone_would(server: LiveServer) -> None:
+    # The stop-string matcher is one automaton over all of a request's stops (its per-step cost with 20k
+    # stops is a row of `make bench`, bench/parse.py). Here: with 20k decoys around the one stop string that
+    # occurs, the request ends at the same place with the same text as with that stop string alone, for
+    # every chunking of the output (one token per step, random splits, everything at once).
+    import random
+
+    from sidecar.backend import EncodeOptions, ParseLimits, ParseOpenConfig
     from sidecar.native import NativeParseModel, NativeParseMux, NativeTokenizer
-    from sidecar.backend import ParseLimits, ParseOpenConfig
 
     tok = NativeTokenizer.from_dir(require_shared_models() / "qwen3")
     model = NativeParseModel(tok)
-    ids = tok.encode_batch(["The quick brown fox jumps over the lazy dog. " * 400], __import__("sidecar.backend").backend.EncodeOptions())[0].ids
+    text = "The quick brown fox jumps over the lazy dog. " * 40 + "Then the cat sat on the mat, and more text follows."
+    ids = tok.encode_batch([text], EncodeOptions())[0].ids
+    decoys = tuple(f"never-{i}-{'q' * (i % 30)}" for i in range(20_000))
 
-    def per_step(stops: tuple[str, ...]) -> float:
+    def run(stops: tuple[str, ...], chunks: list[int]) -> tuple[str, str, bool]:
         mux = NativeParseMux(ParseLimits())
         mux.open(model, "r", "", ParseOpenConfig(stop=stops).as_dict(), [])
-        started = time.perf_counter()
-        for i in range(0, len(ids), 1):
-            mux.handle(pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id="r", token_ids=ids[i:i + 1])])).SerializeToString())
+        parts, matched, finished, at = [], "", False, 0
+        for size in chunks:
+            step = pb.Step(items=[pb.StepTokens(request_id="r", token_ids=ids[at:at + size])])
+            at += size
+            reply = pb.ParseStreamResponse.FromString(mux.handle(pb.ParseStreamRequest(step=step).SerializeToString()))
+            for delta in reply.deltas:
+                parts.append(delta.content)
+                matched = matched or delta.matched_stop
+                finished = finished or delta.finished
+            if finished:
+                break
         mux.close()
-        return (time.perf_counter() - started) / len(ids)
+        return "".join(parts), matched, finished
 
-    few = min(per_step(("zzz-never", "qqq-never")) for _ in range(3))
-    many = min(per_step(tuple(f"never-{i}-{'q' * (i % 30)}" for i in range(20_000))) for _ in range(3))
-    print(f"per step: 2 stops {few * 1e6:.1f} us, 20k stops {many * 1e6:.1f} us")
-    assert many < 3 * few, (few, many)
+    rng = random.Random(9)
+    chunkings = [[1] * len(ids), [len(ids)]]
+    for _ in range(3):
+        sizes, left = [], len(ids)
+        while left:
+            sizes.append(min(left, rng.randint(1, 9)))
+            left -= sizes[-1]
+        chunkings.append(sizes)
+    alone = run(("sat on the",), chunkings[0])
+    assert alone[1:] == ("sat on the", True) and alone[0].endswith("Then the cat "), alone
+    for chunks in chunkings:
+        assert run(decoys[:10_000] + ("sat on the",) + decoys[10_000:], chunks) == alone, chunks
 
 
 def test_limits_are_clear_errors_naming_the_flag(tmp_path: Path) -> None:
