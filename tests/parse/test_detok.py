@@ -9,6 +9,7 @@ one token per step and all at once, with the table decoders and the generic (win
 
 from __future__ import annotations
 
+import functools
 import random
 
 import pytest
@@ -41,9 +42,14 @@ def expected(model: str, prompt: list[int], output: list[int], skip: bool) -> st
     return after[len(before):]
 
 
+@functools.cache
+def vocab_ids(model: str) -> list[int]:
+    # get_vocab builds a dict of the whole vocabulary (seconds for Gemma 3's 262k entries): once per model.
+    return sorted(hf_tokenizer(model).get_vocab(with_added_tokens=True).values())
+
+
 def random_ids(model: str, seed: int, n: int) -> list[int]:
-    tok = hf_tokenizer(model)
-    ids = sorted(tok.get_vocab(with_added_tokens=True).values())
+    ids = vocab_ids(model)
     rng = random.Random(seed)
     return [rng.choice(ids) for _ in range(n)]
 
