@@ -24,6 +24,7 @@ Score answers all along; `warming` (`state != live`) tells the caller the view m
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
 import struct
@@ -264,11 +265,17 @@ class NatsFeed:
             fanout.model_filter(self.options.prefix, feed.model), stream=self.options.stream, config=config,
         )
         idle_since = time.monotonic()
+        # How many messages to ask for: what the server said is still pending (at most `fetch_batch`),
+        # else one. A pull request for more than the stream has waits at the server until it has them
+        # all or the request expires, which would hold every message of a live replica for up to the
+        # fetch timeout; a request for one returns as soon as the next message is stored.
+        batch = 1
         try:
             while connection == self._connection:
                 try:
-                    msgs = await sub.fetch(self.options.fetch_batch, timeout=1.0)
+                    msgs = await sub.fetch(batch, timeout=1.0)
                 except (NatsTimeout, asyncio.TimeoutError):
+                    batch = 1
                     if feed.pending == 0 and feed.state == CATCHING_UP:
                         feed.state = LIVE
                     if time.monotonic() - idle_since > 5.0:
@@ -282,6 +289,7 @@ class NatsFeed:
                         self._plan(feed, msg, ops)
                     if ops:
                         await self._on_applier(self._apply_ops, feed.model, ops)
+                batch = max(1, min(self.options.fetch_batch, feed.pending))
                 if feed.pending == 0 and feed.state == CATCHING_UP:
                     feed.state = LIVE
                     _log.info("kv_nats_live model=%s stream_seq=%d", feed.model, feed.stream_seq)
@@ -364,14 +372,18 @@ class NatsFeed:
         from nats.js.errors import NotFoundError, ObjectNotFoundError
 
         name = fanout.subject_token(feed.model)
+        # Into a buffer: without `writeinto` the client appends each chunk to a bytes object, which
+        # copies everything received so far per chunk (minutes for a snapshot of millions of entries).
+        buffer = io.BytesIO()
         try:
-            result = await self._store.get(name)
+            await self._store.get(name, writeinto=buffer)
         except (ObjectNotFoundError, NotFoundError):
             _log.info("kv_nats_no_snapshot model=%s: reading the stream from its start", feed.model)
             return
+        data = buffer.getbuffer()
         index = self.router.index(feed.model)
         try:
-            meta, index_bytes = parse_snapshot(result.data)
+            meta, index_bytes = parse_snapshot(data)
             problem = self._snapshot_problem(meta, index)
             if problem is None:
                 await self._check_stream_covers(meta)
@@ -393,7 +405,7 @@ class NatsFeed:
         feed.stream_seq = meta["stream_seq"]
         feed.snapshot_time = meta["created"]
         _log.info("kv_nats_snapshot_loaded model=%s stream_seq=%d workers=%d bytes=%d age_s=%.1f", feed.model,
-                  feed.stream_seq, len(feed.workers), len(result.data), time.time() - meta["created"])
+                  feed.stream_seq, len(feed.workers), len(data), time.time() - meta["created"])
 
     def _snapshot_problem(self, meta: dict, index) -> str | None:  # noqa: ANN001
         if meta["stream"] != self.options.stream:
@@ -488,7 +500,7 @@ def build_snapshot(meta: dict, index_bytes: bytes) -> bytes:
     return b"".join([_SNAPSHOT_HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, len(meta_bytes)), meta_bytes, index_bytes])
 
 
-def parse_snapshot(data: bytes) -> tuple[dict, memoryview]:
+def parse_snapshot(data: bytes | memoryview) -> tuple[dict, memoryview]:
     """(meta, the index's bytes, not copied); ValueError naming what is wrong."""
     if len(data) < _SNAPSHOT_HEADER.size:
         raise ValueError(f"unreadable (only {len(data)} bytes)")
@@ -506,4 +518,4 @@ def parse_snapshot(data: bytes) -> tuple[dict, memoryview]:
         raise ValueError(f"unreadable ({e})") from None
     if not isinstance(meta, dict):
         raise ValueError("unreadable (meta is not an object)")
-    return meta, memoryview(data)[end:]
+    return meta, memoryview(data)[end:]  # bytes or a buffer of them, not copied

@@ -26,7 +26,7 @@ def test_round_trip_restores_the_index_from_a_view(make) -> None:  # noqa: ANN00
     source = filled(make(16))
     data = build_snapshot(META, source.snapshot())
     assert data.startswith(SNAPSHOT_MAGIC)
-    meta, index_bytes = parse_snapshot(data)
+    meta, index_bytes = parse_snapshot(memoryview(bytearray(data)))  # as the feed receives it
     assert meta == META and isinstance(index_bytes, memoryview)
     restored = make(16)
     restored.restore(index_bytes)
