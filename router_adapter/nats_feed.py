@@ -10,9 +10,10 @@ server's loop). Per model of the router it:
 2. reads the model's subjects (`<prefix>.<model>.*`) from the next stream sequence on through an
    ephemeral pull consumer, applying every message in stream order through the router
    (`KvRouter.feed_payload` / `feed_reset`) with the per-worker rules of `router_adapter.fanout`.
-   The loop only reads headers and sequence numbers; the payloads (the engine's bytes, as they
-   came) are applied on one applier thread, in slices of at most `APPLY_SLICE` messages: the
-   native index decodes them with the GIL released, and a Score waits for one slice at most;
+   The payloads (the engine's bytes, as they came) go to the index undecoded: the native index
+   decodes and applies each in one call with the GIL released, so a Score (on the server's
+   threads) waits for one message's application at most. A pull's messages are applied in slices
+   of at most `APPLY_SLICE`, with a turn of this loop between two slices;
 3. is *catching up* until the consumer reports nothing pending, then *live*. After a lost connection
    it reconnects and re-reads from the last applied stream sequence + 1 (catching up again);
 4. every `snapshot_period_s`, when live, publishes a snapshot unless another replica published one
@@ -30,7 +31,6 @@ import logging
 import struct
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 
@@ -52,9 +52,9 @@ SNAPSHOT_MAGIC = b"SCKVSNAP"
 SNAPSHOT_VERSION = 2
 _SNAPSHOT_HEADER = struct.Struct("<8sII")  # magic, version, meta_len
 
-#: Messages applied per hand-over to the applier thread: the index's write lock (and the GIL, with
-#: the Python index) is taken per message, so a Score waits for at most one message's apply; the
-#: slice bounds how far the loop's bookkeeping runs ahead of what is applied.
+#: Messages applied between two turns of the feed's loop (its NATS reads, pings, snapshot uploads).
+#: The index's write lock is taken per message, so this does not bound a Score's wait; it bounds how
+#: long the loop's other work waits for a pull's application.
 APPLY_SLICE = 64
 
 _APPLY = 0
@@ -126,9 +126,6 @@ class NatsFeed:
         self._store = None
         #: Bumped on every reconnection: a consumer made before it is made again.
         self._connection = 0
-        #: The one thread that touches the indexes: applies, resets, snapshots and restores run
-        #: there in the order the loop submits them (so a snapshot falls between two messages).
-        self._applier: ThreadPoolExecutor | None = None
 
     # --- reading (any thread) ---------------------------------------------------------------------
 
@@ -157,19 +154,13 @@ class NatsFeed:
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._stop = asyncio.Event()
-        self._applier = ThreadPoolExecutor(1, thread_name_prefix="kv-nats-apply")
         started.set()
         try:
             loop.run_until_complete(self._main())
         except Exception:  # noqa: BLE001 - logged: the feed thread must not die silently
             _log.exception("kv_nats_feed_failed")
         finally:
-            self._applier.shutdown(wait=True)
             loop.close()
-
-    def _on_applier(self, fn, *args):  # noqa: ANN001, ANN202 - an awaitable of fn's result
-        """Runs `fn(*args)` on the applier thread after everything submitted before it."""
-        return asyncio.get_running_loop().run_in_executor(self._applier, fn, *args)
 
     async def _main(self) -> None:
         import nats
@@ -287,8 +278,10 @@ class NatsFeed:
                     ops: list[tuple] = []
                     for msg in msgs[start:start + APPLY_SLICE]:
                         self._plan(feed, msg, ops)
-                    if ops:
-                        await self._on_applier(self._apply_ops, feed.model, ops)
+                    # Planned and applied with no await in between: a snapshot (another task of this
+                    # loop) always sees the index exactly as of `feed.stream_seq`.
+                    self._apply_ops(feed.model, ops)
+                    await asyncio.sleep(0)
                 batch = max(1, min(self.options.fetch_batch, feed.pending))
                 if feed.pending == 0 and feed.state == CATCHING_UP:
                     feed.state = LIVE
@@ -350,7 +343,7 @@ class NatsFeed:
         return (_RESET, worker, reason)
 
     def _apply_ops(self, model: str, ops: list[tuple]) -> None:
-        """On the applier thread: the slice's payloads and resets, in order."""
+        """The slice's payloads and resets, in order."""
         router = self.router
         for op in ops:
             if op[0] == _RESET:
@@ -375,6 +368,7 @@ class NatsFeed:
         # Into a buffer: without `writeinto` the client appends each chunk to a bytes object, which
         # copies everything received so far per chunk (minutes for a snapshot of millions of entries).
         buffer = io.BytesIO()
+        started = time.monotonic()
         try:
             await self._store.get(name, writeinto=buffer)
         except (ObjectNotFoundError, NotFoundError):
@@ -391,10 +385,11 @@ class NatsFeed:
             problem = f"unreadable ({e!r})"
         except ValueError as e:
             problem = str(e)
+        fetched = time.monotonic()
         if problem is None:
             try:
-                # One call into the index (the native one restores with the GIL released), off the loop.
-                await self._on_applier(index.restore, index_bytes)
+                # One call into the index (the native one restores with the GIL released).
+                index.restore(index_bytes)
             except Exception as e:  # noqa: BLE001 - InvalidArgument / ValueError of either index
                 problem = f"refused by the index ({e})"
         if problem is not None:
@@ -404,8 +399,9 @@ class NatsFeed:
         feed.workers = {w: WorkerCursor(epoch, seq, t) for w, (epoch, seq, t) in meta["workers"].items()}
         feed.stream_seq = meta["stream_seq"]
         feed.snapshot_time = meta["created"]
-        _log.info("kv_nats_snapshot_loaded model=%s stream_seq=%d workers=%d bytes=%d age_s=%.1f", feed.model,
-                  feed.stream_seq, len(feed.workers), len(data), time.time() - meta["created"])
+        _log.info("kv_nats_snapshot_loaded model=%s stream_seq=%d workers=%d bytes=%d age_s=%.1f fetch_s=%.2f "
+                  "restore_s=%.2f", feed.model, feed.stream_seq, len(feed.workers), len(data),
+                  time.time() - meta["created"], fetched - started, time.monotonic() - fetched)
 
     def _snapshot_problem(self, meta: dict, index) -> str | None:  # noqa: ANN001
         if meta["stream"] != self.options.stream:
@@ -451,8 +447,7 @@ class NatsFeed:
                     cursor.aged_out += 1
                     ops.append(self._reset_op(worker, cursor, "silent"))
             if ops:
-                # Queued behind the slice in flight, as a message would be.
-                self._on_applier(self._apply_ops, feed.model, ops)
+                self._apply_ops(feed.model, ops)
 
     async def publish_snapshot(self, feed: ModelFeed, force: bool = False) -> bool:
         """Writes `feed`'s snapshot unless it is not live or (without `force`) a fresh one exists."""
@@ -472,15 +467,13 @@ class NatsFeed:
             except (ObjectNotFoundError, NotFoundError):
                 pass
         index = self.router.index(feed.model)
-        # The cursors and the sequence are read now, and the index is read on the applier thread after
-        # the slice in flight (the last one these cursors account for) and before any later one: the
-        # state is exactly `stream_seq`'s.
+        # Taken between two messages (this loop applies them), so the state is exactly `stream_seq`'s.
         meta = {
             "stream": self.options.stream, "stream_seq": feed.stream_seq, "created": time.time(),
             "index_kind": type(index).__name__,
             "workers": {w: (c.epoch, c.last_seq, c.last_time) for w, c in feed.workers.items()},
         }
-        data = await self._on_applier(lambda: build_snapshot(meta, index.snapshot()))
+        data = build_snapshot(meta, index.snapshot())
         description = json.dumps({"stream_seq": meta["stream_seq"], "created": meta["created"]})
         await self._store.put(name, data, meta=ObjectMeta(name=name, description=description))
         feed.snapshot_time = meta["created"]
