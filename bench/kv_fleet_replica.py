@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import random
+import struct
 import sys
 import threading
 import time
+
+import msgspec
 
 from router_adapter import KvRouter, ModelOptions
 from router_adapter.nats_feed import LIVE, FeedOptions, NatsFeed
@@ -21,6 +25,14 @@ def rss_bytes() -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def engine_ts(payload: bytes) -> float:
+    """The engine's timestamp of a batch (`[ts, events, dp_rank]`, ts a msgpack float64) without
+    decoding the events: the replica under test must not decode them in Python."""
+    if payload[:2] == b"\x93\xcb":
+        return struct.unpack_from(">d", payload, 2)[0]
+    return float(msgspec.msgpack.decode(payload)[0])
 
 
 def say(**event: object) -> None:
@@ -53,14 +65,14 @@ class Replica:
         self.score_times: list[float] = []
         self.recording = False
         self._scoring = threading.Event()
-        apply = self.router.feed_batch
+        apply = self.router.feed_payload
 
-        def timed_apply(model_name: str, worker: str, batch) -> None:  # noqa: ANN001
-            apply(model_name, worker, batch)
+        def timed_apply(model_name: str, worker: str, payload: bytes) -> None:
+            apply(model_name, worker, payload)
             if self.recording:
-                self.lags.append(time.time() - batch.ts)
+                self.lags.append(time.time() - engine_ts(payload))
 
-        self.router.feed_batch = timed_apply
+        self.router.feed_payload = timed_apply
 
     def start(self) -> None:
         started = time.monotonic()
@@ -111,6 +123,8 @@ def main() -> int:
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument("--requests", required=True, help="JSON file: token lists to score")
     args = parser.parse_args()
+    # The feed's lines (snapshot loaded, live) with times, in the replica's log file.
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     with open(args.requests) as f:
         requests = json.load(f)
     replica = Replica(args.nats, args.model, args.block_size, requests)

@@ -9,7 +9,11 @@ server's loop). Per model of the router it:
    stream is read from its first message;
 2. reads the model's subjects (`<prefix>.<model>.*`) from the next stream sequence on through an
    ephemeral pull consumer, applying every message in stream order through the router
-   (`KvRouter.feed_batch` / `feed_reset`) with the per-worker rules of `router_adapter.fanout`;
+   (`KvRouter.feed_payload` / `feed_reset`) with the per-worker rules of `router_adapter.fanout`.
+   The payloads (the engine's bytes, as they came) go to the index undecoded: the native index
+   decodes and applies each in one call with the GIL released, so a Score (on the server's
+   threads) waits for one message's application at most. A pull's messages are applied in slices
+   of at most `APPLY_SLICE`, with a turn of this loop between two slices;
 3. is *catching up* until the consumer reports nothing pending, then *live*. After a lost connection
    it reconnects and re-reads from the last applied stream sequence + 1 (catching up again);
 4. every `snapshot_period_s`, when live, publishes a snapshot unless another replica published one
@@ -21,16 +25,17 @@ Score answers all along; `warming` (`state != live`) tells the caller the view m
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import logging
+import struct
 import threading
 import time
 from dataclasses import dataclass, field
 
-import msgspec
 
 from router_adapter import fanout
-from router_adapter.events import DecodeError, decode_batch
+from router_adapter.events import DecodeError
 
 _log = logging.getLogger("router_adapter.nats_feed")
 
@@ -40,7 +45,20 @@ LIVE = "live"
 RECONNECTING = "reconnecting"
 STATES = (LOADING, CATCHING_UP, LIVE, RECONNECTING)
 
-SNAPSHOT_FORMAT = 1
+#: The snapshot object (docs/kv_fanout.md, "Snapshot format"): this header, `meta_len` bytes of
+#: JSON (stream, stream_seq, created, index_kind, workers), then the index's own snapshot bytes
+#: (the native index's `SCKVIDX1` binary, or the Python index's msgpack), restored in one call.
+SNAPSHOT_MAGIC = b"SCKVSNAP"
+SNAPSHOT_VERSION = 2
+_SNAPSHOT_HEADER = struct.Struct("<8sII")  # magic, version, meta_len
+
+#: Messages applied between two turns of the feed's loop (its NATS reads, pings, snapshot uploads).
+#: The index's write lock is taken per message, so this does not bound a Score's wait; it bounds how
+#: long the loop's other work waits for a pull's application.
+APPLY_SLICE = 64
+
+_APPLY = 0
+_RESET = 1
 
 
 @dataclass(frozen=True)
@@ -238,11 +256,17 @@ class NatsFeed:
             fanout.model_filter(self.options.prefix, feed.model), stream=self.options.stream, config=config,
         )
         idle_since = time.monotonic()
+        # How many messages to ask for: what the server said is still pending (at most `fetch_batch`),
+        # else one. A pull request for more than the stream has waits at the server until it has them
+        # all or the request expires, which would hold every message of a live replica for up to the
+        # fetch timeout; a request for one returns as soon as the next message is stored.
+        batch = 1
         try:
             while connection == self._connection:
                 try:
-                    msgs = await sub.fetch(self.options.fetch_batch, timeout=1.0)
+                    msgs = await sub.fetch(batch, timeout=1.0)
                 except (NatsTimeout, asyncio.TimeoutError):
+                    batch = 1
                     if feed.pending == 0 and feed.state == CATCHING_UP:
                         feed.state = LIVE
                     if time.monotonic() - idle_since > 5.0:
@@ -250,8 +274,15 @@ class NatsFeed:
                         idle_since = time.monotonic()
                     continue
                 idle_since = time.monotonic()
-                for msg in msgs:
-                    self._apply(feed, msg)
+                for start in range(0, len(msgs), APPLY_SLICE):
+                    ops: list[tuple] = []
+                    for msg in msgs[start:start + APPLY_SLICE]:
+                        self._plan(feed, msg, ops)
+                    # Planned and applied with no await in between: a snapshot (another task of this
+                    # loop) always sees the index exactly as of `feed.stream_seq`.
+                    self._apply_ops(feed.model, ops)
+                    await asyncio.sleep(0)
+                batch = max(1, min(self.options.fetch_batch, feed.pending))
                 if feed.pending == 0 and feed.state == CATCHING_UP:
                     feed.state = LIVE
                     _log.info("kv_nats_live model=%s stream_seq=%d", feed.model, feed.stream_seq)
@@ -269,7 +300,9 @@ class NatsFeed:
         except (asyncio.TimeoutError, TimeoutError):
             pass
 
-    def _apply(self, feed: ModelFeed, msg) -> None:  # noqa: ANN001 - nats Msg
+    def _plan(self, feed: ModelFeed, msg, ops: list[tuple]) -> None:  # noqa: ANN001 - nats Msg
+        """The per-worker rules for one message (headers and sequence numbers only): appends what
+        to do with the index to `ops`, in order, for `_apply_ops`."""
         meta = msg.metadata
         stream_seq = meta.sequence.stream
         if stream_seq <= feed.stream_seq:
@@ -286,35 +319,45 @@ class NatsFeed:
             cursor.restarts += reason == "restart"
             cursor.gaps += reason == "gap"
             cursor.aged_out += reason == "silent"
-            self._reset(feed, worker, cursor, f"relay_{reason}")
+            ops.append(self._reset_op(worker, cursor, f"relay_{reason}"))
             cursor.epoch = epoch
             return
         seq = int(headers.get(fanout.SEQ, "0"))
         if cursor.epoch is not None and epoch != cursor.epoch:
-            self._reset(feed, worker, cursor, "new_epoch")
+            ops.append(self._reset_op(worker, cursor, "new_epoch"))
         elif cursor.last_seq is not None:
             if seq <= cursor.last_seq:
                 cursor.duplicates += 1
                 return
             if seq > cursor.last_seq + 1:
                 cursor.gaps += 1
-                self._reset(feed, worker, cursor, "gap")
+                ops.append(self._reset_op(worker, cursor, "gap"))
         cursor.epoch = epoch
         cursor.last_seq = seq
-        try:
-            batch = decode_batch(msg.data)
-        except DecodeError as e:
-            cursor.decode_errors += 1
-            _log.warning("kv_nats_decode_error worker=%s stream_seq=%d error=%s", worker, stream_seq, e)
-            return
-        cursor.batches += 1
-        self.router.feed_batch(feed.model, worker, batch)
-        cursor.lag_s = max(0.0, time.time() - cursor.last_time)
+        ops.append((_APPLY, worker, cursor, msg.data, stream_seq))
 
-    def _reset(self, feed: ModelFeed, worker: str, cursor: WorkerCursor, reason: str) -> None:
+    @staticmethod
+    def _reset_op(worker: str, cursor: WorkerCursor, reason: str) -> tuple:
         cursor.resets += 1
         cursor.last_seq = None
-        self.router.feed_reset(feed.model, worker, reason)
+        return (_RESET, worker, reason)
+
+    def _apply_ops(self, model: str, ops: list[tuple]) -> None:
+        """The slice's payloads and resets, in order."""
+        router = self.router
+        for op in ops:
+            if op[0] == _RESET:
+                router.feed_reset(model, op[1], op[2])
+                continue
+            _, worker, cursor, payload, stream_seq = op
+            try:
+                router.feed_payload(model, worker, payload)
+            except DecodeError as e:
+                cursor.decode_errors += 1
+                _log.warning("kv_nats_decode_error worker=%s stream_seq=%d error=%s", worker, stream_seq, e)
+                continue
+            cursor.batches += 1
+            cursor.lag_s = max(0.0, time.time() - cursor.last_time)
 
     # --- snapshots and age-out --------------------------------------------------------------------
 
@@ -322,43 +365,49 @@ class NatsFeed:
         from nats.js.errors import NotFoundError, ObjectNotFoundError
 
         name = fanout.subject_token(feed.model)
+        # Into a buffer: without `writeinto` the client appends each chunk to a bytes object, which
+        # copies everything received so far per chunk (minutes for a snapshot of millions of entries).
+        buffer = io.BytesIO()
+        started = time.monotonic()
         try:
-            result = await self._store.get(name)
+            await self._store.get(name, writeinto=buffer)
         except (ObjectNotFoundError, NotFoundError):
             _log.info("kv_nats_no_snapshot model=%s: reading the stream from its start", feed.model)
             return
+        data = buffer.getbuffer()
         index = self.router.index(feed.model)
         try:
-            snap = msgspec.msgpack.decode(result.data)
-            problem = self._snapshot_problem(snap, index)
+            meta, index_bytes = parse_snapshot(data)
+            problem = self._snapshot_problem(meta, index)
             if problem is None:
-                await self._check_stream_covers(snap)
-        except (msgspec.DecodeError, TypeError, KeyError) as e:
-            problem = f"unreadable ({e})"
+                await self._check_stream_covers(meta)
+        except (TypeError, KeyError) as e:
+            problem = f"unreadable ({e!r})"
         except ValueError as e:
             problem = str(e)
+        fetched = time.monotonic()
         if problem is None:
             try:
-                index.restore(snap["index"])
+                # One call into the index (the native one restores with the GIL released).
+                index.restore(index_bytes)
             except Exception as e:  # noqa: BLE001 - InvalidArgument / ValueError of either index
                 problem = f"refused by the index ({e})"
         if problem is not None:
             _log.warning("kv_nats_snapshot_ignored model=%s reason=%s: reading the stream from its start",
                          feed.model, problem)
             return
-        feed.workers = {w: WorkerCursor(epoch, seq, t) for w, (epoch, seq, t) in snap["workers"].items()}
-        feed.stream_seq = snap["stream_seq"]
-        feed.snapshot_time = snap["created"]
-        _log.info("kv_nats_snapshot_loaded model=%s stream_seq=%d workers=%d age_s=%.1f", feed.model,
-                  feed.stream_seq, len(feed.workers), time.time() - snap["created"])
+        feed.workers = {w: WorkerCursor(epoch, seq, t) for w, (epoch, seq, t) in meta["workers"].items()}
+        feed.stream_seq = meta["stream_seq"]
+        feed.snapshot_time = meta["created"]
+        _log.info("kv_nats_snapshot_loaded model=%s stream_seq=%d workers=%d bytes=%d age_s=%.1f fetch_s=%.2f "
+                  "restore_s=%.2f", feed.model, feed.stream_seq, len(feed.workers), len(data),
+                  time.time() - meta["created"], fetched - started, time.monotonic() - fetched)
 
-    def _snapshot_problem(self, snap: dict, index) -> str | None:  # noqa: ANN001
-        if snap.get("format") != SNAPSHOT_FORMAT:
-            return f"format {snap.get('format')!r}"
-        if snap["stream"] != self.options.stream:
-            return f"of stream {snap['stream']!r}"
-        if snap["index_kind"] != type(index).__name__:
-            return f"taken by a {snap['index_kind']} (this replica runs a {type(index).__name__})"
+    def _snapshot_problem(self, meta: dict, index) -> str | None:  # noqa: ANN001
+        if meta["stream"] != self.options.stream:
+            return f"of stream {meta['stream']!r}"
+        if meta["index_kind"] != type(index).__name__:
+            return f"taken by a {meta['index_kind']} (this replica runs a {type(index).__name__})"
         return None
 
     async def _check_stream_covers(self, snap: dict) -> None:
@@ -392,10 +441,13 @@ class NatsFeed:
         for feed in self.models.values():
             if feed.state != LIVE:
                 continue  # a backlog is not silence
+            ops = []
             for worker, cursor in feed.workers.items():
                 if cursor.last_seq is not None and now - cursor.last_time > silence:
                     cursor.aged_out += 1
-                    self._reset(feed, worker, cursor, "silent")
+                    ops.append(self._reset_op(worker, cursor, "silent"))
+            if ops:
+                self._apply_ops(feed.model, ops)
 
     async def publish_snapshot(self, feed: ModelFeed, force: bool = False) -> bool:
         """Writes `feed`'s snapshot unless it is not live or (without `force`) a fresh one exists."""
@@ -416,20 +468,47 @@ class NatsFeed:
                 pass
         index = self.router.index(feed.model)
         # Taken between two messages (this loop applies them), so the state is exactly `stream_seq`'s.
-        snap = {
-            "format": SNAPSHOT_FORMAT, "stream": self.options.stream, "stream_seq": feed.stream_seq,
-            "created": time.time(), "index_kind": type(index).__name__, "index": index.snapshot(),
+        meta = {
+            "stream": self.options.stream, "stream_seq": feed.stream_seq, "created": time.time(),
+            "index_kind": type(index).__name__,
             "workers": {w: (c.epoch, c.last_seq, c.last_time) for w, c in feed.workers.items()},
         }
-        data = msgspec.msgpack.encode(snap)
-        description = json.dumps({"stream_seq": snap["stream_seq"], "created": snap["created"]})
+        data = build_snapshot(meta, index.snapshot())
+        description = json.dumps({"stream_seq": meta["stream_seq"], "created": meta["created"]})
         await self._store.put(name, data, meta=ObjectMeta(name=name, description=description))
-        feed.snapshot_time = snap["created"]
+        feed.snapshot_time = meta["created"]
         feed.snapshots_written += 1
-        _log.info("kv_nats_snapshot_written model=%s stream_seq=%d bytes=%d", feed.model, feed.stream_seq, len(data))
+        _log.info("kv_nats_snapshot_written model=%s stream_seq=%d bytes=%d", feed.model, meta["stream_seq"], len(data))
         return True
 
     def snapshot_now(self, model: str, timeout: float = 30.0) -> bool:
         """Writes `model`'s snapshot now (tests, operators); True when written."""
         future = asyncio.run_coroutine_threadsafe(self.publish_snapshot(self.models[model], force=True), self._loop)
         return future.result(timeout)
+
+
+def build_snapshot(meta: dict, index_bytes: bytes) -> bytes:
+    """The snapshot object: header, JSON `meta`, then the index's snapshot (see `SNAPSHOT_MAGIC`)."""
+    meta_bytes = json.dumps(meta, separators=(",", ":")).encode()
+    return b"".join([_SNAPSHOT_HEADER.pack(SNAPSHOT_MAGIC, SNAPSHOT_VERSION, len(meta_bytes)), meta_bytes, index_bytes])
+
+
+def parse_snapshot(data: bytes | memoryview) -> tuple[dict, memoryview]:
+    """(meta, the index's bytes, not copied); ValueError naming what is wrong."""
+    if len(data) < _SNAPSHOT_HEADER.size:
+        raise ValueError(f"unreadable (only {len(data)} bytes)")
+    magic, version, meta_len = _SNAPSHOT_HEADER.unpack_from(data)
+    if magic != SNAPSHOT_MAGIC:
+        raise ValueError("unreadable (not a sidecar KV snapshot: an older format or another object)")
+    if version != SNAPSHOT_VERSION:
+        raise ValueError(f"format version {version} (this replica reads {SNAPSHOT_VERSION})")
+    end = _SNAPSHOT_HEADER.size + meta_len
+    if end > len(data):
+        raise ValueError("unreadable (truncated)")
+    try:
+        meta = json.loads(bytes(data[_SNAPSHOT_HEADER.size:end]))
+    except ValueError as e:
+        raise ValueError(f"unreadable ({e})") from None
+    if not isinstance(meta, dict):
+        raise ValueError("unreadable (meta is not an object)")
+    return meta, memoryview(data)[end:]  # bytes or a buffer of them, not copied

@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from router_adapter.events import Batch
+from router_adapter.events import Batch, decode_batch
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
 from router_adapter.index import PrefixIndex, Score
 from router_adapter.spec import HashSpec, MmItem
@@ -84,7 +84,7 @@ class KvRouter:
 
     def attach_feed(self, feed) -> None:  # noqa: ANN001 - router_adapter.nats_feed.NatsFeed
         """Another event source (NATS fan-out), started and stopped with the router. It delivers
-        through `feed_batch` and `feed_reset`."""
+        through `feed_payload` (or `feed_batch`) and `feed_reset`."""
         self.feed = feed
 
     def warming(self, model: str) -> bool:
@@ -94,6 +94,17 @@ class KvRouter:
     def feed_batch(self, model: str, worker: str, batch: Batch) -> None:
         """A batch of `worker` of `model` from a feed: applied as a subscribed source's batch is."""
         self.indexes[model].apply_batch(worker, batch)
+
+    def feed_payload(self, model: str, worker: str, payload: bytes) -> None:
+        """A batch as the engine published it (msgpack bytes): the native index decodes and applies it
+        in native code (no Python object per event, the GIL released); the Python index gets it
+        decoded. `DecodeError` for a malformed payload, which changes nothing."""
+        index = self.indexes[model]
+        apply_payload = getattr(index, "apply_payload", None)
+        if apply_payload is not None:
+            apply_payload(worker, payload)
+        else:
+            index.apply_batch(worker, decode_batch(payload))
 
     def feed_reset(self, model: str, worker: str, reason: str) -> None:
         _log.warning("kv_index_worker_dropped worker=%s reason=%s", worker, reason)

