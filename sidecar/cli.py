@@ -158,6 +158,7 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
         sources=tuple(sources), block_size=args.kv_block_size or None, engine_specs=engine_specs,
         max_blocks=args.kv_max_blocks, silence_timeout_s=args.kv_silence_timeout,
         nats=kv_nats.feed_options_from_args(args), nats_models=kv_nats.models_from_args(args),
+        replay_history=getattr(args, "kv_replay_history", False),
     )
 
 
@@ -368,6 +369,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "a process that dies restarted (see sidecar/processes.py)")
     serve.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--group-state", default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--kv-replay-history", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--port", type=int, default=50051, help="TCP port; 0 = any free port, -1 = no TCP")
     serve.add_argument("--uds", default=None, metavar="PATH", help="also listen on this Unix socket")
     serve.add_argument("--uds-mode", type=_octal_mode, default=0o600, metavar="MODE",

@@ -29,6 +29,8 @@ class KvConfig:
     #: `--kv-nats`: read the events of `nats_models` from NATS JetStream (router_adapter.nats_feed).
     nats: FeedOptions | None = None
     nats_models: tuple[str, ...] = ()
+    #: A restarted process of `--processes N`: replay each source's history (see router_adapter.router).
+    replay_history: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))

@@ -14,7 +14,8 @@ loop each), started, supervised and stopped by this process, which serves no RPC
 - `--metrics-port M`: this process serves one /metrics on M that adds up the processes' own
   endpoints (each on a free loopback port; sidecar.group_metrics).
 - Each process loads its own models; with `--kv-events` each subscribes to the engines' events and
-  keeps its own index (the same events give the same index; docs/operations.md).
+  keeps its own index (the same events give the same index; docs/operations.md). A restarted
+  process asks each engine's replay endpoint for the batches it still holds, from the first.
 - A process that dies after it was serving is started again (at most once per
   `RESTART_INTERVAL_S`); one that exits before it ever served (bad arguments, a model that does
   not load) stops the server: the others are stopped and this process exits with its code.
@@ -110,10 +111,11 @@ class _Fleet:
         self.started: list[float] = []
         self.stopping: list[int] = []
 
-    def start(self, index: int) -> subprocess.Popen:
+    def start(self, index: int, restart: bool = False) -> subprocess.Popen:
         self.group.set_metrics_port(index, 0)
         self.group.set_state(index, STARTING)
-        return subprocess.Popen(self.argv[index])
+        # A restarted process asks the engines for the KV events its siblings have already seen.
+        return subprocess.Popen(self.argv[index] + (["--kv-replay-history"] if restart else []))
 
     def forward(self, signum: int, _frame: object) -> None:
         if signum != signal.SIGHUP:
@@ -149,7 +151,7 @@ class _Fleet:
         if wait > 0:
             return  # checked again on the next round
         _log.warning("process_restarted", restarted=index, exit_code=code)
-        self.children[index] = self.start(index)
+        self.children[index] = self.start(index, restart=True)
         self.started[index] = time.monotonic()
 
     def _stop_after_failed_start(self, index: int, code: int) -> int:
