@@ -9,8 +9,8 @@ use tonic::Response;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
-use crate::carrier::{Carrier, UnaryCarrier};
 use crate::carrier::CallFuture;
+use crate::carrier::{Carrier, UnaryCarrier};
 use crate::connection::{Connection, Connections, Settings};
 use crate::fleet::{discover, Fleet, Member};
 use crate::multiplex::{MultiplexSettings, StreamCarrier};
@@ -325,13 +325,16 @@ mod on {
         r: ListModelsRequest,
         t: Option<Duration>,
     ) -> CallFuture<'_, ListModelsResponse> {
-        Box::pin(m.connections.unary(t, r, |c: Arc<Connection>, r| async move {
-            c.preprocessor
-                .clone()
-                .list_models(r)
-                .await
-                .map(Response::into_inner)
-        }))
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.preprocessor
+                        .clone()
+                        .list_models(r)
+                        .await
+                        .map(Response::into_inner)
+                }),
+        )
     }
 
     pub fn score(
@@ -339,9 +342,12 @@ mod on {
         r: ScoreRequest,
         t: Option<Duration>,
     ) -> CallFuture<'_, ScoreResponse> {
-        Box::pin(m.connections.unary(t, r, |c: Arc<Connection>, r| async move {
-            c.kv_router.clone().score(r).await.map(Response::into_inner)
-        }))
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.kv_router.clone().score(r).await.map(Response::into_inner)
+                }),
+        )
     }
 
     pub fn kv_status(
@@ -349,13 +355,16 @@ mod on {
         r: KvStatusRequest,
         t: Option<Duration>,
     ) -> CallFuture<'_, KvStatusResponse> {
-        Box::pin(m.connections.unary(t, r, |c: Arc<Connection>, r| async move {
-            c.kv_router
-                .clone()
-                .kv_status(r)
-                .await
-                .map(Response::into_inner)
-        }))
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.kv_router
+                        .clone()
+                        .kv_status(r)
+                        .await
+                        .map(Response::into_inner)
+                }),
+        )
     }
 
     pub fn health(
@@ -363,8 +372,11 @@ mod on {
         r: HealthCheckRequest,
         t: Option<Duration>,
     ) -> CallFuture<'_, HealthCheckResponse> {
-        Box::pin(m.connections.unary(t, r, |c: Arc<Connection>, r| async move {
-            c.health.clone().check(r).await.map(Response::into_inner)
-        }))
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.health.clone().check(r).await.map(Response::into_inner)
+                }),
+        )
     }
 }

@@ -219,7 +219,14 @@ mod tests {
     fn process_sockets_are_found_by_index() {
         let dir = std::env::temp_dir().join(format!("fleet-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        for name in ["s.sock.0", "s.sock.10", "s.sock.2", "s.sock.x", "s.sock.", "other.1"] {
+        for name in [
+            "s.sock.0",
+            "s.sock.10",
+            "s.sock.2",
+            "s.sock.x",
+            "s.sock.",
+            "other.1",
+        ] {
             std::fs::write(dir.join(name), b"").unwrap();
         }
         let base = dir.join("s.sock");

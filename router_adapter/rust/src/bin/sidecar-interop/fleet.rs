@@ -38,15 +38,37 @@ async fn phase(rec: &mut Recorder, clients: &[(&'static str, &Client)], model: &
     rec.carrier = "unary";
 }
 
-pub async fn run(rec: &mut Recorder, target: &str, processes: usize) -> Result<(), sidecar_client::Error> {
+pub async fn run(
+    rec: &mut Recorder,
+    target: &str,
+    processes: usize,
+) -> Result<(), sidecar_client::Error> {
     let unary = Client::connect(target).await?;
-    let multiplexed = Client::builder(target).multiplex(true).streams(1).connect().await?;
-    rec.check("fleet: one channel per process", unary.processes() == processes, || {
-        format!("found {} processes, expected {processes}", unary.processes())
-    });
-    rec.check("fleet: one pool per process", multiplexed.processes() == processes, || {
-        format!("found {} processes, expected {processes}", multiplexed.processes())
-    });
+    let multiplexed = Client::builder(target)
+        .multiplex(true)
+        .streams(1)
+        .connect()
+        .await?;
+    rec.check(
+        "fleet: one channel per process",
+        unary.processes() == processes,
+        || {
+            format!(
+                "found {} processes, expected {processes}",
+                unary.processes()
+            )
+        },
+    );
+    rec.check(
+        "fleet: one pool per process",
+        multiplexed.processes() == processes,
+        || {
+            format!(
+                "found {} processes, expected {processes}",
+                multiplexed.processes()
+            )
+        },
+    );
     let model = unary.list_models().await?.models[0].name.clone();
     let clients = [("unary", &unary), ("multiplex", &multiplexed)];
     phase(rec, &clients, &model, "before").await;

@@ -45,9 +45,7 @@ fn parse_args() -> Result<Args, String> {
             "--kv-target" => args.kv_target = Some(value()?),
             "--kv-text" => args.kv_text = value()?,
             "--reconnect" => args.reconnect = true,
-            "--fleet" => {
-                args.fleet = Some(value()?.parse().map_err(|e| format!("--fleet: {e}"))?)
-            }
+            "--fleet" => args.fleet = Some(value()?.parse().map_err(|e| format!("--fleet: {e}"))?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
