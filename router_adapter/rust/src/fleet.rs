@@ -158,15 +158,34 @@ impl Fleet {
         })
     }
 
-    /// The member for the next call: round robin over the healthy ones; when none is, the next
-    /// in turn (its own reconnect then runs inline).
+    /// The member for the next call: among the healthy ones, the least busy when their carriers
+    /// say (multiplex: a call joins a message being gathered rather than splitting it, else goes
+    /// where fewest calls wait), round robin otherwise and between equals; when none is healthy,
+    /// the next in turn (its own reconnect then runs inline).
     pub fn pick(&self) -> usize {
         let n = self.members.len();
         if n == 1 {
             return 0;
         }
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        self.healthy_after(start, None).unwrap_or(start)
+        let Some(first) = self.healthy_after(start, None) else {
+            return start;
+        };
+        let Some(mut least) = self.members[first].carrier.load() else {
+            return first;
+        };
+        let mut best = first;
+        for k in 1..n {
+            let i = (first + k) % n;
+            let member = &self.members[i];
+            if !member.healthy() {
+                continue;
+            }
+            if let Some(load) = member.carrier.load().filter(|&load| load < least) {
+                (best, least) = (i, load);
+            }
+        }
+        best
     }
 
     /// Runs `call` on a picked member; on UNAVAILABLE, once more on another healthy member within
