@@ -10,8 +10,8 @@
 //! Each process is a [`Member`] with its own channel, reconnect state and (with multiplex on) its
 //! own pool of streams). Calls go round robin over the members whose channel is not suspect
 //! (with multiplex on: to the one whose stream is gathering a message, else where fewest calls
-//! wait); a
-//! member whose call failed UNAVAILABLE is skipped, and probed in the background (a fresh channel
+//! wait); a member whose call failed UNAVAILABLE is skipped, and probed in the background (a
+//! fresh channel
 //! and a health check, at most every [`PROBE_INTERVAL`]) until it answers SERVING again, then
 //! used again. A call that fails UNAVAILABLE on one member is made once more on another healthy
 //! one within its deadline (every Tokenize, Detokenize, Render and unary call is idempotent).
