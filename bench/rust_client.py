@@ -135,7 +135,19 @@ def run(quick: bool) -> list[Section]:
                     "clients": [1, 8], "targets": targets, "http_model": peer.model if peer else "",
                     "workloads": [{**w, "model": "qwen3"} for w in work]}
             results = load(spec)
-    return [table(title, results, peer is not None, spec)]
+            # 1 and 2 processes over Unix sockets: the Rust client given the pair's base path
+            # spreads over PATH.0 and PATH.1 (unary: one channel per process per client;
+            # multiplex: the same streams in total, half per process).
+            scaling = {**spec, "clients": [8], "workloads": [w for w in spec["workloads"] if w["name"] in SMALL],
+                       "targets": [
+                           {"name": "unary, 1 process", "kind": "grpc", "address": server.uds},
+                           {"name": "unary, 2 processes", "kind": "grpc", "address": pair.base},
+                           {"name": "multiplex, 1 process", "kind": "grpc", "address": server.uds, "mode": "multiplex",
+                            "streams": MULTIPLEX_STREAMS},
+                           {"name": "multiplex, 2 processes", "kind": "grpc", "address": pair.base, "mode": "multiplex",
+                            "streams": MULTIPLEX_STREAMS // 2}]}
+            scaled = load(scaling)
+    return [table(title, results, peer is not None, spec), processes_table(scaled, scaling)]
 
 
 def _runs(results: list[dict], workload: str, target: str, clients: int) -> list[dict]:
@@ -162,6 +174,27 @@ def _ratio(runs: list[dict], reference: list[dict]) -> str:
     by_round = {r["round"]: r["per_second"] for r in reference}
     ratios = sorted(r["per_second"] / by_round[r["round"]] for r in runs if r["round"] in by_round)
     return f"{statistics.median(ratios):.2f}x" if len(ratios) < 3 else f"{statistics.median(ratios):.2f}x ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+
+
+def processes_table(results: list[dict], spec: dict) -> Section:
+    section = Section("Rust client over Unix sockets: 1 and 2 server processes (8 clients)", [
+        "request", "carrier", "req/s, 1 process", "req/s, 2 processes", "2 / 1 processes",
+    ])
+    for workload in spec["workloads"]:
+        for carrier in ("unary", "multiplex"):
+            one = _runs(results, workload["name"], f"{carrier}, 1 process", 8)
+            two = _runs(results, workload["name"], f"{carrier}, 2 processes", 8)
+            section.rows.append([workload["name"], carrier, _rate(one), _rate(two), _ratio(two, one)])
+    errors = [r for r in results if r.get("errors")]
+    section.notes += [
+        f"{spec['rounds']} interleaved rounds of {spec['seconds']} s per target; same inputs as above. 2 processes: "
+        "`serve --processes 2`, the client given `unix:PATH` finds PATH.0 and PATH.1 and spreads its calls over "
+        f"both (unary: each client one channel per process; multiplex: one shared Client, {MULTIPLEX_STREAMS} streams "
+        "in total, half per process). On this 2-core machine the load generator shares the cores with the servers.",
+    ]
+    if errors:
+        section.notes.append("Errors: " + "; ".join(f"{r['workload']} on {r['target']}: {r['errors']} ({r['first_error']})" for r in errors))
+    return section
 
 
 def table(title: str, results: list[dict], with_peer: bool, spec: dict) -> Section:

@@ -19,7 +19,8 @@ _REPO = Path(__file__).resolve().parent.parent
 class BenchServer:
     """`with BenchServer(*extra_args) as s:` -> `s.uds` is the `unix:` target. With `tcp=True` it
     also listens on a free loopback port (`s.tcp`); with `processes=N` it runs `--processes N`
-    (`s.uds` is then process 0's socket, `s.tcp` the port they share)."""
+    (`s.uds` is then process 0's socket, `s.tcp` the port they share, `s.base` the base path of
+    the process sockets, which the Rust client spreads over)."""
 
     def __init__(self, *args: str, tcp: bool = False, processes: int = 1) -> None:
         self._args = args
@@ -29,6 +30,7 @@ class BenchServer:
         base = f"{self._tmp.name}/sidecar.sock"
         self._uds_arg = base
         self.uds = f"unix:{base}.0" if processes > 1 else f"unix:{base}"
+        self.base = f"unix:{base}"
         self.tcp: str | None = None
         self._process: subprocess.Popen | None = None
 

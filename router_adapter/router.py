@@ -51,7 +51,11 @@ class KvRouter:
         replay_timeout_s: float = 2.0,
         hasher: BlockHasher = REFERENCE_HASHER,
         index_factory: IndexFactory = PrefixIndex,
+        replay_history: bool = False,
     ) -> None:
+        """`replay_history`: ask each source with a replay endpoint for every batch it still holds
+        (from sequence 0) when its first message arrives, instead of starting from that message (a
+        restarted process of `sidecar serve --processes N` catching up with its siblings)."""
         models = dict(models or {})
         self._worker_model: dict[str, str] = {}
         for source in sources:
@@ -69,6 +73,7 @@ class KvRouter:
         self.subscriber = Subscriber(
             sources, self._on_batch, self._on_reset,
             silence_timeout_s=silence_timeout_s, replay_timeout_s=replay_timeout_s,
+            resume={s.worker: -1 for s in sources if s.replay_endpoint} if replay_history else None,
         )
 
     def start(self) -> None:

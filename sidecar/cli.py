@@ -56,6 +56,8 @@ def _serve(args: argparse.Namespace) -> int:
             parse_max_requests=args.parse_max_requests,
             multiplex_max_inflight=args.multiplex_max_inflight,
             reuse_port=args.process_index is not None,
+            process_index=args.process_index,
+            group_state=args.group_state,
             parse_max_held_bytes=args.parse_max_held_kb * 1024,
             log_level=args.log_level,
             kv=kv_config_from_args(args),
@@ -84,7 +86,8 @@ def _supervise(args: argparse.Namespace) -> int:
         return 2
     if args.port < 0:
         print("sidecar: --processes: with --port -1 each process listens only on its own Unix socket", file=sys.stderr)
-    return supervise(args.serve_argv, args.processes, args.host, args.port, args.uds, args.metrics_port)
+    return supervise(args.serve_argv, args.processes, args.host, args.port, args.uds, args.metrics_port,
+                     args.metrics_host)
 
 
 def _octal_mode(text: str) -> int:
@@ -155,6 +158,7 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
         sources=tuple(sources), block_size=args.kv_block_size or None, engine_specs=engine_specs,
         max_blocks=args.kv_max_blocks, silence_timeout_s=args.kv_silence_timeout,
         nats=kv_nats.feed_options_from_args(args), nats_models=kv_nats.models_from_args(args),
+        replay_history=getattr(args, "kv_replay_history", False),
     )
 
 
@@ -361,8 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--host", default="127.0.0.1", help="TCP listen address (default 127.0.0.1)")
     serve.add_argument("--processes", type=_positive, default=1, metavar="N",
                        help="run N server processes on the same listeners: TCP port shared (SO_REUSEPORT), "
-                            "Unix socket PATH as PATH.0 .. PATH.N-1, metrics on PORT+i (see sidecar/processes.py)")
+                            "Unix socket PATH as PATH.0 .. PATH.N-1, one /metrics adding them up, health for the group, "
+                            "a process that dies restarted (see sidecar/processes.py)")
     serve.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--group-state", default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--kv-replay-history", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--port", type=int, default=50051, help="TCP port; 0 = any free port, -1 = no TCP")
     serve.add_argument("--uds", default=None, metavar="PATH", help="also listen on this Unix socket")
     serve.add_argument("--uds-mode", type=_octal_mode, default=0o600, metavar="MODE",

@@ -29,6 +29,8 @@ class KvConfig:
     #: `--kv-nats`: read the events of `nats_models` from NATS JetStream (router_adapter.nats_feed).
     nats: FeedOptions | None = None
     nats_models: tuple[str, ...] = ()
+    #: A restarted process of `--processes N`: replay each source's history (see router_adapter.router).
+    replay_history: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
@@ -80,6 +82,9 @@ class ServerConfig:
     #: Bind TCP with SO_REUSEPORT (one of `--processes N` servers sharing the port); otherwise a
     #: port already in use is an error.
     reuse_port: bool = False
+    #: One of `--processes N` servers: its index and the file the processes share (sidecar.group).
+    process_index: int | None = None
+    group_state: str | None = None
     #: Multiplex: requests one stream may have waiting for their results.
     multiplex_max_inflight: int = 4096
     #: Calls with more input than this run in the huge lane (at most half the workers).

@@ -1,33 +1,51 @@
 """`sidecar serve --processes N`: N server processes, so that N cores run Python gRPC (one event
-loop each), started and stopped by this process, which serves nothing itself.
+loop each), started, supervised and stopped by this process, which serves no RPC itself.
 
 - TCP: every process listens on the same port with SO_REUSEPORT and the kernel spreads new
   connections over them (a connection stays with its process). With `--port 0` this process
   reserves a free port first (bound with SO_REUSEPORT, never listening, so it takes no connection)
   and hands it to all.
 - Unix socket: Linux does not spread AF_UNIX connections, so `--uds PATH` becomes one socket per
-  process, `PATH.0` ... `PATH.N-1` (a client spreads its connections over them).
-- `--metrics-port M`: process i serves its own metrics on M + i (0: each picks a free port); the
-  counters of the N endpoints add up to the server's.
-- Each process loads its own models and answers health for itself; with `--kv-events` each
-  subscribes to the engines' events and keeps its own index (the same events give the same index).
-- SIGTERM, SIGINT and SIGHUP are passed to every process. When one process exits, the others are
-  stopped (SIGTERM, so they drain) and this one exits with the first non-zero code, if any.
+  process, `PATH.0` ... `PATH.N-1`. A client spreads its connections over them: the Rust client
+  (`router_adapter/rust`) given `unix:PATH` finds every `PATH.<digits>` and keeps one channel per
+  process (docs/operations.md).
+- Health is one view: every process answers for the group (sidecar.group), NOT_SERVING while any
+  process is starting, draining, or dead and being restarted.
+- `--metrics-port M`: this process serves one /metrics on M that adds up the processes' own
+  endpoints (each on a free loopback port; sidecar.group_metrics).
+- Each process loads its own models; with `--kv-events` each subscribes to the engines' events and
+  keeps its own index (the same events give the same index; docs/operations.md). A restarted
+  process asks each engine's replay endpoint for the batches it still holds, from the first.
+- A process that dies after it was serving is started again (at most once per
+  `RESTART_INTERVAL_S`); one that exits before it ever served (bad arguments, a model that does
+  not load) stops the server: the others are stopped and this process exits with its code.
+- SIGTERM, SIGINT and SIGHUP are passed to every process; after SIGTERM or SIGINT nothing is
+  restarted and this process exits once all have, with the first non-zero code, if any.
 
 Every log line of process i carries `process: i`.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from contextlib import closing, nullcontext
 from typing import Sequence
 
+from sidecar import group_metrics
+from sidecar.group import DOWN, STARTING, GroupState
+from sidecar.logs import get_logger
+
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+#: A process is not started again sooner than this after its previous start (no busy crash loop).
+RESTART_INTERVAL_S = 1.0
+_log = get_logger("sidecar.processes")
 
 
 def reserve_port(host: str) -> socket.socket:
@@ -41,53 +59,105 @@ def reserve_port(host: str) -> socket.socket:
 
 
 def child_argv(serve_argv: Sequence[str], index: int, port: int, uds: str | None,
-               metrics_port: int | None) -> list[str]:
+               metrics_port: int | None, group_state: str) -> list[str]:
     """The command of process `index`: the same `serve` arguments with its own listeners appended
     (argparse keeps the last value of a repeated option)."""
     argv = [sys.executable, "-m", "sidecar", "serve", *serve_argv, "--processes", "1", "--process-index", str(index),
-            "--port", str(port)]
+            "--port", str(port), "--group-state", group_state]
     if uds:
         argv += ["--uds", f"{uds}.{index}"]
-    if metrics_port:
-        argv += ["--metrics-port", str(metrics_port + index)]
+    if metrics_port is not None:
+        # Its own endpoint, on loopback, for this process to add up.
+        argv += ["--metrics-port", "0", "--metrics-host", "127.0.0.1"]
     return argv
 
 
 def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, uds: str | None,
-              metrics_port: int | None) -> int:
-    """Runs `processes` servers until one exits or a stop signal has ended them all."""
+              metrics_port: int | None, metrics_host: str = "127.0.0.1") -> int:
+    """Runs `processes` servers until a stop signal has ended them all, or one fails to start."""
     reserved = reserve_port(host) if port == 0 else None
     if reserved is not None:
         port = reserved.getsockname()[1]
-    children = [subprocess.Popen(child_argv(serve_argv, i, port, uds, metrics_port)) for i in range(processes)]
+    state_dir = tempfile.mkdtemp(prefix="sidecar-group-")
+    group = GroupState.create(os.path.join(state_dir, "state"), processes)
+    metrics_server = None
+    try:
+        if metrics_port is not None:
+            metrics_server = group_metrics.serve(group, metrics_host, metrics_port)
+            _log.info("metrics_listening", address=f"{metrics_host}:{metrics_server.server_address[1]}")
+        argv = [child_argv(serve_argv, i, port, uds, metrics_port, group.path) for i in range(processes)]
+        fleet = _Fleet(argv, group)
+        previous = {s: signal.signal(s, fleet.forward) for s in _FORWARDED}
+        try:
+            with closing(reserved) if reserved is not None else nullcontext():
+                return fleet.run()
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+    finally:
+        if metrics_server is not None:
+            metrics_server.shutdown()
+        group.close()
+        shutil.rmtree(state_dir, ignore_errors=True)
 
-    stopping: list[int] = []
 
-    def forward(signum: int, _frame: object) -> None:
+class _Fleet:
+    """The processes, their restarts, and the signals passed on to them."""
+
+    def __init__(self, argv: list[list[str]], group: GroupState) -> None:
+        self.argv = argv
+        self.group = group
+        self.children: list[subprocess.Popen] = []
+        self.started: list[float] = []
+        self.stopping: list[int] = []
+
+    def start(self, index: int, restart: bool = False) -> subprocess.Popen:
+        self.group.set_metrics_port(index, 0)
+        self.group.set_state(index, STARTING)
+        # A restarted process asks the engines for the KV events its siblings have already seen.
+        return subprocess.Popen(self.argv[index] + (["--kv-replay-history"] if restart else []))
+
+    def forward(self, signum: int, _frame: object) -> None:
         if signum != signal.SIGHUP:
-            stopping.append(signum)
-        for child in children:
+            self.stopping.append(signum)
+        for child in self.children:
             if child.poll() is None:
                 child.send_signal(signum)
 
-    previous = {s: signal.signal(s, forward) for s in _FORWARDED}
-    try:
-        with closing(reserved) if reserved is not None else nullcontext():
-            return _wait(children, stopping)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    def run(self) -> int:
+        """Supervises until every process has exited after a stop signal (or a failed start);
+        returns the first non-zero exit code, or 0."""
+        for i in range(len(self.argv)):
+            self.children.append(self.start(i))
+            self.started.append(time.monotonic())
+        while True:
+            if self.stopping:
+                codes = [child.wait() for child in self.children]
+                return next((code for code in codes if code), 0)
+            for i, child in enumerate(self.children):
+                code = child.poll()
+                if code is None:
+                    continue
+                served = self.group.state(i) != STARTING
+                self.group.set_state(i, DOWN)
+                if not served and not self.stopping:
+                    return self._stop_after_failed_start(i, code)
+                if not self.stopping:
+                    self._restart(i, code)
+            time.sleep(0.1)
 
+    def _restart(self, index: int, code: int) -> None:
+        wait = self.started[index] + RESTART_INTERVAL_S - time.monotonic()
+        if wait > 0:
+            return  # checked again on the next round
+        _log.warning("process_restarted", restarted=index, exit_code=code)
+        self.children[index] = self.start(index, restart=True)
+        self.started[index] = time.monotonic()
 
-def _wait(children: list[subprocess.Popen], stopping: list[int]) -> int:
-    """Waits for the first exit, stops the rest (unless a stop signal already reached them: a
-    second one would cut their drain short), returns the first non-zero exit code (or 0)."""
-    while all(child.poll() is None for child in children):
-        time.sleep(0.1)
-    if not stopping:
-        for child in children:
+    def _stop_after_failed_start(self, index: int, code: int) -> int:
+        _log.error("process_failed_to_start", failed=index, exit_code=code)
+        for child in self.children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-    codes = [child.wait() for child in children]
-    return next((code for code in codes if code), 0)
-
+        codes = [child.wait() for child in self.children]
+        return next((c for c in codes if c), code or 1)

@@ -20,6 +20,7 @@ from router_adapter.router import IndexFactory
 from router_adapter.hashing import BlockHasher
 from sidecar import metrics, tracing
 from sidecar.backend import RendererSettings
+from sidecar.group import DRAINING, SERVING, GroupState
 from sidecar.factory import get_backend, get_hasher, get_index_factory
 from sidecar.config import ServerConfig
 from sidecar.errors import FailedPrecondition
@@ -118,6 +119,7 @@ def build_kv_router(config: ServerConfig, hasher: BlockHasher, index_factory: In
     router = KvRouter(
         kv_config.sources, block_size=kv_config.block_size, models=models, max_blocks=kv_config.max_blocks,
         silence_timeout_s=kv_config.silence_timeout_s or None, hasher=hasher, index_factory=index_factory,
+        replay_history=kv_config.replay_history,
     )
     if kv_config.nats is not None:
         from router_adapter.nats_feed import NatsFeed
@@ -139,6 +141,21 @@ def kv_router_handler(runtime: Runtime, router, gate: Gate) -> grpc.GenericRpcHa
     )
 
 
+class GroupHealthServicer(health.aio.HealthServicer):
+    """Health of one of `--processes N` servers, answered for the group: SERVING only while every
+    process is (see sidecar.group), so a probe of any one sees a sibling that is down or draining."""
+
+    def __init__(self, group: GroupState) -> None:
+        super().__init__()
+        self._group = group
+
+    async def Check(self, request: health_pb2.HealthCheckRequest, context) -> health_pb2.HealthCheckResponse:  # noqa: ANN001
+        response = await super().Check(request, context)
+        if response.status == health_pb2.HealthCheckResponse.SERVING and not self._group.all_serving():
+            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
+        return response
+
+
 @dataclass
 class RunningServer:
     """A started server, what it listens on, and how it stops."""
@@ -153,6 +170,15 @@ class RunningServer:
     reloader: Reloader
     unix_socket: UnixSocket | None = None
     kv_router: KvRouter | None = None
+    #: With `--processes N`: the shared slots and this process's index in them.
+    group: GroupState | None = None
+    process_index: int | None = None
+
+    def announce_state(self, state: int) -> None:
+        """Writes this process's state (and /metrics port) into its group slot, if it has one."""
+        if self.group is not None and self.process_index is not None:
+            self.group.set_metrics_port(self.process_index, self.metrics_port or 0)
+            self.group.set_state(self.process_index, state)
 
     @property
     def metrics_port(self) -> int | None:
@@ -166,6 +192,7 @@ class RunningServer:
         loop = asyncio.get_running_loop()
         started = loop.time()
         self.gate.open = False
+        self.announce_state(DRAINING)
         await self.health.enter_graceful_shutdown()
         notice = min(notice, grace)
         while not hurry():
@@ -214,7 +241,8 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
     if config.enable_admin:
         handlers.append(admin_handler(reloader, gate))
     server.add_generic_rpc_handlers(handlers)
-    health_servicer = health.aio.HealthServicer()
+    group = GroupState.open(config.group_state) if config.group_state else None
+    health_servicer = GroupHealthServicer(group) if group is not None else health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = [SERVICE_NAME, KV_SERVICE_NAME, *([ADMIN_SERVICE_NAME] if config.enable_admin else [])]
     for name in ["", *services, *(m.name for m in registry)]:
@@ -223,7 +251,8 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
         from grpc_reflection.v1alpha import reflection
 
         reflection.enable_server_reflection((*services, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-    running = RunningServer(server, health_servicer, runtime, [], None, gate, reloader, kv_router=kv_router)
+    running = RunningServer(server, health_servicer, runtime, [], None, gate, reloader, kv_router=kv_router,
+                            group=group, process_index=config.process_index)
     try:
         await _listen(running, config)
     except BaseException:
@@ -306,6 +335,7 @@ async def serve(config: ServerConfig) -> None:
         gc.collect()
         gc.freeze()
         _announce(running, config)
+        running.announce_state(SERVING)
         reloads = asyncio.create_task(_reload_on_hangups(running, signals))
         await signals.stop.wait()
         reloads.cancel()

@@ -926,15 +926,19 @@ int32_t sc_multiplexer_run(const struct sc_multiplexer *mux,
 
 /*
  Runs one deferred `MultiplexCall` (`call`, `len` bytes) whatever its cost; `elapsed_us` is the
- time since its message was read. The batch holds its one result.
+ time since its message was read; `cancel` is its cancel flag or NULL (set it when the client
+ cancels the request: the work stops at its next check and the result is CANCELLED). The batch
+ holds its one result.
 
  # Safety
- `mux` must be a live handle; `call` is borrowed for the call; `out` and `err` NULL or writable.
+ `mux` must be a live handle; `call` is borrowed for the call; `cancel` NULL or a 4-byte-aligned
+ `uint32_t` valid for the call; `out` and `err` NULL or writable.
  */
 int32_t sc_multiplexer_run_one(const struct sc_multiplexer *mux,
                                const uint8_t *call,
                                uintptr_t len,
                                uint64_t elapsed_us,
+                               const uint32_t *cancel,
                                struct sc_multiplex_batch **out,
                                struct sc_error **err);
 

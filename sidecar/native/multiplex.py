@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
-from sidecar.native._calls import str_arg
+from sidecar.native._calls import cancel_arg, str_arg
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
 from sidecar.native._handle import Handle
@@ -97,11 +97,14 @@ class NativeMultiplexer:
         return _unpack(out[0])
 
     def run_one(self, call: bytes, elapsed_us: int) -> Batch:
-        """Runs one deferred `MultiplexCall`; the batch holds its one result."""
+        """Runs one deferred `MultiplexCall`; the batch holds its one result. On a worker thread of
+        the Offloader it stops (CANCELLED) once the thread's cancel token is set: the stream sets it
+        when the client cancels this request."""
         out = ffi.new("sc_multiplex_batch **")
         err = ffi.new("sc_error **")
         with self._handle as mux:
-            status = lib.sc_multiplexer_run_one(mux, ffi.from_buffer(call), len(call), elapsed_us, out, err)
+            status = lib.sc_multiplexer_run_one(mux, ffi.from_buffer(call), len(call), elapsed_us, cancel_arg(),
+                                                out, err)
         raise_for_status(status, err)
         return _unpack(out[0])
 

@@ -10,7 +10,8 @@ while a write is in flight are sent together in the next message.
 
 A request that fails gets its own error result and the stream goes on; only malformed framing (no
 id can be trusted) ends the stream with INVALID_ARGUMENT. A cancel answers a waiting request
-CANCELLED at once. While the server drains, new requests are answered UNAVAILABLE. One log line
+CANCELLED at once and, for a large one already on a worker, sets its cancel token (the Offloader's,
+see `sidecar.cancel`), so the native work stops at its next check. While the server drains, new requests are answered UNAVAILABLE. One log line
 per stream (its counts), metrics per request kind and code (`sidecar_multiplexed_requests_total`).
 """
 
@@ -245,7 +246,7 @@ class _Stream:
 
     def abandon(self) -> None:
         """The stream ended: its large requests are dropped (a native call already running
-        finishes on its worker; its result goes nowhere)."""
+        stops at its next cancel check)."""
         for task, _kind in self._pending.values():
             task.cancel()
         self._pending.clear()

@@ -207,6 +207,38 @@ def test_cancel_answers_a_waiting_request_and_the_stream_goes_on(channel: grpc.C
     assert stream.close() == []
 
 
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / 100  # utime + stime, in clock ticks of 1/100 s
+
+
+def test_a_cancelled_request_stops_its_native_work(server: LiveServer, channel: grpc.Channel,
+                                                   models: list[str]) -> None:
+    """The cancel reaches the worker running the request (its cancel flag), not only its waiter:
+    measured in the server's CPU, as tests/server/test_bounded_work.py does for unary calls."""
+    pid = server.process.pid
+    # Long but legitimate: 2.4 M characters with offsets (the slow, exact path, seconds of work).
+    text = ("The quick brown fox jumps over the lazy dog, again and again. " * 40_000)[:2_400_000]
+    stream = Stream(channel)
+    sent_at = _cpu_seconds(pid)
+    stream.send([call(5, "tokenize", pb.TokenizeRequest(model=models[0], texts=[text], return_offsets=True))])
+    give_up = time.monotonic() + 60
+    while _cpu_seconds(pid) - sent_at < 0.5 and time.monotonic() < give_up:
+        time.sleep(0.02)
+    busy = _cpu_seconds(pid) - sent_at
+    stream.send(cancel=[5])
+    (cancelled,) = stream.receive(1)
+    assert (cancelled.id, cancelled.error.code) == (5, grpc.StatusCode.CANCELLED.value[0]), (busy, cancelled)
+    time.sleep(0.3)  # the flag is read at the worker's next check
+    idle_from = _cpu_seconds(pid)
+    time.sleep(1.0)
+    after_cancel = _cpu_seconds(pid) - idle_from
+    print(f"CPU before cancelling: {busy:.2f} s; in the second after cancelling: {after_cancel:.2f} s")
+    assert busy >= 0.5, f"the request was not running when it was cancelled ({busy:.2f} s CPU)"
+    assert after_cancel < 0.15, f"the server burned {after_cancel:.2f} s of CPU after the request was cancelled"
+    assert stream.close() == []
+
+
 def test_duplicate_ids_are_refused_under_that_id(channel: grpc.Channel, models: list[str]) -> None:
     slow = pb.TokenizeRequest(model=models[0], texts=[SLOW_TEXT])
     small = pb.TokenizeRequest(model=models[0], texts=["first"])

@@ -1,18 +1,25 @@
 """`sidecar serve --processes 2`: both processes answer on the shared TCP port (new connections are
-spread by SO_REUSEPORT) and each on its own Unix socket; SIGTERM to the parent stops both, which
-remove their sockets, and the parent exits 0."""
+spread by SO_REUSEPORT) and each on its own Unix socket; the parent's one /metrics adds them up;
+health on either socket answers for the group (NOT_SERVING while a killed process is being
+restarted, SERVING once it is back); SIGTERM to the parent stops both, which remove their sockets,
+and the parent exits 0."""
 
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import urllib.request
+
 import grpc
 import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
@@ -42,12 +49,39 @@ def tokenize(address: str, text: str) -> list[int]:
     return list(response.encodings[0].token_ids)
 
 
+def health(address: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=30).status
+
+
+def wait_for(condition, what: str, log_path: Path, seconds: float = 120) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}:\n{log_path.read_text()[-4000:]}"
+        time.sleep(0.05)
+
+
+def tokenize_total(metrics_address: str) -> float:
+    with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=30) as response:
+        text = response.read().decode()
+    return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
+               if sample.name == "sidecar_requests_total" and sample.labels == {"rpc": "Tokenize", "code": "OK"})
+
+
+def child_pid(parent: int, index: int) -> int:
+    for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if argv[argv.index(b"--process-index") + 1] == str(index).encode():
+            return int(pid)
+    raise AssertionError(f"no process {index}")
+
+
 def test_processes_share_the_port_and_each_has_its_socket(tmp_path: Path) -> None:
     uds = tmp_path / "sidecar.sock"
     log_path = tmp_path / "server.log"
     with open(log_path, "w") as log:
         parent = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--processes", str(PROCESSES), "--port", "0",
-                                   "--uds", str(uds)], stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+                                   "--uds", str(uds), "--metrics-port", "0"], stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     try:
         deadline = time.monotonic() + 180
         while len(listening := [e for e in log_events(log_path) if e.get("event") == "listening"]) < PROCESSES:
@@ -65,6 +99,21 @@ def test_processes_share_the_port_and_each_has_its_socket(tmp_path: Path) -> Non
             assert tokenize(address, "one process per core") == expected
         answered = {e["process"] for e in log_events(log_path) if e.get("event") == "rpc" and e.get("rpc") == "Tokenize"}
         assert answered == set(range(PROCESSES))
+        # One /metrics adds the processes up: every Tokenize above, whichever process answered it.
+        (metrics,) = [e["address"] for e in log_events(log_path) if e.get("event") == "metrics_listening"]
+        assert tokenize_total(metrics) == 1 + PROCESSES + CONNECTIONS
+
+        # Health is the group's: process 1 killed, process 0 answers NOT_SERVING until 1 is back.
+        assert health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.SERVING
+        os.kill(child_pid(parent.pid, 1), signal.SIGKILL)
+        wait_for(lambda: health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.NOT_SERVING,
+                 "process 0 did not report its dead sibling", log_path)
+        wait_for(lambda: sum(e.get("event") == "listening" and e.get("process") == 1 for e in log_events(log_path)) == 2,
+                 "process 1 was not restarted", log_path)
+        wait_for(lambda: health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.SERVING,
+                 "the group did not turn SERVING again", log_path)
+        assert tokenize(f"unix:{uds}.1", "one process per core") == expected
+        assert any(e.get("event") == "process_restarted" and e.get("restarted") == 1 for e in log_events(log_path))
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(60) == 0
     finally:

@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use super::buf::{
-    free_handle, free_slice, leak_slice, read_handle, read_slice, read_str, sc_str, write_handle,
+    free_handle, free_slice, leak_slice, read_cancel_flag, read_handle, read_slice, read_str,
+    sc_str, write_handle,
 };
 use super::render::sc_renderer;
 use super::status::sc_error;
@@ -198,16 +199,20 @@ pub unsafe extern "C" fn sc_multiplexer_run(
 }
 
 /// Runs one deferred `MultiplexCall` (`call`, `len` bytes) whatever its cost; `elapsed_us` is the
-/// time since its message was read. The batch holds its one result.
+/// time since its message was read; `cancel` is its cancel flag or NULL (set it when the client
+/// cancels the request: the work stops at its next check and the result is CANCELLED). The batch
+/// holds its one result.
 ///
 /// # Safety
-/// `mux` must be a live handle; `call` is borrowed for the call; `out` and `err` NULL or writable.
+/// `mux` must be a live handle; `call` is borrowed for the call; `cancel` NULL or a 4-byte-aligned
+/// `uint32_t` valid for the call; `out` and `err` NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn sc_multiplexer_run_one(
     mux: *const sc_multiplexer,
     call: *const u8,
     len: usize,
     elapsed_us: u64,
+    cancel: *const u32,
     out: *mut *mut sc_multiplex_batch,
     err: *mut *mut sc_error,
 ) -> i32 {
@@ -217,7 +222,11 @@ pub unsafe extern "C" fn sc_multiplexer_run_one(
         let mux = unsafe { read_handle(mux, "multiplexer")? };
         // SAFETY: as above.
         let call = unsafe { read_slice(call, len, "call")? };
-        let batch = mux.inner.run_one(call, Duration::from_micros(elapsed_us))?;
+        // SAFETY: the caller promises a NULL or aligned flag valid for the call.
+        let flag = unsafe { read_cancel_flag(cancel)? };
+        let batch = mux
+            .inner
+            .run_one(call, Duration::from_micros(elapsed_us), flag)?;
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, Box::into_raw(Box::new(export(batch))), "out") }
     })

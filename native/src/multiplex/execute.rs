@@ -3,8 +3,6 @@
 //! The unary path is `sidecar/servicers/{tokenize,detokenize,render}.py`; the end-to-end tests
 //! compare the two transports' answers on the parity inputs.
 
-use std::time::Instant;
-
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::hash;
@@ -51,19 +49,19 @@ impl Request {
 }
 
 impl Multiplexer {
-    /// Runs one request; `deadline` is when it must have finished.
-    pub(super) fn execute(&self, request: Request, deadline: Option<Instant>) -> Result<Response> {
+    /// Runs one request until it is done, its deadline passes or its flag is set (`cancel`).
+    pub(super) fn execute(&self, request: Request, cancel: Cancel<'_>) -> Result<Response> {
         match request {
-            Request::Tokenize(r) => self.tokenize(r, deadline).map(Response::Tokenize),
-            Request::Detokenize(r) => self.detokenize(r, deadline).map(Response::Detokenize),
-            Request::Render(r) => self.render(r, deadline),
+            Request::Tokenize(r) => self.tokenize(r, cancel).map(Response::Tokenize),
+            Request::Detokenize(r) => self.detokenize(r, cancel).map(Response::Detokenize),
+            Request::Render(r) => self.render(r, cancel),
         }
     }
 
     fn tokenize(
         &self,
         request: pb::TokenizeRequest,
-        deadline: Option<Instant>,
+        cancel: Cancel<'_>,
     ) -> Result<pb::TokenizeResponse> {
         let model = self.model(&request.model)?;
         let side = match pb::TruncationSide::try_from(request.truncation_side) {
@@ -87,7 +85,7 @@ impl Multiplexer {
             return_tokens: request.return_tokens,
             max_length: (request.max_length > 0).then_some(request.max_length as usize),
             truncation_side: side,
-            cancel: Cancel::with_deadline(deadline),
+            cancel,
             max_word_chars: (self.settings.max_word_chars > 0)
                 .then_some(self.settings.max_word_chars),
         };
@@ -117,7 +115,7 @@ impl Multiplexer {
     fn detokenize(
         &self,
         request: pb::DetokenizeRequest,
-        deadline: Option<Instant>,
+        cancel: Cancel<'_>,
     ) -> Result<pb::DetokenizeResponse> {
         let model = self.model(&request.model)?;
         let skip = request.skip_special_tokens.unwrap_or(true);
@@ -133,7 +131,6 @@ impl Multiplexer {
                 self.settings.max_token_ids
             )));
         }
-        let cancel = Cancel::with_deadline(deadline);
         let texts = model.tokenizer.decode_batch(&sequences, skip, &cancel)?;
         Ok(pb::DetokenizeResponse {
             texts,
@@ -141,7 +138,7 @@ impl Multiplexer {
         })
     }
 
-    fn render(&self, request: pb::RenderRequest, deadline: Option<Instant>) -> Result<Response> {
+    fn render(&self, request: pb::RenderRequest, cancel: Cancel<'_>) -> Result<Response> {
         let model = self.model(&request.model)?;
         let continue_final = request.continue_final_message;
         let add_generation_prompt = match request.add_generation_prompt {
@@ -186,7 +183,7 @@ impl Multiplexer {
             return_ids: wants_ids || spec.is_some(),
             return_offsets: request.return_offsets,
             use_cache: !request.bypass_cache,
-            cancel: Cancel::with_deadline(deadline),
+            cancel,
         };
         let rendered = model.renderer.render(&template_request, &opts)?;
         let (block_hashes, block_hash_spec) = match &spec {

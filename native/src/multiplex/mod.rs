@@ -24,12 +24,14 @@ mod tests;
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::AtomicU32;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use prost::Message;
 use serde::Deserialize;
 
+use crate::cancel::Cancel;
 use crate::error::{grpc_code, Error, Result};
 use crate::render::Renderer;
 use crate::tokenizer::{CacheStats, Tokenizer};
@@ -208,12 +210,18 @@ impl Multiplexer {
     }
 
     /// Runs one `MultiplexCall` that [`run`](Self::run) deferred, whatever its cost; `elapsed` is
-    /// the time since its message was read.
-    pub fn run_one(&self, call: &[u8], elapsed: Duration) -> Result<Batch> {
+    /// the time since its message was read. `flag` is the call's cancel flag (see `crate::cancel`):
+    /// the server sets it when the client cancels this request, and the work stops at its next check.
+    pub fn run_one(
+        &self,
+        call: &[u8],
+        elapsed: Duration,
+        flag: Option<&AtomicU32>,
+    ) -> Result<Batch> {
         let call = wire::decode_call(call)?;
         let mut batch = Batch::default();
         match self.decode(&call) {
-            Ok(request) => self.finish(&call, request, elapsed, &mut batch),
+            Ok(request) => self.finish(&call, request, elapsed, flag, &mut batch),
             Err(e) => batch.put_failure(call.id, call.kind(), &e),
         }
         batch.cut_chunks(self.settings.max_message_bytes);
@@ -239,7 +247,8 @@ impl Multiplexer {
             });
             return;
         }
-        self.finish(call, request, elapsed, batch);
+        // Small and bounded: run inline, where nothing can cancel it.
+        self.finish(call, request, elapsed, None, batch);
     }
 
     fn decode(&self, call: &CallView<'_>) -> Result<Request> {
@@ -263,7 +272,14 @@ impl Multiplexer {
     }
 
     /// Runs a decoded call within its deadline and writes its result.
-    fn finish(&self, call: &CallView<'_>, request: Request, elapsed: Duration, batch: &mut Batch) {
+    fn finish(
+        &self,
+        call: &CallView<'_>,
+        request: Request,
+        elapsed: Duration,
+        flag: Option<&AtomicU32>,
+        batch: &mut Batch,
+    ) {
         let deadline = match call.timeout_us {
             0 => None,
             us => match Duration::from_micros(us).checked_sub(elapsed) {
@@ -276,8 +292,10 @@ impl Multiplexer {
                 }
             },
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.execute(request, deadline)))
-            .unwrap_or_else(|_| Err(Error::internal("panic in the native core")));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            self.execute(request, Cancel::new(deadline, flag))
+        }))
+        .unwrap_or_else(|_| Err(Error::internal("panic in the native core")));
         let limit = self.settings.max_message_bytes;
         match outcome {
             Ok(Response::Tokenize(r)) => batch.put_response(call.id, CallKind::Tokenize, &r, limit),

@@ -107,6 +107,7 @@ fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
         .run_one(
             &raw[deferred.start..deferred.start + deferred.len],
             Duration::ZERO,
+            None,
         )
         .unwrap();
     let [result] = &results(&one)[..] else {
@@ -269,4 +270,29 @@ fn render_and_detokenize_run_through_the_model() {
         panic!("{:?}", got[1])
     };
     assert_eq!(detok.texts, ["ab ab"]);
+}
+
+#[test]
+fn a_deferred_request_whose_flag_is_set_stops_as_cancelled() {
+    let mux = multiplexer(8, 100, 1 << 20);
+    let big = "ab ".repeat(10);
+    let raw = message(vec![tokenize(2, &big)], vec![]);
+    let batch = mux.run(&raw, &RunOptions::default()).unwrap();
+    let [deferred] = batch.deferred[..] else {
+        panic!("{:?}", batch.deferred)
+    };
+    let call = &raw[deferred.start..deferred.start + deferred.len];
+    let flag = std::sync::atomic::AtomicU32::new(1);
+    let cancelled = mux.run_one(call, Duration::ZERO, Some(&flag)).unwrap();
+    let [result] = &results(&cancelled)[..] else {
+        panic!()
+    };
+    assert_eq!(
+        (result.id, error_code(result)),
+        (2, Some(grpc_code::CANCELLED))
+    );
+    // An unset flag lets the same call run to its result.
+    flag.store(0, std::sync::atomic::Ordering::Relaxed);
+    let done = mux.run_one(call, Duration::ZERO, Some(&flag)).unwrap();
+    assert_eq!(error_code(&results(&done)[0]), None);
 }

@@ -24,6 +24,12 @@ pub(crate) type CallFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, Status
 
 /// Carries Tokenize, Detokenize and Render; `timeout` is the whole call's deadline from now.
 pub(crate) trait Carrier: Send + Sync + std::fmt::Debug {
+    /// How busy it is for a new call, when that matters for where the call goes (a stream whose
+    /// message is being gathered: 0, else 1 + calls waiting); None: any member will do.
+    fn load(&self) -> Option<usize> {
+        None
+    }
+
     fn tokenize(
         &self,
         request: TokenizeRequest,

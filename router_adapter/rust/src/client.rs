@@ -7,10 +7,12 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::Response;
 use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
+use crate::carrier::CallFuture;
 use crate::carrier::{Carrier, UnaryCarrier};
 use crate::connection::{Connection, Connections, Settings};
+use crate::fleet::{discover, Fleet, Member};
 use crate::multiplex::{MultiplexSettings, StreamCarrier};
 use crate::parse_stream::ParseStream;
 use crate::target::Target;
@@ -85,7 +87,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Streams in the Multiplex pool (default 2; at least 1). Calls are spread over them round
+    /// Streams in the Multiplex pool of each server process (default 2; at least 1). Calls are spread over them round
     /// robin; each stream sends every call waiting at a moment as one message, so fewer streams
     /// batch more and more streams wait less behind one another.
     pub fn streams(mut self, streams: usize) -> Self {
@@ -104,43 +106,50 @@ impl ClientBuilder {
     }
 
     /// The client, without dialing: the first call connects. Must run inside a tokio runtime.
+    /// A `unix:PATH` target whose `PATH` does not exist but `PATH.0`, `PATH.1`, ... do (a server
+    /// with `--processes N`) gets one channel per process socket found now.
     pub fn build(self) -> Result<Client, Error> {
-        let settings = Settings {
-            target: self.target.parse()?,
-            connect_timeout: self.connect_timeout,
-            health_timeout: self.health_timeout,
-            health_service: self.health_service,
-            max_message_bytes: self.max_message_bytes,
-            retry_unavailable: self.retry_unavailable,
-        };
-        let connections = Arc::new(Connections::new(settings)?);
-        let carrier: Arc<dyn Carrier> = if self.multiplex {
-            Arc::new(StreamCarrier::new(
-                connections.clone(),
-                self.multiplex_settings,
-            ))
-        } else {
-            Arc::new(UnaryCarrier {
-                connections: connections.clone(),
-            })
-        };
+        let target: Target = self.target.parse()?;
+        let mut members = Vec::new();
+        for process in discover(&target) {
+            let settings = Settings {
+                target: process,
+                connect_timeout: self.connect_timeout,
+                health_timeout: self.health_timeout,
+                health_service: self.health_service.clone(),
+                max_message_bytes: self.max_message_bytes,
+                retry_unavailable: self.retry_unavailable,
+            };
+            let connections = Arc::new(Connections::new(settings)?);
+            let carrier: Arc<dyn Carrier> = if self.multiplex {
+                Arc::new(StreamCarrier::new(
+                    connections.clone(),
+                    self.multiplex_settings.clone(),
+                ))
+            } else {
+                Arc::new(UnaryCarrier {
+                    connections: connections.clone(),
+                })
+            };
+            members.push(Member::new(connections, carrier));
+        }
         Ok(Client {
-            connections,
-            carrier,
+            fleet: Arc::new(Fleet::new(members)),
+            target: Arc::new(target),
             timeout: self.timeout,
             stream_timeout: None,
         })
     }
 
-    /// The client, after a health check has answered SERVING.
+    /// The client, after a health check of every server process has answered SERVING.
     pub async fn connect(self) -> Result<Client, Error> {
         let client = self.build()?;
-        let deadline = Instant::now() + client.connections.settings.connect_timeout;
-        let connection = client.connections.ready(Some(deadline)).await?;
-        client
-            .connections
-            .check(&connection, Some(deadline))
-            .await?;
+        for member in &client.fleet.members {
+            let connections = &member.connections;
+            let deadline = Instant::now() + connections.settings.connect_timeout;
+            let connection = connections.ready(Some(deadline)).await?;
+            connections.check(&connection, Some(deadline)).await?;
+        }
         Ok(client)
     }
 }
@@ -153,12 +162,12 @@ fn default_multiplex() -> MultiplexSettings {
     }
 }
 
-/// A client of one sidecar server. Cheap to clone (clones share the connection); use it from many
-/// tasks at once: calls are multiplexed on one HTTP/2 connection.
+/// A client of one sidecar server. Cheap to clone (clones share the connections); use it from many
+/// tasks at once: calls are multiplexed on one HTTP/2 connection per server process.
 #[derive(Debug, Clone)]
 pub struct Client {
-    connections: Arc<Connections>,
-    carrier: Arc<dyn Carrier>,
+    fleet: Arc<Fleet>,
+    target: Arc<Target>,
     timeout: Option<Duration>,
     stream_timeout: Option<Duration>,
 }
@@ -206,22 +215,28 @@ impl Client {
 
     /// Where this client connects.
     pub fn target(&self) -> &Target {
-        &self.connections.settings.target
+        &self.target
     }
 
-    /// How many times the channel was re-established after a failure (for a router's metrics).
+    /// The server processes this client spreads its calls over (1 unless the target is the base
+    /// path of a `--processes N` server's sockets).
+    pub fn processes(&self) -> usize {
+        self.fleet.members.len()
+    }
+
+    /// How many times a channel was re-established after a failure (for a router's metrics).
     pub fn reconnects(&self) -> u64 {
-        self.connections.reconnects()
+        self.fleet.reconnects()
     }
 
     /// `Preprocessor/Render`: chat template and tokenization in one call.
     pub async fn render(&self, request: RenderRequest) -> Result<RenderResponse, Error> {
-        Ok(self.carrier.render(request, self.timeout).await?)
+        Ok(self.fleet.call(request, self.timeout, on::render).await?)
     }
 
     /// `Preprocessor/Tokenize`: a batch of texts to token ids.
     pub async fn tokenize(&self, request: TokenizeRequest) -> Result<TokenizeResponse, Error> {
-        Ok(self.carrier.tokenize(request, self.timeout).await?)
+        Ok(self.fleet.call(request, self.timeout, on::tokenize).await?)
     }
 
     /// `Preprocessor/Detokenize`: a batch of id sequences to text.
@@ -229,70 +244,139 @@ impl Client {
         &self,
         request: DetokenizeRequest,
     ) -> Result<DetokenizeResponse, Error> {
-        Ok(self.carrier.detokenize(request, self.timeout).await?)
+        Ok(self
+            .fleet
+            .call(request, self.timeout, on::detokenize)
+            .await?)
     }
 
     /// `Preprocessor/ListModels`: the hosted models, their fingerprints and defaults.
     pub async fn list_models(&self) -> Result<ListModelsResponse, Error> {
-        let call = |c: Arc<Connection>, r| async move {
-            c.preprocessor
-                .clone()
-                .list_models(r)
-                .await
-                .map(Response::into_inner)
-        };
         Ok(self
-            .connections
-            .unary(self.timeout, ListModelsRequest {}, call)
+            .fleet
+            .call(ListModelsRequest {}, self.timeout, on::list_models)
             .await?)
     }
 
     /// `KvRouter/Score`: every known worker of a model by its cached prefix of the request.
     /// FAILED_PRECONDITION when the server runs without `--kv-events`.
     pub async fn score(&self, request: ScoreRequest) -> Result<ScoreResponse, Error> {
-        let call = |c: Arc<Connection>, r| async move {
-            c.kv_router.clone().score(r).await.map(Response::into_inner)
-        };
-        Ok(self.connections.unary(self.timeout, request, call).await?)
+        Ok(self.fleet.call(request, self.timeout, on::score).await?)
     }
 
     /// `KvRouter/KvStatus`: what the prefix indexes hold and how the event sources are doing.
     pub async fn kv_status(&self) -> Result<KvStatusResponse, Error> {
-        let call = |c: Arc<Connection>, r| async move {
-            c.kv_router
-                .clone()
-                .kv_status(r)
-                .await
-                .map(Response::into_inner)
-        };
         Ok(self
-            .connections
-            .unary(self.timeout, KvStatusRequest {}, call)
+            .fleet
+            .call(KvStatusRequest {}, self.timeout, on::kv_status)
             .await?)
     }
 
-    /// `grpc.health.v1.Health/Check` of `service` (`""` = the whole server). An unknown service
-    /// is NOT_FOUND, as the health protocol says.
+    /// `grpc.health.v1.Health/Check` of `service` (`""` = the whole server; every process of a
+    /// `--processes N` server answers for all of them). An unknown service is NOT_FOUND, as the
+    /// health protocol says.
     pub async fn health(&self, service: &str) -> Result<ServingStatus, Error> {
-        let call = |c: Arc<Connection>, r| async move {
-            c.health.clone().check(r).await.map(Response::into_inner)
+        let request = HealthCheckRequest {
+            service: service.to_string(),
         };
-        let response = self
-            .connections
-            .unary(
-                self.timeout,
-                HealthCheckRequest {
-                    service: service.to_string(),
-                },
-                call,
-            )
-            .await?;
+        let response = self.fleet.call(request, self.timeout, on::health).await?;
         Ok(ServingStatus::try_from(response.status).unwrap_or(ServingStatus::Unknown))
     }
 
-    /// `Preprocessor/ParseStream`: opens the bidirectional stream (see [`ParseStream`]). It has
-    /// no deadline unless this handle came from [`Client::with_timeout`].
+    /// `Preprocessor/ParseStream`: opens the bidirectional stream (see [`ParseStream`]) on the
+    /// next healthy server process. It has no deadline unless this handle came from
+    /// [`Client::with_timeout`].
     pub async fn parse_stream(&self) -> Result<ParseStream, Error> {
-        ParseStream::start(self.connections.clone(), self.stream_timeout).await
+        let member = &self.fleet.members[self.fleet.pick()];
+        ParseStream::start(member.connections.clone(), self.stream_timeout).await
+    }
+}
+
+/// Each RPC on one server process (for [`Fleet::call`]).
+mod on {
+    use super::*;
+
+    pub fn tokenize(
+        m: &Member,
+        r: TokenizeRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, TokenizeResponse> {
+        m.carrier.tokenize(r, t)
+    }
+
+    pub fn detokenize(
+        m: &Member,
+        r: DetokenizeRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, DetokenizeResponse> {
+        m.carrier.detokenize(r, t)
+    }
+
+    pub fn render(
+        m: &Member,
+        r: RenderRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, RenderResponse> {
+        m.carrier.render(r, t)
+    }
+
+    pub fn list_models(
+        m: &Member,
+        r: ListModelsRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, ListModelsResponse> {
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.preprocessor
+                        .clone()
+                        .list_models(r)
+                        .await
+                        .map(Response::into_inner)
+                }),
+        )
+    }
+
+    pub fn score(
+        m: &Member,
+        r: ScoreRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, ScoreResponse> {
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.kv_router.clone().score(r).await.map(Response::into_inner)
+                }),
+        )
+    }
+
+    pub fn kv_status(
+        m: &Member,
+        r: KvStatusRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, KvStatusResponse> {
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.kv_router
+                        .clone()
+                        .kv_status(r)
+                        .await
+                        .map(Response::into_inner)
+                }),
+        )
+    }
+
+    pub fn health(
+        m: &Member,
+        r: HealthCheckRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, HealthCheckResponse> {
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.health.clone().check(r).await.map(Response::into_inner)
+                }),
+        )
     }
 }

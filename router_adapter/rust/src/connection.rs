@@ -104,6 +104,11 @@ impl Connections {
         self.generations.load(Ordering::Relaxed) - 1
     }
 
+    /// Whether the current channel failed and has not passed a health check since.
+    pub fn is_suspect(&self) -> bool {
+        self.current().is_suspect()
+    }
+
     fn current(&self) -> Arc<Connection> {
         self.current
             .lock()

@@ -5,6 +5,13 @@
 //! Unix-socket or TCP targets, per-call deadlines, reconnect with a health check after a failure,
 //! and one error type carrying the gRPC status.
 //!
+//! A server started with `sidecar serve --processes N --uds PATH` listens on `PATH.0` ...
+//! `PATH.{N-1}`, one socket per process: `unix:PATH` then finds them all (when `PATH` itself does
+//! not exist, every `PATH.<digits>` in its directory when the client is built), keeps one channel
+//! (and one multiplex pool) per process and spreads calls round robin over those that are healthy;
+//! a process whose call failed UNAVAILABLE is skipped, health-checked in the background and used
+//! again once it answers SERVING, and the failed call is made once more on another process.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), sidecar_client::Error> {
 //! use std::time::Duration;
@@ -21,6 +28,7 @@ mod carrier;
 mod client;
 mod connection;
 mod error;
+mod fleet;
 mod multiplex;
 mod parse_stream;
 mod target;

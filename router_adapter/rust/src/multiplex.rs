@@ -77,17 +77,23 @@ impl StreamCarrier {
         }
     }
 
+    /// How busy a slot is for a new call: 0 when its stream has calls queued and not yet sent
+    /// (a new call joins their message), else 1 + the calls waiting for results.
+    fn slot_load(slot: &Mutex<Option<Arc<MuxStream>>>) -> usize {
+        match lock(slot).as_ref().filter(|s| s.usable()) {
+            Some(stream) if stream.queued.load(Ordering::Relaxed) > 0 => 0,
+            Some(stream) => 1 + stream.waiting.load(Ordering::Relaxed),
+            None => 1,
+        }
+    }
+
     /// The stream a call goes on: one that has calls queued and not yet sent (so calls made at
     /// the same moment share a message), else the one with the fewest calls waiting; a slot
     /// without a live stream gets one (on a health-checked connection).
     async fn stream(&self, deadline: Option<Instant>) -> Result<Arc<MuxStream>, Status> {
         let mut best: Option<(usize, usize)> = None;
         for (i, slot) in self.slots.iter().enumerate() {
-            let load = match lock(slot).as_ref().filter(|s| s.usable()) {
-                Some(stream) if stream.queued.load(Ordering::Relaxed) > 0 => 0,
-                Some(stream) => 1 + stream.waiting.load(Ordering::Relaxed),
-                None => 1,
-            };
+            let load = Self::slot_load(slot);
             if best.is_none_or(|(_, least)| load < least) {
                 best = Some((i, load));
             }
@@ -201,6 +207,10 @@ fn expect<T>(outcome: Outcome, pick: impl FnOnce(Outcome) -> Option<T>) -> Resul
 }
 
 impl Carrier for StreamCarrier {
+    fn load(&self) -> Option<usize> {
+        self.slots.iter().map(Self::slot_load).min()
+    }
+
     fn tokenize(
         &self,
         request: TokenizeRequest,

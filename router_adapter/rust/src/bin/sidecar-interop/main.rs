@@ -10,7 +10,11 @@
 //! `--kv-target` with `--kv-events` and events for `--kv-text` already applied. `--reconnect`
 //! then asks on stdout for the server to be stopped and restarted (answered by a line on stdin)
 //! and checks that calls fail with UNAVAILABLE while it is down and succeed once it is back.
+//!
+//! `sidecar-interop --fleet N --target unix:PATH` runs only the scenario of a server with
+//! `--processes N` (see `fleet.rs`).
 
+mod fleet;
 mod kv;
 mod parse;
 mod preprocessor;
@@ -28,6 +32,7 @@ struct Args {
     kv_target: Option<String>,
     kv_text: String,
     reconnect: bool,
+    fleet: Option<usize>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -40,6 +45,7 @@ fn parse_args() -> Result<Args, String> {
             "--kv-target" => args.kv_target = Some(value()?),
             "--kv-text" => args.kv_text = value()?,
             "--reconnect" => args.reconnect = true,
+            "--fleet" => args.fleet = Some(value()?.parse().map_err(|e| format!("--fleet: {e}"))?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -55,6 +61,10 @@ async fn run(args: Args) -> Result<Recorder, sidecar_client::Error> {
         carrier: "unary",
         ..Recorder::default()
     };
+    if let Some(processes) = args.fleet {
+        fleet::run(&mut recorder, &args.target, processes).await?;
+        return Ok(recorder);
+    }
     let client = Client::connect(&args.target).await?;
     let model = preprocessor::run(&mut recorder, &client).await;
     multiplexed(&mut recorder, &args.target).await?;
