@@ -3,8 +3,6 @@
 //! The unary path is `sidecar/servicers/{tokenize,detokenize,render}.py`; the end-to-end tests
 //! compare the two transports' answers on the parity inputs.
 
-use std::time::Instant;
-
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::hash;
@@ -51,19 +49,19 @@ impl Request {
 }
 
 impl Multiplexer {
-    /// Runs one request; `deadline` is when it must have finished.
-    pub(super) fn execute(&self, request: Request, deadline: Option<Instant>) -> Result<Response> {
+    /// Runs one request; `cancel` stops it (its deadline, the caller's flag).
+    pub(super) fn execute(&self, request: Request, cancel: Cancel<'_>) -> Result<Response> {
         match request {
-            Request::Tokenize(r) => self.tokenize(r, deadline).map(Response::Tokenize),
-            Request::Detokenize(r) => self.detokenize(r, deadline).map(Response::Detokenize),
-            Request::Render(r) => self.render(r, deadline),
+            Request::Tokenize(r) => self.tokenize(r, cancel).map(Response::Tokenize),
+            Request::Detokenize(r) => self.detokenize(r, cancel).map(Response::Detokenize),
+            Request::Render(r) => self.render(r, cancel),
         }
     }
 
     fn tokenize(
         &self,
         request: pb::TokenizeRequest,
-        deadline: Option<Instant>,
+        cancel: Cancel<'_>,
     ) -> Result<pb::TokenizeResponse> {
         let model = self.model(&request.model)?;
         let side = match pb::TruncationSide::try_from(request.truncation_side) {
@@ -87,7 +85,7 @@ impl Multiplexer {
             return_tokens: request.return_tokens,
             max_length: (request.max_length > 0).then_some(request.max_length as usize),
             truncation_side: side,
-            cancel: Cancel::with_deadline(deadline),
+            cancel,
             max_word_chars: (self.settings.max_word_chars > 0)
                 .then_some(self.settings.max_word_chars),
         };
@@ -117,7 +115,7 @@ impl Multiplexer {
     fn detokenize(
         &self,
         request: pb::DetokenizeRequest,
-        deadline: Option<Instant>,
+        cancel: Cancel<'_>,
     ) -> Result<pb::DetokenizeResponse> {
         let model = self.model(&request.model)?;
         let skip = request.skip_special_tokens.unwrap_or(true);
@@ -133,7 +131,6 @@ impl Multiplexer {
                 self.settings.max_token_ids
             )));
         }
-        let cancel = Cancel::with_deadline(deadline);
         let texts = model.tokenizer.decode_batch(&sequences, skip, &cancel)?;
         Ok(pb::DetokenizeResponse {
             texts,
@@ -141,20 +138,8 @@ impl Multiplexer {
         })
     }
 
-    fn render(&self, request: pb::RenderRequest, deadline: Option<Instant>) -> Result<Response> {
+    fn render(&self, request: pb::RenderRequest, cancel: Cancel<'_>) -> Result<Response> {
         let model = self.model(&request.model)?;
-        let continue_final = request.continue_final_message;
-        let add_generation_prompt = match request.add_generation_prompt {
-            Some(true) if continue_final => {
-                return Err(Error::invalid_argument(
-                    "add_generation_prompt: cannot be true together with continue_final_message (the first opens a \
-                     new assistant turn, the second ends the prompt inside the final message)",
-                ))
-            }
-            Some(value) => value,
-            // Unset means true, except that continuing the final message implies no new turn.
-            None => !continue_final,
-        };
         let spec = request
             .block_hashing
             .as_ref()
@@ -168,6 +153,18 @@ impl Multiplexer {
                 self.settings.max_kwargs_bytes
             )));
         }
+        let continue_final = request.continue_final_message;
+        let add_generation_prompt = match request.add_generation_prompt {
+            Some(true) if continue_final => {
+                return Err(Error::invalid_argument(
+                    "add_generation_prompt: cannot be true together with continue_final_message (the first opens a \
+                     new assistant turn, the second ends the prompt inside the final message)",
+                ))
+            }
+            Some(value) => value,
+            // Unset means true, except that continuing the final message implies no new turn.
+            None => !continue_final,
+        };
         let wants_ids = request.return_token_ids.unwrap_or(true);
         let template_request = RenderRequest {
             messages_json: &request.messages_json,
@@ -186,7 +183,7 @@ impl Multiplexer {
             return_ids: wants_ids || spec.is_some(),
             return_offsets: request.return_offsets,
             use_cache: !request.bypass_cache,
-            cancel: Cancel::with_deadline(deadline),
+            cancel,
         };
         let rendered = model.renderer.render(&template_request, &opts)?;
         let (block_hashes, block_hash_spec) = match &spec {

@@ -17,6 +17,7 @@
 
 mod execute;
 mod hashing;
+mod unary;
 
 #[cfg(test)]
 mod tests;
@@ -30,11 +31,13 @@ use std::time::{Duration, Instant};
 use prost::Message;
 use serde::Deserialize;
 
+use crate::cancel::Cancel;
 use crate::error::{grpc_code, Error, Result};
 use crate::render::Renderer;
 use crate::tokenizer::{CacheStats, Tokenizer};
 use crate::wire::{self, pb, CallKind, CallView};
 use execute::{Request, Response};
+pub use unary::{UnaryOptions, UnaryOutcome};
 
 /// A hosted model, as the Multiplex stream reaches it.
 pub struct Model {
@@ -276,8 +279,10 @@ impl Multiplexer {
                 }
             },
         };
-        let outcome = catch_unwind(AssertUnwindSafe(|| self.execute(request, deadline)))
-            .unwrap_or_else(|_| Err(Error::internal("panic in the native core")));
+        let outcome = catch_unwind(AssertUnwindSafe(|| {
+            self.execute(request, Cancel::with_deadline(deadline))
+        }))
+        .unwrap_or_else(|_| Err(Error::internal("panic in the native core")));
         let limit = self.settings.max_message_bytes;
         match outcome {
             Ok(Response::Tokenize(r)) => batch.put_response(call.id, CallKind::Tokenize, &r, limit),
