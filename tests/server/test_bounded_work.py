@@ -13,13 +13,11 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
@@ -49,7 +47,6 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 _CHECKER = """
 import json, sys, threading, time
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(sys.argv[1]))
 stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
 stop = threading.Event()
