@@ -95,13 +95,7 @@ def _failure(rpc: str, **fields: Any) -> tuple[grpc.StatusCode, str]:
     return status_of(exc)
 
 
-class _Meters:
-    """One RPC's metric children, resolved once (a `labels()` lookup costs microseconds per call)."""
-
-    def __init__(self, rpc: str) -> None:
-        self.inflight = metrics.INFLIGHT.labels(rpc)
-        self.latency = metrics.LATENCY.labels(rpc)
-        self.ok = metrics.REQUESTS.labels(rpc, "OK")
+_Meters = metrics.CallMeters.of
 
 
 class _Outcome:
@@ -122,7 +116,7 @@ class _Outcome:
                       if traced else None)
         if bind:
             structlog.contextvars.bind_contextvars(request_id=self.call.request_id, rpc=rpc)
-        meters.inflight.inc()
+        meters.inflight += 1
         # In flight until gRPC has sent the answer, not until the handler returns: a drain that
         # stopped the server in between would cancel a response already computed.
         gate.inflight += 1
@@ -136,13 +130,11 @@ class _Outcome:
 
     def finish(self, failure: tuple[grpc.StatusCode, str] | None, **fields: Any) -> None:
         elapsed = time.perf_counter() - self.start
-        self.meters.inflight.dec()
-        self.meters.latency.observe(elapsed)
+        self.meters.end(elapsed, failure is None)
         if self.bound:
             structlog.contextvars.unbind_contextvars("request_id", "rpc")
         if failure is None:
             code = "OK"
-            self.meters.ok.inc()
         else:
             code = failure[0].name
             metrics.REQUESTS.labels(self.rpc, code).inc()
