@@ -47,6 +47,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
 _CHECKER = """
 import json, sys, threading, time
 import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 stub = health_pb2_grpc.HealthStub(grpc.insecure_channel(sys.argv[1]))
 stub.Check(health_pb2.HealthCheckRequest(), timeout=5)
 stop = threading.Event()
