@@ -4,8 +4,10 @@ large call's memory goes back to the system.
 
 Timing is asserted here, which the project otherwise does not do, because the issue asks for it:
 each stall is measured in the same test (how long the stalling call itself takes) and health
-checks must stay under 100 ms while it runs, a bound far from both the stall (seconds before the
-fix) and a health check's usual latency (about a millisecond).
+checks (from another process) must stay under 100 ms while it runs, a bound far from both the
+stall (seconds before the fix) and a health check's usual latency (about a millisecond). A stall
+whose checks cross the bound runs again (up to three times): holding the loop fails every run, a
+loaded machine's scheduling delays do not repeat.
 """
 
 from __future__ import annotations
@@ -117,14 +119,24 @@ def _stalls(target: str) -> dict:
     }
 
 
+#: Runs of one stall before it fails: a server that holds the loop (or the GIL) does so in every run,
+#: while a loaded shared machine delays a process now and then whatever it runs.
+ATTEMPTS = 3
+
+
 def test_health_checks_stay_fast_while_each_stall_runs(server: LiveServer) -> None:
-    report = {}
+    report: dict[str, list] = {}
     for name, stall in _stalls(server.tcp).items():
-        took, latencies = _health_while(server.tcp, stall)
-        report[name] = (round(took, 3), round(max(latencies) * 1e3, 1) if latencies else None, len(latencies))
-        assert latencies, f"{name}: finished before any health check ({took:.3f} s)"
-        assert max(latencies) < HEALTH_BOUND_S, f"{name}: health check took {max(latencies) * 1e3:.0f} ms during a {took:.2f} s call"
-    print("stall s / worst health ms / checks:", report)
+        for _attempt in range(ATTEMPTS):
+            took, latencies = _health_while(server.tcp, stall)
+            assert latencies, f"{name}: finished before any health check ({took:.3f} s)"
+            report.setdefault(name, []).append((round(took, 3), round(max(latencies) * 1e3, 1), len(latencies)))
+            if max(latencies) < HEALTH_BOUND_S:
+                break
+        else:
+            pytest.fail(f"{name}: a health check took {HEALTH_BOUND_S * 1e3:.0f} ms or more in each of {ATTEMPTS} runs "
+                        f"(stall s, worst health ms, checks): {report[name]}")
+    print("stall s / worst health ms / checks, per run:", report)
 
 
 def _step(stub_call, request_id: str, ids: list[int]) -> None:  # noqa: ANN001
