@@ -75,6 +75,7 @@ def unary_handler(rpc: str, handler, request_cls, gate: Gate) -> grpc.RpcMethodH
 def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler:
     """The `sidecar.v1.Preprocessor` service, one servicer object per RPC."""
     native = NativeTable(runtime)
+    native.get()  # built now, not by the first call (None on a backend other than native)
     tokenize = TokenizeServicer(runtime, native)
     detokenize = DetokenizeServicer(runtime)
     render = RenderServicer(runtime, native)
