@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import logging
 import sys
+import time
 
 import msgspec
 import structlog
@@ -13,6 +15,8 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 def configure(level: str = "info", stream=sys.stdout) -> None:  # noqa: ANN001 - a text stream
     """JSON lines to `stream`; `level` is debug, info, warning or error."""
+    global _info_stream
+    _info_stream = stream if _LEVELS[level] <= logging.INFO else None
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
@@ -28,6 +32,45 @@ def configure(level: str = "info", stream=sys.stdout) -> None:  # noqa: ANN001 -
         logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=True,
     )
+
+
+#: Where `info_line` writes (None: info lines are filtered out); set by `configure`.
+_info_stream = None
+#: (second, its ISO text): the date and time part changes once a second, so it is formatted once.
+_second_text: tuple[int, str] = (-1, "")
+
+
+def _timestamp() -> str:
+    """Now as structlog's `TimeStamper(fmt="iso", utc=True)` writes it (`...T10:38:45.724133Z`,
+    no fraction at a whole second), in a fraction of its 3-4 us."""
+    global _second_text
+    now = time.time()
+    second = int(now)
+    cached, text = _second_text
+    if cached != second:
+        text = datetime.datetime.fromtimestamp(second, datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+        _second_text = (second, text)
+    micro = int((now - second) * 1e6)
+    return f"{text}.{micro:06d}Z" if micro else text + "Z"
+
+
+def info_line(event: str, fields: dict) -> None:
+    """One info line with exactly what the configured structlog chain writes for
+    `logger.info(event, **fields)` with no context bound (the fields, `process`, `level`,
+    `timestamp`, `event`), without running the chain: the per-call `rpc` line is on every
+    request's path, and the chain's processors cost about 20 us a line."""
+    stream = _info_stream
+    if stream is None:
+        if not structlog.is_configured():
+            get_logger("sidecar.rpc").info(event, **fields)
+        return
+    fields["event"] = event
+    if _process is not None:
+        fields["process"] = _process
+    fields["level"] = "info"
+    fields["timestamp"] = _timestamp()
+    stream.write(msgspec.json.encode(fields, enc_hook=str).decode() + "\n")
+    stream.flush()
 
 
 def _encode(event: dict, **_: object) -> str:

@@ -27,12 +27,12 @@ from google.protobuf.message import DecodeError
 
 from sidecar import metrics, tracing
 from sidecar.errors import CANCELLED, DeadlineExceeded, InvalidArgument, Unavailable, is_expected, status_of
-from sidecar.logs import get_logger
+from sidecar.logs import get_logger, info_line
 
 _log = get_logger("sidecar.rpc")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
     """Per-call facts a handler may need."""
 
@@ -40,6 +40,8 @@ class Call:
     request_id: str
     #: Seconds left before the client's deadline, or None when it set none.
     timeout_s: float | None
+    #: The request's model, for the call's log line (a handler that reads raw bytes sets it).
+    model: str = ""
 
     def check_deadline(self) -> None:
         if self.timeout_s is not None and self.timeout_s <= 0:
@@ -93,29 +95,28 @@ def _failure(rpc: str, **fields: Any) -> tuple[grpc.StatusCode, str]:
     return status_of(exc)
 
 
-class _Meters:
-    """One RPC's metric children, resolved once (a `labels()` lookup costs microseconds per call)."""
-
-    def __init__(self, rpc: str) -> None:
-        self.inflight = metrics.INFLIGHT.labels(rpc)
-        self.latency = metrics.LATENCY.labels(rpc)
-        self.ok = metrics.REQUESTS.labels(rpc, "OK")
+_Meters = metrics.CallMeters.of
 
 
 class _Outcome:
-    """Starts a call's bookkeeping and records how it ended (metrics, the log line, the span)."""
+    """Starts a call's bookkeeping and records how it ended (metrics, the log line, the span).
+    With `bind` the request id and RPC are bound to the log context for the call, so every line
+    logged meanwhile (on the loop or a worker) carries them; a handler that logs nothing of its
+    own goes without (binding and unbinding cost about 4 us a call)."""
 
     def __init__(self, rpc: str, meters: _Meters, context: grpc.aio.ServicerContext, gate: Gate,
-                 traced: bool = False, stages: bool = False) -> None:
+                 traced: bool = False, stages: bool = False, bind: bool = True) -> None:
         self.rpc = rpc
         self.meters = meters
         self.gate = gate
+        self.bound = bind
         self.start = time.perf_counter()
         self.call = Call(rpc, request_id_of(context), context.time_remaining())
         self.trace = (tracing.CallTrace(rpc, context.invocation_metadata(), self.call.request_id, stages)
                       if traced else None)
-        structlog.contextvars.bind_contextvars(request_id=self.call.request_id, rpc=rpc)
-        meters.inflight.inc()
+        if bind:
+            structlog.contextvars.bind_contextvars(request_id=self.call.request_id, rpc=rpc)
+        meters.inflight += 1
         # In flight until gRPC has sent the answer, not until the handler returns: a drain that
         # stopped the server in between would cancel a response already computed.
         gate.inflight += 1
@@ -129,12 +130,11 @@ class _Outcome:
 
     def finish(self, failure: tuple[grpc.StatusCode, str] | None, **fields: Any) -> None:
         elapsed = time.perf_counter() - self.start
-        self.meters.inflight.dec()
-        self.meters.latency.observe(elapsed)
-        structlog.contextvars.unbind_contextvars("request_id", "rpc")
+        self.meters.end(elapsed, failure is None)
+        if self.bound:
+            structlog.contextvars.unbind_contextvars("request_id", "rpc")
         if failure is None:
             code = "OK"
-            self.meters.ok.inc()
         else:
             code = failure[0].name
             metrics.REQUESTS.labels(self.rpc, code).inc()
@@ -142,8 +142,8 @@ class _Outcome:
             fields["error"] = failure[1]
         if self.trace is not None:
             self.trace.end(failure)
-        _log.info("rpc", rpc=self.rpc, request_id=self.call.request_id, code=code, ms=round(elapsed * 1e3, 3),
-                  **fields)
+        info_line("rpc", {"rpc": self.rpc, "request_id": self.call.request_id, "code": code,
+                          "ms": round(elapsed * 1e3, 3), **fields})
 
 
 Handler = Callable[[Any, grpc.aio.ServicerContext, Call], Awaitable[Any]]
@@ -203,6 +203,40 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
             raise
         context.set_trailing_metadata((("x-request-id", outcome.call.request_id),))
         outcome.finish(failure, model=model)
+        if failure is None:
+            return response
+        await context.abort(*failure)
+
+    return wrapped
+
+
+RawHandler = Callable[[bytes, grpc.aio.ServicerContext, Call], Awaitable[bytes]]
+
+
+def raw_unary(rpc: str, handler: RawHandler,
+              gate: Gate | None = None) -> Callable[[bytes, grpc.aio.ServicerContext], Awaitable[bytes]]:
+    """Wraps a unary handler `(body, context, call) -> response bytes` that reads the raw request
+    and writes the raw response itself (the native core does both, GIL released): the same
+    bookkeeping as `unary` (the handler sets `call.model` for the log line, and counts a body that
+    does not decode in `sidecar_malformed_requests_total`), without binding the log context: such a
+    handler logs nothing of its own, and a crash's line names the request id itself."""
+    meters = _Meters(rpc)
+    gate = gate or _ALWAYS_OPEN
+
+    async def wrapped(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        outcome = _Outcome(rpc, meters, context, gate, bind=False)
+        call = outcome.call
+        failure: tuple[grpc.StatusCode, str] | None = None
+        try:
+            outcome.admit()
+            response = await handler(body, context, call)
+        except Exception:  # noqa: BLE001 - every exception becomes a status
+            failure = _failure(rpc, request_id=call.request_id, model=call.model)
+        except asyncio.CancelledError:
+            outcome.finish(CANCELLED, model=call.model)
+            raise
+        context.set_trailing_metadata((("x-request-id", call.request_id),))
+        outcome.finish(failure, model=call.model)
         if failure is None:
             return response
         await context.abort(*failure)

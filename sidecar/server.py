@@ -28,13 +28,14 @@ from sidecar.listeners import UnixSocket, bind_tcp
 from sidecar.logs import get_logger
 from sidecar.registry import ModelRegistry, embedded_spec
 from sidecar.reload import Reloader
-from sidecar.rpc import Gate, stream, unary
+from sidecar.rpc import Gate, raw_unary, stream, unary
 from sidecar.runtime import Offloader, Runtime
 from sidecar.servicers.admin import AdminServicer
 from sidecar.servicers.detokenize import DetokenizeServicer
 from sidecar.servicers.kv_router import KvRouterServicer, register_metrics
 from sidecar.servicers.models import ModelsServicer
 from sidecar.servicers.multiplex import MultiplexServicer
+from sidecar.servicers.native_table import NativeTable
 from sidecar.servicers.parse_stream import ParseStreamServicer
 from sidecar.servicers.parsers import ParsersServicer
 from sidecar.servicers.render import RenderServicer
@@ -74,20 +75,30 @@ def unary_handler(rpc: str, handler, request_cls, gate: Gate) -> grpc.RpcMethodH
 
 def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler:
     """The `sidecar.v1.Preprocessor` service, one servicer object per RPC."""
-    tokenize = TokenizeServicer(runtime)
+    native = NativeTable(runtime)
+    native.get()  # built now, not by the first call (None on a backend other than native)
+    tokenize = TokenizeServicer(runtime, native)
     detokenize = DetokenizeServicer(runtime)
-    render = RenderServicer(runtime)
+    render = RenderServicer(runtime, native)
     models = ModelsServicer(runtime)
     parse = ParseStreamServicer(runtime)
     parsers = ParsersServicer(runtime)
-    multiplex = MultiplexServicer(runtime, gate)
+    multiplex = MultiplexServicer(runtime, gate, native)
+    if tracing.enabled():
+        # The Python path, whose decode and encode stages become child spans of the call.
+        tokenize_handler = unary_handler("Tokenize", tokenize.Tokenize, pb.TokenizeRequest, gate)
+        render_handler = unary_handler("Render", render.Render, pb.RenderRequest, gate)
+    else:
+        # Raw bytes both ways: the native core reads the request and writes the response.
+        tokenize_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Tokenize", tokenize.TokenizeRaw, gate))
+        render_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Render", render.RenderRaw, gate))
 
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {
-            "Tokenize": unary_handler("Tokenize", tokenize.Tokenize, pb.TokenizeRequest, gate),
+            "Tokenize": tokenize_handler,
             "Detokenize": unary_handler("Detokenize", detokenize.Detokenize, pb.DetokenizeRequest, gate),
-            "Render": unary_handler("Render", render.Render, pb.RenderRequest, gate),
+            "Render": render_handler,
             "ListModels": unary_handler("ListModels", models.ListModels, pb.ListModelsRequest, gate),
             "ListParsers": unary_handler("ListParsers", parsers.ListParsers, pb.ListParsersRequest, gate),
             # Raw bytes both ways: the parse multiplexer reads and writes the wire format itself.

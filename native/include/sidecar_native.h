@@ -407,6 +407,46 @@ typedef struct sc_multiplex_batch {
 } sc_multiplex_batch;
 
 /*
+ What `sc_multiplexer_unary` wrote: filled as far as the call got, also when it failed (then
+ `response` is empty). The caller owns the struct and frees `response` and `model` with
+ `sc_bytes_free`.
+ */
+typedef struct sc_unary_outcome {
+  /*
+   The response message's wire bytes.
+   */
+  struct sc_bytes response;
+  /*
+   Non-zero: the request was not run, its cost (bytes of input) is above `inline_bytes`.
+   */
+  uint64_t deferred_cost;
+  /*
+   The body did not decode as the RPC's request message (the call failed INVALID_ARGUMENT).
+   */
+  bool malformed;
+  /*
+   The request's `model`.
+   */
+  struct sc_bytes model;
+  /*
+   Render: prompt segments served from the multi-turn cache.
+   */
+  uint64_t cache_hit_segments;
+  /*
+   Render: segments tokenized.
+   */
+  uint64_t cache_miss_segments;
+  /*
+   Render: bytes in hit segments.
+   */
+  uint64_t cache_hit_bytes;
+  /*
+   Render: bytes in missed segments.
+   */
+  uint64_t cache_miss_bytes;
+} sc_unary_outcome;
+
+/*
  One Render request. All strings are borrowed for the call.
  */
 typedef struct sc_render_request {
@@ -943,6 +983,28 @@ int32_t sc_multiplexer_run_one(const struct sc_multiplexer *mux,
                                struct sc_error **err);
 
 /*
+ Runs one unary Tokenize (`kind` 1), Detokenize (2) or Render (3) from its raw request body
+ (`body`, `len` bytes) and writes the response's wire bytes to `out`, as the unary RPC answers
+ it. `timeout_us` is its deadline from now (0 = none), `cancel` its cancellation flag or NULL.
+ With `inline_bytes` non-zero a request costing more is not run: `out->deferred_cost` says so
+ (run it again with 0 on a worker thread). Failures are the RPC's status (a body that does not
+ decode is `SC_ERR_KIND_INVALID_ARGUMENT` with `out->malformed` set).
+
+ # Safety
+ `mux` must be a live handle; `body` is borrowed for the call; `cancel` NULL or an aligned
+ `uint32_t` valid for the call; `out` and `err` NULL or writable.
+ */
+int32_t sc_multiplexer_unary(const struct sc_multiplexer *mux,
+                             uint32_t kind,
+                             const uint8_t *body,
+                             uintptr_t len,
+                             uint64_t timeout_us,
+                             const uint32_t *cancel,
+                             uintptr_t inline_bytes,
+                             struct sc_unary_outcome *out,
+                             struct sc_error **err);
+
+/*
  Frees a batch. NULL is a no-op.
 
  # Safety
@@ -1062,6 +1124,22 @@ int32_t sc_parse_mux_trace(const struct sc_parse_mux *mux,
                            struct sc_str request_id,
                            struct sc_bytes *out,
                            struct sc_error **err);
+
+/*
+ Splits a raw `ParseStreamRequest` holding an `open` (see `sc_parse_mux_handle`): `rest` gets
+ the message without the open's `prompt_token_ids`, `ids` those ids as little-endian `uint32_t`
+ values. Decoding millions of prompt ids here, not in the server's protobuf parser, keeps them
+ off the GIL. A message that does not decode is `SC_ERR_KIND_INVALID_ARGUMENT`.
+
+ # Safety
+ `message` must be NULL (len 0) or readable for `len` bytes during the call; `rest`, `ids` and
+ `err` NULL or writable.
+ */
+int32_t sc_parse_open_split(const uint8_t *message,
+                            uintptr_t len,
+                            struct sc_bytes *rest,
+                            struct sc_bytes *ids,
+                            struct sc_error **err);
 
 /*
  Builds a renderer for a tokenizer from a JSON configuration: `templates` (`[[name, source],

@@ -13,6 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
 
+from sidecar.errors import SidecarError
 from sidecar.native._calls import cancel_arg, str_arg
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
@@ -57,6 +58,27 @@ class Batch(NamedTuple):
     cancel: Sequence[int]
     #: (kind index into KINDS, gRPC code, count) of the results in `messages`.
     tally: Sequence[tuple[int, int, int]]
+    #: Render multi-turn cache: (hit segments, miss segments, hit bytes, miss bytes).
+    cache: tuple[int, int, int, int]
+
+
+#: `kind` of `NativeMultiplexer.unary`.
+UNARY_TOKENIZE, UNARY_DETOKENIZE, UNARY_RENDER = 1, 2, 3
+
+
+class Unary(NamedTuple):
+    """What one unary call produced."""
+
+    #: The response message's wire bytes (empty when it failed or was deferred).
+    response: bytes
+    #: Non-zero: not run, its cost is above the inline bound (run it again on a worker).
+    deferred_cost: int
+    #: The request's model ("" when the body did not decode).
+    model: str
+    #: The body did not decode as the RPC's request message (`error` says so).
+    malformed: bool
+    #: The call's status when it failed, else None.
+    error: SidecarError | None
     #: Render multi-turn cache: (hit segments, miss segments, hit bytes, miss bytes).
     cache: tuple[int, int, int, int]
 
@@ -107,6 +129,29 @@ class NativeMultiplexer:
                                                 out, err)
         raise_for_status(status, err)
         return _unpack(out[0])
+
+    def unary(self, kind: int, body: bytes, timeout_us: int, inline_bytes: int = 0) -> Unary:
+        """Runs one unary request of `kind` (UNARY_*) from its raw body, GIL released, as the
+        unary RPC runs it; with `inline_bytes` a request costing more is deferred, not run. The
+        call's cancel flag is the offloaded call's (see `sidecar.cancel`)."""
+        out = ffi.new("sc_unary_outcome *")
+        err = ffi.new("sc_error **")
+        with self._handle as mux:
+            status = lib.sc_multiplexer_unary(mux, kind, ffi.from_buffer(body), len(body), timeout_us, cancel_arg(),
+                                              inline_bytes, out, err)
+        error = None
+        try:
+            raise_for_status(status, err)
+        except SidecarError as e:
+            error = e
+        try:
+            response = ffi.buffer(out.response.ptr, out.response.len)[:] if out.response.len else b""
+            model = ffi.buffer(out.model.ptr, out.model.len)[:].decode() if out.model.len else ""
+            cache = (out.cache_hit_segments, out.cache_miss_segments, out.cache_hit_bytes, out.cache_miss_bytes)
+            return Unary(response, out.deferred_cost, model, out.malformed, error, cache)
+        finally:
+            lib.sc_bytes_free(ffi.addressof(out, "response"))
+            lib.sc_bytes_free(ffi.addressof(out, "model"))
 
     def close(self) -> None:
         """Frees the table now, or when the last call in flight returns."""

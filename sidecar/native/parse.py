@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
 from sidecar.errors import Unimplemented
-from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, ids_array, str_arg
+from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, str_arg, uint32_ids
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, has_testing_exports, lib
 from sidecar.native._handle import Handle
@@ -82,7 +82,7 @@ class NativeParseMux:
     def open(self, model: NativeParseModel, request_id: str, fingerprint: str, config: dict[str, Any],
              prompt_ids: Sequence[int]) -> None:
         """Opens a request; raises InvalidArgument / ResourceExhausted naming the field."""
-        prompt = ids_array(prompt_ids, "open.prompt_token_ids")
+        prompt = uint32_ids(prompt_ids, "open.prompt_token_ids")
         err = ffi.new("sc_error **")
         with self._handle as mux, model.handle as parse_model:
             status = lib.sc_parse_mux_open(
@@ -114,3 +114,22 @@ class NativeParseMux:
     def close(self) -> None:
         """Frees every open request now, or when the step in flight returns; idempotent."""
         self._handle.close()
+
+
+def split_open(message: bytes) -> tuple[bytes, memoryview]:
+    """A raw `ParseStreamRequest` holding an `open`, without its prompt ids, and those ids as a
+    read-only uint32 view in native memory: millions of prompt ids are decoded natively (GIL
+    released), never as Python ints. A message that does not decode raises InvalidArgument."""
+    rest, ids, err = ffi.new("sc_bytes *"), ffi.new("sc_bytes *"), ffi.new("sc_error **")
+    raise_for_status(lib.sc_parse_open_split(ffi.from_buffer(message), len(message), rest, ids, err), err)
+    try:
+        without_ids = ffi.buffer(rest.ptr, rest.len)[:] if rest.len else b""
+    finally:
+        lib.sc_bytes_free(rest)
+    if not ids.len:
+        lib.sc_bytes_free(ids)
+        return without_ids, memoryview(b"").cast("I")
+    # The buffer is freed with the last view of it.
+    ptr, n = ids.ptr, ids.len
+    keep = ffi.gc(ptr, lambda p, n=n: lib.sc_bytes_free(ffi.new("sc_bytes *", {"ptr": p, "len": n})))
+    return without_ids, memoryview(ffi.buffer(keep, n)).toreadonly().cast("I")

@@ -30,10 +30,11 @@ from sidecar.errors import (CANCELLED, DeadlineExceeded, FailedPrecondition, Una
 from sidecar.logs import get_logger
 from sidecar.rpc import Call, Gate, StreamCounts
 from sidecar.runtime import Runtime
+from sidecar.servicers.native_table import NativeTable
 from sidecar.v1 import preprocessor_pb2 as pb
 
 try:
-    from sidecar.native.multiplex import KINDS, Batch, Deferred, MultiplexModel, NativeMultiplexer
+    from sidecar.native.multiplex import KINDS, Batch, Deferred, NativeMultiplexer
 except ImportError:  # no native library (a reference-only install): the stream says so when opened
     NativeMultiplexer = None
 
@@ -51,11 +52,10 @@ def error_result(request_id: int, code: int, message: str) -> bytes:
 
 
 class MultiplexServicer:
-    def __init__(self, runtime: Runtime, gate: Gate) -> None:
+    def __init__(self, runtime: Runtime, gate: Gate, native: NativeTable | None = None) -> None:
         self.runtime = runtime
         self.gate = gate
-        self._table: NativeMultiplexer | None = None
-        self._table_generation = -1
+        self._native = native or NativeTable(runtime)
         self._requests: dict[tuple[int, int], object] = {}
         self._cache_counters = (
             metrics.RENDER_CACHE_SEGMENTS.labels("hit"), metrics.RENDER_CACHE_SEGMENTS.labels("miss"),
@@ -63,29 +63,13 @@ class MultiplexServicer:
         )
 
     def table(self) -> NativeMultiplexer:
-        """The native table of the hosted models, rebuilt after a reload (streams in flight keep
-        the one they run on until their call returns)."""
-        registry = self.runtime.registry
-        if self._table is not None and self._table_generation == registry.generation:
-            return self._table
-        if NativeMultiplexer is None or registry.backend.name != "native":
+        """The native table of the hosted models (see `NativeTable`; shared with the unary RPCs)."""
+        table = self._native.get()
+        if table is None:
             raise FailedPrecondition(
                 "Multiplex: needs the native backend (this server runs --backend reference); use the unary RPCs"
             )
-        config = self.runtime.config
-        models = [MultiplexModel(m.name, m.fingerprint, m.tokenizer, m.renderer) for m in registry]
-        settings = {
-            "allow_request_templates": config.allow_request_templates, "inline_bytes": config.inline_bytes,
-            "max_inflight": config.multiplex_max_inflight, "max_message_bytes": config.max_message_bytes,
-            # The unary RPCs' per-item limits, with their messages (see the servicers).
-            "max_text_chars": config.max_text_chars, "max_word_chars": config.max_word_chars,
-            "max_token_ids": config.max_token_ids, "max_kwargs_bytes": config.max_kwargs_bytes,
-        }
-        previous, self._table = self._table, NativeMultiplexer(models, settings)
-        self._table_generation = registry.generation
-        if previous is not None:
-            previous.close()
-        return self._table
+        return table
 
     async def Multiplex(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, call: Call, counts: StreamCounts

@@ -14,7 +14,7 @@ the stream with INVALID_ARGUMENT. Cancel and the end of the stream free the requ
 from __future__ import annotations
 
 import time
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 import grpc
 
@@ -26,6 +26,11 @@ from sidecar.parse_defaults import ParseDefaults
 from sidecar.rpc import Call, StreamCounts
 from sidecar.runtime import Runtime
 from sidecar.v1 import preprocessor_pb2 as pb
+
+try:
+    from sidecar.native.parse import split_open
+except ImportError:  # no native library (a reference-only install, whose backend does not parse)
+    split_open = None
 
 _log = get_logger("sidecar.parse_stream")
 
@@ -74,12 +79,19 @@ class ParseStreamServicer:
         (A step's per-request errors are written by the native mux into its response bytes, which
         the stream does not decode, so they are not in the count.)"""
         try:
-            request = pb.ParseStreamRequest.FromString(message).open
+            if split_open is not None:
+                # The prompt ids (possibly millions) are decoded natively with the GIL released;
+                # protobuf reads only the rest.
+                rest, prompt_ids = split_open(message)
+                request = pb.ParseStreamRequest.FromString(rest).open
+            else:
+                request = pb.ParseStreamRequest.FromString(message).open
+                prompt_ids = request.prompt_token_ids
         except Exception:  # noqa: BLE001 - protobuf raises DecodeError; native already parsed it
             counts.errors += 1
             return error_delta("", InvalidArgument("open: malformed OpenRequest"))
         try:
-            self._open_checked(mux, request)
+            self._open_checked(mux, request, prompt_ids)
         except SidecarError as e:
             counts.errors += 1
             _log.info("parse_open_failed", parse_request_id=request.request_id, model=request.model, error=e.message)
@@ -87,14 +99,14 @@ class ParseStreamServicer:
         counts.opened += 1
         return b""
 
-    def _open_checked(self, mux: ParseMux, request: pb.OpenRequest) -> None:
+    def _open_checked(self, mux: ParseMux, request: pb.OpenRequest, prompt_ids: Sequence[int]) -> None:
         model = self._runtime.registry.get(request.model)
         if model.parse_model is None:
             raise FailedPrecondition(f"model: {model.name!r} has no parsing data on this backend")
-        check_open_limits(request, self._runtime.config)
+        check_open_limits(request, self._runtime.config, len(prompt_ids))
         check_defaults(request, model.name, model.parse_defaults)
         config = open_config(request, model.parse_defaults, self._limits)
-        mux.open(model.parse_model, request.request_id, model.fingerprint, config, request.prompt_token_ids)
+        mux.open(model.parse_model, request.request_id, model.fingerprint, config, prompt_ids)
 
 
 def check_defaults(request: pb.OpenRequest, model: str, defaults: ParseDefaults) -> None:
@@ -112,11 +124,14 @@ def check_defaults(request: pb.OpenRequest, model: str, defaults: ParseDefaults)
             )
 
 
-def check_open_limits(request: pb.OpenRequest, config) -> None:  # noqa: ANN001 - sidecar.config.ServerConfig
-    """Refuses an open over the per-request limits, naming the field and the flag."""
-    if len(request.prompt_token_ids) > config.max_token_ids:
+def check_open_limits(request: pb.OpenRequest, config, prompt_count: int | None = None) -> None:  # noqa: ANN001
+    """Refuses an open over the per-request limits, naming the field and the flag (`prompt_count`:
+    its prompt ids when they were read apart from `request`)."""
+    if prompt_count is None:
+        prompt_count = len(request.prompt_token_ids)
+    if prompt_count > config.max_token_ids:
         raise ResourceExhausted(
-            f"open.prompt_token_ids: {len(request.prompt_token_ids)} token ids is more than the server's limit of "
+            f"open.prompt_token_ids: {prompt_count} token ids is more than the server's limit of "
             f"{config.max_token_ids} per request (--max-token-ids)"
         )
     if len(request.stop) > config.max_stop_strings:

@@ -11,9 +11,12 @@ from sidecar import metrics
 from sidecar.backend import CacheStats, Rendered, RenderOptions
 from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.hashing import spec_from_proto, spec_to_proto
-from sidecar.rpc import Call
+from sidecar.rpc import Call, decode_request
 from sidecar.runtime import UNBOUNDED, Runtime, request_cost
+from sidecar.servicers.native_table import NativeTable, run_unary
 from sidecar.v1 import preprocessor_pb2 as pb
+
+_RENDER = 3  # sidecar.native.multiplex.UNARY_RENDER (not importable without the native library)
 
 try:
     from sidecar.native.wire import render_response_bytes
@@ -70,10 +73,30 @@ def render_cost(request: pb.RenderRequest, allow_request_templates: bool) -> int
 
 
 class RenderServicer:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, native: NativeTable | None = None) -> None:
         self._runtime = runtime
+        self._native = native or NativeTable(runtime)
         self._cache_hits = (metrics.RENDER_CACHE_SEGMENTS.labels("hit"), metrics.RENDER_CACHE_BYTES.labels("hit"))
         self._cache_misses = (metrics.RENDER_CACHE_SEGMENTS.labels("miss"), metrics.RENDER_CACHE_BYTES.labels("miss"))
+
+    async def RenderRaw(self, body: bytes, context: grpc.aio.ServicerContext, call: Call) -> bytes:
+        """The RPC from its raw body to the response's wire bytes: in the native core when the
+        backend is native (see `sidecar.servicers.native_table`), else through `Render`."""
+        table = self._native.get()
+        if table is None:
+            request = decode_request(call.rpc, pb.RenderRequest, body)
+            call.model = request.model
+            return (await self.Render(request, context, call)).SerializeToString()
+        result = await run_unary(self._runtime, table, _RENDER, body, call)
+        self._count_cache(*result.cache)
+        return result.response
+
+    def _count_cache(self, hit_segments: int, miss_segments: int, hit_bytes: int, miss_bytes: int) -> None:
+        if hit_segments or miss_segments:
+            self._cache_hits[0].inc(hit_segments)
+            self._cache_hits[1].inc(hit_bytes)
+            self._cache_misses[0].inc(miss_segments)
+            self._cache_misses[1].inc(miss_bytes)
 
     async def Render(self, request: pb.RenderRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.RenderResponse:
         model = self._runtime.registry.get(request.model)
@@ -101,11 +124,7 @@ class RenderServicer:
 
         cost = render_cost(request, config.allow_request_templates)
         stats, response = await self._runtime.offloader.run(work, cost, call.rpc)
-        if stats.hit_segments or stats.miss_segments:
-            self._cache_hits[0].inc(stats.hit_segments)
-            self._cache_hits[1].inc(stats.hit_bytes)
-            self._cache_misses[0].inc(stats.miss_segments)
-            self._cache_misses[1].inc(stats.miss_bytes)
+        self._count_cache(stats.hit_segments, stats.miss_segments, stats.hit_bytes, stats.miss_bytes)
         response.fingerprint = model.fingerprint
         return response
 

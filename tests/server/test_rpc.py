@@ -223,3 +223,23 @@ def test_a_closed_gate_refuses_new_calls_with_unavailable() -> None:
     assert context.aborted[0] == grpc.StatusCode.UNAVAILABLE and gate.inflight == 1  # until the status is sent
     context.end()
     assert gate.inflight == 0
+
+
+def test_loop_tallies_reach_the_histogram_as_observe_would() -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from sidecar.metrics import LoopHistogram
+
+    bounds = (0.001, 0.01, 0.1)
+    values = [0.0, 0.001, 0.0011, 0.01, 0.05, 0.1, 0.2, 7.0]
+    direct = Histogram("direct_seconds", "d", buckets=bounds, registry=CollectorRegistry())
+    tallied_child = Histogram("tallied_seconds", "t", buckets=bounds, registry=CollectorRegistry())
+    tally = LoopHistogram(tallied_child)
+    for value in values:
+        direct.observe(value)
+        tally.observe(value)
+    tally.flush()
+    tally.flush()  # a second collection hands nothing over twice
+    samples = lambda h: [(s.name.split("_", 1)[1], s.labels, s.value) for s in h.collect()[0].samples  # noqa: E731
+                         if not s.name.endswith("_created")]
+    assert samples(tallied_child) == samples(direct)

@@ -5,13 +5,15 @@ use std::time::Duration;
 
 use super::buf::{
     free_handle, free_slice, leak_slice, read_cancel_flag, read_handle, read_slice, read_str,
-    sc_str, write_handle,
+    sc_bytes, sc_str, write_handle,
 };
 use super::render::sc_renderer;
 use super::status::sc_error;
 use super::tokenizer::sc_tokenizer;
 use super::{guard, require_out, write_out};
-use crate::multiplex::{Batch, Model, Multiplexer, RunOptions, Settings};
+use crate::cancel::Cancel;
+use crate::error::Error;
+use crate::multiplex::{Batch, Model, Multiplexer, RunOptions, Settings, UnaryOptions};
 use crate::settings::from_json;
 use crate::wire::CallKind;
 
@@ -229,6 +231,88 @@ pub unsafe extern "C" fn sc_multiplexer_run_one(
             .run_one(call, Duration::from_micros(elapsed_us), flag)?;
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_out(out, Box::into_raw(Box::new(export(batch))), "out") }
+    })
+}
+
+/// What `sc_multiplexer_unary` wrote: filled as far as the call got, also when it failed (then
+/// `response` is empty). The caller owns the struct and frees `response` and `model` with
+/// `sc_bytes_free`.
+#[repr(C)]
+pub struct sc_unary_outcome {
+    /// The response message's wire bytes.
+    pub response: sc_bytes,
+    /// Non-zero: the request was not run, its cost (bytes of input) is above `inline_bytes`.
+    pub deferred_cost: u64,
+    /// The body did not decode as the RPC's request message (the call failed INVALID_ARGUMENT).
+    pub malformed: bool,
+    /// The request's `model`.
+    pub model: sc_bytes,
+    /// Render: prompt segments served from the multi-turn cache.
+    pub cache_hit_segments: u64,
+    /// Render: segments tokenized.
+    pub cache_miss_segments: u64,
+    /// Render: bytes in hit segments.
+    pub cache_hit_bytes: u64,
+    /// Render: bytes in missed segments.
+    pub cache_miss_bytes: u64,
+}
+
+/// Runs one unary Tokenize (`kind` 1), Detokenize (2) or Render (3) from its raw request body
+/// (`body`, `len` bytes) and writes the response's wire bytes to `out`, as the unary RPC answers
+/// it. `timeout_us` is its deadline from now (0 = none), `cancel` its cancellation flag or NULL.
+/// With `inline_bytes` non-zero a request costing more is not run: `out->deferred_cost` says so
+/// (run it again with 0 on a worker thread). Failures are the RPC's status (a body that does not
+/// decode is `SC_ERR_KIND_INVALID_ARGUMENT` with `out->malformed` set).
+///
+/// # Safety
+/// `mux` must be a live handle; `body` is borrowed for the call; `cancel` NULL or an aligned
+/// `uint32_t` valid for the call; `out` and `err` NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn sc_multiplexer_unary(
+    mux: *const sc_multiplexer,
+    kind: u32,
+    body: *const u8,
+    len: usize,
+    timeout_us: u64,
+    cancel: *const u32,
+    inline_bytes: usize,
+    out: *mut sc_unary_outcome,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(out, "out")?;
+        // SAFETY: the caller passes a live handle and lends the rest for the call.
+        let (mux, body, flag) = unsafe {
+            (
+                read_handle(mux, "multiplexer")?,
+                read_slice(body, len, "body")?,
+                read_cancel_flag(cancel)?,
+            )
+        };
+        let kind = kind
+            .checked_sub(1)
+            .and_then(|i| CallKind::ALL.get(i as usize).copied())
+            .ok_or_else(|| Error::invalid_argument(format!("kind: unknown request kind {kind}")))?;
+        let opts = UnaryOptions {
+            cancel: Cancel::after_micros(timeout_us, flag),
+            inline_bytes,
+        };
+        let (outcome, result) = mux.inner.run_unary(kind, body, &opts);
+        let cache = outcome.cache;
+        let written = sc_unary_outcome {
+            response: sc_bytes::from_vec(outcome.response),
+            deferred_cost: outcome.deferred_cost as u64,
+            malformed: outcome.malformed,
+            model: sc_bytes::from_vec(outcome.model.into_bytes()),
+            cache_hit_segments: cache.hit_segments,
+            cache_miss_segments: cache.miss_segments,
+            cache_hit_bytes: cache.hit_bytes,
+            cache_miss_bytes: cache.miss_bytes,
+        };
+        // SAFETY: checked non-null above; the caller promises it is writable.
+        unsafe { out.write(written) };
+        result
     })
 }
 

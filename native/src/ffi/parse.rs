@@ -273,6 +273,37 @@ pub unsafe extern "C" fn sc_parse_mux_trace(
     })
 }
 
+/// Splits a raw `ParseStreamRequest` holding an `open` (see `sc_parse_mux_handle`): `rest` gets
+/// the message without the open's `prompt_token_ids`, `ids` those ids as little-endian `uint32_t`
+/// values. Decoding millions of prompt ids here, not in the server's protobuf parser, keeps them
+/// off the GIL. A message that does not decode is `SC_ERR_KIND_INVALID_ARGUMENT`.
+///
+/// # Safety
+/// `message` must be NULL (len 0) or readable for `len` bytes during the call; `rest`, `ids` and
+/// `err` NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_open_split(
+    message: *const u8,
+    len: usize,
+    rest: *mut sc_bytes,
+    ids: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(rest, "rest")?;
+        require_out(ids, "ids")?;
+        // SAFETY: the caller lends the bytes for the call.
+        let message = unsafe { read_slice(message, len, "message")? };
+        let (without_ids, prompt) = crate::wire::split_open(message)?;
+        let raw: Vec<u8> = prompt.iter().flat_map(|id| id.to_le_bytes()).collect();
+        // SAFETY: both checked non-null above; the caller promises they are writable.
+        unsafe {
+            write_out(rest, sc_bytes::from_vec(without_ids), "rest")?;
+            write_out(ids, sc_bytes::from_vec(raw), "ids")
+        }
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -140,18 +140,6 @@ impl Multiplexer {
 
     fn render(&self, request: pb::RenderRequest, cancel: Cancel<'_>) -> Result<Response> {
         let model = self.model(&request.model)?;
-        let continue_final = request.continue_final_message;
-        let add_generation_prompt = match request.add_generation_prompt {
-            Some(true) if continue_final => {
-                return Err(Error::invalid_argument(
-                    "add_generation_prompt: cannot be true together with continue_final_message (the first opens a \
-                     new assistant turn, the second ends the prompt inside the final message)",
-                ))
-            }
-            Some(value) => value,
-            // Unset means true, except that continuing the final message implies no new turn.
-            None => !continue_final,
-        };
         let spec = request
             .block_hashing
             .as_ref()
@@ -165,6 +153,18 @@ impl Multiplexer {
                 self.settings.max_kwargs_bytes
             )));
         }
+        let continue_final = request.continue_final_message;
+        let add_generation_prompt = match request.add_generation_prompt {
+            Some(true) if continue_final => {
+                return Err(Error::invalid_argument(
+                    "add_generation_prompt: cannot be true together with continue_final_message (the first opens a \
+                     new assistant turn, the second ends the prompt inside the final message)",
+                ))
+            }
+            Some(value) => value,
+            // Unset means true, except that continuing the final message implies no new turn.
+            None => !continue_final,
+        };
         let wants_ids = request.return_token_ids.unwrap_or(true);
         let template_request = RenderRequest {
             messages_json: &request.messages_json,

@@ -17,6 +17,7 @@
 
 mod execute;
 mod hashing;
+mod unary;
 
 #[cfg(test)]
 mod tests;
@@ -37,6 +38,7 @@ use crate::render::Renderer;
 use crate::tokenizer::{CacheStats, Tokenizer};
 use crate::wire::{self, pb, CallKind, CallView};
 use execute::{Request, Response};
+pub use unary::{UnaryOptions, UnaryOutcome};
 
 /// A hosted model, as the Multiplex stream reaches it.
 pub struct Model {

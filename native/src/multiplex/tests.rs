@@ -296,3 +296,107 @@ fn a_deferred_request_whose_flag_is_set_stops_as_cancelled() {
     let done = mux.run_one(call, Duration::ZERO, Some(&flag)).unwrap();
     assert_eq!(error_code(&results(&done)[0]), None);
 }
+
+fn unary_tokenize(text: &str) -> Vec<u8> {
+    pb::TokenizeRequest {
+        model: "toy".into(),
+        texts: vec![text.into()],
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn a_unary_request_answers_as_its_multiplexed_twin() {
+    let mux = multiplexer(1 << 20, 100, 1 << 20);
+    let (outcome, result) = mux.run_unary(
+        CallKind::Tokenize,
+        &unary_tokenize("ab a b"),
+        &UnaryOptions::default(),
+    );
+    result.unwrap();
+    assert_eq!(
+        (
+            outcome.model.as_str(),
+            outcome.malformed,
+            outcome.deferred_cost
+        ),
+        ("toy", false, 0)
+    );
+    let unary = pb::TokenizeResponse::decode(&outcome.response[..]).unwrap();
+    let batch = mux
+        .run(
+            &message(vec![tokenize(1, "ab a b")], vec![]),
+            &RunOptions::default(),
+        )
+        .unwrap();
+    let Some(Outcome::Tokenize(streamed)) = &results(&batch)[0].result else {
+        panic!()
+    };
+    assert_eq!(&unary, streamed);
+    assert_eq!(unary.fingerprint, "fp");
+}
+
+#[test]
+fn a_unary_request_above_the_inline_bound_is_deferred_by_its_cost() {
+    let mux = multiplexer(1 << 20, 100, 1 << 20);
+    let body = unary_tokenize(&"ab ".repeat(10));
+    let opts = UnaryOptions {
+        inline_bytes: 16,
+        ..UnaryOptions::default()
+    };
+    let (outcome, result) = mux.run_unary(CallKind::Tokenize, &body, &opts);
+    result.unwrap();
+    // The body's bytes plus one item's cost, as the server counts a Tokenize.
+    assert_eq!(outcome.deferred_cost, body.len() + 64);
+    assert!(outcome.response.is_empty());
+}
+
+#[test]
+fn unary_failures_keep_what_the_log_line_needs() {
+    let mux = multiplexer(1 << 20, 100, 1 << 20);
+    let (outcome, result) = mux.run_unary(CallKind::Render, b"\xff\xff", &UnaryOptions::default());
+    let e = result.unwrap_err();
+    assert!(outcome.malformed);
+    assert_eq!(e.kind(), crate::error::ErrorKind::InvalidArgument);
+    assert!(
+        e.message()
+            .starts_with("RenderRequest: the request body is not a valid RenderRequest"),
+        "{}",
+        e.message()
+    );
+
+    let body = pb::TokenizeRequest {
+        model: "other".into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let (outcome, result) = mux.run_unary(CallKind::Tokenize, &body, &UnaryOptions::default());
+    assert_eq!(
+        result.unwrap_err().kind(),
+        crate::error::ErrorKind::NotFound
+    );
+    assert_eq!(
+        (outcome.model.as_str(), outcome.malformed),
+        ("other", false)
+    );
+}
+
+#[test]
+fn a_unary_request_stops_when_its_flag_is_set() {
+    let mux = multiplexer(1 << 20, 100, 1 << 20);
+    let flag = std::sync::atomic::AtomicU32::new(1);
+    let opts = UnaryOptions {
+        cancel: Cancel::new(None, Some(&flag)),
+        inline_bytes: 0,
+    };
+    let (_, result) = mux.run_unary(
+        CallKind::Tokenize,
+        &unary_tokenize(&"ab ".repeat(1000)),
+        &opts,
+    );
+    assert_eq!(
+        result.unwrap_err().kind(),
+        crate::error::ErrorKind::Cancelled
+    );
+}

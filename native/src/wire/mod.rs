@@ -11,6 +11,7 @@
 
 mod codec;
 mod multiplex;
+mod open;
 mod parse_stream;
 mod render;
 
@@ -21,6 +22,7 @@ pub use multiplex::{
     decode_call, decode_multiplex, put_result, put_result_error, CallKind, CallView,
     MultiplexMessage,
 };
+pub use open::split_open;
 pub use parse_stream::{
     decode_request, put_delta, put_error, ClientMessage, DeltaFields, StepTokens, ToolCallFields,
 };

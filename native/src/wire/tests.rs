@@ -332,3 +332,29 @@ fn unknown_groups_are_skipped() {
     assert!(decode_request(&[(9 << 3) | 4]).is_err());
     assert!(decode_request(&[(9 << 3) | 3]).is_err());
 }
+
+#[test]
+fn an_open_is_split_into_its_prompt_ids_and_the_rest() {
+    let open = pb::OpenRequest {
+        request_id: "r".into(),
+        model: "m".into(),
+        prompt_token_ids: vec![0, 1, 300, u32::MAX],
+        stop: vec!["x".into()],
+        ..Default::default()
+    };
+    let message = pb::ParseStreamRequest {
+        kind: Some(pb::parse_stream_request::Kind::Open(open.clone())),
+    }
+    .encode_to_vec();
+    let (rest, ids) = super::split_open(&message).unwrap();
+    assert_eq!(ids, open.prompt_token_ids);
+    let expected = pb::OpenRequest {
+        prompt_token_ids: Vec::new(),
+        ..open
+    };
+    assert_eq!(
+        pb::ParseStreamRequest::decode(&rest[..]).unwrap().kind,
+        Some(pb::parse_stream_request::Kind::Open(expected))
+    );
+    assert!(super::split_open(b"\x0a\xff").is_err());
+}
