@@ -133,7 +133,9 @@ fn ingest(sequences: usize, bound: Option<u64>) {
             let first = ((s + 1_000_000) << 20) as u64;
             let hashes: Vec<u64> = (first..first + SEQ_BLOCKS as u64).collect();
             let p = payload(&hashes, &rng.tokens(SEQ_BLOCKS * BS));
-            index.apply(&format!("w{}", s % 16), &p, Encoding::Engine).unwrap();
+            index
+                .apply(&format!("w{}", s % 16), &p, Encoding::Engine)
+                .unwrap();
         }
     }
     let payloads: Vec<(String, Vec<u8>)> = (0..sequences)
@@ -173,7 +175,11 @@ fn score(entries: usize, iterations: usize) {
         let hashes: Vec<u64> = (h..h + depth as u64).collect();
         h += depth as u64;
         index
-            .apply(&name, &payload(&hashes, &prompt[..depth * BS]), Encoding::Engine)
+            .apply(
+                &name,
+                &payload(&hashes, &prompt[..depth * BS]),
+                Encoding::Engine,
+            )
             .unwrap();
         let mut held = depth;
         while held < per_worker {

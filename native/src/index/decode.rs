@@ -628,9 +628,8 @@ fn normalized_batch<'a>(
             .ok_or_else(|| Error::invalid_argument("batch.events: expected an array"))?;
         batch.events.reserve(n);
         for i in 0..n {
-            let event =
-                normalized_event(r, batch, encoding)
-                    .map_err(|e| e.context(format_args!("events[{i}]")))?;
+            let event = normalized_event(r, batch, encoding)
+                .map_err(|e| e.context(format_args!("events[{i}]")))?;
             batch.events.push(event);
         }
     }

@@ -198,7 +198,10 @@ impl<'a> Reader<'a> {
                 let bytes = 1usize << (marker - 0xcc);
                 let mut b = [0u8; 4];
                 b.copy_from_slice(&buf[at + 1..at + 5]);
-                ((u32::from_be_bytes(b) >> (32 - 8 * bytes)) as u64, 1 + bytes)
+                (
+                    (u32::from_be_bytes(b) >> (32 - 8 * bytes)) as u64,
+                    1 + bytes,
+                )
             }
             0xcf | 0xd3 if at + 9 <= buf.len() => {
                 let mut b = [0u8; 8];
