@@ -186,7 +186,8 @@ def ingestion_section(quick: bool) -> Section:
     section.notes += [
         "apply_payload: raw msgpack bytes decoded and applied in native code (what a subscriber or relay hands "
         "over); apply_batch: events decoded beforehand by router_adapter.events.decode_batch (the native wrapper "
-        "re-encodes the Batch with msgspec in one C call; the Python index applies the objects).",
+        "hands each event's hashes and token ids over as arrays, the rest msgspec-encoded, in one C call; the Python "
+        "index applies the objects).",
         "'empty': the index starts empty and grows (table growth and page faults included); 'at the bound': "
         "the index already holds max_blocks entries, so each stored block evicts one (the steady state of a "
         "fleet-sized index).",

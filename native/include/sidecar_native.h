@@ -18,6 +18,12 @@
 #define SC_KV_PAYLOAD_NORMALIZED 1
 
 /*
+ `sc_kv_index_apply`: as `SC_KV_PAYLOAD_NORMALIZED`, with each event's `block_hashes` and
+ `token_ids` as one bin of little-endian `uint64_t` / `uint32_t` values.
+ */
+#define SC_KV_PAYLOAD_PACKED 2
+
+/*
  `sc_parse_mux_handle` answered a step or a cancel.
  */
 #define SC_PARSE_HANDLED 0
@@ -754,7 +760,7 @@ int32_t sc_kv_index_new(struct sc_str options_json,
 void sc_kv_index_free(struct sc_kv_index *index);
 
 /*
- Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE` or `SC_KV_PAYLOAD_NORMALIZED`) and
+ Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE`, `_NORMALIZED` or `_PACKED`) and
  applies its events as published by `worker`. A malformed payload fails with
  `SC_ERR_KIND_INVALID_ARGUMENT` (message starting `payload:`) and changes nothing.
 

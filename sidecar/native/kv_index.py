@@ -2,8 +2,9 @@
 `router_adapter.index.PrefixIndex` plus `apply_payload` for raw engine payloads.
 
 A payload handed to `apply_payload` is decoded and applied in native code (no Python object per
-event). `apply_batch` takes already-decoded events: it encodes the whole `Batch` with msgspec in
-one C call and the native side reads that encoding, so it costs no Python work per event either.
+event). `apply_batch` takes already-decoded events: it copies each event's hashes and token ids
+into arrays, encodes the rest with msgspec in one call (`SC_KV_PAYLOAD_PACKED`), and the native
+side reads that, so it costs a few Python operations per event and none per block or token.
 
 The handle locks internally: one thread may apply while others score (every call releases the
 GIL). It is held in a `Handle`: every call takes a lease, and `close()` frees the index when the
@@ -22,7 +23,15 @@ from typing import Any, Sequence
 
 import msgspec
 
-from router_adapter.events import Batch, BlockStored, DecodeError, Event, cache_salt_of
+from router_adapter.events import (
+    AllBlocksCleared,
+    Batch,
+    BlockRemoved,
+    BlockStored,
+    DecodeError,
+    Event,
+    cache_salt_of,
+)
 from router_adapter.hashing import BlockHasher
 from router_adapter.index import IndexStats, Score, WorkerScore
 from router_adapter.spec import HashSpec, MmItem
@@ -194,10 +203,15 @@ class NativePrefixIndex:
         at += 4 * n_workers * n_media
         ends = view[at : at + 4 * (n_media + n_workers)].cast("I").tolist()
         at += 4 * (n_media + n_workers)
+        blob = raw[at:]
+        text = str(blob, "utf-8")
+        # Offsets count bytes: slicing the decoded text by them is right when every character
+        # is one byte (worker names are ASCII in practice), and one decode beats one per name.
+        source = text if len(text) == len(blob) else None
         names = []
         start = 0
         for end in ends:
-            names.append(str(raw[at + start : at + end], "utf-8"))
+            names.append(source[start:end] if source is not None else str(blob[start:end], "utf-8"))
             start = end
         media, worker_names = names[:n_media], names[n_media:]
         if n_media == 1:
@@ -225,6 +239,10 @@ class NativePrefixIndex:
 
     def apply_batch(self, worker: str, batch: Batch) -> None:
         """Applies a decoded batch published by `worker`."""
+        payload = _packed(batch)
+        if payload is not None:
+            self._apply(worker, payload, lib.SC_KV_PAYLOAD_PACKED)
+            return
         try:
             payload = _ENCODER.encode(batch)
         except (TypeError, OverflowError, ValueError):
@@ -274,6 +292,78 @@ class NativePrefixIndex:
         with self._handle as index:
             status = lib.sc_kv_index_restore(index, ffi.from_buffer(data), len(data), err)
         raise_for_status(status, err)
+
+
+class _PackedStored(msgspec.Struct, gc=False):
+    """A `BlockStored` as `SC_KV_PAYLOAD_PACKED` carries it (no `extra_keys`: see `_packed`)."""
+
+    block_hashes: bytes
+    parent_block_hash: int | None
+    token_ids: bytes
+    block_size: int
+    medium: str
+    lora_name: str | None
+    cache_salt: str | None
+    group_idx: int | None
+    locality: str | None
+
+
+class _PackedRemoved(msgspec.Struct, gc=False):
+    block_hashes: bytes
+    medium: str
+    group_idx: int | None
+    locality: str | None
+
+
+class _PackedCleared(msgspec.Struct, gc=False):
+    pass
+
+
+_CLEARED = _PackedCleared()
+_U64 = (1 << 64) - 1
+
+
+def _hash_bytes(hashes: list[int]) -> bytes:
+    """Block hashes as little-endian 64-bit patterns (two's complement for negative ones, as the
+    MessagePack path keeps them); raises OverflowError for an int outside int64 and uint64."""
+    values = array("Q")
+    try:
+        values.fromlist(hashes)
+    except OverflowError:
+        if min(hashes) < -(1 << 63) or max(hashes) >= 1 << 64:
+            raise
+        values.fromlist([h & _U64 for h in hashes])
+    return values.tobytes()
+
+
+def _packed(batch: Batch) -> bytes | None:
+    """`batch` in the `SC_KV_PAYLOAD_PACKED` encoding (hashes and token ids copied from arrays,
+    not encoded one integer at a time); None when an event needs the general path: `extra_keys`
+    (read natively for the salt), a token id outside uint32 (skipped natively, where it falls),
+    or anything the arrays cannot hold (the general path raises what it raises)."""
+    events: list[Any] = []
+    try:
+        for event in batch.events:
+            kind = type(event)
+            if kind is BlockStored:
+                if event.extra_keys is not None:
+                    return None
+                tokens = array("I")
+                tokens.fromlist(event.token_ids)
+                events.append(_PackedStored(
+                    _hash_bytes(event.block_hashes), event.parent_block_hash, tokens.tobytes(), event.block_size,
+                    event.medium, event.lora_name, event.cache_salt, event.group_idx, event.locality,
+                ))
+            elif kind is BlockRemoved:
+                events.append(_PackedRemoved(_hash_bytes(event.block_hashes), event.medium, event.group_idx,
+                                             event.locality))
+            elif kind is AllBlocksCleared:
+                events.append(_CLEARED)
+            else:
+                return None
+        return _ENCODER.encode({"events": events})
+    except (TypeError, OverflowError, ValueError):
+        return None
 
 
 def _plain(batch: Batch) -> Batch:

@@ -18,13 +18,14 @@ import msgspec
 import pytest
 
 from router_adapter.errors import InvalidSpec
-from router_adapter.events import DecodeError, decode_batch
+from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, DecodeError, decode_batch
 from router_adapter.index import PrefixIndex
 from router_adapter.spec import HashSpec, MmItem
 from sidecar.errors import FailedPrecondition, InvalidArgument
 from sidecar.factory import get_hasher
 from sidecar.native import hashing as native_hashing
-from sidecar.native.kv_index import NativePrefixIndex
+from sidecar.native._ffi import lib
+from sidecar.native.kv_index import NativePrefixIndex, _packed, _plain
 
 BS = 4
 BLOCKS = 8
@@ -407,6 +408,46 @@ def test_snapshot_round_trip_and_refusals() -> None:
         NativePrefixIndex(8).restore(data)
     with pytest.raises(FailedPrecondition, match="snapshot"):
         NativePrefixIndex(engine_spec=HashSpec("vllm_sha256", BS)).restore(data)
+
+
+def test_packed_and_general_apply_batch_paths_agree() -> None:
+    """`apply_batch` hands hashes and token ids over as arrays when they fit (SC_KV_PAYLOAD_PACKED)
+    and falls back to encoding the Batch otherwise; both reach the state the Python index does."""
+    tokens = list(range(100, 100 + 6 * BS))
+    wide = tokens[:BS] + [2**32 + 5] + tokens[BS + 1 :]
+    events = [
+        BlockStored([1, 2], None, tokens[: 2 * BS], BS, cache_salt="s1"),
+        BlockStored([-3, 2**63 + 4], 2, tokens[2 * BS : 4 * BS], BS, medium="CPU", lora_name="ad"),
+        BlockStored([-5, 2**63 + 6], None, tokens[: 2 * BS], BS),  # needs neither int64 nor uint64 alone
+        BlockStored([7, 2**64], None, tokens[:BS], BS),  # no 64-bit pattern: the general path (which raises)
+        BlockStored([7, 8], None, wide[: 2 * BS], BS),  # a token id past uint32: the general path
+        BlockStored([9], None, tokens[:BS], BS, extra_keys=[["salt-x"]]),  # extra_keys: the general path
+        BlockRemoved([2, 99], "GPU"),
+        BlockStored([10, 11], None, tokens[: 2 * BS], BS, group_idx=1, locality="REMOTE"),
+    ]
+    assert _packed(Batch(0.0, events[:3] + events[6:])) is not None
+    assert all(_packed(Batch(0.0, [e])) is None for e in events[3:6])
+    python = PrefixIndex(BS)
+    packed = NativePrefixIndex(BS)
+    general = NativePrefixIndex(BS)  # every batch through the general (msgspec-encoded) path
+    for event in events + [AllBlocksCleared(), events[0]]:
+        batch = Batch(0.0, [event])
+        if event is events[3]:
+            with pytest.raises(OverflowError):  # as before the packed path (msgspec refuses it)
+                packed.apply_batch("w0", batch)
+            continue
+        packed.apply_batch("w0", batch)
+        general._apply("w0", msgspec.msgpack.encode(_plain(batch)), lib.SC_KV_PAYLOAD_NORMALIZED)
+        if event is not events[4]:  # the Python index refuses a token id past uint32; native skips it
+            python.apply_batch("w0", batch)
+        assert packed.stats == general.stats
+        assert packed.num_blocks == general.num_blocks == python.num_blocks
+        for salt in ("", "s1", "salt-x"):
+            for lora in ("", "ad"):
+                score = packed.score(tokens, lora, salt)
+                assert score == general.score(tokens, lora, salt) == python.score(tokens, lora, salt)
+    packed.close()
+    general.close()
 
 
 def test_close_is_idempotent_and_later_calls_fail_cleanly() -> None:

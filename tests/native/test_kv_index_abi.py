@@ -168,6 +168,31 @@ def test_bad_payloads_workers_encodings_and_request_arguments() -> None:
         lib.sc_kv_index_free(index)
 
 
+def test_packed_payloads_apply_and_refuse_bad_arrays() -> None:
+    """SC_KV_PAYLOAD_PACKED: hashes and token ids as little-endian bins; a bin that is not a whole
+    number of values, or a list where a bin belongs, refuses the whole payload."""
+    hashes, tokens = b"".join(h.to_bytes(8, "little") for h in (1, 2)), bytes(4 * 8)
+    good = msgspec.msgpack.encode({"events": [{"block_hashes": hashes, "parent_block_hash": None,
+                                               "token_ids": tokens, "block_size": 4, "medium": "GPU"}]})
+    index = new_index()
+    try:
+        for stored in ({"block_hashes": hashes[:-1], "token_ids": tokens},
+                       {"block_hashes": hashes, "token_ids": tokens[:-2]},
+                       {"block_hashes": [1, 2], "token_ids": tokens}):
+            bad = msgspec.msgpack.encode({"events": [dict(stored, parent_block_hash=None, block_size=4)]})
+            status, err = apply(index, b"w", bad, encoding=lib.SC_KV_PAYLOAD_PACKED)
+            kind, message = take_error(err)
+            assert kind == lib.SC_ERR_KIND_INVALID_ARGUMENT and message.startswith("payload: "), message
+        status_out = ffi.new("sc_kv_status *")
+        assert lib.sc_kv_index_status(index, status_out, ffi.NULL) == lib.SC_STATUS_OK
+        assert (status_out.events, status_out.workers) == (0, 0)  # nothing was applied
+        assert apply(index, b"w", good, encoding=lib.SC_KV_PAYLOAD_PACKED)[0] == lib.SC_STATUS_OK
+        assert lib.sc_kv_index_status(index, status_out, ffi.NULL) == lib.SC_STATUS_OK
+        assert (status_out.events, status_out.blocks) == (1, 2)
+    finally:
+        lib.sc_kv_index_free(index)
+
+
 def test_snapshot_refusals_have_their_kinds() -> None:
     index, other = new_index(), new_index(b'{"block_size": 8}')
     try:

@@ -42,6 +42,9 @@ pub struct sc_kv_index {
 pub const SC_KV_PAYLOAD_ENGINE: i32 = 0;
 /// `sc_kv_index_apply`: `msgspec.msgpack.encode(router_adapter.events.Batch)`.
 pub const SC_KV_PAYLOAD_NORMALIZED: i32 = 1;
+/// `sc_kv_index_apply`: as `SC_KV_PAYLOAD_NORMALIZED`, with each event's `block_hashes` and
+/// `token_ids` as one bin of little-endian `uint64_t` / `uint32_t` values.
+pub const SC_KV_PAYLOAD_PACKED: i32 = 2;
 
 /// Counters and sizes of an index.
 #[repr(C)]
@@ -105,7 +108,7 @@ pub unsafe extern "C" fn sc_kv_index_free(index: *mut sc_kv_index) {
     trim_allocator();
 }
 
-/// Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE` or `SC_KV_PAYLOAD_NORMALIZED`) and
+/// Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE`, `_NORMALIZED` or `_PACKED`) and
 /// applies its events as published by `worker`. A malformed payload fails with
 /// `SC_ERR_KIND_INVALID_ARGUMENT` (message starting `payload:`) and changes nothing.
 ///
@@ -131,6 +134,7 @@ pub unsafe extern "C" fn sc_kv_index_apply(
         let encoding = match encoding {
             SC_KV_PAYLOAD_ENGINE => Encoding::Engine,
             SC_KV_PAYLOAD_NORMALIZED => Encoding::Normalized,
+            SC_KV_PAYLOAD_PACKED => Encoding::Packed,
             other => {
                 return Err(Error::invalid_argument(format!(
                     "encoding: unknown {other}"

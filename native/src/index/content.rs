@@ -3,8 +3,8 @@
 //! `router_adapter.hashing.prefix_keys` and `sc_prefix_keys` (a unit test holds them to
 //! `crate::hash`'s `local_block_hashes` / `sequence_hashes`).
 //!
-//! This is the hot path of ingestion, so it writes the tokens' little-endian bytes once into one
-//! buffer and hashes slices of it, with no allocation per block.
+//! This is the hot path of ingestion and scoring, so it hashes each block from one small reused
+//! buffer of its tokens' little-endian bytes, with no allocation per block.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -22,20 +22,23 @@ pub fn prefix_keys(
         return Vec::new();
     }
     let blocks = tokens.len() / block_size;
-    let mut bytes = Vec::with_capacity(blocks * block_size * 4);
-    for t in &tokens[..blocks * block_size] {
-        bytes.extend_from_slice(&t.to_le_bytes());
-    }
     let seed = dynamo_block_seed(lora_name, "");
     let first_seed = if parent.is_none() && !salt.is_empty() {
         dynamo_block_seed(lora_name, salt)
     } else {
         seed
     };
+    // One block's bytes at a time, in a buffer that stays in L1 (a whole request's bytes would
+    // cost a large zeroing and copy); filled by fixed-size chunks, which compiles to a plain
+    // copy on little-endian targets.
+    let mut bytes = vec![0u8; block_size * 4];
     let mut keys = Vec::with_capacity(blocks);
     let mut previous = parent;
-    for (i, block) in bytes.chunks_exact(block_size * 4).enumerate() {
-        let local = xxh3_64_with_seed(block, if i == 0 { first_seed } else { seed });
+    for (i, block) in tokens.chunks_exact(block_size).enumerate() {
+        for (out, t) in bytes.chunks_exact_mut(4).zip(block) {
+            out.copy_from_slice(&t.to_le_bytes());
+        }
+        let local = xxh3_64_with_seed(&bytes, if i == 0 { first_seed } else { seed });
         let key = match previous {
             None => local,
             Some(p) => {

@@ -91,6 +91,10 @@ pub enum Encoding {
     Engine,
     /// `msgspec.msgpack.encode(router_adapter.events.Batch)`.
     Normalized,
+    /// [`Encoding::Normalized`] with each event's `block_hashes` and `token_ids` as one
+    /// MessagePack bin of little-endian `u64` / `u32` values: the Python `apply_batch` fills
+    /// them from arrays, several times faster than encoding one integer at a time.
+    Packed,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -143,7 +147,7 @@ pub fn decode_batch(payload: &[u8], encoding: Encoding) -> Result<Batch<'_>> {
     let mut r = Reader::new(payload);
     match encoding {
         Encoding::Engine => wire_batch(&mut r, &mut batch)?,
-        Encoding::Normalized => normalized_batch(&mut r, &mut batch)?,
+        Encoding::Normalized | Encoding::Packed => normalized_batch(&mut r, &mut batch, encoding)?,
     }
     if !r.is_done() {
         return Err(at_batch(super::msgpack::malformed(format_args!(
@@ -245,7 +249,7 @@ fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>>
                 return Err(invalid_tag(value));
             }
         } else if declared(class, key) {
-            read_field(r, batch, &mut fields, key, None)?;
+            read_field(r, batch, &mut fields, key, None, false)?;
         } else {
             r.skip(Check::WellFormed)?;
         }
@@ -326,7 +330,7 @@ fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a
     let mut fields = Fields::default();
     for i in 1..n {
         match names.get(i - 1) {
-            Some(name) => read_field(r, batch, &mut fields, name, Some(i))?,
+            Some(name) => read_field(r, batch, &mut fields, name, Some(i), false)?,
             None => r.skip(Check::WellFormed)?,
         }
     }
@@ -340,6 +344,7 @@ fn read_field<'a>(
     fields: &mut Fields<'a>,
     name: &[u8],
     index: Option<usize>,
+    packed: bool,
 ) -> Result<()> {
     let path = || match index {
         Some(i) => format!("$[{i}]"),
@@ -347,6 +352,18 @@ fn read_field<'a>(
     };
     let got = r.peek()?;
     match name {
+        b"block_hashes" if packed => {
+            let start = batch.hashes.len();
+            packed_values(r, &mut batch.hashes, u64::from_le_bytes, &path)?;
+            fields.hashes = Some((start, batch.hashes.len()));
+            fields.short_hash = None;
+        }
+        b"token_ids" if packed => {
+            let start = batch.tokens.len();
+            packed_values(r, &mut batch.tokens, u32::from_le_bytes, &path)?;
+            fields.tokens = Some((start, batch.tokens.len()));
+            fields.wide_token = None;
+        }
         b"block_hashes" => {
             let (range, short) = hash_list(r, &mut batch.hashes, &path)?;
             fields.hashes = Some(range);
@@ -433,6 +450,30 @@ fn hash_value(r: &mut Reader<'_>) -> Result<Option<Result<u64, usize>>> {
 }
 
 type Range = (usize, usize);
+
+/// A bin of little-endian values of `N` bytes each (see [`Encoding::Packed`]).
+fn packed_values<T, const N: usize>(
+    r: &mut Reader<'_>,
+    out: &mut Vec<T>,
+    value: fn([u8; N]) -> T,
+    path: &dyn Fn() -> String,
+) -> Result<()> {
+    let got = r.peek()?;
+    let bytes = r.bin()?.ok_or_else(|| expected("bytes", got, &path()))?;
+    if bytes.len() % N != 0 {
+        return Err(Error::invalid_argument(format!(
+            "{} bytes, not a multiple of {N} - at `{}`",
+            bytes.len(),
+            path()
+        )));
+    }
+    out.extend(bytes.chunks_exact(N).map(|c| {
+        let mut word = [0u8; N];
+        word.copy_from_slice(c);
+        value(word)
+    }));
+    Ok(())
+}
 
 fn hash_list(
     r: &mut Reader<'_>,
@@ -521,7 +562,7 @@ fn finish<'a>(class: Class, f: Fields<'a>, encoding: Encoding) -> Result<Event<'
     // The engine decoder turns a missing or empty medium into GPU (`wire.medium or ...`); the
     // normalized events already went through that and are taken as they are.
     let medium = match (encoding, f.medium) {
-        (Encoding::Normalized, Some(m)) => m,
+        (Encoding::Normalized | Encoding::Packed, Some(m)) => m,
         (_, Some(m)) if !m.is_empty() => m,
         _ => DEFAULT_MEDIUM,
     };
@@ -566,7 +607,11 @@ fn cache_salt<'a>(f: &Fields<'a>, lora_name: &str) -> &'a str {
     }
 }
 
-fn normalized_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()> {
+fn normalized_batch<'a>(
+    r: &mut Reader<'a>,
+    batch: &mut Batch<'a>,
+    encoding: Encoding,
+) -> Result<()> {
     let pairs = r
         .map()?
         .ok_or_else(|| Error::invalid_argument("batch: expected a map"))?;
@@ -583,8 +628,8 @@ fn normalized_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()>
             .ok_or_else(|| Error::invalid_argument("batch.events: expected an array"))?;
         batch.events.reserve(n);
         for i in 0..n {
-            let event =
-                normalized_event(r, batch).map_err(|e| e.context(format_args!("events[{i}]")))?;
+            let event = normalized_event(r, batch, encoding)
+                .map_err(|e| e.context(format_args!("events[{i}]")))?;
             batch.events.push(event);
         }
     }
@@ -593,7 +638,12 @@ fn normalized_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()>
 
 /// An untagged event map: BlockStored has `token_ids`, BlockRemoved `block_hashes`,
 /// AllBlocksCleared no field at all.
-fn normalized_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
+fn normalized_event<'a>(
+    r: &mut Reader<'a>,
+    batch: &mut Batch<'a>,
+    encoding: Encoding,
+) -> Result<Event<'a>> {
+    let packed = encoding == Encoding::Packed;
     let pairs = r
         .map()?
         .ok_or_else(|| Error::invalid_argument("expected a map"))?;
@@ -603,7 +653,7 @@ fn normalized_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Eve
             .str_bytes()?
             .ok_or_else(|| Error::invalid_argument("expected string keys"))?;
         if declared(Class::Stored, key) {
-            read_field(r, batch, &mut fields, key, None)?;
+            read_field(r, batch, &mut fields, key, None, packed)?;
         } else {
             r.skip(Check::WellFormed)?;
         }
@@ -615,5 +665,5 @@ fn normalized_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Eve
     } else {
         Class::Cleared
     };
-    finish(class, fields, Encoding::Normalized)
+    finish(class, fields, encoding)
 }

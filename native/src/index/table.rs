@@ -170,10 +170,11 @@ impl<S: Slot> Segment<S> {
 
     /// `place` with the position `search` returned for the slot's hash.
     fn place_at(&mut self, at: usize, slot: S) {
-        let mut free = at;
-        while free < self.slots.len() && !self.slots[free].is_empty() {
-            free += 1;
-        }
+        // A slice search: no bounds check per slot (runs are long at the loads kept here).
+        let free = self.slots[at..]
+            .iter()
+            .position(|s| s.is_empty())
+            .map_or(self.slots.len(), |i| at + i);
         if free == self.slots.len() {
             // The run reaches the end of the spare slots: lay out again, twice as wide.
             *self = self.relayout(self.capacity * 2, |_| true, Some(slot));
@@ -248,20 +249,15 @@ impl<S: Slot> Segment<S> {
 
     /// Empties `pos`, shifting the displaced slots after it back (no shrinking).
     fn unlink(&mut self, pos: usize) {
-        let mut hole = pos;
-        loop {
-            let next = hole + 1;
-            let shift = next < self.slots.len() && {
-                let s = self.slots[next];
-                !s.is_empty() && self.home(s.hash()) <= hole
-            };
-            if !shift {
-                self.slots[hole] = S::EMPTY;
-                break;
-            }
-            self.slots[hole] = self.slots[next];
-            hole = next;
-        }
+        // The slots after `pos` that are past their home move back one, in one `memmove`: the
+        // run ends at an empty slot or at a slot in its home.
+        let end = self.slots[pos + 1..]
+            .iter()
+            .enumerate()
+            .position(|(i, s)| s.is_empty() || self.home(s.hash()) > pos + i)
+            .map_or(self.slots.len(), |i| pos + 1 + i);
+        self.slots.copy_within(pos + 1..end, pos);
+        self.slots[end - 1] = S::EMPTY;
         self.len -= 1;
     }
 
