@@ -832,4 +832,42 @@ mod tests {
         assert_eq!(parse_list("[f(a=1").1, ListStatus::Wait);
         assert_eq!(parse_list("[f(a=1, 2)]").1, ListStatus::Broken(8));
     }
+
+    /// Reading a growing text from where the last read stopped gives what reading each prefix
+    /// whole gives, at every prefix (the incremental reader never differs from a fresh one).
+    #[test]
+    fn resumed_reads_equal_whole_reads() {
+        let texts = [
+            "[get_weather(location='San Francisco, CA', unit='celsius', days=3), g(a=[1, {'k': (2, 'x')}], b=r'\\d'), h()] tail",
+            "[f(a=1, b==2)]",
+            "[B(x=\\t)B(y=,\\t",
+            "[f(a=1), g(b=",
+            "[f(a='x'), 3]",
+        ];
+        for text in texts {
+            let mut reader = CallReader::default();
+            for cut in 1..=text.len() {
+                let prefix = &text[..cut];
+                let status = reader.read(prefix, Syntax::default());
+                let (calls, whole) = parse_list(prefix);
+                assert_eq!((&reader.calls, &status), (&calls, &whole), "{prefix}");
+                if status != ListStatus::Wait {
+                    reader = CallReader::default();
+                }
+            }
+        }
+        let lines = Syntax {
+            close: Some("</function_calls>"),
+            json_literals: true,
+        };
+        let text = "f(a=true, b=\"x\")\ng(c=null)</function_calls>";
+        let mut reader = CallReader::default();
+        for cut in 1..=text.len() {
+            let status = reader.read(&text[..cut], lines);
+            assert_eq!(
+                (reader.calls.clone(), status),
+                parse_calls(&text[..cut], lines)
+            );
+        }
+    }
 }
