@@ -235,6 +235,79 @@ fn element_header(s: &str) -> Option<(&str, &str, usize)> {
     Some((&s[..quote], &s[quote + 1..close], close + 1))
 }
 
+/// How the rest of an invoke tag, `name">`, reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InvokeTag<'a> {
+    /// The call's name and the tag's length through its `>`.
+    Named(&'a str, usize),
+    /// More text is needed.
+    Wait,
+    /// Not a tag: an empty name, or a newline, `<` or marker inside the name.
+    Malformed,
+}
+
+/// Reads `rest`, the text after an invoke's `name="`, with `header` finding the name and the
+/// length through `>` (`None` until `>` arrives).
+pub(crate) fn invoke_tag<'a>(
+    rest: &'a str,
+    end: bool,
+    header: impl Fn(&'a str) -> Option<(&'a str, usize)>,
+) -> InvokeTag<'a> {
+    let bad = rest.find(|c| c == '\n' || c == '<' || is_sentinel(c));
+    match header(rest) {
+        Some((name, len)) if !name.is_empty() && bad.is_none_or(|b| b > name.len()) => {
+            InvokeTag::Named(name, len)
+        }
+        None if bad.is_none() && !end => InvokeTag::Wait,
+        _ => InvokeTag::Malformed,
+    }
+}
+
+/// What comes next between invokes in a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BlockNext {
+    /// An invoke tag starts the input.
+    Invoke,
+    /// The block's end was read: what follows is content.
+    Close,
+    /// Text that is neither follows `ws` bytes of whitespace (not routed).
+    Stray { ws: usize },
+}
+
+/// Between invokes in a block: routes the whitespace before an invoke and the block's end as
+/// framing and says what comes next; `None` to wait for more (a prefix of a tag), at the end of the output after
+/// routing the rest as framing.
+pub(crate) fn block_next(
+    input: &mut SegBuf,
+    out: &mut Out,
+    end: bool,
+    invoke_open: &str,
+    block_close: &str,
+) -> Option<BlockNext> {
+    let s = input.as_str();
+    let ws = leading_ws(s);
+    let after = &s[ws..];
+    let (next, framing) = if after.starts_with(invoke_open) {
+        (BlockNext::Invoke, ws)
+    } else if after.starts_with(block_close) {
+        (BlockNext::Close, ws + block_close.len())
+    } else if after.is_empty()
+        || could_become(after, invoke_open)
+        || could_become(after, block_close)
+    {
+        if end {
+            out.route_all(input, Channel::Framing);
+        } else {
+            out.route(input, ws, Channel::Framing);
+        }
+        return None;
+    } else {
+        return Some(BlockNext::Stray { ws });
+    };
+    out.route(input, framing, Channel::Framing);
+    Some(next)
+}
+
 const JSON_ARG_KEYS: &[&str] = &["arguments", "parameters"];
 
 impl InvokeCalls {
@@ -448,40 +521,29 @@ impl InvokeCalls {
     /// (framing).
     fn block(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
         let spec = self.spec;
-        let s = input.as_str();
-        let ws = leading_ws(s);
-        let after = &s[ws..];
-        if after.starts_with(spec.invoke_open) {
-            out.route(input, ws, Channel::Framing);
-            self.state = State::InvokeName {
-                prefix: spec.invoke_open.len(),
-            };
-        } else if after.starts_with(self.block_close.as_str()) {
-            out.route(input, ws + self.block_close.len(), Channel::Framing);
-            self.state = State::Content;
-        } else if spec.json_calls && after.starts_with('{') {
-            out.route(input, ws, Channel::Framing);
-            self.json = JsonCall::new(JSON_ARG_KEYS);
-            self.state = State::JsonHead { cursor: 0 };
-        } else if after.is_empty()
-            || could_become(after, spec.invoke_open)
-            || could_become(after, &self.block_close)
-        {
-            if end {
-                out.route_all(input, Channel::Framing);
-            } else {
+        match block_next(input, out, end, spec.invoke_open, &self.block_close)? {
+            BlockNext::Invoke => {
+                self.state = State::InvokeName {
+                    prefix: spec.invoke_open.len(),
+                };
+            }
+            BlockNext::Close => self.state = State::Content,
+            BlockNext::Stray { ws } if spec.json_calls && input.as_str()[ws..].starts_with('{') => {
                 out.route(input, ws, Channel::Framing);
+                self.json = JsonCall::new(JSON_ARG_KEYS);
+                self.state = State::JsonHead { cursor: 0 };
             }
-            return None;
-        } else {
-            // Stray text is skipped even at the end of the output: the block may still close,
-            // and content follow.
-            let mut stray = stray_len(after);
-            if spec.json_calls {
-                // A JSON call may follow the stray text.
-                stray = stray.min(after.find('{').filter(|&b| b > 0).unwrap_or(stray));
+            BlockNext::Stray { ws } => {
+                // Stray text is skipped even at the end of the output: the block may still close,
+                // and content follow.
+                let after = &input.as_str()[ws..];
+                let mut stray = stray_len(after);
+                if spec.json_calls {
+                    // A JSON call may follow the stray text.
+                    stray = stray.min(after.find('{').filter(|&b| b > 0).unwrap_or(stray));
+                }
+                out.route(input, ws + stray, Channel::Framing);
             }
-            out.route(input, ws + stray, Channel::Framing);
         }
         Some(())
     }
@@ -524,16 +586,17 @@ impl InvokeCalls {
         end: bool,
     ) -> Option<()> {
         let rest = &input.as_str()[prefix..];
-        let bad = rest.find(|c| c == '\n' || c == '<' || is_sentinel(c));
-        match element_header(rest) {
-            Some((name, _, len)) if !name.is_empty() && bad.is_none_or(|b| b > name.len()) => {
+        // Attributes may follow the name.
+        let header = |s| element_header(s).map(|(name, _, len)| (name, len));
+        match invoke_tag(rest, end, header) {
+            InvokeTag::Named(name, len) => {
                 self.function = self.tool_name(name).to_string();
                 let index = out.start_call(&self.function, None);
                 out.route(input, prefix + len, Channel::Tool);
                 self.args.start(index, out);
                 self.state = State::Params;
             }
-            None if bad.is_none() && !end => return None,
+            InvokeTag::Wait => return None,
             // A malformed invoke tag is framing in a block, content without blocks.
             _ => {
                 out.route(input, prefix, self.outside_channel());

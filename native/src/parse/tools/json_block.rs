@@ -22,6 +22,8 @@ pub(crate) enum Body {
     Object,
     /// A JSON list of call objects.
     List,
+    /// Either (Mistral's array form, or one object without the brackets).
+    Either,
 }
 
 /// One format of the family.
@@ -128,13 +130,9 @@ impl JsonBlock {
                 if ws == s.len() && !end {
                     return None;
                 }
-                let bracket = if self.spec.body == Body::List {
-                    '['
-                } else {
-                    '{'
-                };
+                let first = s[ws..].chars().next();
                 self.state = State::Content;
-                if s[ws..].starts_with(bracket) {
+                if first.is_some_and(|c| self.opens_body(c)) {
                     out.route(input, ws, Channel::Content);
                     self.state = State::Opened { marker: 0 };
                 }
@@ -186,6 +184,15 @@ impl JsonBlock {
         Some(())
     }
 
+    /// Whether a body begins with `c`.
+    fn opens_body(&self, c: char) -> bool {
+        match self.spec.body {
+            Body::Object => c == '{',
+            Body::List => c == '[',
+            Body::Either => c == '{' || c == '[',
+        }
+    }
+
     fn begin(&mut self, prefix: usize, list: bool) -> State {
         self.call = JsonCall::shaped(self.spec.shape);
         State::Undecided {
@@ -206,8 +213,8 @@ impl JsonBlock {
         let s = &input.as_str()[marker..];
         let ws = leading_ws(s);
         let after = &s[ws..];
-        let lists = self.spec.body == Body::List;
-        let objects = self.spec.body == Body::Object;
+        let lists = self.spec.body != Body::Object;
+        let objects = self.spec.body != Body::List;
         if let Some(inner) = after.strip_prefix('[').filter(|_| lists) {
             let ws2 = leading_ws(inner);
             match inner[ws2..].chars().next() {
@@ -321,6 +328,27 @@ impl JsonBlock {
     }
 }
 
+/// Driving the reader from a parser that finds the start marker itself and reads other forms
+/// beside the JSON body (Mistral's name form).
+impl JsonBlock {
+    /// Reads the body after a start marker of `marker` bytes at the start of the input.
+    pub(crate) fn enter(&mut self, marker: usize) {
+        self.state = State::Opened { marker };
+    }
+
+    /// Reads one state's worth: `None` to wait for more input, `Some(true)` once the body and
+    /// what follows it are read (or the text turned out to be content).
+    pub(crate) fn advance(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<bool> {
+        self.step(input, out, end)?;
+        Some(self.state == State::Content)
+    }
+
+    /// Whether the reader must go on with no input left.
+    pub(crate) fn busy(&self, end: bool) -> bool {
+        matches!(self.state, State::InCall { .. }) || (end && self.state != State::Content)
+    }
+}
+
 impl Stage for JsonBlock {
     fn held(&self) -> usize {
         self.call.held()
@@ -328,9 +356,7 @@ impl Stage for JsonBlock {
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         while self.step(input, out, end).is_some() {
-            let busy = matches!(self.state, State::InCall { .. })
-                || (end && !matches!(self.state, State::Content));
-            if input.is_empty() && !busy {
+            if input.is_empty() && !self.busy(end) {
                 return;
             }
         }

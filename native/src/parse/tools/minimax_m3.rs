@@ -21,10 +21,11 @@
 
 use serde_json::Value;
 
-use crate::parse::json::{is_sentinel, push_json_string};
+use crate::parse::json::push_json_string;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::{coerce, Tools, TypeSet};
-use crate::parse::text::{could_become, leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::text::{leading_ws, scan, Markers, Scan, SegBuf};
+use crate::parse::tools::invoke::{block_next, invoke_tag, BlockNext, InvokeTag};
 use crate::parse::Stage;
 
 /// The markers this format uses.
@@ -92,36 +93,24 @@ impl MinimaxM3 {
 
     /// Inside a block, between invokes: an invoke, the block's end, or stray text (framing).
     fn block(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
-        let s = input.as_str();
-        let ws = leading_ws(s);
-        let after = &s[ws..];
-        if after.starts_with(&self.invoke_open) {
-            out.route(input, ws, Channel::Framing);
-            self.state = State::InvokeName {
-                prefix: self.invoke_open.len(),
-            };
-        } else if after.starts_with(&self.block_close) {
-            out.route(input, ws + self.block_close.len(), Channel::Framing);
-            self.state = State::Content;
-        } else if after.is_empty()
-            || could_become(after, &self.invoke_open)
-            || could_become(after, &self.block_close)
-        {
-            if end {
-                out.route_all(input, Channel::Framing);
-            } else {
-                out.route(input, ws, Channel::Framing);
+        match block_next(input, out, end, &self.invoke_open, &self.block_close)? {
+            BlockNext::Invoke => {
+                self.state = State::InvokeName {
+                    prefix: self.invoke_open.len(),
+                };
             }
-            return None;
-        } else {
-            // Stray text up to the next namespace marker (framing, even at the end of the output:
-            // the block may still close and content follow).
-            let first = after.chars().next().map_or(0, char::len_utf8);
-            let stray = match scan(&after[first..], &[&self.ns]) {
-                Scan::Found { at, .. } | Scan::Partial { at } => first + at,
-                Scan::None => after.len(),
-            };
-            out.route(input, ws + stray, Channel::Framing);
+            BlockNext::Close => self.state = State::Content,
+            BlockNext::Stray { ws } => {
+                // Stray text up to the next namespace marker (framing, even at the end of the
+                // output: the block may still close and content follow).
+                let after = &input.as_str()[ws..];
+                let first = after.chars().next().map_or(0, char::len_utf8);
+                let stray = match scan(&after[first..], &[&self.ns]) {
+                    Scan::Found { at, .. } | Scan::Partial { at } => first + at,
+                    Scan::None => after.len(),
+                };
+                out.route(input, ws + stray, Channel::Framing);
+            }
         }
         Some(())
     }
@@ -135,17 +124,17 @@ impl MinimaxM3 {
         end: bool,
     ) -> Option<()> {
         let rest = &input.as_str()[prefix..];
-        let bad = rest.find(|c| c == '\n' || c == '<' || is_sentinel(c));
-        match rest.find("\">") {
-            Some(at) if at > 0 && bad.is_none_or(|b| b > at) => {
-                self.function = rest[..at].to_string();
+        // No attributes: the name runs to the first `">`.
+        match invoke_tag(rest, end, |s| s.find("\">").map(|at| (&s[..at], at + 2))) {
+            InvokeTag::Named(name, len) => {
+                self.function = name.to_string();
                 let index = out.start_call(&self.function, None);
-                out.route(input, prefix + at + 2, Channel::Tool);
+                out.route(input, prefix + len, Channel::Tool);
                 out.call_args(index, "{");
                 self.body.clear();
                 self.state = State::Body { index };
             }
-            None if bad.is_none() && !end => return None,
+            InvokeTag::Wait => return None,
             // A malformed invoke tag is framing.
             _ => {
                 out.route(input, prefix, Channel::Framing);

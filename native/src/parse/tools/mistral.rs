@@ -13,14 +13,18 @@ use crate::parse::json::JsonRelay;
 use crate::parse::out::{Channel, Out};
 use crate::parse::schema::Tools;
 use crate::parse::text::{could_become, leading_ws, Markers, SegBuf};
-use crate::parse::tools::json_call::{CallEvent, JsonCall};
+use crate::parse::tools::json_block::{BlockSpec, Body, JsonBlock};
 use crate::parse::tools::stream_json_args;
 use crate::parse::Stage;
 
 /// The markers this format uses.
 pub(crate) const MARKERS: &[&str] = &["[TOOL_CALLS]", "[ARGS]", "[CALL_ID]"];
 
-const ARG_KEYS: &[&str] = &["arguments", "parameters"];
+/// The array form and the bare object: the JSON-call family's reader, entered after the marker.
+const JSON_BODY: BlockSpec = BlockSpec {
+    body: Body::Either,
+    ..BlockSpec::PLAIN
+};
 
 fn is_name_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
@@ -36,23 +40,8 @@ enum State {
     AfterTag {
         marker: usize,
     },
-    /// Reading a call object not yet known to be a call: the first `prefix` bytes (the marker,
-    /// `[`, whitespace) are framing if it is one and content if not; `cursor` bytes read.
-    /// `array`: an element of `[...]` (more may follow).
-    Undecided {
-        prefix: usize,
-        cursor: usize,
-        array: bool,
-    },
-    /// Inside a call object.
-    ObjectCall {
-        index: u32,
-        array: bool,
-    },
-    /// Inside `[...]` after an element: `,` or `]`.
-    ArrayNext,
-    /// Inside `[...]` after `,`: the next element.
-    ArrayItem,
+    /// The array form or one call object, read by `block`.
+    Json,
     /// Reading `name` then `[CALL_ID]id` / `[ARGS]` / `{`; the input starts with the marker.
     Header {
         marker: usize,
@@ -68,7 +57,7 @@ pub(crate) struct Mistral {
     args_tag: String,
     id_tag: String,
     state: State,
-    call: JsonCall,
+    block: JsonBlock,
     relay: JsonRelay,
 }
 
@@ -84,7 +73,7 @@ impl Mistral {
             args_tag: markers.pattern(MARKERS[1]),
             id_tag: markers.pattern(MARKERS[2]),
             state: State::Content,
-            call: JsonCall::new(ARG_KEYS),
+            block: JsonBlock::new(&JSON_BODY, markers),
             relay: JsonRelay::object(),
         }
     }
@@ -143,7 +132,7 @@ impl Mistral {
                     marker: self.tag.len(),
                 };
             }
-            State::AfterTag { marker } => self.after_tag(marker, input, out, end)?,
+            State::AfterTag { marker } => self.after_tag(marker, input, end)?,
             State::Header { marker } => self.read_header(marker, input, out, end)?,
             State::Args { index } => {
                 if !stream_json_args(&mut self.relay, index, input, out, end) {
@@ -151,77 +140,26 @@ impl Mistral {
                 }
                 self.state = State::Content;
             }
-            State::Undecided {
-                prefix,
-                cursor,
-                array,
-            } => self.undecided(prefix, cursor, array, input, out, end)?,
-            State::ObjectCall { index, array } => {
-                let event = self.call.stream(index, input, out, end)?;
-                self.state = match (event, array) {
-                    (CallEvent::Done, true) => State::ArrayNext,
-                    _ => State::Content,
-                };
-            }
-            State::ArrayNext => self.array_next(input, out, end)?,
-            State::ArrayItem => {
-                let s = input.as_str();
-                let after = &s[leading_ws(s)..];
-                if after.is_empty() && !end {
-                    return None;
+            State::Json => {
+                if self.block.advance(input, out, end)? {
+                    self.state = State::Content;
                 }
-                self.state = if after.starts_with('{') {
-                    self.call = JsonCall::new(ARG_KEYS);
-                    State::Undecided {
-                        prefix: 0,
-                        cursor: 0,
-                        array: true,
-                    }
-                } else {
-                    State::Content
-                };
             }
         }
         Some(())
     }
 
     /// After `[TOOL_CALLS]`: an array of call objects, one call object, or a name header.
-    fn after_tag(
-        &mut self,
-        marker: usize,
-        input: &mut SegBuf,
-        out: &mut Out,
-        end: bool,
-    ) -> Option<()> {
+    fn after_tag(&mut self, marker: usize, input: &SegBuf, end: bool) -> Option<()> {
         let s = &input.as_str()[marker..];
         let ws = leading_ws(s);
         let after = &s[ws..];
-        let (array, inner) = match after.strip_prefix('[') {
-            Some(inner) => (true, inner),
-            None => (false, after),
-        };
-        let ws2 = leading_ws(inner);
-        match inner[ws2..].chars().next() {
-            Some('{') => {
-                self.call = JsonCall::new(ARG_KEYS);
-                let prefix = marker + ws + usize::from(array) + ws2;
-                self.state = State::Undecided {
-                    prefix,
-                    cursor: prefix,
-                    array,
-                };
-            }
-            Some(']') if array => {
-                out.route(input, marker + ws + 1 + ws2 + 1, Channel::Framing);
-                self.state = State::Content;
-            }
-            Some(c) if !array && is_name_char(c) && ws == 0 => {
-                self.state = State::Header { marker };
-            }
+        match after.chars().next() {
             None if !end => return None,
+            Some(c) if is_name_char(c) && ws == 0 => self.state = State::Header { marker },
             _ => {
-                out.route(input, marker, Channel::Content);
-                self.state = State::Content;
+                self.block.enter(marker);
+                self.state = State::Json;
             }
         }
         Some(())
@@ -250,73 +188,21 @@ impl Mistral {
         }
         Some(())
     }
-
-    fn undecided(
-        &mut self,
-        prefix: usize,
-        cursor: usize,
-        array: bool,
-        input: &mut SegBuf,
-        out: &mut Out,
-        end: bool,
-    ) -> Option<()> {
-        let (n, event) = self.call.feed(&input.as_str()[cursor..]);
-        let cursor = cursor + n;
-        match event {
-            CallEvent::Named => {
-                let index = self.call.start(out);
-                out.route(input, prefix, Channel::Framing);
-                out.route(input, cursor - prefix, Channel::Tool);
-                self.state = State::ObjectCall { index, array };
-            }
-            CallEvent::More if !end => {
-                self.state = State::Undecided {
-                    prefix,
-                    cursor,
-                    array,
-                };
-                return None;
-            }
-            // Not a call: what was held is content.
-            _ => {
-                out.route(input, prefix, Channel::Content);
-                self.state = State::Content;
-            }
-        }
-        Some(())
-    }
-
-    fn array_next(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
-        let s = input.as_str();
-        let ws = leading_ws(s);
-        let after = &s[ws..];
-        if after.starts_with(',') {
-            out.route(input, ws + 1, Channel::Framing);
-            self.state = State::ArrayItem;
-        } else if after.starts_with(']') {
-            out.route(input, ws + 1, Channel::Framing);
-            self.state = State::Content;
-        } else if after.is_empty() && !end {
-            return None;
-        } else {
-            self.state = State::Content;
-        }
-        Some(())
-    }
 }
 
 impl Stage for Mistral {
     fn held(&self) -> usize {
-        self.call.held() + self.relay.held()
+        self.block.held() + self.relay.held()
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
         while self.step(input, out, end).is_some() {
-            let busy = matches!(
-                self.state,
-                State::Undecided { .. } | State::ObjectCall { .. } | State::Args { .. }
-            );
-            if input.is_empty() && !(busy && end) {
+            let busy = match self.state {
+                State::Json => self.block.busy(end),
+                State::Args { .. } => end,
+                _ => false,
+            };
+            if input.is_empty() && !busy {
                 return;
             }
         }

@@ -357,40 +357,113 @@ pub(crate) fn parse_list(s: &str) -> (Vec<ParsedCall>, ListStatus) {
 
 /// Reads calls written in `syntax` at the start of `s` (a list starts with its `[`; lines start
 /// with the first call). `Done` counts the closing `]` or end marker.
+#[cfg(test)]
 pub(crate) fn parse_calls(s: &str, syntax: Syntax<'_>) -> (Vec<ParsedCall>, ListStatus) {
-    let mut p = P {
-        s,
-        i: usize::from(syntax.close.is_none()),
-        json_literals: syntax.json_literals,
-    };
-    let mut calls: Vec<ParsedCall> = Vec::new();
-    loop {
-        p.ws();
-        if calls.is_empty() {
-            let empty = match syntax.close {
-                None => p.peek() == Some(']'),
-                Some(close) => s[p.i..].starts_with(close),
-            };
-            if empty {
-                return (calls, ListStatus::NotAList);
-            }
-        } else if let Some(status) = between_calls(&mut p, syntax) {
-            return (calls, status);
-        }
-        let at = p.i;
-        let name = match p.call_head() {
-            Ok(name) => name,
-            Err(more) => {
-                let status = stop(&calls, more, at);
-                return (calls, status);
-            }
+    let mut reader = CallReader::default();
+    let status = reader.read(s, syntax);
+    (reader.calls, status)
+}
+
+/// Calls read from a text that grows between reads. Reading resumes after the last complete
+/// argument or closed call: nothing read before it depends on what follows, so resuming there
+/// gives what reading the whole text again would, and a step reads only the open argument and the
+/// new text.
+#[derive(Debug, Default)]
+pub(crate) struct CallReader {
+    /// The calls read, with the open one (possibly not yet decided) last.
+    pub(crate) calls: Vec<ParsedCall>,
+    /// Where the next read resumes, and how many calls were read by then; `None`: at the start.
+    resume: Option<(usize, usize)>,
+}
+
+impl CallReader {
+    /// Reads calls written in `syntax` at the start of `s` (a list starts with its `[`; lines
+    /// start with the first call), `s` extending the text of the previous read. `Done` counts
+    /// the closing `]` or end marker.
+    pub(crate) fn read(&mut self, s: &str, syntax: Syntax<'_>) -> ListStatus {
+        let (at, kept) = self
+            .resume
+            .unwrap_or((usize::from(syntax.close.is_none()), 0));
+        self.calls.truncate(kept);
+        let mut p = P {
+            s,
+            i: at,
+            json_literals: syntax.json_literals,
         };
-        calls.push(ParsedCall {
-            name,
-            ..ParsedCall::default()
-        });
-        if let Err(status) = arguments(&mut p, &mut calls) {
-            return (calls, status);
+        if self.calls.last().is_some_and(|c| !c.closed) {
+            if let Err(status) = self.arguments(&mut p) {
+                return status;
+            }
+        }
+        loop {
+            p.ws();
+            if self.calls.is_empty() {
+                let empty = match syntax.close {
+                    None => p.peek() == Some(']'),
+                    Some(close) => s[p.i..].starts_with(close),
+                };
+                if empty {
+                    return ListStatus::NotAList;
+                }
+            } else if let Some(status) = between_calls(&mut p, syntax) {
+                return status;
+            }
+            let at = p.i;
+            let name = match p.call_head() {
+                Ok(name) => name,
+                Err(more) => return stop(&self.calls, more, at),
+            };
+            self.calls.push(ParsedCall {
+                name,
+                ..ParsedCall::default()
+            });
+            if let Err(status) = self.arguments(&mut p) {
+                return status;
+            }
+        }
+    }
+
+    /// Reads the keyword arguments of the last call through its `)`; a complete argument and the
+    /// `)` are points to resume at.
+    fn arguments(&mut self, p: &mut P<'_>) -> Result<(), ListStatus> {
+        loop {
+            p.ws();
+            match p.peek() {
+                None => return Err(ListStatus::Wait),
+                Some(')') => {
+                    p.i += 1;
+                    let call = self.calls.last_mut().expect("a call");
+                    call.closed = true;
+                    call.end = p.i;
+                    self.resume = Some((p.i, self.calls.len()));
+                    return Ok(());
+                }
+                _ => {}
+            }
+            let at = p.i;
+            let key = p
+                .ident()
+                .map_err(|more| stop(&self.calls, more, at))?
+                .to_string();
+            p.ws();
+            match p.peek() {
+                None => return Err(ListStatus::Wait),
+                Some('=') => p.i += 1,
+                _ => return Err(ListStatus::Broken(at)),
+            }
+            let value = p.value().map_err(|more| stop(&self.calls, more, at))?;
+            let value_end = p.i;
+            p.ws();
+            match p.peek() {
+                None => return Err(ListStatus::Wait),
+                Some(',') => p.i += 1,
+                Some(')') => {}
+                _ => return Err(ListStatus::Broken(at)),
+            }
+            let call = self.calls.last_mut().expect("a call");
+            call.members.push((key, value));
+            call.end = value_end;
+            self.resume = Some((p.i, self.calls.len()));
         }
     }
 }
@@ -420,44 +493,6 @@ fn between_calls(p: &mut P<'_>, syntax: Syntax<'_>) -> Option<ListStatus> {
         _ => return Some(ListStatus::Broken(p.i)),
     }
     None
-}
-
-/// Reads the keyword arguments of the last call of `calls` through its `)`.
-fn arguments(p: &mut P<'_>, calls: &mut [ParsedCall]) -> Result<(), ListStatus> {
-    loop {
-        p.ws();
-        match p.peek() {
-            None => return Err(ListStatus::Wait),
-            Some(')') => {
-                p.i += 1;
-                let call = calls.last_mut().expect("a call");
-                call.closed = true;
-                call.end = p.i;
-                return Ok(());
-            }
-            _ => {}
-        }
-        let at = p.i;
-        let key = p.ident().map_err(|more| stop(calls, more, at))?.to_string();
-        p.ws();
-        match p.peek() {
-            None => return Err(ListStatus::Wait),
-            Some('=') => p.i += 1,
-            _ => return Err(ListStatus::Broken(at)),
-        }
-        let value = p.value().map_err(|more| stop(calls, more, at))?;
-        let value_end = p.i;
-        p.ws();
-        match p.peek() {
-            None => return Err(ListStatus::Wait),
-            Some(',') => p.i += 1,
-            Some(')') => {}
-            _ => return Err(ListStatus::Broken(at)),
-        }
-        let call = calls.last_mut().expect("a call");
-        call.members.push((key, value));
-        call.end = value_end;
-    }
 }
 
 /// One format of the pythonic family.
@@ -531,6 +566,7 @@ pub(crate) struct Pythonic {
     close: Option<String>,
     framing: Vec<String>,
     state: State,
+    reader: CallReader,
     sent: Vec<Sent>,
     /// Input length when the calls were last parsed and more input was needed.
     waited_at: usize,
@@ -559,15 +595,24 @@ impl Pythonic {
             close: spec.close.map(|m| markers.pattern(m)),
             framing: spec.framing.iter().map(|m| markers.pattern(m)).collect(),
             state: State::Content,
+            reader: CallReader::default(),
             sent: Vec::new(),
             waited_at: 0,
         }
     }
 
-    /// Sends what the decided calls of `calls` have beyond what was sent; a closed call is
-    /// complete. An undecided call (no complete argument yet) is not sent.
-    fn emit(&mut self, calls: &[ParsedCall], out: &mut Out) {
-        for (i, call) in calls.iter().enumerate().filter(|(_, c)| c.decided()) {
+    /// Sends what the decided calls read have beyond what was sent; a closed call is complete.
+    /// An undecided call (no complete argument yet) is not sent.
+    fn emit(&mut self, out: &mut Out) {
+        // Calls sent closed are done (they close in order).
+        let first = self.sent.partition_point(|s| s.closed);
+        let calls = &self.reader.calls;
+        for (i, call) in calls
+            .iter()
+            .enumerate()
+            .skip(first)
+            .filter(|(_, c)| c.decided())
+        {
             if i == self.sent.len() {
                 let index = out.start_call(&call.name, None);
                 out.call_args(index, "{");
@@ -609,10 +654,10 @@ impl Pythonic {
 
     /// Reads the calls after `prefix` bytes of `input`: `None` to wait for more.
     fn calls(&mut self, prefix: usize, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
-        // The list is parsed again from its start at every step. Identifier characters appended
-        // to text that needed more cannot complete an argument, a call or the list (that takes a
-        // delimiter, a quote, a space or a marker), so they wait for the next such character
-        // without a parse: the result is the same, only a break is noticed a step later.
+        // Identifier characters appended to text that needed more cannot complete an argument, a
+        // call or the list (that takes a delimiter, a quote, a space or a marker), so they wait
+        // for the next such character without a read: the result is the same, only a break is
+        // noticed a step later.
         let fresh = &input.as_str()[self.waited_at.min(input.len())..];
         if !end
             && self.waited_at > 0
@@ -624,13 +669,19 @@ impl Pythonic {
             return None;
         }
         self.waited_at = 0;
-        let (calls, status) = parse_calls(&input.as_str()[prefix..], self.syntax());
-        let decided = calls.iter().rposition(ParsedCall::decided);
+        let syntax = Syntax {
+            close: self.close.as_deref().filter(|_| self.spec.lines),
+            json_literals: self.spec.lines,
+        };
+        let status = self.reader.read(&input.as_str()[prefix..], syntax);
         if matches!(status, ListStatus::Wait) && !end {
-            self.emit(&calls, out);
+            self.emit(out);
             self.waited_at = input.len();
             return None;
         }
+        self.emit(out);
+        let calls = std::mem::take(&mut self.reader).calls;
+        let decided = calls.iter().rposition(ParsedCall::decided);
         self.state = State::Content;
         let body = match (status, decided) {
             (ListStatus::Done(n), _) => {
@@ -648,7 +699,6 @@ impl Pythonic {
                 return Some(());
             }
         };
-        self.emit(&calls, out);
         out.route(input, prefix, Channel::Framing);
         // OLMo 3's end marker closed the lines: it is framing, not the calls' text.
         let close = match (self.state, self.syntax().close) {
@@ -675,6 +725,7 @@ impl Pythonic {
             return None;
         }
         self.sent.clear();
+        self.reader = CallReader::default();
         if self.spec.lines {
             self.state = State::Calls { prefix: marker };
         } else if next == Some('[') {
@@ -721,6 +772,7 @@ impl Pythonic {
             };
         } else {
             self.sent.clear();
+            self.reader = CallReader::default();
             self.state = State::Calls { prefix: 0 };
         }
         Some(())
@@ -779,5 +831,43 @@ mod tests {
         assert_eq!(parse_list("[1, 2]").1, ListStatus::NotAList);
         assert_eq!(parse_list("[f(a=1").1, ListStatus::Wait);
         assert_eq!(parse_list("[f(a=1, 2)]").1, ListStatus::Broken(8));
+    }
+
+    /// Reading a growing text from where the last read stopped gives what reading each prefix
+    /// whole gives, at every prefix (the incremental reader never differs from a fresh one).
+    #[test]
+    fn resumed_reads_equal_whole_reads() {
+        let texts = [
+            "[get_weather(location='San Francisco, CA', unit='celsius', days=3), g(a=[1, {'k': (2, 'x')}], b=r'\\d'), h()] tail",
+            "[f(a=1, b==2)]",
+            "[B(x=\\t)B(y=,\\t",
+            "[f(a=1), g(b=",
+            "[f(a='x'), 3]",
+        ];
+        for text in texts {
+            let mut reader = CallReader::default();
+            for cut in 1..=text.len() {
+                let prefix = &text[..cut];
+                let status = reader.read(prefix, Syntax::default());
+                let (calls, whole) = parse_list(prefix);
+                assert_eq!((&reader.calls, &status), (&calls, &whole), "{prefix}");
+                if status != ListStatus::Wait {
+                    reader = CallReader::default();
+                }
+            }
+        }
+        let lines = Syntax {
+            close: Some("</function_calls>"),
+            json_literals: true,
+        };
+        let text = "f(a=true, b=\"x\")\ng(c=null)</function_calls>";
+        let mut reader = CallReader::default();
+        for cut in 1..=text.len() {
+            let status = reader.read(&text[..cut], lines);
+            assert_eq!(
+                (reader.calls.clone(), status),
+                parse_calls(&text[..cut], lines)
+            );
+        }
     }
 }
