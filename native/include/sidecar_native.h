@@ -1135,7 +1135,9 @@ int32_t sc_parse_mux_trace(const struct sc_parse_mux *mux,
  Splits a raw `ParseStreamRequest` holding an `open` (see `sc_parse_mux_handle`): `rest` gets
  the message without the open's `prompt_token_ids`, `ids` those ids as little-endian `uint32_t`
  values. Decoding millions of prompt ids here, not in the server's protobuf parser, keeps them
- off the GIL. A message that does not decode is `SC_ERR_KIND_INVALID_ARGUMENT`.
+ off the GIL. A message that does not decode is `SC_ERR_KIND_INVALID_ARGUMENT` with nothing
+ written; an id above 2^32-1 is `SC_ERR_KIND_INVALID_ARGUMENT` naming it, with `rest` written
+ (the caller frees it) and `ids` not.
 
  # Safety
  `message` must be NULL (len 0) or readable for `len` bytes during the call; `rest`, `ids` and

@@ -11,7 +11,7 @@ from array import array
 from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
-from sidecar.errors import Unimplemented
+from sidecar.errors import SidecarError, Unimplemented
 from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, str_arg, uint32_ids
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, has_testing_exports, lib
@@ -116,20 +116,29 @@ class NativeParseMux:
         self._handle.close()
 
 
-def split_open(message: bytes) -> tuple[bytes, memoryview]:
+def split_open(message: bytes) -> tuple[bytes, memoryview, SidecarError | None]:
     """A raw `ParseStreamRequest` holding an `open`, without its prompt ids, and those ids as a
     read-only uint32 view in native memory: millions of prompt ids are decoded natively (GIL
-    released), never as Python ints. A message that does not decode raises InvalidArgument."""
+    released), never as Python ints. A message that does not decode raises InvalidArgument; an id
+    above 2^32-1 comes back as the third item (InvalidArgument naming it), the message without its
+    ids still given so that the refusal can name its request."""
     rest, ids, err = ffi.new("sc_bytes *"), ffi.new("sc_bytes *"), ffi.new("sc_error **")
-    raise_for_status(lib.sc_parse_open_split(ffi.from_buffer(message), len(message), rest, ids, err), err)
+    status = lib.sc_parse_open_split(ffi.from_buffer(message), len(message), rest, ids, err)
     try:
         without_ids = ffi.buffer(rest.ptr, rest.len)[:] if rest.len else b""
     finally:
         lib.sc_bytes_free(rest)
+    if status:
+        try:
+            raise_for_status(status, err)
+        except SidecarError as refused:
+            if not without_ids:
+                raise
+            return without_ids, memoryview(b"").cast("I"), refused
     if not ids.len:
         lib.sc_bytes_free(ids)
-        return without_ids, memoryview(b"").cast("I")
+        return without_ids, memoryview(b"").cast("I"), None
     # The buffer is freed with the last view of it.
     ptr, n = ids.ptr, ids.len
     keep = ffi.gc(ptr, lambda p, n=n: lib.sc_bytes_free(ffi.new("sc_bytes *", {"ptr": p, "len": n})))
-    return without_ids, memoryview(ffi.buffer(keep, n)).toreadonly().cast("I")
+    return without_ids, memoryview(ffi.buffer(keep, n)).toreadonly().cast("I"), None

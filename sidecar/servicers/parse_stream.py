@@ -78,11 +78,12 @@ class ParseStreamServicer:
         """Opens the request of an `open` message; counts it as opened or, refused, as an error.
         (A step's per-request errors are written by the native mux into its response bytes, which
         the stream does not decode, so they are not in the count.)"""
+        refused = None
         try:
             if split_open is not None:
                 # The prompt ids (possibly millions) are decoded natively with the GIL released;
                 # protobuf reads only the rest.
-                rest, prompt_ids = split_open(message)
+                rest, prompt_ids, refused = split_open(message)
                 request = pb.ParseStreamRequest.FromString(rest).open
             else:
                 request = pb.ParseStreamRequest.FromString(message).open
@@ -90,6 +91,9 @@ class ParseStreamServicer:
         except Exception:  # noqa: BLE001 - protobuf raises DecodeError; native already parsed it
             counts.errors += 1
             return error_delta("", InvalidArgument("open: malformed OpenRequest"))
+        if refused is not None:  # a prompt id above 2^32-1 (protobuf would have truncated it)
+            counts.errors += 1
+            return error_delta(request.request_id, refused)
         try:
             self._open_checked(mux, request, prompt_ids)
         except SidecarError as e:

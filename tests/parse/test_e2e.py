@@ -140,6 +140,33 @@ def test_request_errors_do_not_end_the_stream(server: LiveServer) -> None:
     assert not answers[4].deltas
 
 
+def test_an_open_with_a_prompt_id_above_32_bits_is_refused_by_name(server: LiveServer) -> None:
+    # Prompt ids are decoded natively off the event loop; a varint of 2^32 (which protobuf would
+    # truncate to token 0) refuses that request, naming the position and the request, and the
+    # stream goes on.
+    open_fields = pb.OpenRequest(request_id="w", model="qwen3", reasoning_parser="none").SerializeToString()
+    open_fields += b"\x32\x06\x07\x80\x80\x80\x80\x10"  # prompt_token_ids = [7, 2^32], packed
+    wide_open = b"\x0a" + bytes([len(open_fields)]) + open_fields
+
+    async def scenario() -> list[pb.ParseStreamResponse]:
+        async with grpc.aio.insecure_channel(server.uds) as channel:
+            call = channel.stream_stream("/sidecar.v1.Preprocessor/ParseStream")()
+            answers = []
+            fine = pb.ParseStreamRequest(open=pb.OpenRequest(request_id="ok", model="qwen3", reasoning_parser="none",
+                                                             prompt_token_ids=[7, 9]))
+            for message in [wide_open, fine.SerializeToString()]:
+                await call.write(message)
+                answers.append(pb.ParseStreamResponse.FromString(await call.read()))
+            await call.done_writing()
+            return answers
+
+    refused, opened = asyncio.run(scenario())
+    (delta,) = refused.deltas
+    assert (delta.request_id, delta.error.code, delta.finished) == ("w", grpc.StatusCode.INVALID_ARGUMENT.value[0], True)
+    assert delta.error.message.startswith("open.prompt_token_ids[1]: 4294967296 is not a token id"), delta.error.message
+    assert not opened.deltas
+
+
 def test_stream_has_a_request_id_a_log_line_and_metrics(server: LiveServer) -> None:
     """ParseStream runs in the same per-call wrapper as the unary RPCs."""
     async def scenario() -> tuple:

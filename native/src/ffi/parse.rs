@@ -276,7 +276,9 @@ pub unsafe extern "C" fn sc_parse_mux_trace(
 /// Splits a raw `ParseStreamRequest` holding an `open` (see `sc_parse_mux_handle`): `rest` gets
 /// the message without the open's `prompt_token_ids`, `ids` those ids as little-endian `uint32_t`
 /// values. Decoding millions of prompt ids here, not in the server's protobuf parser, keeps them
-/// off the GIL. A message that does not decode is `SC_ERR_KIND_INVALID_ARGUMENT`.
+/// off the GIL. A message that does not decode is `SC_ERR_KIND_INVALID_ARGUMENT` with nothing
+/// written; an id above 2^32-1 is `SC_ERR_KIND_INVALID_ARGUMENT` naming it, with `rest` written
+/// (the caller frees it) and `ids` not.
 ///
 /// # Safety
 /// `message` must be NULL (len 0) or readable for `len` bytes during the call; `rest`, `ids` and
@@ -294,13 +296,13 @@ pub unsafe extern "C" fn sc_parse_open_split(
         require_out(ids, "ids")?;
         // SAFETY: the caller lends the bytes for the call.
         let message = unsafe { read_slice(message, len, "message")? };
-        let (without_ids, prompt) = crate::wire::split_open(message)?;
-        let raw: Vec<u8> = prompt.iter().flat_map(|id| id.to_le_bytes()).collect();
-        // SAFETY: both checked non-null above; the caller promises they are writable.
-        unsafe {
-            write_out(rest, sc_bytes::from_vec(without_ids), "rest")?;
-            write_out(ids, sc_bytes::from_vec(raw), "ids")
-        }
+        let split = crate::wire::split_open(message)?;
+        // SAFETY: checked non-null above; the caller promises it is writable. Written before an
+        // out-of-range id is reported, so the caller can name the request it refuses.
+        unsafe { write_out(rest, sc_bytes::from_vec(split.without_ids), "rest")? };
+        let raw: Vec<u8> = split.ids?.iter().flat_map(|id| id.to_le_bytes()).collect();
+        // SAFETY: as above.
+        unsafe { write_out(ids, sc_bytes::from_vec(raw), "ids") }
     })
 }
 

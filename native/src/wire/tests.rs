@@ -346,8 +346,9 @@ fn an_open_is_split_into_its_prompt_ids_and_the_rest() {
         kind: Some(pb::parse_stream_request::Kind::Open(open.clone())),
     }
     .encode_to_vec();
-    let (rest, ids) = super::split_open(&message).unwrap();
-    assert_eq!(ids, open.prompt_token_ids);
+    let split = super::split_open(&message).unwrap();
+    let rest = split.without_ids;
+    assert_eq!(split.ids.unwrap(), open.prompt_token_ids);
     let expected = pb::OpenRequest {
         prompt_token_ids: Vec::new(),
         ..open
@@ -357,4 +358,30 @@ fn an_open_is_split_into_its_prompt_ids_and_the_rest() {
         Some(pb::parse_stream_request::Kind::Open(expected))
     );
     assert!(super::split_open(b"\x0a\xff").is_err());
+}
+
+#[test]
+fn an_open_prompt_id_above_u32_is_refused_by_position_and_the_rest_still_names_the_request() {
+    // OpenRequest { request_id = "r", prompt_token_ids = [7, 2^32, 9] (packed) }: prost alone would read 7, 0, 9.
+    let open = [
+        0x0a, 0x01, b'r', 0x32, 0x07, 0x07, 0x80, 0x80, 0x80, 0x80, 0x10, 0x09,
+    ];
+    let mut message = vec![0x0a, open.len() as u8];
+    message.extend_from_slice(&open);
+    let split = super::split_open(&message).unwrap();
+    assert_eq!(
+        split.ids.unwrap_err().message(),
+        "open.prompt_token_ids[1]: 4294967296 is not a token id (token ids are below 2^32)"
+    );
+    let Some(pb::parse_stream_request::Kind::Open(rest)) =
+        pb::ParseStreamRequest::decode(&split.without_ids[..])
+            .unwrap()
+            .kind
+    else {
+        panic!("not an open")
+    };
+    assert_eq!(
+        (rest.request_id.as_str(), rest.prompt_token_ids.len()),
+        ("r", 0)
+    );
 }
