@@ -154,7 +154,7 @@ impl Plan {
     }
 
     fn markers(&self, model: &ParseModel, skip: bool) -> Markers {
-        let mut markers = Markers::default();
+        let mut markers = Markers::with_suffix(model.token_suffix());
         let lookup = |text: &str| model.marker_token(text, skip);
         for row in self.reasoning.iter().chain(self.tool.iter()) {
             row.markers.iter().for_each(|&m| markers.add(m, lookup));

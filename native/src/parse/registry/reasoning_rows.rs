@@ -486,10 +486,10 @@ pub(super) const ROWS: &[Parser] = &[
         name: "hy_v4",
         vllm: &["hy_v4"],
         sglang: &[],
-        markers: &["<think>", "</think>"],
+        markers: &["<think{sfx}>", "</think{sfx}>"],
         build: Build::Think(ThinkSpec {
-            start: &["<think>"],
-            end: &["</think>"],
+            start: &["<think{sfx}>"],
+            end: &["</think{sfx}>"],
             implicit_end: &[],
             trim_end: false,
             ..ThinkSpec::BASE
@@ -500,7 +500,7 @@ pub(super) const ROWS: &[Parser] = &[
             needs_thinking: true,
         },
         detect: &[],
-        about: "unsuffixed <think>/</think> only; checkpoints whose think tokens carry a suffix are not read",
+        about: "<think>/</think> spelled with the checkpoint's token suffix (<think:6124c78e>)",
         ..BASE
     },
     Parser {

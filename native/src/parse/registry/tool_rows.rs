@@ -404,11 +404,11 @@ pub(super) const ROWS: &[Parser] = &[
         name: "hy_v4",
         vllm: &["hy_v4"],
         sglang: &[],
-        markers: &["<tool_calls:…>", "<tool_call:…>", "<arg_key:…>", "<arg_value:…>"],
-        build: Build::Missing,
+        markers: glm::HY_V4.markers,
+        build: Build::Tool(glm::build_hy_v4),
         ids: IdStyle::OpenAi,
         detect: &[Detect { rank: 15, all: &[&[Sig::Template("<tool_calls{}>")]], unless: &[] }],
-        about: "HY v3 tags with a token suffix",
+        about: "GLM-4.7 elements in <tool_calls>, tags spelled with the checkpoint's token suffix",
         ..BASE
     },
     Parser {
