@@ -260,6 +260,8 @@ MANUAL_RULES: dict[tuple[str, str, str], str] = {
     ("functiongemma", "functiongemma", "nested_json"): "bare_values_kept",
     ("functiongemma", "functiongemma", "typed_values"): "bare_values_kept",
     ("muse_think", "muse_glimmer", "nested_lookalike"): "vllm_duplicates_text",
+    ("cohere_command", "cohere_command3", "empty_arguments"): "empty_arguments_object",
+    ("cohere_command", "cohere_command4", "empty_arguments"): "empty_arguments_object",
 }
 
 
@@ -388,6 +390,10 @@ _CHECKS = {
     and not _incomplete(mine) and _subsequence(vllm["content"], mine["content"]),
     "call_text_repeated": lambda run, case, mine, vllm, modes: _calls(mine) == _calls(vllm)
     and len(mine["content"]) < len(vllm["content"]) and _subsequence(mine["content"], vllm["content"]),
+    "empty_arguments_object": lambda run, case, mine, vllm, modes: _names(mine) == _names(vllm) and (
+        lambda pairs: bool(pairs) and all(m == {} and v == "" for m, v in pairs))(
+        [(m["arguments"], v["arguments"]) for m, v in zip(mine["tool_calls"], vllm["tool_calls"])
+         if m["arguments"] != v["arguments"]]),
     "fence_optional": lambda run, case, mine, vllm, modes: len(_names(mine)) > len(_names(vllm))
     and "```" not in case["text"],
 }

@@ -737,11 +737,11 @@ pub(super) const ROWS: &[Parser] = &[
         name: "cohere_command4",
         vllm: &["cohere_command4"],
         sglang: &["cohere_command4"],
-        markers: &["<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>"],
+        markers: &["<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>", "<|START_RESPONSE|>", "<|START_TEXT|>"],
         build: Build::Think(ThinkSpec {
             start: &["<|START_THINKING|>"],
             end: &["<|END_THINKING|>"],
-            implicit_end: &["<|START_ACTION|>"],
+            implicit_end: &["<|START_ACTION|>", "<|START_RESPONSE|>", "<|START_TEXT|>"],
             trim_end: true,
             trim_start: true,
             ..ThinkSpec::BASE
