@@ -465,10 +465,10 @@ pub(super) const ROWS: &[Parser] = &[
         name: "hy_v3",
         vllm: &["hy_v3"],
         sglang: &["hunyuan"],
-        markers: &["<think>", "</think>"],
+        markers: &["<think{sfx}>", "</think{sfx}>"],
         build: Build::Think(ThinkSpec {
-            start: &["<think>"],
-            end: &["</think>"],
+            start: &["<think{sfx}>"],
+            end: &["</think{sfx}>"],
             implicit_end: &[],
             trim_end: false,
             ..ThinkSpec::BASE
@@ -478,8 +478,12 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["reasoning_effort!=no_think"],
             needs_thinking: true,
         },
-        detect: &[],
-        about: "",
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("<think{}>")], &[Sig::Template("<tool_sep{}>")]],
+            unless: &[],
+        }],
+        about: "<think>/</think> spelled with the checkpoint's token suffix (Hy3: <think:opensource>)",
         ..BASE
     },
     Parser {

@@ -396,8 +396,8 @@ pub(super) const ROWS: &[Parser] = &[
         markers: glm::HY_V3.markers,
         build: Build::Tool(glm::build_hy_v3),
         ids: IdStyle::OpenAi,
-        detect: &[],
-        about: "",
+        detect: &[Detect { rank: 14, all: &[&[Sig::Template("<tool_sep{}>")]], unless: &[] }],
+        about: "tags spelled with the checkpoint's token suffix (Hy3: <tool_calls:opensource>)",
         ..BASE
     },
     Parser {

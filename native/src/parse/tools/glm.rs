@@ -80,18 +80,18 @@ pub(crate) const IQUEST: KeyedSpec = KeyedSpec {
     ..GLM
 };
 
-/// Hunyuan `hy_v3`.
+/// Hunyuan `hy_v3`; Hy3 checkpoints spell the tags with a token suffix (`<tool_sep:opensource>`).
 pub(crate) const HY_V3: KeyedSpec = KeyedSpec {
     markers: &[
-        "<tool_calls>",
-        "</tool_calls>",
-        "<tool_call>",
-        "</tool_call>",
-        "<tool_sep>",
-        "<arg_key>",
-        "</arg_key>",
-        "<arg_value>",
-        "</arg_value>",
+        "<tool_calls{sfx}>",
+        "</tool_calls{sfx}>",
+        "<tool_call{sfx}>",
+        "</tool_call{sfx}>",
+        "<tool_sep{sfx}>",
+        "<arg_key{sfx}>",
+        "</arg_key{sfx}>",
+        "<arg_value{sfx}>",
+        "</arg_value{sfx}>",
     ],
     section: Some([0, 1]),
     call: [2, 3],
