@@ -57,15 +57,47 @@ def shared_models() -> Path:
 
 
 _TOKENIZERS: dict[tuple[str, str], object] = {}
+#: Models made from a shared one by `derived_model`: name -> folder.
+_DERIVED: dict[str, Path] = {}
+
+
+def model_dir(model: str) -> Path:
+    """The folder of a shared model, or of a model `derived_model` made."""
+    return _DERIVED.get(model) or require_shared_models() / model
+
+
+def derived_model(base: str, special_tokens: list[str]) -> str:
+    """A shared model's tokenizer with `special_tokens` added as special tokens, for vocabularies no
+    shared model has (Hunyuan's per-checkpoint suffixed tags): written once per session to a
+    temporary folder with the base's tokenizer_config.json. Returns its model name."""
+    import hashlib
+
+    digest = hashlib.sha256("\n".join(special_tokens).encode()).hexdigest()[:10]
+    model = f"{base}+{digest}"
+    if model not in _DERIVED:
+        import shutil
+        import tempfile
+
+        import tokenizers
+
+        src = require_shared_models() / base
+        tok = tokenizers.Tokenizer.from_file(str(src / "tokenizer.json"))
+        tok.add_special_tokens([tokenizers.AddedToken(t, special=True, normalized=False) for t in special_tokens])
+        folder = Path(tempfile.mkdtemp(prefix=f"sidecar-{base}-{digest}-"))
+        tok.save(str(folder / "tokenizer.json"))
+        if (src / "tokenizer_config.json").is_file():
+            shutil.copy(src / "tokenizer_config.json", folder / "tokenizer_config.json")
+        _DERIVED[model] = folder
+    return model
 
 
 def load_tokenizer(backend: str, model: str):  # noqa: ANN201
-    """A tokenizer of a shared model, loaded once per session per backend."""
+    """A tokenizer of a shared (or derived) model, loaded once per session per backend."""
     key = (backend, model)
     if key not in _TOKENIZERS:
         from sidecar.factory import get_backend
 
-        _TOKENIZERS[key] = get_backend(backend).load_tokenizer(require_shared_models() / model)
+        _TOKENIZERS[key] = get_backend(backend).load_tokenizer(model_dir(model))
     return _TOKENIZERS[key]
 
 

@@ -1,6 +1,7 @@
 """Outputs with both reasoning and tool calls, run with a tool-call parser and a reasoning parser
 together (the configuration models with thinking are served with)."""
 from cases_common import TOOLS, UNICODE, WEATHER, WEATHER2
+from formats_tool2 import hy_render, hy_tags
 from formats_tool import DS_BEGIN, DS_CALL, DS_CALL_END, DS_END, DS_SEP, DS_SPECIAL, K2_ARG, K2_CALL, K2_END, K2_SEC, K2_SEC_END, _case, _j, _raw
 
 
@@ -115,6 +116,9 @@ def specs():
         _spec("combined_seed_oss", {"vllm": [{"tool": "seed_oss", "reasoning": "seed_oss"}], "sglang": []},
               ["<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>", "<seed:eos>"],
               combined_cases("<seed:think>", "</seed:think>", _qwen3_xml("<seed:tool_call>", "</seed:tool_call>"), "<seed:tool_call>"), reasoning_start="<seed:think>"),
+        _spec("combined_hy_v4", {"vllm": [{"tool": "hy_v4", "reasoning": "hy_v4"}], "sglang": []},
+              list(hy_tags().values()), combined_cases(hy_tags()["think"], hy_tags()["think_end"], hy_render, hy_tags()["calls"]),
+              reasoning_start=hy_tags()["think"], extend_model="qwen3"),
         _spec("combined_gemma4", {"vllm": [{"tool": "gemma4", "reasoning": "gemma4"}], "sglang": [{"tool": "gemma4", "reasoning": "gemma4"}]},
               ["<|channel>", "<channel|>", "<|tool_call>", "<tool_call|>", '<|"|>', "<turn|>"],
               combined_cases("<|channel>thought\n", "<channel|>", _gemma, "<|tool_call>"), reasoning_start="<|channel>thought\n"),

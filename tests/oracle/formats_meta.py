@@ -135,7 +135,7 @@ FORMATS = {
               "markers": ["<tool_calls>", "<tool_call>", "<tool_sep>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</tool_call>", "</tool_calls>"],
               "schema": True, "ids": RANDOM_IDS, "oracle_input": "hy_v3", "notes": "", "source": "vllm/tool_parsers/hy_v3_tool_parser.py; sglang hunyuan_detector.py"},
     "hy_v4": {"kind": T, "vllm": ["hy_v4"], "sglang": [], "markers": ["<tool_calls:…>", "<tool_call:…>", "<arg_key:…>", "<arg_value:…>"], "schema": True,
-              "ids": RANDOM_IDS, "oracle_input": "hy_v3", "notes": "HY v3 tags with a token suffix", "source": "vllm/tool_parsers/hy_v4_tool_parser.py"},
+              "ids": RANDOM_IDS, "oracle_input": "hy_v4", "notes": "GLM-4.7-style key/value tags in a section, spelled with the checkpoint's token suffix (read off the vocabulary)", "source": "vllm/tool_parsers/hy_v4_tool_parser.py"},
     "ernie45": {"kind": T, "vllm": ["ernie45"], "sglang": [], "markers": ["<tool_call>", "</tool_call>"], "schema": False, "ids": RANDOM_IDS,
                 "oracle_input": "hermes", "notes": "JSON in <tool_call>; also knows <think>/<response>", "source": "vllm/tool_parsers/ernie45_tool_parser.py"},
     "longcat": {"kind": T, "vllm": ["longcat"], "sglang": [], "markers": ["<longcat_tool_call>", "</longcat_tool_call>"], "schema": False, "ids": RANDOM_IDS,

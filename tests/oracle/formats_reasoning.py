@@ -121,6 +121,8 @@ def specs():
                 "reason</mm:think>The answer.", chat_template_kwargs={"thinking_mode": "enabled"})]
     ifm = [_case("effort_fast", "reasoning_effort fast selects <ifm|think_fast>", "<ifm|think_fast>quick</ifm|think_fast>The answer.",
                  reasoning_effort="low")]
+    hy = [_case("unsuffixed_markers", "unsuffixed <think> tags (not this checkpoint's tokens)", "<think>\nreason\n</think>\nThe answer."),
+          _case("no_think_effort", "reasoning_effort=no_think", "The answer.", chat_template_kwargs={"reasoning_effort": "no_think"})]
     return [think(), mistral_think(), hunyuan_answer(),
             family("seed_think", "<seed:think>", "</seed:think>", {"vllm": ["seed_oss"], "sglang": []},
                    ["<seed:think>", "</seed:think>", "<seed:tool_call>", "</seed:tool_call>", "<seed:eos>"], "<seed:tool_call>", "</seed:tool_call>"),
@@ -132,6 +134,9 @@ def specs():
             family("cohere_think", "<|START_THINKING|>", "<|END_THINKING|>", {"vllm": ["cohere_command3", "cohere_command4"], "sglang": ["cohere_command4"]},
                    ["<|START_THINKING|>", "<|END_THINKING|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_ACTION|>", "<|END_ACTION|>", "<|START_TEXT|>", "<|END_TEXT|>", "<|CHATBOT_TOKEN|>"],
                    "<|START_ACTION|>", "<|END_ACTION|>"),
+            {**family("hy_v4_think", "<think:6124c78e>", "</think:6124c78e>", {"vllm": ["hy_v4"], "sglang": []},
+                      ["<think:6124c78e>", "</think:6124c78e>", "<tool_calls:6124c78e>", "</tool_calls:6124c78e>"],
+                      "<tool_calls:6124c78e>", "</tool_calls:6124c78e>", extra=hy), "extend_model": "qwen3"},
             family("ifm_think", "<ifm|think>", "</ifm|think>", {"vllm": ["k2_horizon"], "sglang": ["k2_horizon"]},
                    ["<ifm|think>", "</ifm|think>", "<ifm|think_fast>", "</ifm|think_fast>", "<ifm|think_faster>", "</ifm|think_faster>", "<ifm|tool_calls>", "</ifm|tool_calls>"],
                    "<ifm|tool_calls>", "</ifm|tool_calls>", extra=ifm),

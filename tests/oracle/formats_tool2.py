@@ -305,6 +305,56 @@ def hy_v3():
     return _spec("hy_v3", {"vllm": ["hy_v3", "hy_v4"], "sglang": ["hunyuan"]}, marks, cases)
 
 
+#: A Hunyuan v4 checkpoint's token suffix (vLLM reads it off the vocabulary: `detect_token_suffix`).
+HY_SUFFIX = ":6124c78e"
+
+
+def hy_tags(suffix=HY_SUFFIX):
+    """The suffixed structural tags of Hunyuan v4, by role."""
+    return {k: f"<{t}{suffix}>" for k, t in (("calls", "tool_calls"), ("calls_end", "/tool_calls"), ("call", "tool_call"),
+                                             ("call_end", "/tool_call"), ("key", "arg_key"), ("key_end", "/arg_key"),
+                                             ("value", "arg_value"), ("value_end", "/arg_value"), ("think", "think"),
+                                             ("think_end", "/think"))}
+
+
+def hy_render(calls, t=None):
+    t = t or hy_tags()
+    body = "".join(f"{t['call']}{n}" + "".join(f"{t['key']}{k}{t['key_end']}{t['value']}{_raw(v)}{t['value_end']}" for k, v in a.items())
+                   + t["call_end"] for n, a in calls)
+    return f"{t['calls']}{body}{t['calls_end']}"
+
+
+def hy_v4():
+    t = hy_tags()
+    plain = hy_tags("")
+    other = hy_tags(":deadbeef")
+    one = hy_render([WEATHER])
+    extra = [
+        _case("unsuffixed_lookalike", "unsuffixed tags (not this checkpoint's tokens) in prose",
+              "Write " + hy_render([WEATHER], plain) + " to call."),
+        _case("other_suffix", "tags with another checkpoint's suffix", hy_render([WEATHER], other)),
+        _case("newline_framing", "newlines after the section tag and between elements",
+              f"{t['calls']}\n{t['call']}get_weather\n{t['key']}city{t['key_end']}{t['value']}Paris{t['value_end']}\n"
+              f"{t['key']}days{t['key_end']}{t['value']}3{t['value_end']}\n{t['call_end']}\n{t['calls_end']}"),
+        _case("newline_between_key_and_value", "a newline between a key and its value",
+              f"{t['calls']}{t['call']}get_weather{t['key']}city{t['key_end']}\n{t['value']}Paris{t['value_end']}{t['call_end']}{t['calls_end']}"),
+        _case("value_with_unsuffixed_close", "a value holding an unsuffixed closing tag",
+              f"{t['calls']}{t['call']}echo{t['key']}text{t['key_end']}{t['value']}a </arg_value> b{t['value_end']}{t['call_end']}{t['calls_end']}"),
+        _case("no_section_close", "a complete call, the section never closed", one[: -len(t["calls_end"])]),
+        _case("name_with_spaces", "spaces around the name",
+              f"{t['calls']}{t['call']} get_weather {t['key']}city{t['key_end']}{t['value']}Paris{t['value_end']}{t['call_end']}{t['calls_end']}"),
+        _case("think_then_call", "a think block then a call (tool parser alone)", f"{t['think']}plan{t['think_end']}" + one),
+        _case("unicode_key_value", "non-ASCII key and value",
+              f"{t['calls']}{t['call']}echo{t['key']}text{t['key_end']}{t['value']}日本語 ✓{t['value_end']}{t['call_end']}{t['calls_end']}"),
+    ]
+    malformed = f"{t['calls']}{t['call']}get_weather{t['key']}city{t['value']}Paris{t['value_end']}{t['call_end']}{t['calls_end']}"
+    cases = tool_cases(hy_render, t["calls"], extra=extra, malformed=malformed)
+    marks = [t[k] for k in ("calls", "calls_end", "call", "call_end", "key", "key_end", "value", "value_end", "think", "think_end")]
+    return _spec("hy_v4", {"vllm": ["hy_v4"], "sglang": []}, marks, cases,
+                 note=f"Hunyuan v4 tags carry the checkpoint's token suffix ({HY_SUFFIX}); the vocabulary has only the suffixed tokens",
+                 extend_model="qwen3")
+
+
 def inkling():
     def render(calls):
         return "".join(f"<|message_model|><|content_invoke_tool_json|>{_j({'name': n, 'args': a})}<|end_message|>" for n, a in calls)
@@ -366,7 +416,7 @@ def iquest_q1():
 def specs():
     return [seed_oss(), deepseek_v4(), deepseek_v41(), kimi_k3(), k2_horizon(), minimax_m3(), olmo3(), lfm2(), granite(),
             granite_20b_fc(), jamba(), phi4_mini_json(), apertus(), xlam(), internlm(), longcat(), gigachat3(), gigachat35(),
-            functiongemma(), gemma4(), step3(), minicpm5(), dots(), hy_v3(), inkling(), cohere_command(), plamo3(), muse(), iquest_q1()]
+            functiongemma(), gemma4(), step3(), minicpm5(), dots(), hy_v3(), hy_v4(), inkling(), cohere_command(), plamo3(), muse(), iquest_q1()]
 
 
 

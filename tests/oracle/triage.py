@@ -26,7 +26,7 @@ RULE_ORDER = [
     "vllm_error", "no_injected_text", "prompt_honoured", "harmony_reads_both", "cut_off_call",
     "unclosed_reasoning", "call_in_reasoning", "no_invented_call", "broken_call", "text_kept",
     "undeclared_tool_kept", "vllm_stream_agrees", "whole_output_rejected", "missing_close_tag",
-    "call_dropped", "call_text_repeated",
+    "call_dropped", "call_text_repeated", "empty_arguments_object",
 ]
 
 

@@ -17,7 +17,7 @@ from sidecar import parsers
 from sidecar.backend import ParseLimits, ParseOpenConfig
 from sidecar.factory import get_backend
 from sidecar.v1 import preprocessor_pb2 as pb
-from tests.conftest import REPO, load_tokenizer, require_shared_models
+from tests.conftest import REPO, derived_model, load_tokenizer, model_dir
 
 DATA = REPO / "tests" / "data" / "parse"
 
@@ -37,11 +37,11 @@ def parse_model(model: str, force_generic: bool = False):  # noqa: ANN201
 
 
 def hf_tokenizer(model: str):  # noqa: ANN201
-    """The PyPI `tokenizers` tokenizer of a shared model (for encoding case texts)."""
+    """The PyPI `tokenizers` tokenizer of a shared (or derived) model (for encoding case texts)."""
     if model not in _HF:
         import tokenizers
 
-        _HF[model] = tokenizers.Tokenizer.from_file(str(require_shared_models() / model / "tokenizer.json"))
+        _HF[model] = tokenizers.Tokenizer.from_file(str(model_dir(model) / "tokenizer.json"))
     return _HF[model]
 
 
@@ -468,9 +468,18 @@ def variants(case: dict) -> dict[str, list[int]]:
     return out
 
 
+def with_added_tokens(case: dict) -> dict:
+    """The case on its model with the case's `added_tokens` added as special tokens (a vocabulary
+    no shared model has), when it names any."""
+    if not case.get("added_tokens"):
+        return case
+    return {**case, "model": derived_model(case["model"], case["added_tokens"])}
+
+
 def check_case(case: dict) -> dict[str, int]:
     """Runs a case in every chunking (and one token per byte where the vocabulary allows); each
     run must equal the expectation and keep every invariant. Returns run counts."""
+    case = with_added_tokens(case)
     seqs = variants(case)
     check_decoding(case, seqs["tokens"])
     runs = [(variant, name, chunks) for variant, seq in seqs.items() for name, chunks in chunkings(seq).items()]

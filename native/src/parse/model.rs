@@ -23,6 +23,8 @@ pub struct ParseModel {
     pub(crate) table: Arc<DecodeTable>,
     /// Added-token content -> id.
     added: HashMap<String, u32>,
+    /// See [`ParseModel::token_suffix`].
+    token_suffix: String,
 }
 
 impl ParseModel {
@@ -34,12 +36,17 @@ impl ParseModel {
     /// Builds the parsing data of `tok`; `force_generic` selects the generic decoder (tests).
     pub fn new(tok: &Tokenizer, force_generic: bool) -> Result<ParseModel> {
         let table = Arc::new(DecodeTable::build(tok, force_generic)?);
-        let added = tok
+        let added: HashMap<String, u32> = tok
             .added_tokens()
             .iter()
             .map(|t| (t.content.clone(), t.id))
             .collect();
-        Ok(ParseModel { table, added })
+        let token_suffix = hunyuan_suffix(&added);
+        Ok(ParseModel {
+            table,
+            added,
+            token_suffix,
+        })
     }
 
     /// The decoder family: `byte_level`, `sentencepiece` or `generic`.
@@ -82,8 +89,75 @@ impl ParseModel {
         sink.text
     }
 
+    /// The per-checkpoint suffix of Hunyuan's structural tokens (`:6124c78e` of
+    /// `<tool_calls:6124c78e>`), empty when the model has none: what a marker's
+    /// [`crate::parse::text::SUFFIX_SLOT`] stands for.
+    pub(crate) fn token_suffix(&self) -> &str {
+        &self.token_suffix
+    }
+
     /// Whether `id` is a special token.
     pub(crate) fn is_special(&self, id: u32) -> bool {
         self.table.is_special(id)
+    }
+}
+
+/// Hunyuan's token suffix as vLLM's `detect_token_suffix` reads it: the `:...` of an added token
+/// `<think:...>`, `<tool_calls:...>`, `<tool_call:...>`, `<arg_key:...>` or `<arg_value:...>`
+/// (no whitespace or `>` in it). vLLM takes the first such token its vocabulary lists, suffixed or
+/// not, in hash order; here the suffixed token with the lowest id decides, so a vocabulary that
+/// also keeps an unsuffixed `<think>` still reads the suffix its structural tokens carry.
+fn hunyuan_suffix(added: &HashMap<String, u32>) -> String {
+    const STEMS: &[&str] = &[
+        "<think",
+        "<tool_calls",
+        "<tool_call",
+        "<arg_key",
+        "<arg_value",
+    ];
+    let suffix_of = |token: &str| -> Option<String> {
+        let inner = token.strip_suffix('>')?;
+        let rest = STEMS.iter().find_map(|s| inner.strip_prefix(s))?;
+        let tail = rest.strip_prefix(':')?;
+        let plain = !tail.is_empty() && !tail.contains(|c: char| c.is_whitespace() || c == '>');
+        plain.then(|| rest.to_string())
+    };
+    added
+        .iter()
+        .filter_map(|(token, &id)| suffix_of(token).map(|s| (id, s)))
+        .min()
+        .map(|(_, s)| s)
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hunyuan_suffix_is_read_off_structural_tokens() {
+        let vocab = |tokens: &[(&str, u32)]| -> HashMap<String, u32> {
+            tokens.iter().map(|&(t, i)| (t.to_string(), i)).collect()
+        };
+        assert_eq!(
+            hunyuan_suffix(&vocab(&[("<tool_calls:6124c78e>", 7)])),
+            ":6124c78e"
+        );
+        assert_eq!(
+            hunyuan_suffix(&vocab(&[
+                ("<think>", 1),
+                ("</think:ab>", 2),
+                ("<think:ab>", 3)
+            ])),
+            ":ab"
+        );
+        assert_eq!(
+            hunyuan_suffix(&vocab(&[("<think>", 1), ("<tool_call>", 2)])),
+            ""
+        );
+        assert_eq!(
+            hunyuan_suffix(&vocab(&[("<tool_sep:x>", 1), ("<think: x>", 2)])),
+            ""
+        );
     }
 }

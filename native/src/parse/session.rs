@@ -138,7 +138,10 @@ impl Plan {
     /// Resolves the configured names; a `Whole` row (Harmony) combines only with its own family.
     fn new(cfg: &SessionConfig) -> Result<Plan> {
         let tool = registry::resolve(Kind::Tool, &cfg.tool_parser)?;
-        let reasoning = registry::resolve(Kind::Reasoning, &cfg.reasoning_parser)?;
+        let mut reasoning = registry::resolve(Kind::Reasoning, &cfg.reasoning_parser)?;
+        if let Some(pair) = tool.map(|t| t.pairs_with).filter(|p| !p.is_empty()) {
+            reasoning = reasoning.or(registry::resolve(Kind::Reasoning, pair)?);
+        }
         let whole = match (tool.and_then(whole_of), reasoning.and_then(whole_of)) {
             (None, None) => None,
             (Some((a, build)), Some((b, _))) if a == b => Some(build),
@@ -154,7 +157,7 @@ impl Plan {
     }
 
     fn markers(&self, model: &ParseModel, skip: bool) -> Markers {
-        let mut markers = Markers::default();
+        let mut markers = Markers::with_suffix(model.token_suffix());
         let lookup = |text: &str| model.marker_token(text, skip);
         for row in self.reasoning.iter().chain(self.tool.iter()) {
             row.markers.iter().for_each(|&m| markers.add(m, lookup));

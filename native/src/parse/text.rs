@@ -213,11 +213,19 @@ pub(crate) fn could_become(s: &str, pattern: &str) -> bool {
     s.len() < pattern.len() && pattern.starts_with(s)
 }
 
+/// Where a marker takes the checkpoint's token suffix: Hunyuan checkpoints spell their structural
+/// tokens with a per-checkpoint suffix (`<tool_calls:6124c78e>`), so a row writes the marker as
+/// `<tool_calls{sfx}>` and the request's markers are spelled with the model's suffix
+/// ([`crate::parse::ParseModel::token_suffix`], empty when it has none).
+pub(crate) const SUFFIX_SLOT: &str = "{sfx}";
+
 /// A marker a parser looks for.
 #[derive(Debug, Clone)]
 pub(crate) struct Marker {
-    /// Its text.
+    /// Its text as the row writes it (what parsers ask for).
     pub(crate) text: &'static str,
+    /// Its text in this model: `text` with the token suffix in its [`SUFFIX_SLOT`].
+    pub(crate) spelled: String,
     /// Its token id when the vocabulary has it as one added token.
     pub(crate) id: Option<u32>,
     /// What `decode` shows for it (empty for a special token when special tokens are skipped).
@@ -230,14 +238,24 @@ pub(crate) struct Markers {
     list: Vec<Marker>,
     /// Token id -> sentinel; a handful of entries, so a linear scan beats hashing.
     by_id: Vec<(u32, char)>,
+    /// What a marker's [`SUFFIX_SLOT`] stands for in this model.
+    suffix: String,
 }
 
 /// Sentinels are U+FDD0..U+FDEF: at most 32 token markers per request.
 const MAX_TOKEN_MARKERS: usize = 32;
 
 impl Markers {
+    /// No markers yet; markers written with a [`SUFFIX_SLOT`] will be spelled with `suffix`.
+    pub(crate) fn with_suffix(suffix: &str) -> Self {
+        Markers {
+            suffix: suffix.to_string(),
+            ..Markers::default()
+        }
+    }
+
     /// Registers `text`; `lookup` gives the id and visible text of an added token with exactly
-    /// this content.
+    /// this content (its spelling in this model).
     pub(crate) fn add(
         &mut self,
         text: &'static str,
@@ -246,21 +264,30 @@ impl Markers {
         if self.list.iter().any(|m| m.text == text) {
             return;
         }
-        let found = if self.by_id.len() < MAX_TOKEN_MARKERS {
-            lookup(text)
-        } else {
-            None
+        let spelled = text.replace(SUFFIX_SLOT, &self.suffix);
+        // Two rows' markers with one spelling (`<tool_call{sfx}>` without a suffix and
+        // `<tool_call>`) are one token: one sentinel.
+        let same = self.list.iter().find(|m| m.spelled == spelled);
+        let found = match same {
+            Some(m) => m.id.map(|id| (id, m.visible.clone())),
+            None if self.by_id.len() < MAX_TOKEN_MARKERS => lookup(&spelled),
+            None => None,
         };
         let (id, visible) = match found {
             Some((id, visible)) => (Some(id), visible),
-            None => (None, text.to_string()),
+            None => (None, spelled.clone()),
         };
-        if let Some(id) = id {
+        if let Some(id) = id.filter(|&id| self.sentinel_for(id).is_none()) {
             let sentinel =
                 char::from_u32(0xFDD0 + self.by_id.len() as u32).expect("noncharacter range");
             self.by_id.push((id, sentinel));
         }
-        self.list.push(Marker { text, id, visible });
+        self.list.push(Marker {
+            text,
+            spelled,
+            id,
+            visible,
+        });
     }
 
     /// The sentinel that stands for token `id`, when it is a marker.
@@ -272,15 +299,19 @@ impl Markers {
     /// every token marker inside it replaced by its sentinel (`<|open|>think<|sep|>` when the
     /// request also looks for `<|sep|>` as a token reads as the decoded stream shows it).
     pub(crate) fn pattern(&self, text: &str) -> String {
-        if let Some(Marker { id: Some(id), .. }) = self.list.iter().find(|m| m.text == text) {
+        let found = self.list.iter().find(|m| m.text == text);
+        if let Some(Marker { id: Some(id), .. }) = found {
             return self.sentinel_for(*id).expect("registered").to_string();
         }
-        let mut pattern = text.to_string();
+        let mut pattern = match found {
+            Some(m) => m.spelled.clone(),
+            None => text.replace(SUFFIX_SLOT, &self.suffix),
+        };
         for m in &self.list {
-            if let (Some(id), true) = (m.id, m.text.len() < text.len()) {
-                if pattern.contains(m.text) {
+            if let (Some(id), true) = (m.id, m.spelled.len() < pattern.len()) {
+                if pattern.contains(&m.spelled) {
                     let sentinel = self.sentinel_for(id).expect("registered").to_string();
-                    pattern = pattern.replace(m.text, &sentinel);
+                    pattern = pattern.replace(&m.spelled, &sentinel);
                 }
             }
         }

@@ -199,6 +199,9 @@ pub struct Parser {
     pub start: StartRule,
     /// How a model's default is recognised; empty when it cannot be (or is not yet).
     pub detect: &'static [Detect],
+    /// Tool rows: the reasoning row the engine's parser always splits with, used when the request
+    /// names no reasoning parser (vLLM's Cohere parser reads both sides whichever one is named).
+    pub pairs_with: &'static str,
     /// One line about the format.
     pub about: &'static str,
 }
@@ -226,6 +229,7 @@ impl Parser {
         ids: IdStyle::OpenAi,
         start: StartRule::CONTENT,
         detect: &[],
+        pairs_with: "",
         about: "",
     };
 

@@ -465,10 +465,10 @@ pub(super) const ROWS: &[Parser] = &[
         name: "hy_v3",
         vllm: &["hy_v3"],
         sglang: &["hunyuan"],
-        markers: &["<think>", "</think>"],
+        markers: &["<think{sfx}>", "</think{sfx}>"],
         build: Build::Think(ThinkSpec {
-            start: &["<think>"],
-            end: &["</think>"],
+            start: &["<think{sfx}>"],
+            end: &["</think{sfx}>"],
             implicit_end: &[],
             trim_end: false,
             ..ThinkSpec::BASE
@@ -478,18 +478,22 @@ pub(super) const ROWS: &[Parser] = &[
             flags: &["reasoning_effort!=no_think"],
             needs_thinking: true,
         },
-        detect: &[],
-        about: "",
+        detect: &[Detect {
+            rank: 15,
+            all: &[&[Sig::Template("<think{}>")], &[Sig::Template("<tool_sep{}>")]],
+            unless: &[],
+        }],
+        about: "<think>/</think> spelled with the checkpoint's token suffix (Hy3: <think:opensource>)",
         ..BASE
     },
     Parser {
         name: "hy_v4",
         vllm: &["hy_v4"],
         sglang: &[],
-        markers: &["<think>", "</think>"],
+        markers: &["<think{sfx}>", "</think{sfx}>"],
         build: Build::Think(ThinkSpec {
-            start: &["<think>"],
-            end: &["</think>"],
+            start: &["<think{sfx}>"],
+            end: &["</think{sfx}>"],
             implicit_end: &[],
             trim_end: false,
             ..ThinkSpec::BASE
@@ -500,7 +504,7 @@ pub(super) const ROWS: &[Parser] = &[
             needs_thinking: true,
         },
         detect: &[],
-        about: "unsuffixed <think>/</think> only; checkpoints whose think tokens carry a suffix are not read",
+        about: "<think>/</think> spelled with the checkpoint's token suffix (<think:6124c78e>)",
         ..BASE
     },
     Parser {
@@ -737,11 +741,11 @@ pub(super) const ROWS: &[Parser] = &[
         name: "cohere_command4",
         vllm: &["cohere_command4"],
         sglang: &["cohere_command4"],
-        markers: &["<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>"],
+        markers: &["<|START_THINKING|>", "<|END_THINKING|>", "<|START_ACTION|>", "<|START_RESPONSE|>", "<|START_TEXT|>"],
         build: Build::Think(ThinkSpec {
             start: &["<|START_THINKING|>"],
             end: &["<|END_THINKING|>"],
-            implicit_end: &["<|START_ACTION|>"],
+            implicit_end: &["<|START_ACTION|>", "<|START_RESPONSE|>", "<|START_TEXT|>"],
             trim_end: true,
             trim_start: true,
             ..ThinkSpec::BASE

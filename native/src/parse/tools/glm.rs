@@ -80,18 +80,18 @@ pub(crate) const IQUEST: KeyedSpec = KeyedSpec {
     ..GLM
 };
 
-/// Hunyuan `hy_v3`.
+/// Hunyuan `hy_v3`; Hy3 checkpoints spell the tags with a token suffix (`<tool_sep:opensource>`).
 pub(crate) const HY_V3: KeyedSpec = KeyedSpec {
     markers: &[
-        "<tool_calls>",
-        "</tool_calls>",
-        "<tool_call>",
-        "</tool_call>",
-        "<tool_sep>",
-        "<arg_key>",
-        "</arg_key>",
-        "<arg_value>",
-        "</arg_value>",
+        "<tool_calls{sfx}>",
+        "</tool_calls{sfx}>",
+        "<tool_call{sfx}>",
+        "</tool_call{sfx}>",
+        "<tool_sep{sfx}>",
+        "<arg_key{sfx}>",
+        "</arg_key{sfx}>",
+        "<arg_value{sfx}>",
+        "</arg_value{sfx}>",
     ],
     section: Some([0, 1]),
     call: [2, 3],
@@ -99,6 +99,29 @@ pub(crate) const HY_V3: KeyedSpec = KeyedSpec {
     key: [5, 6],
     arg_type: None,
     value: [7, 8],
+    json_body: false,
+};
+
+/// Hunyuan `hy_v4`: GLM-4.7's compact elements inside a section, every tag spelled with the
+/// checkpoint's token suffix (`<tool_calls:6124c78e>`); the name ends at the first key or the
+/// call's end (no `<tool_sep>`).
+pub(crate) const HY_V4: KeyedSpec = KeyedSpec {
+    markers: &[
+        "<tool_calls{sfx}>",
+        "</tool_calls{sfx}>",
+        "<tool_call{sfx}>",
+        "</tool_call{sfx}>",
+        "<arg_key{sfx}>",
+        "</arg_key{sfx}>",
+        "<arg_value{sfx}>",
+        "</arg_value{sfx}>",
+    ],
+    section: Some([0, 1]),
+    call: [2, 3],
+    name_sep: None,
+    key: [4, 5],
+    arg_type: None,
+    value: [6, 7],
     json_body: false,
 };
 
@@ -236,6 +259,11 @@ pub(crate) fn build_iquest(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
 /// The `hy_v3` parser of a request (registry constructor).
 pub(crate) fn build_hy_v3(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
     Box::new(Keyed::new(&HY_V3, markers, tools))
+}
+
+/// The `hy_v4` parser of a request (registry constructor).
+pub(crate) fn build_hy_v4(markers: &Markers, tools: &Tools) -> Box<dyn Stage> {
+    Box::new(Keyed::new(&HY_V4, markers, tools))
 }
 
 impl Keyed {
@@ -429,11 +457,16 @@ impl Keyed {
                 )
             }
             None => {
+                // Spaces may pad the name (`<tool_call> f <arg_key>`); they are read as framing
+                // before the first key.
                 let t = &self.tags;
+                let rest = &after[leading_ws(after)..];
                 let ends = after.starts_with('\n')
-                    || after.starts_with(t.key_open.as_str())
-                    || after.starts_with(t.close.as_str());
-                let may = could_become(after, &t.key_open) || could_become(after, &t.close);
+                    || rest.starts_with(t.key_open.as_str())
+                    || rest.starts_with(t.close.as_str());
+                let may = rest.is_empty()
+                    || could_become(rest, &t.key_open)
+                    || could_become(rest, &t.close);
                 (ends, may, 0)
             }
         }

@@ -44,6 +44,9 @@ pub(crate) struct BlockSpec {
     /// Markers that stay content but after which a body counts as at the start (xLAM after
     /// `</think>`); used with `at_start`.
     pub(crate) restarts: &'static [&'static str],
+    /// Markers that are framing wherever they appear in content (Cohere's answer wrapper
+    /// `<|START_RESPONSE|>`...`<|END_RESPONSE|>`).
+    pub(crate) framing: &'static [&'static str],
 }
 
 impl BlockSpec {
@@ -56,6 +59,7 @@ impl BlockSpec {
         at_start: false,
         trailers: &[],
         restarts: &[],
+        framing: &[],
     };
 }
 
@@ -95,6 +99,7 @@ pub(crate) struct JsonBlock {
     close: Option<String>,
     trailers: Vec<String>,
     restarts: Vec<String>,
+    framing: Vec<String>,
     state: State,
     call: JsonCall,
 }
@@ -112,6 +117,7 @@ impl JsonBlock {
             close: spec.close.map(|m| markers.pattern(m)),
             trailers: spec.trailers.iter().map(|m| markers.pattern(m)).collect(),
             restarts: spec.restarts.iter().map(|m| markers.pattern(m)).collect(),
+            framing: spec.framing.iter().map(|m| markers.pattern(m)).collect(),
             state: if spec.at_start {
                 State::Start
             } else {
@@ -142,11 +148,14 @@ impl JsonBlock {
                     .opens
                     .iter()
                     .chain(&self.restarts)
+                    .chain(&self.framing)
                     .map(String::as_str)
                     .collect();
                 let index = out.route_until(input, &patterns, Channel::Content, end)?;
                 if let Some(open) = self.opens.get(index) {
                     self.state = State::Opened { marker: open.len() };
+                } else if index >= self.opens.len() + self.restarts.len() {
+                    out.route(input, patterns[index].len(), Channel::Framing);
                 } else {
                     out.route(input, patterns[index].len(), Channel::Content);
                     self.state = State::Start;

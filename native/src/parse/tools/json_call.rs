@@ -29,6 +29,7 @@ enum Member {
     Args,
     /// Arguments given as a JSON string holding the object.
     ArgsString,
+    Id,
     Skip,
 }
 
@@ -61,6 +62,9 @@ pub(crate) struct CallShape {
     /// `{"NAME": {...}}`: the first key is the name and its value, which must be an object, the
     /// arguments (Apertus); `name_keys` and `arg_keys` are not used.
     pub(crate) keyed: bool,
+    /// Keys whose (string) value is the call id the model wrote (Cohere's `tool_call_id`), kept
+    /// when it comes before the name.
+    pub(crate) id_keys: &'static [&'static str],
 }
 
 impl CallShape {
@@ -69,6 +73,7 @@ impl CallShape {
         name_keys: &["name"],
         arg_keys: &["arguments", "parameters"],
         keyed: false,
+        id_keys: &[],
     };
 }
 
@@ -81,6 +86,8 @@ pub(crate) struct JsonCall {
     shape: CallShape,
     /// The function name, once read.
     pub(crate) name: Option<String>,
+    /// The call id the model wrote, when read before the name.
+    id: Option<String>,
     /// Arguments text not yet sent to the call.
     args: String,
     args_started: bool,
@@ -106,6 +113,7 @@ impl JsonCall {
             key: String::new(),
             shape,
             name: None,
+            id: None,
             args: String::new(),
             args_started: false,
             args_seen: false,
@@ -207,6 +215,8 @@ impl JsonCall {
         }
         if self.shape.name_keys.contains(&key) && self.name.is_none() {
             Member::Name
+        } else if self.shape.id_keys.contains(&key) && self.id.is_none() && self.name.is_none() {
+            Member::Id
         } else if self.shape.arg_keys.contains(&key) && !self.args_seen {
             self.args_seen = true;
             Member::Args
@@ -267,6 +277,8 @@ impl JsonCall {
                 return Step::Stop(n, CallEvent::Named);
             }
             Member::Args => self.args_done = true,
+            // An id that is not a string is not the model's id.
+            Member::Id => self.id = decode_canonical_string(&self.scratch),
             Member::ArgsString => {
                 let inner = decode_canonical_string(&self.scratch).and_then(|s| canonical(&s));
                 if let Some(obj) = inner.filter(|o| o.starts_with('{')) {
@@ -283,7 +295,7 @@ impl JsonCall {
     /// Starts the call once its name is read: its first delta carries the name and the arguments
     /// read so far. Returns the call's index.
     pub(crate) fn start(&mut self, out: &mut Out) -> u32 {
-        let index = out.start_call(self.name.as_deref().unwrap_or_default(), None);
+        let index = out.start_call(self.name.as_deref().unwrap_or_default(), self.id.take());
         self.send_args(index, out);
         index
     }

@@ -70,7 +70,7 @@ json_format!(
         opens: &[&[m[0]]],
         close: Some(m[1]),
         body: Body::List,
-        shape: CallShape { name_keys: &[], arg_keys: &[], keyed: true },
+        shape: CallShape { name_keys: &[], arg_keys: &[], keyed: true, id_keys: &[] },
         ..BlockSpec::PLAIN
     }
 );
@@ -100,6 +100,46 @@ json_format!(
         at_start: true,
         trailers: &[m[4], m[5]],
         restarts: &[m[3]],
+        ..BlockSpec::PLAIN
+    }
+);
+
+/// Cohere Command's call objects: `{"tool_call_id": "0", "tool_name": ..., "parameters": {...}}`,
+/// the id the model's own (Cohere's templates echo it back).
+const COHERE_CALL: CallShape = CallShape {
+    name_keys: &["tool_name"],
+    arg_keys: &["parameters"],
+    keyed: false,
+    id_keys: &["tool_call_id"],
+};
+
+json_format!(
+    /// `cohere_command3` (Command A): `<|START_ACTION|>[{"tool_call_id", "tool_name",
+    /// "parameters"}, ...]<|END_ACTION|>`; the `<|START_RESPONSE|>`/`<|END_RESPONSE|>` wrapper
+    /// around the answer is framing.
+    COHERE3_MARKERS, build_cohere3,
+    ["<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>"],
+    |m| BlockSpec {
+        opens: &[&[m[0]]],
+        close: Some(m[1]),
+        body: Body::List,
+        shape: COHERE_CALL,
+        framing: &[m[2], m[3]],
+        ..BlockSpec::PLAIN
+    }
+);
+
+json_format!(
+    /// `cohere_command4` (Command A Reasoning, SGLang `cohere_command4`): as `cohere_command3`,
+    /// and `<|START_TEXT|>`/`<|END_TEXT|>` wrap the answer too.
+    COHERE4_MARKERS, build_cohere4,
+    ["<|START_ACTION|>", "<|END_ACTION|>", "<|START_RESPONSE|>", "<|END_RESPONSE|>", "<|START_TEXT|>", "<|END_TEXT|>"],
+    |m| BlockSpec {
+        opens: &[&[m[0]]],
+        close: Some(m[1]),
+        body: Body::List,
+        shape: COHERE_CALL,
+        framing: &[m[2], m[3], m[4], m[5]],
         ..BlockSpec::PLAIN
     }
 );
