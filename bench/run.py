@@ -13,6 +13,7 @@ import importlib
 import os
 import platform
 import sys
+import traceback
 from pathlib import Path
 
 SECTIONS = ["bench.server_model", "bench.tokenize", "bench.render", "bench.parse", "bench.hashing", "bench.kv_index",
@@ -34,6 +35,7 @@ def main() -> int:
         "garbage collection.",
         "",
     ]
+    failed: list[str] = []
     for name in SECTIONS:
         if args.only and name.split(".")[-1] not in args.only:
             continue
@@ -44,12 +46,20 @@ def main() -> int:
                 continue
             raise
         print(f"== {name}", file=sys.stderr, flush=True)
-        for section in module.run(args.quick):
-            print(section.markdown(), file=sys.stderr, flush=True)
-            parts.append(section.markdown())
-    Path(args.out).write_text("\n".join(parts))
+        try:
+            for section in module.run(args.quick):
+                print(section.markdown(), file=sys.stderr, flush=True)
+                parts.append(section.markdown())
+        except Exception:  # noqa: BLE001 - one broken section must not cost the others' figures
+            failed.append(name)
+            traceback.print_exc()
+            parts.append(f"### {name}: failed\n\n```\n{traceback.format_exc(limit=3)}```\n")
+        # Written after every section, so a long run that dies keeps what it measured.
+        Path(args.out).write_text("\n".join(parts))
     print(f"wrote {args.out}", file=sys.stderr)
-    return 0
+    if failed:
+        print(f"failed sections: {', '.join(failed)}", file=sys.stderr)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

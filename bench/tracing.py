@@ -29,6 +29,9 @@ class _Context:
     def set_trailing_metadata(self, metadata: tuple) -> None:
         pass
 
+    def add_done_callback(self, callback) -> None:  # noqa: ANN001
+        callback(self)  # no response to send here: the call is done once the handler returns
+
 
 def run(quick: bool) -> list[Section]:
     if tracing.enabled():
