@@ -1,13 +1,14 @@
 """Quick A/B of the Multiplex rows of bench/rust_client.py only (Tokenize 500 B, Render chat, 8
 clients, interleaved rounds) against vllm-rs, ~2 min instead of the whole section's 4-8.
 
-    .venv/bin/python bench/multiplex_ab.py ROUNDS NAME[:STREAMS] ...
+    .venv/bin/python -m bench.multiplex_ab ROUNDS NAME[:STREAMS] ...
 
 Each distinct NAME is one server: `main` runs /work/main's tree with its venv (a before/after
 pair in the same run); `pin...` is this tree's server with every thread pinned to CPU 1
 (`taskset -a`); any other NAME is this tree's server with SIDECAR_MUX_VARIANT=NAME in its
 environment (for experiments that read it). STREAMS: the client's Multiplex streams (default 4).
-Env: SECS (seconds per run, 2), CLIENTS ("8" or "1,8"), SIDECAR_BENCH_NO_PEERS=1 (no vllm-rs).
+Env: SECS (seconds per run, 2), CLIENTS ("8" or "1,8"), WORKLOADS (names, comma-separated; default
+the two small ones), SIDECAR_BENCH_NO_PEERS=1 (no vllm-rs).
 Raw rows go to /tmp/mux2/last.json. Not part of `make bench`."""
 import json, os, sys, statistics, contextlib
 sys.path.insert(0, os.getcwd())
@@ -18,7 +19,7 @@ from bench.peers import VllmRs
 rounds = int(sys.argv[1])
 variants = sys.argv[2:]
 args = ("--model", f"qwen3={SHARED_QWEN3}")
-work = [w for w in workloads(True) if w["name"] in SMALL]
+work = [w for w in workloads(True) if w["name"] in os.environ.get("WORKLOADS", ",".join(SMALL)).split(",")]
 with contextlib.ExitStack() as stack:
     servers = {}
     for v in variants:
@@ -61,7 +62,7 @@ for r in res:
 rows = [r for r in res if "round" in r]
 os.makedirs("/tmp/mux2", exist_ok=True)
 json.dump(rows, open("/tmp/mux2/last.json", "w"))
-for w in SMALL:
+for w in [w["name"] for w in work]:
     print(w)
     ref = {r["round"]: r["per_second"] for r in rows if r["workload"] == w and r["target"] == "vllm-rs" and r["clients"] == 8}
     for t in [x["name"] for x in targets]:
