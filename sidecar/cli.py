@@ -17,6 +17,19 @@ from sidecar import kv_nats
 DEFAULT_TARGET = os.environ.get("SIDECAR_TARGET", "127.0.0.1:50051")
 
 
+def pin_loop_cpu(cpu: int | None, process_index: int) -> frozenset[int]:
+    """Pins this thread (the event loop's, before gRPC starts its own threads, which inherit it) to
+    one CPU; returns the CPUs the native workers go back to (empty when not pinning)."""
+    if cpu is None:
+        return frozenset()
+    allowed = sorted(os.sched_getaffinity(0))
+    if cpu < 0 or cpu not in allowed:
+        raise ValueError(f"--pin-loop-cpu: CPU {cpu} is not one this process may run on ({allowed})")
+    mine = allowed[(allowed.index(cpu) + process_index) % len(allowed)]
+    os.sched_setaffinity(0, {mine})
+    return frozenset(allowed)
+
+
 def _serve(args: argparse.Namespace) -> int:
     from sidecar import logs
     from sidecar.config import ServerConfig
@@ -30,6 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
     if args.process_index is not None:
         logs.bind_process(args.process_index)
     try:
+        worker_cpus = pin_loop_cpu(args.pin_loop_cpu, args.process_index or 0)
         config = ServerConfig(
             models=[ModelSpec.parse(m) for m in args.model],
             backend=args.backend,
@@ -56,6 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
             parse_max_requests=args.parse_max_requests,
             multiplex_max_inflight=args.multiplex_max_inflight,
             reuse_port=args.process_index is not None,
+            worker_cpus=worker_cpus,
             process_index=args.process_index,
             group_state=args.group_state,
             parse_max_held_bytes=args.parse_max_held_kb * 1024,
@@ -367,6 +382,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run N server processes on the same listeners: TCP port shared (SO_REUSEPORT), "
                             "Unix socket PATH as PATH.0 .. PATH.N-1, one /metrics adding them up, health for the group, "
                             "a process that dies restarted (see sidecar/processes.py)")
+    serve.add_argument("--pin-loop-cpu", type=int, default=None, metavar="CPU",
+                       help="run the event loop and gRPC's threads on this CPU (process i of --processes on CPU+i), native "
+                            "workers on all the others' CPUs too: thread wake-ups across CPUs cost more than the work of a "
+                            "small request (docs/benchmarks.md, Multiplex vs vllm-rs); off by default")
     serve.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--group-state", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--kv-replay-history", action="store_true", help=argparse.SUPPRESS)

@@ -85,6 +85,8 @@ class ServerConfig:
     #: One of `--processes N` servers: its index and the file the processes share (sidecar.group).
     process_index: int | None = None
     group_state: str | None = None
+    #: The CPUs native workers run on when the event loop is pinned (`--pin-loop-cpu`); empty: inherited.
+    worker_cpus: frozenset[int] = frozenset()
     #: Multiplex: requests one stream may have waiting for their results.
     multiplex_max_inflight: int = 4096
     #: Calls with more input than this run in the huge lane (at most half the workers).

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -65,9 +66,11 @@ def _inline_stage(rpc: str):  # noqa: ANN202 - has .observe(seconds)
 class _Lane:
     """A thread pool with a bound on the calls waiting for it."""
 
-    def __init__(self, name: str, workers: int, max_queue: int) -> None:
+    def __init__(self, name: str, workers: int, max_queue: int, cpus: frozenset[int] = frozenset()) -> None:
         self.name = name
-        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"native-{name}")
+        # A thread inherits its creator's CPUs: with `--pin-loop-cpu` the loop's, which its workers give back.
+        initializer = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+        self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=f"native-{name}", initializer=initializer)
         self.max_queue = max_queue
         self.pending = 0  # only touched on the event loop thread
 
@@ -78,18 +81,19 @@ class Offloader:
     def __init__(
         self, workers: int, max_queue: int, inline_bytes: int, huge_bytes: int = 1 << 20,
         release_bytes: int = 8 << 20, release_memory: Callable[[], None] | None = None,
+        worker_cpus: frozenset[int] = frozenset(),
     ) -> None:
         self._inline_bytes = inline_bytes
         self._huge_bytes = max(huge_bytes, inline_bytes)
         self._release_bytes = release_bytes
         self._release_memory = release_memory
-        self._large = _Lane("large", workers, max_queue)
-        self._huge = _Lane("huge", max(1, workers // 2), max_queue)
+        self._large = _Lane("large", workers, max_queue, worker_cpus)
+        self._huge = _Lane("huge", max(1, workers // 2), max_queue, worker_cpus)
 
     @classmethod
     def for_config(cls, config: ServerConfig, release_memory: Callable[[], None] | None = None) -> Offloader:
         return cls(config.workers, config.max_queue, config.inline_bytes, config.huge_bytes,
-                   release_memory=release_memory)
+                   release_memory=release_memory, worker_cpus=config.worker_cpus)
 
     async def run(self, fn: Callable[[], T], cost_bytes: int, rpc: str) -> T:
         if cost_bytes <= self._inline_bytes:
