@@ -5,7 +5,7 @@ clients, interleaved rounds) against vllm-rs, ~2 min instead of the whole sectio
 
 Each distinct NAME is one server: `main` runs /work/main's tree with its venv (a before/after
 pair in the same run); `pin...` is this tree's server with every thread pinned to CPU 1
-(`taskset -a`); any other NAME is this tree's server with SIDECAR_MUX_VARIANT=NAME in its
+(`taskset -a`); `pinloop...` is this tree's server with `--pin-loop-cpu 1`; any other NAME is this tree's server with SIDECAR_MUX_VARIANT=NAME in its
 environment (for experiments that read it). STREAMS: the client's Multiplex streams (default 4).
 Env: SECS (seconds per run, 2), CLIENTS ("8" or "1,8"), WORKLOADS (names, comma-separated; default
 the two small ones), SIDECAR_BENCH_NO_PEERS=1 (no vllm-rs).
@@ -39,12 +39,14 @@ with contextlib.ExitStack() as stack:
                         finally:
                             bs._REPO, bs.sys.executable = old, oldexe
                 servers[name] = stack.enter_context(MainServer(*args))
+            elif name.startswith("pinloop"):  # the server's own flag: loop + gRPC threads on CPU 1, workers free
+                servers[name] = stack.enter_context(BenchServer(*args, "--pin-loop-cpu", "1"))
             else:
                 servers[name] = stack.enter_context(BenchServer(*args))
     os.environ.pop("SIDECAR_MUX_VARIANT", None)
     import subprocess as sp2
     for name, srv in servers.items():
-        if name.startswith("pin"):
+        if name.startswith("pin") and not name.startswith("pinloop"):
             sp2.run(["taskset", "-a", "-cp", "1", str(srv._process.pid)], check=True, capture_output=True)
     peer = stack.enter_context(VllmRs.start_or_none())
     targets = []
