@@ -29,7 +29,7 @@ from sidecar.logs import get_logger
 from sidecar.registry import ModelRegistry, embedded_spec
 from sidecar.reload import Reloader
 from sidecar.rpc import Gate, raw_unary, stream, unary
-from sidecar.runtime import Offloader, Runtime
+from sidecar.runtime import Offloader, Runtime, fix_malloc_mmap_threshold
 from sidecar.servicers.admin import AdminServicer
 from sidecar.servicers.detokenize import DetokenizeServicer
 from sidecar.servicers.kv_router import KvRouterServicer, register_metrics
@@ -234,6 +234,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
     the server and removes the socket file before it propagates."""
     if config.otlp_endpoint and not tracing.enabled():
         tracing.configure(config.otlp_endpoint)  # before the wrappers are built: they capture it
+    fix_malloc_mmap_threshold()
     registry = registry or load_registry(config)
     hasher = get_hasher(config.backend)
     offloader = Offloader.for_config(config, release_memory=getattr(registry.backend, "release_memory", None))
