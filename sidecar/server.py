@@ -47,6 +47,10 @@ from sidecar.v1 import preprocessor_pb2 as pb
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["Preprocessor"].full_name
 KV_SERVICE_NAME = kv.DESCRIPTOR.services_by_name["KvRouter"].full_name
 ADMIN_SERVICE_NAME = admin_pb.DESCRIPTOR.services_by_name["Admin"].full_name
+#: Health of this process alone, even under `--processes N` (where every other name answers for the
+#: group): a client spreading calls over the processes probes each with it, so one restarting
+#: sibling does not make the live ones look down.
+PROCESS_HEALTH_NAME = "sidecar.process"
 
 _log = get_logger("sidecar.server")
 
@@ -154,7 +158,8 @@ def kv_router_handler(runtime: Runtime, router, gate: Gate) -> grpc.GenericRpcHa
 
 class GroupHealthServicer(health.aio.HealthServicer):
     """Health of one of `--processes N` servers, answered for the group: SERVING only while every
-    process is (see sidecar.group), so a probe of any one sees a sibling that is down or draining."""
+    process is (see sidecar.group), so a probe of any one sees a sibling that is down or draining;
+    `PROCESS_HEALTH_NAME` alone answers for this process."""
 
     def __init__(self, group: GroupState) -> None:
         super().__init__()
@@ -162,6 +167,8 @@ class GroupHealthServicer(health.aio.HealthServicer):
 
     async def Check(self, request: health_pb2.HealthCheckRequest, context) -> health_pb2.HealthCheckResponse:  # noqa: ANN001
         response = await super().Check(request, context)
+        if request.service == PROCESS_HEALTH_NAME:
+            return response
         if response.status == health_pb2.HealthCheckResponse.SERVING and not self._group.all_serving():
             return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
         return response
@@ -257,7 +264,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
     health_servicer = GroupHealthServicer(group) if group is not None else health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     services = [SERVICE_NAME, KV_SERVICE_NAME, *([ADMIN_SERVICE_NAME] if config.enable_admin else [])]
-    for name in ["", *services, *(m.name for m in registry)]:
+    for name in ["", PROCESS_HEALTH_NAME, *services, *(m.name for m in registry)]:
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     if config.reflection:
         from grpc_reflection.v1alpha import reflection

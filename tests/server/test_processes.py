@@ -1,8 +1,8 @@
 """`sidecar serve --processes 2`: both processes answer on the shared TCP port (new connections are
 spread by SO_REUSEPORT) and each on its own Unix socket; the parent's one /metrics adds them up;
 health on either socket answers for the group (NOT_SERVING while a killed process is being
-restarted, SERVING once it is back); SIGTERM to the parent stops both, which remove their sockets,
-and the parent exits 0."""
+restarted, SERVING once it is back), except `sidecar.process`, which answers for the process
+alone; SIGTERM to the parent stops both, which remove their sockets, and the parent exits 0."""
 
 from __future__ import annotations
 
@@ -49,9 +49,9 @@ def tokenize(address: str, text: str) -> list[int]:
     return list(response.encodings[0].token_ids)
 
 
-def health(address: str) -> int:
+def health(address: str, service: str = "") -> int:
     with grpc.insecure_channel(address) as channel:
-        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=""), timeout=30).status
+        return health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=30).status
 
 
 def wait_for(condition, what: str, log_path: Path, seconds: float = 120) -> None:  # noqa: ANN001
@@ -108,6 +108,8 @@ def test_processes_share_the_port_and_each_has_its_socket(tmp_path: Path) -> Non
         os.kill(child_pid(parent.pid, 1), signal.SIGKILL)
         wait_for(lambda: health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.NOT_SERVING,
                  "process 0 did not report its dead sibling", log_path)
+        # ... while its own health (what a client probing each process asks) stays SERVING.
+        assert health(f"unix:{uds}.0", "sidecar.process") == health_pb2.HealthCheckResponse.SERVING
         wait_for(lambda: sum(e.get("event") == "listening" and e.get("process") == 1 for e in log_events(log_path)) == 2,
                  "process 1 was not restarted", log_path)
         wait_for(lambda: health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.SERVING,

@@ -23,6 +23,9 @@ use crate::v1::{
 };
 use crate::Error;
 
+/// The health service name a `--processes N` server answers for one process alone.
+pub const PROCESS_HEALTH_SERVICE: &str = "sidecar.process";
+
 /// Settings of a [`Client`]; start with [`Client::builder`].
 #[derive(Debug, Clone)]
 pub struct ClientBuilder {
@@ -30,7 +33,7 @@ pub struct ClientBuilder {
     timeout: Option<Duration>,
     connect_timeout: Duration,
     health_timeout: Duration,
-    health_service: String,
+    health_service: Option<String>,
     max_message_bytes: usize,
     retry_unavailable: bool,
     multiplex: bool,
@@ -58,10 +61,13 @@ impl ClientBuilder {
         self
     }
 
-    /// The service name the health check asks about (default `""`, the whole server; the sidecar
-    /// also answers `sidecar.v1.Preprocessor` and `sidecar.v1.KvRouter`).
+    /// The service name the health check asks about. By default `""` (the whole server), and for
+    /// each process of a `--processes N` server found behind `unix:PATH`,
+    /// [`PROCESS_HEALTH_SERVICE`] (that process alone: the other names answer for the group, so a
+    /// restarting sibling would make a live process look down). The sidecar also answers
+    /// `sidecar.v1.Preprocessor`, `sidecar.v1.KvRouter` and each model's name.
     pub fn health_service(mut self, service: impl Into<String>) -> Self {
-        self.health_service = service.into();
+        self.health_service = Some(service.into());
         self
     }
 
@@ -110,13 +116,22 @@ impl ClientBuilder {
     /// with `--processes N`) gets one channel per process socket found now.
     pub fn build(self) -> Result<Client, Error> {
         let target: Target = self.target.parse()?;
+        let processes = discover(&target);
+        let default_service = if processes.len() > 1 || processes.first() != Some(&target) {
+            PROCESS_HEALTH_SERVICE
+        } else {
+            ""
+        };
         let mut members = Vec::new();
-        for process in discover(&target) {
+        for process in processes {
             let settings = Settings {
                 target: process,
                 connect_timeout: self.connect_timeout,
                 health_timeout: self.health_timeout,
-                health_service: self.health_service.clone(),
+                health_service: self
+                    .health_service
+                    .clone()
+                    .unwrap_or_else(|| default_service.to_string()),
                 max_message_bytes: self.max_message_bytes,
                 retry_unavailable: self.retry_unavailable,
             };
@@ -180,7 +195,7 @@ impl Client {
             timeout: Some(Duration::from_secs(10)),
             connect_timeout: Duration::from_secs(5),
             health_timeout: Duration::from_secs(2),
-            health_service: String::new(),
+            health_service: None,
             max_message_bytes: 64 << 20,
             retry_unavailable: true,
             multiplex: false,

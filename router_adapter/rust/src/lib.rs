@@ -33,7 +33,7 @@ mod multiplex;
 mod parse_stream;
 mod target;
 
-pub use client::{Client, ClientBuilder};
+pub use client::{Client, ClientBuilder, PROCESS_HEALTH_SERVICE};
 pub use error::{code_name, Error};
 pub use parse_stream::ParseStream;
 pub use target::Target;
