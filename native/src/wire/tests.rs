@@ -385,3 +385,40 @@ fn an_open_prompt_id_above_u32_is_refused_by_position_and_the_rest_still_names_t
         ("r", 0)
     );
 }
+
+#[test]
+fn an_open_split_copies_the_other_fields_byte_for_byte() {
+    // OpenRequest { request_id = "r", ids 5 (unpacked), unknown field 99 = 1, ids [7, 300] (packed),
+    // model = "m" }, then a second open merged into it { ids 8 }, and an unknown top-level field 15.
+    let open = [
+        0x0a, 0x01, b'r', 0x30, 0x05, 0x98, 0x06, 0x01, 0x32, 0x03, 0x07, 0xac, 0x02, 0x12, 0x01,
+        b'm',
+    ];
+    let mut message = vec![0x0a, open.len() as u8];
+    message.extend_from_slice(&open);
+    message.extend_from_slice(&[0x0a, 0x02, 0x30, 0x08, 0x78, 0x02]);
+    let split = super::split_open(&message).unwrap();
+    assert_eq!(split.ids.unwrap(), vec![5, 7, 300, 8]);
+    // The open keeps request_id, the unknown field and model in order; the second open is empty.
+    let rest = [
+        0x0a, 0x09, 0x0a, 0x01, b'r', 0x98, 0x06, 0x01, 0x12, 0x01, b'm', 0x0a, 0x00, 0x78, 0x02,
+    ];
+    assert_eq!(split.without_ids, rest);
+    let Some(pb::parse_stream_request::Kind::Open(read)) =
+        pb::ParseStreamRequest::decode(&split.without_ids[..])
+            .unwrap()
+            .kind
+    else {
+        panic!("not an open")
+    };
+    assert_eq!((read.request_id.as_str(), read.model.as_str()), ("r", "m"));
+    // Malformed: a truncated packed id, ids or the open with a wire type they cannot have.
+    for bad in [
+        &[0x0a, 0x03, 0x32, 0x01, 0x80][..],
+        &[0x0a, 0x05, 0x35, 0x01, 0x02, 0x03, 0x04],
+        &[0x08, 0x01],
+    ] {
+        let err = super::split_open(bad).err().expect("refused");
+        assert!(err.message().starts_with("malformed "), "{}", err.message());
+    }
+}
