@@ -1,23 +1,38 @@
 """Quick A/B of the Multiplex rows of bench/rust_client.py only (Tokenize 500 B, Render chat, 8
 clients, interleaved rounds) against vllm-rs, ~2 min instead of the whole section's 4-8.
 
-    .venv/bin/python -m bench.multiplex_ab ROUNDS NAME[:STREAMS] ...
+    .venv/bin/python -m bench.multiplex_ab [--main-repo DIR] [--out-dir DIR] ROUNDS NAME[:STREAMS] ...
 
-Each distinct NAME is one server: `main` runs /work/main's tree with its venv (a before/after
-pair in the same run); `pin...` is this tree's server with every thread pinned to CPU 1
-(`taskset -a`); `pinloop...` is this tree's server with `--pin-loop-cpu 1`; any other NAME is this tree's server with SIDECAR_MUX_VARIANT=NAME in its
-environment (for experiments that read it). STREAMS: the client's Multiplex streams (default 4).
+Each distinct NAME is one server: `main` runs the tree at --main-repo (default: the repo this
+script is in) with that tree's venv, or this Python when it has none (a before/after pair in the
+same run, given another checkout); `pin...` is this tree's server with every thread pinned to
+CPU 1 (`taskset -a`); `pinloop...` is this tree's server with `--pin-loop-cpu 1`; any other NAME
+is this tree's server with SIDECAR_MUX_VARIANT=NAME in its environment (for experiments that read
+it). STREAMS: the client's Multiplex streams (default 4).
 Env: SECS (seconds per run, 2), CLIENTS ("8" or "1,8"), WORKLOADS (names, comma-separated; default
 the two small ones), SIDECAR_BENCH_NO_PEERS=1 (no vllm-rs).
-Raw rows go to /tmp/mux2/last.json. Not part of `make bench`."""
+Raw rows go to OUT_DIR/last.json (--out-dir; default a new temporary directory, printed). Not part
+of `make bench`."""
+import argparse
+import tempfile
+from pathlib import Path
 import json, os, sys, statistics, contextlib
-sys.path.insert(0, os.getcwd())
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 from bench.rust_client import workloads, load, SHARED_QWEN3, SMALL
 from bench.server import BenchServer
 from bench.peers import VllmRs
 
-rounds = int(sys.argv[1])
-variants = sys.argv[2:]
+parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+parser.add_argument("rounds", type=int)
+parser.add_argument("variants", nargs="+", metavar="NAME[:STREAMS]")
+parser.add_argument("--main-repo", type=Path, default=REPO, help="the tree the `main` server runs (default: %(default)s)")
+parser.add_argument("--out-dir", type=Path, default=None, help="where last.json goes (default: a new temporary directory)")
+options = parser.parse_args()
+rounds, variants = options.rounds, options.variants
+main_repo = options.main_repo.resolve()
+main_python = main_repo / ".venv" / "bin" / "python"
+out_dir = options.out_dir or Path(tempfile.mkdtemp(prefix="multiplex_ab-"))
 args = ("--model", f"qwen3={SHARED_QWEN3}")
 work = [w for w in workloads(True) if w["name"] in os.environ.get("WORKLOADS", ",".join(SMALL)).split(",")]
 with contextlib.ExitStack() as stack:
@@ -28,12 +43,11 @@ with contextlib.ExitStack() as stack:
             os.environ["SIDECAR_MUX_VARIANT"] = name
             if name == "main":
                 import bench.server as bs
-                from pathlib import Path
                 class MainServer(BenchServer):
                     def __enter__(self):
                         old, oldexe = bs._REPO, bs.sys.executable
-                        bs._REPO = Path("/work/main")
-                        bs.sys.executable = "/work/main/.venv/bin/python"
+                        bs._REPO = main_repo
+                        bs.sys.executable = str(main_python) if main_python.exists() else sys.executable
                         try:
                             return super().__enter__()
                         finally:
@@ -62,8 +76,10 @@ for r in res:
     if "check" in r and not r["same"]:
         print("MISMATCH", r)
 rows = [r for r in res if "round" in r]
-os.makedirs("/tmp/mux2", exist_ok=True)
-json.dump(rows, open("/tmp/mux2/last.json", "w"))
+out_dir.mkdir(parents=True, exist_ok=True)
+with open(out_dir / "last.json", "w") as f:
+    json.dump(rows, f)
+print(f"raw rows: {out_dir / 'last.json'}")
 for w in [w["name"] for w in work]:
     print(w)
     ref = {r["round"]: r["per_second"] for r in rows if r["workload"] == w and r["target"] == "vllm-rs" and r["clients"] == 8}

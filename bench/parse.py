@@ -258,7 +258,39 @@ def section_stop_strings(quick: bool) -> Section:
     return section
 
 
+def _long_string_call(size: int) -> str:
+    """An lfm2 call whose one string argument is about `size` bytes of prose (quotes escaped)."""
+    sentence = "The handler reads the request, checks the user\\'s token and writes a JSON reply. "
+    body = (sentence * (size // len(sentence) + 1))[:size]
+    return f"<|tool_call_start|>[write_file(path='notes.txt', content='{body}')]<|tool_call_end|>"
+
+
+def section_long_string(quick: bool) -> Section:
+    """Per-token cost of a pythonic call with one long string argument: the call reader resumes
+    inside the string, so a 20 KB argument costs per token what a 200-byte one does (it used to
+    reread the argument from its start every step, quadratic in its length)."""
+    from sidecar.factory import get_backend
+
+    section = Section(
+        "ParseStream: a long string argument (lfm2, pythonic reader), cost per token",
+        ["string argument", "tokens", "native core per token", "vs 200 B"],
+        notes=["sc_parse_bench, one token per step, qwen3 tokenizer, same run; each row the best of 3."],
+    )
+    backend = get_backend("native")
+    parse_model = backend.load_parse_model(backend.load_tokenizer(MODELS / "qwen3"))
+    prompt = _encode("qwen3", QWEN_PROMPT)
+    cfg = _config("lfm2", "", "").as_dict()
+    base = None
+    for size in (200, 20_000):
+        ids = _encode("qwen3", _long_string_call(size))
+        iterations = max(1, (2_000 if quick else 20_000) // len(ids))
+        cost = min(parse_model.bench(cfg, prompt, ids, 1, iterations) for _ in range(3))
+        base = base or cost
+        section.rows.append([f"{size:,} B", str(len(ids)), f"{cost:,.0f} ns", f"{cost / base:.2f}x"])
+    return section
+
+
 def run(quick: bool) -> list[Section]:
     if not (MODELS / "SOURCES.md").is_file():
         return [Section("ParseStream", ["skipped"], rows=[[f"../shared/models not found at {MODELS}"]])]
-    return [section_native_cost(quick), section_stop_strings(quick), section_grpc(quick)]
+    return [section_native_cost(quick), section_long_string(quick), section_stop_strings(quick), section_grpc(quick)]

@@ -82,7 +82,7 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
     native = NativeTable(runtime)
     native.get()  # built now, not by the first call (None on a backend other than native)
     tokenize = TokenizeServicer(runtime, native)
-    detokenize = DetokenizeServicer(runtime)
+    detokenize = DetokenizeServicer(runtime, native)
     render = RenderServicer(runtime, native)
     models = ModelsServicer(runtime)
     parse = ParseStreamServicer(runtime)
@@ -91,17 +91,21 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
     if tracing.enabled():
         # The Python path, whose decode and encode stages become child spans of the call.
         tokenize_handler = unary_handler("Tokenize", tokenize.Tokenize, pb.TokenizeRequest, gate)
+        detokenize_handler = unary_handler("Detokenize", detokenize.Detokenize, pb.DetokenizeRequest, gate)
         render_handler = unary_handler("Render", render.Render, pb.RenderRequest, gate)
     else:
         # Raw bytes both ways: the native core reads the request and writes the response.
         tokenize_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Tokenize", tokenize.TokenizeRaw, gate))
+        detokenize_handler = grpc.unary_unary_rpc_method_handler(
+            raw_unary("Detokenize", detokenize.DetokenizeRaw, gate)
+        )
         render_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Render", render.RenderRaw, gate))
 
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {
             "Tokenize": tokenize_handler,
-            "Detokenize": unary_handler("Detokenize", detokenize.Detokenize, pb.DetokenizeRequest, gate),
+            "Detokenize": detokenize_handler,
             "Render": render_handler,
             "ListModels": unary_handler("ListModels", models.ListModels, pb.ListModelsRequest, gate),
             "ListParsers": unary_handler("ListParsers", parsers.ListParsers, pb.ListParsersRequest, gate),

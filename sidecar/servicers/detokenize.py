@@ -5,9 +5,12 @@ from __future__ import annotations
 import grpc
 
 from sidecar.errors import ResourceExhausted
-from sidecar.rpc import Call
+from sidecar.rpc import Call, decode_request
 from sidecar.runtime import Runtime, request_cost
+from sidecar.servicers.native_table import NativeTable, run_unary
 from sidecar.v1 import preprocessor_pb2 as pb
+
+_DETOKENIZE = 2  # sidecar.native.multiplex.UNARY_DETOKENIZE (not importable without the native library)
 
 
 def check_token_ids(count: int, limit: int, field: str) -> None:
@@ -19,8 +22,19 @@ def check_token_ids(count: int, limit: int, field: str) -> None:
 
 
 class DetokenizeServicer:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, native: NativeTable | None = None) -> None:
         self._runtime = runtime
+        self._native = native or NativeTable(runtime)
+
+    async def DetokenizeRaw(self, body: bytes, context: grpc.aio.ServicerContext, call: Call) -> bytes:
+        """The RPC from its raw body to the response's wire bytes: in the native core when the
+        backend is native (see `sidecar.servicers.native_table`), else through `Detokenize`."""
+        table = self._native.get()
+        if table is not None:
+            return (await run_unary(self._runtime, table, _DETOKENIZE, body, call)).response
+        request = decode_request(call.rpc, pb.DetokenizeRequest, body)
+        call.model = request.model
+        return (await self.Detokenize(request, context, call)).SerializeToString()
 
     async def Detokenize(
         self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext, call: Call

@@ -1,5 +1,5 @@
 """The native table of the hosted models (`NativeMultiplexer`) that the Multiplex stream and the
-unary Tokenize and Render RPCs run requests on, and the unary path over it.
+unary Tokenize, Detokenize and Render RPCs run requests on, and the unary path over it.
 
 On the unary path the raw request body goes to the native core and the response's wire bytes come
 back: the request is decoded, checked, run and its response encoded in one native call with the

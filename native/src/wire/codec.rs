@@ -24,6 +24,11 @@ impl<'a> Reader<'a> {
         self.pos >= self.buf.len()
     }
 
+    /// Where the next field starts (a field's raw bytes are the buffer between two positions).
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+
     /// The next field's (number, wire type).
     pub(crate) fn key(&mut self) -> Result<(u64, u64)> {
         let key = self.varint()?;

@@ -385,3 +385,114 @@ fn an_open_prompt_id_above_u32_is_refused_by_position_and_the_rest_still_names_t
         ("r", 0)
     );
 }
+
+#[test]
+fn an_open_split_copies_the_other_fields_byte_for_byte() {
+    // OpenRequest { request_id = "r", ids 5 (unpacked), unknown field 99 = 1, ids [7, 300] (packed),
+    // model = "m" }, then a second open merged into it { ids 8 }, and an unknown top-level field 15.
+    let open = [
+        0x0a, 0x01, b'r', 0x30, 0x05, 0x98, 0x06, 0x01, 0x32, 0x03, 0x07, 0xac, 0x02, 0x12, 0x01,
+        b'm',
+    ];
+    let mut message = vec![0x0a, open.len() as u8];
+    message.extend_from_slice(&open);
+    message.extend_from_slice(&[0x0a, 0x02, 0x30, 0x08, 0x78, 0x02]);
+    let split = super::split_open(&message).unwrap();
+    assert_eq!(split.ids.unwrap(), vec![5, 7, 300, 8]);
+    // The open keeps request_id, the unknown field and model in order; the second open is empty.
+    let rest = [
+        0x0a, 0x09, 0x0a, 0x01, b'r', 0x98, 0x06, 0x01, 0x12, 0x01, b'm', 0x0a, 0x00, 0x78, 0x02,
+    ];
+    assert_eq!(split.without_ids, rest);
+    let Some(pb::parse_stream_request::Kind::Open(read)) =
+        pb::ParseStreamRequest::decode(&split.without_ids[..])
+            .unwrap()
+            .kind
+    else {
+        panic!("not an open")
+    };
+    assert_eq!((read.request_id.as_str(), read.model.as_str()), ("r", "m"));
+    // Malformed: a truncated packed id, ids or the open with a wire type they cannot have.
+    for bad in [
+        &[0x0a, 0x03, 0x32, 0x01, 0x80][..],
+        &[0x0a, 0x05, 0x35, 0x01, 0x02, 0x03, 0x04],
+        &[0x08, 0x01],
+    ] {
+        let err = super::split_open(bad).err().expect("refused");
+        assert!(err.message().starts_with("malformed "), "{}", err.message());
+    }
+}
+
+/// The open's ids as prost reads them 64-bit wide (what `split_open` did before it read the
+/// message by hand).
+#[derive(Clone, PartialEq, prost::Message)]
+struct WideIds {
+    #[prost(uint64, repeated, tag = "6")]
+    prompt_token_ids: Vec<u64>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+struct WideOpen {
+    #[prost(message, optional, tag = "1")]
+    open: Option<WideIds>,
+}
+
+#[test]
+fn an_open_split_agrees_with_prost_on_random_and_mutated_messages() {
+    let mut rng = Rng(0x5eed_0dd5);
+    let mut compared = 0;
+    for case in 0..3000 {
+        let open = pb::OpenRequest {
+            request_id: rng.text(8),
+            model: rng.text(4),
+            prompt_token_ids: (0..rng.below(50)).map(|_| rng.id()).collect(),
+            stop: (0..rng.below(3)).map(|_| rng.text(5)).collect(),
+            tools_json: rng.text(6),
+            ..Default::default()
+        };
+        let mut message = pb::ParseStreamRequest {
+            kind: Some(Kind::Open(open)),
+        }
+        .encode_to_vec();
+        // Most cases mutated: bytes flipped, cut short or appended.
+        for _ in 0..rng.below(4) {
+            match rng.below(3) {
+                0 if !message.is_empty() => {
+                    let at = rng.below(message.len() as u64) as usize;
+                    message[at] = rng.next() as u8;
+                }
+                1 => message.truncate(rng.below(message.len() as u64 + 1) as usize),
+                _ => message.push(rng.next() as u8),
+            }
+        }
+        let (Ok(whole), Ok(wide)) = (
+            pb::ParseStreamRequest::decode(&message[..]),
+            WideOpen::decode(&message[..]),
+        ) else {
+            continue;
+        };
+        compared += 1;
+        let split = super::split_open(&message)
+            .unwrap_or_else(|e| panic!("case {case}: prost reads it, split_open refused: {e:?}"));
+        let mut expected = whole;
+        if let Some(Kind::Open(open)) = &mut expected.kind {
+            open.prompt_token_ids.clear();
+        }
+        let rest = pb::ParseStreamRequest::decode(&split.without_ids[..]).expect("rest decodes");
+        assert_eq!(rest, expected, "case {case}");
+        let wide = wide.open.map(|o| o.prompt_token_ids).unwrap_or_default();
+        match wide.iter().position(|&id| id > u64::from(u32::MAX)) {
+            Some(at) => assert!(split
+                .ids
+                .unwrap_err()
+                .message()
+                .contains(&format!("[{at}]"))),
+            None => assert_eq!(
+                split.ids.unwrap(),
+                wide.iter().map(|&id| id as u32).collect::<Vec<_>>(),
+                "case {case}"
+            ),
+        }
+    }
+    assert!(compared > 800, "{compared} compared");
+}

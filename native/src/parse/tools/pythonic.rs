@@ -147,80 +147,110 @@ impl<'a> P<'a> {
     fn string(&mut self, raw: bool) -> Res<String> {
         let quote = self.peek().expect("a quote");
         self.i += 1;
-        let mut text = String::new();
+        self.string_rest(quote, raw, &mut String::new())
+    }
+
+    /// The rest of a string after its opening quote, `text` holding what was decoded before
+    /// `self.i`. When the text ends first (`Err(true)`), `self.i` and `text` are left at the start
+    /// of the last piece read, a point to continue from once more text arrives: that piece (an
+    /// octal escape takes up to three digits) may read differently with what follows.
+    fn string_rest(&mut self, quote: char, raw: bool, text: &mut String) -> Res<String> {
+        let mut last = (self.i, text.len());
         loop {
-            let Some(c) = self.peek() else {
+            if self.i >= self.s.len() {
+                self.i = last.0;
+                text.truncate(last.1);
                 return Err(true);
-            };
-            self.i += c.len_utf8();
-            if c == quote {
-                let mut out = String::new();
-                push_json_string(&text, &mut out);
-                return Ok(out);
             }
-            if c == '\n' {
-                return Err(false);
-            }
-            if c != '\\' {
-                text.push(c);
-                continue;
-            }
-            let Some(e) = self.peek() else {
-                return Err(true);
-            };
-            if raw {
-                text.push('\\');
-                text.push(e);
-                self.i += e.len_utf8();
-                continue;
-            }
-            self.i += e.len_utf8();
-            match e {
-                '\n' => {}
-                '\\' | '\'' | '"' => text.push(e),
-                'n' => text.push('\n'),
-                'r' => text.push('\r'),
-                't' => text.push('\t'),
-                'b' => text.push('\u{8}'),
-                'f' => text.push('\u{c}'),
-                'v' => text.push('\u{b}'),
-                'a' => text.push('\u{7}'),
-                '0'..='7' => {
-                    let mut value = e.to_digit(8).expect("octal");
-                    for _ in 0..2 {
-                        match self.peek().and_then(|d| d.to_digit(8)) {
-                            Some(d) => {
-                                value = value * 8 + d;
-                                self.i += 1;
-                            }
-                            None => break,
-                        }
-                    }
-                    text.push(char::from_u32(value).ok_or(false)?);
+            last = (self.i, text.len());
+            match self.string_piece(quote, raw, text) {
+                Ok(true) => {
+                    let mut out = String::new();
+                    push_json_string(text, &mut out);
+                    return Ok(out);
                 }
-                'x' | 'u' | 'U' => {
-                    let n = match e {
-                        'x' => 2,
-                        'u' => 4,
-                        _ => 8,
-                    };
-                    let digits = self
-                        .s
-                        .get(self.i..self.i + n)
-                        .ok_or(self.i + n > self.s.len())?;
-                    let value = u32::from_str_radix(digits, 16).map_err(|_| false)?;
-                    if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-                        return Err(false);
+                Ok(false) => {}
+                Err(more) => {
+                    if more {
+                        self.i = last.0;
+                        text.truncate(last.1);
                     }
-                    self.i += n;
-                    text.push(char::from_u32(value).ok_or(false)?);
-                }
-                other => {
-                    text.push('\\');
-                    text.push(other);
+                    return Err(more);
                 }
             }
         }
+    }
+
+    /// One character or escape of a string (there is input at `self.i`): `true` when it is the
+    /// closing quote.
+    fn string_piece(&mut self, quote: char, raw: bool, text: &mut String) -> Res<bool> {
+        let c = self.peek().expect("input");
+        self.i += c.len_utf8();
+        if c == quote {
+            return Ok(true);
+        }
+        if c == '\n' {
+            return Err(false);
+        }
+        if c != '\\' {
+            text.push(c);
+            return Ok(false);
+        }
+        let Some(e) = self.peek() else {
+            return Err(true);
+        };
+        self.i += e.len_utf8();
+        if raw {
+            text.push('\\');
+            text.push(e);
+            return Ok(false);
+        }
+        match e {
+            '\n' => {}
+            '\\' | '\'' | '"' => text.push(e),
+            'n' => text.push('\n'),
+            'r' => text.push('\r'),
+            't' => text.push('\t'),
+            'b' => text.push('\u{8}'),
+            'f' => text.push('\u{c}'),
+            'v' => text.push('\u{b}'),
+            'a' => text.push('\u{7}'),
+            '0'..='7' => {
+                let mut value = e.to_digit(8).expect("octal");
+                for _ in 0..2 {
+                    match self.peek().and_then(|d| d.to_digit(8)) {
+                        Some(d) => {
+                            value = value * 8 + d;
+                            self.i += 1;
+                        }
+                        None => break,
+                    }
+                }
+                text.push(char::from_u32(value).ok_or(false)?);
+            }
+            'x' | 'u' | 'U' => {
+                let n = match e {
+                    'x' => 2,
+                    'u' => 4,
+                    _ => 8,
+                };
+                let digits = self
+                    .s
+                    .get(self.i..self.i + n)
+                    .ok_or(self.i + n > self.s.len())?;
+                let value = u32::from_str_radix(digits, 16).map_err(|_| false)?;
+                if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    return Err(false);
+                }
+                self.i += n;
+                text.push(char::from_u32(value).ok_or(false)?);
+            }
+            other => {
+                text.push('\\');
+                text.push(other);
+            }
+        }
+        Ok(false)
     }
 
     fn sequence(&mut self, close: char) -> Res<String> {
@@ -365,15 +395,44 @@ pub(crate) fn parse_calls(s: &str, syntax: Syntax<'_>) -> (Vec<ParsedCall>, List
 }
 
 /// Calls read from a text that grows between reads. Reading resumes after the last complete
-/// argument or closed call: nothing read before it depends on what follows, so resuming there
-/// gives what reading the whole text again would, and a step reads only the open argument and the
-/// new text.
+/// argument or closed call, or inside a string argument the text ended in: nothing read before
+/// such a point depends on what follows, so resuming there gives what reading the whole text
+/// again would, and a step reads only the new text (and the last piece of an open string).
 #[derive(Debug, Default)]
 pub(crate) struct CallReader {
     /// The calls read, with the open one (possibly not yet decided) last.
     pub(crate) calls: Vec<ParsedCall>,
     /// Where the next read resumes, and how many calls were read by then; `None`: at the start.
     resume: Option<(usize, usize)>,
+    /// The argument of the last call the text ended in (inside its string, or after its value);
+    /// the next read continues it.
+    open: Option<OpenArg>,
+    /// Where the last read started: it read at most the text from there on (tests bound the
+    /// work of a step with it).
+    pub(crate) read_from: usize,
+}
+
+/// An argument cut off by the end of the text, as far as it is known.
+#[derive(Debug)]
+struct OpenArg {
+    key: String,
+    /// Where the argument starts (a break is reported there).
+    at: usize,
+    /// Where reading continues.
+    i: usize,
+    value: OpenValue,
+}
+
+#[derive(Debug)]
+enum OpenValue {
+    /// Inside a string: its quote, whether it is raw, and the text decoded before `i`.
+    String {
+        quote: char,
+        raw: bool,
+        text: String,
+    },
+    /// The value is complete (JSON text); what follows it (`,` or `)`) is not here yet.
+    Done(String),
 }
 
 impl CallReader {
@@ -387,9 +446,10 @@ impl CallReader {
         self.calls.truncate(kept);
         let mut p = P {
             s,
-            i: at,
+            i: self.open.as_ref().map_or(at, |open| open.i),
             json_literals: syntax.json_literals,
         };
+        self.read_from = p.i;
         if self.calls.last().is_some_and(|c| !c.closed) {
             if let Err(status) = self.arguments(&mut p) {
                 return status;
@@ -424,38 +484,68 @@ impl CallReader {
     }
 
     /// Reads the keyword arguments of the last call through its `)`; a complete argument and the
-    /// `)` are points to resume at.
+    /// `)` are points to resume at, and so is the end of the text inside or after an argument.
     fn arguments(&mut self, p: &mut P<'_>) -> Result<(), ListStatus> {
         loop {
-            p.ws();
-            match p.peek() {
-                None => return Err(ListStatus::Wait),
-                Some(')') => {
-                    p.i += 1;
-                    let call = self.calls.last_mut().expect("a call");
-                    call.closed = true;
-                    call.end = p.i;
-                    self.resume = Some((p.i, self.calls.len()));
-                    return Ok(());
+            let open = match self.open.take() {
+                Some(open) => open,
+                None => {
+                    p.ws();
+                    match p.peek() {
+                        None => return Err(ListStatus::Wait),
+                        Some(')') => {
+                            p.i += 1;
+                            let call = self.calls.last_mut().expect("a call");
+                            call.closed = true;
+                            call.end = p.i;
+                            self.resume = Some((p.i, self.calls.len()));
+                            return Ok(());
+                        }
+                        _ => {}
+                    }
+                    let at = p.i;
+                    let key = p
+                        .ident()
+                        .map_err(|more| stop(&self.calls, more, at))?
+                        .to_string();
+                    p.ws();
+                    match p.peek() {
+                        None => return Err(ListStatus::Wait),
+                        Some('=') => p.i += 1,
+                        _ => return Err(ListStatus::Broken(at)),
+                    }
+                    p.ws();
+                    let value = match string_start(p) {
+                        Some((quote, raw)) => OpenValue::String {
+                            quote,
+                            raw,
+                            text: String::new(),
+                        },
+                        None => {
+                            OpenValue::Done(p.value().map_err(|more| stop(&self.calls, more, at))?)
+                        }
+                    };
+                    OpenArg {
+                        key,
+                        at,
+                        i: p.i,
+                        value,
+                    }
                 }
-                _ => {}
-            }
-            let at = p.i;
-            let key = p
-                .ident()
-                .map_err(|more| stop(&self.calls, more, at))?
-                .to_string();
-            p.ws();
-            match p.peek() {
-                None => return Err(ListStatus::Wait),
-                Some('=') => p.i += 1,
-                _ => return Err(ListStatus::Broken(at)),
-            }
-            let value = p.value().map_err(|more| stop(&self.calls, more, at))?;
+            };
+            let (at, key, value) = self.value(p, open)?;
             let value_end = p.i;
             p.ws();
             match p.peek() {
-                None => return Err(ListStatus::Wait),
+                None => {
+                    self.keep_open(OpenArg {
+                        key,
+                        at,
+                        i: value_end,
+                        value: OpenValue::Done(value),
+                    });
+                    return Err(ListStatus::Wait);
+                }
                 Some(',') => p.i += 1,
                 Some(')') => {}
                 _ => return Err(ListStatus::Broken(at)),
@@ -466,6 +556,59 @@ impl CallReader {
             self.resume = Some((p.i, self.calls.len()));
         }
     }
+
+    /// The value of an argument read so far, continued from `open.i`: the argument's start, key
+    /// and JSON value, or the status to stop with (the argument kept open when the text ended
+    /// inside its string).
+    fn value(
+        &mut self,
+        p: &mut P<'_>,
+        open: OpenArg,
+    ) -> Result<(usize, String, String), ListStatus> {
+        p.i = open.i;
+        let OpenArg { key, at, value, .. } = open;
+        let (quote, raw, mut text) = match value {
+            OpenValue::Done(value) => return Ok((at, key, value)),
+            OpenValue::String { quote, raw, text } => (quote, raw, text),
+        };
+        match p.string_rest(quote, raw, &mut text) {
+            Ok(value) => Ok((at, key, value)),
+            Err(true) => {
+                self.keep_open(OpenArg {
+                    key,
+                    at,
+                    i: p.i,
+                    value: OpenValue::String { quote, raw, text },
+                });
+                Err(ListStatus::Wait)
+            }
+            Err(false) => Err(stop(&self.calls, false, at)),
+        }
+    }
+
+    /// Keeps an argument the text ended in for the next read, with its call (undecided while it
+    /// is the call's first argument).
+    fn keep_open(&mut self, open: OpenArg) {
+        self.resume = Some((open.at, self.calls.len()));
+        self.open = Some(open);
+    }
+}
+
+/// At a string's opening quote (after an `r` prefix when there is one): `p` moves past it, and
+/// the quote and whether the string is raw are returned. Anything else leaves `p` where it is.
+fn string_start(p: &mut P<'_>) -> Option<(char, bool)> {
+    let rest = &p.s[p.i..];
+    let mut chars = rest.chars();
+    let (raw, quote) = match chars.next()? {
+        q @ ('\'' | '"') => (false, q),
+        'r' | 'R' => match chars.next()? {
+            q @ ('\'' | '"') => (true, q),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    p.i += usize::from(raw) + 1;
+    Some((quote, raw))
 }
 
 /// After a call (whitespace skipped): the end of the calls, or `None` when another one follows.
@@ -843,10 +986,16 @@ mod tests {
             "[B(x=\\t)B(y=,\\t",
             "[f(a=1), g(b=",
             "[f(a='x'), 3]",
+            // Strings cut at every byte: escapes (octal ones take up to three digits), raw
+            // strings, multi-byte characters, a line continuation, a break inside a string.
+            "[f(s='a\\1b\\12c\\123d\\x41\\u00e9\\U0001F600 \\'q\\\\ é😀', t=r\"x\\\"y\\d\" , u=\"\\\nz\" ), g(v='\\7')]",
+            "[f(s='ab\ncd')]",
+            "[f(a=1, s='ok'  ,t='bad\\x4g')]",
+            "[f(s = R'\\' )  , g(a=['x', {'k': 'y'}], b='z'   ) ]",
         ];
         for text in texts {
             let mut reader = CallReader::default();
-            for cut in 1..=text.len() {
+            for cut in (1..=text.len()).filter(|&c| text.is_char_boundary(c)) {
                 let prefix = &text[..cut];
                 let status = reader.read(prefix, Syntax::default());
                 let (calls, whole) = parse_list(prefix);
@@ -860,7 +1009,7 @@ mod tests {
             close: Some("</function_calls>"),
             json_literals: true,
         };
-        let text = "f(a=true, b=\"x\")\ng(c=null)</function_calls>";
+        let text = "f(a=true, b=\"x\\ty\")\ng(c=null, d='\\101')</function_calls>";
         let mut reader = CallReader::default();
         for cut in 1..=text.len() {
             let status = reader.read(&text[..cut], lines);
@@ -868,6 +1017,46 @@ mod tests {
                 (reader.calls.clone(), status),
                 parse_calls(&text[..cut], lines)
             );
+        }
+    }
+
+    /// A long string argument costs each step only its new text: a read starts where the last
+    /// one stopped inside the string (less the last piece), not at the argument's start.
+    #[test]
+    fn a_long_string_argument_is_read_once() {
+        let body: String = "lorem ipsum \\'dolor\\' sit amet, é 😀 \\n "
+            .repeat(600)
+            .to_string();
+        for (text, syntax) in [
+            (
+                format!("[write(path='a.txt', content='{body}', mode=3)]"),
+                Syntax::default(),
+            ),
+            (
+                format!("write(content=\"{body}\")</function_calls>"),
+                Syntax {
+                    close: Some("</function_calls>"),
+                    json_literals: true,
+                },
+            ),
+        ] {
+            let mut reader = CallReader::default();
+            let mut scanned = 0;
+            let mut cuts = 0;
+            let mut status = ListStatus::Wait;
+            for cut in (1..=text.len()).filter(|&c| text.is_char_boundary(c)) {
+                status = reader.read(&text[..cut], syntax);
+                scanned += cut - reader.read_from;
+                cuts += 1;
+            }
+            // One byte per step, each step rereads at most the last piece (a 10-byte escape).
+            assert!(
+                scanned <= cuts * 12,
+                "{scanned} bytes read for {} steps",
+                cuts
+            );
+            assert!(matches!(status, ListStatus::Done(_)));
+            assert_eq!((reader.calls, status), parse_calls(&text, syntax));
         }
     }
 }
