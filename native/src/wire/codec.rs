@@ -40,6 +40,10 @@ impl<'a> Reader<'a> {
         for shift in (0..64).step_by(7) {
             let b = *self.buf.get(self.pos).ok_or_else(|| self.truncated())?;
             self.pos += 1;
+            // The tenth byte holds bit 63 alone: more would be silently dropped (prost refuses it).
+            if shift == 63 && b > 1 {
+                return Err(self.malformed("varint overflows 64 bits"));
+            }
             value |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 return Ok(value);

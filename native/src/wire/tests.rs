@@ -412,11 +412,17 @@ fn an_open_split_copies_the_other_fields_byte_for_byte() {
         panic!("not an open")
     };
     assert_eq!((read.request_id.as_str(), read.model.as_str()), ("r", "m"));
-    // Malformed: a truncated packed id, ids or the open with a wire type they cannot have.
+    // Malformed: a truncated packed id, ids or the open with a wire type they cannot have, an id
+    // whose tenth varint byte carries bits past 64 (prost refuses it too; read, it would wrap).
+    let overflow = [
+        0x0a, 0x0b, 0x30, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02,
+    ];
+    assert!(pb::ParseStreamRequest::decode(&overflow[..]).is_err());
     for bad in [
         &[0x0a, 0x03, 0x32, 0x01, 0x80][..],
         &[0x0a, 0x05, 0x35, 0x01, 0x02, 0x03, 0x04],
         &[0x08, 0x01],
+        &overflow,
     ] {
         let err = super::split_open(bad).err().expect("refused");
         assert!(err.message().starts_with("malformed "), "{}", err.message());
