@@ -10,7 +10,9 @@
 //!
 //! Finding the oldest blocks scans the worker's table (a linear pass over 20-byte slots), which
 //! costs `worker blocks / evicted blocks` slot reads per evicted block: about 100 / workers,
-//! since each eviction round removes 1% of the bound from the largest worker.
+//! since each eviction round removes 1% of the bound from the largest worker. The pass sets
+//! bits in a bitmap of the stamps since the previous eviction (`oldest`), whose count gives the
+//! threshold; a copy and partition of all stamps remains for a range too wide for a bitmap.
 
 use super::table::{mix, unmix, Slot, Table};
 
