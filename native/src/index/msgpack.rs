@@ -123,13 +123,16 @@ const fn unsigned_table(values: [u8; 4]) -> [u8; 256] {
 /// on its width: token ids of one vocabulary mix widths at random.
 #[inline]
 fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
+    let Some(last) = buf.len().checked_sub(8) else {
+        return 0;
+    };
     let mut at = *pos;
     let mut done = 0;
     for slot in ids.iter_mut() {
-        let Some(window) = buf.get(at..at + 8) else {
+        if at > last {
             break;
-        };
-        let word = u64::from_be_bytes(window.try_into().expect("8 bytes"));
+        }
+        let word = u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
         let marker = (word >> 56) as usize;
         let width = UNSIGNED_WIDTH[marker] as usize;
         if width == 0 {
