@@ -70,8 +70,12 @@ class KvRouter:
         }
         _log.info("kv_router_hasher name=%s models=%s", hasher.name, ",".join(sorted(self.indexes)))
         self.feed = None
+        # Indexes that decode engine payloads themselves (the native one) get them raw: no Python
+        # object per event on the subscriber thread.
+        raw = all(hasattr(index, "apply_payload") for index in self.indexes.values())
         self.subscriber = Subscriber(
-            sources, self._on_batch, self._on_reset,
+            sources, None if raw else self._on_batch, self._on_reset,
+            on_payload=self._on_payload if raw else None,
             silence_timeout_s=silence_timeout_s, replay_timeout_s=replay_timeout_s,
             resume={s.worker: -1 for s in sources if s.replay_endpoint} if replay_history else None,
         )
@@ -135,6 +139,9 @@ class KvRouter:
 
     def _on_batch(self, worker: str, batch: Batch) -> None:
         self.indexes[self._worker_model[worker]].apply_batch(worker, batch)
+
+    def _on_payload(self, worker: str, seq: int, payload: bytes) -> None:
+        self.indexes[self._worker_model[worker]].apply_payload(worker, payload)
 
     def _on_reset(self, worker: str, reason: str) -> None:
         _log.warning("kv_index_worker_dropped worker=%s reason=%s", worker, reason)

@@ -14,7 +14,8 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 
 The sink and the reset callback run on the subscriber thread. A relay (`router_adapter.relay`) passes
 `on_payload` instead of `on_batch`: it gets each batch's sequence number and raw payload, undecoded,
-and may `resume` a source from the last sequence it forwarded before it restarted. Decoding lives in `events`, state in
+and may `resume` a source from the last sequence it forwarded before it restarted; so does `KvRouter`
+over the native index, which decodes payloads itself (a `DecodeError` it raises is counted as one). Decoding lives in `events`, state in
 the sink: this module knows neither the index nor any engine type.
 """
 
@@ -198,8 +199,13 @@ class Subscriber:
     def _deliver(self, state: _State, seq: int, payload: bytes) -> None:
         state.last_seq = seq
         if self._on_payload is not None:
+            try:
+                self._on_payload(state.source.worker, seq, payload)
+            except DecodeError as e:  # a sink that decodes (the native index) refused it
+                state.stats.decode_errors += 1
+                _log.warning("kv_events_decode_error worker=%s seq=%d error=%s", state.source.worker, seq, e)
+                return
             state.stats.batches += 1
-            self._on_payload(state.source.worker, seq, payload)
             return
         try:
             batch = decode_batch(payload)

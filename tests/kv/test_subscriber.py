@@ -157,3 +157,28 @@ def test_source_parsing() -> None:
     for bad in ["w1", "=tcp://x:1", "w1=localhost:5557", "w1=tcp://x:1,color=red"]:
         with pytest.raises(ValueError):
             Source.parse(bad)
+
+
+def test_native_index_gets_raw_payloads(ctx: zmq.Context, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over the native index the subscriber decodes nothing in Python: the payload goes to
+    `apply_payload` as the engine published it (a refused one is still counted)."""
+    def no_python_decoding(payload: bytes) -> None:
+        raise AssertionError("decoded in Python")
+
+    monkeypatch.setattr("router_adapter.subscriber.decode_batch", no_python_decoding)
+    pub = FakeEnginePublisher(ctx, replay=False)
+    router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=None,
+                      index_factory=get_index_factory("native"))
+    router.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.publish([span(0, 3)])
+        wait_until(lambda: blocks(router, "a") == 3, what="stores")
+        pub.pub.send_multipart([b"", (1).to_bytes(8, "big"), b"\xc1not msgpack"])
+        pub.publish([removed([HASHES[2]])], seq=2)
+        wait_until(lambda: blocks(router, "a") == 2, what="removal after a bad payload")
+        stats = router.source_stats()["a"]
+        assert (stats.batches, stats.decode_errors, stats.gaps, stats.resets) == (2, 1, 0, 0)
+    finally:
+        router.stop()
+        pub.close()

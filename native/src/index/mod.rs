@@ -24,8 +24,8 @@
 //!   shared keys ([`holders`]). Scoring needs one lookup per request block, and the walk
 //!   intersects bitsets ([`score`]).
 //! - **Tables with a controlled load** ([`table`]): extendible hashing over Robin Hood segments
-//!   of any capacity, kept between 75% and 88% full, where tables that double would swing
-//!   between 44% and 88%. Payload: 20 + 12 bytes per entry with distinct keys, so about 40
+//!   of any capacity, kept between 70% and 82% full, where tables that double would swing
+//!   between 41% and 82%. Payload: 20 + 12 bytes per entry with distinct keys, so about 42
 //!   bytes with the load. Slots store their key's *mixed* hash (a bijection), so a probe compares
 //!   numbers without hashing what it passes.
 //! - **Memory traffic**: stores, evictions and scores first read every slot they will need in a

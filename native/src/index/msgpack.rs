@@ -83,6 +83,69 @@ fn truncated() -> Error {
     Error::invalid_argument("input data was truncated")
 }
 
+/// Width in bytes of a msgpack positive fixint, uint8, uint16 or uint32 by its marker (0 for
+/// any other marker), the right shift that brings its value to the low bits of the big-endian
+/// 8-byte word starting at the marker, and the mask of its value bits.
+const UNSIGNED_WIDTH: [u8; 256] = unsigned_table([1, 2, 3, 5]);
+const UNSIGNED_SHIFT: [u8; 256] = unsigned_table([56, 48, 40, 24]);
+const UNSIGNED_MASK: [u32; 256] = {
+    let bytes = unsigned_table([1, 1, 2, 4]);
+    let mut t = [0u32; 256];
+    let mut m = 0;
+    while m < 256 {
+        t[m] = if bytes[m] == 4 {
+            u32::MAX
+        } else {
+            (1u32 << (8 * bytes[m] as u32)) - 1
+        };
+        m += 1;
+    }
+    t
+};
+
+/// A table by marker: `[fixint, uint8, uint16, uint32]` values, 0 elsewhere.
+const fn unsigned_table(values: [u8; 4]) -> [u8; 256] {
+    let mut t = [0u8; 256];
+    let mut m = 0;
+    while m < 0x80 {
+        t[m] = values[0];
+        m += 1;
+    }
+    t[0xcc] = values[1];
+    t[0xcd] = values[2];
+    t[0xce] = values[3];
+    t
+}
+
+/// Reads the leading run of unsigned integers of at most 32 bits into `ids`, starting at
+/// `*pos`, as long as 8 bytes can be read at each; returns how many it read (the caller reads
+/// the rest, and anything else, the general way). One table lookup per id instead of branches
+/// on its width: token ids of one vocabulary mix widths at random.
+#[inline]
+fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
+    let Some(last) = buf.len().checked_sub(8) else {
+        return 0;
+    };
+    let mut at = *pos;
+    let mut done = 0;
+    for slot in ids.iter_mut() {
+        if at > last {
+            break;
+        }
+        let word = u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
+        let marker = (word >> 56) as usize;
+        let width = UNSIGNED_WIDTH[marker] as usize;
+        if width == 0 {
+            break;
+        }
+        *slot = (word >> UNSIGNED_SHIFT[marker]) as u32 & UNSIGNED_MASK[marker];
+        at += width;
+        done += 1;
+    }
+    *pos = at;
+    done
+}
+
 impl<'a> Reader<'a> {
     pub fn new(buf: &'a [u8]) -> Self {
         Reader { buf, pos: 0 }
@@ -228,7 +291,9 @@ impl<'a> Reader<'a> {
         // Sized first and written in place: a push per id cost more than its decoding.
         let start = out.len();
         out.resize(start + n, 0);
-        for (i, slot) in out[start..].iter_mut().enumerate() {
+        let ids = &mut out[start..];
+        let done = unsigned_run(buf, &mut pos, ids);
+        for (i, slot) in ids.iter_mut().enumerate().skip(done) {
             if let Some(window) = buf.get(pos..pos + 5) {
                 let marker = window[0];
                 if marker < 0x80 {
@@ -471,5 +536,99 @@ fn check_timestamp(data: &[u8]) -> Result<()> {
             Ok(())
         }
         _ => Err(invalid()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One integer in a random one of the encodings that can hold it.
+    fn encode(out: &mut Vec<u8>, v: i64, choice: u64) {
+        let u = v as u64;
+        match choice % 6 {
+            0 if (0..0x80).contains(&v) => out.push(v as u8),
+            1 if (0..0x100).contains(&v) => out.extend([0xcc, v as u8]),
+            2 if (0..0x1_0000).contains(&v) => {
+                out.push(0xcd);
+                out.extend((v as u16).to_be_bytes());
+            }
+            3 if (0..0x1_0000_0000).contains(&v) => {
+                out.push(0xce);
+                out.extend((v as u32).to_be_bytes());
+            }
+            4 if v >= 0 => {
+                out.push(0xcf);
+                out.extend(u.to_be_bytes());
+            }
+            _ => {
+                out.push(0xd3);
+                out.extend(v.to_be_bytes());
+            }
+        }
+    }
+
+    #[test]
+    fn u32_list_reads_every_width_like_int() {
+        let mut state = 0x9e37_79b9_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..2000 {
+            let n = (next() % 40) as usize;
+            let mut buf = Vec::new();
+            let mut values = Vec::new();
+            for _ in 0..n {
+                let v = match next() % 8 {
+                    0 => (next() % 0x80) as i64,
+                    1 => (next() % 0x100) as i64,
+                    2 => (next() % 0x1_0000) as i64,
+                    3 | 4 => (next() % 0x1_0000_0000) as i64,
+                    5 if round % 4 == 0 => (next() >> 1) as i64,
+                    6 if round % 4 == 1 => -((next() % 1000) as i64) - 1,
+                    _ => (next() % 151_000) as i64,
+                };
+                encode(&mut buf, v, next());
+                values.push(v);
+            }
+            // Sometimes a value that is no integer, and trailing bytes or none.
+            let bad = round % 7 == 0 && n > 0;
+            let bad_at = if bad { (next() % n as u64) as usize } else { n };
+            if bad {
+                let mut again = Vec::new();
+                let mut r = Reader::new(&buf);
+                for (i, _) in values.iter().enumerate() {
+                    let from = r.pos;
+                    r.int().unwrap();
+                    if i == bad_at {
+                        again.push(0xc3);
+                    } else {
+                        again.extend_from_slice(&buf[from..r.pos]);
+                    }
+                }
+                buf = again;
+            }
+            let end = buf.len();
+            buf.extend(std::iter::repeat_n(0xc0, (next() % 3) as usize));
+            let mut reader = Reader::new(&buf);
+            let mut out = vec![7];
+            let got = reader.u32_list(n, &mut out).unwrap();
+            if bad {
+                assert_eq!(got, Err((bad_at, Kind::Bool)));
+                continue;
+            }
+            let wide = values.iter().position(|&v| u32::try_from(v).is_err());
+            assert_eq!(got, Ok(wide), "round {round}");
+            for (i, &v) in values.iter().enumerate() {
+                if let Ok(t) = u32::try_from(v) {
+                    assert_eq!(out[1 + i], t, "round {round} index {i}");
+                }
+            }
+            assert_eq!(out[0], 7);
+            assert_eq!(reader.pos, end);
+        }
     }
 }

@@ -10,7 +10,9 @@
 //!
 //! Finding the oldest blocks scans the worker's table (a linear pass over 20-byte slots), which
 //! costs `worker blocks / evicted blocks` slot reads per evicted block: about 100 / workers,
-//! since each eviction round removes 1% of the bound from the largest worker.
+//! since each eviction round removes 1% of the bound from the largest worker. The pass sets
+//! bits in a bitmap of the stamps since the previous eviction (`oldest`), whose count gives the
+//! threshold; a copy and partition of all stamps remains for a range too wide for a bitmap.
 
 use super::table::{mix, unmix, Slot, Table};
 
@@ -92,6 +94,8 @@ pub(crate) struct Worker {
     pub last_event: f64,
     entries: Table<Entry>,
     next_stamp: u32,
+    /// No live entry has a smaller stamp (stamps only grow, and eviction removes the smallest).
+    oldest: u32,
 }
 
 impl Worker {
@@ -102,6 +106,7 @@ impl Worker {
             last_event: 0.0,
             entries: Table::default(),
             next_stamp: 0,
+            oldest: 0,
         }
     }
 
@@ -171,6 +176,7 @@ impl Worker {
     /// Removes and returns every entry.
     pub fn take_all(&mut self) -> Table<Entry> {
         self.next_stamp = 0;
+        self.oldest = 0;
         std::mem::take(&mut self.entries)
     }
 
@@ -183,9 +189,50 @@ impl Worker {
             self.take_all().for_each(|&e| removed(e));
             return;
         }
-        let threshold = self.nth_stamp(count - 1);
+        let threshold = self
+            .nth_stamp_in_range(count - 1)
+            .unwrap_or_else(|| self.nth_stamp(count - 1));
         self.entries
             .remove_where(|e| e.stamp() <= threshold, removed);
+        self.oldest = threshold + 1;
+    }
+
+    /// The `n`-th smallest stamp (0-based) from a bitmap of the stamps since `oldest`, when
+    /// that range is small (as in steady eviction): one pass over the table and a count of bits,
+    /// where `nth_stamp` also copies the stamps and partitions them. None when the range is
+    /// wide.
+    fn nth_stamp_in_range(&self, n: usize) -> Option<u32> {
+        let base = self.oldest.min(self.next_stamp);
+        let range = (self.next_stamp - base) as usize;
+        if range > 16 * self.entries.len() + 64 {
+            return None;
+        }
+        let mut bits = vec![0u64; range.div_ceil(64)];
+        let mut outside = false;
+        self.entries.for_each(|e| {
+            let i = e.stamp().wrapping_sub(base) as usize;
+            match bits.get_mut(i / 64) {
+                Some(word) => *word |= 1 << (i % 64),
+                None => outside = true,
+            }
+        });
+        if outside {
+            debug_assert!(false, "a stamp below `oldest`");
+            return None;
+        }
+        let mut left = n;
+        for (w, &word) in bits.iter().enumerate() {
+            let ones = word.count_ones() as usize;
+            if left < ones {
+                let mut word = word;
+                for _ in 0..left {
+                    word &= word - 1;
+                }
+                return Some(base + (w * 64) as u32 + word.trailing_zeros());
+            }
+            left -= ones;
+        }
+        None
     }
 
     /// The `n`-th smallest stamp (0-based; stamps are distinct).
@@ -206,6 +253,7 @@ impl Worker {
         }
         self.entries = table;
         self.next_stamp = next;
+        self.oldest = 0;
     }
 
     /// Bytes held by the table.
@@ -234,5 +282,52 @@ impl Worker {
             *e = e.with(rank, e.media());
         });
         self.next_stamp = stamps.len() as u32;
+        self.oldest = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamp_bitmap_agrees_with_partitioning() {
+        let mut worker = Worker::new("w".into(), 0);
+        let mut state = 0x2545_f491_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut bitmap_answers = 0;
+        for step in 0..20_000u64 {
+            let hash = mix(next() % 3000);
+            match next() % 10 {
+                // Stores and re-stores (a re-store makes the block newest again).
+                0..=6 => {
+                    worker.store(hash, hash ^ 1, 1 << (next() % 2));
+                }
+                7 => worker.set_media(unmix(hash), 0),
+                _ if worker.len() > 1 => {
+                    let n = (next() as usize) % worker.len();
+                    if let Some(stamp) = worker.nth_stamp_in_range(n) {
+                        assert_eq!(stamp, worker.nth_stamp(n), "step {step}");
+                        bitmap_answers += 1;
+                    }
+                    let count = 1 + (next() as usize) % (worker.len() / 4 + 1);
+                    let threshold = worker.nth_stamp(count - 1);
+                    let mut gone = 0;
+                    worker.remove_oldest(count, |e| {
+                        assert!(e.stamp() <= threshold);
+                        gone += 1;
+                    });
+                    assert_eq!(gone, count);
+                    assert!(worker.entries().all(|e| e.stamp() >= worker.oldest));
+                }
+                _ => {}
+            }
+        }
+        assert!(bitmap_answers > 100);
     }
 }
