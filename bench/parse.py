@@ -258,22 +258,32 @@ def section_stop_strings(quick: bool) -> Section:
     return section
 
 
-def _long_string_call(size: int) -> str:
-    """An lfm2 call whose one string argument is about `size` bytes of prose (quotes escaped)."""
+LONG_STRING_SHAPES = {
+    "argument": "write_file(path='notes.txt', content='{body}')",
+    "in a list": "write_files(files=['notes.txt', '{body}'])",
+    "in a dict": "post(opts={{'headers': {{'x': 'y'}}, 'body': '{body}'}})",
+}
+
+
+def _long_string_call(size: int, shape: str = "argument") -> str:
+    """An lfm2 call with one string of about `size` bytes of prose (quotes escaped), the argument
+    itself or nested in a list or dict argument (`LONG_STRING_SHAPES`)."""
     sentence = "The handler reads the request, checks the user\\'s token and writes a JSON reply. "
     body = (sentence * (size // len(sentence) + 1))[:size]
-    return f"<|tool_call_start|>[write_file(path='notes.txt', content='{body}')]<|tool_call_end|>"
+    call = LONG_STRING_SHAPES[shape].format(body=body)
+    return f"<|tool_call_start|>[{call}]<|tool_call_end|>"
 
 
 def section_long_string(quick: bool) -> Section:
-    """Per-token cost of a pythonic call with one long string argument: the call reader resumes
-    inside the string, so a 20 KB argument costs per token what a 200-byte one does (it used to
-    reread the argument from its start every step, quadratic in its length)."""
+    """Per-token cost of a pythonic call with one long string, as the argument or nested in a list
+    or dict: the call reader resumes inside the string (and the containers around it), so 20 KB
+    costs per token what 200 bytes do (it used to reread the argument from its start every step,
+    quadratic in its length)."""
     from sidecar.factory import get_backend
 
     section = Section(
         "ParseStream: a long string argument (lfm2, pythonic reader), cost per token",
-        ["string argument", "tokens", "native core per token", "vs 200 B"],
+        ["string", "tokens", "native core per token", "vs 200 B argument"],
         notes=["sc_parse_bench, one token per step, qwen3 tokenizer, same run; each row the best of 3."],
     )
     backend = get_backend("native")
@@ -281,12 +291,13 @@ def section_long_string(quick: bool) -> Section:
     prompt = _encode("qwen3", QWEN_PROMPT)
     cfg = _config("lfm2", "", "").as_dict()
     base = None
-    for size in (200, 20_000):
-        ids = _encode("qwen3", _long_string_call(size))
+    rows = [(200, "argument")] + [(20_000, shape) for shape in LONG_STRING_SHAPES]
+    for size, shape in rows:
+        ids = _encode("qwen3", _long_string_call(size, shape))
         iterations = max(1, (2_000 if quick else 20_000) // len(ids))
         cost = min(parse_model.bench(cfg, prompt, ids, 1, iterations) for _ in range(3))
         base = base or cost
-        section.rows.append([f"{size:,} B", str(len(ids)), f"{cost:,.0f} ns", f"{cost / base:.2f}x"])
+        section.rows.append([f"{size:,} B {shape}", str(len(ids)), f"{cost:,.0f} ns", f"{cost / base:.2f}x"])
     return section
 
 

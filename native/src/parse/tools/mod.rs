@@ -27,6 +27,7 @@ pub(crate) mod mistral;
 pub(crate) mod muse;
 pub(crate) mod plamo3;
 pub(crate) mod pythonic;
+mod pythonic_value;
 pub(crate) mod qwen3_coder;
 mod xml_args;
 

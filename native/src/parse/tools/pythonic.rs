@@ -17,9 +17,9 @@
 //! after its start marker (the marker is content when no call follows), OLMo 3 reads calls one per
 //! line between `<function_calls>` and `</function_calls>` without brackets.
 
+use super::pythonic_value::{read_value, Open, Res, P};
 use crate::parse::json::push_json_string;
 use crate::parse::out::{Channel, Out};
-use crate::parse::schema::coerce_number;
 use crate::parse::schema::Tools;
 use crate::parse::text::{leading_ws, Markers, SegBuf};
 use crate::parse::Stage;
@@ -60,13 +60,6 @@ pub(crate) enum ListStatus {
     Broken(usize),
 }
 
-struct P<'a> {
-    s: &'a str,
-    i: usize,
-    /// `true`/`false`/`null` accepted beside `True`/`False`/`None` (OLMo 3).
-    json_literals: bool,
-}
-
 /// How calls are written around their `name(key=value)` syntax.
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct Syntax<'a> {
@@ -77,266 +70,7 @@ pub(crate) struct Syntax<'a> {
     pub(crate) json_literals: bool,
 }
 
-/// `Err(true)` = need more input, `Err(false)` = syntax error.
-type Res<T> = Result<T, bool>;
-
-impl<'a> P<'a> {
-    fn peek(&self) -> Option<char> {
-        self.s[self.i..].chars().next()
-    }
-
-    fn ws(&mut self) {
-        while let Some(c) = self.peek() {
-            if matches!(c, ' ' | '\t' | '\n' | '\r') {
-                self.i += 1;
-            } else {
-                break;
-            }
-        }
-    }
-
-    fn expect_more<T>(&self) -> Res<T> {
-        if self.i >= self.s.len() {
-            Err(true)
-        } else {
-            Err(false)
-        }
-    }
-
-    fn ident(&mut self) -> Res<&'a str> {
-        let start = self.i;
-        while let Some(c) = self.peek() {
-            if c.is_ascii_alphanumeric() || c == '_' || (c == '.' && self.i > start) {
-                self.i += 1;
-            } else {
-                break;
-            }
-        }
-        if self.i == start || self.s.as_bytes()[start].is_ascii_digit() {
-            return if self.i == start {
-                self.expect_more()
-            } else {
-                Err(false)
-            };
-        }
-        if self.i == self.s.len() {
-            return Err(true);
-        }
-        Ok(&self.s[start..self.i])
-    }
-
-    /// A Python literal as JSON text.
-    fn value(&mut self) -> Res<String> {
-        self.ws();
-        let Some(c) = self.peek() else {
-            return Err(true);
-        };
-        match c {
-            '\'' | '"' => self.string(false),
-            'r' | 'R' if matches!(self.s[self.i + 1..].chars().next(), Some('\'' | '"')) => {
-                self.i += 1;
-                self.string(true)
-            }
-            'r' | 'R' if self.i + 1 == self.s.len() => Err(true),
-            '[' | '(' => self.sequence(if c == '[' { ']' } else { ')' }),
-            '{' => self.dict(),
-            _ => self.scalar(),
-        }
-    }
-
-    fn string(&mut self, raw: bool) -> Res<String> {
-        let quote = self.peek().expect("a quote");
-        self.i += 1;
-        self.string_rest(quote, raw, &mut String::new())
-    }
-
-    /// The rest of a string after its opening quote, `text` holding what was decoded before
-    /// `self.i`. When the text ends first (`Err(true)`), `self.i` and `text` are left at the start
-    /// of the last piece read, a point to continue from once more text arrives: that piece (an
-    /// octal escape takes up to three digits) may read differently with what follows.
-    fn string_rest(&mut self, quote: char, raw: bool, text: &mut String) -> Res<String> {
-        let mut last = (self.i, text.len());
-        loop {
-            if self.i >= self.s.len() {
-                self.i = last.0;
-                text.truncate(last.1);
-                return Err(true);
-            }
-            last = (self.i, text.len());
-            match self.string_piece(quote, raw, text) {
-                Ok(true) => {
-                    let mut out = String::new();
-                    push_json_string(text, &mut out);
-                    return Ok(out);
-                }
-                Ok(false) => {}
-                Err(more) => {
-                    if more {
-                        self.i = last.0;
-                        text.truncate(last.1);
-                    }
-                    return Err(more);
-                }
-            }
-        }
-    }
-
-    /// One character or escape of a string (there is input at `self.i`): `true` when it is the
-    /// closing quote.
-    fn string_piece(&mut self, quote: char, raw: bool, text: &mut String) -> Res<bool> {
-        let c = self.peek().expect("input");
-        self.i += c.len_utf8();
-        if c == quote {
-            return Ok(true);
-        }
-        if c == '\n' {
-            return Err(false);
-        }
-        if c != '\\' {
-            text.push(c);
-            return Ok(false);
-        }
-        let Some(e) = self.peek() else {
-            return Err(true);
-        };
-        self.i += e.len_utf8();
-        if raw {
-            text.push('\\');
-            text.push(e);
-            return Ok(false);
-        }
-        match e {
-            '\n' => {}
-            '\\' | '\'' | '"' => text.push(e),
-            'n' => text.push('\n'),
-            'r' => text.push('\r'),
-            't' => text.push('\t'),
-            'b' => text.push('\u{8}'),
-            'f' => text.push('\u{c}'),
-            'v' => text.push('\u{b}'),
-            'a' => text.push('\u{7}'),
-            '0'..='7' => {
-                let mut value = e.to_digit(8).expect("octal");
-                for _ in 0..2 {
-                    match self.peek().and_then(|d| d.to_digit(8)) {
-                        Some(d) => {
-                            value = value * 8 + d;
-                            self.i += 1;
-                        }
-                        None => break,
-                    }
-                }
-                text.push(char::from_u32(value).ok_or(false)?);
-            }
-            'x' | 'u' | 'U' => {
-                let n = match e {
-                    'x' => 2,
-                    'u' => 4,
-                    _ => 8,
-                };
-                let digits = self
-                    .s
-                    .get(self.i..self.i + n)
-                    .ok_or(self.i + n > self.s.len())?;
-                let value = u32::from_str_radix(digits, 16).map_err(|_| false)?;
-                if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
-                    return Err(false);
-                }
-                self.i += n;
-                text.push(char::from_u32(value).ok_or(false)?);
-            }
-            other => {
-                text.push('\\');
-                text.push(other);
-            }
-        }
-        Ok(false)
-    }
-
-    fn sequence(&mut self, close: char) -> Res<String> {
-        self.i += 1;
-        let mut items = Vec::new();
-        loop {
-            self.ws();
-            match self.peek() {
-                None => return Err(true),
-                Some(c) if c == close => {
-                    self.i += 1;
-                    return Ok(format!("[{}]", items.join(", ")));
-                }
-                _ => {}
-            }
-            items.push(self.value()?);
-            self.ws();
-            match self.peek() {
-                None => return Err(true),
-                Some(',') => self.i += 1,
-                Some(c) if c == close => {}
-                _ => return Err(false),
-            }
-        }
-    }
-
-    fn dict(&mut self) -> Res<String> {
-        self.i += 1;
-        let mut members = Vec::new();
-        loop {
-            self.ws();
-            match self.peek() {
-                None => return Err(true),
-                Some('}') => {
-                    self.i += 1;
-                    return Ok(format!("{{{}}}", members.join(", ")));
-                }
-                Some('\'' | '"') => {}
-                _ => return Err(false),
-            }
-            let key = self.string(false)?;
-            self.ws();
-            match self.peek() {
-                None => return Err(true),
-                Some(':') => self.i += 1,
-                _ => return Err(false),
-            }
-            let value = self.value()?;
-            members.push(format!("{key}: {value}"));
-            self.ws();
-            match self.peek() {
-                None => return Err(true),
-                Some(',') => self.i += 1,
-                Some('}') => {}
-                _ => return Err(false),
-            }
-        }
-    }
-
-    fn scalar(&mut self) -> Res<String> {
-        let start = self.i;
-        while let Some(c) = self.peek() {
-            let after_exp = self.i > start && matches!(self.s.as_bytes()[self.i - 1], b'e' | b'E');
-            if c.is_ascii_alphanumeric()
-                || c == '_'
-                || c == '.'
-                || (matches!(c, '+' | '-') && (self.i == start || after_exp))
-            {
-                self.i += 1;
-            } else {
-                break;
-            }
-        }
-        if self.i == self.s.len() {
-            return Err(true);
-        }
-        let word = &self.s[start..self.i];
-        match word {
-            "True" => Ok("true".into()),
-            "False" => Ok("false".into()),
-            "None" => Ok("null".into()),
-            "true" | "false" | "null" if self.json_literals => Ok(word.into()),
-            _ => coerce_number(&word.replace('_', "")).ok_or(false),
-        }
-    }
-
+impl P<'_> {
     /// `name(` followed by `)` or `key=`: the call's name, or why not.
     fn call_head(&mut self) -> Res<String> {
         let name = self.ident()?.to_string();
@@ -395,17 +129,18 @@ pub(crate) fn parse_calls(s: &str, syntax: Syntax<'_>) -> (Vec<ParsedCall>, List
 }
 
 /// Calls read from a text that grows between reads. Reading resumes after the last complete
-/// argument or closed call, or inside a string argument the text ended in: nothing read before
-/// such a point depends on what follows, so resuming there gives what reading the whole text
-/// again would, and a step reads only the new text (and the last piece of an open string).
+/// argument or closed call, or inside an argument's value the text ended in (in a string, nested
+/// in lists, tuples and dicts or not): nothing read before such a point depends on what follows,
+/// so resuming there gives what reading the whole text again would, and a step reads only the new
+/// text (and the last piece of an open string).
 #[derive(Debug, Default)]
 pub(crate) struct CallReader {
     /// The calls read, with the open one (possibly not yet decided) last.
     pub(crate) calls: Vec<ParsedCall>,
     /// Where the next read resumes, and how many calls were read by then; `None`: at the start.
     resume: Option<(usize, usize)>,
-    /// The argument of the last call the text ended in (inside its string, or after its value);
-    /// the next read continues it.
+    /// The argument of the last call the text ended in (inside its value, or after it); the next
+    /// read continues it.
     open: Option<OpenArg>,
     /// Where the last read started: it read at most the text from there on (tests bound the
     /// work of a step with it).
@@ -425,12 +160,8 @@ struct OpenArg {
 
 #[derive(Debug)]
 enum OpenValue {
-    /// Inside a string: its quote, whether it is raw, and the text decoded before `i`.
-    String {
-        quote: char,
-        raw: bool,
-        text: String,
-    },
+    /// Being read: what is open in it, innermost last (empty: not started).
+    Reading(Vec<Open>),
     /// The value is complete (JSON text); what follows it (`,` or `)`) is not here yet.
     Done(String),
 }
@@ -489,49 +220,10 @@ impl CallReader {
         loop {
             let open = match self.open.take() {
                 Some(open) => open,
-                None => {
-                    p.ws();
-                    match p.peek() {
-                        None => return Err(ListStatus::Wait),
-                        Some(')') => {
-                            p.i += 1;
-                            let call = self.calls.last_mut().expect("a call");
-                            call.closed = true;
-                            call.end = p.i;
-                            self.resume = Some((p.i, self.calls.len()));
-                            return Ok(());
-                        }
-                        _ => {}
-                    }
-                    let at = p.i;
-                    let key = p
-                        .ident()
-                        .map_err(|more| stop(&self.calls, more, at))?
-                        .to_string();
-                    p.ws();
-                    match p.peek() {
-                        None => return Err(ListStatus::Wait),
-                        Some('=') => p.i += 1,
-                        _ => return Err(ListStatus::Broken(at)),
-                    }
-                    p.ws();
-                    let value = match string_start(p) {
-                        Some((quote, raw)) => OpenValue::String {
-                            quote,
-                            raw,
-                            text: String::new(),
-                        },
-                        None => {
-                            OpenValue::Done(p.value().map_err(|more| stop(&self.calls, more, at))?)
-                        }
-                    };
-                    OpenArg {
-                        key,
-                        at,
-                        i: p.i,
-                        value,
-                    }
-                }
+                None => match self.next_argument(p)? {
+                    Some(open) => open,
+                    None => return Ok(()),
+                },
             };
             let (at, key, value) = self.value(p, open)?;
             let value_end = p.i;
@@ -557,9 +249,45 @@ impl CallReader {
         }
     }
 
+    /// After a call's `(` or an argument's `,`: the next argument through its `=`, its value yet
+    /// to read; `None` when the call closed instead.
+    fn next_argument(&mut self, p: &mut P<'_>) -> Result<Option<OpenArg>, ListStatus> {
+        p.ws();
+        match p.peek() {
+            None => return Err(ListStatus::Wait),
+            Some(')') => {
+                p.i += 1;
+                let call = self.calls.last_mut().expect("a call");
+                call.closed = true;
+                call.end = p.i;
+                self.resume = Some((p.i, self.calls.len()));
+                return Ok(None);
+            }
+            _ => {}
+        }
+        let at = p.i;
+        let key = p
+            .ident()
+            .map_err(|more| stop(&self.calls, more, at))?
+            .to_string();
+        p.ws();
+        match p.peek() {
+            None => return Err(ListStatus::Wait),
+            Some('=') => p.i += 1,
+            _ => return Err(ListStatus::Broken(at)),
+        }
+        p.ws();
+        Ok(Some(OpenArg {
+            key,
+            at,
+            i: p.i,
+            value: OpenValue::Reading(Vec::new()),
+        }))
+    }
+
     /// The value of an argument read so far, continued from `open.i`: the argument's start, key
     /// and JSON value, or the status to stop with (the argument kept open when the text ended
-    /// inside its string).
+    /// inside a string or container of it).
     fn value(
         &mut self,
         p: &mut P<'_>,
@@ -567,22 +295,24 @@ impl CallReader {
     ) -> Result<(usize, String, String), ListStatus> {
         p.i = open.i;
         let OpenArg { key, at, value, .. } = open;
-        let (quote, raw, mut text) = match value {
+        let mut stack = match value {
             OpenValue::Done(value) => return Ok((at, key, value)),
-            OpenValue::String { quote, raw, text } => (quote, raw, text),
+            OpenValue::Reading(stack) => stack,
         };
-        match p.string_rest(quote, raw, &mut text) {
+        match read_value(p, &mut stack) {
             Ok(value) => Ok((at, key, value)),
-            Err(true) => {
+            // Cut inside a string or container: continue there. (Cut in a scalar or before the
+            // value: read it again from the argument's start.)
+            Err(true) if !stack.is_empty() => {
                 self.keep_open(OpenArg {
                     key,
                     at,
                     i: p.i,
-                    value: OpenValue::String { quote, raw, text },
+                    value: OpenValue::Reading(stack),
                 });
                 Err(ListStatus::Wait)
             }
-            Err(false) => Err(stop(&self.calls, false, at)),
+            Err(more) => Err(stop(&self.calls, more, at)),
         }
     }
 
@@ -592,23 +322,6 @@ impl CallReader {
         self.resume = Some((open.at, self.calls.len()));
         self.open = Some(open);
     }
-}
-
-/// At a string's opening quote (after an `r` prefix when there is one): `p` moves past it, and
-/// the quote and whether the string is raw are returned. Anything else leaves `p` where it is.
-fn string_start(p: &mut P<'_>) -> Option<(char, bool)> {
-    let rest = &p.s[p.i..];
-    let mut chars = rest.chars();
-    let (raw, quote) = match chars.next()? {
-        q @ ('\'' | '"') => (false, q),
-        'r' | 'R' => match chars.next()? {
-            q @ ('\'' | '"') => (true, q),
-            _ => return None,
-        },
-        _ => return None,
-    };
-    p.i += usize::from(raw) + 1;
-    Some((quote, raw))
 }
 
 /// After a call (whitespace skipped): the end of the calls, or `None` when another one follows.
@@ -992,6 +705,23 @@ mod tests {
             "[f(s='ab\ncd')]",
             "[f(a=1, s='ok'  ,t='bad\\x4g')]",
             "[f(s = R'\\' )  , g(a=['x', {'k': 'y'}], b='z'   ) ]",
+            // Values nested in lists, tuples and dicts, cut at every byte, and their breaks.
+            "[f(files=['a\\'b', \"c\\x41d\", r'\\d\\'', ('t', 'é😀', \"\\u00e9\\U0001F600\")], n=[1, [2, [3, {'k': 'v'}]]]), g(opts={'body': 'x\\ny\\1\\12\\123', \"k2\": {'in': r\"\\\"q\"}, 'l': []}, e={})] tail",
+            "[f(a=[{'k': ('x', [\"\\\n\", '\\t'])}, 'é'], b=({}, []), c=[[[[]]]])]",
+            "[f(a=(1, 'x',), b={'k': 1,}, c=[True, None, -1.5e3, 1_000, r, R'x'])]",
+            "[f(a=[ 'x' , ( ) , { } ] , b=2)]",
+            "[f(a={'k': [r'\\', '\\12'], 'j' : \"\\101\"})]",
+            "[f(a=['x'] ,b={'k':'v'}  )  , g(c=('x' , ))]",
+            "[f(a=['x', 'y\nz'])]",
+            "[f(a={'k' 'v'})]",
+            "[f(a={r'k': 1})]",
+            "[f(a={1: 2})]",
+            "[f(a=[1,, 2])]",
+            "[f(a=[1 2])]",
+            "[f(a={'k': 1 'j': 2})]",
+            "[f(a={'k'})]",
+            "[f(a=['\\x4g'])]",
+            "[f(a=['x'], b=['y'), g()]",
         ];
         for text in texts {
             let mut reader = CallReader::default();
@@ -1009,24 +739,33 @@ mod tests {
             close: Some("</function_calls>"),
             json_literals: true,
         };
-        let text = "f(a=true, b=\"x\\ty\")\ng(c=null, d='\\101')</function_calls>";
-        let mut reader = CallReader::default();
-        for cut in 1..=text.len() {
-            let status = reader.read(&text[..cut], lines);
-            assert_eq!(
-                (reader.calls.clone(), status),
-                parse_calls(&text[..cut], lines)
-            );
+        for text in [
+            "f(a=true, b=\"x\\ty\")\ng(c=null, d='\\101')</function_calls>",
+            "f(a=[true, {'k': null, 'j': \"x\\ty\"}], b=('\\101', r'\\d'))\ng(c={})</function_calls>",
+        ] {
+            let mut reader = CallReader::default();
+            for cut in 1..=text.len() {
+                let status = reader.read(&text[..cut], lines);
+                assert_eq!(
+                    (reader.calls.clone(), status),
+                    parse_calls(&text[..cut], lines)
+                );
+            }
         }
     }
 
     /// A long string argument costs each step only its new text: a read starts where the last
-    /// one stopped inside the string (less the last piece), not at the argument's start.
+    /// one stopped inside the string (less the last piece), not at the argument's start; so
+    /// does one nested in lists, tuples and dicts (or a dict's long key).
     #[test]
     fn a_long_string_argument_is_read_once() {
         let body: String = "lorem ipsum \\'dolor\\' sit amet, é 😀 \\n "
             .repeat(600)
             .to_string();
+        let lines = Syntax {
+            close: Some("</function_calls>"),
+            json_literals: true,
+        };
         for (text, syntax) in [
             (
                 format!("[write(path='a.txt', content='{body}', mode=3)]"),
@@ -1034,10 +773,19 @@ mod tests {
             ),
             (
                 format!("write(content=\"{body}\")</function_calls>"),
-                Syntax {
-                    close: Some("</function_calls>"),
-                    json_literals: true,
-                },
+                lines,
+            ),
+            (
+                format!("[write(files=['a.txt', '{body}', ('x', r'{body}')], mode=3), g()]"),
+                Syntax::default(),
+            ),
+            (
+                format!("[g(opts={{'body': \"{body}\", 'more': [{{'{body}': 1.5}}, ({{}}, ['{body}'])]}})]"),
+                Syntax::default(),
+            ),
+            (
+                format!("write(a=[{{'k': ['{body}', null]}}], b=true)\nf()</function_calls>"),
+                lines,
             ),
         ] {
             let mut reader = CallReader::default();
