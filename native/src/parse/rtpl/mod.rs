@@ -89,8 +89,9 @@ pub(crate) struct TemplateStage {
     /// `body_from`; outside one `cursor` is 0 (everything read is routed).
     cursor: usize,
     body_from: usize,
-    /// The part of the open tool region's body the prompt wrote.
-    prompt_body: String,
+    /// Prompt text left undecided (a delimiter the output may complete, an open tool region): read
+    /// before the input, never output (positions count from its start).
+    carry: String,
 }
 
 impl TemplateStage {
@@ -105,7 +106,7 @@ impl TemplateStage {
             captures: Vec::new(),
             cursor: 0,
             body_from: 0,
-            prompt_body: String::new(),
+            carry: String::new(),
         }
     }
 
@@ -113,7 +114,7 @@ impl TemplateStage {
         field.is_some_and(|f| self.tpl.fields[f].name == TOOL_CALLS)
     }
 
-    fn held(&self) -> bool {
+    fn in_tool_region(&self) -> bool {
         self.parse_tools && self.is_tool(self.current)
     }
 
@@ -170,12 +171,28 @@ impl TemplateStage {
         (best.map(|(_, b)| b).filter(|b| b.2 < hold), hold)
     }
 
+    /// The text read: the prompt's carry, then `input`.
+    fn hay<'a>(&self, input: &'a SegBuf) -> std::borrow::Cow<'a, str> {
+        match self.carry.is_empty() {
+            true => std::borrow::Cow::Borrowed(input.as_str()),
+            false => std::borrow::Cow::Owned(format!("{}{}", self.carry, input.as_str())),
+        }
+    }
+
+    /// Routes the first `n` bytes read (the carry's go nowhere: the prompt wrote them).
+    fn take(&mut self, input: &mut SegBuf, out: &mut Out, n: usize, channel: Channel) {
+        let from_carry = n.min(self.carry.len());
+        self.carry.drain(..from_carry);
+        out.route(input, n - from_carry, channel);
+    }
+
     /// Reads `input` up to byte `upto` into the open region.
     fn accumulate(&mut self, input: &mut SegBuf, out: &mut Out, upto: usize) {
-        if self.held() {
+        if self.in_tool_region() {
             self.cursor = upto.max(self.cursor);
         } else {
-            out.route(input, upto, self.channel());
+            let channel = self.channel();
+            self.take(input, out, upto, channel);
         }
     }
 
@@ -188,49 +205,47 @@ impl TemplateStage {
         self.close(input, out, 0, eos);
         let field = &self.tpl.fields[f];
         let open = field.open.as_ref().expect("opener");
-        self.captures = open.captures(input.as_str(), 0, len);
+        self.captures = open.captures(&self.hay(input), 0, len);
         self.current = Some(f);
-        if self.held() {
+        if self.in_tool_region() {
             self.cursor = len;
             self.body_from = len;
         } else {
             let channel = self.delimiter_channel(Some(f));
-            out.route(input, len, channel);
+            self.take(input, out, len, channel);
         }
     }
 
     /// Ends the open region with a closer of `len` bytes at the read position (`eos`: the output
     /// ended it); a tool region becomes its calls, or content when it holds none.
     fn close(&mut self, input: &mut SegBuf, out: &mut Out, len: usize, eos: bool) {
-        if self.held() {
+        if self.in_tool_region() {
             self.finish_tool_region(input, out, len, eos);
         } else {
             let channel = self.delimiter_channel(self.current);
-            out.route(input, len, channel);
+            self.take(input, out, len, channel);
         }
         self.current = self.tpl.implicit;
         self.captures.clear();
         self.cursor = 0;
         self.body_from = 0;
-        self.prompt_body.clear();
     }
 
     fn finish_tool_region(&mut self, input: &mut SegBuf, out: &mut Out, len: usize, eos: bool) {
         let f = self.current.expect("tool region");
         let field = &self.tpl.fields[f];
-        let mut body = std::mem::take(&mut self.prompt_body);
-        body.push_str(&input.as_str()[self.body_from..self.cursor]);
+        let body = self.hay(input)[self.body_from..self.cursor].to_string();
         let calls = value::region_value(field, &body, &self.captures, &self.tools)
             .map(|v| value::tool_calls(&v))
             .unwrap_or_default();
         let total = self.cursor + len;
         if calls.is_empty() {
-            out.route(input, total, Channel::Content);
+            self.take(input, out, total, Channel::Content);
             return;
         }
-        out.route(input, total, Channel::Tool);
+        self.take(input, out, total, Channel::Tool);
         // Cut off by the end of the output before its closer: not a completed call.
-        let complete = !(eos && field.close.is_some());
+        let complete = !(eos && self.tpl.fields[f].close.is_some());
         for (name, arguments) in calls {
             let index = out.start_call(&name, None);
             out.call_args(index, &arguments);
@@ -244,7 +259,7 @@ impl TemplateStage {
     fn run(&mut self, input: &mut SegBuf, out: &mut Out, eos: bool) {
         let mut zero_width_at = None;
         loop {
-            let (best, hold) = self.scan(input.as_str(), eos);
+            let (best, hold) = self.scan(&self.hay(input), eos);
             match best {
                 Some((kind, f, start, end)) if !(start == end && zero_width_at == Some(start)) => {
                     zero_width_at = (start == end).then_some(start);
@@ -254,7 +269,7 @@ impl TemplateStage {
                     self.commit(input, out, kind, f, len, false);
                 }
                 _ if eos => {
-                    let n = input.len();
+                    let n = self.carry.len() + input.len();
                     self.accumulate(input, out, n);
                     self.close(input, out, 0, true);
                     return;
@@ -274,19 +289,18 @@ impl Stage for TemplateStage {
     }
 
     /// vLLM reads the prompt from after its last start anchor (all of it when there is none) to
-    /// know the region the output starts in. Text the prompt leaves undecided (a delimiter cut by
-    /// the prompt's end) is dropped: a delimiter split between prompt and output is not seen.
+    /// know the region the output starts in; text the prompt leaves undecided (an opener whose
+    /// pattern may still grow, an open tool region) is read again with the output, never output.
     fn prime(&mut self, prompt: &mut SegBuf, scratch: &mut Out, _kwargs: &Map<String, Value>) {
         let text = prompt.as_str();
         let from = self.tpl.start_anchor.find_all(text).last().map_or(0, |m| m.1);
         scratch.route(prompt, from, Channel::Framing);
         self.run(prompt, scratch, false);
-        if self.held() {
-            let body = prompt.as_str()[self.body_from..self.cursor].to_string();
-            self.prompt_body.push_str(&body);
-        }
-        self.cursor = 0;
-        self.body_from = 0;
+        self.carry = format!("{}{}", self.carry, prompt.as_str());
+    }
+
+    fn held(&self) -> usize {
+        self.carry.len()
     }
 
     fn primes_whole_prompt(&self) -> bool {
