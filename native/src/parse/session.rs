@@ -13,8 +13,8 @@ use crate::parse::ledger::Ledger;
 use crate::parse::model::ParseModel;
 use crate::parse::out::{CallDelta, Channel, Out};
 use crate::parse::reasoning::ThinkSplitter;
-use crate::parse::rtpl::TemplateStage;
 use crate::parse::registry::{self, Build, IdStyle, Kind, Parser, WholeBuild};
+use crate::parse::rtpl::TemplateStage;
 use crate::parse::schema::Tools;
 use crate::parse::text::{escape_literals, Markers, SegBuf};
 use crate::parse::{Passthrough, Stage};
@@ -152,12 +152,12 @@ impl Plan {
             (None, Some((_, build))) if tool.is_none() => Some(build),
             _ => return Err(incompatible(tool, reasoning)),
         };
-        let is_template = |row: Option<&'static Parser>| row.map(|r| matches!(r.build, Build::Template));
+        let is_template =
+            |row: Option<&'static Parser>| row.map(|r| matches!(r.build, Build::Template));
         let template = match (is_template(tool), is_template(reasoning)) {
-            (Some(true), None | Some(true)) | (None, Some(true)) => true,
-            (Some(true), Some(false)) | (Some(false), Some(true)) => {
-                return Err(template_mix(tool, reasoning))
-            }
+            (Some(true), Some(true)) if tool.map(|t| t.name) == reasoning.map(|r| r.name) => true,
+            (Some(true), None) | (None, Some(true)) => true,
+            (Some(true), _) | (_, Some(true)) => return Err(template_mix(tool, reasoning)),
             _ => false,
         };
         Ok(Plan {
@@ -174,14 +174,22 @@ impl Plan {
             return Ok(None);
         }
         let mut tpl = None;
-        for (row, kind, needs) in [(self.reasoning, Kind::Reasoning, "thinking"), (self.tool, Kind::Tool, "tool_calls")] {
+        for (row, kind, needs) in [
+            (self.reasoning, Kind::Reasoning, "thinking"),
+            (self.tool, Kind::Tool, "tool_calls"),
+        ] {
             if let Some(row) = row {
                 let found = model.template.for_parser(kind.field(), row.name, needs);
                 tpl = Some(found.map_err(Error::failed_precondition)?);
             }
         }
         let tpl = tpl.ok_or_else(|| Error::internal("a template plan without a template row"))?;
-        let stage = TemplateStage::new(tpl, schema.clone(), self.reasoning.is_some(), self.tool.is_some());
+        let stage = TemplateStage::new(
+            tpl,
+            schema.clone(),
+            self.reasoning.is_some(),
+            self.tool.is_some(),
+        );
         Ok(Some(Box::new(stage)))
     }
 
@@ -224,10 +232,14 @@ fn whole_of(row: &'static Parser) -> Option<(&'static str, WholeBuild)> {
 
 /// Why a response-template parser cannot run with another format's parser.
 fn template_mix(tool: Option<&'static Parser>, reasoning: Option<&'static Parser>) -> Error {
-    let (tool, reasoning) = (tool.map_or("", |t| t.name), reasoning.map_or("", |r| r.name));
+    let (tool, reasoning) = (
+        tool.map_or("", |t| t.name),
+        reasoning.map_or("", |r| r.name),
+    );
     Error::invalid_argument(format!(
         "tool_parser {tool:?} and reasoning_parser {reasoning:?}: a response_template parser (hf, beam) \
-         reads reasoning and tool calls itself and combines only with hf or beam on the other side, or `none`"
+         reads reasoning and tool calls itself and combines only with the same name on the other side \
+         (hf with hf, beam with beam, as in vLLM), or `none`"
     ))
 }
 
@@ -289,7 +301,10 @@ impl Session {
             buf1: SegBuf::default(),
             buf2: SegBuf::default(),
             ledger: Ledger::default(),
-            attribute: cfg.trace || plan.reasoning.is_some() || plan.whole.is_some() || plan.template,
+            attribute: cfg.trace
+                || plan.reasoning.is_some()
+                || plan.whole.is_some()
+                || plan.template,
             sink: TextSink::default(),
             stream_len: 0,
             tokens: 0,
@@ -311,7 +326,9 @@ impl Session {
             true => 0,
             false => window
                 .iter()
-                .rposition(|&id| self.model.is_special(id) && self.markers.sentinel_for(id).is_none())
+                .rposition(|&id| {
+                    self.model.is_special(id) && self.markers.sentinel_for(id).is_none()
+                })
                 .map_or(0, |p| p + 1),
         };
         let mut detok = Detokenizer::new(Arc::clone(&self.model.table), self.skip_special);

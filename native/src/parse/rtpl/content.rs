@@ -11,13 +11,30 @@ use crate::parse::json::push_json_string;
 
 /// A field's content parser with its arguments, compiled.
 pub(crate) enum Content {
-    Text { strip: bool },
-    Int { strip: bool },
-    Float { strip: bool },
-    Bool { strip: bool },
+    Text {
+        strip: bool,
+    },
+    Int {
+        strip: bool,
+    },
+    Float {
+        strip: bool,
+    },
+    Bool {
+        strip: bool,
+    },
     Json(JsonArgs),
-    XmlInline { tag: Delim, value: Option<Box<Content>>, merge: bool },
-    KvLines { line_sep: String, kv_sep: String, strip: bool, value: Option<Box<Content>> },
+    XmlInline {
+        tag: Box<Delim>,
+        value: Option<Box<Content>>,
+        merge: bool,
+    },
+    KvLines {
+        line_sep: String,
+        kv_sep: String,
+        strip: bool,
+        value: Option<Box<Content>>,
+    },
 }
 
 /// The `json` parser's dialect options.
@@ -33,7 +50,10 @@ fn arg_bool(args: &Map<String, Value>, key: &str, default: bool) -> bool {
 }
 
 fn arg_str(args: &Map<String, Value>, key: &str, default: &str) -> String {
-    args.get(key).and_then(Value::as_str).unwrap_or(default).to_string()
+    args.get(key)
+        .and_then(Value::as_str)
+        .unwrap_or(default)
+        .to_string()
 }
 
 impl Content {
@@ -55,12 +75,15 @@ impl Content {
             "xml-inline" => {
                 let pattern = args.get("tag_pattern").and_then(Value::as_str);
                 let pattern = pattern.ok_or("xml-inline: 'tag_pattern' content_arg is required")?;
-                let tag = Delim::new(pattern).map_err(|e| format!("xml-inline tag_pattern: {e}"))?;
+                let tag =
+                    Delim::new(pattern).map_err(|e| format!("xml-inline tag_pattern: {e}"))?;
                 if !tag.group_names().iter().any(|n| n == "key") {
-                    return Err(format!("xml-inline: tag_pattern must have a named group 'key': {pattern}"));
+                    return Err(format!(
+                        "xml-inline: tag_pattern must have a named group 'key': {pattern}"
+                    ));
                 }
                 Content::XmlInline {
-                    tag,
+                    tag: Box::new(tag),
                     value: value_parser(args)?,
                     merge: arg_bool(args, "merge_duplicates", false),
                 }
@@ -86,10 +109,15 @@ impl Content {
                 Ok(Value::Bool(t == "true" || t == "1"))
             }
             Content::Json(args) => parse_json(text, args),
-            Content::XmlInline { tag, value, merge } => xml_inline(text, tag, value.as_deref(), *merge),
-            Content::KvLines { line_sep, kv_sep, strip, value } => {
-                kv_lines(text, line_sep, kv_sep, *strip, value.as_deref())
+            Content::XmlInline { tag, value, merge } => {
+                xml_inline(text, tag, value.as_deref(), *merge)
             }
+            Content::KvLines {
+                line_sep,
+                kv_sep,
+                strip,
+                value,
+            } => kv_lines(text, line_sep, kv_sep, *strip, value.as_deref()),
         }
     }
 }
@@ -98,7 +126,9 @@ fn string_delims(args: &Map<String, Value>) -> Result<Vec<(String, String)>, Str
     let Some(list) = args.get("string_delims") else {
         return Ok(Vec::new());
     };
-    let pairs = list.as_array().ok_or("json: string_delims must be a list of [open, close]")?;
+    let pairs = list
+        .as_array()
+        .ok_or("json: string_delims must be a list of [open, close]")?;
     pairs
         .iter()
         .map(|p| match p.as_array().map(Vec::as_slice) {
@@ -115,7 +145,10 @@ fn value_parser(args: &Map<String, Value>) -> Result<Option<Box<Content>>, Strin
     let spec = spec.as_object().ok_or("value_parser must be an object")?;
     let name = spec.get("name").and_then(Value::as_str).unwrap_or("text");
     let empty = Map::new();
-    let sub = spec.get("args").and_then(Value::as_object).unwrap_or(&empty);
+    let sub = spec
+        .get("args")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
     Content::new(name, sub).map(|c| Some(Box::new(c)))
 }
 
@@ -137,7 +170,8 @@ fn without_underscores(s: &str) -> Option<String> {
     let b = s.as_bytes();
     for (i, &c) in b.iter().enumerate() {
         if c == b'_' {
-            let ok = i > 0 && i + 1 < b.len() && b[i - 1].is_ascii_digit() && b[i + 1].is_ascii_digit();
+            let ok =
+                i > 0 && i + 1 < b.len() && b[i - 1].is_ascii_digit() && b[i + 1].is_ascii_digit();
             if !ok {
                 return None;
             }
@@ -155,7 +189,10 @@ pub(crate) fn py_int(text: &str) -> Result<i64, String> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad());
     }
-    plain.trim_start_matches('+').parse::<i64>().map_err(|_| bad())
+    plain
+        .trim_start_matches('+')
+        .parse::<i64>()
+        .map_err(|_| bad())
 }
 
 /// Python's `float(text)`.
@@ -174,7 +211,9 @@ pub(crate) fn py_float(text: &str) -> Result<f64, String> {
         return Ok(if negative { -v } else { v });
     }
     let plain = without_underscores(t).ok_or_else(bad)?;
-    let ok = plain.bytes().all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
+    let ok = plain
+        .bytes()
+        .all(|b| b.is_ascii_digit() || b"+-.eE".contains(&b))
         && plain.bytes().any(|b| b.is_ascii_digit());
     if !ok {
         return Err(bad());
@@ -210,7 +249,9 @@ fn parse_json(text: &str, args: &JsonArgs) -> Result<Value, String> {
     }
     match serde_json::from_str::<Value>(&working) {
         Ok(v) => Ok(v),
-        Err(_) if args.allow_non_json => Ok(Value::String(maybe_strip(text, args.strip).to_string())),
+        Err(_) if args.allow_non_json => {
+            Ok(Value::String(maybe_strip(text, args.strip).to_string()))
+        }
         Err(e) => Err(format!("json parser could not parse region as JSON: {e}")),
     }
 }
@@ -240,7 +281,9 @@ fn quote_bare_keys(text: &str) -> String {
     let mut it = text.char_indices().peekable();
     while let Some((i, c)) = it.next() {
         if matches!(prev, Some('{' | ',')) && is_word(c) {
-            let word_end = text[i..].find(|ch: char| !is_word(ch)).map_or(text.len(), |n| i + n);
+            let word_end = text[i..]
+                .find(|ch: char| !is_word(ch))
+                .map_or(text.len(), |n| i + n);
             if text[word_end..].starts_with(':') {
                 out.push('"');
                 out.push_str(&text[i..word_end]);
@@ -283,10 +326,21 @@ fn insert(out: &mut Map<String, Value>, key: String, value: Value, merge: bool) 
     }
 }
 
-fn xml_inline(text: &str, tag: &Delim, value: Option<&Content>, merge: bool) -> Result<Value, String> {
+fn xml_inline(
+    text: &str,
+    tag: &Delim,
+    value: Option<&Content>,
+    merge: bool,
+) -> Result<Value, String> {
     let mut out = Map::new();
-    for (_, _, groups) in tag.find_all(text) {
-        let get = |n: &str| groups.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    for found in tag.find_all(text) {
+        let get = |n: &str| {
+            found
+                .groups
+                .iter()
+                .find(|(k, _)| k == n)
+                .map(|(_, v)| v.clone())
+        };
         let key = get("key").ok_or("xml-inline: tag_pattern must have a named group 'key'")?;
         let parsed = sub_parse(&get("value").unwrap_or_default(), value)?;
         insert(&mut out, key, parsed, merge);
@@ -294,14 +348,23 @@ fn xml_inline(text: &str, tag: &Delim, value: Option<&Content>, merge: bool) -> 
     Ok(Value::Object(out))
 }
 
-fn kv_lines(text: &str, line_sep: &str, kv_sep: &str, strip: bool, value: Option<&Content>) -> Result<Value, String> {
+fn kv_lines(
+    text: &str,
+    line_sep: &str,
+    kv_sep: &str,
+    strip: bool,
+    value: Option<&Content>,
+) -> Result<Value, String> {
     let mut out = Map::new();
     if line_sep.is_empty() {
         return Err("kv-lines: empty separator".into());
     }
     for line in text.split(line_sep) {
         let line = maybe_strip(line, strip);
-        let Some((k, v)) = line.split_once(kv_sep).filter(|_| !line.is_empty() && !kv_sep.is_empty()) else {
+        let Some((k, v)) = line
+            .split_once(kv_sep)
+            .filter(|_| !line.is_empty() && !kv_sep.is_empty())
+        else {
             continue;
         };
         let parsed = sub_parse(maybe_strip(v, strip), value)?;
@@ -315,9 +378,11 @@ pub(crate) fn check_transform(t: &Value) -> Result<(), String> {
     match t {
         Value::Object(m) => m.values().try_for_each(check_transform),
         Value::Array(a) => a.iter().try_for_each(check_transform),
-        Value::String(s) if placeholder(s).is_none() && s.contains('{') && has_placeholder(s) => Err(format!(
-            "transform string {s:?} mixes a {{placeholder}} with literal text"
-        )),
+        Value::String(s) if placeholder(s).is_none() && s.contains('{') && has_placeholder(s) => {
+            Err(format!(
+                "transform string {s:?} mixes a {{placeholder}} with literal text"
+            ))
+        }
         _ => Ok(()),
     }
 }
@@ -325,14 +390,19 @@ pub(crate) fn check_transform(t: &Value) -> Result<(), String> {
 /// The dotted path of a whole-string placeholder `{a.b}` (`\w+(\.\w+)*`).
 fn placeholder(s: &str) -> Option<&str> {
     let inner = s.strip_prefix('{')?.strip_suffix('}')?;
-    let ok = !inner.is_empty() && inner.split('.').all(|p| !p.is_empty() && p.chars().all(is_word));
+    let ok = !inner.is_empty()
+        && inner
+            .split('.')
+            .all(|p| !p.is_empty() && p.chars().all(is_word));
     ok.then_some(inner)
 }
 
 fn has_placeholder(s: &str) -> bool {
-    s.char_indices()
-        .filter(|&(_, c)| c == '{')
-        .any(|(i, _)| s[i..].find('}').is_some_and(|j| placeholder(&s[i..=i + j]).is_some()))
+    s.char_indices().filter(|&(_, c)| c == '{').any(|(i, _)| {
+        s[i..]
+            .find('}')
+            .is_some_and(|j| placeholder(&s[i..=i + j]).is_some())
+    })
 }
 
 /// Fills a transform template from `scope`.
@@ -345,7 +415,11 @@ pub(crate) fn apply_transform(t: &Value, scope: &Map<String, Value>) -> Result<V
             }
             Value::Object(out)
         }
-        Value::Array(a) => Value::Array(a.iter().map(|v| apply_transform(v, scope)).collect::<Result<_, _>>()?),
+        Value::Array(a) => Value::Array(
+            a.iter()
+                .map(|v| apply_transform(v, scope))
+                .collect::<Result<_, _>>()?,
+        ),
         Value::String(s) => match placeholder(s) {
             Some(path) => lookup(path, scope)?,
             None => t.clone(),
@@ -378,11 +452,19 @@ pub(crate) fn schema_types(schema: &Value) -> Vec<String> {
     };
     let mut types: Vec<String> = match obj.get("type") {
         Some(Value::String(t)) => vec![t.clone()],
-        Some(Value::Array(list)) => list.iter().filter_map(|t| t.as_str().map(str::to_string)).collect(),
+        Some(Value::Array(list)) => list
+            .iter()
+            .filter_map(|t| t.as_str().map(str::to_string))
+            .collect(),
         _ => Vec::new(),
     };
     for union in ["anyOf", "oneOf"] {
-        for choice in obj.get(union).and_then(Value::as_array).into_iter().flatten() {
+        for choice in obj
+            .get(union)
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             types.extend(schema_types(choice));
         }
     }
@@ -401,7 +483,10 @@ pub(crate) fn coerce(raw: &str, types: &[String]) -> Value {
     for t in types {
         let cast = match t.as_str() {
             "integer" => py_int(raw).map(Value::from).ok().or_else(|| {
-                py_float(raw).ok().filter(|f| f.is_finite() && f.fract() == 0.0 && f.abs() < 9.2e18).map(|f| Value::from(f as i64))
+                py_float(raw)
+                    .ok()
+                    .filter(|f| f.is_finite() && f.fract() == 0.0 && f.abs() < 9.2e18)
+                    .map(|f| Value::from(f as i64))
             }),
             "number" => py_float(raw).ok().filter(|f| f.is_finite()).and_then(|f| {
                 if f.fract() == 0.0 && !raw.contains('.') && f.abs() < 9.2e18 {
@@ -416,8 +501,12 @@ pub(crate) fn coerce(raw: &str, types: &[String]) -> Value {
                 _ => None,
             },
             "null" => matches!(raw.trim_matches(py_space), "null" | "None").then_some(Value::Null),
-            "object" => serde_json::from_str::<Value>(raw).ok().filter(Value::is_object),
-            "array" => serde_json::from_str::<Value>(raw).ok().filter(Value::is_array),
+            "object" => serde_json::from_str::<Value>(raw)
+                .ok()
+                .filter(Value::is_object),
+            "array" => serde_json::from_str::<Value>(raw)
+                .ok()
+                .filter(Value::is_array),
             _ => None,
         };
         if let Some(v) = cast {
@@ -467,7 +556,11 @@ pub(crate) fn dumps(value: &Value, out: &mut String) {
 /// Python's `repr(float)`: shortest round-trip digits, exponent form below 1e-4 and from 1e16.
 pub(crate) fn py_float_repr(f: f64) -> String {
     if f == 0.0 {
-        return if f.is_sign_negative() { "-0.0".into() } else { "0.0".into() };
+        return if f.is_sign_negative() {
+            "-0.0".into()
+        } else {
+            "0.0".into()
+        };
     }
     let sci = format!("{:e}", f.abs());
     let (mantissa, exp) = sci.split_once('e').expect("exponent");
@@ -476,7 +569,11 @@ pub(crate) fn py_float_repr(f: f64) -> String {
     let sign = if f < 0.0 { "-" } else { "" };
     if !(-4..16).contains(&exp) {
         let (head, tail) = digits.split_at(1);
-        let frac = if tail.is_empty() { String::new() } else { format!(".{tail}") };
+        let frac = if tail.is_empty() {
+            String::new()
+        } else {
+            format!(".{tail}")
+        };
         let esign = if exp < 0 { '-' } else { '+' };
         return format!("{sign}{head}{frac}e{esign}{:02}", exp.abs());
     }
@@ -499,9 +596,17 @@ mod tests {
 
     #[test]
     fn float_repr_is_pythons() {
-        for (f, s) in [(0.5, "0.5"), (100.0, "100.0"), (1e16, "1e+16"), (1.5e-5, "1.5e-05"), (0.0001, "0.0001"),
-            (123456789.125, "123456789.125"), (-2.5, "-2.5"), (1e22, "1e+22"), (0.1 + 0.2, "0.30000000000000004")]
-        {
+        for (f, s) in [
+            (0.5, "0.5"),
+            (100.0, "100.0"),
+            (1e16, "1e+16"),
+            (1.5e-5, "1.5e-05"),
+            (0.0001, "0.0001"),
+            (123456789.125, "123456789.125"),
+            (-2.5, "-2.5"),
+            (1e22, "1e+22"),
+            (0.1 + 0.2, "0.30000000000000004"),
+        ] {
             assert_eq!(py_float_repr(f), s);
         }
     }
@@ -514,7 +619,10 @@ mod tests {
         assert_eq!(coerce("1e3", &["number".into()]), json!(1000));
         assert_eq!(coerce("3.0", &["integer".into()]), json!(3));
         assert_eq!(coerce("x", &["integer".into()]), json!("x"));
-        assert_eq!(quote_bare_keys("{a: 1,b_2: {c: 2}}"), r#"{"a": 1,"b_2": {"c": 2}}"#);
+        assert_eq!(
+            quote_bare_keys("{a: 1,b_2: {c: 2}}"),
+            r#"{"a": 1,"b_2": {"c": 2}}"#
+        );
         let mut out = String::new();
         dumps(&json!({"a": [1, 2.0, "é\n"], "b": null}), &mut out);
         assert_eq!(out, r#"{"a": [1, 2.0, "é\n"], "b": null}"#);
@@ -527,6 +635,9 @@ mod tests {
         assert!(check_transform(&json!("x{name}")).is_err());
         let scope = json!({"name": "f", "content": {"args": {"a": 1}}});
         let out = apply_transform(&t, scope.as_object().unwrap()).unwrap();
-        assert_eq!(out, json!({"function": {"name": "f", "arguments": {"a": 1}}, "type": "function"}));
+        assert_eq!(
+            out,
+            json!({"function": {"name": "f", "arguments": {"a": 1}}, "type": "function"})
+        );
     }
 }

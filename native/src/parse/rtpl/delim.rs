@@ -171,12 +171,15 @@ impl Delim {
         let names = self.group_names();
         names
             .into_iter()
-            .filter_map(|n| caps.get_group_by_name(&n).map(|s| (n, hay[s.range()].to_string())))
+            .filter_map(|n| {
+                caps.get_group_by_name(&n)
+                    .map(|s| (n, hay[s.range()].to_string()))
+            })
             .collect()
     }
 
     /// Every non-overlapping match in `hay` (as `finditer`), with its named groups.
-    pub(crate) fn find_all(&self, hay: &str) -> Vec<(usize, usize, Vec<(String, String)>)> {
+    pub(crate) fn find_all(&self, hay: &str) -> Vec<Found> {
         let names = self.group_names();
         self.regex
             .captures_iter(hay)
@@ -189,10 +192,20 @@ impl Delim {
                             .map(|s| (n.clone(), hay[s.range()].to_string()))
                     })
                     .collect();
-                (m.start(), m.end(), groups)
+                Found {
+                    end: m.end(),
+                    groups,
+                }
             })
             .collect()
     }
+}
+
+/// A match of [`Delim::find_all`].
+pub(crate) struct Found {
+    pub(crate) end: usize,
+    /// Named groups that took part, by name.
+    pub(crate) groups: Vec<(String, String)>,
 }
 
 enum Walk {
@@ -213,7 +226,10 @@ mod tests {
     #[test]
     fn literal_commits_at_edge_unless_extendable() {
         let d = lit(&["<think>"]);
-        assert_eq!(d.scan("ab<think>", 0, false), Hit::Final { start: 2, end: 9 });
+        assert_eq!(
+            d.scan("ab<think>", 0, false),
+            Hit::Final { start: 2, end: 9 }
+        );
         assert_eq!(d.scan("ab<thi", 0, false), Hit::Pending { start: 2 });
         assert_eq!(d.scan("ab<x", 0, false), Hit::None);
         let d = lit(&["<a", "<ab"]);
@@ -226,11 +242,20 @@ mod tests {
     fn regex_waits_while_it_can_grow() {
         let d = Delim::new(r"<tool_call>\s*").unwrap();
         assert_eq!(d.scan("a<tool_call> ", 0, false), Hit::Pending { start: 1 });
-        assert_eq!(d.scan("a<tool_call> {", 0, false), Hit::Final { start: 1, end: 13 });
-        assert_eq!(d.scan("a<tool_call> ", 0, true), Hit::Final { start: 1, end: 13 });
+        assert_eq!(
+            d.scan("a<tool_call> {", 0, false),
+            Hit::Final { start: 1, end: 13 }
+        );
+        assert_eq!(
+            d.scan("a<tool_call> ", 0, true),
+            Hit::Final { start: 1, end: 13 }
+        );
         let d = Delim::new(r"<call name=(?P<name>\w+)>").unwrap();
         let hay = "x<call name=get_weather>{";
         assert_eq!(d.scan(hay, 0, false), Hit::Final { start: 1, end: 24 });
-        assert_eq!(d.captures(hay, 1, 24), vec![("name".to_string(), "get_weather".to_string())]);
+        assert_eq!(
+            d.captures(hay, 1, 24),
+            vec![("name".to_string(), "get_weather".to_string())]
+        );
     }
 }

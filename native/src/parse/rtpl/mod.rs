@@ -14,6 +14,9 @@ mod delim;
 mod spec;
 mod value;
 
+#[cfg(test)]
+mod tests;
+
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
@@ -48,24 +51,35 @@ impl ModelTemplate {
 
     /// The template a request naming `parser` of `kind` can use, or why it cannot (the
     /// `FAILED_PRECONDITION` message).
-    pub(crate) fn for_parser(&self, field: &str, parser: &str, needs: &str) -> Result<Arc<Template>, String> {
+    pub(crate) fn for_parser(
+        &self,
+        field: &str,
+        parser: &str,
+        needs: &str,
+    ) -> Result<Arc<Template>, String> {
         let t = match self {
-            ModelTemplate::Absent => {
-                return Err(format!(
-                    "{field}: {parser:?} parses with the model's response_template, and this model's \
-                     tokenizer_config.json has none"
-                ))
-            }
-            ModelTemplate::Invalid(why) => {
-                return Err(format!("{field}: {parser:?}: the model's response_template is not usable: {why}"))
-            }
             ModelTemplate::Ready(t) => t,
+            ModelTemplate::Absent => return Err(absent(field, parser)),
+            ModelTemplate::Invalid(why) => return Err(invalid(field, parser, why)),
         };
         if t.field(needs).is_none() {
-            return Err(format!("{field}: {parser:?} needs a response_template with a {needs} field"));
+            return Err(format!(
+                "{field}: {parser:?} needs a response_template with a {needs} field"
+            ));
         }
         Ok(Arc::clone(t))
     }
+}
+
+fn absent(field: &str, parser: &str) -> String {
+    format!(
+        "{field}: {parser:?} parses with the model's response_template, and this model's \
+         tokenizer_config.json has none"
+    )
+}
+
+fn invalid(field: &str, parser: &str, why: &str) -> String {
+    format!("{field}: {parser:?}: the model's response_template is not usable: {why}")
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -73,6 +87,9 @@ enum Kind {
     Open,
     Close,
 }
+
+/// A delimiter to commit: its kind, field and byte range in the text read.
+type Commit = (Kind, usize, usize, usize);
 
 /// The streaming interpreter of one request.
 pub(crate) struct TemplateStage {
@@ -95,7 +112,12 @@ pub(crate) struct TemplateStage {
 }
 
 impl TemplateStage {
-    pub(crate) fn new(tpl: Arc<Template>, tools: Tools, reasoning: bool, parse_tools: bool) -> Self {
+    pub(crate) fn new(
+        tpl: Arc<Template>,
+        tools: Tools,
+        reasoning: bool,
+        parse_tools: bool,
+    ) -> Self {
         let current = tpl.implicit;
         TemplateStage {
             tpl,
@@ -139,11 +161,22 @@ impl TemplateStage {
     /// close.
     fn watch(&self) -> Vec<(Kind, usize)> {
         if let Some(f) = self.current.filter(|&f| Some(f) != self.tpl.implicit) {
-            return self.tpl.fields[f].close.as_ref().map(|_| (Kind::Close, f)).into_iter().collect();
+            return self.tpl.fields[f]
+                .close
+                .as_ref()
+                .map(|_| (Kind::Close, f))
+                .into_iter()
+                .collect();
         }
-        let mut watch: Vec<(Kind, usize)> =
-            (0..self.tpl.fields.len()).filter(|&f| self.tpl.fields[f].open.is_some()).map(|f| (Kind::Open, f)).collect();
-        if let Some(f) = self.tpl.implicit.filter(|&f| self.tpl.fields[f].close.is_some()) {
+        let mut watch: Vec<(Kind, usize)> = (0..self.tpl.fields.len())
+            .filter(|&f| self.tpl.fields[f].open.is_some())
+            .map(|f| (Kind::Open, f))
+            .collect();
+        if let Some(f) = self
+            .tpl
+            .implicit
+            .filter(|&f| self.tpl.fields[f].close.is_some())
+        {
             watch.push((Kind::Close, f));
         }
         watch
@@ -151,16 +184,26 @@ impl TemplateStage {
 
     /// The earliest delimiter that can be committed (longest on a tie, openers first, then by
     /// field name) and where held-back text starts.
-    fn scan(&self, hay: &str, eos: bool) -> (Option<(Kind, usize, usize, usize)>, usize) {
-        let mut best: Option<((usize, std::cmp::Reverse<usize>, u8, &str), (Kind, usize, usize, usize))> = None;
+    fn scan(&self, hay: &str, eos: bool) -> (Option<Commit>, usize) {
+        type Rank<'a> = (usize, std::cmp::Reverse<usize>, u8, &'a str);
+        let mut best: Option<(Rank, Commit)> = None;
         let mut hold = hay.len();
         for (kind, f) in self.watch() {
             let field = &self.tpl.fields[f];
-            let delim = if kind == Kind::Open { &field.open } else { &field.close };
+            let delim = if kind == Kind::Open {
+                &field.open
+            } else {
+                &field.close
+            };
             match delim.as_ref().expect("watched").scan(hay, self.cursor, eos) {
                 Hit::Pending { start } => hold = hold.min(start),
                 Hit::Final { start, end } => {
-                    let key = (start, std::cmp::Reverse(end - start), (kind == Kind::Close) as u8, field.name.as_str());
+                    let key = (
+                        start,
+                        std::cmp::Reverse(end - start),
+                        (kind == Kind::Close) as u8,
+                        field.name.as_str(),
+                    );
                     if best.as_ref().is_none_or(|(k, _)| key < *k) {
                         best = Some((key, (kind, f, start, end)));
                     }
@@ -197,7 +240,15 @@ impl TemplateStage {
     }
 
     /// Commits a delimiter of `len` bytes at the read position.
-    fn commit(&mut self, input: &mut SegBuf, out: &mut Out, kind: Kind, f: usize, len: usize, eos: bool) {
+    fn commit(
+        &mut self,
+        input: &mut SegBuf,
+        out: &mut Out,
+        kind: Kind,
+        f: usize,
+        len: usize,
+        eos: bool,
+    ) {
         if kind == Kind::Close {
             self.close(input, out, len, false);
             return;
@@ -293,7 +344,12 @@ impl Stage for TemplateStage {
     /// pattern may still grow, an open tool region) is read again with the output, never output.
     fn prime(&mut self, prompt: &mut SegBuf, scratch: &mut Out, _kwargs: &Map<String, Value>) {
         let text = prompt.as_str();
-        let from = self.tpl.start_anchor.find_all(text).last().map_or(0, |m| m.1);
+        let from = self
+            .tpl
+            .start_anchor
+            .find_all(text)
+            .last()
+            .map_or(0, |m| m.end);
         scratch.route(prompt, from, Channel::Framing);
         self.run(prompt, scratch, false);
         self.carry = format!("{}{}", self.carry, prompt.as_str());

@@ -34,29 +34,56 @@ pub(crate) struct Template {
     pub(crate) implicit: Option<usize>,
 }
 
-const TEMPLATE_KEYS: &[&str] = &["version", "defaults", "fields", "start_anchor", "start_anchor_pattern"];
+const TEMPLATE_KEYS: &[&str] = &[
+    "version",
+    "defaults",
+    "fields",
+    "start_anchor",
+    "start_anchor_pattern",
+];
 const FIELD_KEYS: &[&str] = &[
-    "open", "open_pattern", "close", "close_pattern", "content", "content_args", "repeats", "join",
-    "optional", "transform", "transform_each",
+    "open",
+    "open_pattern",
+    "close",
+    "close_pattern",
+    "content",
+    "content_args",
+    "repeats",
+    "join",
+    "optional",
+    "transform",
+    "transform_each",
 ];
 
 impl Template {
     /// Loads `spec` (the `response_template` JSON object) as vLLM serves it.
     pub(crate) fn load(spec: &Value) -> Result<Template, String> {
-        let obj = spec.as_object().ok_or("response_template must be a JSON object")?;
+        let obj = spec
+            .as_object()
+            .ok_or("response_template must be a JSON object")?;
         let version = obj.get("version").cloned().unwrap_or(Value::from(1));
-        if version != Value::from(1) {
+        if version != 1 {
             return Err(format!("unsupported response_template version {version}"));
         }
         if let Some(k) = obj.keys().find(|k| !TEMPLATE_KEYS.contains(&k.as_str())) {
             return Err(format!("unknown key {k:?} in response_template"));
         }
-        let defaults = obj.get("defaults").cloned().unwrap_or(Value::Object(Map::new()));
-        let defaults = defaults.as_object().ok_or("response_template.defaults must be an object")?;
+        let defaults = obj
+            .get("defaults")
+            .cloned()
+            .unwrap_or(Value::Object(Map::new()));
+        let defaults = defaults
+            .as_object()
+            .ok_or("response_template.defaults must be an object")?;
         if let Some(k) = defaults.keys().find(|k| k.as_str() != "role") {
-            return Err(format!("response_template.defaults has {k:?}; serving supports only \"role\""));
+            return Err(format!(
+                "response_template.defaults has {k:?}; serving supports only \"role\""
+            ));
         }
-        let raw = obj.get("fields").and_then(Value::as_object).filter(|f| !f.is_empty());
+        let raw = obj
+            .get("fields")
+            .and_then(Value::as_object)
+            .filter(|f| !f.is_empty());
         let raw = raw.ok_or("response_template.fields must be a non-empty object")?;
         let mut fields = Vec::new();
         for (name, field) in raw {
@@ -71,13 +98,24 @@ impl Template {
         if all_open && !fields.iter().any(|f| f.name == CONTENT) {
             fields.push(plain_field(CONTENT));
         }
-        let implicit: Vec<usize> = (0..fields.len()).filter(|&i| fields[i].open.is_none()).collect();
+        let implicit: Vec<usize> = (0..fields.len())
+            .filter(|&i| fields[i].open.is_none())
+            .collect();
         if implicit.len() > 1 {
             return Err("at most one field may omit 'open'/'open_pattern'".into());
         }
-        let start_anchor = anchor(obj, "start_anchor", "start_anchor_pattern", "response_template")?
-            .ok_or("response_template must define 'start_anchor' or 'start_anchor_pattern'")?;
-        Ok(Template { start_anchor, fields, implicit: implicit.first().copied() })
+        let start_anchor = anchor(
+            obj,
+            "start_anchor",
+            "start_anchor_pattern",
+            "response_template",
+        )?
+        .ok_or("response_template must define 'start_anchor' or 'start_anchor_pattern'")?;
+        Ok(Template {
+            start_anchor,
+            fields,
+            implicit: implicit.first().copied(),
+        })
     }
 
     /// The field named `name`.
@@ -99,16 +137,30 @@ fn plain_field(name: &str) -> Field {
 }
 
 /// A delimiter given as a literal, a list of literals or a regex.
-fn anchor(obj: &Map<String, Value>, literal: &str, pattern: &str, scope: &str) -> Result<Option<Delim>, String> {
+fn anchor(
+    obj: &Map<String, Value>,
+    literal: &str,
+    pattern: &str,
+    scope: &str,
+) -> Result<Option<Delim>, String> {
     let compiled = match (obj.get(literal), obj.get(pattern)) {
-        (Some(_), Some(_)) => return Err(format!("{scope}: cannot specify both '{literal}' and '{pattern}'")),
+        (Some(_), Some(_)) => {
+            return Err(format!(
+                "{scope}: cannot specify both '{literal}' and '{pattern}'"
+            ))
+        }
         (Some(raw), None) => {
             let list: Vec<String> = match raw {
                 Value::String(s) => vec![s.clone()],
-                Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_string) => {
-                    a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect()
+                Value::Array(a) if !a.is_empty() && a.iter().all(Value::is_string) => a
+                    .iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .collect(),
+                _ => {
+                    return Err(format!(
+                        "{scope}: '{literal}' must be a string or a non-empty list of strings"
+                    ))
                 }
-                _ => return Err(format!("{scope}: '{literal}' must be a string or a non-empty list of strings")),
             };
             if list.iter().any(String::is_empty) {
                 return Err(format!("{scope}: '{literal}' literals cannot be empty"));
@@ -119,18 +171,25 @@ fn anchor(obj: &Map<String, Value>, literal: &str, pattern: &str, scope: &str) -
         (None, Some(_)) => return Err(format!("{scope}: '{pattern}' must be a string")),
         (None, None) => return Ok(None),
     };
-    compiled.map(Some).map_err(|e| format!("{scope}: {pattern} not supported here: {e}"))
+    compiled
+        .map(Some)
+        .map_err(|e| format!("{scope}: {pattern} not supported here: {e}"))
 }
 
 fn build_field(name: &str, raw: &Value) -> Result<Field, String> {
     let scope = format!("field {name:?}");
-    let obj = raw.as_object().ok_or_else(|| format!("{scope} must be an object"))?;
+    let obj = raw
+        .as_object()
+        .ok_or_else(|| format!("{scope} must be an object"))?;
     if let Some(k) = obj.keys().find(|k| !FIELD_KEYS.contains(&k.as_str())) {
         return Err(format!("{scope}: unknown key {k:?}"));
     }
     let parser = obj.get("content").and_then(Value::as_str).unwrap_or("text");
     let empty = Map::new();
-    let args = obj.get("content_args").and_then(Value::as_object).unwrap_or(&empty);
+    let args = obj
+        .get("content_args")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
     let content = Content::new(parser, args).map_err(|e| format!("{scope}: {e}"))?;
     let open = anchor(obj, "open", "open_pattern", &scope)?;
     let close = anchor(obj, "close", "close_pattern", &scope)?;
@@ -150,20 +209,38 @@ fn build_field(name: &str, raw: &Value) -> Result<Field, String> {
         Some(_) => return Err(format!("{scope}: transform_each must be a bool")),
     };
     if transform_each && transform.is_none() {
-        return Err(format!("{scope}: transform_each is set but no transform was provided"));
+        return Err(format!(
+            "{scope}: transform_each is set but no transform was provided"
+        ));
     }
     match &transform {
         Some(t) => check_transform(t).map_err(|e| format!("{scope}: {e}"))?,
         None => {
-            let named: Vec<String> = open.iter().chain(close.iter()).flat_map(Delim::group_names).collect();
+            let named: Vec<String> = open
+                .iter()
+                .chain(close.iter())
+                .flat_map(Delim::group_names)
+                .collect();
             if !named.is_empty() {
-                return Err(format!("{scope}: named groups {named:?} but no 'transform' to use them"));
+                return Err(format!(
+                    "{scope}: named groups {named:?} but no 'transform' to use them"
+                ));
             }
         }
     }
     let plain = matches!(content, Content::Text { .. }) && transform.is_none() && join.is_none();
     if (name == THINKING || name == CONTENT) && !plain {
-        return Err(format!("{scope} uses semantics that cannot be streamed (only plain text)"));
+        return Err(format!(
+            "{scope} uses semantics that cannot be streamed (only plain text)"
+        ));
     }
-    Ok(Field { name: name.to_string(), open, close, content, join, transform, transform_each })
+    Ok(Field {
+        name: name.to_string(),
+        open,
+        close,
+        content,
+        join,
+        transform,
+        transform_each,
+    })
 }

@@ -8,21 +8,32 @@ use super::spec::Field;
 use crate::parse::schema::Tools;
 
 /// The value of a region of `field` whose text is `body`, opened with `captures`.
-pub(crate) fn region_value(field: &Field, body: &str, captures: &[(String, String)], tools: &Tools) -> Result<Value, String> {
+pub(crate) fn region_value(
+    field: &Field,
+    body: &str,
+    captures: &[(String, String)],
+    tools: &Tools,
+) -> Result<Value, String> {
     let parsed = field.content.parse(body)?;
     let scope_of = |extra: Map<String, Value>| {
-        let mut scope: Map<String, Value> =
-            captures.iter().map(|(k, v)| (k.clone(), Value::String(v.clone()))).collect();
+        let mut scope: Map<String, Value> = captures
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
         scope.extend(extra);
         scope
     };
     let mut value = match (&field.transform, field.transform_each) {
         (None, _) => parsed,
         (Some(t), true) => {
-            let items = parsed.as_array().ok_or("transform_each requires the parsed content to be a list")?;
+            let items = parsed
+                .as_array()
+                .ok_or("transform_each requires the parsed content to be a list")?;
             let mut out = Vec::with_capacity(items.len());
             for item in items {
-                let item = item.as_object().ok_or("transform_each requires each list element to be an object")?;
+                let item = item
+                    .as_object()
+                    .ok_or("transform_each requires each list element to be an object")?;
                 out.push(apply_transform(t, &scope_of(item.clone()))?);
             }
             Value::Array(out)
@@ -49,7 +60,11 @@ fn coerce_calls(value: &mut Value, tools: &Tools) {
     let Some(function) = value.get_mut("function").and_then(Value::as_object_mut) else {
         return;
     };
-    let Some(name) = function.get("name").and_then(Value::as_str).map(str::to_string) else {
+    let Some(name) = function
+        .get("name")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+    else {
         return;
     };
     let Some(properties) = tools.properties(&name).and_then(Value::as_object) else {
@@ -89,7 +104,10 @@ pub(crate) fn tool_calls(value: &Value) -> Vec<(String, String)> {
         let Some(function) = item.get("function").and_then(Value::as_object) else {
             return Vec::new();
         };
-        let name = function.get("name").and_then(Value::as_str).filter(|n| !n.is_empty());
+        let name = function
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty());
         let arguments = function.get("arguments").filter(|a| !a.is_null());
         let (Some(name), Some(arguments)) = (name, arguments) else {
             return Vec::new();
