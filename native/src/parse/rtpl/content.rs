@@ -628,6 +628,37 @@ mod tests {
         assert_eq!(out, r#"{"a": [1, 2.0, "é\n"], "b": null}"#);
     }
 
+    /// Expected values: vLLM 0.33's `parse_content` on the same text and arguments.
+    #[test]
+    fn content_parsers_give_vllms_values() {
+        let parse = |name: &str, args: Value, text: &str| {
+            let mut out = String::new();
+            let c = Content::new(name, args.as_object().unwrap()).unwrap();
+            dumps(&c.parse(text).unwrap(), &mut out);
+            out
+        };
+        let dialect = json!({"unquoted_keys": true, "string_delims": [["<<", ">>"]]});
+        assert_eq!(
+            parse("json", dialect, r#"{name:<<a "q">>,n:1.50,b:[1e2,-1]}"#),
+            r#"{"name": "a \"q\"", "n": 1.5, "b": [100.0, -1]}"#
+        );
+        assert_eq!(
+            parse("json", json!({"allow_non_json": true}), " not json "),
+            r#""not json""#
+        );
+        assert_eq!(
+            parse("kv-lines", json!({}), "a: 1\nb : x: y\n\nnoline"),
+            r#"{"a": "1", "b": "x: y"}"#
+        );
+        let kv = json!({"line_sep": ";", "kv_sep": "=", "value_parser": {"name": "json"}});
+        assert_eq!(parse("kv-lines", kv, "a=1;b=[2]"), r#"{"a": 1, "b": [2]}"#);
+        let xml = json!({"tag_pattern": "<(?P<key>k|j)>(?P<value>[^<]*)</(?:k|j)>", "merge_duplicates": true});
+        assert_eq!(
+            parse("xml-inline", xml, "<k>1</k><k>2</k><j>x</j>"),
+            r#"{"k": ["1", "2"], "j": "x"}"#
+        );
+    }
+
     #[test]
     fn transforms_fill_whole_placeholders() {
         let t = json!({"function": {"name": "{name}", "arguments": "{content.args}"}, "type": "function"});
