@@ -34,9 +34,42 @@ pub(crate) struct Delim {
     regex: Regex,
 }
 
-/// Regex syntax as vLLM compiles it: `re.DOTALL`.
+/// Regex syntax as vLLM compiles it (`re.DOTALL`), with Python's brace rules: a `{` that does not
+/// start a counted repetition is a literal, and `{,n}` means `{0,n}`.
 fn dotall(pattern: &str) -> String {
-    format!("(?s:{pattern})")
+    format!("(?s:{})", python_braces(pattern))
+}
+
+fn python_braces(pattern: &str) -> String {
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let (mut escaped, mut in_class) = (false, false);
+    for (i, c) in pattern.char_indices() {
+        if escaped {
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if in_class {
+            in_class = c != ']';
+        } else if c == '[' {
+            in_class = true;
+        } else if c == '{' {
+            let rest = &pattern[i + 1..];
+            let body = rest.split_once('}').map(|(b, _)| b).unwrap_or("");
+            let counted = rest.contains('}')
+                && !body.is_empty()
+                && body.bytes().all(|b| b.is_ascii_digit() || b == b',')
+                && body.matches(',').count() <= 1
+                && body != ",";
+            match (counted, body.starts_with(',')) {
+                (true, true) => out.push_str("{0"),
+                (true, false) => out.push('{'),
+                (false, _) => out.push_str("\\{"),
+            }
+            continue;
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Python's `re.escape` is not needed: literals are escaped for this engine's syntax.
@@ -76,11 +109,20 @@ impl Delim {
     /// refused with the engine's message).
     pub(crate) fn new(pattern: &str) -> Result<Delim, String> {
         let full = dotall(pattern);
+        // The meta regex first: its error names the syntax problem.
+        let regex = Regex::new(&full).map_err(|e| match e.syntax_error() {
+            // The syntax error's own text (the construct and where), on one line.
+            Some(syntax) => syntax
+                .to_string()
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+            None => e.to_string(),
+        })?;
         let dfa = dense::Builder::new()
             .configure(dense::Config::new().start_kind(regex_automata::dfa::StartKind::Anchored))
             .build(&full)
             .map_err(|e| e.to_string())?;
-        let regex = Regex::new(&full).map_err(|e| e.to_string())?;
         Ok(Delim { dfa, regex })
     }
 
@@ -236,6 +278,21 @@ mod tests {
         assert_eq!(d.scan("x<a", 0, false), Hit::Pending { start: 1 });
         assert_eq!(d.scan("x<ac", 0, false), Hit::Final { start: 1, end: 3 });
         assert_eq!(d.scan("x<a", 0, true), Hit::Final { start: 1, end: 3 });
+    }
+
+    #[test]
+    fn braces_read_as_python_reads_them() {
+        assert_eq!(
+            python_braces(r#"{"name": \{x\}[{]a{2}b{,3}c{2,}d{x}"#),
+            r#"\{"name": \{x\}[{]a{2}b{0,3}c{2,}d\{x}"#
+        );
+        let d = Delim::new(r#"<tool_call>\s*{"#).unwrap();
+        assert_eq!(
+            d.scan("<tool_call> {", 0, false),
+            Hit::Final { start: 0, end: 13 }
+        );
+        let err = Delim::new("(?<=a)b").err().expect("refused");
+        assert!(err.contains("look"), "the error names the construct: {err}");
     }
 
     #[test]
