@@ -11,6 +11,8 @@ into a derived model's tokenizer_config.json.
   `<call name="NAME">` (the name a named capture) with `<arg name="k">v</arg>` values typed by
   the request's schema, content the field vLLM adds as the sink.
 - `rtpl_kv`: kv-lines: `<<NAME` newline `key=value` lines `>>`, values parsed as JSON.
+- `rtpl_sink`: every field has an opener, `content` too (`<answer>`), so text outside every region
+  has no field (vLLM drops it); calls are a JSON list mapped by `transform_each`.
 """
 from cases_common import EMPTY, SEARCH_NESTED, TOOLS, TYPED, UNICODE, WEATHER, WEATHER2, tool_cases
 from formats_tool import _case, _j, _raw
@@ -53,6 +55,18 @@ KV_TEMPLATE = {
                        "content_args": {"kv_sep": "=", "value_parser": {"name": "json", "args": {"allow_non_json": True}}},
                        "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{content}"}}},
         "content": {},
+    },
+}
+
+
+SINK_TEMPLATE = {
+    "version": 1,
+    "start_anchor": "<|assistant|>",
+    "fields": {
+        "thinking": {"open": "<think>", "close": "</think>"},
+        "content": {"open": "<answer>", "close": "</answer>"},
+        "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json", "transform_each": True,
+                       "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}},
     },
 }
 
@@ -145,5 +159,29 @@ def rtpl_kv():
                  "response_template with kv-lines arguments whose values parse as JSON")
 
 
+def _sink(calls):
+    return "<tool_call>" + _j([{"name": n, "arguments": a} for n, a in calls]) + "</tool_call>"
+
+
+def rtpl_sink():
+    call = _sink([WEATHER])
+    cases = [
+        _case("answer_only", "an answer region", "<answer>The answer.</answer>"),
+        _case("text_outside", "text outside every region", "Hello <answer>The answer.</answer> bye"),
+        _case("think_answer", "reasoning then an answer", "<think>plan</think><answer>Yes.</answer>"),
+        _case("call_list", "one call in a list", call),
+        _case("parallel_list", "two calls in one list", _sink([WEATHER, WEATHER2])),
+        _case("text_around_call", "text outside regions around a call", f"Checking. {call} Done."),
+        _case("answer_and_call", "an answer then a call", f"<answer>One moment.</answer>{call}"),
+        _case("unclosed_answer", "an answer cut off", "<answer>The ans", "length"),
+        _case("empty_list", "an empty call list", "<tool_call>[]</tool_call>"),
+        _case("not_objects", "a list of strings", '<tool_call>["get_weather"]</tool_call>'),
+        _case("typed_list", "typed values in a list", _sink([TYPED])),
+        _case("plain_text", "no region at all", "Just text."),
+    ]
+    return _spec("rtpl_sink", SINK_TEMPLATE, [], cases, "<think>", "user: hi\n<|assistant|>",
+                 "response_template whose content field has an opener: no sink for other text; transform_each")
+
+
 def specs():
-    return [rtpl_qwen(), rtpl_xml(), rtpl_kv()]
+    return [rtpl_qwen(), rtpl_xml(), rtpl_kv(), rtpl_sink()]
