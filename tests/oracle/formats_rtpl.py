@@ -13,6 +13,8 @@ into a derived model's tokenizer_config.json.
 - `rtpl_kv`: kv-lines: `<<NAME` newline `key=value` lines `>>`, values parsed as JSON.
 - `rtpl_sink`: every field has an opener, `content` too (`<answer>`), so text outside every region
   has no field (vLLM drops it); calls are a JSON list mapped by `transform_each`.
+- `rtpl_closer`: Harmony-like channels whose reasoning closer ends with the start anchor
+  (`<|end|><|start|>assistant`): output the stop token cut inside that closer still closes it.
 """
 from cases_common import EMPTY, SEARCH_NESTED, TOOLS, TYPED, UNICODE, WEATHER, WEATHER2, tool_cases
 from formats_tool import _case, _j, _raw
@@ -67,6 +69,18 @@ SINK_TEMPLATE = {
         "content": {"open": "<answer>", "close": "</answer>"},
         "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json", "transform_each": True,
                        "transform": {"type": "function", "function": {"name": "{name}", "arguments": "{arguments}"}}},
+    },
+}
+
+
+CLOSER_TEMPLATE = {
+    "version": 1,
+    "start_anchor": "<|start|>assistant",
+    "fields": {
+        "thinking": {"open": "<|channel|>analysis<|message|>", "close": "<|end|><|start|>assistant"},
+        "content": {"open": "<|channel|>final<|message|>", "close": ["<|return|>", "<|end|>"]},
+        "tool_calls": {"open_pattern": r"<\|channel\|>commentary to=(?P<name>\w+)<\|message\|>", "close": "<|call|>",
+                       "content": "json", "transform": {"function": {"name": "{name}", "arguments": "{content}"}}},
     },
 }
 
@@ -183,5 +197,22 @@ def rtpl_sink():
                  "response_template whose content field has an opener: no sink for other text; transform_each")
 
 
+def rtpl_closer():
+    a, f = "<|channel|>analysis<|message|>", "<|channel|>final<|message|>"
+    call = '<|channel|>commentary to=get_weather<|message|>{"city": "Paris"}<|call|>'
+    cases = [
+        _case("analysis_cut_at_end", "reasoning ended by <|end|>, the stop token cut the rest", f"{a}plan<|end|>"),
+        _case("analysis_cut_in_anchor", "the output stops inside the anchor", f"{a}plan<|end|><|start|>assi"),
+        _case("analysis_then_final", "reasoning then the answer", f"{a}plan<|end|><|start|>assistant{f}Hi<|return|>"),
+        _case("analysis_then_call", "reasoning then a call", f"{a}plan<|end|><|start|>assistant{call}"),
+        _case("final_only", "the answer alone", f"{f}Hi<|end|>"),
+        _case("analysis_cut_in_end", "the output stops inside <|end|>", f"{a}plan<|en", "length"),
+        _case("unopened_end", "<|end|> without a region", "Hello<|end|>"),
+        _case("prompt_in_analysis", "the prompt opened reasoning", "plan<|end|>", prompt_in_reasoning=True),
+    ]
+    return _spec("rtpl_closer", CLOSER_TEMPLATE, [], cases, "<|channel|>analysis<|message|>",
+                 "user: hi<|end|><|start|>assistant", "response_template whose reasoning closer ends with the start anchor")
+
+
 def specs():
-    return [rtpl_qwen(), rtpl_xml(), rtpl_kv(), rtpl_sink()]
+    return [rtpl_qwen(), rtpl_xml(), rtpl_kv(), rtpl_sink(), rtpl_closer()]

@@ -106,6 +106,10 @@ pub(crate) struct TemplateStage {
     /// `body_from`; outside one `cursor` is 0 (everything read is routed).
     cursor: usize,
     body_from: usize,
+    /// The open region has begun: opened by its delimiter, or (the sink) given text.
+    opened: bool,
+    /// The output has begun (a closer is completed only after some output).
+    output: bool,
     /// Prompt text left undecided (a delimiter the output may complete, an open tool region): read
     /// before the input, never output (positions count from its start).
     carry: String,
@@ -128,6 +132,8 @@ impl TemplateStage {
             captures: Vec::new(),
             cursor: 0,
             body_from: 0,
+            opened: false,
+            output: false,
             carry: String::new(),
         }
     }
@@ -231,6 +237,7 @@ impl TemplateStage {
 
     /// Reads `input` up to byte `upto` into the open region.
     fn accumulate(&mut self, input: &mut SegBuf, out: &mut Out, upto: usize) {
+        self.opened |= self.current.is_some() && upto > self.cursor;
         if self.in_tool_region() {
             self.cursor = upto.max(self.cursor);
         } else {
@@ -258,6 +265,7 @@ impl TemplateStage {
         let open = field.open.as_ref().expect("opener");
         self.captures = open.captures(&self.hay(input), 0, len);
         self.current = Some(f);
+        self.opened = true;
         if self.in_tool_region() {
             self.cursor = len;
             self.body_from = len;
@@ -277,6 +285,7 @@ impl TemplateStage {
             self.take(input, out, len, channel);
         }
         self.current = self.tpl.implicit;
+        self.opened = false;
         self.captures.clear();
         self.cursor = 0;
         self.body_from = 0;
@@ -306,6 +315,32 @@ impl TemplateStage {
         }
     }
 
+    /// At the end of the output: when the open region's text ends with the start of a literal
+    /// closer whose end is the message start anchor, cut by at most that anchor (the stop token
+    /// ended the message inside its closer), that text is its closer (vLLM's `_closer_rest`).
+    fn complete_cut_closer(&mut self, input: &mut SegBuf, out: &mut Out) -> bool {
+        let Some(f) = self.current.filter(|_| self.opened && self.output) else {
+            return false;
+        };
+        let (cut, total) = {
+            let hay = self.hay(input);
+            let text = &hay[self.body_from..];
+            let closers = self.tpl.fields[f].close_literals.iter();
+            let cut = closers.into_iter().find_map(|closer| {
+                let mut anchors = self.tpl.start_literals.iter();
+                anchors.find_map(|anchor| cut_closer(text, closer, anchor))
+            });
+            (cut, hay.len())
+        };
+        let Some(len) = cut else {
+            return false;
+        };
+        let start = total - len;
+        self.accumulate(input, out, start);
+        self.commit(input, out, Kind::Close, f, len, true);
+        true
+    }
+
     /// Reads as much of `input` as can be decided.
     fn run(&mut self, input: &mut SegBuf, out: &mut Out, eos: bool) {
         let mut zero_width_at = None;
@@ -319,6 +354,7 @@ impl TemplateStage {
                     // The delimiter now starts at the read position.
                     self.commit(input, out, kind, f, len, false);
                 }
+                _ if eos && self.complete_cut_closer(input, out) => {}
                 _ if eos => {
                     let n = self.carry.len() + input.len();
                     self.accumulate(input, out, n);
@@ -334,8 +370,24 @@ impl TemplateStage {
     }
 }
 
+/// The byte length of the cut closer `text` ends with: `closer` without at most all of `anchor`,
+/// which it ends with (the longest such start first).
+fn cut_closer(text: &str, closer: &str, anchor: &str) -> Option<usize> {
+    if anchor.is_empty() || closer == anchor || !closer.ends_with(anchor) {
+        return None;
+    }
+    let chars: Vec<(usize, char)> = closer.char_indices().collect();
+    let keep_min = chars.len() - anchor.chars().count();
+    (keep_min..chars.len())
+        .rev()
+        .map(|n| &closer[..chars[n].0])
+        .find(|head| !head.is_empty() && text.ends_with(head))
+        .map(str::len)
+}
+
 impl Stage for TemplateStage {
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
+        self.output |= !input.is_empty();
         self.run(input, out, end);
     }
 

@@ -18,7 +18,8 @@ pub(crate) struct Field {
     pub(crate) name: String,
     pub(crate) open: Option<Delim>,
     pub(crate) close: Option<Delim>,
-    /// The literal delimiters of `close` (for the text that ends a cut-off closer).
+    /// The literals of `close` (empty for a pattern): a closer cut by the stop token is completed.
+    pub(crate) close_literals: Vec<String>,
     pub(crate) content: Content,
     pub(crate) join: Option<String>,
     pub(crate) transform: Option<Value>,
@@ -32,6 +33,8 @@ pub(crate) struct Template {
     pub(crate) fields: Vec<Field>,
     /// The field without an opener (where unclaimed text goes), if any.
     pub(crate) implicit: Option<usize>,
+    /// The literals of `start_anchor` (empty for a pattern).
+    pub(crate) start_literals: Vec<String>,
 }
 
 const TEMPLATE_KEYS: &[&str] = &[
@@ -112,6 +115,7 @@ impl Template {
         )?
         .ok_or("response_template must define 'start_anchor' or 'start_anchor_pattern'")?;
         Ok(Template {
+            start_literals: literals(obj.get("start_anchor")),
             start_anchor,
             fields,
             implicit: implicit.first().copied(),
@@ -124,11 +128,24 @@ impl Template {
     }
 }
 
+/// The literal strings of a literal delimiter (a string or a list), none for anything else.
+fn literals(raw: Option<&Value>) -> Vec<String> {
+    match raw {
+        Some(Value::String(s)) => vec![s.clone()],
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|v| v.as_str().map(str::to_string))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
 fn plain_field(name: &str) -> Field {
     Field {
         name: name.to_string(),
         open: None,
         close: None,
+        close_literals: Vec::new(),
         content: Content::Text { strip: true },
         join: None,
         transform: None,
@@ -238,6 +255,7 @@ fn build_field(name: &str, raw: &Value) -> Result<Field, String> {
         name: name.to_string(),
         open,
         close,
+        close_literals: literals(obj.get("close")),
         content,
         join,
         transform,
