@@ -237,9 +237,9 @@ fn template_mix(tool: Option<&'static Parser>, reasoning: Option<&'static Parser
         reasoning.map_or("", |r| r.name),
     );
     Error::invalid_argument(format!(
-        "tool_parser {tool:?} and reasoning_parser {reasoning:?}: a response_template parser (hf, beam) \
-         reads reasoning and tool calls itself and combines only with the same name on the other side \
-         (hf with hf, beam with beam, as in vLLM), or `none`"
+        "tool_parser {tool:?} and reasoning_parser {reasoning:?}: a response_template parser reads \
+         reasoning and tool calls itself and combines only with the same parser on the other side \
+         (as in vLLM), or `none`"
     ))
 }
 
