@@ -180,14 +180,22 @@ impl Delim {
     fn at_edge(&self, sid: StateID, at_eoi: bool, last: Option<usize>, len: usize) -> Walk {
         let dfa = &self.dfa;
         let (mut confirm, mut kill) = (at_eoi, !at_eoi);
+        // Match states already found to end there (most bytes lead to the same few states).
+        let mut ending: Vec<StateID> = Vec::new();
         for b in 0..=255u8 {
             let next = dfa.next_state(sid, b);
             if dfa.is_dead_state(next) || dfa.is_quit_state(next) {
                 confirm = false;
                 continue;
             }
-            if !dfa.is_match_state(next) || self.alive_after(next) {
-                return Walk::Pending; // the match could still grow or start to be one
+            if !dfa.is_match_state(next) {
+                return Walk::Pending; // a match could still start to be one
+            }
+            if !ending.contains(&next) {
+                if self.alive_after(next) {
+                    return Walk::Pending; // the match could still grow
+                }
+                ending.push(next);
             }
             kill = false;
         }
