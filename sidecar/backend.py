@@ -254,8 +254,10 @@ class Backend(Protocol):
         """Binds (name, source) chat templates and special-token variables to a loaded tokenizer."""
         ...
 
-    def load_parse_model(self, tokenizer: Tokenizer, force_generic: bool = False) -> ParseModel | None:
-        """Builds the parsing data of a loaded tokenizer; None on a backend that does not parse."""
+    def load_parse_model(self, tokenizer: Tokenizer, force_generic: bool = False,
+                         response_template: dict | None = None) -> ParseModel | None:
+        """Builds the parsing data of a loaded tokenizer (with the model's `response_template`, which
+        the `hf` and `beam` parsers interpret); None on a backend that does not parse."""
         ...
 
     def new_parse_mux(self, limits: ParseLimits) -> ParseMux:

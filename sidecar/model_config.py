@@ -62,6 +62,13 @@ class ModelConfig:
     def eos_token(self) -> str | None:
         return self.special_tokens.get("eos_token")
 
+    @property
+    def response_template(self) -> dict[str, Any] | None:
+        """tokenizer_config.json's `response_template` (what vLLM's `hf` and `beam` parsers
+        interpret), None when absent or not an object (vLLM ignores it then too)."""
+        value = self.tokenizer_config.get("response_template")
+        return value if isinstance(value, dict) else None
+
     @classmethod
     def from_dir(cls, directory: Path) -> ModelConfig:
         if not directory.is_dir():

@@ -176,7 +176,7 @@ class ModelRegistry:
             renderer=self.backend.load_renderer(templates, variables, tokenizer, self.render_settings),
             # Built here, not on the first ParseStream open: it takes ~100 ms per model natively
             # and would stall the event loop under live traffic.
-            parse_model=self.backend.load_parse_model(tokenizer),
+            parse_model=self.backend.load_parse_model(tokenizer, response_template=config.response_template),
             parse_defaults=parse_defaults(
                 config.chat_templates.values(), (t.content for t in tokenizer.added_tokens), spec.options
             ),

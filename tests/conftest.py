@@ -66,13 +66,15 @@ def model_dir(model: str) -> Path:
     return _DERIVED.get(model) or require_shared_models() / model
 
 
-def derived_model(base: str, special_tokens: list[str]) -> str:
+def derived_model(base: str, special_tokens: list[str], response_template: dict | None = None) -> str:
     """A shared model's tokenizer with `special_tokens` added as special tokens, for vocabularies no
     shared model has (Hunyuan's per-checkpoint suffixed tags): written once per session to a
-    temporary folder with the base's tokenizer_config.json. Returns its model name."""
+    temporary folder with the base's tokenizer_config.json, plus `response_template` in it when
+    given (what vLLM's `hf`/`beam` parsers read). Returns its model name."""
     import hashlib
 
-    digest = hashlib.sha256("\n".join(special_tokens).encode()).hexdigest()[:10]
+    key = "\n".join(special_tokens) + json.dumps(response_template, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()[:10]
     model = f"{base}+{digest}"
     if model not in _DERIVED:
         import shutil
@@ -87,6 +89,11 @@ def derived_model(base: str, special_tokens: list[str]) -> str:
         tok.save(str(folder / "tokenizer.json"))
         if (src / "tokenizer_config.json").is_file():
             shutil.copy(src / "tokenizer_config.json", folder / "tokenizer_config.json")
+        if response_template is not None:
+            path = folder / "tokenizer_config.json"
+            config = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+            config["response_template"] = response_template
+            path.write_text(json.dumps(config, ensure_ascii=False), encoding="utf-8")
         _DERIVED[model] = folder
     return model
 

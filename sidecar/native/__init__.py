@@ -34,8 +34,9 @@ class NativeBackend:
     ) -> NativeRenderer:
         return NativeRenderer(templates, variables, tokenizer, settings)
 
-    def load_parse_model(self, tokenizer: NativeTokenizer, force_generic: bool = False) -> NativeParseModel:
-        return NativeParseModel(tokenizer, force_generic)
+    def load_parse_model(self, tokenizer: NativeTokenizer, force_generic: bool = False,
+                         response_template: dict | None = None) -> NativeParseModel:
+        return NativeParseModel(tokenizer, force_generic, response_template)
 
     def new_parse_mux(self, limits: ParseLimits) -> NativeParseMux:
         return NativeParseMux(limits)

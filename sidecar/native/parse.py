@@ -22,8 +22,9 @@ from sidecar.native.tokenizer import NativeTokenizer
 class NativeParseModel:
     """A model's parse data (decode table, added tokens); immutable, shared by its requests."""
 
-    def __init__(self, tokenizer: NativeTokenizer, force_generic: bool = False) -> None:
-        options = json.dumps({"force_generic": force_generic}).encode()
+    def __init__(self, tokenizer: NativeTokenizer, force_generic: bool = False,
+                 response_template: dict | None = None) -> None:
+        options = json.dumps({"force_generic": force_generic, "response_template": response_template}).encode()
         with tokenizer.handle as tok:
             handle = call_out("sc_parse_model *", lib.sc_parse_model_new, tok, str_arg(options))
         self._handle = Handle(handle, lib.sc_parse_model_free, "parse model")

@@ -41,7 +41,8 @@ class ReferenceBackend:
     ) -> ReferenceRenderer:
         return ReferenceRenderer(templates, variables, tokenizer, settings)
 
-    def load_parse_model(self, tokenizer: ReferenceTokenizer, force_generic: bool = False) -> None:
+    def load_parse_model(self, tokenizer: ReferenceTokenizer, force_generic: bool = False,
+                         response_template: dict | None = None) -> None:
         return None  # nothing to build: the stream is refused
 
     def new_parse_mux(self, limits: ParseLimits) -> ParseMux:

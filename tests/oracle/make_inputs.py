@@ -14,6 +14,7 @@ sys.path.insert(0, str(HERE))
 
 import formats_combined  # noqa: E402
 import formats_reasoning  # noqa: E402
+import formats_rtpl  # noqa: E402
 import formats_tool  # noqa: E402
 import formats_tool2  # noqa: E402
 
@@ -23,7 +24,7 @@ OUT = HERE.parent / "data" / "parse_oracle" / "inputs"
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     specs = (formats_tool.specs() + formats_tool2.specs() + formats_reasoning.specs()
-             + formats_combined.specs())
+             + formats_combined.specs() + formats_rtpl.specs())
     for spec in specs:
         ids = [c["id"] for c in spec["cases"]]
         assert len(ids) == len(set(ids)), spec["format"]

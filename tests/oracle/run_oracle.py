@@ -128,7 +128,11 @@ def _tokenizer(spec):
         return tok
     texts = [c["text"] for c in spec["cases"]] + [DEFAULT_PROMPT, spec.get("prompt", "")]
     texts += [c.get("prompt") or "" for c in spec["cases"]]
-    return chartok.build(texts, spec["special_tokens"])
+    tok = chartok.build(texts, spec["special_tokens"])
+    if spec.get("response_template"):
+        # Where vLLM's and SGLang's resolve_response_template look (tokenizer_config.json's key).
+        tok.init_kwargs["response_template"] = spec["response_template"]
+    return tok
 
 
 def _pair(spec, entry):

@@ -32,7 +32,10 @@ def parse_model(model: str, force_generic: bool = False):  # noqa: ANN201
     key = (model, force_generic)
     if key not in _PARSE_MODELS:
         tok = load_tokenizer(BACKEND, model)
-        _PARSE_MODELS[key] = get_backend(BACKEND).load_parse_model(tok, force_generic)
+        from sidecar.model_config import ModelConfig
+
+        template = ModelConfig.from_dir(model_dir(model)).response_template
+        _PARSE_MODELS[key] = get_backend(BACKEND).load_parse_model(tok, force_generic, response_template=template)
     return _PARSE_MODELS[key]
 
 

@@ -43,9 +43,12 @@ class Run:
 
     @property
     def key(self) -> str:
-        """The run by canonical names: aliases of one parser share their results."""
+        """The run by canonical names: aliases of one parser share their results. A reasoning-only
+        run of a tool input (hf, beam: one name on both sides) is `none+NAME`."""
         tool = parsers.find("tool", self.tool).name if self.tool else ""
         reasoning = parsers.find("reasoning", self.reasoning).name if self.reasoning else ""
+        if not tool and reasoning in _tool_names(self.input):
+            tool = "none"
         return "+".join(n for n in (tool, reasoning) if n)
 
     def implemented(self) -> bool:
@@ -58,6 +61,19 @@ class Run:
 @cache
 def load_input(name: str) -> dict:
     return json.loads((ORACLE / "inputs" / f"{name}.json").read_text(encoding="utf-8"))
+
+
+@cache
+def _tool_names(input_name: str) -> frozenset[str]:
+    """Canonical names of the tool parsers an input runs (a reasoning-only run of the same name is
+    told apart from them)."""
+    names = set()
+    for spec in load_input(input_name)["parsers"]["vllm"]:
+        tool = spec.get("tool") if isinstance(spec, dict) else (spec if load_input(input_name)["kind"] == "tool" else None)
+        row = parsers.find("tool", tool) if tool else None
+        if row is not None:
+            names.add(row.name)
+    return frozenset(names)
 
 
 def runs_of(input_name: str) -> list[Run]:
@@ -102,12 +118,13 @@ def fitting_model(input_name: str) -> str:
     (Qwen3 on a tie, then the order of TOKENIZER_MODELS); the input's own tokenizer when it names
     one (Harmony: gpt-oss); a shared model with the input's markers added as special tokens when
     the input says `extend_model` (a vocabulary no shared model has: Hunyuan's suffixed tags).
-    With none of them as tokens the markers are matched as text."""
+    With none of them as tokens the markers are matched as text. An input with a
+    `response_template` (hf, beam) runs on a derived model whose tokenizer_config.json carries it."""
     data = load_input(input_name)
     if data.get("tokenizer"):
         return Path(data["tokenizer"]).parent.name
     if data.get("extend_model"):
-        return derived_model(data["extend_model"], data["special_tokens"])
+        return derived_model(data["extend_model"], data["special_tokens"], data.get("response_template"))
     markers = data.get("special_tokens", [])
     order = ["qwen3"] + [m for m in TOKENIZER_MODELS if m != "qwen3"]
     return max(order, key=lambda m: (sum(t in _added_tokens(m) for t in markers), -order.index(m)))
@@ -118,7 +135,7 @@ def case_of(run: Run, oracle_case: dict) -> dict:
     made (tools, kwargs; the prompt as text, opened reasoning included). Special tokens are kept
     in text, as vLLM's parsers (which switch skip_special_tokens off) saw them."""
     data = load_input(run.input)
-    prompt = PROMPT + (data.get("reasoning_start", "") if oracle_case.get("prompt_in_reasoning") else "")
+    prompt = data.get("prompt", PROMPT) + (data.get("reasoning_start", "") if oracle_case.get("prompt_in_reasoning") else "")
     return {
         "name": f"{run.input}:{run.vllm_name}:{oracle_case['id']}",
         "format": run.input,

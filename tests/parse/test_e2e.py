@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from sidecar import parsers
-from tests.conftest import REPO, LiveServer, require_shared_models, start_server, stop_server
+from tests.conftest import REPO, LiveServer, derived_model, model_dir, require_shared_models, start_server, stop_server
 from tests.parse.harness import (
     Result, absorb, check_delta_shape, check_expected, encode, load_cases, output_ids, prompt_ids,
 )
@@ -42,7 +42,7 @@ async def engine(target: str, cases: dict[str, dict]) -> dict[str, Result]:
         call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
         results = {rid: Result() for rid in cases}
         for rid, case in cases.items():
-            await call.write(open_request(rid, case))
+            await call.write(open_request(rid, case, case.get("served_model", "qwen3")))
             answer = await call.read()
             assert not answer.deltas, f"open {rid} failed: {answer}"
         pending = {rid: output_ids(case) for rid, case in cases.items()}
@@ -66,12 +66,22 @@ async def engine(target: str, cases: dict[str, dict]) -> dict[str, Result]:
         return results
 
 
+#: A response_template (vLLM's `hf`/`beam`) written for the test: Qwen3's markers, JSON calls.
+RESPONSE_TEMPLATE = {
+    "version": 1, "start_anchor": "<|im_start|>assistant\n",
+    "fields": {"thinking": {"open": "<think>", "close": "</think>"},
+               "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json",
+                              "transform": {"function": {"name": "{content.name}", "arguments": "{content.arguments}"}}}},
+}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     models = require_shared_models()
     tmp = tmp_path_factory.mktemp("parse-e2e")
+    with_template = model_dir(derived_model("qwen3", [], RESPONSE_TEMPLATE))
     live = start_server(tmp, "--model", f"qwen3={models / 'qwen3'}", "--model", f"gpt2={models / 'gpt2'}",
-                        "--parse-max-requests", "200")
+                        "--model", f"qwen3rt={with_template}", "--parse-max-requests", "200")
     yield live
     stop_server(live)
 
@@ -267,14 +277,14 @@ def test_list_parsers_reports_every_registered_name(server: LiveServer) -> None:
 
 
 def test_open_resolves_aliases_and_refuses_unknown_or_missing_parsers(server: LiveServer) -> None:
-    missing = next(p for p in parsers.parsers() if not p.implemented)
+    """An unknown name is INVALID_ARGUMENT; `beam` (as `hf`) on a model whose tokenizer_config.json
+    has no response_template is FAILED_PRECONDITION saying so."""
 
     async def scenario() -> list[pb.ParseStreamResponse]:
         async with grpc.aio.insecure_channel(server.uds) as channel:
             call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
             answers = []
-            for rid, tool, reasoning in [("u", "hemres", ""), ("m", "", missing.name) if missing.kind == "reasoning"
-                                         else ("m", missing.name, ""), ("a", "qwen25", "qwen3-thinking")]:
+            for rid, tool, reasoning in [("u", "hemres", ""), ("m", "none", "beam"), ("a", "qwen25", "qwen3-thinking")]:
                 await call.write(pb.ParseStreamRequest(open=pb.OpenRequest(
                     request_id=rid, model="qwen3", tool_parser=tool, reasoning_parser=reasoning)))
                 answers.append(await call.read())
@@ -285,5 +295,20 @@ def test_open_resolves_aliases_and_refuses_unknown_or_missing_parsers(server: Li
     assert unknown.deltas[0].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
     assert "close matches: hermes" in unknown.deltas[0].error.message
     assert not_implemented.deltas[0].error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
-    assert missing.name in not_implemented.deltas[0].error.message
+    assert "response_template" in not_implemented.deltas[0].error.message
     assert not alias.deltas, alias
+
+
+def test_hf_parses_with_the_response_template_the_model_was_loaded_with(server: LiveServer) -> None:
+    """The registry reads tokenizer_config.json's response_template when it loads a model: `hf` on
+    that model follows it (the prompt opened reasoning), on a model without one it is refused."""
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+                                                                          "properties": {"n": {"type": "integer"}}}}}]
+    case = {"model": "qwen3", "served_model": "qwen3rt", "tool_parser": "hf", "reasoning_parser": "hf",
+            "tools": tools, "prompt": "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n<think>\n",
+            "output": 'plan</think>Hi <tool_call>{"name": "f", "arguments": {"n": "7"}}</tool_call>'}
+    result = asyncio.run(engine(server.uds, {"rt": case}))["rt"]
+    check_delta_shape(result)
+    assert (result.content, result.reasoning) == ("Hi ", "plan")
+    assert [(c["name"], json.loads(c["arguments"])) for c in result.calls.values()] == [("f", {"n": 7})]
+    assert result.finish_reason == "tool_calls"

@@ -17,6 +17,7 @@ mod mux;
 mod out;
 mod reasoning;
 pub mod registry;
+mod rtpl;
 mod schema;
 mod session;
 mod text;
@@ -50,6 +51,12 @@ pub(crate) trait Stage: Send {
         _kwargs: &serde_json::Map<String, serde_json::Value>,
     ) {
         self.feed(prompt_tail, scratch, false);
+    }
+
+    /// Whether [`Stage::prime`] reads the whole prompt window rather than the text after its last
+    /// special token (a response template's start anchor may hold special tokens).
+    fn primes_whole_prompt(&self) -> bool {
+        false
     }
 
     /// Bytes held inside the stage beyond its input buffer.

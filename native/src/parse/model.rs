@@ -8,14 +8,18 @@ use serde::Deserialize;
 
 use crate::detok::DecodeTable;
 use crate::error::Result;
+use crate::parse::rtpl::ModelTemplate;
 use crate::tokenizer::Tokenizer;
 
 /// How a model's parsing data is built (JSON from the server; empty = the defaults).
-#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ParseModelOptions {
     /// Use the generic window decoder even where a table would do (tests).
     pub force_generic: bool,
+    /// The model's `response_template` (its tokenizer_config.json key, as vLLM reads it), which
+    /// the `hf` and `beam` parsers interpret; absent or null when it has none.
+    pub response_template: Option<serde_json::Value>,
 }
 
 /// A model's parsing data; immutable, `Send + Sync`.
@@ -25,12 +29,16 @@ pub struct ParseModel {
     added: HashMap<String, u32>,
     /// See [`ParseModel::token_suffix`].
     token_suffix: String,
+    /// The model's response template (`hf`, `beam`).
+    pub(crate) template: ModelTemplate,
 }
 
 impl ParseModel {
     /// Builds the parsing data of `tok` as `options` say.
     pub fn with_options(tok: &Tokenizer, options: ParseModelOptions) -> Result<ParseModel> {
-        Self::new(tok, options.force_generic)
+        let mut model = Self::new(tok, options.force_generic)?;
+        model.template = ModelTemplate::load(options.response_template.as_ref());
+        Ok(model)
     }
 
     /// Builds the parsing data of `tok`; `force_generic` selects the generic decoder (tests).
@@ -46,6 +54,7 @@ impl ParseModel {
             table,
             added,
             token_suffix,
+            template: ModelTemplate::Absent,
         })
     }
 

@@ -14,6 +14,7 @@ use crate::parse::model::ParseModel;
 use crate::parse::out::{CallDelta, Channel, Out};
 use crate::parse::reasoning::ThinkSplitter;
 use crate::parse::registry::{self, Build, IdStyle, Kind, Parser, WholeBuild};
+use crate::parse::rtpl::TemplateStage;
 use crate::parse::schema::Tools;
 use crate::parse::text::{escape_literals, Markers, SegBuf};
 use crate::parse::{Passthrough, Stage};
@@ -132,6 +133,8 @@ struct Plan {
     reasoning: Option<&'static Parser>,
     /// The one stage that reads reasoning and tool calls together, when a row is of that kind.
     whole: Option<WholeBuild>,
+    /// The rows interpret the model's response template (`hf`, `beam`).
+    template: bool,
 }
 
 impl Plan {
@@ -149,11 +152,45 @@ impl Plan {
             (None, Some((_, build))) if tool.is_none() => Some(build),
             _ => return Err(incompatible(tool, reasoning)),
         };
+        let is_template =
+            |row: Option<&'static Parser>| row.map(|r| matches!(r.build, Build::Template));
+        let template = match (is_template(tool), is_template(reasoning)) {
+            (Some(true), Some(true)) if tool.map(|t| t.name) == reasoning.map(|r| r.name) => true,
+            (Some(true), None) | (None, Some(true)) => true,
+            (Some(true), _) | (_, Some(true)) => return Err(template_mix(tool, reasoning)),
+            _ => false,
+        };
         Ok(Plan {
             tool,
             reasoning,
             whole,
+            template,
         })
+    }
+
+    /// The response-template stage, or why the model cannot serve it (`FAILED_PRECONDITION`).
+    fn template_stage(&self, model: &ParseModel, schema: &Tools) -> Result<Option<Box<dyn Stage>>> {
+        if !self.template {
+            return Ok(None);
+        }
+        let mut tpl = None;
+        for (row, kind, needs) in [
+            (self.reasoning, Kind::Reasoning, "thinking"),
+            (self.tool, Kind::Tool, "tool_calls"),
+        ] {
+            if let Some(row) = row {
+                let found = model.template.for_parser(kind.field(), row.name, needs);
+                tpl = Some(found.map_err(Error::failed_precondition)?);
+            }
+        }
+        let tpl = tpl.ok_or_else(|| Error::internal("a template plan without a template row"))?;
+        let stage = TemplateStage::new(
+            tpl,
+            schema.clone(),
+            self.reasoning.is_some(),
+            self.tool.is_some(),
+        );
+        Ok(Some(Box::new(stage)))
     }
 
     fn markers(&self, model: &ParseModel, skip: bool) -> Markers {
@@ -193,6 +230,19 @@ fn whole_of(row: &'static Parser) -> Option<(&'static str, WholeBuild)> {
     }
 }
 
+/// Why a response-template parser cannot run with another format's parser.
+fn template_mix(tool: Option<&'static Parser>, reasoning: Option<&'static Parser>) -> Error {
+    let (tool, reasoning) = (
+        tool.map_or("", |t| t.name),
+        reasoning.map_or("", |r| r.name),
+    );
+    Error::invalid_argument(format!(
+        "tool_parser {tool:?} and reasoning_parser {reasoning:?}: a response_template parser reads \
+         reasoning and tool calls itself and combines only with the same parser on the other side \
+         (as in vLLM), or `none`"
+    ))
+}
+
 /// Why a tool and a reasoning parser cannot run together (one of them reads both sides itself).
 fn incompatible(tool: Option<&'static Parser>, reasoning: Option<&'static Parser>) -> Error {
     let (Some(tool), Some(reasoning)) = (tool, reasoning) else {
@@ -228,8 +278,10 @@ impl Session {
                 )));
             }
         }
-        let skip = cfg.skip_special_tokens;
+        // vLLM's response-template parser reads special tokens as text (it turns skipping off).
+        let skip = cfg.skip_special_tokens && !plan.template;
         let markers = Arc::new(plan.markers(&model, skip));
+        let template_stage = plan.template_stage(&model, &schema)?;
         let id_style = plan.tool.map_or(IdStyle::OpenAi, |t| t.ids);
         let seed = if cfg.id_seed != 0 {
             cfg.id_seed
@@ -241,7 +293,7 @@ impl Session {
             stop: StopFilter::new(&cfg.stop, cfg.include_stop_str_in_output),
             stop_strings: cfg.stop.clone(),
             out: Out::new(Arc::clone(&markers), id_style, seed),
-            reasoning: plan.reasoning_stage(&markers),
+            reasoning: template_stage.unwrap_or_else(|| plan.reasoning_stage(&markers)),
             tools: plan.tool_stage(&markers, &schema),
             model,
             markers,
@@ -249,7 +301,10 @@ impl Session {
             buf1: SegBuf::default(),
             buf2: SegBuf::default(),
             ledger: Ledger::default(),
-            attribute: cfg.trace || plan.reasoning.is_some() || plan.whole.is_some(),
+            attribute: cfg.trace
+                || plan.reasoning.is_some()
+                || plan.whole.is_some()
+                || plan.template,
             sink: TextSink::default(),
             stream_len: 0,
             tokens: 0,
@@ -267,10 +322,15 @@ impl Session {
         let tail = &prompt[prompt.len().saturating_sub(PRIME_DETOK_IDS)..];
         self.detok.prime(tail);
         let window = &prompt[prompt.len().saturating_sub(PRIME_PARSER_IDS)..];
-        let start = window
-            .iter()
-            .rposition(|&id| self.model.is_special(id) && self.markers.sentinel_for(id).is_none())
-            .map_or(0, |p| p + 1);
+        let start = match self.reasoning.primes_whole_prompt() {
+            true => 0,
+            false => window
+                .iter()
+                .rposition(|&id| {
+                    self.model.is_special(id) && self.markers.sentinel_for(id).is_none()
+                })
+                .map_or(0, |p| p + 1),
+        };
         let mut detok = Detokenizer::new(Arc::clone(&self.model.table), self.skip_special);
         let mut sink = TextSink::default();
         // Prompt text that spells a sentinel is escaped as output is (see `feed_into`).

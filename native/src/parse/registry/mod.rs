@@ -152,6 +152,10 @@ pub(crate) enum Build {
         family: &'static str,
         build: WholeBuild,
     },
+    /// An interpreter of the model's `response_template` (vLLM's `hf` and `beam`): built per
+    /// model from that data, reading reasoning and tool calls together; the tool row and the
+    /// reasoning row combine with each other only.
+    Template,
 }
 
 /// One condition of a [`Detect`] signature.

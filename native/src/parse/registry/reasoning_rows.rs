@@ -980,10 +980,10 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["beam"],
         sglang: &["beam"],
         markers: &[],
-        build: Build::Missing,
+        build: Build::Template,
         start: StartRule::CONTENT,
         detect: &[],
-        about: "markers come from the checkpoint's response_template metadata, which is not loaded here; not implemented",
+        about: "the model's response_template (tokenizer_config.json) interpreted; parses as hf (beam differs only in vLLM's generation grammar)",
         ..BASE
     },
     Parser {
@@ -991,10 +991,10 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["hf"],
         sglang: &["response_template"],
         markers: &[],
-        build: Build::Missing,
+        build: Build::Template,
         start: StartRule::CONTENT,
         detect: &[],
-        about: "markers come from the tokenizer's response_template metadata, which is not loaded here; not implemented",
+        about: "the model's response_template (tokenizer_config.json) interpreted; one stage with the hf/beam tool row",
         ..BASE
     },
     Parser {

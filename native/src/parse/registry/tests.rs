@@ -143,7 +143,7 @@ fn implemented_rows_build_and_declare_their_markers() {
     let tools = Tools::default();
     for row in all() {
         match row.build {
-            Build::Missing => {}
+            Build::Missing | Build::Template => {}
             Build::Tool(build) => drop(build(&markers, &tools)),
             Build::Whole { build, .. } => drop(build(&markers)),
             Build::Think(spec) => {
@@ -182,13 +182,13 @@ fn unknown_names_list_close_matches() {
 }
 
 #[test]
-fn registered_but_missing_parsers_are_a_failed_precondition() {
-    let missing = all()
-        .find(|p| !p.implemented())
-        .expect("some row is not implemented yet");
-    let err = resolve(missing.kind, missing.name).expect_err("not implemented");
-    assert_eq!(err.kind(), ErrorKind::FailedPrecondition);
-    assert!(err.message().contains(missing.name), "{}", err.message());
+fn every_registered_parser_resolves() {
+    // Every row is implemented; `hf` and `beam` answer FAILED_PRECONDITION per model (one without a
+    // response_template: parse/rtpl/tests.rs), and a row added as `Build::Missing` would here.
+    for row in all() {
+        let found = resolve(row.kind, row.name).expect("implemented");
+        assert_eq!(found.map(|p| p.name), Some(row.name));
+    }
     assert!(resolve(Kind::Tool, "none").expect("none").is_none());
     assert!(resolve(Kind::Reasoning, "").expect("empty").is_none());
     assert_eq!(

@@ -583,10 +583,10 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["beam"],
         sglang: &["beam"],
         markers: &[],
-        build: Build::Missing,
+        build: Build::Template,
         ids: IdStyle::OpenAi,
         detect: &[],
-        about: "needs checkpoint metadata; not run",
+        about: "the model's response_template (tokenizer_config.json) interpreted; parses as hf (beam differs only in vLLM's generation grammar)",
         ..BASE
     },
     Parser {
@@ -594,10 +594,10 @@ pub(super) const ROWS: &[Parser] = &[
         vllm: &["hf"],
         sglang: &["response_template"],
         markers: &[],
-        build: Build::Missing,
+        build: Build::Template,
         ids: IdStyle::OpenAi,
         detect: &[],
-        about: "needs a tokenizer with response_template metadata; not run",
+        about: "the model's response_template (tokenizer_config.json) interpreted; one stage with the hf/beam reasoning row",
         ..BASE
     },
     Parser {
