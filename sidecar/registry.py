@@ -165,6 +165,9 @@ class ModelRegistry:
         tokenizer = self.backend.load_tokenizer(spec.directory)
         defaults = _fingerprint_defaults(spec)
         templates, variables = renderer_inputs(config)
+        # Built here, not on the first ParseStream open: it takes ~100 ms per model natively and
+        # would stall the event loop under live traffic.
+        parse_model = self.backend.load_parse_model(tokenizer, response_template=config.response_template)
         model = Model(
             name=spec.name,
             source=spec.source or str(spec.directory),
@@ -174,11 +177,10 @@ class ModelRegistry:
             options=dict(spec.options),
             fingerprint=compute_fingerprint(config, defaults),
             renderer=self.backend.load_renderer(templates, variables, tokenizer, self.render_settings),
-            # Built here, not on the first ParseStream open: it takes ~100 ms per model natively
-            # and would stall the event loop under live traffic.
-            parse_model=self.backend.load_parse_model(tokenizer, response_template=config.response_template),
+            parse_model=parse_model,
             parse_defaults=parse_defaults(
-                config.chat_templates.values(), (t.content for t in tokenizer.added_tokens), spec.options
+                config.chat_templates.values(), (t.content for t in tokenizer.added_tokens), spec.options,
+                getattr(parse_model, "response_template_fields", ()),
             ),
         )
         return model

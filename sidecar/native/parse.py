@@ -34,6 +34,9 @@ class NativeParseModel:
         self.vocab_size: int = info["vocab_size"]
         self.tool_parsers: list[str] = info["tool_parsers"]
         self.reasoning_parsers: list[str] = info["reasoning_parsers"]
+        template = info["response_template"]
+        #: The fields of the model's usable `response_template` (none when absent or refused).
+        self.response_template_fields: frozenset[str] = frozenset(template["fields"] if template["state"] == "ready" else ())
 
     @property
     def handle(self) -> Handle:

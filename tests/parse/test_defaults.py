@@ -1,6 +1,6 @@
 """Default parsers: configured per model, else recognised from templates and special tokens by the
 registry rows' signatures (tests/data/parse/defaults.json: every template and tokenizer of
-../shared/models, reviewed)."""
+../shared/models, reviewed), else `hf` from the model's own response_template (SGLang's rule)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from tests.conftest import require_shared_models
+from tests.conftest import derived_model, model_dir, require_shared_models
 from tests.parse.harness import DATA
 from sidecar import parsers
 from sidecar.factory import get_backend
-from sidecar.parse_defaults import ParseDefaults, detect_parsers
+from sidecar.parse_defaults import ParseDefaults, detect_parsers, with_response_template
 from sidecar.registry import ModelRegistry, ModelSpec
 
 EXPECTED = json.loads((DATA / "defaults.json").read_text(encoding="utf-8"))
@@ -56,3 +56,37 @@ def test_configuration_wins() -> None:
     registry = ModelRegistry(get_backend("reference"))
     spec = ModelSpec.parse(f"q={models / 'qwen3'},tool_parser=qwen3_coder,reasoning_parser=none")
     assert registry.load(spec).parse_defaults == ParseDefaults("qwen3_coder", "none")
+
+
+#: (decided tool, decided reasoning, the usable response_template's fields) -> defaults. None is a
+#: kind neither configured nor recognised; "" is configured as none.
+RESPONSE_TEMPLATE_DEFAULTS = [
+    ((None, None, ["thinking", "content", "tool_calls"]), ("hf", "hf")),
+    ((None, None, ["content", "tool_calls"]), ("hf", "")),
+    ((None, None, ["thinking", "content"]), ("", "hf")),
+    ((None, None, []), ("", "")),  # no template, or one this build refused
+    (("hermes", None, ["thinking", "tool_calls"]), ("hermes", "")),  # hf pairs only with hf or none
+    ((None, "qwen3", ["thinking", "tool_calls"]), ("", "qwen3")),
+    (("", None, ["thinking", "tool_calls"]), ("", "hf")),  # configured none stays none
+    (("hermes", "qwen3", ["thinking", "tool_calls"]), ("hermes", "qwen3")),
+]
+
+
+@pytest.mark.parametrize(("decided", "expected"), RESPONSE_TEMPLATE_DEFAULTS)
+def test_response_template_fills_what_nothing_decided(decided: tuple, expected: tuple) -> None:
+    assert with_response_template(*decided) == expected
+
+
+@pytest.mark.models
+def test_a_model_with_only_a_response_template_defaults_to_hf() -> None:
+    """gpt2's template writes no format's markers; its response_template's fields decide (native
+    backend: the native parse model says whether the template is usable)."""
+    registry = ModelRegistry(get_backend("native"))
+    usable = {"version": 1, "start_anchor": "<|im_start|>assistant\n",
+              "fields": {"thinking": {"open": "<think>", "close": "</think>"},
+                         "tool_calls": {"open": "<tool_call>", "close": "</tool_call>", "content": "json"}}}
+    refused = {"version": 1, "fields": {"tool_calls": {"open": {"pattern": "(?<=x)y"}, "close": "z"}}}
+    for template, expected in [(usable, ("hf", "hf")), (refused, ("", "")), (None, ("", ""))]:
+        directory = model_dir(derived_model("gpt2", [], template)) if template else require_shared_models() / "gpt2"
+        loaded = registry.load(ModelSpec(f"m{len(registry)}", directory))
+        assert loaded.parse_defaults == ParseDefaults(*expected), template

@@ -76,6 +76,7 @@ impl ParseModel {
             "vocab_size": self.vocab_size(),
             "tool_parsers": crate::parse::tool_parsers(),
             "reasoning_parsers": crate::parse::reasoning_parsers(),
+            "response_template": self.template.info(),
         })
     }
 

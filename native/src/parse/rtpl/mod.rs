@@ -49,6 +49,21 @@ impl ModelTemplate {
         }
     }
 
+    /// What `ParseModel::info` reports: `{"state": "absent" | "invalid" | "ready", "fields": [...],
+    /// "error": why}` (the server makes `hf` a default from the fields, as SGLang does).
+    pub(crate) fn info(&self) -> serde_json::Value {
+        match self {
+            ModelTemplate::Absent => serde_json::json!({"state": "absent", "fields": []}),
+            ModelTemplate::Invalid(why) => {
+                serde_json::json!({"state": "invalid", "fields": [], "error": why})
+            }
+            ModelTemplate::Ready(t) => serde_json::json!({
+                "state": "ready",
+                "fields": t.fields.iter().map(|f| f.name.as_str()).collect::<Vec<_>>(),
+            }),
+        }
+    }
+
     /// The template a request naming `parser` of `kind` can use, or why it cannot (the
     /// `FAILED_PRECONDITION` message).
     pub(crate) fn for_parser(
