@@ -102,6 +102,22 @@ pub(crate) fn unmix(h: u64) -> u64 {
     k ^ (k >> 33)
 }
 
+/// Asks the processor to fetch the cache line at `at` into its caches (a hint: nothing waits
+/// for it, so the fetches of a whole batch are in flight together). `std::hint` has no stable
+/// prefetch, hence the intrinsic and the crate's one `unsafe` outside `ffi`.
+#[inline(always)]
+#[allow(unsafe_code)]
+fn prefetch<T>(at: *const T) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch never faults and changes no state the program sees; SSE is part of
+    // the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at as *const i8)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = at;
+}
+
 /// Where a slot is: (segment, position in it).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Pos {
@@ -401,17 +417,24 @@ impl<S: Slot> Table<S> {
         })
     }
 
-    /// Reads the home slot of `hash` and returns a value derived from it: callers read the
-    /// slots of a whole batch this way first, so the processor fetches them in parallel (the
-    /// loads do not depend on each other), and the real lookups then hit the cache.
+    /// Starts fetching the home slot of `hash`: callers do this for a whole batch first, so
+    /// the processor fetches the slots in parallel, and the real lookups then hit the cache. A
+    /// prefetch, not a load: a load that misses holds up the loads behind it once the
+    /// processor's reorder window fills (a few dozen instructions per block), so loads
+    /// overlapped only a few blocks' misses, and at fleet sizes (2M entries) the stores ran
+    /// 6-10% slower for it (see docs/benchmarks.md).
     #[inline]
-    pub fn touch(&self, hash: u64) -> u64 {
+    pub fn prefetch(&self, hash: u64) {
         let segment = &self.segments[self.segment_of(hash) as usize];
         let home = segment.home(hash);
         // The home slot's line and the next: a search or an insertion usually reads on into it.
         let next = home + 64 / std::mem::size_of::<S>();
-        let read = |at: usize| segment.slots.get(at).map_or(0, |s| s.hash());
-        read(home) ^ read(next)
+        if let Some(slots) = segment.slots.get(home..) {
+            prefetch(slots.as_ptr());
+            if let Some(slot) = slots.get(next - home) {
+                prefetch(slot);
+            }
+        }
     }
 
     /// The slot at `pos`.
