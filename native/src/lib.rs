@@ -5,7 +5,8 @@
 //! are plain Rust: `&str` and `&[u32]` in, `Result<T, Error>` out, no FFI types. [`wire`] holds the protobuf
 //! messages generated from `protos/`, [`settings`] reads the JSON settings the server passes in,
 //! [`error`] the error kinds and their one gRPC status table. Every `extern "C"` export and every
-//! `unsafe` block lives in [`ffi`], which only converts.
+//! `unsafe` block lives in [`ffi`], which only converts; the one exception is the cache prefetch
+//! hint of the index tables (`index::table`), which reads and writes no memory.
 //!
 //! Tests that need the real models of `../shared/models` go through [`test_support`]: they skip
 //! with a printed reason when the data is absent and fail when `CI=true`.

@@ -18,10 +18,9 @@ const EVICTION_GROUP: usize = 64;
 
 /// Releases every hold of evicted entries of worker `id`; returns how many there were.
 fn release_all(keys: &mut KeyTable, id: u32, entries: &[Entry]) -> u64 {
-    let sink = entries
-        .iter()
-        .fold(0u64, |acc, e| acc ^ keys.touch(e.hkey()));
-    std::hint::black_box(sink);
+    for entry in entries {
+        keys.prefetch(entry.hkey());
+    }
     for entry in entries {
         for m in 0..MAX_MEDIA {
             if entry.media() & (1 << m) != 0 {
@@ -160,6 +159,11 @@ impl Index {
             return;
         }
         let hashes = &batch.hashes[event.hashes.0..event.hashes.1];
+        // The worker-table slots are fetched while the content keys are hashed.
+        let worker = self.worker(id);
+        for &h in hashes {
+            worker.prefetch(mix(h));
+        }
         let computed;
         let keys: &[u64] = if self.options.engine_spec.is_some() {
             hashes
@@ -183,7 +187,9 @@ impl Index {
             .zip(keys)
             .map(|(&h, &k)| (mix(h), mix(k)))
             .collect();
-        self.touch(id, &mixed);
+        for &(_, hkey) in &mixed {
+            self.keys.prefetch(hkey);
+        }
         let mut added = 0;
         for &(hash, hkey) in &mixed {
             added += self.hold(id, hash, hkey, m) as u64;
@@ -225,16 +231,6 @@ impl Index {
             salt,
             parent_key,
         ))
-    }
-
-    /// Reads the table slots a store will use before using them (see `Table::touch`).
-    fn touch(&self, id: u32, mixed: &[(u64, u64)]) {
-        let worker = self.worker(id);
-        let mut sink = 0u64;
-        for &(hash, hkey) in mixed {
-            sink ^= worker.touch(hash) ^ self.keys.touch(hkey);
-        }
-        std::hint::black_box(sink);
     }
 
     /// One block of a store (mixed engine hash and key): a new entry or a re-store (newest
@@ -321,7 +317,7 @@ impl Index {
     fn evict_oldest(&mut self, id: u32, count: usize) {
         let keys = &mut self.keys;
         let worker = self.workers[id as usize].as_mut().expect("live worker id");
-        // Victims go in groups whose key slots are fetched together first (see `Table::touch`).
+        // Victims go in groups whose key slots are fetched together first (see `Table::prefetch`).
         let mut group = Vec::with_capacity(EVICTION_GROUP);
         let mut evicted = 0u64;
         worker.remove_oldest(count, |entry| {

@@ -60,10 +60,10 @@ impl KeyTable {
         }
     }
 
-    /// Fetches the table memory of a (mixed) key ahead of use (see `Table::touch`).
+    /// Starts fetching the table memory of a (mixed) key ahead of use (see `Table::prefetch`).
     #[inline]
-    pub fn touch(&self, hkey: u64) -> u64 {
-        self.table.touch(hkey)
+    pub fn prefetch(&self, hkey: u64) {
+        self.table.prefetch(hkey)
     }
 
     /// The bitsets behind `Holders::Many`.

@@ -122,13 +122,13 @@ impl Index {
         let mut codes = [Holders::Nobody; CHUNK];
         let mut mixed = [0u64; CHUNK];
         for (c, chunk) in keys.chunks(CHUNK).enumerate() {
-            // First only read each key's slots, with no branch on what they hold: a lookup's
+            // First only prefetch each key's slots, with no branch on what they hold: a lookup's
             // probe loop branches on the slots, and one mispredicted branch discards the loads
             // issued after it, so lookups done directly would wait for each miss in turn.
             let mut sink = 0u64;
             for (hkey, &key) in mixed.iter_mut().zip(chunk) {
                 *hkey = mix(key);
-                sink ^= self.keys.touch(*hkey);
+                self.keys.prefetch(*hkey);
             }
             for (code, &hkey) in codes.iter_mut().zip(&mixed[..chunk.len()]) {
                 *code = self.keys.holders(hkey);

@@ -123,10 +123,11 @@ impl Worker {
             .map(|pos| self.entries.get(pos))
     }
 
-    /// Fetches the table memory of a (mixed) engine hash ahead of use (see `Table::touch`).
+    /// Starts fetching the table memory of a (mixed) engine hash ahead of use (see
+    /// `Table::prefetch`).
     #[inline]
-    pub fn touch(&self, hash: u64) -> u64 {
-        self.entries.touch(hash)
+    pub fn prefetch(&self, hash: u64) {
+        self.entries.prefetch(hash)
     }
 
     /// Every entry, in table order.
