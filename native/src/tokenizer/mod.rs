@@ -114,6 +114,33 @@ pub const CHUNK_BYTES: usize = 48 * 1024;
 /// Ids of a decode checked for cancellation at a time.
 const DECODE_CHECK_IDS: usize = 1 << 16;
 
+/// Runs `one` over `items` in parallel and answers what the sequential loop would: every result,
+/// or the error of the first failing item in order. (rayon's `collect` into a `Result` keeps
+/// whichever error a thread met first, so a batch with two bad texts would name either.) Items
+/// after a failed one are skipped; those before it still run, as one of them may fail first.
+fn parallel_first_error<S: Sync, T: Send>(
+    items: &[S],
+    one: impl Fn((usize, &S)) -> Result<T> + Sync,
+) -> Result<Vec<T>> {
+    let first_failed = std::sync::atomic::AtomicUsize::new(usize::MAX);
+    let results: Vec<Option<Result<T>>> = items
+        .par_iter()
+        .enumerate()
+        .map(|(i, item)| {
+            if i > first_failed.load(std::sync::atomic::Ordering::Relaxed) {
+                return None;
+            }
+            let result = one((i, item));
+            if result.is_err() {
+                first_failed.fetch_min(i, std::sync::atomic::Ordering::Relaxed);
+            }
+            Some(result)
+        })
+        .collect();
+    // Every item before the first failure ran, so the first `None` comes after an error.
+    results.into_iter().map_while(|r| r).collect()
+}
+
 impl Tokenizer {
     /// Loads the tokenizer of a Hugging Face model directory: `tokenizer.json`, or a tiktoken file
     /// (`*.tiktoken`, `tiktoken.model`) with its special tokens from `tokenizer_config.json`.
@@ -517,7 +544,7 @@ impl Tokenizer {
         };
         let total: usize = texts.iter().map(|t| t.as_ref().len()).sum();
         if texts.len() > 1 && total >= PARALLEL_BATCH_MIN_BYTES {
-            texts.par_iter().enumerate().map(one).collect()
+            parallel_first_error(texts, one)
         } else {
             texts.iter().enumerate().map(one).collect()
         }
@@ -586,7 +613,7 @@ impl Tokenizer {
         };
         let total: usize = seqs.iter().map(|s| s.as_ref().len()).sum();
         if seqs.len() > 1 && total >= PARALLEL_BATCH_MIN_BYTES / 4 {
-            seqs.par_iter().enumerate().map(one).collect()
+            parallel_first_error(seqs, one)
         } else {
             seqs.iter().enumerate().map(one).collect()
         }

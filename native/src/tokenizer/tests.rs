@@ -354,3 +354,31 @@ fn a_long_single_word_is_refused_before_any_encoding() {
         err.message()
     );
 }
+
+#[test]
+fn a_parallel_batch_names_its_first_failing_text_as_a_sequential_one_does() {
+    // Large enough to be spread over threads; texts 3, 5 and 6 are over the word limit. rayon's
+    // own `collect` into a `Result` keeps whichever error a thread met first.
+    let t = toy();
+    let bad = "b".repeat(100_001);
+    let good = "ab ".repeat(20_000);
+    let texts: Vec<&str> = (0..8)
+        .map(|i| {
+            if [3, 5, 6].contains(&i) {
+                bad.as_str()
+            } else {
+                good.as_str()
+            }
+        })
+        .collect();
+    let o = EncodeOptions {
+        max_word_chars: Some(100_000),
+        ..opts()
+    };
+    for _ in 0..20 {
+        let err = t.encode_batch(&texts, &o).unwrap_err();
+        assert!(err.message().starts_with("texts[3]: "), "{}", err.message());
+    }
+    let ok: Vec<&str> = vec![good.as_str(); 4];
+    assert_eq!(t.encode_batch(&ok, &o).unwrap().len(), 4);
+}
