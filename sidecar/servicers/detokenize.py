@@ -5,9 +5,9 @@ from __future__ import annotations
 import grpc
 
 from sidecar.errors import ResourceExhausted
-from sidecar.rpc import Call, decode_request
+from sidecar.rpc import Call
 from sidecar.runtime import Runtime, request_cost
-from sidecar.servicers.native_table import NativeTable, run_unary
+from sidecar.servicers.native_table import NativeTable, run_decoded, run_unary
 from sidecar.v1 import preprocessor_pb2 as pb
 
 _DETOKENIZE = 2  # sidecar.native.multiplex.UNARY_DETOKENIZE (not importable without the native library)
@@ -30,11 +30,9 @@ class DetokenizeServicer:
         """The RPC from its raw body to the response's wire bytes: in the native core when the
         backend is native (see `sidecar.servicers.native_table`), else through `Detokenize`."""
         table = self._native.get()
-        if table is not None:
-            return (await run_unary(self._runtime, table, _DETOKENIZE, body, call)).response
-        request = decode_request(call.rpc, pb.DetokenizeRequest, body)
-        call.model = request.model
-        return (await self.Detokenize(request, context, call)).SerializeToString()
+        if table is None:
+            return await run_decoded(self.Detokenize, pb.DetokenizeRequest, body, context, call)
+        return (await run_unary(self._runtime, table, _DETOKENIZE, body, call)).response
 
     async def Detokenize(
         self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext, call: Call

@@ -11,9 +11,9 @@ from sidecar import metrics
 from sidecar.backend import CacheStats, Rendered, RenderOptions
 from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.hashing import spec_from_proto, spec_to_proto
-from sidecar.rpc import Call, decode_request
+from sidecar.rpc import Call
 from sidecar.runtime import UNBOUNDED, Runtime, request_cost
-from sidecar.servicers.native_table import NativeTable, run_unary
+from sidecar.servicers.native_table import NativeTable, run_decoded, run_unary
 from sidecar.v1 import preprocessor_pb2 as pb
 
 _RENDER = 3  # sidecar.native.multiplex.UNARY_RENDER (not importable without the native library)
@@ -84,9 +84,7 @@ class RenderServicer:
         backend is native (see `sidecar.servicers.native_table`), else through `Render`."""
         table = self._native.get()
         if table is None:
-            request = decode_request(call.rpc, pb.RenderRequest, body)
-            call.model = request.model
-            return (await self.Render(request, context, call)).SerializeToString()
+            return await run_decoded(self.Render, pb.RenderRequest, body, context, call)
         result = await run_unary(self._runtime, table, _RENDER, body, call)
         self._count_cache(*result.cache)
         return result.response

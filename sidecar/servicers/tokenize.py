@@ -7,9 +7,9 @@ import grpc
 from sidecar.backend import EncodeOptions
 from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.hashing import spec_from_proto, spec_to_proto
-from sidecar.rpc import Call, decode_request
+from sidecar.rpc import Call
 from sidecar.runtime import Runtime, request_cost
-from sidecar.servicers.native_table import NativeTable, run_unary
+from sidecar.servicers.native_table import NativeTable, run_decoded, run_unary
 from sidecar.v1 import preprocessor_pb2 as pb
 
 _TOKENIZE = 1  # sidecar.native.multiplex.UNARY_TOKENIZE (not importable without the native library)
@@ -33,11 +33,9 @@ class TokenizeServicer:
         """The RPC from its raw body to the response's wire bytes: in the native core when the
         backend is native (see `sidecar.servicers.native_table`), else through `Tokenize`."""
         table = self._native.get()
-        if table is not None:
-            return (await run_unary(self._runtime, table, _TOKENIZE, body, call)).response
-        request = decode_request(call.rpc, pb.TokenizeRequest, body)
-        call.model = request.model
-        return (await self.Tokenize(request, context, call)).SerializeToString()
+        if table is None:
+            return await run_decoded(self.Tokenize, pb.TokenizeRequest, body, context, call)
+        return (await run_unary(self._runtime, table, _TOKENIZE, body, call)).response
 
     async def Tokenize(self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.TokenizeResponse:
         model = self._runtime.registry.get(request.model)
