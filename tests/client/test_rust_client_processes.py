@@ -18,7 +18,7 @@ from grpc_health.v1 import health_pb2
 
 from tests.client.test_rust_client import interop_binary, rust_outcome
 from tests.conftest import REPO
-from tests.server.test_processes import child_pid, health, log_events, wait_for
+from tests.server.test_processes import child_pid, health, log_events, wait_for, wait_restarted
 
 pytestmark = pytest.mark.e2e
 
@@ -54,8 +54,7 @@ def test_rust_client_spreads_over_processes_and_survives_a_restart(tmp_path: Pat
                 if record.get("event") == "kill-process":
                     os.kill(child_pid(parent.pid, 1), signal.SIGKILL)
                 elif record.get("event") == "wait-restarted":
-                    wait_for(lambda: sum(e.get("event") == "listening" and e.get("process") == 1
-                                         for e in log_events(log_path)) == 2, "process 1 was not restarted", log_path)
+                    wait_restarted(log_path, 1)
                     wait_for(lambda: health(f"unix:{uds}.1") == health_pb2.HealthCheckResponse.SERVING,
                              "the group did not turn SERVING again", log_path)
                     restarted_at = len(log_events(log_path))

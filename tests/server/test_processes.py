@@ -68,6 +68,12 @@ def tokenize_total(metrics_address: str) -> float:
                if sample.name == "sidecar_requests_total" and sample.labels == {"rpc": "Tokenize", "code": "OK"})
 
 
+def wait_restarted(log_path: Path, index: int) -> None:
+    """Waits until process `index` has announced it listens a second time (restarted once)."""
+    wait_for(lambda: sum(e.get("event") == "listening" and e.get("process") == index for e in log_events(log_path)) == 2,
+             f"process {index} was not restarted", log_path)
+
+
 def child_pid(parent: int, index: int) -> int:
     for pid in Path(f"/proc/{parent}/task/{parent}/children").read_text().split():
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
@@ -110,8 +116,7 @@ def test_processes_share_the_port_and_each_has_its_socket(tmp_path: Path) -> Non
                  "process 0 did not report its dead sibling", log_path)
         # ... while its own health (what a client probing each process asks) stays SERVING.
         assert health(f"unix:{uds}.0", "sidecar.process") == health_pb2.HealthCheckResponse.SERVING
-        wait_for(lambda: sum(e.get("event") == "listening" and e.get("process") == 1 for e in log_events(log_path)) == 2,
-                 "process 1 was not restarted", log_path)
+        wait_restarted(log_path, 1)
         wait_for(lambda: health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.SERVING,
                  "the group did not turn SERVING again", log_path)
         assert tokenize(f"unix:{uds}.1", "one process per core") == expected

@@ -24,7 +24,7 @@ from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
 from tests.conftest import REPO
 from tests.kv.publisher import FakeEnginePublisher, stored
-from tests.server.test_processes import child_pid, log_events, wait_for
+from tests.server.test_processes import child_pid, log_events, wait_for, wait_restarted
 
 pytestmark = pytest.mark.e2e
 
@@ -72,8 +72,7 @@ def test_each_process_indexes_the_events_and_a_restarted_one_catches_up(tmp_path
         wait_for(lambda: all(blocks(s, TEXT) == [n] for s in sockets), "a process missed the event", log_path)
 
         os.kill(child_pid(parent.pid, 1), signal.SIGKILL)
-        wait_for(lambda: sum(e.get("event") == "listening" and e.get("process") == 1
-                             for e in log_events(log_path)) == 2, "process 1 was not restarted", log_path)
+        wait_restarted(log_path, 1)
         # The first batch the restarted process receives shows it the gap: it replays from the start.
         _publish_until(engine, filler, lambda: blocks(sockets[1], OTHER) != [], log_path)
         wait_for(lambda: blocks(sockets[1], TEXT) == [n], "the restarted process did not catch up", log_path)
