@@ -3,6 +3,8 @@
 //!
 //! `kv_profile ingest SEQUENCES [BOUND]`: vLLM-shaped payloads (one BlockStored of 64 blocks of
 //! 16 random tokens each, 16 workers) through `SharedIndex::apply`.
+//! `kv_profile decode SEQUENCES DISTINCT`: decoding alone (no index), over DISTINCT payloads
+//! (1 = one payload hot in cache, as a just-received one is).
 //! `kv_profile score ENTRIES ITERATIONS`: a 2048-block request over 64 workers, each holding a
 //! prefix of it of a different depth plus unrelated sequences.
 
@@ -218,12 +220,37 @@ fn score(entries: usize, iterations: usize) {
     );
 }
 
+fn decode(sequences: usize, distinct: usize) {
+    let mut rng = Rng(7);
+    let payloads: Vec<Vec<u8>> = (0..distinct)
+        .map(|s| {
+            let first = ((s + 1) << 20) as u64;
+            let hashes: Vec<u64> = (first..first + SEQ_BLOCKS as u64).collect();
+            payload(&hashes, &rng.tokens(SEQ_BLOCKS * BS))
+        })
+        .collect();
+    let start = Instant::now();
+    let mut n = 0usize;
+    for s in 0..sequences {
+        let b =
+            sidecar_native::index::decode_batch(&payloads[s % distinct], Encoding::Engine).unwrap();
+        n += b.tokens.len();
+    }
+    let secs = start.elapsed().as_secs_f64();
+    println!(
+        "decode: {n} tokens, {:.2} ns/token, {:.1} ns/block",
+        secs * 1e9 / n as f64,
+        secs * 1e9 / n as f64 * BS as f64
+    );
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().unwrap());
     match args.get(1).map(String::as_str) {
         Some("ingest") => ingest(arg(2, 2000), args.get(3).map(|a| a.parse().unwrap())),
+        Some("decode") => decode(arg(2, 20000), arg(3, 1)),
         Some("score") => score(arg(2, 4_000_000), arg(3, 1000)),
-        _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND] | score ENTRIES ITERATIONS"),
+        _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND] | decode SEQUENCES DISTINCT | score ENTRIES ITERATIONS"),
     }
 }
