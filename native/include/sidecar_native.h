@@ -18,12 +18,6 @@
 #define SC_KV_PAYLOAD_NORMALIZED 1
 
 /*
- `sc_kv_index_apply`: as `SC_KV_PAYLOAD_NORMALIZED`, with each event's `block_hashes` and
- `token_ids` as one bin of little-endian `uint64_t` / `uint32_t` values.
- */
-#define SC_KV_PAYLOAD_PACKED 2
-
-/*
  `sc_parse_mux_handle` answered a step or a cancel.
  */
 #define SC_PARSE_HANDLED 0
@@ -760,7 +754,7 @@ int32_t sc_kv_index_new(struct sc_str options_json,
 void sc_kv_index_free(struct sc_kv_index *index);
 
 /*
- Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE`, `_NORMALIZED` or `_PACKED`) and
+ Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE` or `_NORMALIZED`) and
  applies its events as published by `worker`. A malformed payload fails with
  `SC_ERR_KIND_INVALID_ARGUMENT` (message starting `payload:`) and changes nothing.
 
@@ -774,6 +768,28 @@ int32_t sc_kv_index_apply(const struct sc_kv_index *index,
                           uintptr_t len,
                           int32_t encoding,
                           struct sc_error **err);
+
+/*
+ Applies a batch given as a header and two side arrays, as published by `worker`: the header
+ is `SC_KV_PAYLOAD_NORMALIZED` with each event's `block_hashes` and `token_ids` a count of
+ values taken in order from `hashes` and `tokens` (every event's, concatenated), which must
+ all be named. A bad header or count fails with `SC_ERR_KIND_INVALID_ARGUMENT` (message
+ starting `payload:`) and changes nothing.
+
+ # Safety
+ `index` must be a live handle; `worker`, `header` (`header_len` bytes), `hashes`
+ (`n_hashes` values) and `tokens` (`n_tokens` values) are borrowed for the call (NULL when
+ empty); `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_apply_columns(const struct sc_kv_index *index,
+                                  struct sc_str worker,
+                                  const uint8_t *header,
+                                  uintptr_t header_len,
+                                  const uint64_t *hashes,
+                                  uintptr_t n_hashes,
+                                  const uint32_t *tokens,
+                                  uintptr_t n_tokens,
+                                  struct sc_error **err);
 
 /*
  Forgets everything `worker` holds (engine restart, unrecoverable gap, silence); `*dropped`

@@ -239,9 +239,9 @@ class NativePrefixIndex:
 
     def apply_batch(self, worker: str, batch: Batch) -> None:
         """Applies a decoded batch published by `worker`."""
-        payload = _packed(batch)
-        if payload is not None:
-            self._apply(worker, payload, lib.SC_KV_PAYLOAD_PACKED)
+        columns = _columns(batch)
+        if columns is not None:
+            self._apply_columns(worker, *columns)
             return
         try:
             payload = _ENCODER.encode(batch)
@@ -260,6 +260,18 @@ class NativePrefixIndex:
         err = _err_box()
         with self._handle as index:
             status = lib.sc_kv_index_apply(index, name[1][0], ffi.from_buffer(payload), len(payload), encoding, err)
+        if status != lib.SC_STATUS_OK:
+            raise_for_status(status, err)
+
+    def _apply_columns(self, worker: str, header: bytes, hashes: array, tokens: array) -> None:
+        name = self._names.get(worker) or self._name_arg(worker)
+        err = _err_box()
+        with self._handle as index:
+            status = lib.sc_kv_index_apply_columns(
+                index, name[1][0], ffi.from_buffer(header), len(header),
+                ffi.from_buffer("uint64_t[]", hashes) if hashes else ffi.NULL, len(hashes),
+                ffi.from_buffer("uint32_t[]", tokens) if tokens else ffi.NULL, len(tokens), err,
+            )
         if status != lib.SC_STATUS_OK:
             raise_for_status(status, err)
 
@@ -294,12 +306,13 @@ class NativePrefixIndex:
         raise_for_status(status, err)
 
 
-class _PackedStored(msgspec.Struct, gc=False):
-    """A `BlockStored` as `SC_KV_PAYLOAD_PACKED` carries it (no `extra_keys`: see `_packed`)."""
+class _ColumnStored(msgspec.Struct, gc=False):
+    """A `BlockStored` in a columns header: `block_hashes` and `token_ids` are how many values it
+    takes from the side arrays (no `extra_keys`: see `_columns`)."""
 
-    block_hashes: bytes
+    block_hashes: int
     parent_block_hash: int | None
-    token_ids: bytes
+    token_ids: int
     block_size: int
     medium: str
     lora_name: str | None
@@ -308,60 +321,60 @@ class _PackedStored(msgspec.Struct, gc=False):
     locality: str | None
 
 
-class _PackedRemoved(msgspec.Struct, gc=False):
-    block_hashes: bytes
+class _ColumnRemoved(msgspec.Struct, gc=False):
+    block_hashes: int
     medium: str
     group_idx: int | None
     locality: str | None
 
 
-class _PackedCleared(msgspec.Struct, gc=False):
+class _ColumnCleared(msgspec.Struct, gc=False):
     pass
 
 
-_CLEARED = _PackedCleared()
+_CLEARED = _ColumnCleared()
 _U64 = (1 << 64) - 1
 
 
-def _hash_bytes(hashes: list[int]) -> bytes:
-    """Block hashes as little-endian 64-bit patterns (two's complement for negative ones, as the
+def _extend_hashes(values: array, hashes: list[int]) -> None:
+    """Appends block hashes as 64-bit patterns (two's complement for negative ones, as the
     MessagePack path keeps them); raises OverflowError for an int outside int64 and uint64."""
-    values = array("Q")
     try:
         values.fromlist(hashes)
     except OverflowError:
         if min(hashes) < -(1 << 63) or max(hashes) >= 1 << 64:
             raise
         values.fromlist([h & _U64 for h in hashes])
-    return values.tobytes()
 
 
-def _packed(batch: Batch) -> bytes | None:
-    """`batch` in the `SC_KV_PAYLOAD_PACKED` encoding (hashes and token ids copied from arrays,
-    not encoded one integer at a time); None when an event needs the general path: `extra_keys`
-    (read natively for the salt), a token id outside uint32 (skipped natively, where it falls),
-    or anything the arrays cannot hold (the general path raises what it raises)."""
+def _columns(batch: Batch) -> tuple[bytes, array, array] | None:
+    """`batch` as `sc_kv_index_apply_columns` takes it: a header of the events' other fields, and
+    every event's hashes and token ids appended to two arrays (`array.fromlist`: no integer is
+    encoded or copied one at a time in Python). None when an event needs the general path:
+    `extra_keys` (read natively for the salt), a token id outside uint32 (skipped natively, where
+    it falls), or anything the arrays cannot hold (the general path raises what it raises)."""
     events: list[Any] = []
+    hashes, tokens = array("Q"), array("I")
     try:
         for event in batch.events:
             kind = type(event)
             if kind is BlockStored:
                 if event.extra_keys is not None:
                     return None
-                tokens = array("I")
                 tokens.fromlist(event.token_ids)
-                events.append(_PackedStored(
-                    _hash_bytes(event.block_hashes), event.parent_block_hash, tokens.tobytes(), event.block_size,
+                _extend_hashes(hashes, event.block_hashes)
+                events.append(_ColumnStored(
+                    len(event.block_hashes), event.parent_block_hash, len(event.token_ids), event.block_size,
                     event.medium, event.lora_name, event.cache_salt, event.group_idx, event.locality,
                 ))
             elif kind is BlockRemoved:
-                events.append(_PackedRemoved(_hash_bytes(event.block_hashes), event.medium, event.group_idx,
-                                             event.locality))
+                _extend_hashes(hashes, event.block_hashes)
+                events.append(_ColumnRemoved(len(event.block_hashes), event.medium, event.group_idx, event.locality))
             elif kind is AllBlocksCleared:
                 events.append(_CLEARED)
             else:
                 return None
-        return _ENCODER.encode({"events": events})
+        return _ENCODER.encode({"events": events}), hashes, tokens
     except (TypeError, OverflowError, ValueError):
         return None
 

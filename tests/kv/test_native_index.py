@@ -25,7 +25,7 @@ from sidecar.errors import FailedPrecondition, InvalidArgument
 from sidecar.factory import get_hasher
 from sidecar.native import hashing as native_hashing
 from sidecar.native._ffi import lib
-from sidecar.native.kv_index import NativePrefixIndex, _packed, _plain
+from sidecar.native.kv_index import NativePrefixIndex, _columns, _plain
 
 BS = 4
 BLOCKS = 8
@@ -410,9 +410,10 @@ def test_snapshot_round_trip_and_refusals() -> None:
         NativePrefixIndex(engine_spec=HashSpec("vllm_sha256", BS)).restore(data)
 
 
-def test_packed_and_general_apply_batch_paths_agree() -> None:
-    """`apply_batch` hands hashes and token ids over as arrays when they fit (SC_KV_PAYLOAD_PACKED)
-    and falls back to encoding the Batch otherwise; both reach the state the Python index does."""
+def test_columns_and_general_apply_batch_paths_agree() -> None:
+    """`apply_batch` hands hashes and token ids over as arrays when they fit (`_columns`) and falls
+    back to encoding the Batch otherwise; both reach the state the Python index does, one event
+    per batch and all of them in one batch."""
     tokens = list(range(100, 100 + 6 * BS))
     wide = tokens[:BS] + [2**32 + 5] + tokens[BS + 1 :]
     events = [
@@ -425,15 +426,15 @@ def test_packed_and_general_apply_batch_paths_agree() -> None:
         BlockRemoved([2, 99], "GPU"),
         BlockStored([10, 11], None, tokens[: 2 * BS], BS, group_idx=1, locality="REMOTE"),
     ]
-    assert _packed(Batch(0.0, events[:3] + events[6:])) is not None
-    assert all(_packed(Batch(0.0, [e])) is None for e in events[3:6])
+    assert _columns(Batch(0.0, events[:3] + events[6:])) is not None
+    assert all(_columns(Batch(0.0, [e])) is None for e in events[3:6])
     python = PrefixIndex(BS)
     packed = NativePrefixIndex(BS)
     general = NativePrefixIndex(BS)  # every batch through the general (msgspec-encoded) path
     for event in events + [AllBlocksCleared(), events[0]]:
         batch = Batch(0.0, [event])
         if event is events[3]:
-            with pytest.raises(OverflowError):  # as before the packed path (msgspec refuses it)
+            with pytest.raises(OverflowError):  # as before the columns path (msgspec refuses it)
                 packed.apply_batch("w0", batch)
             continue
         packed.apply_batch("w0", batch)
@@ -446,8 +447,14 @@ def test_packed_and_general_apply_batch_paths_agree() -> None:
             for lora in ("", "ad"):
                 score = packed.score(tokens, lora, salt)
                 assert score == general.score(tokens, lora, salt) == python.score(tokens, lora, salt)
-    packed.close()
-    general.close()
+    together, together_general = NativePrefixIndex(BS), NativePrefixIndex(BS)
+    batch = Batch(0.0, events[:3] + events[6:] + [AllBlocksCleared(), events[0], events[1], BlockRemoved([1], "GPU")])
+    together.apply_batch("w0", batch)
+    together_general._apply("w0", msgspec.msgpack.encode(batch), lib.SC_KV_PAYLOAD_NORMALIZED)
+    assert together.stats == together_general.stats and together.num_blocks == together_general.num_blocks == 3
+    assert together.score(tokens) == together_general.score(tokens)
+    for index in (packed, general, together, together_general):
+        index.close()
 
 
 def test_close_is_idempotent_and_later_calls_fail_cleanly() -> None:

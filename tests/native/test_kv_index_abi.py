@@ -168,27 +168,50 @@ def test_bad_payloads_workers_encodings_and_request_arguments() -> None:
         lib.sc_kv_index_free(index)
 
 
-def test_packed_payloads_apply_and_refuse_bad_arrays() -> None:
-    """SC_KV_PAYLOAD_PACKED: hashes and token ids as little-endian bins; a bin that is not a whole
-    number of values, or a list where a bin belongs, refuses the whole payload."""
-    hashes, tokens = b"".join(h.to_bytes(8, "little") for h in (1, 2)), bytes(4 * 8)
-    good = msgspec.msgpack.encode({"events": [{"block_hashes": hashes, "parent_block_hash": None,
-                                               "token_ids": tokens, "block_size": 4, "medium": "GPU"}]})
+def apply_columns(index, header: bytes, hashes: list[int], tokens: list[int]) -> tuple[int, object]:  # noqa: ANN001
+    err = ffi.new("sc_error **")
+    name, _keep = arg(b"w")
+    hash_values, token_values = ffi.new("uint64_t[]", hashes), ffi.new("uint32_t[]", tokens)
+    status = lib.sc_kv_index_apply_columns(index, name, header, len(header), hash_values, len(hashes),
+                                           token_values, len(tokens), err)
+    return status, err
+
+
+def test_columns_apply_and_refuse_counts_that_do_not_add_up() -> None:
+    """sc_kv_index_apply_columns: each event names how many hashes and token ids it takes from
+    the side arrays, in order; a count past the arrays, values no event names, a count that is
+    not an int, or an unaligned array refuses the whole batch, naming what."""
+    def header(*events: dict) -> bytes:
+        return msgspec.msgpack.encode({"events": [dict(e, parent_block_hash=None, block_size=4, medium="GPU")
+                                                  for e in events]})
+
+    good = header({"block_hashes": 2, "token_ids": 8}, {"block_hashes": 1, "token_ids": 4})
     index = new_index()
     try:
-        for stored in ({"block_hashes": hashes[:-1], "token_ids": tokens},
-                       {"block_hashes": hashes, "token_ids": tokens[:-2]},
-                       {"block_hashes": [1, 2], "token_ids": tokens}):
-            bad = msgspec.msgpack.encode({"events": [dict(stored, parent_block_hash=None, block_size=4)]})
-            status, err = apply(index, b"w", bad, encoding=lib.SC_KV_PAYLOAD_PACKED)
+        for bad, hashes, tokens, says in (
+            (header({"block_hashes": 3, "token_ids": 8}), [1, 2], [0] * 8, "hashes"),
+            (header({"block_hashes": 2, "token_ids": 9}), [1, 2], [0] * 8, "token_ids"),
+            (header({"block_hashes": 1, "token_ids": 8}), [1, 2], [0] * 8, "hashes: 2 values given, the events name 1"),
+            (header({"block_hashes": 2, "token_ids": 4}), [1, 2], [0] * 8, "tokens: 8 values given, the events name 4"),
+            (header({"block_hashes": [1, 2], "token_ids": 8}), [1, 2], [0] * 8, "expected `int`"),
+            (header({"block_hashes": -1, "token_ids": 8}), [1, 2], [0] * 8, "-1 values"),
+        ):
+            status, err = apply_columns(index, bad, hashes, tokens)
             kind, message = take_error(err)
             assert kind == lib.SC_ERR_KIND_INVALID_ARGUMENT and message.startswith("payload: "), message
+            assert says in message, message
+        err = ffi.new("sc_error **")
+        name, _keep = arg(b"w")
+        raw = ffi.new("uint8_t[]", 8 * 4)
+        unaligned = ffi.cast("uint64_t *", int(ffi.cast("uintptr_t", raw)) + 1)
+        status = lib.sc_kv_index_apply_columns(index, name, good, len(good), unaligned, 3, ffi.NULL, 0, err)
+        assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "hashes: pointer not aligned to 8 bytes")
         status_out = ffi.new("sc_kv_status *")
         assert lib.sc_kv_index_status(index, status_out, ffi.NULL) == lib.SC_STATUS_OK
         assert (status_out.events, status_out.workers) == (0, 0)  # nothing was applied
-        assert apply(index, b"w", good, encoding=lib.SC_KV_PAYLOAD_PACKED)[0] == lib.SC_STATUS_OK
+        assert apply_columns(index, good, [1, 2, 3], list(range(12)))[0] == lib.SC_STATUS_OK
         assert lib.sc_kv_index_status(index, status_out, ffi.NULL) == lib.SC_STATUS_OK
-        assert (status_out.events, status_out.blocks) == (1, 2)
+        assert (status_out.events, status_out.blocks) == (2, 3)
     finally:
         lib.sc_kv_index_free(index)
 

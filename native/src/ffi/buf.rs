@@ -114,7 +114,13 @@ pub(crate) unsafe fn read_slice<'a, T>(ptr: *const T, len: usize, field: &str) -
             "{field}: null pointer with length {len}"
         )));
     }
-    // SAFETY: non-null and valid for `len` reads, as the caller promises.
+    if !ptr.is_aligned() {
+        return Err(Error::invalid_argument(format!(
+            "{field}: pointer not aligned to {} bytes",
+            std::mem::align_of::<T>()
+        )));
+    }
+    // SAFETY: non-null, aligned, and valid for `len` reads, as the caller promises.
     Ok(unsafe { std::slice::from_raw_parts(ptr, len) })
 }
 

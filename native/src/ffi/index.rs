@@ -15,7 +15,7 @@ use super::status::sc_error;
 use super::{guard, require_out, write_out};
 use crate::error::Error;
 use crate::hash::MmItem;
-use crate::index::{take_released_bytes, Encoding, Options, ScoreTable, SharedIndex};
+use crate::index::{take_released_bytes, Columns, Encoding, Options, ScoreTable, SharedIndex};
 
 /// Freed table memory after which the allocator is asked to return free pages to the OS.
 const TRIM_AFTER_BYTES: u64 = 8 << 20;
@@ -42,9 +42,6 @@ pub struct sc_kv_index {
 pub const SC_KV_PAYLOAD_ENGINE: i32 = 0;
 /// `sc_kv_index_apply`: `msgspec.msgpack.encode(router_adapter.events.Batch)`.
 pub const SC_KV_PAYLOAD_NORMALIZED: i32 = 1;
-/// `sc_kv_index_apply`: as `SC_KV_PAYLOAD_NORMALIZED`, with each event's `block_hashes` and
-/// `token_ids` as one bin of little-endian `uint64_t` / `uint32_t` values.
-pub const SC_KV_PAYLOAD_PACKED: i32 = 2;
 
 /// Counters and sizes of an index.
 #[repr(C)]
@@ -108,7 +105,7 @@ pub unsafe extern "C" fn sc_kv_index_free(index: *mut sc_kv_index) {
     trim_allocator();
 }
 
-/// Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE`, `_NORMALIZED` or `_PACKED`) and
+/// Decodes `payload` (`encoding`: `SC_KV_PAYLOAD_ENGINE` or `_NORMALIZED`) and
 /// applies its events as published by `worker`. A malformed payload fails with
 /// `SC_ERR_KIND_INVALID_ARGUMENT` (message starting `payload:`) and changes nothing.
 ///
@@ -134,7 +131,6 @@ pub unsafe extern "C" fn sc_kv_index_apply(
         let encoding = match encoding {
             SC_KV_PAYLOAD_ENGINE => Encoding::Engine,
             SC_KV_PAYLOAD_NORMALIZED => Encoding::Normalized,
-            SC_KV_PAYLOAD_PACKED => Encoding::Packed,
             other => {
                 return Err(Error::invalid_argument(format!(
                     "encoding: unknown {other}"
@@ -142,6 +138,48 @@ pub unsafe extern "C" fn sc_kv_index_apply(
             }
         };
         let applied = index.inner.apply(worker, payload, encoding);
+        trim_allocator();
+        applied
+    })
+}
+
+/// Applies a batch given as a header and two side arrays, as published by `worker`: the header
+/// is `SC_KV_PAYLOAD_NORMALIZED` with each event's `block_hashes` and `token_ids` a count of
+/// values taken in order from `hashes` and `tokens` (every event's, concatenated), which must
+/// all be named. A bad header or count fails with `SC_ERR_KIND_INVALID_ARGUMENT` (message
+/// starting `payload:`) and changes nothing.
+///
+/// # Safety
+/// `index` must be a live handle; `worker`, `header` (`header_len` bytes), `hashes`
+/// (`n_hashes` values) and `tokens` (`n_tokens` values) are borrowed for the call (NULL when
+/// empty); `err` must be NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn sc_kv_index_apply_columns(
+    index: *const sc_kv_index,
+    worker: sc_str,
+    header: *const u8,
+    header_len: usize,
+    hashes: *const u64,
+    n_hashes: usize,
+    tokens: *const u32,
+    n_tokens: usize,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle and lends the arguments for the call.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: as above.
+        let worker = unsafe { read_str(worker, "worker")? };
+        // SAFETY: as above.
+        let header = unsafe { read_slice(header, header_len, "header")? };
+        // SAFETY: as above.
+        let hashes = unsafe { read_slice(hashes, n_hashes, "hashes")? };
+        // SAFETY: as above.
+        let tokens = unsafe { read_slice(tokens, n_tokens, "tokens")? };
+        let applied = index
+            .inner
+            .apply_columns(worker, header, Columns { hashes, tokens });
         trim_allocator();
         applied
     })

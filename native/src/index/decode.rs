@@ -12,8 +12,9 @@
 //!   least 8 bytes (their last 8, big-endian). For a field given twice the last one counts.
 //!
 //! [`decode_batch`] also reads the msgspec encoding of `router_adapter.events.Batch` (maps keyed
-//! by field name, events untagged): the Python `apply_batch` path hands already-decoded events
-//! over in one buffer that way instead of one Python object per field.
+//! by field name, events untagged), and [`decode_columns`] the same with each event's hashes and
+//! token ids as counts of values in two side arrays: the Python `apply_batch` path hands
+//! already-decoded events over that way instead of one Python object per field.
 //!
 //! Token ids are kept as `u32`; an event with a token id outside that range records where, and
 //! the index skips it when that token falls in a block it would hash (the Python index raises).
@@ -91,10 +92,21 @@ pub enum Encoding {
     Engine,
     /// `msgspec.msgpack.encode(router_adapter.events.Batch)`.
     Normalized,
-    /// [`Encoding::Normalized`] with each event's `block_hashes` and `token_ids` as one
-    /// MessagePack bin of little-endian `u64` / `u32` values: the Python `apply_batch` fills
-    /// them from arrays, several times faster than encoding one integer at a time.
-    Packed,
+    /// [`Encoding::Normalized`] with each event's `block_hashes` and `token_ids` given as a
+    /// count of values taken in order from two side arrays ([`Columns`], see
+    /// [`decode_columns`]): the Python `apply_batch` fills them from its lists with
+    /// `array.fromlist`, and nothing encodes or copies them one integer at a time.
+    Columns,
+}
+
+/// The side arrays of an [`Encoding::Columns`] batch: every event's block hashes, then every
+/// event's token ids, concatenated in event order.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Columns<'s> {
+    /// Block hashes (as 64-bit patterns).
+    pub hashes: &'s [u64],
+    /// Token ids.
+    pub tokens: &'s [u32],
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -143,11 +155,41 @@ struct Fields<'a> {
 
 /// Decodes a whole buffer; any error refuses all of it (nothing is half-applied).
 pub fn decode_batch(payload: &[u8], encoding: Encoding) -> Result<Batch<'_>> {
+    if encoding == Encoding::Columns {
+        return Err(Error::invalid_argument(
+            "encoding: the columns encoding comes with its side arrays (decode_columns)",
+        ));
+    }
+    decode(payload, encoding, Columns::default())
+}
+
+/// Decodes an [`Encoding::Columns`] header with its side arrays; every value of both arrays
+/// must be named by exactly one event.
+pub fn decode_columns<'a>(header: &'a [u8], columns: Columns<'_>) -> Result<Batch<'a>> {
+    let batch = decode(header, Encoding::Columns, columns)?;
+    for (what, named, given) in [
+        ("hashes", batch.hashes.len(), columns.hashes.len()),
+        ("tokens", batch.tokens.len(), columns.tokens.len()),
+    ] {
+        if named != given {
+            return Err(Error::invalid_argument(format!(
+                "{what}: {given} values given, the events name {named}"
+            )));
+        }
+    }
+    Ok(batch)
+}
+
+fn decode<'a>(payload: &'a [u8], encoding: Encoding, columns: Columns<'_>) -> Result<Batch<'a>> {
     let mut batch = Batch::default();
+    batch.hashes.reserve(columns.hashes.len());
+    batch.tokens.reserve(columns.tokens.len());
     let mut r = Reader::new(payload);
     match encoding {
         Encoding::Engine => wire_batch(&mut r, &mut batch)?,
-        Encoding::Normalized | Encoding::Packed => normalized_batch(&mut r, &mut batch, encoding)?,
+        Encoding::Normalized | Encoding::Columns => {
+            normalized_batch(&mut r, &mut batch, encoding, columns)?
+        }
     }
     if !r.is_done() {
         return Err(at_batch(super::msgpack::malformed(format_args!(
@@ -249,7 +291,7 @@ fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>>
                 return Err(invalid_tag(value));
             }
         } else if declared(class, key) {
-            read_field(r, batch, &mut fields, key, None, false)?;
+            read_field(r, batch, &mut fields, key, None, None)?;
         } else {
             r.skip(Check::WellFormed)?;
         }
@@ -330,7 +372,7 @@ fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a
     let mut fields = Fields::default();
     for i in 1..n {
         match names.get(i - 1) {
-            Some(name) => read_field(r, batch, &mut fields, name, Some(i), false)?,
+            Some(name) => read_field(r, batch, &mut fields, name, Some(i), None)?,
             None => r.skip(Check::WellFormed)?,
         }
     }
@@ -344,7 +386,7 @@ fn read_field<'a>(
     fields: &mut Fields<'a>,
     name: &[u8],
     index: Option<usize>,
-    packed: bool,
+    columns: Option<Columns<'_>>,
 ) -> Result<()> {
     let path = || match index {
         Some(i) => format!("$[{i}]"),
@@ -352,16 +394,14 @@ fn read_field<'a>(
     };
     let got = r.peek()?;
     match name {
-        b"block_hashes" if packed => {
-            let start = batch.hashes.len();
-            packed_values(r, &mut batch.hashes, u64::from_le_bytes, &path)?;
-            fields.hashes = Some((start, batch.hashes.len()));
+        b"block_hashes" if columns.is_some() => {
+            let side = columns.map_or(&[][..], |c| c.hashes);
+            fields.hashes = Some(take_column(r, &mut batch.hashes, side, &path)?);
             fields.short_hash = None;
         }
-        b"token_ids" if packed => {
-            let start = batch.tokens.len();
-            packed_values(r, &mut batch.tokens, u32::from_le_bytes, &path)?;
-            fields.tokens = Some((start, batch.tokens.len()));
+        b"token_ids" if columns.is_some() => {
+            let side = columns.map_or(&[][..], |c| c.tokens);
+            fields.tokens = Some(take_column(r, &mut batch.tokens, side, &path)?);
             fields.wide_token = None;
         }
         b"block_hashes" => {
@@ -451,28 +491,30 @@ fn hash_value(r: &mut Reader<'_>) -> Result<Option<Result<u64, usize>>> {
 
 type Range = (usize, usize);
 
-/// A bin of little-endian values of `N` bytes each (see [`Encoding::Packed`]).
-fn packed_values<T, const N: usize>(
+/// A count of values taken from `side` after those taken so far (see [`Encoding::Columns`]):
+/// the next `count` values go to `out`, whose length is where the event's range starts.
+fn take_column<T: Copy>(
     r: &mut Reader<'_>,
     out: &mut Vec<T>,
-    value: fn([u8; N]) -> T,
+    side: &[T],
     path: &dyn Fn() -> String,
-) -> Result<()> {
+) -> Result<Range> {
     let got = r.peek()?;
-    let bytes = r.bin()?.ok_or_else(|| expected("bytes", got, &path()))?;
-    if bytes.len() % N != 0 {
-        return Err(Error::invalid_argument(format!(
-            "{} bytes, not a multiple of {N} - at `{}`",
-            bytes.len(),
-            path()
-        )));
-    }
-    out.extend(bytes.chunks_exact(N).map(|c| {
-        let mut word = [0u8; N];
-        word.copy_from_slice(c);
-        value(word)
-    }));
-    Ok(())
+    let count = r.int()?.ok_or_else(|| expected("int", got, &path()))?;
+    let start = out.len();
+    let end = usize::try_from(count)
+        .ok()
+        .and_then(|n| start.checked_add(n))
+        .filter(|&end| end <= side.len())
+        .ok_or_else(|| {
+            Error::invalid_argument(format!(
+                "{count} values from {start} on, past the {} given - at `{}`",
+                side.len(),
+                path()
+            ))
+        })?;
+    out.extend_from_slice(&side[start..end]);
+    Ok((start, end))
 }
 
 fn hash_list(
@@ -562,7 +604,7 @@ fn finish<'a>(class: Class, f: Fields<'a>, encoding: Encoding) -> Result<Event<'
     // The engine decoder turns a missing or empty medium into GPU (`wire.medium or ...`); the
     // normalized events already went through that and are taken as they are.
     let medium = match (encoding, f.medium) {
-        (Encoding::Normalized | Encoding::Packed, Some(m)) => m,
+        (Encoding::Normalized | Encoding::Columns, Some(m)) => m,
         (_, Some(m)) if !m.is_empty() => m,
         _ => DEFAULT_MEDIUM,
     };
@@ -611,6 +653,7 @@ fn normalized_batch<'a>(
     r: &mut Reader<'a>,
     batch: &mut Batch<'a>,
     encoding: Encoding,
+    columns: Columns<'_>,
 ) -> Result<()> {
     let pairs = r
         .map()?
@@ -628,7 +671,7 @@ fn normalized_batch<'a>(
             .ok_or_else(|| Error::invalid_argument("batch.events: expected an array"))?;
         batch.events.reserve(n);
         for i in 0..n {
-            let event = normalized_event(r, batch, encoding)
+            let event = normalized_event(r, batch, encoding, columns)
                 .map_err(|e| e.context(format_args!("events[{i}]")))?;
             batch.events.push(event);
         }
@@ -642,8 +685,9 @@ fn normalized_event<'a>(
     r: &mut Reader<'a>,
     batch: &mut Batch<'a>,
     encoding: Encoding,
+    columns: Columns<'_>,
 ) -> Result<Event<'a>> {
-    let packed = encoding == Encoding::Packed;
+    let columns = (encoding == Encoding::Columns).then_some(columns);
     let pairs = r
         .map()?
         .ok_or_else(|| Error::invalid_argument("expected a map"))?;
@@ -653,7 +697,7 @@ fn normalized_event<'a>(
             .str_bytes()?
             .ok_or_else(|| Error::invalid_argument("expected string keys"))?;
         if declared(Class::Stored, key) {
-            read_field(r, batch, &mut fields, key, None, packed)?;
+            read_field(r, batch, &mut fields, key, None, columns)?;
         } else {
             r.skip(Check::WellFormed)?;
         }

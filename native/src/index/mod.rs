@@ -67,7 +67,7 @@ use serde::Deserialize;
 
 pub use self::core::Index;
 pub use content::prefix_keys;
-pub use decode::{decode_batch, Batch, Encoding, Event};
+pub use decode::{decode_batch, decode_columns, Batch, Columns, Encoding, Event};
 
 pub use score::{ScoreTable, WorkerScore};
 pub use table::take_released_bytes;
@@ -281,9 +281,19 @@ impl SharedIndex {
     /// Decodes a payload (outside the lock) and applies it; a malformed payload changes nothing.
     pub fn apply(&self, worker: &str, payload: &[u8], encoding: Encoding) -> Result<()> {
         let batch = decode_batch(payload, encoding).map_err(|e| e.context("payload"))?;
+        self.apply_decoded(worker, &batch)
+    }
+
+    /// [`SharedIndex::apply`] for a header and its side arrays ([`decode_columns`]).
+    pub fn apply_columns(&self, worker: &str, header: &[u8], columns: Columns<'_>) -> Result<()> {
+        let batch = decode_columns(header, columns).map_err(|e| e.context("payload"))?;
+        self.apply_decoded(worker, &batch)
+    }
+
+    fn apply_decoded(&self, worker: &str, batch: &Batch<'_>) -> Result<()> {
         let now = self.now();
         let mut state = self.write();
-        let applied = state.apply(worker, &batch, now);
+        let applied = state.apply(worker, batch, now);
         self.publish(&state);
         applied
     }
