@@ -205,6 +205,7 @@ def test_columns_apply_and_refuse_counts_that_do_not_add_up() -> None:
         raw = ffi.new("uint8_t[]", 8 * 4)
         unaligned = ffi.cast("uint64_t *", int(ffi.cast("uintptr_t", raw)) + 1)
         status = lib.sc_kv_index_apply_columns(index, name, good, len(good), unaligned, 3, ffi.NULL, 0, err)
+        assert status == lib.SC_STATUS_ERROR
         assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "hashes: pointer not aligned to 8 bytes")
         status_out = ffi.new("sc_kv_status *")
         assert lib.sc_kv_index_status(index, status_out, ffi.NULL) == lib.SC_STATUS_OK
