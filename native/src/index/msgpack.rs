@@ -84,13 +84,15 @@ fn truncated() -> Error {
 }
 
 /// Byte positions one pre-pass of [`unsigned_run`] classifies.
-const WINDOW: usize = 64;
+const WINDOW: usize = 256;
 /// Bytes a window reads past its last position: the widths of the id after a pair's first (at
 /// most 5 on) and 4-byte reads of values ending there.
 const WINDOW_SLACK: usize = 16;
 /// Bytes a window reads before its first position: a value is read as the 4 bytes that end with
 /// its last one (and masked), which for a fixint starts 3 bytes before it.
 const WINDOW_BACK: usize = 4;
+/// Bytes one window reads.
+const WINDOW_SPAN: usize = WINDOW_BACK + WINDOW + WINDOW_SLACK;
 /// The mask of an unsigned id's value bits by its width (see [`unsigned_width`]).
 const VALUE_MASK: [u32; 8] = [0, 0xff, 0xff, 0xffff, 0, u32::MAX, 0, 0];
 
@@ -120,43 +122,27 @@ fn value_before<const N: usize>(bytes: &[u8; N], end: usize, width: usize) -> u3
 /// width. So a pre-pass over a window of bytes classifies every byte position as if an id
 /// started there (independent work, vector code): `pair[p]` is the width of the id at `p` plus
 /// that of the id after it, 0 unless both are unsigned ints of at most 32 bits. The chain is then
-/// one small load and an add per two ids, and the values are read off it. The last ids, where a
-/// window does not fit, go one at a time.
+/// one small load and an add per two ids, and the values are read off it. An odd last id, and
+/// any after one the windows stop at, go one at a time.
 #[inline]
 fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
-    const SPAN: usize = WINDOW_BACK + WINDOW + WINDOW_SLACK;
     let mut at = *pos;
     let mut done = 0;
-    while ids.len() - done >= 2 && at >= WINDOW_BACK && at + WINDOW + WINDOW_SLACK <= buf.len() {
-        let bytes: &[u8; SPAN] = buf[at - WINDOW_BACK..at + WINDOW + WINDOW_SLACK]
-            .try_into()
-            .expect("window");
-        let mut width = [0u8; WINDOW + WINDOW_SLACK];
-        for (w, &b) in width.iter_mut().zip(&bytes[WINDOW_BACK..]) {
-            *w = unsigned_width(b);
-        }
-        let mut pair = [0u8; WINDOW];
-        for (p, slot) in pair.iter_mut().enumerate() {
-            let w = width[p];
-            let next = ((w == 1) as u8 * width[p + 1])
-                | ((w == 2) as u8 * width[p + 2])
-                | ((w == 3) as u8 * width[p + 3])
-                | ((w == 5) as u8 * width[p + 5]);
-            *slot = if next == 0 { 0 } else { w + next };
-        }
-        let mut rel = 0;
-        while rel < WINDOW && ids.len() - done >= 2 {
-            let two = (pair[rel] & 15) as usize;
-            if two == 0 {
-                break;
+    while ids.len() - done >= 2 && at >= WINDOW_BACK && at < buf.len() {
+        let from = at - WINDOW_BACK;
+        let rel = match buf.get(from..from + WINDOW_SPAN) {
+            Some(bytes) => {
+                let bytes = bytes.try_into().expect("window");
+                unsigned_pairs(bytes, WINDOW_SPAN, ids, &mut done)
             }
-            let first = (width[rel] & 7) as usize;
-            // `bytes` starts WINDOW_BACK before the window: the first id ends at `rel + first`.
-            ids[done] = value_before(bytes, rel + first + WINDOW_BACK, first);
-            ids[done + 1] = value_before(bytes, rel + two + WINDOW_BACK, two - first);
-            rel += two;
-            done += 2;
-        }
+            None => {
+                // The last bytes, padded with a marker that is never an id (width 0).
+                let mut padded = [0xc1; WINDOW_SPAN];
+                let end = buf.len() - from;
+                padded[..end].copy_from_slice(&buf[from..]);
+                unsigned_pairs(&padded, end, ids, &mut done)
+            }
+        };
         at += rel;
         if rel < WINDOW {
             break;
@@ -179,6 +165,48 @@ fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
     }
     *pos = at;
     done
+}
+
+/// One window of [`unsigned_run`]: `bytes` starts [`WINDOW_BACK`] before the window and holds
+/// data up to `end` (the rest is padding). Reads pairs of ids into `ids[*done..]` while both are
+/// unsigned ints of at most 32 bits that end by `end`; returns how far it went from the window's
+/// start.
+#[inline(always)]
+fn unsigned_pairs(
+    bytes: &[u8; WINDOW_SPAN],
+    end: usize,
+    ids: &mut [u32],
+    done: &mut usize,
+) -> usize {
+    let mut width = [0u8; WINDOW + WINDOW_SLACK];
+    for (w, &b) in width.iter_mut().zip(&bytes[WINDOW_BACK..]) {
+        *w = unsigned_width(b);
+    }
+    let mut pair = [0u8; WINDOW];
+    for (p, slot) in pair.iter_mut().enumerate() {
+        let w = width[p];
+        let next = ((w == 1) as u8 * width[p + 1])
+            | ((w == 2) as u8 * width[p + 2])
+            | ((w == 3) as u8 * width[p + 3])
+            | ((w == 5) as u8 * width[p + 5]);
+        *slot = if next == 0 { 0 } else { w + next };
+    }
+    let end = end - WINDOW_BACK;
+    let mut rel = 0;
+    while rel < WINDOW && ids.len() - *done >= 2 {
+        // The chain: nothing else waits on `rel` but this load and add.
+        let two = pair[rel] as usize;
+        if two == 0 || rel + two > end {
+            break;
+        }
+        let first = (width[rel] & 7) as usize;
+        // Indices in `bytes` are WINDOW_BACK on: the first id ends at `rel + first`.
+        ids[*done] = value_before(bytes, WINDOW_BACK + rel + first, first);
+        ids[*done + 1] = value_before(bytes, WINDOW_BACK + rel + two, two - first);
+        rel += two;
+        *done += 2;
+    }
+    rel
 }
 
 impl<'a> Reader<'a> {
