@@ -101,9 +101,9 @@ const VALUE_MASK: [u32; 8] = [0, 0xff, 0xff, 0xffff, 0, u32::MAX, 0, 0];
 #[inline(always)]
 fn unsigned_width(marker: u8) -> u8 {
     ((marker as i8 >= 0) as u8)
-        | ((marker == 0xcc) as u8) * 2
-        | ((marker == 0xcd) as u8) * 3
-        | ((marker == 0xce) as u8) * 5
+        | (((marker == 0xcc) as u8) * 2)
+        | (((marker == 0xcd) as u8) * 3)
+        | (((marker == 0xce) as u8) * 5)
 }
 
 /// The value of the unsigned id of width `width` that ends right before `end`.
