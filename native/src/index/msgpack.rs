@@ -713,16 +713,15 @@ mod tests {
         }
     }
 
-    /// `u32_list` the general way: `int` per element.
-    fn u32_list_by_int(
-        buf: &[u8],
-        from: usize,
-        n: usize,
-    ) -> Result<(
+    /// What `u32_list` answers, the values it read and where it stopped.
+    type ListRead = (
         std::result::Result<Option<usize>, (usize, Kind)>,
         Vec<u32>,
         usize,
-    )> {
+    );
+
+    /// `u32_list` the general way: `int` per element.
+    fn u32_list_by_int(buf: &[u8], from: usize, n: usize) -> Result<ListRead> {
         let mut r = Reader::new(buf);
         r.seek(from);
         let mut out = Vec::new();
