@@ -83,16 +83,21 @@ fn truncated() -> Error {
     Error::invalid_argument("input data was truncated")
 }
 
-/// Byte positions one pre-pass of [`unsigned_run`] classifies.
+/// Byte positions one pre-pass of [`unsigned_run`] classifies: larger windows spread the cost
+/// of starting one, smaller ones waste less past the end of a short list (an engine publishes
+/// one block of 16 ids per block filled while decoding).
 const WINDOW: usize = 256;
+const SMALL_WINDOW: usize = 64;
 /// Bytes a window reads past its last position: the widths of the id after a pair's first (at
 /// most 5 on) and 4-byte reads of values ending there.
 const WINDOW_SLACK: usize = 16;
 /// Bytes a window reads before its first position: a value is read as the 4 bytes that end with
 /// its last one (and masked), which for a fixint starts 3 bytes before it.
 const WINDOW_BACK: usize = 4;
-/// Bytes one window reads.
-const WINDOW_SPAN: usize = WINDOW_BACK + WINDOW + WINDOW_SLACK;
+/// Bytes a window of `W` positions reads.
+const fn span(w: usize) -> usize {
+    WINDOW_BACK + w + WINDOW_SLACK
+}
 /// The mask of an unsigned id's value bits by its width (see [`unsigned_width`]).
 const VALUE_MASK: [u32; 8] = [0, 0xff, 0xff, 0xffff, 0, u32::MAX, 0, 0];
 
@@ -129,22 +134,14 @@ fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
     let mut at = *pos;
     let mut done = 0;
     while ids.len() - done >= 2 && at >= WINDOW_BACK && at < buf.len() {
-        let from = at - WINDOW_BACK;
-        let rel = match buf.get(from..from + WINDOW_SPAN) {
-            Some(bytes) => {
-                let bytes = bytes.try_into().expect("window");
-                unsigned_pairs(bytes, WINDOW_SPAN, ids, &mut done)
-            }
-            None => {
-                // The last bytes, padded with a marker that is never an id (width 0).
-                let mut padded = [0xc1; WINDOW_SPAN];
-                let end = buf.len() - from;
-                padded[..end].copy_from_slice(&buf[from..]);
-                unsigned_pairs(&padded, end, ids, &mut done)
-            }
+        // Ids take at least 3 bytes in the main (151k-id) vocabularies.
+        let (rel, whole) = if (ids.len() - done) * 3 >= WINDOW {
+            unsigned_window::<WINDOW, { span(WINDOW) }>(buf, at, ids, &mut done)
+        } else {
+            unsigned_window::<SMALL_WINDOW, { span(SMALL_WINDOW) }>(buf, at, ids, &mut done)
         };
         at += rel;
-        if rel < WINDOW {
+        if !whole {
             break;
         }
     }
@@ -167,39 +164,68 @@ fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
     done
 }
 
-/// One window of [`unsigned_run`]: `bytes` starts [`WINDOW_BACK`] before the window and holds
-/// data up to `end` (the rest is padding). Reads pairs of ids into `ids[*done..]` while both are
-/// unsigned ints of at most 32 bits that end by `end`; returns how far it went from the window's
-/// start.
+/// One window of `W` positions at `at` (`S` is [`span`]`(W)`): reads pairs of ids into
+/// `ids[*done..]`; returns how far it went and whether it went through the whole window (else
+/// what stopped it, or the last id, is for one-at-a-time reading).
 #[inline(always)]
-fn unsigned_pairs(
-    bytes: &[u8; WINDOW_SPAN],
+fn unsigned_window<const W: usize, const S: usize>(
+    buf: &[u8],
+    at: usize,
+    ids: &mut [u32],
+    done: &mut usize,
+) -> (usize, bool) {
+    let from = at - WINDOW_BACK;
+    let rel = match buf.get(from..from + S) {
+        Some(bytes) => {
+            let bytes = bytes.try_into().expect("window");
+            unsigned_pairs::<W, S>(bytes, S, ids, done)
+        }
+        None => {
+            // The last bytes, padded with a marker that is never an id (width 0).
+            let mut padded = [0xc1; S];
+            let end = buf.len() - from;
+            padded[..end].copy_from_slice(&buf[from..]);
+            unsigned_pairs::<W, S>(&padded, end, ids, done)
+        }
+    };
+    (rel, rel >= W)
+}
+
+/// The pairs of one window: `bytes` starts [`WINDOW_BACK`] before the window and holds data up
+/// to `end` (the rest is padding). Reads pairs of ids into `ids[*done..]` while both are unsigned
+/// ints of at most 32 bits that end by `end`; returns how far it went from the window's start.
+#[inline(always)]
+fn unsigned_pairs<const W: usize, const S: usize>(
+    bytes: &[u8; S],
     end: usize,
     ids: &mut [u32],
     done: &mut usize,
 ) -> usize {
-    let mut width = [0u8; WINDOW + WINDOW_SLACK];
-    for (w, &b) in width.iter_mut().zip(&bytes[WINDOW_BACK..]) {
+    const { assert!(S == span(W)) };
+    // `width[WINDOW_BACK + p]` is the width of an id at `p`.
+    let mut width = [0u8; S];
+    for (w, &b) in width.iter_mut().zip(bytes) {
         *w = unsigned_width(b);
     }
-    let mut pair = [0u8; WINDOW];
+    let mut pair = [0u8; W];
     for (p, slot) in pair.iter_mut().enumerate() {
-        let w = width[p];
-        let next = ((w == 1) as u8 * width[p + 1])
-            | ((w == 2) as u8 * width[p + 2])
-            | ((w == 3) as u8 * width[p + 3])
-            | ((w == 5) as u8 * width[p + 5]);
+        let at = WINDOW_BACK + p;
+        let w = width[at];
+        let next = ((w == 1) as u8 * width[at + 1])
+            | ((w == 2) as u8 * width[at + 2])
+            | ((w == 3) as u8 * width[at + 3])
+            | ((w == 5) as u8 * width[at + 5]);
         *slot = if next == 0 { 0 } else { w + next };
     }
     let end = end - WINDOW_BACK;
     let mut rel = 0;
-    while rel < WINDOW && ids.len() - *done >= 2 {
+    while rel < W && ids.len() - *done >= 2 {
         // The chain: nothing else waits on `rel` but this load and add.
         let two = pair[rel] as usize;
         if two == 0 || rel + two > end {
             break;
         }
-        let first = (width[rel] & 7) as usize;
+        let first = (width[WINDOW_BACK + rel] & 7) as usize;
         // Indices in `bytes` are WINDOW_BACK on: the first id ends at `rel + first`.
         ids[*done] = value_before(bytes, WINDOW_BACK + rel + first, first);
         ids[*done + 1] = value_before(bytes, WINDOW_BACK + rel + two, two - first);
