@@ -3,8 +3,9 @@
 //!
 //! `kv_profile ingest SEQUENCES [BOUND]`: vLLM-shaped payloads (one BlockStored of 64 blocks of
 //! 16 random tokens each, 16 workers) through `SharedIndex::apply`.
-//! `kv_profile decode SEQUENCES DISTINCT`: decoding alone (no index), over DISTINCT payloads
-//! (1 = one payload hot in cache, as a just-received one is).
+//! `kv_profile decode SEQUENCES DISTINCT [BLOCKS]`: decoding alone (no index), over DISTINCT
+//! payloads (1 = one payload hot in cache, as a just-received one is) of BLOCKS blocks each (64;
+//! 1 is what an engine publishes per block filled while decoding).
 //! `kv_profile score ENTRIES ITERATIONS`: a 2048-block request over 64 workers, each holding a
 //! prefix of it of a different depth plus unrelated sequences.
 
@@ -220,13 +221,13 @@ fn score(entries: usize, iterations: usize) {
     );
 }
 
-fn decode(sequences: usize, distinct: usize) {
+fn decode(sequences: usize, distinct: usize, blocks: usize) {
     let mut rng = Rng(7);
     let payloads: Vec<Vec<u8>> = (0..distinct)
         .map(|s| {
             let first = ((s + 1) << 20) as u64;
-            let hashes: Vec<u64> = (first..first + SEQ_BLOCKS as u64).collect();
-            payload(&hashes, &rng.tokens(SEQ_BLOCKS * BS))
+            let hashes: Vec<u64> = (first..first + blocks as u64).collect();
+            payload(&hashes, &rng.tokens(blocks * BS))
         })
         .collect();
     let start = Instant::now();
@@ -249,8 +250,8 @@ fn main() {
     let arg = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().unwrap());
     match args.get(1).map(String::as_str) {
         Some("ingest") => ingest(arg(2, 2000), args.get(3).map(|a| a.parse().unwrap())),
-        Some("decode") => decode(arg(2, 20000), arg(3, 1)),
+        Some("decode") => decode(arg(2, 20000), arg(3, 1), arg(4, SEQ_BLOCKS)),
         Some("score") => score(arg(2, 4_000_000), arg(3, 1000)),
-        _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND] | decode SEQUENCES DISTINCT | score ENTRIES ITERATIONS"),
+        _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND] | decode SEQUENCES DISTINCT [BLOCKS] | score ENTRIES ITERATIONS"),
     }
 }

@@ -83,67 +83,156 @@ fn truncated() -> Error {
     Error::invalid_argument("input data was truncated")
 }
 
-/// Width in bytes of a msgpack positive fixint, uint8, uint16 or uint32 by its marker (0 for
-/// any other marker), the right shift that brings its value to the low bits of the big-endian
-/// 8-byte word starting at the marker, and the mask of its value bits.
-const UNSIGNED_WIDTH: [u8; 256] = unsigned_table([1, 2, 3, 5]);
-const UNSIGNED_SHIFT: [u8; 256] = unsigned_table([56, 48, 40, 24]);
-const UNSIGNED_MASK: [u32; 256] = {
-    let bytes = unsigned_table([1, 1, 2, 4]);
-    let mut t = [0u32; 256];
-    let mut m = 0;
-    while m < 256 {
-        t[m] = if bytes[m] == 4 {
-            u32::MAX
-        } else {
-            (1u32 << (8 * bytes[m] as u32)) - 1
-        };
-        m += 1;
-    }
-    t
-};
+/// Byte positions one pre-pass of [`unsigned_run`] classifies: larger windows spread the cost
+/// of starting one, smaller ones waste less past the end of a short list (an engine publishes
+/// one block of 16 ids per block filled while decoding).
+const WINDOW: usize = 256;
+const SMALL_WINDOW: usize = 64;
+/// Bytes a window reads past its last position: the widths of the id after a pair's first (at
+/// most 5 on) and 4-byte reads of values ending there.
+const WINDOW_SLACK: usize = 16;
+/// Bytes a window reads before its first position: a value is read as the 4 bytes that end with
+/// its last one (and masked), which for a fixint starts 3 bytes before it.
+const WINDOW_BACK: usize = 4;
+/// Bytes a window of `W` positions reads.
+const fn span(w: usize) -> usize {
+    WINDOW_BACK + w + WINDOW_SLACK
+}
+/// The mask of an unsigned id's value bits by its width (see [`unsigned_width`]).
+const VALUE_MASK: [u32; 8] = [0, 0xff, 0xff, 0xffff, 0, u32::MAX, 0, 0];
 
-/// A table by marker: `[fixint, uint8, uint16, uint32]` values, 0 elsewhere.
-const fn unsigned_table(values: [u8; 4]) -> [u8; 256] {
-    let mut t = [0u8; 256];
-    let mut m = 0;
-    while m < 0x80 {
-        t[m] = values[0];
-        m += 1;
-    }
-    t[0xcc] = values[1];
-    t[0xcd] = values[2];
-    t[0xce] = values[3];
-    t
+/// Width in bytes of a msgpack positive fixint, uint8, uint16 or uint32 by its marker, 0 for any
+/// other marker. Comparisons only, so a loop of it over bytes becomes vector code.
+#[inline(always)]
+fn unsigned_width(marker: u8) -> u8 {
+    ((marker as i8 >= 0) as u8)
+        | (((marker == 0xcc) as u8) * 2)
+        | (((marker == 0xcd) as u8) * 3)
+        | (((marker == 0xce) as u8) * 5)
+}
+
+/// The value of the unsigned id of width `width` that ends right before `end`.
+#[inline(always)]
+fn value_before<const N: usize>(bytes: &[u8; N], end: usize, width: usize) -> u32 {
+    let word = u32::from_be_bytes(bytes[end - 4..end].try_into().expect("4 bytes"));
+    word & VALUE_MASK[width & 7]
 }
 
 /// Reads the leading run of unsigned integers of at most 32 bits into `ids`, starting at
-/// `*pos`, as long as 8 bytes can be read at each; returns how many it read (the caller reads
-/// the rest, and anything else, the general way). One table lookup per id instead of branches
-/// on its width: token ids of one vocabulary mix widths at random.
+/// `*pos`; returns how many it read (the caller reads the rest, and anything else, the general
+/// way).
+///
+/// Where each id starts is a serial chain (its start depends on the width of the one before),
+/// which bounds the speed: a plain loop waits, per id, on a load of its marker and then on its
+/// width. So a pre-pass over a window of bytes classifies every byte position as if an id
+/// started there (independent work, vector code): `pair[p]` is the width of the id at `p` plus
+/// that of the id after it, 0 unless both are unsigned ints of at most 32 bits. The chain is then
+/// one small load and an add per two ids, and the values are read off it. An odd last id, and
+/// any after one the windows stop at, go one at a time.
 #[inline]
 fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
-    let Some(last) = buf.len().checked_sub(8) else {
-        return 0;
-    };
     let mut at = *pos;
     let mut done = 0;
-    for slot in ids.iter_mut() {
-        if at > last {
+    while ids.len() - done >= 2 && at >= WINDOW_BACK && at < buf.len() {
+        // Ids take at least 3 bytes in the main (151k-id) vocabularies.
+        let (rel, whole) = if (ids.len() - done) * 3 >= WINDOW {
+            unsigned_window::<WINDOW, { span(WINDOW) }>(buf, at, ids, &mut done)
+        } else {
+            unsigned_window::<SMALL_WINDOW, { span(SMALL_WINDOW) }>(buf, at, ids, &mut done)
+        };
+        at += rel;
+        if !whole {
+            break;
+        }
+    }
+    let last = buf.len().saturating_sub(8);
+    for slot in ids[done..].iter_mut() {
+        if at > last || buf.len() < 8 {
             break;
         }
         let word = u64::from_be_bytes(buf[at..at + 8].try_into().expect("8 bytes"));
-        let marker = (word >> 56) as usize;
-        let width = UNSIGNED_WIDTH[marker] as usize;
+        let width = unsigned_width((word >> 56) as u8) as usize;
         if width == 0 {
             break;
         }
-        *slot = (word >> UNSIGNED_SHIFT[marker]) as u32 & UNSIGNED_MASK[marker];
+        // The value sits in the low bytes of the word's first `width`.
+        *slot = (word >> (64 - 8 * width)) as u32 & VALUE_MASK[width];
         at += width;
         done += 1;
     }
     *pos = at;
     done
+}
+
+/// One window of `W` positions at `at` (`S` is [`span`]`(W)`): reads pairs of ids into
+/// `ids[*done..]`; returns how far it went and whether it went through the whole window (else
+/// what stopped it, or the last id, is for one-at-a-time reading).
+#[inline(always)]
+fn unsigned_window<const W: usize, const S: usize>(
+    buf: &[u8],
+    at: usize,
+    ids: &mut [u32],
+    done: &mut usize,
+) -> (usize, bool) {
+    let from = at - WINDOW_BACK;
+    let rel = match buf.get(from..from + S) {
+        Some(bytes) => {
+            let bytes = bytes.try_into().expect("window");
+            unsigned_pairs::<W, S>(bytes, S, ids, done)
+        }
+        None => {
+            // The last bytes, padded with a marker that is never an id (width 0).
+            let mut padded = [0xc1; S];
+            let end = buf.len() - from;
+            padded[..end].copy_from_slice(&buf[from..]);
+            unsigned_pairs::<W, S>(&padded, end, ids, done)
+        }
+    };
+    (rel, rel >= W)
+}
+
+/// The pairs of one window: `bytes` starts [`WINDOW_BACK`] before the window and holds data up
+/// to `end` (the rest is padding). Reads pairs of ids into `ids[*done..]` while both are unsigned
+/// ints of at most 32 bits that end by `end`; returns how far it went from the window's start.
+#[inline(always)]
+fn unsigned_pairs<const W: usize, const S: usize>(
+    bytes: &[u8; S],
+    end: usize,
+    ids: &mut [u32],
+    done: &mut usize,
+) -> usize {
+    const { assert!(S == span(W)) };
+    // `width[WINDOW_BACK + p]` is the width of an id at `p`.
+    let mut width = [0u8; S];
+    for (w, &b) in width.iter_mut().zip(bytes) {
+        *w = unsigned_width(b);
+    }
+    let mut pair = [0u8; W];
+    for (p, slot) in pair.iter_mut().enumerate() {
+        let at = WINDOW_BACK + p;
+        let w = width[at];
+        let next = ((w == 1) as u8 * width[at + 1])
+            | ((w == 2) as u8 * width[at + 2])
+            | ((w == 3) as u8 * width[at + 3])
+            | ((w == 5) as u8 * width[at + 5]);
+        *slot = if next == 0 { 0 } else { w + next };
+    }
+    let end = end - WINDOW_BACK;
+    let mut rel = 0;
+    while rel < W && ids.len() - *done >= 2 {
+        // The chain: nothing else waits on `rel` but this load and add.
+        let two = pair[rel] as usize;
+        if two == 0 || rel + two > end {
+            break;
+        }
+        let first = (width[WINDOW_BACK + rel] & 7) as usize;
+        // Indices in `bytes` are WINDOW_BACK on: the first id ends at `rel + first`.
+        ids[*done] = value_before(bytes, WINDOW_BACK + rel + first, first);
+        ids[*done + 1] = value_before(bytes, WINDOW_BACK + rel + two, two - first);
+        rel += two;
+        *done += 2;
+    }
+    rel
 }
 
 impl<'a> Reader<'a> {
@@ -629,6 +718,118 @@ mod tests {
             }
             assert_eq!(out[0], 7);
             assert_eq!(reader.pos, end);
+        }
+    }
+
+    /// An unsigned integer of at most 32 bits as a fixint, uint8, uint16 or uint32: a random one
+    /// of those that can hold it.
+    fn encode_unsigned(out: &mut Vec<u8>, v: u64, choice: u64) {
+        let smallest = [0x80, 0x100, 0x1_0000].iter().filter(|&&m| v >= m).count();
+        match smallest.max((choice % 4) as usize) {
+            0 => out.push(v as u8),
+            1 => out.extend([0xcc, v as u8]),
+            2 => {
+                out.push(0xcd);
+                out.extend((v as u16).to_be_bytes());
+            }
+            _ => {
+                out.push(0xce);
+                out.extend((v as u32).to_be_bytes());
+            }
+        }
+    }
+
+    /// What `u32_list` answers, the values it read and where it stopped.
+    type ListRead = (
+        std::result::Result<Option<usize>, (usize, Kind)>,
+        Vec<u32>,
+        usize,
+    );
+
+    /// `u32_list` the general way: `int` per element.
+    fn u32_list_by_int(buf: &[u8], from: usize, n: usize) -> Result<ListRead> {
+        let mut r = Reader::new(buf);
+        r.seek(from);
+        let mut out = Vec::new();
+        let mut wide = None;
+        for i in 0..n {
+            let kind = r.peek()?;
+            match r.int()? {
+                Some(v) => {
+                    out.push(u32::try_from(v).unwrap_or(0));
+                    if u32::try_from(v).is_err() {
+                        wide.get_or_insert(i);
+                    }
+                }
+                None => return Ok((Err((i, kind)), out, r.pos)),
+            }
+        }
+        Ok((Ok(wide), out, r.pos))
+    }
+
+    #[test]
+    fn u32_list_equals_int_per_element_at_every_cut() {
+        let mut state = 0x2545_f491_4f6c_dd1d_u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        for round in 0..300 {
+            // Long runs (the windowed reader needs some 80 bytes), with every width of unsigned
+            // id, and now and then something the general path reads.
+            let n = (next() % 160) as usize;
+            let odd_rate = [0, 50, 8][round % 3];
+            // The list starts after some other values, or at the very start.
+            let from = (next() % 7) as usize;
+            let mut buf = vec![0xc0; from];
+            for _ in 0..n {
+                if odd_rate > 0 && next() % odd_rate == 0 {
+                    match next() % 5 {
+                        0 => encode(&mut buf, (next() >> 1) as i64, next()),
+                        1 => encode(&mut buf, -((next() % 100_000) as i64) - 1, next()),
+                        2 => buf.extend([0xcb, 0, 0, 0, 0, 0, 0, 0, 0]),
+                        3 => buf.push(0xc3),
+                        _ => encode(&mut buf, (next() % 0x80) as i64, 5),
+                    }
+                    continue;
+                }
+                let v = match next() % 5 {
+                    0 => next() % 0x80,
+                    1 => next() % 0x100,
+                    2 => next() % 0x1_0000,
+                    3 => next() % 0x1_0000_0000,
+                    _ => next() % 151_000,
+                };
+                encode_unsigned(&mut buf, v, next());
+            }
+            // Cut at every length, the whole buffer included (no slack after the last id).
+            let every = if round % 10 == 0 {
+                1
+            } else {
+                1 + buf.len() / 8
+            };
+            for cut in (from..=buf.len()).rev().step_by(every) {
+                let part = &buf[..cut];
+                let expected = u32_list_by_int(part, from, n);
+                let mut reader = Reader::new(part);
+                reader.seek(from);
+                let mut out = vec![9];
+                let got = reader.u32_list(n, &mut out);
+                match expected {
+                    Err(e) => assert_eq!(got, Err(e), "round {round} cut {cut}"),
+                    Ok((result, values, end)) => {
+                        assert_eq!(got, Ok(result), "round {round} cut {cut}");
+                        if let Err((i, _)) = result {
+                            assert_eq!(out[1..1 + i], values[..i], "round {round} cut {cut}");
+                            continue;
+                        }
+                        assert_eq!(out[1..], values[..], "round {round} cut {cut}");
+                        assert_eq!(reader.pos, end, "round {round} cut {cut}");
+                    }
+                }
+            }
         }
     }
 }
