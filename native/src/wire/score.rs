@@ -19,6 +19,8 @@ const MESSAGES_JSON: u64 = 3;
 const TOKEN_IDS: u64 = 4;
 /// `TokenIds.token_ids`.
 const IDS: u64 = 1;
+/// The largest field number protobuf allows (2^29-1).
+const MAX_FIELD: u64 = (1 << 29) - 1;
 
 /// What `split_score` makes of a message.
 pub enum SplitScore {
@@ -109,6 +111,13 @@ fn read_ids(message: &[u8], ids: &mut Ids) -> Result<()> {
                 }
             }
             (IDS, VARINT) => ids.push(r.varint()?),
+            // Dropped with the message, so checked here: the server's parser refuses a field
+            // number protobuf does not allow (the rest of the message it reads itself).
+            (field, _) if field == 0 || field > MAX_FIELD => {
+                return Err(Error::invalid_argument(format!(
+                    "malformed ScoreRequest.token_ids: field number {field}"
+                )))
+            }
             (field, wire) => r.skip(field, wire)?,
         }
     }
