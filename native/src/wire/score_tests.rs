@@ -29,9 +29,13 @@ fn messages(json: &str) -> Vec<u8> {
     encoded(Some(Input::MessagesJson(json.into())))
 }
 
-/// The message's rest and ids (or the refusal's message) when its input is `token_ids`; None
-/// when it is not.
-fn split(message: &[u8]) -> Option<(Vec<u8>, Result<Vec<u32>, String>)> {
+/// A split's rest and ids (or the refusal's message).
+type Split = (Vec<u8>, Result<Vec<u32>, String>);
+
+type Ids = Vec<u32>;
+
+/// The message's split when its input is `token_ids`; None when it is not.
+fn split(message: &[u8]) -> Option<Split> {
     match split_score(message).expect("reads") {
         SplitScore::NotTokenIds => None,
         SplitScore::TokenIds { without_input, ids } => {
@@ -81,7 +85,8 @@ fn a_token_ids_request_is_split_into_its_ids_and_the_rest() {
 
 #[test]
 fn the_last_member_of_the_oneof_wins_and_token_ids_after_it_merge() {
-    let cases: [(Vec<Vec<u8>>, Option<Vec<u32>>); 7] = [
+    // The parts concatenated, and the ids read (None: the input is not `token_ids`).
+    let cases: Vec<(Vec<Vec<u8>>, Option<Ids>)> = vec![
         (vec![ids(&[1, 2]), text("a")], None),
         (vec![ids(&[1, 2]), messages("[]")], None),
         (vec![text("a"), ids(&[1, 2])], Some(vec![1, 2])),
