@@ -78,17 +78,8 @@ pub unsafe extern "C" fn sc_kv_score_split(
             write_out(is_token_ids, true, "is_token_ids")?;
             write_out(rest, sc_bytes::from_vec(without_input), "rest")?;
         }
-        let raw = native_endian_bytes(&read?);
+        let raw = read?.into_bytes();
         // SAFETY: as above.
         unsafe { write_out(ids, sc_bytes::from_vec(raw), "ids") }
     })
-}
-
-/// Ids as the bytes of a `uint32_t` array in this machine's order (one copy of 4 bytes an id).
-fn native_endian_bytes(ids: &[u32]) -> Vec<u8> {
-    let mut raw = Vec::with_capacity(ids.len() * 4);
-    for id in ids {
-        raw.extend_from_slice(&id.to_ne_bytes());
-    }
-    raw
 }

@@ -30,7 +30,7 @@ pub use parse_stream::{
     decode_request, put_delta, put_error, ClientMessage, DeltaFields, StepTokens, ToolCallFields,
 };
 pub use render::render_response;
-pub use score::{split_score, SplitScore};
+pub use score::{split_score, IdBuffer, SplitScore};
 
 /// The generated messages of package `sidecar.v1` (services are not generated: the server is
 /// Python).

@@ -32,8 +32,28 @@ pub enum SplitScore {
         without_input: Vec<u8>,
         /// The ids, or the first one that is not a token id (the rest is still given, to name
         /// the request).
-        ids: std::result::Result<Vec<u32>, Error>,
+        ids: std::result::Result<IdBuffer, Error>,
     },
+}
+
+/// Token ids as the bytes of a `u32` array in this machine's byte order: the shape the server
+/// takes them in, so each id is written once.
+#[derive(Debug)]
+pub struct IdBuffer(Vec<u8>);
+
+impl IdBuffer {
+    /// The buffer's bytes.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+
+    /// The ids.
+    pub fn to_vec(&self) -> Vec<u32> {
+        self.0
+            .chunks_exact(4)
+            .map(|id| u32::from_ne_bytes([id[0], id[1], id[2], id[3]]))
+            .collect()
+    }
 }
 
 /// Splits a raw `ScoreRequest` in one pass: every field but the input's is copied byte for byte.
@@ -68,7 +88,7 @@ pub fn split_score(message: &[u8]) -> Result<SplitScore> {
         Some((at, id)) => Err(Error::invalid_argument(format!(
             "token_ids.token_ids[{at}]: {id} is not a token id (token ids are below 2^32)"
         ))),
-        None => Ok(ids.read),
+        None => Ok(IdBuffer(ids.read)),
     };
     Ok(SplitScore::TokenIds { without_input, ids })
 }
@@ -76,7 +96,7 @@ pub fn split_score(message: &[u8]) -> Result<SplitScore> {
 /// The ids read so far, and the first one out of range with its position.
 #[derive(Default)]
 struct Ids {
-    read: Vec<u32>,
+    read: Vec<u8>,
     count: usize,
     refused: Option<(usize, u64)>,
 }
@@ -86,7 +106,7 @@ impl Ids {
     /// does) would turn 2^32 into token 0.
     fn push(&mut self, id: u64) {
         match u32::try_from(id) {
-            Ok(id) if self.refused.is_none() => self.read.push(id),
+            Ok(id) if self.refused.is_none() => self.read.extend_from_slice(&id.to_ne_bytes()),
             Ok(_) => {}
             Err(_) => {
                 self.refused.get_or_insert((self.count, id));
@@ -103,8 +123,8 @@ fn read_ids(message: &[u8], ids: &mut Ids) -> Result<()> {
         match r.key()? {
             (IDS, LEN) => {
                 let packed = r.bytes()?;
-                // Ids of a large vocabulary take two or three bytes each.
-                ids.read.reserve(packed.len() / 2);
+                // Ids of a large vocabulary take two or three bytes each (four in the buffer).
+                ids.read.reserve(packed.len() * 2);
                 let mut values = Reader::new(packed, "ScoreRequest.token_ids.token_ids");
                 while !values.done() {
                     ids.push(values.varint()?);

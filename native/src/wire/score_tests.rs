@@ -38,9 +38,11 @@ type Ids = Vec<u32>;
 fn split(message: &[u8]) -> Option<Split> {
     match split_score(message).expect("reads") {
         SplitScore::NotTokenIds => None,
-        SplitScore::TokenIds { without_input, ids } => {
-            Some((without_input, ids.map_err(|e| e.message().to_string())))
-        }
+        SplitScore::TokenIds { without_input, ids } => Some((
+            without_input,
+            ids.map(|ids| ids.to_vec())
+                .map_err(|e| e.message().to_string()),
+        )),
     }
 }
 
@@ -309,7 +311,7 @@ fn split_score_agrees_with_prost_on_random_and_mutated_messages() {
                 );
             }
             None => assert_eq!(
-                read.unwrap(),
+                read.unwrap().to_vec(),
                 wide.token_ids
                     .iter()
                     .map(|&id| id as u32)
