@@ -17,7 +17,7 @@ import traceback
 from pathlib import Path
 
 SECTIONS = ["bench.server_model", "bench.tokenize", "bench.render", "bench.parse", "bench.hashing", "bench.kv_index",
-            "bench.rust_client", "bench.tracing", "bench.kv_fleet"]
+            "bench.kv_score_rpc", "bench.rust_client", "bench.tracing", "bench.kv_fleet"]
 
 
 def main() -> int:

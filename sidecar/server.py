@@ -150,11 +150,17 @@ def build_kv_router(config: ServerConfig, hasher: BlockHasher, index_factory: In
 def kv_router_handler(runtime: Runtime, router, gate: Gate) -> grpc.GenericRpcHandler:  # noqa: ANN001
     """The `sidecar.v1.KvRouter` service (FAILED_PRECONDITION everywhere without KV-event sources)."""
     servicer = KvRouterServicer(runtime, router)
+    if tracing.enabled():
+        # The Python path, whose decode and encode stages become child spans of the call.
+        score_handler = unary_handler("Score", servicer.Score, kv.ScoreRequest, gate)
+    else:
+        # Raw bytes in: a request's token ids are read natively (see `ScoreRaw`).
+        score_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Score", servicer.ScoreRaw, gate))
 
     return grpc.method_handlers_generic_handler(
         KV_SERVICE_NAME,
         {
-            "Score": unary_handler("Score", servicer.Score, kv.ScoreRequest, gate),
+            "Score": score_handler,
             "KvStatus": unary_handler("KvStatus", servicer.KvStatus, kv.KvStatusRequest, gate),
         },
     )

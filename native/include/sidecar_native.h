@@ -1382,6 +1382,27 @@ int32_t sc_render_response_encode(struct sc_str text,
                                   struct sc_bytes *out,
                                   struct sc_error **err);
 
+/*
+ Splits a raw KvRouter `ScoreRequest` (see [`wire::split_score`]). When its input is
+ `token_ids`, `*is_token_ids` is set, `rest` gets the message without its input (fields 2, 3
+ and 4) and `ids` the ids as native-endian `uint32_t` values, so the server scores them without
+ a Python int per id. Otherwise `*is_token_ids` is cleared and nothing else is written: the
+ caller decodes the message whole. A message that does not decode is
+ `SC_ERR_KIND_INVALID_ARGUMENT` with nothing written; an id above 2^32-1 is
+ `SC_ERR_KIND_INVALID_ARGUMENT` naming it, with `*is_token_ids` and `rest` written (the caller
+ frees it) and `ids` not.
+
+ # Safety
+ `message` must be NULL (len 0) or readable for `len` bytes during the call; `is_token_ids`,
+ `rest`, `ids` and `err` NULL or writable.
+ */
+int32_t sc_kv_score_split(const uint8_t *message,
+                          uintptr_t len,
+                          bool *is_token_ids,
+                          struct sc_bytes *rest,
+                          struct sc_bytes *ids,
+                          struct sc_error **err);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

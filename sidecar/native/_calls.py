@@ -58,6 +58,17 @@ def uint32_ids(ids: Sequence[int], field: str = "token_ids") -> array | memoryvi
     return ids_array(ids, field)  # raises InvalidArgument naming the field
 
 
+def owned_u32_view(ids: Any) -> memoryview:
+    """The `uint32_t` values of a filled `sc_bytes *` as a read-only view in native memory (no
+    copy); the buffer is freed with the last view of it."""
+    if not ids.len:
+        lib.sc_bytes_free(ids)
+        return memoryview(b"").cast("I")
+    ptr, n = ids.ptr, ids.len
+    keep = ffi.gc(ptr, lambda p, n=n: lib.sc_bytes_free(ffi.new("sc_bytes *", {"ptr": p, "len": n})))
+    return memoryview(ffi.buffer(keep, n)).toreadonly().cast("I")
+
+
 def cancel_arg() -> Any:
     """The `const uint32_t *` cancel flag of the offloaded call running on this thread (see
     `sidecar.cancel`), or NULL; the token stays bound, so alive, for the call."""

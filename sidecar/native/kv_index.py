@@ -35,8 +35,8 @@ from router_adapter.events import (
 from router_adapter.hashing import BlockHasher
 from router_adapter.index import IndexStats, Score, WorkerScore
 from router_adapter.spec import HashSpec, MmItem
-from sidecar.errors import InvalidArgument
-from sidecar.native._calls import call_bytes, call_out, ids_arg, str_arg, uint32_ids
+from sidecar.errors import InvalidArgument, SidecarError
+from sidecar.native._calls import call_bytes, call_out, ids_arg, owned_u32_view, str_arg, uint32_ids
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
 from sidecar.native._handle import Handle
@@ -304,6 +304,32 @@ class NativePrefixIndex:
         with self._handle as index:
             status = lib.sc_kv_index_restore(index, ffi.from_buffer(data), len(data), err)
         raise_for_status(status, err)
+
+
+def split_score(message: bytes) -> tuple[bytes, memoryview, SidecarError | None] | None:
+    """A raw KvRouter `ScoreRequest` whose input is `token_ids`, without its input (fields 2-4),
+    and its ids as a read-only uint32 view in native memory (what `NativePrefixIndex.score` takes
+    without a copy): the ids are decoded natively, GIL released, never as Python ints. None when
+    the input is not `token_ids` (the oneof read as protobuf reads it). A message that does not
+    decode raises InvalidArgument; an id above 2^32-1 (protobuf would truncate it) comes back as
+    the third item, InvalidArgument naming it."""
+    is_ids, rest, ids = ffi.new("bool *"), ffi.new("sc_bytes *"), ffi.new("sc_bytes *")
+    err = ffi.new("sc_error **")
+    status = lib.sc_kv_score_split(ffi.from_buffer(message), len(message), is_ids, rest, ids, err)
+    try:
+        without_input = ffi.buffer(rest.ptr, rest.len)[:] if rest.len else b""
+    finally:
+        lib.sc_bytes_free(rest)
+    if status:
+        try:
+            raise_for_status(status, err)
+        except SidecarError as refused:
+            if not is_ids[0]:
+                raise
+            return without_input, memoryview(b"").cast("I"), refused
+    if not is_ids[0]:
+        return None
+    return without_input, owned_u32_view(ids), None
 
 
 class _ColumnStored(msgspec.Struct, gc=False):

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
 from sidecar.errors import SidecarError, Unimplemented
-from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, str_arg, uint32_ids
+from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, owned_u32_view, str_arg, uint32_ids
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, has_testing_exports, lib
 from sidecar.native._handle import Handle
@@ -139,10 +139,4 @@ def split_open(message: bytes) -> tuple[bytes, memoryview, SidecarError | None]:
             if not without_ids:
                 raise
             return without_ids, memoryview(b"").cast("I"), refused
-    if not ids.len:
-        lib.sc_bytes_free(ids)
-        return without_ids, memoryview(b"").cast("I"), None
-    # The buffer is freed with the last view of it.
-    ptr, n = ids.ptr, ids.len
-    keep = ffi.gc(ptr, lambda p, n=n: lib.sc_bytes_free(ffi.new("sc_bytes *", {"ptr": p, "len": n})))
-    return without_ids, memoryview(ffi.buffer(keep, n)).toreadonly().cast("I"), None
+    return without_ids, owned_u32_view(ids), None

@@ -4,13 +4,15 @@ adapter's indexes, plus their Prometheus metrics."""
 from __future__ import annotations
 
 import time
-from typing import Iterator
+from typing import Any, Iterator
 
 import grpc
+from google.protobuf.message import DecodeError
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
 from router_adapter import KvRouter, fanout
+from router_adapter.index import Score
 from router_adapter.spec import MmItem
 from sidecar.backend import EncodeOptions, RenderOptions
 from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound
@@ -18,9 +20,15 @@ from sidecar.hashing import spec_to_proto
 from sidecar.rpc import Call
 from sidecar.runtime import Runtime, request_cost
 from sidecar.servicers.detokenize import check_token_ids
+from sidecar.servicers.native_table import run_decoded
 from sidecar.servicers.render import check_kwargs_size
 from sidecar.servicers.tokenize import check_text_lengths
 from sidecar.v1 import kv_router_pb2 as kv
+
+try:
+    from sidecar.native.kv_index import split_score
+except ImportError:  # no native library (a reference-only install)
+    split_score = None
 
 
 class KvRouterServicer:
@@ -33,7 +41,42 @@ class KvRouterServicer:
             raise FailedPrecondition("kv router: the server was started without --kv-events sources or --kv-nats")
         return self._router
 
-    async def Score(self, request: kv.ScoreRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.ScoreResponse:
+    async def ScoreRaw(self, body: bytes, context: grpc.aio.ServicerContext, call: Call) -> bytes:
+        """The RPC from its raw body to the response's bytes. A `token_ids` request on the native
+        backend has its ids split off natively (`split_score`) and scored from that buffer, never
+        as Python ints; anything else (text, messages_json, no input, a body the split does not
+        take, another backend) goes through `Score` exactly as a decoded request."""
+        if split_score is not None and self._router is not None and self._runtime.config.backend == "native":
+            response = await self._runtime.offloader.run(lambda: self._score_ids(body, call), len(body), call.rpc)
+            if response is not None:
+                return response
+        return await run_decoded(self.Score, kv.ScoreRequest, body, context, call)
+
+    def _score_ids(self, body: bytes, call: Call) -> bytes | None:
+        """`Score` of a raw `token_ids` request, on a worker when it is large (the split, the
+        decode and the score all read the whole body); None when it is not one, or when it does
+        not decode (the Python path then answers it with its own message and count)."""
+        try:
+            split = split_score(body)
+        except InvalidArgument:
+            return None
+        if split is None:
+            return None
+        rest, token_ids, refused = split
+        try:
+            request = kv.ScoreRequest.FromString(rest)
+        except DecodeError:
+            return None
+        call.model = request.model
+        router, index, mm_items = self._target(request)
+        if refused is not None:
+            raise refused
+        check_token_ids(len(token_ids), self._runtime.config.max_token_ids, "token_ids")
+        score = index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
+        return _response(router, index, score, len(token_ids), "").SerializeToString()
+
+    def _target(self, request: kv.ScoreRequest) -> tuple[KvRouter, Any, tuple[MmItem, ...]]:
+        """The router, the request's model's index and its checked `mm_items`."""
         router = self._require_router()
         try:
             index = router.index(request.model)
@@ -44,6 +87,10 @@ class KvRouterServicer:
         for i, item in enumerate(mm_items):
             if not item.identifier:
                 raise InvalidArgument(f"mm_items[{i}].identifier: empty")
+        return router, index, mm_items
+
+    async def Score(self, request: kv.ScoreRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.ScoreResponse:
+        router, index, mm_items = self._target(request)
         kind = request.WhichOneof("input")
         config = self._runtime.config
         # Every field the input needs is read by `ids()`, which runs off the loop when the request
@@ -88,15 +135,7 @@ class KvRouterServicer:
             return len(token_ids), index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
 
         num_tokens, score = await self._runtime.offloader.run(work, cost, call.rpc)
-        response = kv.ScoreResponse(
-            block_hashes=score.block_hashes, block_size=score.block_size, mode=score.mode,
-            num_tokens=num_tokens, fingerprint=fingerprint, warming=router.warming(_model_name(router, index)),
-        )
-        if index.engine_spec is not None:
-            response.block_hash_spec.CopyFrom(spec_to_proto(index.engine_spec))
-        for w in score.workers:
-            response.workers.add(worker=w.worker, blocks=w.blocks, tokens=w.tokens, blocks_by_medium=w.blocks_by_medium)
-        return response
+        return _response(router, index, score, num_tokens, fingerprint)
 
     async def KvStatus(self, request: kv.KvStatusRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.KvStatusResponse:
         router = self._require_router()
@@ -121,6 +160,18 @@ class KvRouterServicer:
                 row.batches, row.decode_errors, row.gaps = st.batches, st.decode_errors, st.gaps
                 row.replayed, row.resets, row.restarts, row.aged_out = st.replayed, st.resets, st.restarts, st.aged_out
         return response
+
+
+def _response(router: KvRouter, index, score: Score, num_tokens: int, fingerprint: str) -> kv.ScoreResponse:  # noqa: ANN001 - the index scored
+    response = kv.ScoreResponse(
+        block_hashes=score.block_hashes, block_size=score.block_size, mode=score.mode,
+        num_tokens=num_tokens, fingerprint=fingerprint, warming=router.warming(_model_name(router, index)),
+    )
+    if index.engine_spec is not None:
+        response.block_hash_spec.CopyFrom(spec_to_proto(index.engine_spec))
+    for w in score.workers:
+        response.workers.add(worker=w.worker, blocks=w.blocks, tokens=w.tokens, blocks_by_medium=w.blocks_by_medium)
+    return response
 
 
 def _model_name(router: KvRouter, index) -> str:  # noqa: ANN001 - the index Score resolved

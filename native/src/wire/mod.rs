@@ -1,8 +1,8 @@
 //! The protobuf contract (`protos/sidecar/v1/*.proto`) in the native core: the Rust types prost
 //! generates from it at build time ([`pb`]), and the encoders and decoders of the messages the
 //! core reads and writes on hot paths ([`decode_request`], [`put_delta`], [`put_error`],
-//! [`render_response`], and the Multiplex stream's framing: [`decode_multiplex`], [`put_result`],
-//! [`put_result_error`]).
+//! [`render_response`], [`split_open`], [`split_score`], and the Multiplex stream's framing:
+//! [`decode_multiplex`], [`put_result`], [`put_result_error`]).
 //!
 //! The hot-path codecs are written by hand for speed (each module says what it measured); the
 //! tests in this module check every message and every field they read or write against the
@@ -14,7 +14,10 @@ mod multiplex;
 mod open;
 mod parse_stream;
 mod render;
+mod score;
 
+#[cfg(test)]
+mod score_tests;
 #[cfg(test)]
 mod tests;
 
@@ -27,6 +30,7 @@ pub use parse_stream::{
     decode_request, put_delta, put_error, ClientMessage, DeltaFields, StepTokens, ToolCallFields,
 };
 pub use render::render_response;
+pub use score::{split_score, IdBuffer, SplitScore};
 
 /// The generated messages of package `sidecar.v1` (services are not generated: the server is
 /// Python).

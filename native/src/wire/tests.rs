@@ -13,22 +13,22 @@ use super::{
 use crate::error::{Error, ErrorKind};
 
 /// A small deterministic generator (xorshift64*), so the cases are the same on every run.
-struct Rng(u64);
+pub(super) struct Rng(pub(super) u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(super) fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
     }
 
-    fn below(&mut self, n: u64) -> u64 {
+    pub(super) fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
 
     /// A token id spread over every varint length, the extremes included.
-    fn id(&mut self) -> u32 {
+    pub(super) fn id(&mut self) -> u32 {
         match self.below(6) {
             0 => 0,
             1 => u32::MAX,
@@ -38,7 +38,7 @@ impl Rng {
     }
 
     /// Text of 0 to `max` characters, multi-byte ones included.
-    fn text(&mut self, max: u64) -> String {
+    pub(super) fn text(&mut self, max: u64) -> String {
         const CHARS: [&str; 8] = ["a", "Z", " ", "\n", "é", "漢", "🤔", "<|im_end|>"];
         let n = self.below(max + 1);
         (0..n).map(|_| CHARS[self.below(8) as usize]).collect()
