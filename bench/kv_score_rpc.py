@@ -1,6 +1,7 @@
 """KvRouter.Score from its raw request body, in process: the handler path the server runs
-(`ScoreRaw`: the token ids split off natively, the rest decoded, the id buffer scored) beside the
-protobuf path (the body decoded whole, `Score`: the ids as a list, then a uint32 array, then
+(`ScoreRaw`: the token ids split off natively, the rest decoded, the id buffer scored and the
+response written natively) beside the same split with the response built in Python from the
+index's `Score` (what `ScoreRaw` ran before the native response), and the protobuf path (the body decoded whole, `Score`: the ids as a list, then a uint32 array, then
 scored), same index, same request, same run. Index as in bench.kv_index's Score section.
 
     python -m bench.kv_score_rpc [--quick]
@@ -28,7 +29,8 @@ def run(quick: bool) -> list[Section]:
     from sidecar.rpc import Call, decode_request
     from sidecar.runtime import Offloader, Runtime
     from sidecar.server import load_registry
-    from sidecar.servicers.kv_router import KvRouterServicer
+    from sidecar.native.kv_index import split_score
+    from sidecar.servicers.kv_router import KvRouterServicer, _response
     from sidecar.v1 import kv_router_pb2 as kv
     from sidecar.v1 import preprocessor_pb2 as pb
 
@@ -47,6 +49,18 @@ def run(quick: bool) -> list[Section]:
     async def new_path() -> bytes:
         return await servicer.ScoreRaw(body, None, Call("Score", "b", None))
 
+    async def python_response_path() -> bytes:
+        # ScoreRaw before the native response: the same split, the score as Python objects, the
+        # ScoreResponse built and serialized by protobuf.
+        def work() -> bytes:
+            rest, ids, _ = split_score(body)
+            request = kv.ScoreRequest.FromString(rest)
+            index = router.index(request.model)
+            score = index.score(ids, request.lora_name, request.cache_salt, ())
+            return _response(router, index, score, len(ids), "").SerializeToString()
+
+        return await runtime.offloader.run(work, len(body), "Score")
+
     async def old_path() -> bytes:
         # What the server ran before: the unary wrapper's decode, Score, the response's encoding.
         request = decode_request("Score", kv.ScoreRequest, body)
@@ -64,12 +78,18 @@ def run(quick: bool) -> list[Section]:
         return Stats(samples)
 
     async def measure() -> list[list[str]]:
-        assert await new_path() == await old_path(), "the two paths answer differently"
+        paths = (new_path, python_response_path, old_path)
+        answers = [kv.ScoreResponse.FromString(await fn()) for fn in paths]
+        assert answers[0] == answers[1] == answers[2], "the paths answer differently"
         rows = []
-        # Interleaved rounds, so that load from other processes falls on both alike.
-        results = {"raw body, ids split natively (ScoreRaw)": [], "decoded body, ids as a list (Score)": []}
+        # Interleaved rounds, so that load from other processes falls on all alike.
+        results = {
+            "raw body, ids split natively, response written natively (ScoreRaw)": [],
+            "raw body, ids split natively, response built in Python (ScoreRaw before)": [],
+            "decoded body, ids as a list (Score)": [],
+        }
         for _ in range(rounds):
-            for samples, fn in zip(results.values(), (new_path, old_path)):
+            for samples, fn in zip(results.values(), paths):
                 samples.extend((await latency(fn)).samples)
         for label, samples in results.items():
             stats = Stats(samples)
@@ -86,7 +106,7 @@ def run(quick: bool) -> list[Section]:
     section.notes += [
         f"{rounds * per_round} calls per row in {rounds} interleaved rounds, in process (no gRPC transport): from the "
         "request body to the response bytes, the body above the inline bound so both paths run their work on "
-        "a pool worker (the hop is included). Both answers are equal (asserted).",
+        "a pool worker (the hop is included). The answers parse to equal messages (asserted).",
         f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.",
     ]
     return [section]

@@ -837,6 +837,29 @@ int32_t sc_kv_index_score(const struct sc_kv_index *index,
                           struct sc_error **err);
 
 /*
+ Scores a request as `sc_kv_index_score` does and writes the answer as a
+ `sidecar.v1.ScoreResponse` in protobuf wire format into `*out` (workers best first, block
+ hashes, block size, mode, `num_tokens` = the ids' count), with the fields only the caller
+ knows: `fingerprint`, `warming` and, on an engine-mode index, `block_hash_spec` (a serialized
+ `BlockHashSpec`, `spec_len` bytes, NULL when 0; ignored in content mode, where the field is
+ absent). The server answers a token-ids Score with it without a Python object per worker.
+
+ # Safety
+ As `sc_kv_index_request_keys`; `spec` and `fingerprint` are borrowed for the call.
+ */
+int32_t sc_kv_index_score_response(const struct sc_kv_index *index,
+                                   struct sc_ids ids,
+                                   struct sc_str lora_name,
+                                   struct sc_str cache_salt,
+                                   struct sc_str mm_items_json,
+                                   const uint8_t *spec,
+                                   uintptr_t spec_len,
+                                   struct sc_str fingerprint,
+                                   bool warming,
+                                   struct sc_bytes *out,
+                                   struct sc_error **err);
+
+/*
  Scores precomputed keys (`keys`: `len` values, NULL when 0); `*out` as `sc_kv_index_score`.
 
  # Safety

@@ -183,6 +183,20 @@ class NativePrefixIndex:
             raw = call_bytes(lib.sc_kv_index_score, index, *args)
         return self._score(raw)
 
+    def score_response(
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = (),
+        *, block_hash_spec: bytes = b"", fingerprint: str = "", warming: bool = False,
+    ) -> bytes:
+        """`score` as a serialized `kv_router.ScoreResponse`, written natively (no Python object per
+        worker or block hash): `num_tokens` is `len(token_ids)`; the caller gives what only it knows,
+        `fingerprint`, `warming` and, for an engine-mode index, `block_hash_spec` (a serialized
+        `BlockHashSpec`; content mode leaves the field out)."""
+        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items)
+        spec = ffi.from_buffer(block_hash_spec) if block_hash_spec else ffi.NULL
+        with self._handle as index:
+            return call_bytes(lib.sc_kv_index_score_response, index, *args, spec, len(block_hash_spec),
+                              str_arg(fingerprint.encode()), bool(warming))
+
     def score_keys(self, keys: list[int]) -> Score:
         """`score` for precomputed request keys."""
         arr = array("Q", keys)

@@ -3,6 +3,7 @@ adapter's indexes, plus their Prometheus metrics."""
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any, Iterator
 
@@ -13,7 +14,7 @@ from prometheus_client.registry import REGISTRY, Collector
 
 from router_adapter import KvRouter, fanout
 from router_adapter.index import Score
-from router_adapter.spec import MmItem
+from router_adapter.spec import HashSpec, MmItem
 from sidecar.backend import EncodeOptions, RenderOptions
 from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound
 from sidecar.hashing import spec_to_proto
@@ -72,6 +73,12 @@ class KvRouterServicer:
         if refused is not None:
             raise refused
         check_token_ids(len(token_ids), self._runtime.config.max_token_ids, "token_ids")
+        warming = router.warming(_model_name(router, index))
+        score_response = getattr(index, "score_response", None)
+        if score_response is not None:  # the native index writes the response's bytes itself
+            spec = _spec_bytes(index.engine_spec) if index.engine_spec is not None else b""
+            return score_response(token_ids, request.lora_name, request.cache_salt, mm_items,
+                                  block_hash_spec=spec, fingerprint="", warming=warming)
         score = index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
         return _response(router, index, score, len(token_ids), "").SerializeToString()
 
@@ -172,6 +179,12 @@ def _response(router: KvRouter, index, score: Score, num_tokens: int, fingerprin
     for w in score.workers:
         response.workers.add(worker=w.worker, blocks=w.blocks, tokens=w.tokens, blocks_by_medium=w.blocks_by_medium)
     return response
+
+
+@functools.lru_cache(maxsize=64)
+def _spec_bytes(spec: HashSpec) -> bytes:
+    """An engine spec's serialized `BlockHashSpec` (indexes keep theirs: computed once each)."""
+    return spec_to_proto(spec).SerializeToString()
 
 
 def _model_name(router: KvRouter, index) -> str:  # noqa: ANN001 - the index Score resolved

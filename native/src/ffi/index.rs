@@ -16,6 +16,7 @@ use super::{guard, require_out, write_out};
 use crate::error::Error;
 use crate::hash::MmItem;
 use crate::index::{take_released_bytes, Columns, Encoding, Options, ScoreTable, SharedIndex};
+use crate::wire;
 
 /// Freed table memory after which the allocator is asked to return free pages to the OS.
 const TRIM_AFTER_BYTES: u64 = 8 << 20;
@@ -307,6 +308,67 @@ pub unsafe extern "C" fn sc_kv_index_score(
             .score(r.ids, r.lora_name, r.cache_salt, &r.mm_items)?;
         // SAFETY: the caller promises `out` is writable.
         unsafe { write_out(out, sc_bytes::from_vec(encode_score(&table)), "out") }
+    })
+}
+
+/// Scores a request as `sc_kv_index_score` does and writes the answer as a
+/// `sidecar.v1.ScoreResponse` in protobuf wire format into `*out` (workers best first, block
+/// hashes, block size, mode, `num_tokens` = the ids' count), with the fields only the caller
+/// knows: `fingerprint`, `warming` and, on an engine-mode index, `block_hash_spec` (a serialized
+/// `BlockHashSpec`, `spec_len` bytes, NULL when 0; ignored in content mode, where the field is
+/// absent). The server answers a token-ids Score with it without a Python object per worker.
+///
+/// # Safety
+/// As `sc_kv_index_request_keys`; `spec` and `fingerprint` are borrowed for the call.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn sc_kv_index_score_response(
+    index: *const sc_kv_index,
+    ids: sc_ids,
+    lora_name: sc_str,
+    cache_salt: sc_str,
+    mm_items_json: sc_str,
+    spec: *const u8,
+    spec_len: usize,
+    fingerprint: sc_str,
+    warming: bool,
+    out: *mut sc_bytes,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(out, "out")?;
+        // SAFETY: the caller passes a live handle.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: the caller lends the request arguments for the call.
+        let r = unsafe { read_request(ids, lora_name, cache_salt, mm_items_json)? };
+        // SAFETY: as above.
+        let spec = unsafe { read_slice(spec, spec_len, "block_hash_spec")? };
+        // SAFETY: as above.
+        let fingerprint = unsafe { read_str(fingerprint, "fingerprint")? };
+        let num_tokens = u32::try_from(r.ids.len())
+            .map_err(|_| Error::invalid_argument("token_ids: more than 2^32-1 ids"))?;
+        let table = index
+            .inner
+            .score(r.ids, r.lora_name, r.cache_salt, &r.mm_items)?;
+        let mode = index.inner.mode();
+        let fields = wire::ScoreFields {
+            block_size: table.block_size,
+            block_hashes: &table.keys,
+            mode,
+            block_hash_spec: (mode == "engine").then_some(spec),
+            num_tokens,
+            fingerprint,
+            warming,
+            media: &table.media,
+        };
+        let rows = table.workers.iter().map(|w| wire::WorkerRow {
+            name: &w.name,
+            blocks: w.blocks,
+            by_medium: &w.by_medium,
+        });
+        let bytes = wire::score_response(&fields, rows);
+        // SAFETY: the caller promises `out` is writable.
+        unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
     })
 }
 

@@ -337,6 +337,15 @@ impl SharedIndex {
         Ok(self.read().score_keys(keys))
     }
 
+    /// "engine" when the index holds the engine's hashes, else "content" (the keys' kind).
+    pub fn mode(&self) -> &'static str {
+        if self.engine_spec.is_some() {
+            "engine"
+        } else {
+            "content"
+        }
+    }
+
     /// Scores precomputed keys.
     pub fn score_keys(&self, keys: Vec<u64>) -> ScoreTable {
         self.read().score_keys(keys)

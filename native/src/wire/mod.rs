@@ -1,7 +1,7 @@
 //! The protobuf contract (`protos/sidecar/v1/*.proto`) in the native core: the Rust types prost
 //! generates from it at build time ([`pb`]), and the encoders and decoders of the messages the
 //! core reads and writes on hot paths ([`decode_request`], [`put_delta`], [`put_error`],
-//! [`render_response`], [`split_open`], [`split_score`], and the Multiplex stream's framing:
+//! [`render_response`], [`split_open`], [`split_score`], [`score_response`], and the Multiplex stream's framing:
 //! [`decode_multiplex`], [`put_result`], [`put_result_error`]).
 //!
 //! The hot-path codecs are written by hand for speed (each module says what it measured); the
@@ -15,7 +15,10 @@ mod open;
 mod parse_stream;
 mod render;
 mod score;
+mod score_response;
 
+#[cfg(test)]
+mod score_response_tests;
 #[cfg(test)]
 mod score_tests;
 #[cfg(test)]
@@ -31,6 +34,7 @@ pub use parse_stream::{
 };
 pub use render::render_response;
 pub use score::{split_score, IdBuffer, SplitScore};
+pub use score_response::{score_response, ScoreFields, WorkerRow};
 
 /// The generated messages of package `sidecar.v1` (services are not generated: the server is
 /// Python).

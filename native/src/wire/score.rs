@@ -104,6 +104,7 @@ struct Ids {
 impl Ids {
     /// Ids are read as 64-bit varints and checked: truncating to 32 bits (what a `uint32` decoder
     /// does) would turn 2^32 into token 0.
+    #[inline]
     fn push(&mut self, id: u64) {
         match u32::try_from(id) {
             Ok(id) if self.refused.is_none() => self.read.extend_from_slice(&id.to_ne_bytes()),
@@ -116,6 +117,55 @@ impl Ids {
     }
 }
 
+/// Where a byte's high bit is: set on every byte of a varint but its last.
+const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
+
+/// Packed varints into `ids`, 8 bytes at a time: one mask finds every varint that ends in the
+/// word, and each is assembled from the word with shifts and masks, without a branch per byte
+/// (which random ids of 2 or 3 bytes mispredict). Measured on 32k random ids below 150k: 121 us
+/// instead of 142 us for the split; ids that all have the same length gain nothing (the rest
+/// of the cost is per id, not per byte). A varint longer than 8 bytes, and the last bytes, are
+/// read by the byte reader (which also names what is malformed).
+fn read_packed(packed: &[u8], ids: &mut Ids) -> Result<()> {
+    const WHAT: &str = "ScoreRequest.token_ids.token_ids";
+    let mut pos = 0;
+    while let Some(bytes) = packed.get(pos..pos + 8) {
+        let word = u64::from_le_bytes(bytes.try_into().expect("8 bytes"));
+        let mut ends = !word & HIGH_BITS;
+        if ends == 0 {
+            let mut long = Reader::new(&packed[pos..], WHAT);
+            ids.push(long.varint()?);
+            pos += long.pos();
+            continue;
+        }
+        // Bit offset in `word` of the varint being read.
+        let mut start = 0;
+        while ends != 0 {
+            let end = ends.trailing_zeros() + 1;
+            ids.push(compact(
+                (word >> start) & (u64::MAX >> (64 - (end - start))),
+            ));
+            start = end;
+            ends &= ends - 1;
+        }
+        pos += start as usize / 8;
+    }
+    let mut tail = Reader::new(&packed[pos..], WHAT);
+    while !tail.done() {
+        ids.push(tail.varint()?);
+    }
+    Ok(())
+}
+
+/// The value of a varint of at most 8 bytes given as a little-endian word: the 7 low bits of
+/// each byte, packed together (pairs of bytes, then of pairs, then of quads).
+fn compact(bytes: u64) -> u64 {
+    let x = bytes & !HIGH_BITS;
+    let x = (x & 0x007f_007f_007f_007f) | ((x & 0x7f00_7f00_7f00_7f00) >> 1);
+    let x = (x & 0x0000_3fff_0000_3fff) | ((x & 0x3fff_0000_3fff_0000) >> 2);
+    (x & 0x0000_0000_0fff_ffff) | ((x & 0x0fff_ffff_0000_0000) >> 4)
+}
+
 /// A `TokenIds` message's ids (packed or not) into `ids`; its other fields are dropped with it.
 fn read_ids(message: &[u8], ids: &mut Ids) -> Result<()> {
     let mut r = Reader::new(message, "ScoreRequest.token_ids");
@@ -125,10 +175,7 @@ fn read_ids(message: &[u8], ids: &mut Ids) -> Result<()> {
                 let packed = r.bytes()?;
                 // Ids of a large vocabulary take two or three bytes each (four in the buffer).
                 ids.read.reserve(packed.len() * 2);
-                let mut values = Reader::new(packed, "ScoreRequest.token_ids.token_ids");
-                while !values.done() {
-                    ids.push(values.varint()?);
-                }
+                read_packed(packed, ids)?;
             }
             (IDS, VARINT) => ids.push(r.varint()?),
             // Dropped with the message, so checked here: the server's parser refuses a field

@@ -325,3 +325,99 @@ fn split_score_agrees_with_prost_on_random_and_mutated_messages() {
         "{compared} {with_ids} {refused}"
     );
 }
+
+/// An id's varint as some encoder may write it: canonical, or padded with continuation bytes
+/// (protobuf reads up to 10 bytes).
+fn varint_bytes(rng: &mut Rng, mut value: u64) -> Vec<u8> {
+    let mut out = Vec::new();
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+    let pad = if rng.below(6) == 0 {
+        rng.below(11 - out.len() as u64)
+    } else {
+        0
+    };
+    for _ in 0..pad {
+        *out.last_mut().expect("a byte") |= 0x80;
+        out.push(0);
+    }
+    out
+}
+
+/// Packed ids read one varint at a time by the byte reader: what the word-at-a-time reading must
+/// equal, ids, refusals and errors alike.
+fn read_bytewise(packed: &[u8]) -> Result<Vec<u64>, String> {
+    let mut r = super::codec::Reader::new(packed, "ScoreRequest.token_ids.token_ids");
+    let mut out = Vec::new();
+    while !r.done() {
+        out.push(r.varint().map_err(|e| e.message().to_string())?);
+    }
+    Ok(out)
+}
+
+#[test]
+fn packed_ids_of_every_length_and_padding_read_as_byte_by_byte() {
+    let mut rng = Rng(0x9ac4_ed1d);
+    let mut compared = 0;
+    for case in 0..3000 {
+        let mut packed: Vec<u8> = (0..rng.below(60))
+            .flat_map(|_| {
+                let value = match rng.below(10) {
+                    0 => u64::MAX >> rng.below(64),
+                    _ => u64::from(rng.id()),
+                };
+                varint_bytes(&mut rng, value)
+            })
+            .collect();
+        match rng.below(5) {
+            0 if !packed.is_empty() => {
+                let at = rng.below(packed.len() as u64) as usize;
+                packed[at] = rng.next() as u8;
+            }
+            1 => packed.truncate(rng.below(packed.len() as u64 + 1) as usize),
+            _ => {}
+        }
+        let mut message = vec![0x22];
+        let mut inner = vec![0x0a];
+        put_len(&mut inner, packed.len());
+        inner.extend_from_slice(&packed);
+        put_len(&mut message, inner.len());
+        message.extend_from_slice(&inner);
+        let expected = read_bytewise(&packed);
+        let got = match split_score(&message) {
+            Err(e) => Err(e.message().to_string()),
+            Ok(SplitScore::TokenIds { ids, .. }) => Ok(ids),
+            Ok(SplitScore::NotTokenIds) => panic!("case {case}: token ids"),
+        };
+        match (expected, got) {
+            (Err(want), Err(got)) => assert_eq!(got, want, "case {case}"),
+            (Ok(values), Ok(read)) => {
+                compared += 1;
+                match values.iter().position(|&v| v > u64::from(u32::MAX)) {
+                    Some(at) => assert!(read
+                        .unwrap_err()
+                        .message()
+                        .starts_with(&format!("token_ids.token_ids[{at}]: {} ", values[at]))),
+                    None => assert_eq!(
+                        read.expect("ids").to_vec(),
+                        values.iter().map(|&v| v as u32).collect::<Vec<_>>(),
+                        "case {case}"
+                    ),
+                }
+            }
+            (want, got) => panic!("case {case}: {want:?} vs {:?}", got.map(|_| ())),
+        }
+    }
+    assert!(compared > 1500, "{compared}");
+}
+
+fn put_len(out: &mut Vec<u8>, mut len: usize) {
+    while len >= 0x80 {
+        out.push(len as u8 | 0x80);
+        len >>= 7;
+    }
+    out.push(len as u8);
+}
