@@ -86,7 +86,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 4
+#define SC_ABI_VERSION 5
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
