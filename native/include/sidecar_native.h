@@ -805,74 +805,6 @@ int32_t sc_kv_index_drop_worker(const struct sc_kv_index *index,
                                 struct sc_error **err);
 
 /*
- The keys of a request's full blocks (content keys, or the engine's hashes in engine mode) as
- little-endian `uint64_t` values in `*out`. `mm_items_json`: a JSON array of `{"identifier",
- "offset", "length"}` or empty (engine mode only; content keys ignore it).
-
- # Safety
- `index` must be a live handle; the other inputs are borrowed for the call; `out` and `err`
- must be NULL or writable.
- */
-int32_t sc_kv_index_request_keys(const struct sc_kv_index *index,
-                                 struct sc_ids ids,
-                                 struct sc_str lora_name,
-                                 struct sc_str cache_salt,
-                                 struct sc_str mm_items_json,
-                                 struct sc_bytes *out,
-                                 struct sc_error **err);
-
-/*
- Scores a request (hashing it as `sc_kv_index_request_keys` does); `*out` receives the result
- in the layout of [`encode_score`].
-
- # Safety
- As `sc_kv_index_request_keys`.
- */
-int32_t sc_kv_index_score(const struct sc_kv_index *index,
-                          struct sc_ids ids,
-                          struct sc_str lora_name,
-                          struct sc_str cache_salt,
-                          struct sc_str mm_items_json,
-                          struct sc_bytes *out,
-                          struct sc_error **err);
-
-/*
- Scores a request as `sc_kv_index_score` does and writes the answer as a
- `sidecar.v1.ScoreResponse` in protobuf wire format into `*out` (workers best first, block
- hashes, block size, mode, `num_tokens` = the ids' count), with the fields only the caller
- knows: `fingerprint`, `warming` and, on an engine-mode index, `block_hash_spec` (a serialized
- `BlockHashSpec`, `spec_len` bytes, NULL when 0; ignored in content mode, where the field is
- absent). The server answers a token-ids Score with it without a Python object per worker.
-
- # Safety
- As `sc_kv_index_request_keys`; `spec` and `fingerprint` are borrowed for the call.
- */
-int32_t sc_kv_index_score_response(const struct sc_kv_index *index,
-                                   struct sc_ids ids,
-                                   struct sc_str lora_name,
-                                   struct sc_str cache_salt,
-                                   struct sc_str mm_items_json,
-                                   const uint8_t *spec,
-                                   uintptr_t spec_len,
-                                   struct sc_str fingerprint,
-                                   bool warming,
-                                   struct sc_bytes *out,
-                                   struct sc_error **err);
-
-/*
- Scores precomputed keys (`keys`: `len` values, NULL when 0); `*out` as `sc_kv_index_score`.
-
- # Safety
- `index` must be a live handle; `keys` is borrowed for the call; `out` and `err` must be NULL
- or writable.
- */
-int32_t sc_kv_index_score_keys(const struct sc_kv_index *index,
-                               const uint64_t *keys,
-                               uintptr_t len,
-                               struct sc_bytes *out,
-                               struct sc_error **err);
-
-/*
  Counters and sizes as of the last update (never waits for a thread applying events).
 
  # Safety
@@ -948,6 +880,74 @@ int32_t sc_kv_index_restore(const struct sc_kv_index *index,
                             const uint8_t *data,
                             uintptr_t len,
                             struct sc_error **err);
+
+/*
+ The keys of a request's full blocks (content keys, or the engine's hashes in engine mode) as
+ little-endian `uint64_t` values in `*out`. `mm_items_json`: a JSON array of `{"identifier",
+ "offset", "length"}` or empty (engine mode only; content keys ignore it).
+
+ # Safety
+ `index` must be a live handle; the other inputs are borrowed for the call; `out` and `err`
+ must be NULL or writable.
+ */
+int32_t sc_kv_index_request_keys(const struct sc_kv_index *index,
+                                 struct sc_ids ids,
+                                 struct sc_str lora_name,
+                                 struct sc_str cache_salt,
+                                 struct sc_str mm_items_json,
+                                 struct sc_bytes *out,
+                                 struct sc_error **err);
+
+/*
+ Scores a request (hashing it as `sc_kv_index_request_keys` does); `*out` receives the result
+ in the layout of [`encode_score`].
+
+ # Safety
+ As `sc_kv_index_request_keys`.
+ */
+int32_t sc_kv_index_score(const struct sc_kv_index *index,
+                          struct sc_ids ids,
+                          struct sc_str lora_name,
+                          struct sc_str cache_salt,
+                          struct sc_str mm_items_json,
+                          struct sc_bytes *out,
+                          struct sc_error **err);
+
+/*
+ Scores a request as `sc_kv_index_score` does and writes the answer as a
+ `sidecar.v1.ScoreResponse` in protobuf wire format into `*out` (workers best first, block
+ hashes, block size, mode, `num_tokens` = the ids' count), with the fields only the caller
+ knows: `fingerprint`, `warming` and, on an engine-mode index, `block_hash_spec` (a serialized
+ `BlockHashSpec`, `spec_len` bytes, NULL when 0; ignored in content mode, where the field is
+ absent). The server answers a token-ids Score with it without a Python object per worker.
+
+ # Safety
+ As `sc_kv_index_request_keys`; `spec` and `fingerprint` are borrowed for the call.
+ */
+int32_t sc_kv_index_score_response(const struct sc_kv_index *index,
+                                   struct sc_ids ids,
+                                   struct sc_str lora_name,
+                                   struct sc_str cache_salt,
+                                   struct sc_str mm_items_json,
+                                   const uint8_t *spec,
+                                   uintptr_t spec_len,
+                                   struct sc_str fingerprint,
+                                   bool warming,
+                                   struct sc_bytes *out,
+                                   struct sc_error **err);
+
+/*
+ Scores precomputed keys (`keys`: `len` values, NULL when 0); `*out` as `sc_kv_index_score`.
+
+ # Safety
+ `index` must be a live handle; `keys` is borrowed for the call; `out` and `err` must be NULL
+ or writable.
+ */
+int32_t sc_kv_index_score_keys(const struct sc_kv_index *index,
+                               const uint64_t *keys,
+                               uintptr_t len,
+                               struct sc_bytes *out,
+                               struct sc_error **err);
 
 /*
  mimalloc: collect this thread's heap and purge free memory (`force` = also what is cached).

@@ -25,6 +25,7 @@
 pub mod buf;
 pub mod hash;
 pub mod index;
+pub mod index_score;
 pub mod memory;
 pub mod multiplex;
 pub mod parse;
