@@ -61,6 +61,15 @@ def _payload(rng: random.Random, first_hash: int, blocks: int, tokens: list[int]
     return _ENCODE([time.time(), [event], 0])
 
 
+def _one_block_events(rng: random.Random, first_hash: int, events: int) -> bytes:
+    """A batch of `events` BlockStored events of one block each, as an engine publishes while
+    decoding (each running request fills a block every `block_size` steps)."""
+    stored = [{"type": "BlockStored", "block_hashes": [first_hash + e], "parent_block_hash": None,
+               "token_ids": _tokens(rng, BS), "block_size": BS, "lora_id": None, "medium": "GPU", "lora_name": None}
+              for e in range(events)]
+    return _ENCODE([time.time(), stored, 0])
+
+
 def _rss() -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -202,6 +211,24 @@ def ingestion_section(quick: bool) -> Section:
     run("native", native, "apply_batch", empty, 2e6, fresh=True)
     run("native", lambda: native(bound), "apply_batch", full, 2e6, fresh=True)
     run("Python", lambda: py(bound), "apply_batch", full, None)
+    # The decode-time shape: many one-block events per batch (per-event work, not per-block, dominates).
+    small_events = [(f"w{s % 16}", _one_block_events(rng, (s + 1) << 40, SEQ_BLOCKS)) for s in range(sequences)]
+
+    def run_events(path: str) -> None:
+        index = native(bound)
+        warm = random.Random(8)
+        for s in range(2 * bound // SEQ_BLOCKS):
+            index.apply_payload(f"w{s % 16}", _payload(warm, (s + 10**6) << 20, SEQ_BLOCKS))
+        if path == "apply_payload":
+            wall, cpu = _timed(lambda: [index.apply_payload(w, p) for w, p in small_events])
+        else:
+            wall, cpu = _timed_fresh(index, small_events)
+        label = path + (", each just decoded" if path == "apply_batch" else "")
+        section.rows.append(["native", label, f"at the bound, {SEQ_BLOCKS} one-block events per batch",
+                             *_rates(blocks, wall, cpu), ""])
+
+    run_events("apply_payload")
+    run_events("apply_batch")
     small = bound // 10
     run("native", lambda: native(small), "apply_payload", f"at a bound of {small:,} (tables in cache)", None)
     section.notes += [
@@ -215,6 +242,9 @@ def ingestion_section(quick: bool) -> Section:
         "'each just decoded': every batch decoded by decode_batch (not timed) right before its apply_batch, as a "
         "subscriber does, so the event objects are still in cache; the other apply_batch rows decode all batches "
         "first, so their token-id ints are read back from memory (about 4 ns more per id).",
+        f"'{SEQ_BLOCKS} one-block events per batch': the same number of blocks published as engines do while "
+        "decoding, one BlockStored per block, so each block also pays for its event (decoding its map, its "
+        "parent lookup, its call into the index).",
         "'tables in cache': the same at a bound ten times smaller, whose tables fit in this machine's L2 cache: "
         "what the instructions alone cost, without waiting on memory (a ceiling for this layout on this CPU).",
         f"load average during the run: {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs.",

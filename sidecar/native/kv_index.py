@@ -282,7 +282,7 @@ class NativePrefixIndex:
         err = _err_box()
         with self._handle as index:
             status = lib.sc_kv_index_apply_columns(
-                index, name[1][0], ffi.from_buffer(header), len(header),
+                index, name[1][0], header, len(header),  # bytes pass as is: no buffer object to make
                 ffi.from_buffer("uint64_t[]", hashes) if hashes else ffi.NULL, len(hashes),
                 ffi.from_buffer("uint32_t[]", tokens) if tokens else ffi.NULL, len(tokens), err,
             )
