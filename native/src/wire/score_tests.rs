@@ -252,16 +252,7 @@ fn split_score_agrees_with_prost_on_random_and_mutated_messages() {
             .flat_map(|_| random_part(&mut rng))
             .collect();
         // Most cases mutated: bytes flipped, cut short or appended.
-        for _ in 0..rng.below(3) {
-            match rng.below(3) {
-                0 if !message.is_empty() => {
-                    let at = rng.below(message.len() as u64) as usize;
-                    message[at] = rng.next() as u8;
-                }
-                1 => message.truncate(rng.below(message.len() as u64 + 1) as usize),
-                _ => message.push(rng.next() as u8),
-            }
-        }
+        rng.mutate(&mut message, 3);
         let (Ok(whole), Ok(wide)) = (
             pb::ScoreRequest::decode(&message[..]),
             WideScore::decode(&message[..]),

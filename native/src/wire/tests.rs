@@ -27,6 +27,21 @@ impl Rng {
         self.next() % n
     }
 
+    /// Mutates `message` fewer than `rounds` times (most cases at least once): a byte flipped,
+    /// the end cut off, or a byte appended.
+    pub(super) fn mutate(&mut self, message: &mut Vec<u8>, rounds: u64) {
+        for _ in 0..self.below(rounds) {
+            match self.below(3) {
+                0 if !message.is_empty() => {
+                    let at = self.below(message.len() as u64) as usize;
+                    message[at] = self.next() as u8;
+                }
+                1 => message.truncate(self.below(message.len() as u64 + 1) as usize),
+                _ => message.push(self.next() as u8),
+            }
+        }
+    }
+
     /// A token id spread over every varint length, the extremes included.
     pub(super) fn id(&mut self) -> u32 {
         match self.below(6) {
@@ -461,16 +476,7 @@ fn an_open_split_agrees_with_prost_on_random_and_mutated_messages() {
         }
         .encode_to_vec();
         // Most cases mutated: bytes flipped, cut short or appended.
-        for _ in 0..rng.below(4) {
-            match rng.below(3) {
-                0 if !message.is_empty() => {
-                    let at = rng.below(message.len() as u64) as usize;
-                    message[at] = rng.next() as u8;
-                }
-                1 => message.truncate(rng.below(message.len() as u64 + 1) as usize),
-                _ => message.push(rng.next() as u8),
-            }
-        }
+        rng.mutate(&mut message, 4);
         let (Ok(whole), Ok(wide)) = (
             pb::ParseStreamRequest::decode(&message[..]),
             WideOpen::decode(&message[..]),
