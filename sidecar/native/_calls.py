@@ -7,7 +7,7 @@ from array import array
 from typing import Any, Callable, Sequence
 
 from sidecar.cancel import current
-from sidecar.errors import InvalidArgument
+from sidecar.errors import InvalidArgument, SidecarError
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
 
@@ -69,6 +69,28 @@ def owned_u32_view(ids: Any) -> memoryview:
     return memoryview(ffi.buffer(keep, n)).toreadonly().cast("I")
 
 
+def take_bytes(out: Any) -> bytes:
+    """A copy of a filled `sc_bytes *`, which is freed."""
+    try:
+        return unpack_bytes(out.ptr, out.len)
+    finally:
+        lib.sc_bytes_free(out)
+
+
+def split_refusal(status: int, err: Any, answerable: bool) -> SidecarError | None:
+    """The outcome of a native split (`sc_parse_open_split`, `sc_kv_score_split`): None when it
+    succeeded; its error when `answerable` (the rest of the message was read, so the caller
+    answers the refusal as its request's); raised otherwise."""
+    if not status:
+        return None
+    try:
+        raise_for_status(status, err)
+    except SidecarError as refused:
+        if not answerable:
+            raise
+        return refused
+
+
 def cancel_arg() -> Any:
     """The `const uint32_t *` cancel flag of the offloaded call running on this thread (see
     `sidecar.cancel`), or NULL; the token stays bound, so alive, for the call."""
@@ -102,7 +124,4 @@ def call_bytes(fn: Callable[..., int], *args: Any) -> bytes:
     out = ffi.new("sc_bytes *")
     err = ffi.new("sc_error **")
     raise_for_status(fn(*args, out, err), err)
-    try:
-        return unpack_bytes(out.ptr, out.len)
-    finally:
-        lib.sc_bytes_free(out)
+    return take_bytes(out)

@@ -36,7 +36,9 @@ from router_adapter.hashing import BlockHasher
 from router_adapter.index import IndexStats, Score, WorkerScore
 from router_adapter.spec import HashSpec, MmItem
 from sidecar.errors import InvalidArgument, SidecarError
-from sidecar.native._calls import call_bytes, call_out, ids_arg, owned_u32_view, str_arg, uint32_ids
+from sidecar.native._calls import (
+    call_bytes, call_out, ids_arg, owned_u32_view, split_refusal, str_arg, take_bytes, uint32_ids,
+)
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, lib
 from sidecar.native._handle import Handle
@@ -268,9 +270,7 @@ class NativePrefixIndex:
         self.apply_batch(worker, Batch(ts=time.time(), events=[event]))
 
     def _apply(self, worker: str, payload: bytes, encoding: int) -> None:
-        name = self._names.get(worker)
-        if name is None:
-            name = self._name_arg(worker)
+        name = self._name_arg(worker)
         err = _err_box()
         with self._handle as index:
             status = lib.sc_kv_index_apply(index, name[1][0], ffi.from_buffer(payload), len(payload), encoding, err)
@@ -278,7 +278,7 @@ class NativePrefixIndex:
             raise_for_status(status, err)
 
     def _apply_columns(self, worker: str, header: bytes, hashes: array, tokens: array) -> None:
-        name = self._names.get(worker) or self._name_arg(worker)
+        name = self._name_arg(worker)
         err = _err_box()
         with self._handle as index:
             status = lib.sc_kv_index_apply_columns(
@@ -290,6 +290,11 @@ class NativePrefixIndex:
             raise_for_status(status, err)
 
     def _name_arg(self, worker: str) -> tuple[Any, Any]:
+        """A worker's name as (buffer, `sc_str *`), made once per worker; the caller holds the
+        tuple for the call (the buffer must outlive it) and passes `name[1][0]`."""
+        cached = self._names.get(worker)
+        if cached is not None:
+            return cached
         data = worker.encode()
         buf = ffi.from_buffer("uint8_t[]", data) if data else ffi.NULL
         arg = ffi.new("sc_str *")
@@ -330,17 +335,10 @@ def split_score(message: bytes) -> tuple[bytes, memoryview, SidecarError | None]
     is_ids, rest, ids = ffi.new("bool *"), ffi.new("sc_bytes *"), ffi.new("sc_bytes *")
     err = ffi.new("sc_error **")
     status = lib.sc_kv_score_split(ffi.from_buffer(message), len(message), is_ids, rest, ids, err)
-    try:
-        without_input = ffi.buffer(rest.ptr, rest.len)[:] if rest.len else b""
-    finally:
-        lib.sc_bytes_free(rest)
-    if status:
-        try:
-            raise_for_status(status, err)
-        except SidecarError as refused:
-            if not is_ids[0]:
-                raise
-            return without_input, memoryview(b"").cast("I"), refused
+    without_input = take_bytes(rest)
+    refused = split_refusal(status, err, answerable=bool(is_ids[0]))
+    if refused is not None:
+        return without_input, memoryview(b"").cast("I"), refused
     if not is_ids[0]:
         return None
     return without_input, owned_u32_view(ids), None

@@ -12,7 +12,9 @@ from typing import Any, Sequence
 
 from sidecar.backend import ParseLimits
 from sidecar.errors import SidecarError, Unimplemented
-from sidecar.native._calls import call_bytes, call_out, cancel_arg, ids_arg, owned_u32_view, str_arg, uint32_ids
+from sidecar.native._calls import (
+    call_bytes, call_out, cancel_arg, ids_arg, owned_u32_view, split_refusal, str_arg, take_bytes, uint32_ids,
+)
 from sidecar.native._errors import raise_for_status
 from sidecar.native._ffi import ffi, has_testing_exports, lib
 from sidecar.native._handle import Handle
@@ -128,15 +130,8 @@ def split_open(message: bytes) -> tuple[bytes, memoryview, SidecarError | None]:
     ids still given so that the refusal can name its request."""
     rest, ids, err = ffi.new("sc_bytes *"), ffi.new("sc_bytes *"), ffi.new("sc_error **")
     status = lib.sc_parse_open_split(ffi.from_buffer(message), len(message), rest, ids, err)
-    try:
-        without_ids = ffi.buffer(rest.ptr, rest.len)[:] if rest.len else b""
-    finally:
-        lib.sc_bytes_free(rest)
-    if status:
-        try:
-            raise_for_status(status, err)
-        except SidecarError as refused:
-            if not without_ids:
-                raise
-            return without_ids, memoryview(b"").cast("I"), refused
+    without_ids = take_bytes(rest)
+    refused = split_refusal(status, err, answerable=bool(without_ids))
+    if refused is not None:
+        return without_ids, memoryview(b"").cast("I"), refused
     return without_ids, owned_u32_view(ids), None
