@@ -53,6 +53,7 @@ mod msgpack;
 mod rate;
 mod score;
 mod snapshot;
+mod stamps;
 mod table;
 mod worker;
 
