@@ -273,7 +273,9 @@ class NativePrefixIndex:
         name = self._name_arg(worker)
         err = _err_box()
         with self._handle as index:
-            status = lib.sc_kv_index_apply(index, name[1][0], ffi.from_buffer(payload), len(payload), encoding, err)
+            # bytes pass as they are (no buffer object to make); other buffers (a ZMQ frame's) by view.
+            data = payload if type(payload) is bytes else ffi.from_buffer(payload)
+            status = lib.sc_kv_index_apply(index, name[1][0], data, len(payload), encoding, err)
         if status != lib.SC_STATUS_OK:
             raise_for_status(status, err)
 
