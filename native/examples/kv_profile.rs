@@ -1,11 +1,13 @@
 //! A fixed workload for profiling the KV index under callgrind or perf (instruction counts are
 //! repeatable where wall time is not): the shapes of bench/kv_index.py.
 //!
-//! `kv_profile ingest SEQUENCES [BOUND]`: vLLM-shaped payloads (one BlockStored of 64 blocks of
-//! 16 random tokens each, 16 workers) through `SharedIndex::apply`.
-//! `kv_profile decode SEQUENCES DISTINCT [BLOCKS]`: decoding alone (no index), over DISTINCT
-//! payloads (1 = one payload hot in cache, as a just-received one is) of BLOCKS blocks each (64;
-//! 1 is what an engine publishes per block filled while decoding).
+//! `kv_profile ingest SEQUENCES [BOUND [EVENT_BLOCKS]]`: vLLM-shaped payloads (64 blocks of 16
+//! random tokens each, in one BlockStored or in events of EVENT_BLOCKS blocks; 16 workers)
+//! through `SharedIndex::apply`; a BOUND of 0 is none (the index starts empty).
+//! `kv_profile decode SEQUENCES DISTINCT [BLOCKS [EVENT_BLOCKS]]`: decoding alone (no index), over DISTINCT
+//! payloads (1 = one payload hot in cache, as a just-received one is) of BLOCKS blocks each (64),
+//! in events of EVENT_BLOCKS blocks (all in one; 1 is what an engine publishes per block filled
+//! while decoding).
 //! `kv_profile score ENTRIES ITERATIONS`: a 2048-block request over 64 workers, each holding a
 //! prefix of it of a different depth plus unrelated sequences.
 
@@ -90,32 +92,42 @@ fn array(out: &mut Vec<u8>, n: usize) {
     }
 }
 
-/// `[ts, [{"type": "BlockStored", ...}], 0]` as msgspec encodes it.
+/// `[ts, [{"type": "BlockStored", ...}], 0]` as msgspec encodes it: one event storing all blocks.
 fn payload(hashes: &[u64], tokens: &[u32]) -> Vec<u8> {
+    events_payload(hashes, tokens, hashes.len())
+}
+
+/// The same blocks as events of `per_event` blocks each (1: as an engine publishes while
+/// decoding, a block per event).
+fn events_payload(hashes: &[u64], tokens: &[u32], per_event: usize) -> Vec<u8> {
     let mut out = Vec::new();
     array(&mut out, 3);
     out.push(0xcb);
     out.extend_from_slice(&1.7e9f64.to_be_bytes());
-    array(&mut out, 1);
-    out.push(0x88);
-    str(&mut out, "type");
-    str(&mut out, "BlockStored");
-    str(&mut out, "block_hashes");
-    array(&mut out, hashes.len());
-    hashes.iter().for_each(|&h| uint(&mut out, h));
-    str(&mut out, "parent_block_hash");
-    out.push(0xc0);
-    str(&mut out, "token_ids");
-    array(&mut out, tokens.len());
-    tokens.iter().for_each(|&t| uint(&mut out, t as u64));
-    str(&mut out, "block_size");
-    uint(&mut out, BS as u64);
-    str(&mut out, "lora_id");
-    out.push(0xc0);
-    str(&mut out, "medium");
-    str(&mut out, "GPU");
-    str(&mut out, "lora_name");
-    out.push(0xc0);
+    let events: Vec<&[u64]> = hashes.chunks(per_event).collect();
+    array(&mut out, events.len());
+    for (e, hashes) in events.iter().enumerate() {
+        let tokens = &tokens[e * per_event * BS..(e * per_event + hashes.len()) * BS];
+        out.push(0x88);
+        str(&mut out, "type");
+        str(&mut out, "BlockStored");
+        str(&mut out, "block_hashes");
+        array(&mut out, hashes.len());
+        hashes.iter().for_each(|&h| uint(&mut out, h));
+        str(&mut out, "parent_block_hash");
+        out.push(0xc0);
+        str(&mut out, "token_ids");
+        array(&mut out, tokens.len());
+        tokens.iter().for_each(|&t| uint(&mut out, t as u64));
+        str(&mut out, "block_size");
+        uint(&mut out, BS as u64);
+        str(&mut out, "lora_id");
+        out.push(0xc0);
+        str(&mut out, "medium");
+        str(&mut out, "GPU");
+        str(&mut out, "lora_name");
+        out.push(0xc0);
+    }
     uint(&mut out, 0);
     out
 }
@@ -128,7 +140,7 @@ fn options(max_blocks: u64) -> Options {
     }
 }
 
-fn ingest(sequences: usize, bound: Option<u64>) {
+fn ingest(sequences: usize, bound: Option<u64>, per_event: usize) {
     let mut rng = Rng(7);
     let index = SharedIndex::new(options(bound.unwrap_or(4_000_000)));
     if let Some(bound) = bound {
@@ -145,7 +157,7 @@ fn ingest(sequences: usize, bound: Option<u64>) {
         .map(|s| {
             let first = ((s + 1) << 20) as u64;
             let hashes: Vec<u64> = (first..first + SEQ_BLOCKS as u64).collect();
-            let p = payload(&hashes, &rng.tokens(SEQ_BLOCKS * BS));
+            let p = events_payload(&hashes, &rng.tokens(SEQ_BLOCKS * BS), per_event);
             (format!("w{}", s % 16), p)
         })
         .collect();
@@ -221,13 +233,13 @@ fn score(entries: usize, iterations: usize) {
     );
 }
 
-fn decode(sequences: usize, distinct: usize, blocks: usize) {
+fn decode(sequences: usize, distinct: usize, blocks: usize, per_event: usize) {
     let mut rng = Rng(7);
     let payloads: Vec<Vec<u8>> = (0..distinct)
         .map(|s| {
             let first = ((s + 1) << 20) as u64;
             let hashes: Vec<u64> = (first..first + blocks as u64).collect();
-            payload(&hashes, &rng.tokens(blocks * BS))
+            events_payload(&hashes, &rng.tokens(blocks * BS), per_event)
         })
         .collect();
     let start = Instant::now();
@@ -249,9 +261,18 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let arg = |i: usize, default: usize| args.get(i).map_or(default, |a| a.parse().unwrap());
     match args.get(1).map(String::as_str) {
-        Some("ingest") => ingest(arg(2, 2000), args.get(3).map(|a| a.parse().unwrap())),
-        Some("decode") => decode(arg(2, 20000), arg(3, 1), arg(4, SEQ_BLOCKS)),
+        Some("ingest") => ingest(
+            arg(2, 2000),
+            args.get(3).map(|a| a.parse().unwrap()).filter(|&b| b > 0),
+            arg(4, SEQ_BLOCKS),
+        ),
+        Some("decode") => decode(
+            arg(2, 20000),
+            arg(3, 1),
+            arg(4, SEQ_BLOCKS),
+            arg(5, arg(4, SEQ_BLOCKS)),
+        ),
         Some("score") => score(arg(2, 4_000_000), arg(3, 1000)),
-        _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND] | decode SEQUENCES DISTINCT [BLOCKS] | score ENTRIES ITERATIONS"),
+        _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND [EVENT_BLOCKS]] | decode SEQUENCES DISTINCT [BLOCKS [EVENT_BLOCKS]] | score ENTRIES ITERATIONS"),
     }
 }

@@ -118,8 +118,10 @@ enum Class {
 
 impl Class {
     fn from_tag(tag: &[u8]) -> Option<Class> {
+        if same(tag, b"BlockStored") {
+            return Some(Class::Stored);
+        }
         match tag {
-            b"BlockStored" => Some(Class::Stored),
             b"BlockRemoved" => Some(Class::Removed),
             b"AllBlocksCleared" => Some(Class::Cleared),
             _ => None,
@@ -128,6 +130,109 @@ impl Class {
 }
 
 /// The strings of `extra_keys[0]` that `cache_salt_of` looks at: how many, the first, the last.
+/// Byte-string equality for keys and tags: 4 to 24 bytes compare as two or three overlapping
+/// words (what every field name and tag is), where `==` calls `memcmp` once per key of every event.
+#[inline(always)]
+fn same(a: &[u8], b: &[u8]) -> bool {
+    let n = a.len();
+    if n != b.len() {
+        return false;
+    }
+    if (4..8).contains(&n) {
+        let word =
+            |s: &[u8], at: usize| u32::from_ne_bytes([s[at], s[at + 1], s[at + 2], s[at + 3]]);
+        return word(a, 0) == word(b, 0) && word(a, n - 4) == word(b, n - 4);
+    }
+    if !(8..=24).contains(&n) {
+        return a == b;
+    }
+    let word = |s: &[u8], at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&s[at..at + 8]);
+        u64::from_ne_bytes(w)
+    };
+    let mid = (n - 8).min(8);
+    word(a, 0) == word(b, 0) && word(a, mid) == word(b, mid) && word(a, n - 8) == word(b, n - 8)
+}
+
+/// A field an event may carry, named once from its key (then matched as a number, where a
+/// chain of byte-string comparisons per key cost more than decoding the key's value).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Field {
+    BlockHashes,
+    ParentBlockHash,
+    TokenIds,
+    BlockSize,
+    LoraId,
+    Medium,
+    LoraName,
+    CacheSalt,
+    ExtraKeys,
+    GroupIdx,
+    Locality,
+    /// Any other key (skipped).
+    Other,
+}
+
+impl Field {
+    #[cfg(test)]
+    const ALL: [Field; 11] = [
+        Field::BlockHashes,
+        Field::ParentBlockHash,
+        Field::TokenIds,
+        Field::BlockSize,
+        Field::LoraId,
+        Field::Medium,
+        Field::LoraName,
+        Field::CacheSalt,
+        Field::ExtraKeys,
+        Field::GroupIdx,
+        Field::Locality,
+    ];
+
+    /// The field a key names: its length and first byte single out one candidate (no two names
+    /// share both), which the whole key must then equal.
+    #[inline]
+    fn of(key: &[u8]) -> Field {
+        let candidate = match (key.len(), key.first()) {
+            (12, Some(b'b')) => Field::BlockHashes,
+            (17, Some(b'p')) => Field::ParentBlockHash,
+            (9, Some(b't')) => Field::TokenIds,
+            (10, Some(b'b')) => Field::BlockSize,
+            (7, Some(b'l')) => Field::LoraId,
+            (6, Some(b'm')) => Field::Medium,
+            (9, Some(b'l')) => Field::LoraName,
+            (10, Some(b'c')) => Field::CacheSalt,
+            (10, Some(b'e')) => Field::ExtraKeys,
+            (9, Some(b'g')) => Field::GroupIdx,
+            (8, Some(b'l')) => Field::Locality,
+            _ => return Field::Other,
+        };
+        if same(key, candidate.name().as_bytes()) {
+            candidate
+        } else {
+            Field::Other
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Field::BlockHashes => "block_hashes",
+            Field::ParentBlockHash => "parent_block_hash",
+            Field::TokenIds => "token_ids",
+            Field::BlockSize => "block_size",
+            Field::LoraId => "lora_id",
+            Field::Medium => "medium",
+            Field::LoraName => "lora_name",
+            Field::CacheSalt => "cache_salt",
+            Field::ExtraKeys => "extra_keys",
+            Field::GroupIdx => "group_idx",
+            Field::Locality => "locality",
+            Field::Other => "",
+        }
+    }
+}
+
 #[derive(Default, Clone, Copy)]
 struct SaltHints<'a> {
     count: usize,
@@ -287,11 +392,11 @@ fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>>
             let value = r
                 .str_bytes()?
                 .ok_or_else(|| expected("str", got, "$.type"))?;
-            if value != tag {
+            if !same(value, tag) {
                 return Err(invalid_tag(value));
             }
-        } else if declared(class, key) {
-            read_field(r, batch, &mut fields, key, None, None)?;
+        } else if let Some(field) = declared(class, Field::of(key)) {
+            read_field(r, batch, &mut fields, field, None, None)?;
         } else {
             r.skip(Check::WellFormed)?;
         }
@@ -306,47 +411,42 @@ fn invalid_tag(tag: &[u8]) -> Error {
     ))
 }
 
-/// Whether the map-encoded class declares `key` (other keys are skipped unchecked).
-fn declared(class: Class, key: &[u8]) -> bool {
-    match class {
-        Class::Stored => matches!(
-            key,
-            b"block_hashes"
-                | b"parent_block_hash"
-                | b"token_ids"
-                | b"block_size"
-                | b"lora_id"
-                | b"medium"
-                | b"lora_name"
-                | b"cache_salt"
-                | b"extra_keys"
-                | b"group_idx"
-                | b"locality"
-        ),
+/// The field when the map-encoded class declares it (other keys are skipped unchecked).
+#[inline]
+fn declared(class: Class, field: Field) -> Option<Field> {
+    let declared = match class {
+        Class::Stored => field != Field::Other,
         Class::Removed => matches!(
-            key,
-            b"block_hashes" | b"medium" | b"group_idx" | b"locality"
+            field,
+            Field::BlockHashes | Field::Medium | Field::GroupIdx | Field::Locality
         ),
         Class::Cleared => false,
-    }
+    };
+    declared.then_some(field)
 }
 
-/// Field names of the positional (vLLM <= 0.23) encodings, after the tag.
-const ARRAY_STORED: [&[u8]; 12] = [
-    b"block_hashes",
-    b"parent_block_hash",
-    b"token_ids",
-    b"block_size",
-    b"lora_id",
-    b"medium",
-    b"lora_name",
-    b"extra_keys",
-    b"group_idx",
-    b"kv_cache_spec_kind",
-    b"kv_cache_spec_sliding_window",
-    b"locality",
+/// Fields of the positional (vLLM <= 0.23) encodings, after the tag (`Other`: read as `Any`
+/// and dropped, like `kv_cache_spec_kind` and `kv_cache_spec_sliding_window`).
+const ARRAY_STORED: [Field; 12] = [
+    Field::BlockHashes,
+    Field::ParentBlockHash,
+    Field::TokenIds,
+    Field::BlockSize,
+    Field::LoraId,
+    Field::Medium,
+    Field::LoraName,
+    Field::ExtraKeys,
+    Field::GroupIdx,
+    Field::Other,
+    Field::Other,
+    Field::Locality,
 ];
-const ARRAY_REMOVED: [&[u8]; 4] = [b"block_hashes", b"medium", b"group_idx", b"locality"];
+const ARRAY_REMOVED: [Field; 4] = [
+    Field::BlockHashes,
+    Field::Medium,
+    Field::GroupIdx,
+    Field::Locality,
+];
 
 fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
     let n = r.array()?.unwrap_or(0);
@@ -358,7 +458,7 @@ fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a
     let got = r.peek()?;
     let tag = r.str_bytes()?.ok_or_else(|| expected("str", got, "$[0]"))?;
     let class = Class::from_tag(tag).ok_or_else(|| invalid_tag(tag))?;
-    let (names, required): (&[&[u8]], usize) = match class {
+    let (names, required): (&[Field], usize) = match class {
         Class::Stored => (&ARRAY_STORED, 4),
         Class::Removed => (&ARRAY_REMOVED, 1),
         Class::Cleared => (&[], 0),
@@ -372,7 +472,7 @@ fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a
     let mut fields = Fields::default();
     for i in 1..n {
         match names.get(i - 1) {
-            Some(name) => read_field(r, batch, &mut fields, name, Some(i), None)?,
+            Some(&field) => read_field(r, batch, &mut fields, field, Some(i), None)?,
             None => r.skip(Check::WellFormed)?,
         }
     }
@@ -384,32 +484,32 @@ fn read_field<'a>(
     r: &mut Reader<'a>,
     batch: &mut Batch<'a>,
     fields: &mut Fields<'a>,
-    name: &[u8],
+    field: Field,
     index: Option<usize>,
     columns: Option<Columns<'_>>,
 ) -> Result<()> {
     let path = || match index {
         Some(i) => format!("$[{i}]"),
-        None => format!("$.{}", String::from_utf8_lossy(name)),
+        None => format!("$.{}", field.name()),
     };
     let got = r.peek()?;
-    match name {
-        b"block_hashes" if columns.is_some() => {
+    match field {
+        Field::BlockHashes if columns.is_some() => {
             let side = columns.map_or(&[][..], |c| c.hashes);
             fields.hashes = Some(take_column(r, &mut batch.hashes, side, &path)?);
             fields.short_hash = None;
         }
-        b"token_ids" if columns.is_some() => {
+        Field::TokenIds if columns.is_some() => {
             let side = columns.map_or(&[][..], |c| c.tokens);
             fields.tokens = Some(take_column(r, &mut batch.tokens, side, &path)?);
             fields.wide_token = None;
         }
-        b"block_hashes" => {
+        Field::BlockHashes => {
             let (range, short) = hash_list(r, &mut batch.hashes, &path)?;
             fields.hashes = Some(range);
             fields.short_hash = short;
         }
-        b"parent_block_hash" => {
+        Field::ParentBlockHash => {
             fields.short_parent = None;
             fields.parent = None;
             if !r.nil()? {
@@ -420,15 +520,15 @@ fn read_field<'a>(
                 }
             }
         }
-        b"token_ids" => {
+        Field::TokenIds => {
             let (range, wide) = token_list(r, &mut batch.tokens, &path)?;
             fields.tokens = Some(range);
             fields.wide_token = wide;
         }
-        b"block_size" => {
+        Field::BlockSize => {
             fields.block_size = Some(r.int()?.ok_or_else(|| expected("int", got, &path()))?);
         }
-        b"lora_id" | b"group_idx" => {
+        Field::LoraId | Field::GroupIdx => {
             let value = if r.nil()? {
                 None
             } else {
@@ -437,11 +537,11 @@ fn read_field<'a>(
                         .ok_or_else(|| expected("int | null", got, &path()))?,
                 )
             };
-            if name == b"group_idx" {
+            if field == Field::GroupIdx {
                 fields.group_idx = value;
             }
         }
-        b"medium" | b"lora_name" | b"cache_salt" | b"locality" => {
+        Field::Medium | Field::LoraName | Field::CacheSalt | Field::Locality => {
             let value = if r.nil()? {
                 None
             } else {
@@ -450,14 +550,14 @@ fn read_field<'a>(
                         .ok_or_else(|| expected("str | null", got, &path()))?,
                 )
             };
-            match name {
-                b"medium" => fields.medium = value,
-                b"lora_name" => fields.lora_name = value,
-                b"cache_salt" => fields.cache_salt = value,
+            match field {
+                Field::Medium => fields.medium = value,
+                Field::LoraName => fields.lora_name = value,
+                Field::CacheSalt => fields.cache_salt = value,
                 _ => fields.locality = value,
             }
         }
-        b"extra_keys" => {
+        Field::ExtraKeys => {
             fields.salt_hints = None;
             if !r.nil()? {
                 if got != Kind::Array {
@@ -466,7 +566,7 @@ fn read_field<'a>(
                 fields.salt_hints = Some(extra_keys(r)?);
             }
         }
-        _ => r.skip(Check::Any)?,
+        Field::Other => r.skip(Check::Any)?,
     }
     Ok(())
 }
@@ -696,8 +796,8 @@ fn normalized_event<'a>(
         let key = r
             .str_bytes()?
             .ok_or_else(|| Error::invalid_argument("expected string keys"))?;
-        if declared(Class::Stored, key) {
-            read_field(r, batch, &mut fields, key, None, columns)?;
+        if let Some(field) = declared(Class::Stored, Field::of(key)) {
+            read_field(r, batch, &mut fields, field, None, columns)?;
         } else {
             r.skip(Check::WellFormed)?;
         }
@@ -710,4 +810,46 @@ fn normalized_event<'a>(
         Class::Cleared
     };
     finish(class, fields, encoding)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fields_are_named_by_their_whole_key() {
+        for field in Field::ALL {
+            let name = field.name().as_bytes();
+            assert_eq!(Field::of(name), field);
+            // Any one byte changed, one dropped or one added: another key.
+            for i in 0..name.len() {
+                let mut changed = name.to_vec();
+                changed[i] ^= 0x20;
+                assert_eq!(Field::of(&changed), Field::Other, "{changed:?}");
+                let mut dropped = name.to_vec();
+                dropped.remove(i);
+                assert_eq!(Field::of(&dropped), Field::Other, "{dropped:?}");
+            }
+            let longer = [name, b"_"].concat();
+            assert_eq!(Field::of(&longer), Field::Other);
+        }
+        for other in [&b""[..], b"type", b"kv_cache_spec_kind", b"lora_idx", b"mediums"] {
+            assert_eq!(Field::of(other), Field::Other);
+        }
+    }
+
+    #[test]
+    fn same_agrees_with_slice_equality() {
+        let base: Vec<u8> = (0..30u8).map(|i| b'a' + i % 26).collect();
+        for n in 0..base.len() {
+            let a = &base[..n];
+            assert!(same(a, a));
+            for i in 0..n {
+                let mut b = a.to_vec();
+                b[i] ^= 1;
+                assert!(!same(a, &b), "{n} {i}");
+            }
+            assert!(!same(a, &base[..n + 1]));
+        }
+    }
 }

@@ -44,7 +44,14 @@ impl Kind {
         }
     }
 
+    /// The kind a marker byte starts (None: 0xc1, never used): one load from a table built at
+    /// compile time, since a peek precedes nearly every read.
+    #[inline(always)]
     fn of(marker: u8) -> Option<Kind> {
+        KIND_OF[marker as usize]
+    }
+
+    const fn classify(marker: u8) -> Option<Kind> {
         Some(match marker {
             0x00..=0x7f | 0xcc..=0xd3 | 0xe0..=0xff => Kind::Int,
             0x80..=0x8f | 0xde | 0xdf => Kind::Map,
@@ -59,6 +66,16 @@ impl Kind {
         })
     }
 }
+
+static KIND_OF: [Option<Kind>; 256] = {
+    let mut table = [None; 256];
+    let mut marker = 0;
+    while marker < 256 {
+        table[marker] = Kind::classify(marker as u8);
+        marker += 1;
+    }
+    table
+};
 
 /// What `skip` verifies besides well-formedness.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -79,8 +96,20 @@ pub(crate) fn malformed(what: impl std::fmt::Display) -> Error {
     Error::invalid_argument(format!("MessagePack data is malformed: {what}"))
 }
 
+// The error constructors are cold and out of line, so that the typed reads around them (called
+// a few dozen times per event) inline into their callers.
+#[cold]
+#[inline(never)]
 fn truncated() -> Error {
     Error::invalid_argument("input data was truncated")
+}
+
+#[cold]
+#[inline(never)]
+fn invalid_opcode(marker: u8, pos: usize) -> Error {
+    malformed(format_args!(
+        "invalid opcode '\\x{marker:02x}' (byte {pos})"
+    ))
 }
 
 /// Byte positions one pre-pass of [`unsigned_run`] classifies: larger windows spread the cost
@@ -284,18 +313,14 @@ impl<'a> Reader<'a> {
     }
 
     /// The type of the next value (an invalid marker or the end of input is an error).
-    #[inline]
+    #[inline(always)]
     pub fn peek(&self) -> Result<Kind> {
         let marker = *self.buf.get(self.pos).ok_or_else(truncated)?;
-        Kind::of(marker).ok_or_else(|| {
-            malformed(format_args!(
-                "invalid opcode '\\x{marker:02x}' (byte {})",
-                self.pos
-            ))
-        })
+        Kind::of(marker).ok_or_else(|| invalid_opcode(marker, self.pos))
     }
 
     /// Consumes a nil.
+    #[inline]
     pub fn nil(&mut self) -> Result<bool> {
         if self.peek()? == Kind::Nil {
             self.pos += 1;
