@@ -833,7 +833,13 @@ mod tests {
             let longer = [name, b"_"].concat();
             assert_eq!(Field::of(&longer), Field::Other);
         }
-        for other in [&b""[..], b"type", b"kv_cache_spec_kind", b"lora_idx", b"mediums"] {
+        for other in [
+            &b""[..],
+            b"type",
+            b"kv_cache_spec_kind",
+            b"lora_idx",
+            b"mediums",
+        ] {
             assert_eq!(Field::of(other), Field::Other);
         }
     }

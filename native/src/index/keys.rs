@@ -34,7 +34,21 @@ impl Slot for KeySlot {
     fn hash(&self) -> u64 {
         self.hkey
     }
+    /// A holder code no key has: one worker (0) in no medium.
+    fn buried(self) -> Self {
+        KeySlot {
+            hkey: self.hkey,
+            holders: BURIED,
+        }
+    }
+    #[inline]
+    fn is_buried(&self) -> bool {
+        self.holders == BURIED
+    }
 }
+
+/// The holder code of a removed key's tombstone (`Holders::One` always has a medium).
+const BURIED: u32 = 1 << 8;
 
 /// The key table (see the module docs).
 #[derive(Clone, Default)]

@@ -48,7 +48,21 @@ impl Slot for Entry {
     fn hash(&self) -> u64 {
         self.hash
     }
+    /// A stamp with no medium: no live entry has one.
+    fn buried(self) -> Self {
+        Entry {
+            meta: BURIED,
+            ..self
+        }
+    }
+    #[inline]
+    fn is_buried(&self) -> bool {
+        self.meta == BURIED
+    }
 }
+
+/// The `meta` of a removed entry's tombstone.
+const BURIED: u32 = 1 << 8;
 
 impl Entry {
     /// An entry from mixed values.
