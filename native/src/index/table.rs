@@ -234,7 +234,14 @@ impl<S: Slot> Segment<S> {
 
     fn insert(&mut self, slot: S) {
         if self.must_grow() {
-            *self = self.relayout((self.len + 1) * 1000 / RELAID_LOAD, |_| true, None);
+            if (self.len + 1) * 1000 <= self.capacity * RELAID_LOAD {
+                // Tombstones filled it (removals as fast as inserts: the eviction bound's steady
+                // state): dropped in place. A new array here would be freed at the next purge,
+                // and the allocator, returning it to the OS, would fault fresh pages every time.
+                self.remove_where(&|_| false, &mut |_| {});
+            } else {
+                *self = self.relayout((self.len + 1) * 1000 / RELAID_LOAD, |_| true, None);
+            }
         }
         self.place(slot);
     }
