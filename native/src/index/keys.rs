@@ -60,6 +60,20 @@ pub(crate) struct KeyTable {
 }
 
 impl KeyTable {
+    /// An empty key table with room for `n` keys (see [`Table::with_capacity`]); [`KeyTable::fit`]
+    /// sizes it down to the keys it got.
+    pub fn with_capacity(n: usize) -> Self {
+        KeyTable {
+            table: Table::with_capacity(n),
+            ..KeyTable::default()
+        }
+    }
+
+    /// See [`Table::fit`].
+    pub fn fit(&mut self) {
+        self.table.fit();
+    }
+
     /// Distinct keys held by anyone.
     pub fn len(&self) -> usize {
         self.table.len()

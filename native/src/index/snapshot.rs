@@ -74,7 +74,9 @@ impl Index {
     pub fn restore(&mut self, bytes: &[u8]) -> Result<()> {
         let loaded = parse(bytes).map_err(|e| e.context("snapshot"))?;
         self.check_compatible(&loaded)?;
-        let mut keys = KeyTable::default();
+        // Sized for one key per entry (most keys have one holder), then fitted to the keys.
+        let entries = loaded.workers.iter().map(Worker::len).sum();
+        let mut keys = KeyTable::with_capacity(entries);
         let mut blocks = 0u64;
         for (id, worker) in loaded.workers.iter().enumerate() {
             for e in worker.entries() {
@@ -86,6 +88,7 @@ impl Index {
             }
             blocks += worker.len() as u64;
         }
+        keys.fit();
         self.block_size = loaded.block_size.or(self.block_size);
         self.stats = loaded.stats;
         self.by_name = loaded

@@ -225,7 +225,7 @@ impl Worker {
 
     /// Rebuilds from entries (snapshot load), keeping their stamps.
     pub fn restore(&mut self, entries: Vec<Entry>) {
-        let mut table = Table::default();
+        let mut table = Table::with_capacity(entries.len());
         let mut next = 0;
         let mut stamps = Vec::with_capacity(entries.len());
         for e in entries {
