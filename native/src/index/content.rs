@@ -18,8 +18,23 @@ pub fn prefix_keys(
     salt: &str,
     parent: Option<u64>,
 ) -> Vec<u64> {
+    let mut keys = Vec::new();
+    prefix_keys_into(tokens, block_size, lora_name, salt, parent, &mut keys);
+    keys
+}
+
+/// [`prefix_keys`] appended to `keys`: the index reuses one buffer for every event, where a
+/// fresh vector per event cost more than hashing a one-block event.
+pub(crate) fn prefix_keys_into(
+    tokens: &[u32],
+    block_size: usize,
+    lora_name: &str,
+    salt: &str,
+    parent: Option<u64>,
+    keys: &mut Vec<u64>,
+) {
     if block_size == 0 || tokens.len() < block_size {
-        return Vec::new();
+        return;
     }
     let blocks = tokens.len() / block_size;
     let seed = dynamo_block_seed(lora_name, "");
@@ -28,17 +43,22 @@ pub fn prefix_keys(
     } else {
         seed
     };
-    // One block's bytes at a time, in a buffer that stays in L1 (a whole request's bytes would
-    // cost a large zeroing and copy); filled by fixed-size chunks, which compiles to a plain
-    // copy on little-endian targets.
-    let mut bytes = vec![0u8; block_size * 4];
-    let mut keys = Vec::with_capacity(blocks);
+    // A block's bytes: on the stack for the block sizes engines use.
+    let mut stack = [0u8; 4 * STACK_BLOCK];
+    let mut heap = Vec::new();
+    let bytes: &mut [u8] = if block_size <= STACK_BLOCK {
+        &mut stack[..block_size * 4]
+    } else {
+        heap.resize(block_size * 4, 0);
+        &mut heap
+    };
+    keys.reserve(blocks);
     let mut previous = parent;
     for (i, block) in tokens.chunks_exact(block_size).enumerate() {
         for (out, t) in bytes.chunks_exact_mut(4).zip(block) {
             out.copy_from_slice(&t.to_le_bytes());
         }
-        let local = xxh3_64_with_seed(&bytes, if i == 0 { first_seed } else { seed });
+        let local = xxh3_64_with_seed(bytes, if i == 0 { first_seed } else { seed });
         let key = match previous {
             None => local,
             Some(p) => {
@@ -51,8 +71,10 @@ pub fn prefix_keys(
         keys.push(key);
         previous = Some(key);
     }
-    keys
 }
+
+/// Block sizes (in tokens) whose bytes are hashed from a stack buffer.
+const STACK_BLOCK: usize = 64;
 
 #[cfg(test)]
 mod tests {

@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use super::content::prefix_keys;
+use super::content::prefix_keys_into;
 use super::decode::{Batch, Event, Removed, Stored};
 use super::holders::{MAX_MEDIA, MAX_WORKERS};
 use super::keys::KeyTable;
@@ -49,6 +49,9 @@ pub struct Index {
     /// (worker, engine hash) entries, whatever their media.
     pub(crate) blocks: u64,
     pub(crate) rate: EventRate,
+    /// Buffers reused by every store (content keys; mixed engine hashes and keys).
+    scratch_keys: Vec<u64>,
+    scratch_mixed: Vec<(u64, u64)>,
 }
 
 impl Index {
@@ -66,6 +69,8 @@ impl Index {
             keys: KeyTable::default(),
             blocks: 0,
             rate: EventRate::default(),
+            scratch_keys: Vec::new(),
+            scratch_mixed: Vec::new(),
         }
     }
 
@@ -164,29 +169,26 @@ impl Index {
         for &h in hashes {
             worker.prefetch(mix(h));
         }
-        let computed;
+        let mut computed = std::mem::take(&mut self.scratch_keys);
+        computed.clear();
         let keys: &[u64] = if self.options.engine_spec.is_some() {
             hashes
+        } else if self.content_keys(id, event, batch, hashes.len(), &mut computed) {
+            &computed
         } else {
-            match self.content_keys(id, event, batch, hashes.len()) {
-                Some(keys) => {
-                    computed = keys;
-                    &computed
-                }
-                None => return,
-            }
+            self.scratch_keys = computed;
+            return;
         };
         let hashes = &hashes[..keys.len()];
         let Some(m) = self.medium_id(event.medium) else {
             // More distinct media than the mask has bits: not indexable (documented limit).
             self.stats.skipped_events += 1;
+            self.scratch_keys = computed;
             return;
         };
-        let mixed: Vec<(u64, u64)> = hashes
-            .iter()
-            .zip(keys)
-            .map(|(&h, &k)| (mix(h), mix(k)))
-            .collect();
+        let mut mixed = std::mem::take(&mut self.scratch_mixed);
+        mixed.clear();
+        mixed.extend(hashes.iter().zip(keys).map(|(&h, &k)| (mix(h), mix(k))));
         for &(_, hkey) in &mixed {
             self.keys.prefetch(hkey);
         }
@@ -196,23 +198,27 @@ impl Index {
         }
         self.blocks += added;
         self.stats.blocks_stored += hashes.len() as u64;
+        self.scratch_mixed = mixed;
+        self.scratch_keys = computed;
     }
 
-    /// The content keys of a store; None when it is not indexed (an unknown parent, counted as
-    /// orphans, or token ids that cannot be hashed, counted as a skipped event).
+    /// Appends the content keys of a store to `keys`; false when it is not indexed (an unknown
+    /// parent, counted as orphans, or token ids that cannot be hashed, counted as a skipped
+    /// event).
     fn content_keys(
         &mut self,
         id: u32,
         event: &Stored<'_>,
         batch: &Batch<'_>,
         n: usize,
-    ) -> Option<Vec<u64>> {
+        keys: &mut Vec<u64>,
+    ) -> bool {
         let (parent_key, salt) = match event.parent {
             Some(parent) => match self.worker(id).get(parent) {
                 Some(entry) => (Some(entry.key()), ""),
                 None => {
                     self.stats.orphan_blocks += n as u64;
-                    return None;
+                    return false;
                 }
             },
             None => (None, event.salt),
@@ -222,15 +228,10 @@ impl Index {
         let used = tokens.len().min(n.saturating_mul(bs));
         if event.wide_token.is_some_and(|i| i < used) {
             self.stats.skipped_events += 1;
-            return None;
+            return false;
         }
-        Some(prefix_keys(
-            &tokens[..used],
-            bs,
-            event.lora_name,
-            salt,
-            parent_key,
-        ))
+        prefix_keys_into(&tokens[..used], bs, event.lora_name, salt, parent_key, keys);
+        true
     }
 
     /// One block of a store (mixed engine hash and key): a new entry or a re-store (newest
