@@ -18,7 +18,8 @@
 //!   the engine hash, the index key, a 24-bit recency stamp and an 8-bit media mask. Parent
 //!   lookups and removals use the engine hash, as in Dynamo, SMG and llm-d. The stamp keeps the
 //!   Python index's order (oldest first, a re-store moves a block to the end) without 8 bytes of
-//!   list links per entry; eviction selects the oldest stamps and removes them in one pass.
+//!   list links per entry; a bitmap of each worker's live stamps ([`stamps`], a few bits per
+//!   entry) names the oldest, and eviction removes them in one pass.
 //! - **One table key -> holders** ([`keys`]): 12-byte slots, the key and a 32-bit holder code:
 //!   one worker and its media mask inline, or a reference to per-medium worker bitsets for the
 //!   shared keys ([`holders`]). Scoring needs one lookup per request block, and the walk
@@ -27,7 +28,8 @@
 //!   of any capacity, kept between 70% and 82% full, where tables that double would swing
 //!   between 41% and 82%. Payload: 20 + 12 bytes per entry with distinct keys, so about 42
 //!   bytes with the load. Slots store their key's *mixed* hash (a bijection), so a probe compares
-//!   numbers without hashing what it passes.
+//!   numbers without hashing what it passes. A removal leaves a tombstone (no shifting), and a
+//!   restore sizes the tables for the snapshot's entries before filling them.
 //! - **Memory traffic**: stores, evictions and scores first read every slot they will need in a
 //!   tight loop whose loads do not depend on each other, so the processor overlaps the cache
 //!   misses, then do the work on cached lines. Growth frees whole tables; the C ABI asks the
