@@ -169,37 +169,50 @@ impl Index {
         for &h in hashes {
             worker.prefetch(mix(h));
         }
-        let mut computed = std::mem::take(&mut self.scratch_keys);
+        // The buffers are lent out for the call: `store_blocks` mutates the rest of the index.
+        let mut keys = std::mem::take(&mut self.scratch_keys);
+        let mut mixed = std::mem::take(&mut self.scratch_mixed);
+        self.store_blocks(id, event, batch, &mut keys, &mut mixed);
+        self.scratch_keys = keys;
+        self.scratch_mixed = mixed;
+    }
+
+    /// The blocks of a store that passed its checks, with buffers for the content keys and the
+    /// mixed (engine hash, key) pairs.
+    fn store_blocks(
+        &mut self,
+        id: u32,
+        event: &Stored<'_>,
+        batch: &Batch<'_>,
+        computed: &mut Vec<u64>,
+        mixed: &mut Vec<(u64, u64)>,
+    ) {
+        let hashes = &batch.hashes[event.hashes.0..event.hashes.1];
         computed.clear();
         let keys: &[u64] = if self.options.engine_spec.is_some() {
             hashes
-        } else if self.content_keys(id, event, batch, hashes.len(), &mut computed) {
-            &computed
+        } else if self.content_keys(id, event, batch, hashes.len(), computed) {
+            computed
         } else {
-            self.scratch_keys = computed;
             return;
         };
         let hashes = &hashes[..keys.len()];
         let Some(m) = self.medium_id(event.medium) else {
             // More distinct media than the mask has bits: not indexable (documented limit).
             self.stats.skipped_events += 1;
-            self.scratch_keys = computed;
             return;
         };
-        let mut mixed = std::mem::take(&mut self.scratch_mixed);
         mixed.clear();
         mixed.extend(hashes.iter().zip(keys).map(|(&h, &k)| (mix(h), mix(k))));
-        for &(_, hkey) in &mixed {
+        for &(_, hkey) in mixed.iter() {
             self.keys.prefetch(hkey);
         }
         let mut added = 0;
-        for &(hash, hkey) in &mixed {
+        for &(hash, hkey) in mixed.iter() {
             added += self.hold(id, hash, hkey, m) as u64;
         }
         self.blocks += added;
         self.stats.blocks_stored += hashes.len() as u64;
-        self.scratch_mixed = mixed;
-        self.scratch_keys = computed;
     }
 
     /// Appends the content keys of a store to `keys`; false when it is not indexed (an unknown

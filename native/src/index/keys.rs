@@ -34,7 +34,7 @@ impl Slot for KeySlot {
     fn hash(&self) -> u64 {
         self.hkey
     }
-    /// A holder code no key has: one worker (0) in no medium.
+    /// A holder code no key has: one worker (1) in no medium.
     fn buried(self) -> Self {
         KeySlot {
             hkey: self.hkey,
