@@ -33,7 +33,8 @@ pub(super) fn available() -> bool {
         0 => {
             let yes = is_x86_feature_detected!("avx512f")
                 && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vbmi");
+                && is_x86_feature_detected!("avx512vbmi")
+                && is_x86_feature_detected!("popcnt");
             AVAILABLE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
             yes
         }
@@ -94,11 +95,10 @@ const UPPER_WIDTHS: [u8; 64] = bytes_by!(|i| match i {
 const LANE_OF_BYTE: [u8; 64] = bytes_by!(|i| (i / 4) as u8);
 const NEXT_LANE_OF_BYTE: [u8; 64] = bytes_by!(|i| (i / 4 + 1) as u8);
 const BYTE_IN_LANE: [u8; 64] = bytes_by!(|i| (i % 4) as u8);
-const NEXT_LANE: [u8; 64] = bytes_by!(|i| ((i + 1) % 64) as u8);
 /// Positions ids can start at in a window.
 const IN_STRIDE: u64 = (1 << STRIDE) - 1;
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,popcnt")]
 #[inline]
 #[allow(unsafe_code)]
 fn load(bytes: &[u8; 64]) -> __m512i {
@@ -106,7 +106,7 @@ fn load(bytes: &[u8; 64]) -> __m512i {
     unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,popcnt")]
 #[inline]
 #[allow(unsafe_code)]
 fn store(v: __m512i) -> [u8; 64] {
@@ -117,13 +117,13 @@ fn store(v: __m512i) -> [u8; 64] {
 }
 
 /// The low byte of lane 0.
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,popcnt")]
 #[inline]
 fn first_byte(v: __m512i) -> usize {
     (_mm_cvtsi128_si32(_mm512_castsi512_si128(v)) & 0xff) as usize
 }
 
-#[target_feature(enable = "avx512f,avx512bw,avx512vbmi")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi,popcnt")]
 #[allow(unsafe_code)]
 fn run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
     let iota = load(&IOTA);
@@ -131,7 +131,6 @@ fn run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
     let lane_of_byte = load(&LANE_OF_BYTE);
     let next_lane_of_byte = load(&NEXT_LANE_OF_BYTE);
     let byte_in_lane = load(&BYTE_IN_LANE);
-    let next_lane = load(&NEXT_LANE);
     let one = _mm512_set1_epi8(1);
     let byte_plus_one = _mm512_add_epi8(byte_in_lane, one);
 
@@ -146,41 +145,50 @@ fn run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
         let remaining = ids.len() - done;
         // `base` never passes the end: it moves to where a read id ends, or a stride on when
         // one ends past that.
-        let (bytes, limit) = match buf.get(base..base + 64) {
-            Some(window) => (load(window.try_into().expect("64 bytes")), 64),
+        // The window's bytes, and a width per position: 1 below 0x80, else by table (0 for
+        // what is no id, which leaves a position in place below).
+        let window = |bytes| {
+            let high = _mm512_movepi8_mask(bytes);
+            let upper = _mm512_permutex2var_epi8(_mm512_setzero_si512(), bytes, upper_widths);
+            let width = _mm512_mask_blend_epi8(high, one, upper);
+            (bytes, _mm512_add_epi8(iota, width))
+        };
+        // `after[p]`: where an id at `p` ends; `ids_at`: the positions that start one.
+        let (bytes, after, ids_at) = match buf.get(base..base + 64) {
+            Some(full) => {
+                let (bytes, after) = window(load(full.try_into().expect("64 bytes")));
+                (bytes, after, IN_STRIDE)
+            }
             None => {
-                // The last bytes, padded with a marker that is never an id.
+                // The last bytes, padded with a marker that is never an id; an id that ends past
+                // them is none.
                 let rest = &buf[base..];
                 let mut padded = [0xc1; 64];
                 padded[..rest.len()].copy_from_slice(rest);
-                (load(&padded), rest.len())
+                let (bytes, after) = window(load(&padded));
+                let fits = _mm512_cmple_epu8_mask(after, _mm512_set1_epi8(rest.len() as i8));
+                (bytes, after, fits & IN_STRIDE)
             }
         };
-        // The width of an id at each position: 1 below 0x80, else by table (0 for non-ids).
-        let high = _mm512_movepi8_mask(bytes);
-        let upper = _mm512_permutex2var_epi8(_mm512_setzero_si512(), bytes, upper_widths);
-        let width = _mm512_mask_blend_epi8(high, one, upper);
-        let after = _mm512_add_epi8(iota, width);
-        // An id that ends past the input is none; width 0 already leaves a position in place.
-        let fits = _mm512_cmple_epu8_mask(after, _mm512_set1_epi8(limit as i8));
-        let t1 = _mm512_mask_blend_epi8(fits & IN_STRIDE, iota, after);
+        let t1 = _mm512_mask_blend_epi8(ids_at, iota, after);
         let t2 = _mm512_permutexvar_epi8(t1, t1);
         let t4 = _mm512_permutexvar_epi8(t2, t2);
         let t8 = _mm512_permutexvar_epi8(t4, t4);
         let t16 = _mm512_permutexvar_epi8(t8, t8);
 
         let from = _mm512_set1_epi8(entry as i8);
-        // The only link to the next window: where its first id starts.
-        let exit = first_byte(_mm512_permutexvar_epi8(from, t16));
+        // Every lane: where the 16th id from `entry` would start, or where the run stops first
+        // (at or past the stride, or at something else). The only link to the next window.
+        let last = _mm512_permutexvar_epi8(from, t16);
+        let exit = first_byte(last);
         // Lane j: the start of the j-th id (0..=16), where the run stopped after that.
         let mut starts = _mm512_mask_permutexvar_epi8(from, lanes_with_bit(0), from, t1);
         starts = _mm512_mask_permutexvar_epi8(starts, lanes_with_bit(1), starts, t2);
         starts = _mm512_mask_permutexvar_epi8(starts, lanes_with_bit(2), starts, t4);
         starts = _mm512_mask_permutexvar_epi8(starts, lanes_with_bit(3), starts, t8);
-        starts = _mm512_mask_permutexvar_epi8(starts, lanes_with_bit(4), starts, t16);
-        // Starts never decrease and stay put once stopped: the ids are the lanes that move.
-        let moved = _mm512_cmpneq_epi8_mask(_mm512_permutexvar_epi8(next_lane, starts), starts);
-        let count = (moved & 0xffff).count_ones() as usize;
+        starts = _mm512_mask_mov_epi8(starts, 1 << LANES, last);
+        // Starts rise until the run stops, and stay there: the ids are the lanes below it.
+        let count = (_mm512_cmplt_epu8_mask(starts, last) & 0xffff).count_ones() as usize;
 
         // Byte b of id j is at end - 1 - b, for b below its width less the marker (a fixint,
         // width 1, is its own value).
