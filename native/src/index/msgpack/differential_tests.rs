@@ -248,3 +248,26 @@ fn vector_run_reads_long_runs_of_each_width() {
         }
     }
 }
+
+#[test]
+fn vector_run_equals_portable_run_on_random_bytes() {
+    // Bytes drawn mostly from the id markers, so runs form, break and resume at odd places.
+    let mut rng = Rng(0xb17e_5eed);
+    for _ in 0..3000 {
+        let len = rng.below(160) as usize;
+        let buf: Vec<u8> = (0..len)
+            .map(|_| match rng.below(8) {
+                0..=2 => rng.below(0x80) as u8,
+                3 => 0xcc,
+                4 => 0xcd,
+                5 => 0xce,
+                _ => rng.next() as u8,
+            })
+            .collect();
+        let from = rng.below(len as u64 + 1) as usize;
+        let n = rng.below(70) as usize;
+        check_all(&buf, from, n);
+        let cut = from + rng.below((len - from + 1) as u64) as usize;
+        check_all(&buf[..cut], from, n);
+    }
+}
