@@ -91,10 +91,13 @@ const UPPER_WIDTHS: [u8; 64] = bytes_by!(|i| match i {
     0x0e => 5,
     _ => 0,
 });
-/// For byte `b` of u32 lane `j`: lane `j` (the id's start), lane `j + 1` (its end), and `b`.
+/// Byte `b` of each u32 lane holds `b + 1`: how far before an id's end its byte `b` (counting
+/// from the least significant) is.
+const BYTE_BEFORE_END: [u8; 64] = bytes_by!(|i| (i % 4 + 1) as u8);
+/// The first byte of each u32 lane.
+const LOW_BYTES: u64 = 0x1111_1111_1111_1111;
+/// For byte `b` of u32 lane `j`: `j`.
 const LANE_OF_BYTE: [u8; 64] = bytes_by!(|i| (i / 4) as u8);
-const NEXT_LANE_OF_BYTE: [u8; 64] = bytes_by!(|i| (i / 4 + 1) as u8);
-const BYTE_IN_LANE: [u8; 64] = bytes_by!(|i| (i % 4) as u8);
 /// Positions ids can start at in a window.
 const IN_STRIDE: u64 = (1 << STRIDE) - 1;
 
@@ -128,11 +131,9 @@ fn first_byte(v: __m512i) -> usize {
 fn run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
     let iota = load(&IOTA);
     let upper_widths = load(&UPPER_WIDTHS);
+    let byte_before_end = load(&BYTE_BEFORE_END);
     let lane_of_byte = load(&LANE_OF_BYTE);
-    let next_lane_of_byte = load(&NEXT_LANE_OF_BYTE);
-    let byte_in_lane = load(&BYTE_IN_LANE);
     let one = _mm512_set1_epi8(1);
-    let byte_plus_one = _mm512_add_epi8(byte_in_lane, one);
 
     if *pos > buf.len() {
         return 0;
@@ -143,8 +144,6 @@ fn run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
     let mut done = 0;
     while done < ids.len() {
         let remaining = ids.len() - done;
-        // `base` never passes the end: it moves to where a read id ends, or a stride on when
-        // one ends past that.
         // The window's bytes, and a width per position: 1 below 0x80, else by table (0 for
         // what is no id, which leaves a position in place below).
         let window = |bytes| {
@@ -153,7 +152,9 @@ fn run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
             let width = _mm512_mask_blend_epi8(high, one, upper);
             (bytes, _mm512_add_epi8(iota, width))
         };
-        // `after[p]`: where an id at `p` ends; `ids_at`: the positions that start one.
+        // `after[p]`: where an id at `p` ends; `ids_at`: the positions that start one. (`base`
+        // never passes the end: it moves to where a read id ends, or a stride on when one ends
+        // past that.)
         let (bytes, after, ids_at) = match buf.get(base..base + 64) {
             Some(full) => {
                 let (bytes, after) = window(load(full.try_into().expect("64 bytes")));
@@ -181,22 +182,22 @@ fn run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
         // (at or past the stride, or at something else). The only link to the next window.
         let last = _mm512_permutexvar_epi8(from, t16);
         let exit = first_byte(last);
-        // Lane j: the start of the j-th id (0..=16), where the run stopped after that.
+        // Byte j: the start of the j-th id, where the run stopped after that.
         let mut starts = _mm512_mask_permutexvar_epi8(from, lanes_with_bit(0), from, t1);
         starts = _mm512_mask_permutexvar_epi8(starts, lanes_with_bit(1), starts, t2);
         starts = _mm512_mask_permutexvar_epi8(starts, lanes_with_bit(2), starts, t4);
         starts = _mm512_mask_permutexvar_epi8(starts, lanes_with_bit(3), starts, t8);
-        starts = _mm512_mask_mov_epi8(starts, 1 << LANES, last);
         // Starts rise until the run stops, and stay there: the ids are the lanes below it.
         let count = (_mm512_cmplt_epu8_mask(starts, last) & 0xffff).count_ones() as usize;
-
-        // Byte b of id j is at end - 1 - b, for b below its width less the marker (a fixint,
-        // width 1, is its own value).
+        // Every byte of u32 lane j: the start of the j-th id.
         let begin = _mm512_permutexvar_epi8(lane_of_byte, starts);
-        let end = _mm512_permutexvar_epi8(next_lane_of_byte, starts);
-        let value_len = _mm512_max_epu8(_mm512_sub_epi8(_mm512_sub_epi8(end, begin), one), one);
-        let keep = _mm512_cmplt_epu8_mask(byte_in_lane, value_len);
-        let at = _mm512_sub_epi8(end, byte_plus_one);
+
+        // Byte b of id j is at its end - 1 - b, while that is past its marker; a fixint (width
+        // 1) is its own value. Positions are below 128, so a signed compare sees `at` below 0
+        // as before the start.
+        let end = _mm512_permutexvar_epi8(begin, t1);
+        let at = _mm512_sub_epi8(end, byte_before_end);
+        let keep = _mm512_cmpgt_epi8_mask(at, begin) | LOW_BYTES;
         let values = _mm512_maskz_permutexvar_epi8(keep, at, bytes);
 
         let take = count.min(remaining);
@@ -208,7 +209,12 @@ fn run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
         };
         done += take;
         if take == remaining {
-            entry = store(starts)[take] as usize;
+            // After the last id read: where the run stopped, or the start of the next one.
+            entry = if take == count {
+                exit
+            } else {
+                store(starts)[take] as usize
+            };
             break;
         }
         if exit >= STRIDE {
