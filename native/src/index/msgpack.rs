@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 
 #[cfg(target_arch = "x86_64")]
 mod avx512;
-#[cfg(test)]
+#[cfg(all(test, target_arch = "x86_64"))]
 mod differential_tests;
 
 /// Containers nested deeper than this are refused (msgspec fails near Python's recursion limit).
