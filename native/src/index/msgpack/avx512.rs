@@ -10,8 +10,13 @@
 //! stride, where the next window takes over), the squares `T², T⁴, T⁸, T¹⁶` are byte permutes of
 //! themselves. The start of the `j`-th id from `e` is `Tʲ(e)`: one masked permute per bit of `j`,
 //! for all 16 lanes at once; where the next window starts is `T¹⁶(e)`, one permute. The values
-//! are then gathered from the window's bytes with one more permute and no byte swap (the
-//! gather's indices count down from each id's last byte).
+//! are then gathered from the window's bytes by one permute whose indices count down from each
+//! id's last byte (`T` of its start), so no byte swap follows.
+//!
+//! Only positive fixints, uint8, uint16 and uint32 are read; the run stops at anything else
+//! (and at an id cut by the end of the input) exactly where the plain reading does, and the
+//! caller reads on from there. Tests hold it to the portable form on random buffers
+//! (`differential_tests`).
 
 use core::arch::x86_64::*;
 use std::sync::atomic::{AtomicU8, Ordering};
