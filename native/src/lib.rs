@@ -5,8 +5,10 @@
 //! are plain Rust: `&str` and `&[u32]` in, `Result<T, Error>` out, no FFI types. [`wire`] holds the protobuf
 //! messages generated from `protos/`, [`settings`] reads the JSON settings the server passes in,
 //! [`error`] the error kinds and their one gRPC status table. Every `extern "C"` export and every
-//! `unsafe` block lives in [`ffi`], which only converts; the one exception is the cache prefetch
-//! hint of the index tables (`index::table`), which reads and writes no memory.
+//! `unsafe` block lives in [`ffi`], which only converts; the exceptions are the cache prefetch
+//! hint of the index tables (`index::table`), which reads and writes no memory, and the AVX-512
+//! reader of token ids (`index::msgpack::avx512`): calls into code compiled for features the CPU
+//! was checked for, and vector loads and stores within arrays and slices it bounds-checks.
 //!
 //! Tests that need the real models of `../shared/models` go through [`test_support`]: they skip
 //! with a printed reason when the data is absent and fail when `CI=true`.

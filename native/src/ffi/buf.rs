@@ -184,7 +184,7 @@ pub(crate) unsafe fn read_cancel_flag<'a>(
     if flag.is_null() {
         return Ok(None);
     }
-    if (flag as usize) % std::mem::align_of::<u32>() != 0 {
+    if !(flag as usize).is_multiple_of(std::mem::align_of::<u32>()) {
         return Err(Error::invalid_argument(
             "cancel: the flag is not 4-byte aligned",
         ));

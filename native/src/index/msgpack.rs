@@ -8,6 +8,11 @@
 
 use crate::error::{Error, Result};
 
+#[cfg(target_arch = "x86_64")]
+mod avx512;
+#[cfg(all(test, target_arch = "x86_64"))]
+mod differential_tests;
+
 /// Containers nested deeper than this are refused (msgspec fails near Python's recursion limit).
 pub(crate) const MAX_DEPTH: usize = 1000;
 /// Seconds range of a Python `datetime` (years 1 to 9999), which a timestamp must fit.
@@ -147,6 +152,16 @@ fn value_before<const N: usize>(bytes: &[u8; N], end: usize, width: usize) -> u3
     word & VALUE_MASK[width & 7]
 }
 
+/// [`unsigned_run_portable`], in vector code where the CPU has it (checked once per process).
+#[inline]
+fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
+    #[cfg(target_arch = "x86_64")]
+    if let Some(done) = avx512::unsigned_run(buf, pos, ids) {
+        return done;
+    }
+    unsigned_run_portable(buf, pos, ids)
+}
+
 /// Reads the leading run of unsigned integers of at most 32 bits into `ids`, starting at
 /// `*pos`; returns how many it read (the caller reads the rest, and anything else, the general
 /// way).
@@ -158,8 +173,10 @@ fn value_before<const N: usize>(bytes: &[u8; N], end: usize, width: usize) -> u3
 /// that of the id after it, 0 unless both are unsigned ints of at most 32 bits. The chain is then
 /// one small load and an add per two ids, and the values are read off it. An odd last id, and
 /// any after one the windows stop at, go one at a time.
+///
+/// This is the portable form, and the reference the vector form ([`avx512`]) must equal.
 #[inline]
-fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
+fn unsigned_run_portable(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> usize {
     let mut at = *pos;
     let mut done = 0;
     while ids.len() - done >= 2 && at >= WINDOW_BACK && at < buf.len() {
@@ -399,6 +416,17 @@ impl<'a> Reader<'a> {
         n: usize,
         out: &mut Vec<u32>,
     ) -> Result<std::result::Result<Option<usize>, (usize, Kind)>> {
+        self.u32_list_with(n, out, unsigned_run)
+    }
+
+    /// [`Reader::u32_list`] with the leading run read by `run` (tests pick the form).
+    #[inline(always)]
+    fn u32_list_with(
+        &mut self,
+        n: usize,
+        out: &mut Vec<u32>,
+        run: impl Fn(&[u8], &mut usize, &mut [u32]) -> usize,
+    ) -> Result<std::result::Result<Option<usize>, (usize, Kind)>> {
         let buf = self.buf;
         let mut pos = self.pos;
         let mut wide = None;
@@ -406,7 +434,7 @@ impl<'a> Reader<'a> {
         let start = out.len();
         out.resize(start + n, 0);
         let ids = &mut out[start..];
-        let done = unsigned_run(buf, &mut pos, ids);
+        let done = run(buf, &mut pos, ids);
         for (i, slot) in ids.iter_mut().enumerate().skip(done) {
             if let Some(window) = buf.get(pos..pos + 5) {
                 let marker = window[0];

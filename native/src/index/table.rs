@@ -119,7 +119,7 @@ pub(crate) fn unmix(h: u64) -> u64 {
 
 /// Asks the processor to fetch the cache line at `at` into its caches (a hint: nothing waits
 /// for it, so the fetches of a whole batch are in flight together). `std::hint` has no stable
-/// prefetch, hence the intrinsic and the crate's one `unsafe` outside `ffi`.
+/// prefetch, hence the intrinsic and an `unsafe` outside `ffi`.
 #[inline(always)]
 #[allow(unsafe_code)]
 fn prefetch<T>(at: *const T) {
@@ -738,7 +738,7 @@ mod tests {
         }
         assert!(table.segments.len() >= 200_000 / SEGMENT_MAX);
         assert!(table.segments.iter().all(|s| s.len < SEGMENT_MAX));
-        table.remove_where(|p| unmix(p.0) % 3 != 0, |_| {});
+        table.remove_where(|p| !unmix(p.0).is_multiple_of(3), |_| {});
         assert_eq!(table.len(), 66_667);
         for k in 0..200_000u64 {
             assert_eq!(table.find(mix(k)).is_some(), k % 3 == 0);
