@@ -502,8 +502,9 @@ impl<S: Slot> Table<S> {
         })
     }
 
-    /// Starts fetching the home slot of `hash`: callers do this for a whole batch first, so
-    /// the processor fetches the slots in parallel, and the real lookups then hit the cache. A
+    /// Starts fetching the home slot of `hash`: callers do this some blocks ahead of the lookup
+    /// (see `core::PREFETCH_AHEAD`), so the processor fetches several blocks' slots in parallel
+    /// while it applies the ones before, and the real lookups then hit the cache. A
     /// prefetch, not a load: a load that misses holds up the loads behind it once the
     /// processor's reorder window fills (a few dozen instructions per block), so loads
     /// overlapped only a few blocks' misses, and at fleet sizes (2M entries) the stores ran
