@@ -44,6 +44,12 @@ from sidecar.native._ffi import ffi, lib
 from sidecar.native._handle import Handle
 
 _ENCODER = msgspec.msgpack.Encoder()
+# Looked up once: attribute reads on an ABI-mode `lib` cost a noticeable part of a small call.
+_OK = lib.SC_STATUS_OK
+_ENGINE = lib.SC_KV_PAYLOAD_ENGINE
+_NORMALIZED = lib.SC_KV_PAYLOAD_NORMALIZED
+_APPLY = lib.sc_kv_index_apply
+_APPLY_COLUMNS = lib.sc_kv_index_apply_columns
 _HEADER = struct.Struct("<4I")
 _ERRORS = threading.local()
 
@@ -247,7 +253,7 @@ class NativePrefixIndex:
         malformed payload raises `DecodeError` (what `router_adapter.events.decode_batch` refuses)
         and changes nothing."""
         try:
-            self._apply(worker, payload, lib.SC_KV_PAYLOAD_ENGINE)
+            self._apply(worker, payload, _ENGINE)
         except InvalidArgument as e:
             if str(e).startswith("payload:"):
                 raise DecodeError(str(e)) from None
@@ -263,37 +269,38 @@ class NativePrefixIndex:
             payload = _ENCODER.encode(batch)
         except (TypeError, OverflowError, ValueError):
             payload = _ENCODER.encode(_plain(batch))
-        self._apply(worker, payload, lib.SC_KV_PAYLOAD_NORMALIZED)
+        self._apply(worker, payload, _NORMALIZED)
 
     def apply(self, worker: str, event: Event) -> None:
         """Applies one decoded event."""
         self.apply_batch(worker, Batch(ts=time.time(), events=[event]))
 
     def _apply(self, worker: str, payload: bytes, encoding: int) -> None:
-        name = self._name_arg(worker)
+        name = self._names.get(worker) or self._name_arg(worker)
         err = _err_box()
         with self._handle as index:
             # bytes pass as they are (no buffer object to make); other buffers (a ZMQ frame's) by view.
             data = payload if type(payload) is bytes else ffi.from_buffer(payload)
-            status = lib.sc_kv_index_apply(index, name[1][0], data, len(payload), encoding, err)
-        if status != lib.SC_STATUS_OK:
+            status = _APPLY(index, name[2], data, len(payload), encoding, err)
+        if status != _OK:
             raise_for_status(status, err)
 
     def _apply_columns(self, worker: str, header: bytes, hashes: array, tokens: array) -> None:
-        name = self._name_arg(worker)
+        name = self._names.get(worker) or self._name_arg(worker)
         err = _err_box()
         with self._handle as index:
-            status = lib.sc_kv_index_apply_columns(
-                index, name[1][0], header, len(header),  # bytes pass as is: no buffer object to make
+            status = _APPLY_COLUMNS(
+                index, name[2], header, len(header),  # bytes pass as is: no buffer object to make
                 ffi.from_buffer("uint64_t[]", hashes) if hashes else ffi.NULL, len(hashes),
                 ffi.from_buffer("uint32_t[]", tokens) if tokens else ffi.NULL, len(tokens), err,
             )
-        if status != lib.SC_STATUS_OK:
+        if status != _OK:
             raise_for_status(status, err)
 
-    def _name_arg(self, worker: str) -> tuple[Any, Any]:
-        """A worker's name as (buffer, `sc_str *`), made once per worker; the caller holds the
-        tuple for the call (the buffer must outlive it) and passes `name[1][0]`."""
+    def _name_arg(self, worker: str) -> tuple[Any, Any, Any]:
+        """A worker's name as (buffer, `sc_str *`, the `sc_str` itself), made once per worker;
+        the caller holds the tuple for the call (the buffer must outlive it) and passes
+        `name[2]`."""
         cached = self._names.get(worker)
         if cached is not None:
             return cached
@@ -301,7 +308,7 @@ class NativePrefixIndex:
         buf = ffi.from_buffer("uint8_t[]", data) if data else ffi.NULL
         arg = ffi.new("sc_str *")
         arg.ptr, arg.len = buf, len(data)
-        name = (buf, arg)
+        name = (buf, arg, arg[0])
         if len(self._names) < 4096:  # workers of one model: a bound, not an expected size
             self._names[worker] = name
         return name
