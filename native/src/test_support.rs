@@ -19,6 +19,24 @@ use std::path::PathBuf;
 
 use crate::tokenizer::Tokenizer;
 
+/// A small deterministic generator (xorshift64), so randomized tests draw the same cases on every
+/// run.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A draw below `n`.
+    pub(crate) fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 /// Where the shared models are expected.
 fn models_dir() -> PathBuf {
     match std::env::var_os("SIDECAR_SHARED_MODELS") {

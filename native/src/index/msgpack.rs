@@ -684,6 +684,7 @@ fn check_timestamp(data: &[u8]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::Rng;
 
     /// One integer in a random one of the encodings that can hold it.
     fn encode(out: &mut Vec<u8>, v: i64, choice: u64) {
@@ -712,33 +713,31 @@ mod tests {
 
     #[test]
     fn u32_list_reads_every_width_like_int() {
-        let mut state = 0x9e37_79b9_u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = Rng(0x9e37_79b9_u64);
         for round in 0..2000 {
-            let n = (next() % 40) as usize;
+            let n = (rng.next() % 40) as usize;
             let mut buf = Vec::new();
             let mut values = Vec::new();
             for _ in 0..n {
-                let v = match next() % 8 {
-                    0 => (next() % 0x80) as i64,
-                    1 => (next() % 0x100) as i64,
-                    2 => (next() % 0x1_0000) as i64,
-                    3 | 4 => (next() % 0x1_0000_0000) as i64,
-                    5 if round % 4 == 0 => (next() >> 1) as i64,
-                    6 if round % 4 == 1 => -((next() % 1000) as i64) - 1,
-                    _ => (next() % 151_000) as i64,
+                let v = match rng.next() % 8 {
+                    0 => (rng.next() % 0x80) as i64,
+                    1 => (rng.next() % 0x100) as i64,
+                    2 => (rng.next() % 0x1_0000) as i64,
+                    3 | 4 => (rng.next() % 0x1_0000_0000) as i64,
+                    5 if round % 4 == 0 => (rng.next() >> 1) as i64,
+                    6 if round % 4 == 1 => -((rng.next() % 1000) as i64) - 1,
+                    _ => (rng.next() % 151_000) as i64,
                 };
-                encode(&mut buf, v, next());
+                encode(&mut buf, v, rng.next());
                 values.push(v);
             }
             // Sometimes a value that is no integer, and trailing bytes or none.
             let bad = round % 7 == 0 && n > 0;
-            let bad_at = if bad { (next() % n as u64) as usize } else { n };
+            let bad_at = if bad {
+                (rng.next() % n as u64) as usize
+            } else {
+                n
+            };
             if bad {
                 let mut again = Vec::new();
                 let mut r = Reader::new(&buf);
@@ -754,7 +753,7 @@ mod tests {
                 buf = again;
             }
             let end = buf.len();
-            buf.extend(std::iter::repeat_n(0xc0, (next() % 3) as usize));
+            buf.extend(std::iter::repeat_n(0xc0, (rng.next() % 3) as usize));
             let mut reader = Reader::new(&buf);
             let mut out = vec![7];
             let got = reader.u32_list(n, &mut out).unwrap();
@@ -776,7 +775,7 @@ mod tests {
 
     /// An unsigned integer of at most 32 bits as a fixint, uint8, uint16 or uint32: a random one
     /// of those that can hold it.
-    fn encode_unsigned(out: &mut Vec<u8>, v: u64, choice: u64) {
+    pub(super) fn encode_unsigned(out: &mut Vec<u8>, v: u64, choice: u64) {
         let smallest = [0x80, 0x100, 0x1_0000].iter().filter(|&&m| v >= m).count();
         match smallest.max((choice % 4) as usize) {
             0 => out.push(v as u8),
@@ -822,40 +821,34 @@ mod tests {
 
     #[test]
     fn u32_list_equals_int_per_element_at_every_cut() {
-        let mut state = 0x2545_f491_4f6c_dd1d_u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d_u64);
         for round in 0..300 {
             // Long runs (the windowed reader needs some 80 bytes), with every width of unsigned
             // id, and now and then something the general path reads.
-            let n = (next() % 160) as usize;
+            let n = (rng.next() % 160) as usize;
             let odd_rate = [0, 50, 8][round % 3];
             // The list starts after some other values, or at the very start.
-            let from = (next() % 7) as usize;
+            let from = (rng.next() % 7) as usize;
             let mut buf = vec![0xc0; from];
             for _ in 0..n {
-                if odd_rate > 0 && next() % odd_rate == 0 {
-                    match next() % 5 {
-                        0 => encode(&mut buf, (next() >> 1) as i64, next()),
-                        1 => encode(&mut buf, -((next() % 100_000) as i64) - 1, next()),
+                if odd_rate > 0 && rng.next().is_multiple_of(odd_rate) {
+                    match rng.next() % 5 {
+                        0 => encode(&mut buf, (rng.next() >> 1) as i64, rng.next()),
+                        1 => encode(&mut buf, -((rng.next() % 100_000) as i64) - 1, rng.next()),
                         2 => buf.extend([0xcb, 0, 0, 0, 0, 0, 0, 0, 0]),
                         3 => buf.push(0xc3),
-                        _ => encode(&mut buf, (next() % 0x80) as i64, 5),
+                        _ => encode(&mut buf, (rng.next() % 0x80) as i64, 5),
                     }
                     continue;
                 }
-                let v = match next() % 5 {
-                    0 => next() % 0x80,
-                    1 => next() % 0x100,
-                    2 => next() % 0x1_0000,
-                    3 => next() % 0x1_0000_0000,
-                    _ => next() % 151_000,
+                let v = match rng.next() % 5 {
+                    0 => rng.next() % 0x80,
+                    1 => rng.next() % 0x100,
+                    2 => rng.next() % 0x1_0000,
+                    3 => rng.next() % 0x1_0000_0000,
+                    _ => rng.next() % 151_000,
                 };
-                encode_unsigned(&mut buf, v, next());
+                encode_unsigned(&mut buf, v, rng.next());
             }
             // Cut at every length, the whole buffer included (no slack after the last id).
             let every = if round % 10 == 0 {

@@ -151,6 +151,7 @@ impl StampBits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::Rng;
     use std::collections::BTreeSet;
 
     #[test]
@@ -158,35 +159,29 @@ mod tests {
         let mut bits = StampBits::default();
         let mut model = BTreeSet::new();
         let mut next = 0u32;
-        let mut state = 0x9e37_79b9_u64;
-        let mut draw = |m: u64| {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state % m
-        };
+        let mut rng = Rng(0x9e37_79b9_u64);
         for step in 0..200_000 {
-            match draw(10) {
+            match rng.below(10) {
                 0..=5 => {
-                    next += 1 + (draw(3) == 0) as u32 * draw(200) as u32;
+                    next += 1 + (rng.below(3) == 0) as u32 * rng.below(200) as u32;
                     bits.set(next);
                     model.insert(next);
                 }
                 6 | 7 if !model.is_empty() => {
-                    let k = draw(model.len() as u64) as usize;
+                    let k = rng.below(model.len() as u64) as usize;
                     let stamp = *model.iter().nth(k).unwrap();
                     bits.clear(stamp);
                     model.remove(&stamp);
                 }
                 8 if !model.is_empty() => {
-                    let k = draw(model.len().min(300) as u64) as usize;
+                    let k = rng.below(model.len().min(300) as u64) as usize;
                     let last = *model.iter().nth(k).unwrap();
                     bits.clear_through(last);
                     model.retain(|&s| s > last);
                 }
                 _ => {}
             }
-            let probe = draw(model.len() as u64 + 2) as usize;
+            let probe = rng.below(model.len() as u64 + 2) as usize;
             assert_eq!(
                 bits.nth(probe),
                 model.iter().nth(probe).copied(),

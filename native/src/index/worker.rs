@@ -270,39 +270,34 @@ impl Worker {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_support::Rng;
 
     #[test]
     fn live_stamps_agree_with_partitioning_through_renumberings() {
         let mut worker = Worker::new("w".into(), 0);
-        let mut state = 0x2545_f491_u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut rng = Rng(0x2545_f491_u64);
         let mut bitmap_answers = 0;
         let mut renumberings = 0;
         for step in 0..40_000u64 {
             let next_before = worker.next_stamp;
             // Mostly re-stores of a few hot blocks, which widen the bitmap while cold blocks
             // hold its start.
-            let hash = match next() % 10 {
-                0..=7 => mix(next() % 8),
-                _ => mix(8 + next() % 3000),
+            let hash = match rng.next() % 10 {
+                0..=7 => mix(rng.next() % 8),
+                _ => mix(8 + rng.next() % 3000),
             };
-            match next() % 10 {
+            match rng.next() % 10 {
                 // Stores and re-stores (a re-store makes the block newest again).
                 0..=6 => {
-                    worker.store(hash, hash ^ 1, 1 << (next() % 2));
+                    worker.store(hash, hash ^ 1, 1 << (rng.next() % 2));
                 }
                 7 => worker.set_media(unmix(hash), 0),
                 // Rare evictions, so that re-stores widen the bitmap into renumberings.
-                _ if worker.len() > 1 && next() % 64 == 0 => {
-                    let n = (next() as usize) % worker.len();
+                _ if worker.len() > 1 && rng.next().is_multiple_of(64) => {
+                    let n = (rng.next() as usize) % worker.len();
                     assert_eq!(worker.live.nth(n), Some(worker.nth_stamp(n)), "step {step}");
                     bitmap_answers += 1;
-                    let count = 1 + (next() as usize) % (worker.len() / 4 + 1);
+                    let count = 1 + (rng.next() as usize) % (worker.len() / 4 + 1);
                     let threshold = worker.nth_stamp(count - 1);
                     let mut gone = 0;
                     worker.remove_oldest(count, |e| {

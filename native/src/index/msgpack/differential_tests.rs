@@ -3,22 +3,9 @@
 //! random places, lists cut at every byte near their end, and slices that end right at the list
 //! (so a read past the input fails its bounds check).
 
+use super::tests::encode_unsigned;
 use super::*;
-
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::test_support::Rng;
 
 /// The values at which an encoding stops fitting.
 const EDGES: [u64; 8] = [0, 127, 128, 255, 256, 65_535, 65_536, u32::MAX as u64];
@@ -33,19 +20,8 @@ fn push_unsigned(rng: &mut Rng, out: &mut Vec<u8>) {
         4 => rng.below(0x1_0000_0000),
         _ => rng.below(151_000),
     };
-    let smallest = [0x80, 0x100, 0x1_0000].iter().filter(|&&m| v >= m).count();
-    match smallest.max(rng.below(4) as usize) {
-        0 => out.push(v as u8),
-        1 => out.extend([0xcc, v as u8]),
-        2 => {
-            out.push(0xcd);
-            out.extend((v as u16).to_be_bytes());
-        }
-        _ => {
-            out.push(0xce);
-            out.extend((v as u32).to_be_bytes());
-        }
-    }
+    let choice = rng.below(4);
+    encode_unsigned(out, v, choice);
 }
 
 /// A value that is no unsigned id of at most 32 bits.
