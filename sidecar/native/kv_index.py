@@ -276,7 +276,7 @@ class NativePrefixIndex:
         self.apply_batch(worker, Batch(ts=time.time(), events=[event]))
 
     def _apply(self, worker: str, payload: bytes, encoding: int) -> None:
-        name = self._names.get(worker) or self._name_arg(worker)
+        name = self._name_arg(worker)
         err = _err_box()
         with self._handle as index:
             # bytes pass as they are (no buffer object to make); other buffers (a ZMQ frame's) by view.
@@ -286,7 +286,7 @@ class NativePrefixIndex:
             raise_for_status(status, err)
 
     def _apply_columns(self, worker: str, header: bytes, hashes: array, tokens: array) -> None:
-        name = self._names.get(worker) or self._name_arg(worker)
+        name = self._name_arg(worker)
         err = _err_box()
         with self._handle as index:
             status = _APPLY_COLUMNS(
