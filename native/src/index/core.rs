@@ -63,6 +63,9 @@ pub struct Index {
     /// Buffers reused by every store (content keys; mixed engine hashes and keys).
     scratch_keys: Vec<u64>,
     scratch_mixed: Vec<(u64, u64)>,
+    /// `batch.hashes[..n]` of the batch being applied have had their worker-table slots
+    /// requested (see `request_worker_slots`).
+    requested: usize,
 }
 
 impl Index {
@@ -82,6 +85,7 @@ impl Index {
             rate: EventRate::default(),
             scratch_keys: Vec::new(),
             scratch_mixed: Vec::new(),
+            requested: 0,
         }
     }
 
@@ -89,12 +93,24 @@ impl Index {
     pub fn apply(&mut self, worker: &str, batch: &Batch<'_>, now: f64) -> Result<()> {
         let id = self.worker_id(worker)?;
         self.worker_mut(id).last_event = now;
+        self.requested = 0;
+        self.request_worker_slots(id, batch, PREFETCH_AHEAD);
         for event in &batch.events {
-            match event {
-                Event::Stored(s) => self.store(id, s, batch),
-                Event::Removed(r) => self.remove(id, r, batch),
-                Event::Cleared => self.clear(id),
-            }
+            let end = match event {
+                Event::Stored(s) => {
+                    self.store(id, s, batch);
+                    s.hashes.1
+                }
+                Event::Removed(r) => {
+                    self.remove(id, r, batch);
+                    r.hashes.1
+                }
+                Event::Cleared => {
+                    self.clear(id);
+                    0
+                }
+            };
+            self.request_worker_slots(id, batch, end + PREFETCH_AHEAD);
         }
         self.rate.record(now, batch.events.len());
         self.stats.events += batch.events.len() as u64;
@@ -102,6 +118,25 @@ impl Index {
             self.evict();
         }
         Ok(())
+    }
+
+    /// Requests the worker-table slots of the batch's blocks up to position `to` in
+    /// `batch.hashes`. The pipeline of `PREFETCH_AHEAD` blocks runs across the events of a
+    /// batch: engines publish one event per block filled while decoding, and a pipeline per
+    /// event left each such block waiting on memory (`kv_profile ingest` of one-block events at
+    /// a 200k bound: 4% less user time). Key-table slots stay requested within a store: their
+    /// keys are computed per event, and planning a batch's keys first to request them across
+    /// events too cost as much as it saved.
+    #[inline]
+    fn request_worker_slots(&mut self, id: u32, batch: &Batch<'_>, to: usize) {
+        let to = to.min(batch.hashes.len());
+        if self.requested < to {
+            let worker = self.worker(id);
+            for &h in &batch.hashes[self.requested..to] {
+                worker.prefetch(mix(h));
+            }
+            self.requested = to;
+        }
     }
 
     /// Forgets everything `worker` holds; false when it is unknown.
@@ -174,13 +209,6 @@ impl Index {
             self.stats.skipped_events += 1;
             return;
         }
-        let hashes = &batch.hashes[event.hashes.0..event.hashes.1];
-        // The first worker-table slots are fetched while the content keys are hashed; the rest
-        // as the blocks are applied (see `PREFETCH_AHEAD`).
-        let worker = self.worker(id);
-        for &h in hashes.iter().take(PREFETCH_AHEAD) {
-            worker.prefetch(mix(h));
-        }
         // The buffers are lent out for the call: `store_blocks` mutates the rest of the index.
         let mut keys = std::mem::take(&mut self.scratch_keys);
         let mut mixed = std::mem::take(&mut self.scratch_mixed);
@@ -221,10 +249,10 @@ impl Index {
         }
         let mut added = 0;
         for (i, &(hash, hkey)) in mixed.iter().enumerate() {
-            if let Some(&(ahead_hash, ahead_key)) = mixed.get(i + PREFETCH_AHEAD) {
+            if let Some(&(_, ahead_key)) = mixed.get(i + PREFETCH_AHEAD) {
                 self.keys.prefetch(ahead_key);
-                self.worker(id).prefetch(ahead_hash);
             }
+            self.request_worker_slots(id, batch, event.hashes.0 + i + 1 + PREFETCH_AHEAD);
             added += self.hold(id, hash, hkey, m) as u64;
         }
         self.blocks += added;
