@@ -30,9 +30,10 @@
 //!   bytes with the load. Slots store their key's *mixed* hash (a bijection), so a probe compares
 //!   numbers without hashing what it passes. A removal leaves a tombstone (no shifting), and a
 //!   restore sizes the tables for the snapshot's entries before filling them.
-//! - **Memory traffic**: stores, evictions and scores first read every slot they will need in a
-//!   tight loop whose loads do not depend on each other, so the processor overlaps the cache
-//!   misses, then do the work on cached lines. Growth frees whole tables; the C ABI asks the
+//! - **Memory traffic**: stores and evictions request each table slot a few blocks before they
+//!   use it (prefetch hints; the worker-table slots across the events of a batch), and scores
+//!   request a chunk of keys' slots before walking them, so the processor overlaps the cache
+//!   misses while it works on lines already fetched. Growth frees whole tables; the C ABI asks the
 //!   allocator to return them to the OS after every 8 MiB freed ([`take_released_bytes`]).
 //!
 //! Limits (documented divergences from the Python index, far beyond real deployments): at most
