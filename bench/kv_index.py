@@ -7,7 +7,8 @@
 - Ingestion: vLLM-shaped msgpack batches (one BlockStored of 64 blocks each, 16 workers): raw
   payloads decoded and applied natively (`apply_payload`), and already-decoded batches through
   the Python API (`apply_batch`), into an empty index and at the `max_blocks` bound (every new
-  block evicts an old one). Rates in wall time and in the thread's CPU time: this machine is
+  block evicts an old one); and small messages (one one-block event per payload) one call each
+  or 64 per `apply_payloads` call. Rates in wall time and in the thread's CPU time: this machine is
   shared, and CPU time leaves out the time another process held the core.
 - Score: a 32k-token request (2048 blocks) over 64 workers holding 4M entries in all, each holding
   a prefix of the request of a different depth plus unrelated sequences.
@@ -239,6 +240,26 @@ def ingestion_section(quick: bool) -> Section:
 
     run_events("apply_payload")
     run_events("apply_batch")
+    # Small messages: one one-block event per payload (a batch per engine step), applied one call
+    # each, or in runs of 64 (`apply_payloads`, what the NATS consumer does with a pull).
+    messages = [(f"w{s % 16}", _one_block_events(rng, (s + 1) << 44, 1)) for s in range(blocks)]
+
+    def run_messages(group: int) -> None:
+        index = native(bound)
+        warm = random.Random(8)
+        for s in range(2 * bound // SEQ_BLOCKS):
+            index.apply_payload(f"w{s % 16}", _payload(warm, (s + 10**6) << 20, SEQ_BLOCKS))
+        if group == 1:
+            wall, cpu, kernel = _timed(lambda: [index.apply_payload(w, p) for w, p in messages])
+        else:
+            runs = [messages[i:i + group] for i in range(0, len(messages), group)]
+            wall, cpu, kernel = _timed(lambda: [index.apply_payloads(run) for run in runs])
+        path = "apply_payload" if group == 1 else f"apply_payloads, {group} per call"
+        section.rows.append(["native", path, "at the bound, one one-block event per payload",
+                             *_rates(blocks, wall, cpu, kernel), ""])
+
+    run_messages(1)
+    run_messages(64)
     small = bound // 10
     run("native", lambda: native(small), "apply_payload", f"at a bound of {small:,} (tables in cache)", None)
     section.notes += [
@@ -255,6 +276,9 @@ def ingestion_section(quick: bool) -> Section:
         f"'{SEQ_BLOCKS} one-block events per batch': the same number of blocks published as engines do while "
         "decoding, one BlockStored per block, so each block also pays for its event (decoding its map, its "
         "parent lookup, its call into the index).",
+        "'one one-block event per payload': as many payloads as blocks, each what an engine publishes for a "
+        "scheduler step that filled one block; apply_payloads takes a run of them in one native call, as the "
+        "NATS consumer does with each pull, so the per-call cost of Python and cffi is paid once per run.",
         "'of which kernel': the thread's system time in the measured span, page faults of fresh memory almost "
         "entirely; this VM makes them slow and variable (the same faults cost 0-40 ms from one process to the "
         "next), so an index growing from empty varies most.",

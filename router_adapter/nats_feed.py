@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 
 
 from router_adapter import fanout
-from router_adapter.events import DecodeError
 
 _log = logging.getLogger("router_adapter.nats_feed")
 
@@ -343,21 +342,31 @@ class NatsFeed:
         return (_RESET, worker, reason)
 
     def _apply_ops(self, model: str, ops: list[tuple]) -> None:
-        """The slice's payloads and resets, in order."""
+        """The slice's payloads and resets, in order; each run of payloads between resets in one
+        call (`KvRouter.feed_payloads`: a small message costs mostly its call into the index)."""
         router = self.router
-        for op in ops:
-            if op[0] == _RESET:
-                router.feed_reset(model, op[1], op[2])
+        start = 0
+        while start < len(ops):
+            if ops[start][0] == _RESET:
+                _, worker, reason = ops[start]
+                router.feed_reset(model, worker, reason)
+                start += 1
                 continue
-            _, worker, cursor, payload, stream_seq = op
-            try:
-                router.feed_payload(model, worker, payload)
-            except DecodeError as e:
-                cursor.decode_errors += 1
-                _log.warning("kv_nats_decode_error worker=%s stream_seq=%d error=%s", worker, stream_seq, e)
-                continue
-            cursor.batches += 1
-            cursor.lag_s = max(0.0, time.time() - cursor.last_time)
+            end = start
+            while end < len(ops) and ops[end][0] != _RESET:
+                end += 1
+            run = ops[start:end]
+            refused = dict(router.feed_payloads(model, [(op[1], op[3]) for op in run]))
+            now = time.time()
+            for i, (_, worker, cursor, _payload, stream_seq) in enumerate(run):
+                error = refused.get(i)
+                if error is not None:
+                    cursor.decode_errors += 1
+                    _log.warning("kv_nats_decode_error worker=%s stream_seq=%d error=%s", worker, stream_seq, error)
+                    continue
+                cursor.batches += 1
+                cursor.lag_s = max(0.0, now - cursor.last_time)
+            start = end
 
     # --- snapshots and age-out --------------------------------------------------------------------
 

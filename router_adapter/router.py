@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from router_adapter.events import Batch, decode_batch
+from router_adapter.events import Batch, DecodeError, decode_batch
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
 from router_adapter.index import PrefixIndex, Score
 from router_adapter.spec import HashSpec, MmItem
@@ -114,6 +114,22 @@ class KvRouter:
             apply_payload(worker, payload)
         else:
             index.apply_batch(worker, decode_batch(payload))
+
+    def feed_payloads(self, model: str, items: Sequence[tuple[str, bytes]]) -> list[tuple[int, DecodeError]]:
+        """`feed_payload` of each (worker, payload) of `model`, in order; the native index takes
+        them in one call (`apply_payloads`). Returns the payloads refused as malformed, as
+        (position, DecodeError): each changed nothing, and the others are applied."""
+        index = self.indexes[model]
+        apply_payloads = getattr(index, "apply_payloads", None)
+        if apply_payloads is not None:
+            return apply_payloads(items)
+        refused: list[tuple[int, DecodeError]] = []
+        for i, (worker, payload) in enumerate(items):
+            try:
+                self.feed_payload(model, worker, payload)
+            except DecodeError as e:
+                refused.append((i, e))
+        return refused
 
     def feed_reset(self, model: str, worker: str, reason: str) -> None:
         _log.warning("kv_index_worker_dropped worker=%s reason=%s", worker, reason)

@@ -86,7 +86,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 5
+#define SC_ABI_VERSION 6
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
@@ -768,6 +768,34 @@ int32_t sc_kv_index_apply(const struct sc_kv_index *index,
                           uintptr_t len,
                           int32_t encoding,
                           struct sc_error **err);
+
+/*
+ Applies `count` payloads in order, as `count` calls of `sc_kv_index_apply` would, in one
+ call (what a consumer reading many small messages at once saves is the cost of a call per
+ message). Item `i` is the payload `payloads[payload_ends[i - 1]..payload_ends[i]]` (from 0
+ for the first) published by the worker named `names[name_ends[i - 1]..name_ends[i]]`
+ (UTF-8). The index's lock is taken per payload, so scoring threads wait no longer than with
+ separate calls. Stops at the first payload that fails: returns its status and error, with
+ `*applied` = the payloads applied before it (it changed nothing). `*applied` = `count` on
+ success. Ends that decrease or pass their buffer, or a name that is not UTF-8, fail with
+ `SC_ERR_KIND_INVALID_ARGUMENT` before anything is applied.
+
+ # Safety
+ `index` must be a live handle; `names` (`names_len` bytes), `payloads` (`payloads_len`
+ bytes), `name_ends` and `payload_ends` (`count` values each) are borrowed for the call (NULL
+ when empty); `applied` and `err` must be NULL or writable.
+ */
+int32_t sc_kv_index_apply_many(const struct sc_kv_index *index,
+                               const uint8_t *names,
+                               uintptr_t names_len,
+                               const uint64_t *name_ends,
+                               const uint8_t *payloads,
+                               uintptr_t payloads_len,
+                               const uint64_t *payload_ends,
+                               uintptr_t count,
+                               int32_t encoding,
+                               uintptr_t *applied,
+                               struct sc_error **err);
 
 /*
  Applies a batch given as a header and two side arrays, as published by `worker`: the header

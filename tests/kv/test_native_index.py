@@ -20,11 +20,13 @@ import pytest
 from router_adapter.errors import InvalidSpec
 from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, DecodeError, decode_batch
 from router_adapter.index import PrefixIndex
+from router_adapter.router import KvRouter, ModelOptions
 from router_adapter.spec import HashSpec, MmItem
 from sidecar.errors import FailedPrecondition, InvalidArgument
 from sidecar.factory import get_hasher
 from sidecar.native import hashing as native_hashing
-from sidecar.native._ffi import lib
+from sidecar.native._errors import raise_for_status
+from sidecar.native._ffi import ffi, lib
 from sidecar.native.kv_index import NativePrefixIndex, _columns, _plain
 
 BS = 4
@@ -372,6 +374,90 @@ def test_malformed_payloads_raise_decode_error_and_change_nothing(data: bytes) -
     native = NativePrefixIndex(BS)
     with pytest.raises(DecodeError, match="^payload: "):
         native.apply_payload("w", data)
+    assert native.workers == [] and native.stats.events == 0
+
+
+def test_apply_payloads_equals_one_call_per_payload() -> None:
+    """`apply_payloads` in groups of any size leaves the index as `apply_payload` one payload at a
+    time does, and refuses the same malformed payloads (each changing nothing) at their positions."""
+    rng = random.Random("apply-payloads")
+    one, many = NativePrefixIndex(BS, max_blocks=300), NativePrefixIndex(BS, max_blocks=300)
+    scenario = Scenario(rng, engine_mode=False)
+    items = []
+    for _ in range(600):
+        worker = rng.choice(WORKERS)
+        data = payload(scenario.events(worker), rng.choice(["vllm-map", "vllm-array", "sglang"]),
+                       rng.choice(["unsigned", "signed", "bytes"]), rng)
+        items.append((worker, rng.choice(mutations(data, rng)) if rng.random() < 0.1 else data))
+    expected = []
+    for i, (worker, data) in enumerate(items):
+        try:
+            one.apply_payload(worker, data)
+        except DecodeError as e:
+            expected.append((i, str(e)))
+    got, start = [], 0
+    while start < len(items):
+        size = rng.choice([1, 2, 7, 64, 200])
+        got += [(start + i, str(e)) for i, e in many.apply_payloads(items[start:start + size])]
+        start += size
+    assert got == expected and len(expected) > 20
+    assert many.stats == one.stats and one.stats.evicted_blocks > 0 and one.stats.orphan_blocks > 0
+    assert many.num_blocks == one.num_blocks and many.workers == one.workers
+    for w in WORKERS:
+        assert many.worker_blocks(w) == one.worker_blocks(w), w
+    for tokens, lora, salt, mm in [scenario.request() for _ in range(60)]:
+        assert many.score(tokens, lora, salt, mm) == one.score(tokens, lora, salt, mm)
+    assert many.apply_payloads([]) == []
+
+
+def test_router_feed_payloads_alike_for_both_indexes() -> None:
+    """`KvRouter.feed_payloads` (what the NATS consumer calls per run of messages): the native
+    index takes the run in one call, the Python index one payload at a time; both refuse the same
+    payloads and end equal."""
+    rng = random.Random("feed-payloads")
+    scenario = Scenario(rng, engine_mode=False)
+    items = []
+    for _ in range(150):
+        worker = rng.choice(WORKERS)
+        data = payload(scenario.events(worker), "vllm-map", "unsigned", rng)
+        items.append((worker, b"\xc1" if rng.random() < 0.1 else data))
+    routers = [KvRouter([], models={"m": ModelOptions(block_size=BS)}, silence_timeout_s=None, index_factory=factory)
+               for factory in (PrefixIndex, NativePrefixIndex)]
+    refused = [[i for i, _ in router.feed_payloads("m", items)] for router in routers]
+    assert refused[0] == refused[1] == [i for i, (_, data) in enumerate(items) if data == b"\xc1"]
+    python, native = (router.index("m") for router in routers)
+    assert_same(python, native, [scenario.request() for _ in range(20)], len(items))
+
+
+def test_apply_payloads_raises_what_apply_payload_raises_after_the_payloads_before_it() -> None:
+    rng = random.Random("apply-payloads-errors")
+    scenario = Scenario(rng, engine_mode=False)
+    items = [(w, payload(scenario.events(w), "vllm-map", "unsigned", rng)) for w in ("w0", "w1", "w\ud800", "w2")]
+    one, many = NativePrefixIndex(BS), NativePrefixIndex(BS)
+    with pytest.raises(UnicodeEncodeError):
+        for worker, data in items:
+            one.apply_payload(worker, data)
+    with pytest.raises(UnicodeEncodeError):
+        many.apply_payloads(items)
+    assert many.workers == one.workers == ["w0", "w1"] and many.stats == one.stats
+
+
+@pytest.mark.parametrize(("names", "name_ends", "payload_ends", "message"), [
+    (b"w0w1", [2, 1], [0, 0], "name_ends: item 1 ends at 1, outside 2..=4"),
+    (b"w0w1", [2, 5], [0, 0], "name_ends: item 1 ends at 5, outside 2..=4"),
+    (b"w0\xff1", [2, 4], [0, 0], "names: item 1 is not UTF-8"),
+    (b"w0w1", [2, 4], [0, 9], "payload_ends: item 1 ends at 9, outside 0..=0"),
+])
+def test_apply_many_refuses_a_bad_layout_before_applying_anything(
+        names: bytes, name_ends: list[int], payload_ends: list[int], message: str) -> None:
+    native = NativePrefixIndex(BS)
+    applied, err = ffi.new("uintptr_t *"), ffi.new("sc_error **")
+    ends = [ffi.new("uint64_t[]", e) for e in (name_ends, payload_ends)]
+    with native._handle as index:
+        status = lib.sc_kv_index_apply_many(index, names, len(names), ends[0], ffi.NULL, 0, ends[1], 2,
+                                            lib.SC_KV_PAYLOAD_ENGINE, applied, err)
+    with pytest.raises(InvalidArgument, match=f"^{message}$"):
+        raise_for_status(status, err)
     assert native.workers == [] and native.stats.events == 0
 
 

@@ -122,19 +122,109 @@ pub unsafe extern "C" fn sc_kv_index_apply(
         let worker = unsafe { read_str(worker, "worker")? };
         // SAFETY: as above.
         let payload = unsafe { read_slice(payload, len, "payload")? };
-        let encoding = match encoding {
-            SC_KV_PAYLOAD_ENGINE => Encoding::Engine,
-            SC_KV_PAYLOAD_NORMALIZED => Encoding::Normalized,
-            other => {
-                return Err(Error::invalid_argument(format!(
-                    "encoding: unknown {other}"
-                )))
-            }
-        };
+        let encoding = read_encoding(encoding)?;
         let applied = index.inner.apply(worker, payload, encoding);
         trim_allocator();
         applied
     })
+}
+
+/// Applies `count` payloads in order, as `count` calls of `sc_kv_index_apply` would, in one
+/// call (what a consumer reading many small messages at once saves is the cost of a call per
+/// message). Item `i` is the payload `payloads[payload_ends[i - 1]..payload_ends[i]]` (from 0
+/// for the first) published by the worker named `names[name_ends[i - 1]..name_ends[i]]`
+/// (UTF-8). The index's lock is taken per payload, so scoring threads wait no longer than with
+/// separate calls. Stops at the first payload that fails: returns its status and error, with
+/// `*applied` = the payloads applied before it (it changed nothing). `*applied` = `count` on
+/// success. Ends that decrease or pass their buffer, or a name that is not UTF-8, fail with
+/// `SC_ERR_KIND_INVALID_ARGUMENT` before anything is applied.
+///
+/// # Safety
+/// `index` must be a live handle; `names` (`names_len` bytes), `payloads` (`payloads_len`
+/// bytes), `name_ends` and `payload_ends` (`count` values each) are borrowed for the call (NULL
+/// when empty); `applied` and `err` must be NULL or writable.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)]
+pub unsafe extern "C" fn sc_kv_index_apply_many(
+    index: *const sc_kv_index,
+    names: *const u8,
+    names_len: usize,
+    name_ends: *const u64,
+    payloads: *const u8,
+    payloads_len: usize,
+    payload_ends: *const u64,
+    count: usize,
+    encoding: i32,
+    applied: *mut usize,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        require_out(applied, "applied")?;
+        // SAFETY: the caller passes a live handle and lends the arguments for the call.
+        let index = unsafe { read_handle(index, "index")? };
+        // SAFETY: as above.
+        let names = unsafe { read_slice(names, names_len, "names")? };
+        // SAFETY: as above.
+        let name_ends = unsafe { read_slice(name_ends, count, "name_ends")? };
+        // SAFETY: as above.
+        let payloads = unsafe { read_slice(payloads, payloads_len, "payloads")? };
+        // SAFETY: as above.
+        let payload_ends = unsafe { read_slice(payload_ends, count, "payload_ends")? };
+        let encoding = read_encoding(encoding)?;
+        let names = split_at_ends(names, name_ends, "name_ends")?
+            .into_iter()
+            .enumerate()
+            .map(|(i, name)| {
+                std::str::from_utf8(name)
+                    .map_err(|_| Error::invalid_argument(format!("names: item {i} is not UTF-8")))
+            })
+            .collect::<crate::error::Result<Vec<&str>>>()?;
+        let payloads = split_at_ends(payloads, payload_ends, "payload_ends")?;
+        let outcome = index
+            .inner
+            .apply_many(names.into_iter().zip(payloads), encoding);
+        trim_allocator();
+        let (done, result) = match outcome {
+            Ok(done) => (done, Ok(())),
+            Err((done, e)) => (done, Err(e)),
+        };
+        // SAFETY: checked non-null above; the caller promises it is writable.
+        unsafe { write_out(applied, done, "applied")? };
+        result
+    })
+}
+
+/// `blob` cut at `ends` (each the end of one item, the first starting at 0).
+fn split_at_ends<'a>(
+    blob: &'a [u8],
+    ends: &[u64],
+    field: &str,
+) -> crate::error::Result<Vec<&'a [u8]>> {
+    let mut start = 0usize;
+    let mut items = Vec::with_capacity(ends.len());
+    for (i, &end) in ends.iter().enumerate() {
+        let end = usize::try_from(end).unwrap_or(usize::MAX);
+        if end < start || end > blob.len() {
+            return Err(Error::invalid_argument(format!(
+                "{field}: item {i} ends at {end}, outside {start}..={}",
+                blob.len()
+            )));
+        }
+        items.push(&blob[start..end]);
+        start = end;
+    }
+    Ok(items)
+}
+
+/// An `SC_KV_PAYLOAD_*` value.
+fn read_encoding(encoding: i32) -> crate::error::Result<Encoding> {
+    match encoding {
+        SC_KV_PAYLOAD_ENGINE => Ok(Encoding::Engine),
+        SC_KV_PAYLOAD_NORMALIZED => Ok(Encoding::Normalized),
+        other => Err(Error::invalid_argument(format!(
+            "encoding: unknown {other}"
+        ))),
+    }
 }
 
 /// Applies a batch given as a header and two side arrays, as published by `worker`: the header

@@ -288,6 +288,23 @@ impl SharedIndex {
         self.apply_decoded(worker, &batch)
     }
 
+    /// [`SharedIndex::apply`] of each (worker, payload) in order, the lock taken per payload as
+    /// by separate calls. Stops at the first payload that fails: `Err((applied, error))`, where
+    /// `applied` payloads went in before it and it changed nothing; `Ok(count)` when all did.
+    pub fn apply_many<'p>(
+        &self,
+        items: impl IntoIterator<Item = (&'p str, &'p [u8])>,
+        encoding: Encoding,
+    ) -> std::result::Result<usize, (usize, Error)> {
+        let mut applied = 0;
+        for (worker, payload) in items {
+            self.apply(worker, payload, encoding)
+                .map_err(|e| (applied, e))?;
+            applied += 1;
+        }
+        Ok(applied)
+    }
+
     /// [`SharedIndex::apply`] for a header and its side arrays ([`decode_columns`]).
     pub fn apply_columns(&self, worker: &str, header: &[u8], columns: Columns<'_>) -> Result<()> {
         let batch = decode_columns(header, columns).map_err(|e| e.context("payload"))?;
