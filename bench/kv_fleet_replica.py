@@ -65,14 +65,17 @@ class Replica:
         self.score_times: list[float] = []
         self.recording = False
         self._scoring = threading.Event()
-        apply = self.router.feed_payload
+        apply = self.router.feed_payloads
 
-        def timed_apply(model_name: str, worker: str, payload: bytes) -> None:
-            apply(model_name, worker, payload)
+        def timed_apply(model_name: str, items: list[tuple[str, bytes]]) -> list:
+            refused = apply(model_name, items)
             if self.recording:
-                self.lags.append(time.time() - engine_ts(payload))
+                now, skip = time.time(), {i for i, _ in refused}
+                self.lags.extend(now - engine_ts(payload) for i, (_, payload) in enumerate(items) if i not in skip)
+            return refused
 
-        self.router.feed_payload = timed_apply
+        # The feed applies each run of messages in one call: a message's lag ends when its run is applied.
+        self.router.feed_payloads = timed_apply
 
     def start(self) -> None:
         started = time.monotonic()

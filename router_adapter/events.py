@@ -15,7 +15,7 @@ or raises `DecodeError`.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any, Callable, Sequence, Union
 
 import msgspec
 
@@ -28,6 +28,18 @@ HashValue = Union[int, bytes]
 
 class DecodeError(ValueError):
     """A payload that is not a KV-event batch."""
+
+
+def apply_each(apply: Callable[[str, Any], None], items: Sequence[tuple[str, Any]]) -> list[tuple[int, DecodeError]]:
+    """`apply(worker, payload)` for each item in order, going on past a payload refused as
+    malformed: those as (position, DecodeError). Any other error is raised where it happens."""
+    refused: list[tuple[int, DecodeError]] = []
+    for i, (worker, payload) in enumerate(items):
+        try:
+            apply(worker, payload)
+        except DecodeError as e:
+            refused.append((i, e))
+    return refused
 
 
 # --- the normalized events handed to the index -------------------------------------------------

@@ -9,7 +9,7 @@ server's loop). Per model of the router it:
    stream is read from its first message;
 2. reads the model's subjects (`<prefix>.<model>.*`) from the next stream sequence on through an
    ephemeral pull consumer, applying every message in stream order through the router
-   (`KvRouter.feed_payload` / `feed_reset`) with the per-worker rules of `router_adapter.fanout`.
+   (`KvRouter.feed_payloads` / `feed_reset`) with the per-worker rules of `router_adapter.fanout`.
    The payloads (the engine's bytes, as they came) go to the index undecoded: the native index
    decodes and applies each in one call with the GIL released, so a Score (on the server's
    threads) waits for one message's application at most. A pull's messages are applied in slices

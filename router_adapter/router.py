@@ -13,7 +13,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from router_adapter.events import Batch, DecodeError, decode_batch
+from router_adapter.events import Batch, DecodeError, apply_each, decode_batch
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
 from router_adapter.index import PrefixIndex, Score
 from router_adapter.spec import HashSpec, MmItem
@@ -93,7 +93,7 @@ class KvRouter:
 
     def attach_feed(self, feed) -> None:  # noqa: ANN001 - router_adapter.nats_feed.NatsFeed
         """Another event source (NATS fan-out), started and stopped with the router. It delivers
-        through `feed_payload` (or `feed_batch`) and `feed_reset`."""
+        through `feed_payloads` (or `feed_payload`, `feed_batch`) and `feed_reset`."""
         self.feed = feed
 
     def warming(self, model: str) -> bool:
@@ -123,13 +123,7 @@ class KvRouter:
         apply_payloads = getattr(index, "apply_payloads", None)
         if apply_payloads is not None:
             return apply_payloads(items)
-        refused: list[tuple[int, DecodeError]] = []
-        for i, (worker, payload) in enumerate(items):
-            try:
-                self.feed_payload(model, worker, payload)
-            except DecodeError as e:
-                refused.append((i, e))
-        return refused
+        return apply_each(lambda worker, payload: self.feed_payload(model, worker, payload), items)
 
     def feed_reset(self, model: str, worker: str, reason: str) -> None:
         _log.warning("kv_index_worker_dropped worker=%s reason=%s", worker, reason)

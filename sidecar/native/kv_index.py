@@ -31,6 +31,7 @@ from router_adapter.events import (
     BlockStored,
     DecodeError,
     Event,
+    apply_each,
     cache_salt_of,
 )
 from router_adapter.hashing import BlockHasher
@@ -257,8 +258,9 @@ class NativePrefixIndex:
         try:
             self._apply(worker, payload, _ENGINE)
         except InvalidArgument as e:
-            if str(e).startswith("payload:"):
-                raise DecodeError(str(e)) from None
+            refused = _as_decode_error(e)
+            if refused is not None:
+                raise refused from None
             raise
 
     def apply_payloads(self, items: Sequence[tuple[str, Any]]) -> list[tuple[int, DecodeError]]:
@@ -277,23 +279,15 @@ class NativePrefixIndex:
                 joined = _joined(rest)
             except (UnicodeEncodeError, TypeError, AttributeError):
                 # An argument one call would refuse: a call per payload, for the same outcome in order.
-                return refused + [(start + i, e) for i, e in self._apply_each(rest)]
+                return refused + [(start + i, e) for i, e in apply_each(self.apply_payload, rest)]
             applied, error = self._apply_many(joined, len(rest))
             if error is None:
                 break
-            if not (isinstance(error, InvalidArgument) and str(error).startswith("payload:")):
+            decode_error = _as_decode_error(error)
+            if decode_error is None:
                 raise error
-            refused.append((start + applied, DecodeError(str(error))))
+            refused.append((start + applied, decode_error))
             start += applied + 1
-        return refused
-
-    def _apply_each(self, items: Sequence[tuple[str, Any]]) -> list[tuple[int, DecodeError]]:
-        refused: list[tuple[int, DecodeError]] = []
-        for i, (worker, payload) in enumerate(items):
-            try:
-                self.apply_payload(worker, payload)
-            except DecodeError as e:
-                refused.append((i, e))
         return refused
 
     def _apply_many(self, joined: tuple[bytes, array, bytes, array], count: int) -> tuple[int, SidecarError | None]:
@@ -479,6 +473,12 @@ def _columns(batch: Batch) -> tuple[bytes, array, array] | None:
         return _ENCODER.encode({"events": events}), hashes, tokens
     except (TypeError, OverflowError, ValueError):
         return None
+
+
+def _as_decode_error(e: SidecarError) -> DecodeError | None:
+    """The DecodeError a refusal of a payload's contents is (the native index names them
+    `payload:`), or None for any other error."""
+    return DecodeError(str(e)) if isinstance(e, InvalidArgument) and str(e).startswith("payload:") else None
 
 
 def _joined(items: Sequence[tuple[str, Any]]) -> tuple[bytes, array, bytes, array]:
