@@ -173,6 +173,18 @@ def _rates(blocks: int, wall: float, cpu: float, kernel: float) -> tuple[str, st
     return f"{blocks / wall / 1e6:.2f}M", f"{blocks / cpu / 1e6:.2f}M", f"{kernel * 1e3:.0f} ms"
 
 
+def _fill_past_bound(index, decoded: bool = False) -> None:  # noqa: ANN001
+    """Fills `index` to twice its `max_blocks` with other sequences than the measured ones, so that
+    every measured block evicts one; `decoded`: through `apply_batch` instead of raw payloads."""
+    warm = random.Random(8)
+    for s in range(2 * index.max_blocks // SEQ_BLOCKS):
+        w, data = f"w{s % 16}", _payload(warm, (s + 10**6) << 20, SEQ_BLOCKS)
+        if decoded:
+            index.apply_batch(w, decode_batch(data))
+        else:
+            index.apply_payload(w, data)
+
+
 def ingestion_section(quick: bool) -> Section:
     kv = _native()
     sequences = 300 if quick else 2000
@@ -187,14 +199,7 @@ def ingestion_section(quick: bool) -> Section:
     def run(name: str, make, path: str, state: str, target: float | None, fresh: bool = False) -> None:  # noqa: ANN001
         index = make()
         if state.startswith("at"):
-            # Fill past the bound first, with other sequences, so every measured block evicts one.
-            warm = random.Random(8)
-            for s in range(2 * index.max_blocks // SEQ_BLOCKS):
-                w, data = f"w{s % 16}", _payload(warm, (s + 10**6) << 20, SEQ_BLOCKS)
-                if path == "apply_batch":
-                    index.apply_batch(w, decode_batch(data))
-                else:
-                    index.apply_payload(w, data)
+            _fill_past_bound(index, decoded=path == "apply_batch")
         if path == "apply_payload":
             wall, cpu, kernel = _timed(lambda: [index.apply_payload(w, p) for w, p in payloads])
         elif fresh:
@@ -227,9 +232,7 @@ def ingestion_section(quick: bool) -> Section:
 
     def run_events(path: str) -> None:
         index = native(bound)
-        warm = random.Random(8)
-        for s in range(2 * bound // SEQ_BLOCKS):
-            index.apply_payload(f"w{s % 16}", _payload(warm, (s + 10**6) << 20, SEQ_BLOCKS))
+        _fill_past_bound(index)
         if path == "apply_payload":
             wall, cpu, kernel = _timed(lambda: [index.apply_payload(w, p) for w, p in small_events])
         else:
@@ -246,9 +249,7 @@ def ingestion_section(quick: bool) -> Section:
 
     def run_messages(group: int) -> None:
         index = native(bound)
-        warm = random.Random(8)
-        for s in range(2 * bound // SEQ_BLOCKS):
-            index.apply_payload(f"w{s % 16}", _payload(warm, (s + 10**6) << 20, SEQ_BLOCKS))
+        _fill_past_bound(index)
         if group == 1:
             wall, cpu, kernel = _timed(lambda: [index.apply_payload(w, p) for w, p in messages])
         else:
