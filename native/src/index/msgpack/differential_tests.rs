@@ -26,39 +26,26 @@ fn push_unsigned(rng: &mut Rng, out: &mut Vec<u8>) {
 
 /// A value that is no unsigned id of at most 32 bits.
 fn push_foreign(rng: &mut Rng, out: &mut Vec<u8>) {
-    let payload = |rng: &mut Rng, out: &mut Vec<u8>, n: usize| {
-        out.extend((0..n).map(|_| rng.next() as u8));
-    };
-    match rng.below(10) {
-        0 => {
-            out.push(0xcf);
-            payload(rng, out, 8);
-        }
-        1 => {
-            out.push(0xd0);
-            payload(rng, out, 1);
-        }
-        2 => {
-            out.push(0xd1);
-            payload(rng, out, 2);
-        }
-        3 => {
-            out.push(0xd2);
-            payload(rng, out, 4);
-        }
-        4 => {
-            out.push(0xd3);
-            payload(rng, out, 8);
-        }
-        5 => out.push(0xc0),
-        6 => out.push(0xa0),
-        7 => out.push(0x90),
-        8 => out.push(0xe0 | rng.below(32) as u8),
-        _ => {
-            out.push(0xcb);
-            payload(rng, out, 8);
-        }
+    // (marker, bytes after it): uint64, int8/16/32/64, nil, empty str, empty array, float64.
+    const FOREIGN: [(u8, usize); 10] = [
+        (0xcf, 8),
+        (0xd0, 1),
+        (0xd1, 2),
+        (0xd2, 4),
+        (0xd3, 8),
+        (0xc0, 0),
+        (0xa0, 0),
+        (0x90, 0),
+        (0xe0, 0), // a negative fixint, its low bits drawn below
+        (0xcb, 8),
+    ];
+    let (marker, len) = FOREIGN[rng.below(10) as usize];
+    if marker == 0xe0 {
+        out.push(marker | rng.below(32) as u8);
+        return;
     }
+    out.push(marker);
+    out.extend((0..len).map(|_| rng.next() as u8));
 }
 
 /// The run read plainly: the values of the leading unsigned ids of at most 32 bits from `from`
@@ -199,20 +186,16 @@ fn vector_run_reads_long_runs_of_each_width() {
     for width in [1usize, 2, 3, 5] {
         for len in [15, 16, 17, 47, 48, 49, 300] {
             let mut buf = Vec::new();
+            // The value cut to the width, and the encoding `encode_unsigned` must then use.
+            let (mask, choice) = match width {
+                1 => (0x7f, 0),
+                2 => (0xff, 1),
+                3 => (0xffff, 2),
+                _ => (u32::MAX as u64, 3),
+            };
             for _ in 0..len {
                 let v = rng.next() as u32;
-                match width {
-                    1 => buf.push(v as u8 & 0x7f),
-                    2 => buf.extend([0xcc, v as u8]),
-                    3 => {
-                        buf.push(0xcd);
-                        buf.extend((v as u16).to_be_bytes());
-                    }
-                    _ => {
-                        buf.push(0xce);
-                        buf.extend(v.to_be_bytes());
-                    }
-                }
+                encode_unsigned(&mut buf, v as u64 & mask, choice);
             }
             check_all(&buf, 0, len);
             check_all(&buf, 0, len + 1);
