@@ -75,7 +75,7 @@ class KvRouter:
         raw = all(hasattr(index, "apply_payload") for index in self.indexes.values())
         self.subscriber = Subscriber(
             sources, None if raw else self._on_batch, self._on_reset,
-            on_payload=self._on_payload if raw else None,
+            on_payloads=self._on_payloads if raw else None,
             silence_timeout_s=silence_timeout_s, replay_timeout_s=replay_timeout_s,
             resume={s.worker: -1 for s in sources if s.replay_endpoint} if replay_history else None,
         )
@@ -150,8 +150,10 @@ class KvRouter:
     def _on_batch(self, worker: str, batch: Batch) -> None:
         self.indexes[self._worker_model[worker]].apply_batch(worker, batch)
 
-    def _on_payload(self, worker: str, seq: int, payload: bytes) -> None:
-        self.indexes[self._worker_model[worker]].apply_payload(worker, payload)
+    def _on_payloads(self, worker: str, items: list[tuple[int, bytes]]) -> list[tuple[int, DecodeError]]:
+        """A run of `worker`'s batches, in one native call (small messages cost the call, not the
+        work: one-block payloads apply about 2x faster in runs; docs/kv_fanout.md)."""
+        return self.indexes[self._worker_model[worker]].apply_payloads([(worker, p) for _, p in items])
 
     def _on_reset(self, worker: str, reason: str) -> None:
         _log.warning("kv_index_worker_dropped worker=%s reason=%s", worker, reason)

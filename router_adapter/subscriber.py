@@ -14,8 +14,10 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 
 The sink and the reset callback run on the subscriber thread. A relay (`router_adapter.relay`) passes
 `on_payload` instead of `on_batch`: it gets each batch's sequence number and raw payload, undecoded,
-and may `resume` a source from the last sequence it forwarded before it restarted; so does `KvRouter`
-over the native index, which decodes payloads itself (a `DecodeError` it raises is counted as one). Decoding lives in `events`, state in
+and may `resume` a source from the last sequence it forwarded before it restarted. `KvRouter` over
+the native index, which decodes payloads itself, passes `on_payloads`: the batches of one drain of a
+source's socket in one call (the index's `apply_payloads`; each payload it refuses as malformed is
+counted as a decode error). Decoding lives in `events`, state in
 the sink: this module knows neither the index nor any engine type.
 """
 
@@ -86,11 +88,16 @@ class _State:
     last_seq: int | None = None
     last_seen: float = field(default_factory=time.monotonic)
     stats: SourceStats = field(default_factory=SourceStats)
+    #: (seq, payload) delivered but not yet handed to an `on_payloads` sink.
+    pending: list[tuple[int, bytes]] = field(default_factory=list)
 
 
 Sink = Callable[[str, Batch], None]
 #: (worker, sequence number, raw payload): batches handed on undecoded.
 PayloadSink = Callable[[str, int, bytes], None]
+#: (worker, [(sequence number, raw payload)]) -> the refused ones as (position, DecodeError): a run
+#: of one source's batches in order, handed on in one call.
+PayloadsSink = Callable[[str, list[tuple[int, bytes]]], list[tuple[int, DecodeError]]]
 ResetCallback = Callable[[str, str], None]
 
 
@@ -107,19 +114,23 @@ class Subscriber:
         replay_timeout_s: float = 2.0,
         poll_interval_s: float = 0.1,
         on_payload: PayloadSink | None = None,
+        on_payloads: PayloadsSink | None = None,
         resume: dict[str, int] | None = None,
     ) -> None:
-        """`on_payload`, when given, replaces decoding and `on_batch`; `resume` maps a worker to the
+        """`on_payload`, when given, replaces decoding and `on_batch`; `on_payloads` likewise, with
+        the batches of one source that arrived together (a drain of its socket) in one call, handed
+        on before anything that resets the source; `resume` maps a worker to the
         last sequence number already handled, so the first message is checked against it (a gap is
         replayed, a lower number is an engine restart) instead of being taken as it comes."""
         names = [s.worker for s in sources]
         if len(set(names)) != len(names):
             raise ValueError("each KV-event source needs its own worker name")
         self.sources = sources
-        if (on_batch is None) == (on_payload is None):
-            raise ValueError("give exactly one of on_batch and on_payload")
+        if sum(sink is not None for sink in (on_batch, on_payload, on_payloads)) != 1:
+            raise ValueError("give exactly one of on_batch, on_payload and on_payloads")
         self._on_batch = on_batch
         self._on_payload = on_payload
+        self._on_payloads = on_payloads
         self._resume = dict(resume or {})
         self._on_reset = on_reset
         self._silence = silence_timeout_s
@@ -174,6 +185,7 @@ class Subscriber:
                         except zmq.Again:
                             break
                         self._handle(state, frames)
+                    self._flush(state)
                 self._age_out()
         finally:
             for sock in by_socket:
@@ -198,6 +210,9 @@ class Subscriber:
 
     def _deliver(self, state: _State, seq: int, payload: bytes) -> None:
         state.last_seq = seq
+        if self._on_payloads is not None:
+            state.pending.append((seq, payload))
+            return
         if self._on_payload is not None:
             try:
                 self._on_payload(state.source.worker, seq, payload)
@@ -215,6 +230,17 @@ class Subscriber:
             return
         state.stats.batches += 1
         self._on_batch(state.source.worker, batch)
+
+    def _flush(self, state: _State) -> None:
+        """Hands the batches delivered since the last flush to the `on_payloads` sink."""
+        if not state.pending:
+            return
+        items, state.pending = state.pending, []
+        refused = self._on_payloads(state.source.worker, items)
+        state.stats.batches += len(items) - len(refused)
+        for position, e in refused:
+            state.stats.decode_errors += 1
+            _log.warning("kv_events_decode_error worker=%s seq=%d error=%s", state.source.worker, items[position][0], e)
 
     def _replay(self, state: _State, start: int, until: int) -> bool:
         """Fetches and delivers batches `start .. until-1`; False when they cannot all be had."""
@@ -256,6 +282,7 @@ class Subscriber:
         return True
 
     def _reset(self, state: _State, reason: str) -> None:
+        self._flush(state)  # what came before the reset is applied before it
         state.stats.resets += 1
         state.last_seq = None
         _log.warning("kv_events_worker_reset worker=%s reason=%s", state.source.worker, reason)

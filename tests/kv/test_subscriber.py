@@ -4,12 +4,15 @@ the Python index and the native one behind the router."""
 
 from __future__ import annotations
 
+import time
 from typing import Iterator
 
 import pytest
 import zmq
 
 from router_adapter import KvRouter, PrefixIndex, Source, _reference
+from router_adapter.events import DecodeError
+from router_adapter.subscriber import Subscriber
 from router_adapter.router import IndexFactory
 from router_adapter.spec import HashSpec
 from sidecar.factory import get_index_factory
@@ -182,3 +185,42 @@ def test_native_index_gets_raw_payloads(ctx: zmq.Context, monkeypatch: pytest.Mo
     finally:
         router.stop()
         pub.close()
+
+
+def test_payload_runs_keep_order_and_flush_before_a_reset(ctx: zmq.Context) -> None:
+    """`on_payloads` gets each drain of a source's socket as one run: batches in order, a reset
+    only after every batch before it was handed on, refused payloads counted as decode errors."""
+    pub = FakeEnginePublisher(ctx, replay=False)
+    seen: list[tuple[str, object]] = []
+    runs: list[int] = []
+
+    def sink(worker: str, items: list[tuple[int, bytes]]) -> list[tuple[int, DecodeError]]:
+        if not runs:
+            time.sleep(0.3)  # the messages behind the first queue up meanwhile: later drains are runs
+        runs.append(len(items))
+        seen.extend(("batch", seq) for seq, _ in items)
+        return [(i, DecodeError("refused")) for i, (_, payload) in enumerate(items) if payload == b"bad"]
+
+    sub = Subscriber([Source("a", pub.endpoint)], None, lambda worker, reason: seen.append(("reset", reason)),
+                     on_payloads=sink, silence_timeout_s=None)
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        sent = [*range(10), 3, 4, 5]  # an engine restart after seq 9
+        for i, seq in enumerate(sent):
+            payload = b"bad" if i == 5 else f"p{seq}".encode()  # the first seq 5 is refused
+            pub.pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+        wait_until(lambda: len(seen) == len(sent) + 1, what="every batch and the reset")
+        assert seen == [*(("batch", s) for s in range(10)), ("reset", "restart"), *(("batch", s) for s in (3, 4, 5))]
+        assert max(runs) > 1
+        stats = sub.stats()["a"]
+        assert (stats.batches, stats.decode_errors, stats.restarts, stats.resets) == (len(sent) - 1, 1, 1, 1)
+    finally:
+        sub.stop()
+        pub.close()
+
+
+def test_exactly_one_sink() -> None:
+    for sinks in [{}, {"on_payload": lambda *a: None, "on_payloads": lambda *a: []}]:
+        with pytest.raises(ValueError, match="exactly one"):
+            Subscriber([], None, lambda worker, reason: None, **sinks)
