@@ -59,7 +59,19 @@ check-generated-testing: proto native-testing
 run: build ## Start the server on the embedded default model (Qwen3)
 	$(VENV)/bin/sidecar serve $(RUN_ARGS)
 
-test: setup check-generated-testing rust-client test-rust test-fuzz test-python ## Run every test (Rust, fuzz replay, C ABI, parity, end to end) on the test build
+# The Rust side and pytest run side by side: pytest keeps about one core busy (its end-to-end tests
+# mostly wait on servers), so the cargo test builds and runs fit beside it (about 4 minutes off CI).
+# pytest prints as it goes; the Rust side's output is kept in a file and printed in one piece.
+NATIVE_TEST_LOG := $(TEST_TARGET)/test-native.log
+test: setup check-generated-testing rust-client ## Run every test (Rust, fuzz replay, C ABI, parity, end to end) on the test build
+	@$(MAKE) --no-print-directory -j2 test-native-quiet test-python
+
+test-native: test-rust test-fuzz ## The Rust tests and the fuzz replay
+
+test-native-quiet:
+	@mkdir -p $(TEST_TARGET) && echo "Rust tests and fuzz replay running beside pytest; output in $(NATIVE_TEST_LOG)"
+	@{ $(MAKE) --no-print-directory test-rust && $(MAKE) --no-print-directory test-fuzz; } > $(NATIVE_TEST_LOG) 2>&1; status=$$?; \
+	  printf '\n== Rust tests and fuzz replay (exit %s):\n' $$status; cat $(NATIVE_TEST_LOG); exit $$status
 
 test-rust: ## cargo test of the native core and of the Rust client library
 	cargo test $(TEST_CARGO_FLAGS) -q
@@ -121,4 +133,4 @@ clean: ## Remove build outputs (keeps .venv)
 	cargo clean --manifest-path router_adapter/rust/Cargo.toml
 	rm -f $(LIB)
 
-.PHONY: help setup native native-testing build rust-client proto check-generated check-generated-testing run test test-rust test-fuzz fuzz soak test-python bench lint clean
+.PHONY: help setup native native-testing build rust-client proto check-generated check-generated-testing run test test-native test-native-quiet test-rust test-fuzz fuzz soak test-python bench lint clean
