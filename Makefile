@@ -68,9 +68,12 @@ test: setup check-generated-testing rust-client ## Run every test (Rust, fuzz re
 
 test-native: test-rust test-fuzz ## The Rust tests and the fuzz replay
 
+# MAKEFLAGS emptied for the sub-makes: they run one recipe at a time, and cargo sees no jobserver
+# it cannot reach (make hands its pipe to recursive recipes only) and schedules its own jobs.
 test-native-quiet:
 	@mkdir -p $(TEST_TARGET) && echo "Rust tests and fuzz replay running beside pytest; output in $(NATIVE_TEST_LOG)"
-	@{ $(MAKE) --no-print-directory test-rust && $(MAKE) --no-print-directory test-fuzz; } > $(NATIVE_TEST_LOG) 2>&1; status=$$?; \
+	@{ MAKEFLAGS= $(MAKE) --no-print-directory test-rust && MAKEFLAGS= $(MAKE) --no-print-directory test-fuzz; } \
+	  > $(NATIVE_TEST_LOG) 2>&1; status=$$?; \
 	  printf '\n== Rust tests and fuzz replay (exit %s):\n' $$status; cat $(NATIVE_TEST_LOG); exit $$status
 
 test-rust: ## cargo test of the native core and of the Rust client library
