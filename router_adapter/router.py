@@ -151,8 +151,8 @@ class KvRouter:
         self.indexes[self._worker_model[worker]].apply_batch(worker, batch)
 
     def _on_payloads(self, worker: str, items: list[tuple[int, bytes]]) -> list[tuple[int, DecodeError]]:
-        """A run of `worker`'s batches, in one native call (small messages cost the call, not the
-        work: one-block payloads apply about 2x faster in runs; docs/kv_fanout.md)."""
+        """A run of `worker`'s batches in one native call: a small message costs mostly its call
+        from Python (runs of one-block payloads apply about 2x faster; bench/kv_index.py)."""
         return self.indexes[self._worker_model[worker]].apply_payloads([(worker, p) for _, p in items])
 
     def _on_reset(self, worker: str, reason: str) -> None:

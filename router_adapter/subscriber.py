@@ -17,8 +17,8 @@ The sink and the reset callback run on the subscriber thread. A relay (`router_a
 and may `resume` a source from the last sequence it forwarded before it restarted. `KvRouter` over
 the native index, which decodes payloads itself, passes `on_payloads`: the batches of one drain of a
 source's socket in one call (the index's `apply_payloads`; each payload it refuses as malformed is
-counted as a decode error). Decoding lives in `events`, state in
-the sink: this module knows neither the index nor any engine type.
+counted as a decode error). Decoding lives in `events`, state in the sink: this module knows
+neither the index nor any engine type.
 """
 
 from __future__ import annotations
@@ -119,9 +119,9 @@ class Subscriber:
     ) -> None:
         """`on_payload`, when given, replaces decoding and `on_batch`; `on_payloads` likewise, with
         the batches of one source that arrived together (a drain of its socket) in one call, handed
-        on before anything that resets the source; `resume` maps a worker to the
-        last sequence number already handled, so the first message is checked against it (a gap is
-        replayed, a lower number is an engine restart) instead of being taken as it comes."""
+        on before anything that resets the source; `resume` maps a worker to the last sequence
+        number already handled, so the first message is checked against it (a gap is replayed, a
+        lower number is an engine restart) instead of being taken as it comes."""
         names = [s.worker for s in sources]
         if len(set(names)) != len(names):
             raise ValueError("each KV-event source needs its own worker name")
