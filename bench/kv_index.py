@@ -390,19 +390,16 @@ def _drain_rate(messages: list[bytes], subscribe) -> float:  # noqa: ANN001
 
     import zmq
 
+    from tests.kv.publisher import FakeEnginePublisher
+
     ctx = zmq.Context()
-    pub = ctx.socket(zmq.XPUB)
-    pub.setsockopt(zmq.LINGER, 0)
-    pub.setsockopt(zmq.SNDHWM, 0)
-    endpoint = f"tcp://127.0.0.1:{pub.bind_to_random_port('tcp://127.0.0.1')}"
+    engine = FakeEnginePublisher(ctx, replay=False, send_hwm=0)  # every message queued, none dropped
     gate = threading.Event()
-    stop, applied = subscribe(endpoint, gate)
+    stop, applied = subscribe(engine.endpoint, gate)
     try:
-        if not pub.poll(10_000):
-            raise RuntimeError("the subscriber did not connect")
-        pub.recv()  # its subscription: nothing sent from here on is lost to the slow-joiner window
-        for seq, payload in enumerate(messages):
-            pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+        engine.wait_for_subscriber()
+        for seq, payload in enumerate(messages):  # already encoded: sent as they are
+            engine.pub.send_multipart([b"", seq.to_bytes(8, "big"), payload])
         time.sleep(1.0)  # the rest reach the subscriber's queue while the first waits on the gate
         start = time.perf_counter()
         gate.set()
@@ -415,7 +412,7 @@ def _drain_rate(messages: list[bytes], subscribe) -> float:  # noqa: ANN001
         return len(messages) / elapsed
     finally:
         stop()
-        pub.close(0)
+        engine.close()
         ctx.term()
 
 

@@ -13,11 +13,14 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 
 class FakeEnginePublisher:
-    def __init__(self, ctx: zmq.Context, *, replay: bool = True, topic: bytes = b"") -> None:
+    def __init__(self, ctx: zmq.Context, *, replay: bool = True, topic: bytes = b"", send_hwm: int = 1000) -> None:
+        """`send_hwm`: messages queued per subscriber before ZMQ drops (0 = no limit); set before
+        the bind, which fixes it for every connection the socket accepts."""
         # XPUB behaves as PUB for the subscriber and lets the test wait for its subscription, so no
         # message is lost to ZMQ's slow-joiner window.
         self.pub = ctx.socket(zmq.XPUB)
         self.pub.setsockopt(zmq.LINGER, 0)
+        self.pub.setsockopt(zmq.SNDHWM, send_hwm)
         port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
         self.topic = topic
