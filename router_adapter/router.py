@@ -153,7 +153,7 @@ class KvRouter:
     def _on_payloads(self, worker: str, items: list[tuple[int, bytes]]) -> list[tuple[int, DecodeError]]:
         """A run of `worker`'s batches in one native call: a small message costs mostly its call
         from Python (runs of one-block payloads apply about 2x faster; bench/kv_index.py)."""
-        return self.indexes[self._worker_model[worker]].apply_payloads([(worker, p) for _, p in items])
+        return self.feed_payloads(self._worker_model[worker], [(worker, payload) for _, payload in items])
 
     def _on_reset(self, worker: str, reason: str) -> None:
         _log.warning("kv_index_worker_dropped worker=%s reason=%s", worker, reason)
