@@ -10,7 +10,10 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
   or the engine no longer has them, the worker's state is dropped (`on_reset(worker, "gap")`);
 - a number at or below the last one: the engine restarted (its counter starts at 0 again), so the
   worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied;
-- silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`).
+- silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`);
+- a sink that raises anything but a refused payload's `DecodeError` (a bug, memory): the error is
+  logged and the worker reset (`on_reset(worker, "apply_error")`), since a batch may be half applied;
+  the thread, and every other source's updates, go on.
 
 The sink and the reset callback run on the subscriber thread. A relay (`router_adapter.relay`) passes
 `on_payload` instead of `on_batch`: it gets each batch's sequence number and raw payload, undecoded,
@@ -178,18 +181,39 @@ class Subscriber:
             while not self._stop.is_set():
                 for sock, _ in poller.poll(self._poll_ms):
                     state = by_socket[sock]
-                    # Drain what is queued so one busy engine cannot starve the age-out check.
-                    for _ in range(1000):
-                        try:
-                            frames = sock.recv_multipart(zmq.NOBLOCK)
-                        except zmq.Again:
-                            break
-                        self._handle(state, frames)
-                    self._flush(state)
-                self._age_out()
+                    self._guarded(state, self._drain)
+                for state in self._states.values():
+                    self._guarded(state, self._age_out)
         finally:
             for sock in by_socket:
                 sock.close(0)
+
+    def _drain(self, state: _State) -> None:
+        """Handles what is queued on a source's socket (at most 1000 messages, so that one busy
+        engine cannot starve the others and the age-out check)."""
+        for _ in range(1000):
+            try:
+                frames = state.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            self._handle(state, frames)
+        self._flush(state)
+
+    def _guarded(self, state: _State, step: Callable[[_State], None]) -> None:
+        """Runs one step of the loop for a source. An error a sink or the reset callback raises
+        (anything but a refused payload: a bug, or memory) would end the thread, and with it every
+        source's updates; instead it is logged and the source is reset, since its batch may be
+        half applied."""
+        try:
+            step(state)
+        except Exception:  # noqa: BLE001 - logged; the loop must outlive one source's failure
+            _log.exception("kv_events_apply_failed worker=%s", state.source.worker)
+            state.pending = []
+            try:
+                self._reset(state, "apply_error")
+            except Exception:  # noqa: BLE001 - the reset callback failed too: the source starts afresh
+                _log.exception("kv_events_reset_failed worker=%s", state.source.worker)
+                state.last_seq = None
 
     def _handle(self, state: _State, frames: list[bytes]) -> None:
         state.last_seen = time.monotonic()
@@ -288,11 +312,7 @@ class Subscriber:
         _log.warning("kv_events_worker_reset worker=%s reason=%s", state.source.worker, reason)
         self._on_reset(state.source.worker, reason)
 
-    def _age_out(self) -> None:
-        if not self._silence:
-            return
-        now = time.monotonic()
-        for state in self._states.values():
-            if state.last_seq is not None and now - state.last_seen > self._silence:
-                state.stats.aged_out += 1
-                self._reset(state, "silent")
+    def _age_out(self, state: _State) -> None:
+        if self._silence and state.last_seq is not None and time.monotonic() - state.last_seen > self._silence:
+            state.stats.aged_out += 1
+            self._reset(state, "silent")

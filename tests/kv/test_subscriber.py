@@ -11,7 +11,7 @@ import pytest
 import zmq
 
 from router_adapter import KvRouter, PrefixIndex, Source, _reference
-from router_adapter.events import DecodeError
+from router_adapter.events import DecodeError, decode_batch
 from router_adapter.subscriber import Subscriber
 from router_adapter.router import IndexFactory
 from router_adapter.spec import HashSpec
@@ -224,3 +224,63 @@ def test_exactly_one_sink() -> None:
     for sinks in [{}, {"on_payload": lambda *a: None, "on_payloads": lambda *a: []}]:
         with pytest.raises(ValueError, match="exactly one"):
             Subscriber([], None, lambda worker, reason: None, **sinks)
+
+
+@pytest.mark.parametrize("sink_kind", ["on_batch", "on_payload", "on_payloads"])
+@pytest.mark.parametrize("reset_fails", [False, True])
+def test_a_failing_sink_resets_its_source_and_the_thread_goes_on(
+    ctx: zmq.Context, sink_kind: str, reset_fails: bool,
+) -> None:
+    """A sink that raises something other than DecodeError (a bug, memory) must not end the
+    subscriber thread: the failing source is reset ("apply_error") and everything else goes on,
+    even when the reset callback fails too."""
+    pubs = {name: FakeEnginePublisher(ctx, replay=False) for name in ("a", "b")}
+    seen: list[tuple[str, int]] = []
+    resets: list[tuple[str, str]] = []
+    failed: list[str] = []
+
+    def take(worker: str, seq: int) -> None:
+        if worker == "a" and seq == 2 and not failed:
+            failed.append(worker)
+            raise RuntimeError("a sink bug")
+        seen.append((worker, seq))
+
+    def on_reset(worker: str, reason: str) -> None:
+        resets.append((worker, reason))
+        if reset_fails:
+            raise RuntimeError("a reset callback bug")
+
+    def first_hash(payload: bytes) -> int:
+        return decode_batch(payload).events[0].block_hashes[0]
+
+    sinks = {
+        "on_batch": {"on_batch": lambda worker, batch: take(worker, batch.events[0].block_hashes[0])},
+        "on_payload": {"on_payload": lambda worker, seq, payload: take(worker, first_hash(payload))},
+        "on_payloads": {"on_payloads": lambda worker, items: [take(worker, first_hash(p)) for _, p in items] and []},
+    }[sink_kind]
+    sub = Subscriber([Source(name, pub.endpoint) for name, pub in pubs.items()], sinks.pop("on_batch", None),
+                     on_reset, silence_timeout_s=None, **sinks)
+    sub.start()
+    try:
+        for pub in pubs.values():
+            pub.wait_for_subscriber()
+        def publish(seqs: range) -> None:
+            for seq in seqs:
+                for pub in pubs.values():
+                    pub.publish([stored([seq], TOKENS[:BS], BS)])  # the block hash names the batch
+
+        publish(range(3))
+        wait_until(lambda: resets, what="the failure")
+        publish(range(3, 6))
+        wait_until(lambda: ("a", 5) in seen and ("b", 5) in seen, what="the batches after the failure")
+        assert sub._thread is not None and sub._thread.is_alive()
+        assert resets == [("a", "apply_error")]
+        assert [s for w, s in seen if w == "b"] == list(range(6))
+        # A run handed on in one call loses what came with the failed batch; the worker was reset.
+        assert [s for w, s in seen if w == "a" and s != 2][-3:] == [3, 4, 5]
+        stats = sub.stats()
+        assert (stats["a"].resets, stats["b"].resets) == (1, 0)
+    finally:
+        sub.stop()
+        for pub in pubs.values():
+            pub.close()
