@@ -355,18 +355,34 @@ class NatsFeed:
             end = start
             while end < len(ops) and ops[end][0] != _RESET:
                 end += 1
-            run = ops[start:end]
-            refused = dict(router.feed_payloads(model, [(op[1], op[3]) for op in run]))
-            now = time.time()
-            for i, (_, worker, cursor, _payload, stream_seq) in enumerate(run):
-                error = refused.get(i)
-                if error is not None:
-                    cursor.decode_errors += 1
-                    _log.warning("kv_nats_decode_error worker=%s stream_seq=%d error=%s", worker, stream_seq, error)
-                    continue
-                cursor.batches += 1
-                cursor.lag_s = max(0.0, now - cursor.last_time)
+            self._apply_run(model, ops[start:end])
             start = end
+
+    def _apply_run(self, model: str, run: list[tuple]) -> None:
+        """A run of payloads in one call. Any error but a refused payload (a bug, memory) leaves the
+        run maybe half applied: its workers are reset (as after a gap the relay could not fill)
+        and its payloads applied again one at a time, a failing one resetting its worker; raised
+        on, the error would restart the consumer past the rest of the slice."""
+        try:
+            refused = dict(self.router.feed_payloads(model, [(op[1], op[3]) for op in run]))
+        except Exception:  # noqa: BLE001 - logged with its traceback; the stream reads on
+            _log.exception("kv_nats_apply_failed model=%s stream_seq=%d..%d", model, run[0][4], run[-1][4])
+            for worker, cursor in {op[1]: op[2] for op in run}.items():
+                cursor.resets += 1
+                self.router.feed_reset(model, worker, "apply_error")
+            if len(run) > 1:
+                for op in run:
+                    self._apply_run(model, [op])
+            return
+        now = time.time()
+        for i, (_, worker, cursor, _payload, stream_seq) in enumerate(run):
+            error = refused.get(i)
+            if error is not None:
+                cursor.decode_errors += 1
+                _log.warning("kv_nats_decode_error worker=%s stream_seq=%d error=%s", worker, stream_seq, error)
+                continue
+            cursor.batches += 1
+            cursor.lag_s = max(0.0, now - cursor.last_time)
 
     # --- snapshots and age-out --------------------------------------------------------------------
 

@@ -13,7 +13,8 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 - silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`);
 - a sink that raises anything but a refused payload's `DecodeError` (a bug, memory): the error is
   logged and the worker reset (`on_reset(worker, "apply_error")`), since a batch may be half applied;
-  the thread, and every other source's updates, go on.
+  the thread, and every other source's updates, go on. A run handed to `on_payloads` that fails is
+  handed on again one batch at a time after the reset, as the NATS feed does.
 
 The sink and the reset callback run on the subscriber thread. A relay (`router_adapter.relay`) passes
 `on_payload` instead of `on_batch`: it gets each batch's sequence number and raw payload, undecoded,
@@ -208,12 +209,15 @@ class Subscriber:
             step(state)
         except Exception:  # noqa: BLE001 - logged; the loop must outlive one source's failure
             _log.exception("kv_events_apply_failed worker=%s", state.source.worker)
-            state.pending = []
-            try:
-                self._reset(state, "apply_error")
-            except Exception:  # noqa: BLE001 - the reset callback failed too: the source starts afresh
-                _log.exception("kv_events_reset_failed worker=%s", state.source.worker)
-                state.last_seq = None
+            self._reset_after_error(state)
+
+    def _reset_after_error(self, state: _State) -> None:
+        state.pending = []
+        try:
+            self._reset(state, "apply_error")
+        except Exception:  # noqa: BLE001 - the reset callback failed too: the source starts afresh
+            _log.exception("kv_events_reset_failed worker=%s", state.source.worker)
+            state.last_seq = None
 
     def _handle(self, state: _State, frames: list[bytes]) -> None:
         state.last_seen = time.monotonic()
@@ -260,7 +264,19 @@ class Subscriber:
         if not state.pending:
             return
         items, state.pending = state.pending, []
-        refused = self._on_payloads(state.source.worker, items)
+        try:
+            refused = self._on_payloads(state.source.worker, items)
+        except Exception:
+            if len(items) == 1:
+                raise  # `_guarded` logs it and resets the source
+            # The run may be half applied: the source is reset and its batches handed on again
+            # one at a time, a failing one resetting the source.
+            _log.exception("kv_events_apply_failed worker=%s seq=%d..%d", state.source.worker, items[0][0], items[-1][0])
+            self._reset_after_error(state)
+            for item in items:
+                state.pending = [item]
+                self._guarded(state, self._flush)
+            return
         state.stats.batches += len(items) - len(refused)
         for position, e in refused:
             state.stats.decode_errors += 1

@@ -320,3 +320,43 @@ def test_batch_over_max_payload_resets_the_worker(nats_server: NatsServer) -> No
         relay.stop()
         engine.close()
         ctx.term()
+
+
+class FailingOn12(PrefixIndex):
+    """The Python index, raising (as a bug would) on every batch that stores block hash 12."""
+
+    def apply_batch(self, worker: str, batch) -> None:  # noqa: ANN001 - events.Batch
+        if any(12 in getattr(e, "block_hashes", ()) for e in batch.events):
+            raise RuntimeError("an index bug")
+        super().apply_batch(worker, batch)
+
+
+def test_an_apply_error_resets_the_worker_and_the_feed_reads_on(nats_server: NatsServer) -> None:
+    """An error other than a refused payload drops the worker (its run may be half applied) and
+    the feed goes on with the batches after it (raised on, it restarted the consumer past the rest
+    of the slice, keeping what was half applied)."""
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(7))
+    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
+    router = KvRouter([], models={MODEL: ModelOptions(block_size=BS)}, index_factory=FailingOn12)
+    feed = NatsFeed(router, FeedOptions(nats_server.url, snapshot_period_s=0.0, silence_timeout_s=None))
+    router.attach_feed(feed)
+    try:
+        engine.pub.wait_for_subscriber()
+        tokens = [list(range(i * BS, (i + 1) * BS)) for i in range(4)]
+        for i, block in enumerate([11, 12, 13, 14]):
+            engine.pub.publish([stored_event("vllm", [block], None, tokens[i], "GPU")])
+        wait_until(lambda: relay.relay.stats.published == 4, 30, "4 batches published")
+        # Started on a stream that holds them: the first pull takes one message, the next the other
+        # three, which go to the index as one run.
+        router.start()
+        wait_until(lambda: feed.models[MODEL].state == LIVE, 30, "the feed to catch up")
+        cursor = feed.models[MODEL].workers["w0"]
+        # Reset for the failed run, then for its failed message; the others applied one at a time.
+        assert (cursor.resets, cursor.batches, router.index(MODEL).worker_blocks("w0")) == (2, 3, 2)
+        assert [score_rows(router.score(MODEL, t))[0][1] for t in tokens] == [0, 0, 1, 1]
+    finally:
+        router.stop()
+        relay.stop()
+        engine.close()
+        ctx.term()

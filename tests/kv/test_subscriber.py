@@ -12,7 +12,7 @@ import zmq
 
 from router_adapter import KvRouter, PrefixIndex, Source, _reference
 from router_adapter.events import DecodeError, decode_batch
-from router_adapter.subscriber import Subscriber
+from router_adapter.subscriber import Subscriber, _State
 from router_adapter.router import IndexFactory
 from router_adapter.spec import HashSpec
 from sidecar.factory import get_index_factory
@@ -276,11 +276,35 @@ def test_a_failing_sink_resets_its_source_and_the_thread_goes_on(
         assert sub._thread is not None and sub._thread.is_alive()
         assert resets == [("a", "apply_error")]
         assert [s for w, s in seen if w == "b"] == list(range(6))
-        # A run handed on in one call loses what came with the failed batch; the worker was reset.
-        assert [s for w, s in seen if w == "a" and s != 2][-3:] == [3, 4, 5]
+        # The failed batch is lost; a run that held it is handed on again one batch at a time.
+        assert [s for w, s in seen if w == "a"][-3:] == [3, 4, 5]
+        assert ("a", 2) not in seen or sink_kind == "on_payloads"
         stats = sub.stats()
         assert (stats["a"].resets, stats["b"].resets) == (1, 0)
     finally:
         sub.stop()
         for pub in pubs.values():
             pub.close()
+
+
+def test_a_failed_run_is_handed_on_again_one_batch_at_a_time() -> None:
+    """A run that fails may be half applied: the source is reset, then each of its batches is
+    handed on alone, and only the one that fails again is lost (with a reset of its own)."""
+    calls: list[list[int]] = []
+    resets: list[str] = []
+
+    def sink(worker: str, items: list[tuple[int, bytes]]) -> list[tuple[int, DecodeError]]:
+        calls.append([seq for seq, _ in items])
+        if any(seq == 2 for seq, _ in items):
+            raise MemoryError("a failure that is not a refused payload")
+        return [(i, DecodeError("refused")) for i, (_, payload) in enumerate(items) if payload == b"bad"]
+
+    sub = Subscriber([], None, lambda worker, reason: resets.append(reason), on_payloads=sink)
+    state = _State(Source("a", "tcp://127.0.0.1:1"), socket=None, last_seq=4)
+    state.pending = [(0, b"p"), (1, b"bad"), (2, b"p"), (3, b"p"), (4, b"p")]
+    sub._guarded(state, sub._flush)
+    sub.stop()
+    assert calls == [[0, 1, 2, 3, 4], [0], [1], [2], [3], [4]]
+    assert resets == ["apply_error", "apply_error"]
+    assert (state.stats.batches, state.stats.decode_errors, state.stats.resets) == (3, 1, 2)
+    assert state.pending == [] and state.last_seq is None
