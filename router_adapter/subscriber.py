@@ -6,7 +6,8 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 - the next number: the batch is applied;
 - a jump forward (messages were dropped): the missing batches are requested from the engine's
   ROUTER replay socket when one is configured (`[b"", start_seq]` from a DEALER; the engine answers
-  `[b"", topic, seq, payload]` per buffered batch, then an end marker with seq -1); if there is none,
+  `[b"", topic, seq, payload]` per buffered batch (vLLM; SGLang leaves out the topic), then an end
+  marker with seq -1); if there is none,
   or the engine no longer has them, the worker's state is dropped (`on_reset(worker, "gap")`);
 - a number at or below the last one: the engine restarted (its counter starts at 0 again), so the
   worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied;
@@ -300,13 +301,15 @@ class Subscriber:
                     _log.warning("kv_events_replay_timeout worker=%s start=%d", state.source.worker, start)
                     return False
                 frames = sock.recv_multipart()
-                if len(frames) != 4 or len(frames[2]) != 8:
+                # vLLM answers [b"", topic, seq, payload], SGLang [b"", seq, payload]; both end
+                # with seq -1 and an empty payload.
+                if len(frames) not in (3, 4) or len(frames[-2]) != 8:
                     continue
-                seq = int.from_bytes(frames[2], "big", signed=True)
+                seq = int.from_bytes(frames[-2], "big", signed=True)
                 if seq == END_SEQ:
                     break
                 if start <= seq < until:
-                    got.append((seq, frames[3]))
+                    got.append((seq, frames[-1]))
         finally:
             sock.close(0)
         got.sort()

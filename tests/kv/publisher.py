@@ -1,5 +1,6 @@
-"""A stand-in engine for tests: an XPUB socket publishing `[topic, seq, payload]` like vLLM's
-ZmqEventPublisher, and a ROUTER replay socket answering from its buffer the way vLLM does."""
+"""A stand-in engine for tests: an XPUB socket publishing `[topic, seq, payload]` like vLLM's and
+SGLang's ZmqEventPublisher, and a ROUTER replay socket answering from its buffer the way either
+does (vLLM's answers carry the topic, SGLang's do not)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ END_SEQ = (-1).to_bytes(8, "big", signed=True)
 
 
 class FakeEnginePublisher:
-    def __init__(self, ctx: zmq.Context, *, replay: bool = True, topic: bytes = b"", send_hwm: int = 1000) -> None:
+    def __init__(self, ctx: zmq.Context, *, replay: bool = True, topic: bytes = b"", send_hwm: int = 1000,
+                 engine: str = "vllm") -> None:
         """`send_hwm`: messages queued per subscriber before ZMQ drops (0 = no limit); set before
-        the bind, which fixes it for every connection the socket accepts."""
+        the bind, which fixes it for every connection the socket accepts. `engine`: whose replay
+        answers to give ("vllm" or "sglang")."""
+        # The frames before seq in a replay answer: vLLM sends the topic there, SGLang nothing.
+        self._before_seq = [topic] if engine == "vllm" else []
         # XPUB behaves as PUB for the subscriber and lets the test wait for its subscription, so no
         # message is lost to ZMQ's slow-joiner window.
         self.pub = ctx.socket(zmq.XPUB)
@@ -64,8 +69,9 @@ class FakeEnginePublisher:
             self.replay_requests.append(start_seq)
             for seq, payload in list(self.buffer):
                 if seq >= start_seq:
-                    self.router.send_multipart([client, b"", self.topic, seq.to_bytes(8, "big"), payload])
-            self.router.send_multipart([client, b"", b"", END_SEQ, b""])
+                    self.router.send_multipart([client, b"", *self._before_seq, seq.to_bytes(8, "big"), payload])
+            end_before_seq = [b""] if self._before_seq else []  # vLLM's end marker has an empty topic
+            self.router.send_multipart([client, b"", *end_before_seq, END_SEQ, b""])
 
     def close(self) -> None:
         self._stop.set()

@@ -98,6 +98,29 @@ def test_events_gaps_replay_restart(ctx: zmq.Context, index_factory: IndexFactor
         no_replay.close()
 
 
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_replay_answers_of_either_engine_fill_a_gap(ctx: zmq.Context, engine: str) -> None:
+    """vLLM's replay answers carry the topic before the sequence number, SGLang's do not; both
+    fill a gap with no reset."""
+    pub = FakeEnginePublisher(ctx, engine=engine)
+    got: list[int] = []
+    resets: list[str] = []
+    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
+                     lambda worker, batch: got.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: resets.append(reason), silence_timeout_s=None, replay_timeout_s=30.0)
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        for block in range(4):
+            pub.publish([stored([block], TOKENS[:BS], BS)], drop=block in (1, 2))
+        wait_until(lambda: len(got) == 4 or resets, what="the gap filled")
+        assert (got, resets, pub.replay_requests) == ([0, 1, 2, 3], [], [1])
+        assert sub.stats()["a"].replayed == 2
+    finally:
+        sub.stop()
+        pub.close()
+
+
 def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx)
     router = KvRouter([Source("a", pub.endpoint, pub.replay_endpoint, model="m")], block_size=BS,
