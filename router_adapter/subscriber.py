@@ -194,6 +194,8 @@ class Subscriber:
         """Handles what is queued on a source's socket (at most 1000 messages, so that one busy
         engine cannot starve the others and the age-out check)."""
         for _ in range(1000):
+            if self._stop.is_set():  # a backlog behind a slow sink must not hold up `stop()`
+                break
             try:
                 frames = state.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -209,6 +211,10 @@ class Subscriber:
         try:
             step(state)
         except Exception:  # noqa: BLE001 - logged; the loop must outlive one source's failure
+            if self._stop.is_set():
+                # Stopping: `stop()` ends the context under a thread that is still busy (sockets
+                # raise `ContextTerminated`). Not a failure of the source, whose view stays as it is.
+                return
             _log.exception("kv_events_apply_failed worker=%s", state.source.worker)
             self._reset_after_error(state)
 

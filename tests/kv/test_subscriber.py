@@ -331,3 +331,29 @@ def test_a_failed_run_is_handed_on_again_one_batch_at_a_time() -> None:
     assert resets == ["apply_error", "apply_error"]
     assert (state.stats.batches, state.stats.decode_errors, state.stats.resets) == (3, 1, 2)
     assert state.pending == [] and state.last_seq is None
+
+
+def test_stopping_behind_a_backlog_resets_nothing(ctx: zmq.Context) -> None:
+    """`stop()` with batches still queued behind a slow sink (a relay waiting on JetStream acks)
+    ends the thread without a reset: a relay would publish one to every replica."""
+    pub = FakeEnginePublisher(ctx)
+    handed: list[int] = []
+    resets: list[str] = []
+
+    def slow_sink(worker: str, seq: int, payload: bytes) -> None:
+        time.sleep(0.05)
+        handed.append(seq)
+
+    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)], None,
+                     lambda worker, reason: resets.append(reason), on_payload=slow_sink, silence_timeout_s=None)
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        for block in range(200):
+            pub.publish([stored([block], TOKENS[:BS], BS)])
+        wait_until(lambda: handed, what="the first batch")
+        sub.stop(timeout=1.0)
+        assert sub._thread is not None and not sub._thread.is_alive()
+        assert resets == [] and 0 < len(handed) < 200
+    finally:
+        pub.close()
