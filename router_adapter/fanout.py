@@ -69,8 +69,13 @@ def batch_headers(worker: str, epoch: int, seq: int) -> dict[str, str]:
     return {KIND: BATCH, EPOCH: str(epoch), SEQ: str(seq), MSG_ID: f"{subject_token(worker)}.{epoch}.{seq}"}
 
 
-def reset_headers(worker: str, epoch: int, reason: str) -> dict[str, str]:
-    return {KIND: RESET, EPOCH: str(epoch), REASON: reason, MSG_ID: f"{subject_token(worker)}.{epoch}.reset"}
+def reset_headers(worker: str, epoch: int, reason: str, seq: int | None = None) -> dict[str, str]:
+    """`seq`: the engine sequence number of the last batch the relay had handled, which a relay
+    restarting after the reset resumes from (None: none yet)."""
+    headers = {KIND: RESET, EPOCH: str(epoch), REASON: reason, MSG_ID: f"{subject_token(worker)}.{epoch}.reset"}
+    if seq is not None:
+        headers[SEQ] = str(seq)
+    return headers
 
 
 def next_epoch(previous: int | None) -> int:

@@ -7,8 +7,9 @@ headers of `router_adapter.fanout`. Whatever the subscriber would have reset (an
 gap the replay socket could not fill, silence) becomes a `reset` message that every replica applies.
 
 A restarted relay reads the last message of its subject to resume the epoch and the engine sequence
-number, so a batch it had already published is deduplicated (same message id) and batches the engine
-published meanwhile are fetched from the replay socket. Publishing waits for JetStream's
+number (a reset carries the number of the last batch before it), so a batch it had already published
+is deduplicated (same message id) and batches the engine published meanwhile are fetched from the
+replay socket. Publishing waits for JetStream's
 acknowledgement and retries with the same message id until it is stored: the ZMQ socket buffers
 meanwhile (up to its high-water mark; beyond that the loss is a gap like any other).
 """
@@ -56,6 +57,8 @@ class Relay:
         self.options = options
         self.subject = fanout.subject(options.prefix, source.model, source.worker)
         self.stats = RelayStats()
+        #: The engine sequence number of the last batch handled (published, or lost as too large).
+        self._last_seq: int | None = None
         self.epoch: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
@@ -118,14 +121,19 @@ class Relay:
             return None
         headers = last.headers or {}
         self.epoch = int(headers.get(fanout.EPOCH, "0")) or fanout.next_epoch(None)
-        if headers.get(fanout.KIND) == fanout.BATCH and fanout.SEQ in headers:
-            return int(headers[fanout.SEQ])
-        return None
+        # A batch's sequence number, or the one a reset carries (the last batch before it: batches
+        # the engine published after it while the relay was down are then fetched from its replay
+        # socket, not lost unnoticed).
+        if fanout.SEQ in headers:
+            self._last_seq = int(headers[fanout.SEQ])
+        return self._last_seq
 
     # --- called on the subscriber thread ------------------------------------------------------
 
     def _on_payload(self, worker: str, seq: int, payload: bytes) -> None:
-        if not self._publish_blocking(payload, fanout.batch_headers(worker, self.epoch, seq)):
+        published = self._publish_blocking(payload, fanout.batch_headers(worker, self.epoch, seq))
+        self._last_seq = seq
+        if not published:
             # Over the server's max_payload: replicas cannot have this batch, as after a lost one.
             self.stats.too_large += 1
             _log.error("kv_relay_batch_too_large worker=%s seq=%d bytes=%d: raise the NATS server's "
@@ -135,7 +143,7 @@ class Relay:
     def _on_reset(self, worker: str, reason: str) -> None:
         self.epoch = fanout.next_epoch(self.epoch)
         self.stats.resets += 1
-        self._publish_blocking(b"", fanout.reset_headers(worker, self.epoch, reason))
+        self._publish_blocking(b"", fanout.reset_headers(worker, self.epoch, reason, self._last_seq))
 
     def _publish_blocking(self, payload: bytes, headers: dict[str, str]) -> bool:
         """False when the message is larger than the server accepts."""

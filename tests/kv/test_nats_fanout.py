@@ -360,3 +360,58 @@ def test_an_apply_error_resets_the_worker_and_the_feed_reads_on(nats_server: Nat
         relay.stop()
         engine.close()
         ctx.term()
+
+
+def test_relay_restarted_after_a_reset_replays_what_it_missed(nats_server: NatsServer) -> None:
+    """A reset carries the engine sequence number of the last batch before it: a relay restarted
+    when a reset was its last message (here an idle engine's `silent` one) fetches the batches the
+    engine published meanwhile from the replay socket instead of starting from the next one."""
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(9))
+    source = Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL)
+
+    relays: list[tuple[Relay, threading.Thread]] = []
+
+    def start_relay(silence_timeout_s: float | None) -> Relay:
+        relay = Relay(source, RelayOptions(nats_server.url, silence_timeout_s=silence_timeout_s))
+        thread = threading.Thread(target=lambda: asyncio.run(relay.run()), daemon=True)
+        thread.start()
+        relays.append((relay, thread))
+        assert relay.ready.wait(30), "relay did not start"
+        return relay
+
+    def stop_relays() -> None:
+        while relays:
+            relay, thread = relays.pop()
+            relay.stop()
+            thread.join(15)
+
+    def publish(block: int) -> None:
+        engine.pub.publish([stored_event("vllm", [block], None, list(range(block * BS, (block + 1) * BS)), "GPU")])
+
+    router = None
+    try:
+        first = start_relay(silence_timeout_s=0.5)
+        wait_for_subscription(engine.pub.pub)
+        for block in range(3):
+            publish(block)
+        wait_until(lambda: first.stats.resets == 1, 30, "the silent reset")
+        stop_relays()
+        for block in range(3, 5):  # while the relay is down
+            publish(block)
+        second = start_relay(silence_timeout_s=None)
+        wait_for_subscription(engine.pub.pub)
+        publish(5)
+        wait_until(lambda: second.stats.published == 3, 30, "the missed batches and the next")
+        assert engine.pub.replay_requests == [3]
+        router, feed = replica(nats_server.url)
+        wait_until(lambda: feed.models[MODEL].state == LIVE, 30, "the replica to catch up")
+        cursor = feed.models[MODEL].workers["w0"]
+        assert (cursor.batches, cursor.resets, cursor.gaps) == (6, 1, 0)
+        assert router.index(MODEL).worker_blocks("w0") == 3  # the blocks after the reset
+    finally:
+        stop_relays()
+        if router is not None:
+            router.stop()
+        engine.close()
+        ctx.term()
