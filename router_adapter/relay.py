@@ -64,6 +64,8 @@ class Relay:
         self._stopping = threading.Event()
         self._stopped: asyncio.Event | None = None
         self._js = None
+        #: The server's max_payload (the connection's INFO), which counts headers with the payload.
+        self._max_payload: int | None = None
         self.ready = threading.Event()
 
     async def run(self) -> None:
@@ -85,6 +87,7 @@ class Relay:
                     pass
         try:
             self._js = nc.jetstream(timeout=self.options.ack_timeout_s)
+            self._max_payload = nc.max_payload
             await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)
             last_seq = await self._resume()
             subscriber = Subscriber(
@@ -155,9 +158,20 @@ class Relay:
                 raise
             return True
 
+    def _header_bytes(self, headers: dict[str, str]) -> int:
+        """The size of the header block NATS sends with a JetStream publish of `headers`: a
+        `NATS/1.0` line, a `key: value` line per header (ours and the client's
+        `Nats-Expected-Stream`), an empty line; plus a margin for any header a client adds."""
+        lines = {**headers, "Nats-Expected-Stream": self.options.stream}
+        return len("NATS/1.0\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in lines.items()) + 64
+
     async def _publish(self, payload: bytes, headers: dict[str, str]) -> bool:
         from nats.errors import MaxPayloadError
 
+        if self._max_payload is not None and len(payload) + self._header_bytes(headers) > self._max_payload:
+            # nats-py checks the payload alone, the server the headers too: a message between the
+            # two is refused by the server, which closes the connection, and was retried forever.
+            return False
         delay = 0.05
         while True:
             try:

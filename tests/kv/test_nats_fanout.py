@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 import grpc
+import msgspec
 import pytest
 import zmq
 
@@ -290,6 +291,31 @@ def test_relay_restart_publishes_nothing_twice(nats_server: NatsServer) -> None:
         assert second.relay.stats.duplicates == 1 and second.relay.stats.published == 0
         second.stop()
     finally:
+        engine.close()
+        ctx.term()
+
+
+def test_batch_within_the_headers_of_max_payload_resets_the_worker(nats_server: NatsServer) -> None:
+    """A batch whose payload fits the server's max_payload but not with the relay's headers (the
+    server counts both, the client only the payload) gets the same gap reset as a larger one;
+    published, the server refused it and closed the connection, and the relay retried forever."""
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
+    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
+    try:
+        engine.pub.wait_for_subscriber()
+        target = (1 << 20) - 40  # nats-server's default max_payload, 1 MiB, less 40 bytes
+        event = stored_event("vllm", [11], None, list(range(BS)), "GPU")
+        pad = target - len(msgspec.msgpack.encode([0.0, [event], 0])) - 5
+        while len(msgspec.msgpack.encode([0.0, [{**event, "lora_name": "x" * pad}], 0])) < target:
+            pad += 1
+        engine.pub.publish([{**event, "lora_name": "x" * pad}])
+        assert len(engine.pub.buffer[-1][1]) == target
+        engine.pub.publish([stored_event("vllm", [12], None, list(range(BS, 2 * BS)), "GPU")])
+        wait_until(lambda: relay.relay.stats.published == 2, 30, "the reset and the next batch")
+        assert (relay.relay.stats.too_large, relay.relay.stats.resets, relay.relay.stats.retries) == (1, 1, 0)
+    finally:
+        relay.stop()
         engine.close()
         ctx.term()
 
