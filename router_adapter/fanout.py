@@ -10,7 +10,8 @@ model name is `_`. Each message carries headers:
   `gap` (lost batches the engine could no longer replay) or `silent`);
 - `Sidecar-Epoch`: the relay's name for one unbroken run of the engine's sequence numbers. A reset
   starts a new epoch (a larger number: milliseconds since 1970, or the previous epoch plus one);
-- `Sidecar-Seq`: the engine's 8-byte sequence number of a batch (absent on a reset);
+- `Sidecar-Seq`: the engine's 8-byte sequence number of a batch; on a reset, that of the last batch
+  the relay handled before it (absent when there was none), where a restarted relay resumes;
 - `Nats-Msg-Id`: `<worker>.<epoch>.<seq>` for a batch and `<worker>.<epoch>.reset` for a reset, so a
   batch published twice (a relay that retries or restarts) is stored once by JetStream within its
   duplicate window, and a replica skips it anyway (a batch of the current epoch at or below the last
@@ -25,8 +26,13 @@ relay: see docs/kv_fanout.md.
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import string
 import time
+from typing import Any
+
+_log = logging.getLogger("router_adapter.fanout")
 
 DEFAULT_PREFIX = "sidecar.kv"
 DEFAULT_STREAM = "SIDECAR_KV"
@@ -76,6 +82,34 @@ def reset_headers(worker: str, epoch: int, reason: str, seq: int | None = None) 
     if seq is not None:
         headers[SEQ] = str(seq)
     return headers
+
+
+async def connect_until_stopped(url: str, stop: asyncio.Event, name: str, **callbacks: Any) -> Any:
+    """A NATS connection that reconnects on its own once made; the first connection is retried
+    (NATS may come up after us) until `stop` is set, which returns None at once. (The client alone
+    would retry a first connection forever, deaf to a stop.)"""
+    import nats
+
+    while True:
+        connecting = asyncio.create_task(nats.connect(
+            url, max_reconnect_attempts=-1, reconnect_time_wait=0.5, name=name, **callbacks,
+        ))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        stopping.cancel()
+        if not connecting.done():
+            connecting.cancel()
+            await asyncio.gather(connecting, return_exceptions=True)
+            return None
+        try:
+            return connecting.result()
+        except Exception as e:  # noqa: BLE001 - not reachable yet: tried again until stopped
+            _log.warning("kv_nats_connect_failed name=%r url=%s error=%r", name, url, e)
+            try:
+                await asyncio.wait_for(stop.wait(), 1.0)
+                return None
+            except asyncio.TimeoutError:
+                pass
 
 
 def next_epoch(previous: int | None) -> int:

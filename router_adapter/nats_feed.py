@@ -162,8 +162,6 @@ class NatsFeed:
             loop.close()
 
     async def _main(self) -> None:
-        import nats
-
         async def disconnected() -> None:
             for feed in self.models.values():
                 feed.state = RECONNECTING
@@ -171,26 +169,12 @@ class NatsFeed:
         async def reconnected() -> None:
             self._connection += 1
 
-        # NATS may come up after the replica: the first connection is retried until a stop.
-        while self._nc is None:
-            connecting = asyncio.create_task(nats.connect(
-                self.options.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                disconnected_cb=disconnected, reconnected_cb=reconnected, name="sidecar-kv-feed",
-            ))
-            stopping = asyncio.create_task(self._stop.wait())
-            await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            stopping.cancel()
-            if not connecting.done():
-                connecting.cancel()
-                await asyncio.gather(connecting, return_exceptions=True)
-                return
-            try:
-                self._nc = connecting.result()
-            except Exception as e:  # noqa: BLE001 - not reachable yet (Score answers meanwhile, warming)
-                _log.warning("kv_nats_connect_failed url=%s error=%r", self.options.nats_url, e)
-                await self._sleep(1.0)
-                if self._stop.is_set():
-                    return
+        self._nc = await fanout.connect_until_stopped(
+            self.options.nats_url, self._stop, "sidecar-kv-feed",
+            disconnected_cb=disconnected, reconnected_cb=reconnected,
+        )
+        if self._nc is None:
+            return
         self._js = self._nc.jetstream()
         tasks = [asyncio.create_task(self._run_model(feed)) for feed in self.models.values()]
         tasks.append(asyncio.create_task(self._housekeeping()))
@@ -201,12 +185,6 @@ class NatsFeed:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             await self._nc.close()
-
-    async def _sleep(self, seconds: float) -> None:
-        try:
-            await asyncio.wait_for(self._stop.wait(), seconds)
-        except asyncio.TimeoutError:
-            pass
 
     async def _setup(self) -> None:
         """The stream and the snapshot bucket, created when missing."""

@@ -69,22 +69,15 @@ class Relay:
         self.ready = threading.Event()
 
     async def run(self) -> None:
-        import nats
-
         self._loop = asyncio.get_running_loop()
         self._stopped = asyncio.Event()
-        nc = None
-        while nc is None:  # NATS may come up after the relay
-            try:
-                nc = await nats.connect(self.options.nats_url, max_reconnect_attempts=-1, reconnect_time_wait=0.5,
-                                        name=f"sidecar-kv-relay {self.source.worker}")
-            except Exception as e:  # noqa: BLE001 - retried until stopped
-                _log.warning("kv_relay_connect_failed url=%s error=%r", self.options.nats_url, e)
-                try:
-                    await asyncio.wait_for(self._stopped.wait(), 1.0)
-                    return
-                except asyncio.TimeoutError:
-                    pass
+        if self._stopping.is_set():  # stopped before it ran
+            return
+        nc = await fanout.connect_until_stopped(
+            self.options.nats_url, self._stopped, f"sidecar-kv-relay {self.source.worker}",
+        )
+        if nc is None:
+            return
         try:
             self._js = nc.jetstream(timeout=self.options.ack_timeout_s)
             self._max_payload = nc.max_payload

@@ -33,7 +33,7 @@ from sidecar.v1 import kv_router_pb2_grpc as kv_grpc
 from sidecar.v1 import preprocessor_pb2 as pb
 from tests.conftest import REPO, start_server, stop_server
 from tests.kv.fleet import BS, FORMATS, SimEngine, requests, score_rows, stored_event
-from tests.kv.nats_server import NatsServer
+from tests.kv.nats_server import NatsServer, free_port
 from tests.kv.publisher import wait_until
 
 MODEL = "m.v1"  # a dot: subject tokens are encoded
@@ -441,3 +441,16 @@ def test_relay_restarted_after_a_reset_replays_what_it_missed(nats_server: NatsS
             router.stop()
         engine.close()
         ctx.term()
+
+
+def test_relay_stops_while_nats_is_unreachable() -> None:
+    """The first connection is retried until NATS answers, and a stop (SIGTERM) ends the wait: the
+    client alone retried a first connection forever, deaf to the stop."""
+    relay = Relay(Source("w0", "tcp://127.0.0.1:1", model=MODEL), RelayOptions(f"nats://127.0.0.1:{free_port()}"))
+    thread = threading.Thread(target=lambda: asyncio.run(relay.run()), daemon=True)
+    thread.start()
+    wait_until(lambda: relay._stopped is not None, 10, "the relay to start connecting")
+    time.sleep(1.5)  # past the first failed attempt: the wait is in the retry now
+    relay.stop()
+    thread.join(15)
+    assert not thread.is_alive() and not relay.ready.is_set()
