@@ -68,9 +68,18 @@ class Source:
             if not eq or key not in ("replay", "model", "topic"):
                 raise ValueError(f"--kv-events {text!r}: unknown option {pair!r}; known: replay, model, topic")
             options[key] = value
-        if "://" not in endpoint:
-            raise ValueError(f"--kv-events {text!r}: endpoint {endpoint!r} is not a ZMQ address (tcp://host:port)")
+        for address in (endpoint, options.get("replay")):
+            if address and not _is_zmq_address(address):
+                raise ValueError(f"--kv-events {text!r}: {address!r} is not a ZMQ address (tcp://host:port)")
         return cls(worker, endpoint, options.get("replay") or None, options.get("model", ""), options.get("topic", ""))
+
+
+def _is_zmq_address(address: str) -> bool:
+    """A transport and an address; a TCP one with a port (ZMQ refuses one without at connect)."""
+    transport, sep, rest = address.partition("://")
+    if not sep or not transport or not rest:
+        return False
+    return transport != "tcp" or rest.rpartition(":")[2].isdigit()
 
 
 @dataclass
@@ -146,16 +155,20 @@ class Subscriber:
         self._thread: threading.Thread | None = None
         self._states: dict[str, _State] = {}
         self._ready = threading.Event()
+        self._setup_error: ValueError | None = None
 
     def stats(self) -> dict[str, SourceStats]:
         """Per-worker counters (a snapshot)."""
         return {name: SourceStats(**vars(st.stats)) for name, st in self._states.items()}
 
     def start(self) -> None:
-        """Connects every source and starts the loop; returns once the sockets are connected."""
+        """Connects every source and starts the loop; returns once the sockets are connected, or
+        raises ValueError naming the source ZMQ refused to connect."""
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
         self._thread.start()
         self._ready.wait(10)
+        if self._setup_error is not None:
+            raise self._setup_error
 
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
@@ -168,18 +181,22 @@ class Subscriber:
     def _run(self) -> None:
         poller = zmq.Poller()
         by_socket: dict[zmq.Socket, _State] = {}
-        for source in self.sources:
-            sock = self._ctx.socket(zmq.SUB)
-            sock.setsockopt(zmq.LINGER, 0)
-            sock.setsockopt(zmq.RCVHWM, 100_000)
-            sock.setsockopt_string(zmq.SUBSCRIBE, source.topic)
-            sock.connect(source.endpoint)
-            state = _State(source, sock, last_seq=self._resume.get(source.worker))
-            self._states[source.worker] = state
-            by_socket[sock] = state
-            poller.register(sock, zmq.POLLIN)
-        self._ready.set()
         try:
+            for source in self.sources:
+                sock = self._ctx.socket(zmq.SUB)
+                by_socket[sock] = state = _State(source, sock, last_seq=self._resume.get(source.worker))
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.RCVHWM, 100_000)
+                sock.setsockopt_string(zmq.SUBSCRIBE, source.topic)
+                try:
+                    sock.connect(source.endpoint)
+                except zmq.ZMQError as e:  # `start()` raises it
+                    self._setup_error = ValueError(
+                        f"--kv-events {source.worker}: cannot connect to {source.endpoint!r}: {e}")
+                    return
+                self._states[source.worker] = state
+                poller.register(sock, zmq.POLLIN)
+            self._ready.set()
             while not self._stop.is_set():
                 for sock, _ in poller.poll(self._poll_ms):
                     state = by_socket[sock]
@@ -187,6 +204,7 @@ class Subscriber:
                 for state in self._states.values():
                     self._guarded(state, self._age_out)
         finally:
+            self._ready.set()
             for sock in by_socket:
                 sock.close(0)
 

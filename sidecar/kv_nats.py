@@ -126,5 +126,9 @@ def run_relay(args: argparse.Namespace) -> int:
             loop.add_signal_handler(sig, relay.stop)
         await relay.run()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    except ValueError as e:  # an endpoint ZMQ refused to connect to
+        print(f"sidecar: {e}", file=sys.stderr)
+        return 2
     return 0

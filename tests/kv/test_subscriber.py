@@ -180,9 +180,21 @@ def test_source_parsing() -> None:
     s = Source.parse("w1=tcp://10.0.0.1:5557,replay=tcp://10.0.0.1:5558,model=qwen3,topic=kv")
     assert (s.worker, s.endpoint, s.replay_endpoint, s.model, s.topic) == (
         "w1", "tcp://10.0.0.1:5557", "tcp://10.0.0.1:5558", "qwen3", "kv")
-    for bad in ["w1", "=tcp://x:1", "w1=localhost:5557", "w1=tcp://x:1,color=red"]:
+    assert Source.parse("w1=ipc:///tmp/kv.sock").endpoint == "ipc:///tmp/kv.sock"
+    for bad in ["w1", "=tcp://x:1", "w1=localhost:5557", "w1=tcp://x:1,color=red", "w1=tcp://10.0.0.5",
+                "w1=tcp://x:1,replay=tcp://x", "w1=tcp://x:port"]:
         with pytest.raises(ValueError):
             Source.parse(bad)
+
+
+def test_a_source_zmq_refuses_fails_the_start() -> None:
+    """An address ZMQ will not connect to ends the start with an error naming the source, instead
+    of a subscriber thread that died unseen."""
+    sub = Subscriber([Source("w1", "tcp://127.0.0.1:1"), Source("w2", "nosuch://x")], lambda *a: None,
+                     lambda *a: None)
+    with pytest.raises(ValueError, match="w2: cannot connect to 'nosuch://x'"):
+        sub.start()
+    sub.stop()
 
 
 def test_native_index_gets_raw_payloads(ctx: zmq.Context, monkeypatch: pytest.MonkeyPatch) -> None:
