@@ -28,6 +28,7 @@ import asyncio
 import io
 import json
 import logging
+import random
 import struct
 import threading
 import time
@@ -55,6 +56,12 @@ _SNAPSHOT_HEADER = struct.Struct("<8sII")  # magic, version, meta_len
 #: The index's write lock is taken per message, so this does not bound a Score's wait; it bounds how
 #: long the loop's other work waits for a pull's application.
 APPLY_SLICE = 64
+
+#: Chunks of the snapshot bucket that no object names any more are purged once their last write is
+#: this old (seconds): far past any upload, so a snapshot another replica is still writing is never
+#: touched. Two replicas writing at once each purge only the chunks of the object they replaced,
+#: which leaves the chunks of the one that lost the race behind (a whole snapshot each time).
+ORPHAN_CHUNK_AGE_S = 300.0
 
 _APPLY = 0
 _RESET = 1
@@ -423,13 +430,19 @@ class NatsFeed:
                          "are gone; workers they touched are inexact until their next reset",
                          snap["stream_seq"], info.state.first_seq)
 
+    def _next_snapshot_time(self) -> float:
+        """A period from now, give or take a tenth: replicas whose timers fell in step would
+        otherwise check for a fresh snapshot within one upload of each other every period, and both
+        write one."""
+        return time.monotonic() + self.options.snapshot_period_s * random.uniform(0.9, 1.1)
+
     async def _housekeeping(self) -> None:
-        next_snapshot = time.monotonic() + self.options.snapshot_period_s
+        next_snapshot = self._next_snapshot_time()
         while True:
             await asyncio.sleep(1.0)
             self._age_out()
             if self.options.snapshot_period_s > 0 and time.monotonic() >= next_snapshot:
-                next_snapshot = time.monotonic() + self.options.snapshot_period_s
+                next_snapshot = self._next_snapshot_time()
                 for feed in self.models.values():
                     try:
                         await self.publish_snapshot(feed)
@@ -482,7 +495,31 @@ class NatsFeed:
         feed.snapshot_time = meta["created"]
         feed.snapshots_written += 1
         _log.info("kv_nats_snapshot_written model=%s stream_seq=%d bytes=%d", feed.model, meta["stream_seq"], len(data))
+        try:
+            await self.sweep_orphan_chunks()
+        except Exception as e:  # noqa: BLE001 - swept after the next snapshot
+            _log.warning("kv_nats_snapshot_sweep_failed error=%r", e)
         return True
+
+    async def sweep_orphan_chunks(self, min_age_s: float = ORPHAN_CHUNK_AGE_S) -> int:
+        """Purges the snapshot bucket's chunks that no object names, last written at least
+        `min_age_s` ago (see `ORPHAN_CHUNK_AGE_S`); returns how many objects' chunks went. The
+        layout is NATS's object store's: stream `OBJ_<bucket>`, chunks on `$O.<bucket>.C.<nuid>`."""
+        bucket = self.options.snapshot_bucket
+        stream = f"OBJ_{bucket}"
+        named = {f"$O.{bucket}.C.{info.nuid}" for info in await self._store.list()}
+        state = (await self._js.stream_info(stream, subjects_filter=f"$O.{bucket}.C.>")).state
+        purged = 0
+        for subject in state.subjects or {}:
+            if subject in named:
+                continue
+            last = await self._js.get_last_msg(stream, subject)
+            if last.time is not None and time.time() - last.time.timestamp() < min_age_s:
+                continue  # maybe a snapshot still being written
+            await self._js.purge_stream(stream, subject=subject)
+            purged += 1
+            _log.warning("kv_nats_snapshot_orphan_purged subject=%s", subject)
+        return purged
 
     def snapshot_now(self, model: str, timeout: float = 30.0) -> bool:
         """Writes `model`'s snapshot now (tests, operators); True when written."""

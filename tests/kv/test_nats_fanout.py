@@ -26,7 +26,7 @@ import zmq
 
 from router_adapter import KvRouter, ModelOptions, PrefixIndex, Source
 from router_adapter import fanout
-from router_adapter.nats_feed import LIVE, LOADING, FeedOptions, NatsFeed
+from router_adapter.nats_feed import LIVE, LOADING, FeedOptions, NatsFeed, parse_snapshot
 from router_adapter.relay import Relay, RelayOptions
 from sidecar.v1 import kv_router_pb2 as kv
 from sidecar.v1 import kv_router_pb2_grpc as kv_grpc
@@ -454,3 +454,36 @@ def test_relay_stops_while_nats_is_unreachable() -> None:
     relay.stop()
     thread.join(15)
     assert not thread.is_alive() and not relay.ready.is_set()
+
+
+def test_chunks_of_a_snapshot_that_lost_a_race_are_swept(nats_server: NatsServer) -> None:
+    """Two replicas writing a snapshot at once leave the loser's chunks behind, named by no object
+    (the store's put purges only the chunks of the object it replaced). After its own put a
+    replica purges such chunks once they are old enough that no write can still be going on."""
+    router, feed = replica(nats_server.url)
+    try:
+        wait_until(lambda: feed.models[MODEL].state == LIVE, 30, "the feed to go live")
+        assert feed.snapshot_now(MODEL)
+
+        def on_loop(coroutine):  # noqa: ANN001, ANN202
+            return asyncio.run_coroutine_threadsafe(coroutine, feed._loop).result(30)
+
+        stream, chunks = f"OBJ_{fanout.DEFAULT_SNAPSHOT_BUCKET}", f"$O.{fanout.DEFAULT_SNAPSHOT_BUCKET}.C."
+
+        def chunk_subjects() -> set[str]:
+            info = on_loop(feed._js.stream_info(stream, subjects_filter=chunks + ">"))
+            return set(info.state.subjects or {})
+
+        named = chunk_subjects()
+        assert len(named) == 1
+        for _ in range(3):  # what a put that lost the race wrote
+            on_loop(feed._js.publish(chunks + "LOSTRACE", b"x" * 1000))
+        assert on_loop(feed.sweep_orphan_chunks()) == 0  # recent: maybe still being written
+        assert chunk_subjects() == named | {chunks + "LOSTRACE"}
+        assert on_loop(feed.sweep_orphan_chunks(min_age_s=0.0)) == 1
+        assert chunk_subjects() == named
+        # The snapshot left is whole (the store checks its digest) and parses.
+        meta, _ = parse_snapshot(on_loop(feed._store.get(fanout.subject_token(MODEL))).data)
+        assert meta["stream"] == fanout.DEFAULT_STREAM
+    finally:
+        router.stop()
