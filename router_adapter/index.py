@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 import msgspec
 
+from router_adapter.errors import InvalidTokens
 from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, Event, cache_salt_of
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
 from router_adapter.spec import HashSpec, MmItem
@@ -343,7 +344,13 @@ class PrefixIndex:
                 salt = cache_salt_of(event)
             bs = self.block_size
             tokens = event.token_ids[: len(hashes) * bs]
-            keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key)
+            try:
+                keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key)
+            except InvalidTokens:
+                # Ids no tokenizer has (negative, past 2^32): the event cannot be keyed. Skipped,
+                # as the native index skips it, and the rest of the batch applied.
+                self.stats.skipped_events += 1
+                return
             if len(keys) < len(hashes):
                 # Fewer tokens than blocks: index what the tokens cover.
                 hashes = hashes[: len(keys)]

@@ -310,6 +310,30 @@ def test_recorded_engine_payloads_apply_alike() -> None:
     assert native.workers == python.workers
 
 
+@pytest.mark.parametrize("bad_token", [-1, 2**32, 2**40])
+def test_token_ids_no_tokenizer_has_skip_their_event_alike(bad_token: int) -> None:
+    """A store whose token ids include one outside [0, 2^32) cannot be keyed: both indexes skip
+    that event (counted) and apply the rest of its batch; the Python index raised, leaving the
+    batch half applied."""
+    events = [
+        {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": [5, 6, 7, 8],
+         "block_size": 4},
+        {"type": "BlockStored", "block_hashes": [2], "parent_block_hash": 1, "token_ids": [9, bad_token, 10, 11],
+         "block_size": 4},
+        # Beyond the blocks published: not hashed, so not refused.
+        {"type": "BlockStored", "block_hashes": [3], "parent_block_hash": None,
+         "token_ids": [1, 2, 3, 4, bad_token], "block_size": 4},
+    ]
+    data = ENCODE([1.0, events])
+    python, native = PrefixIndex(4), NativePrefixIndex(4)
+    python.apply_batch("w", decode_batch(data))
+    native.apply_payload("w", data)
+    assert python.stats == native.stats and python.stats.skipped_events == 1
+    assert python.workers == native.workers and python.num_blocks == native.num_blocks == 2
+    for tokens in ([5, 6, 7, 8], [1, 2, 3, 4]):
+        assert python.score(tokens).workers == native.score(tokens).workers
+
+
 def mutations(data: bytes, rng: random.Random) -> list[bytes]:
     out = [data[: rng.randrange(len(data))] for _ in range(3)]
     for _ in range(12):
