@@ -9,6 +9,7 @@ for the worker pool (`run_one` each). No per-request Python work on the way.
 from __future__ import annotations
 
 import json
+import threading
 from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Sequence
@@ -103,6 +104,9 @@ class NativeMultiplexer:
                 lib.sc_multiplexer_new(entries, len(models), str_arg(json.dumps(settings).encode()), handle, err), err
             )
         self._handle = Handle(handle[0], lib.sc_multiplexer_free, "multiplexer")
+        self._holding = threading.Lock()
+        self._holders = 0
+        self._closing = False
 
     def run(self, message: bytes, elapsed_us: int, pending: Sequence[int] = (), refuse_code: int = 0,
             refuse_message: str = "") -> Batch:
@@ -153,9 +157,27 @@ class NativeMultiplexer:
             lib.sc_bytes_free(ffi.addressof(out, "response"))
             lib.sc_bytes_free(ffi.addressof(out, "model"))
 
+    def hold(self) -> None:
+        """Defers a `close` until the matching `release`: a call holds the table from the moment
+        it fetches it on the event loop, since a reload closes the table it replaces while calls
+        that fetched it may still wait for a worker (and a call starting on a closed table fails)."""
+        with self._holding:
+            self._holders += 1
+
+    def release(self) -> None:
+        with self._holding:
+            self._holders -= 1
+            close = self._closing and not self._holders
+        if close:
+            self._handle.close()
+
     def close(self) -> None:
-        """Frees the table now, or when the last call in flight returns."""
-        self._handle.close()
+        """Frees the table once nothing holds it and the last call in flight has returned."""
+        with self._holding:
+            self._closing = True
+            close = not self._holders
+        if close:
+            self._handle.close()
 
 
 def _unpack(batch) -> Batch:  # noqa: ANN001 - cffi cdata

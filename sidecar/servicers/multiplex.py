@@ -131,15 +131,22 @@ class _Stream:
                 table = self._servicer.table()
                 refuse = (0, "") if self._gate.open else _DRAINING
                 pending = array("Q", self._pending) if self._pending else ()
-                if len(message) <= self._inline:
-                    batch = table.run(message, 0, pending, *refuse)
-                else:
-                    # A big message (many requests, or a few large ones) is decoded and its small
-                    # requests run off the loop, in one hop.
-                    batch = await self._runtime.offloader.run(
-                        lambda: table.run(message, _elapsed_us(received), pending, *refuse), len(message), self._call.rpc
-                    )
-                self._apply(batch, message, received, table)
+                # Held until the message's large requests hold it in turn: a reload meanwhile
+                # closes the table it replaces (see `NativeMultiplexer.hold`).
+                table.hold()
+                try:
+                    if len(message) <= self._inline:
+                        batch = table.run(message, 0, pending, *refuse)
+                    else:
+                        # A big message (many requests, or a few large ones) is decoded and its
+                        # small requests run off the loop, in one hop.
+                        batch = await self._runtime.offloader.run(
+                            lambda: table.run(message, _elapsed_us(received), pending, *refuse), len(message),
+                            self._call.rpc,
+                        )
+                    self._apply(batch, message, received, table)
+                finally:
+                    table.release()
                 self._message_latency.observe(time.perf_counter() - received)
                 if not self._gate.open and not self._pending:
                     # Every request is answered and no new one will be run: end the stream, so
@@ -154,7 +161,9 @@ class _Stream:
             self._send(batch.messages)
         for deferred in batch.deferred:
             call = message[deferred.start:deferred.start + deferred.length]
+            table.hold()  # until the task ends, run or cancelled (see `NativeMultiplexer.hold`)
             task = asyncio.create_task(self._run_deferred(deferred, call, received, table))
+            task.add_done_callback(lambda _task: table.release())
             self._pending[deferred.id] = (task, deferred.kind)
         for request_id in batch.cancel:
             entry = self._pending.pop(request_id, None)

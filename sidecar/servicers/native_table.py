@@ -25,8 +25,9 @@ except ImportError:  # no native library (a reference-only install)
 
 
 class NativeTable:
-    """The table for the registry's current models, rebuilt after a reload (calls in flight keep
-    the one they run on until they return); None on a backend other than the native one."""
+    """The table for the registry's current models, rebuilt after a reload (calls that fetched
+    the old one keep it until they return: they `hold` it before any wait); None on a backend
+    other than the native one."""
 
     def __init__(self, runtime: Runtime) -> None:
         self._runtime = runtime
@@ -61,13 +62,18 @@ async def run_unary(runtime: Runtime, table: NativeMultiplexer, kind: int, body:
     inline = runtime.config.inline_bytes
     timeout = timeout_us(call.timeout_s)
     offloader = runtime.offloader
-    if len(body) <= inline:
-        result = await offloader.run(lambda: table.unary(kind, body, timeout, inline), 0, call.rpc)
-        cost = result.deferred_cost
-    else:
-        result, cost = None, len(body)
-    if cost:
-        result = await offloader.run(lambda: table.unary(kind, body, timeout), cost, call.rpc)
+    # Held from here, before any wait: a reload meanwhile closes the table (`NativeTable.get`).
+    table.hold()
+    try:
+        if len(body) <= inline:
+            result = await offloader.run(lambda: table.unary(kind, body, timeout, inline), 0, call.rpc)
+            cost = result.deferred_cost
+        else:
+            result, cost = None, len(body)
+        if cost:
+            result = await offloader.run(lambda: table.unary(kind, body, timeout), cost, call.rpc)
+    finally:
+        table.release()
     call.model = result.model
     if result.error is not None:
         if result.malformed:

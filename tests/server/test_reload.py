@@ -205,6 +205,73 @@ def test_in_flight_users_keep_the_old_model_until_they_let_go(tmp_path: Path) ->
     assert handle() is None, "the replaced model's tokenizer handle was not freed after its last user let go"
 
 
+@pytest.mark.parametrize("rpc", ["Tokenize", "Multiplex"])
+def test_a_call_queued_before_a_reload_runs_on_the_table_it_fetched(tmp_path: Path, rpc: str) -> None:
+    """A large call waits for a worker holding the native table it fetched; a reload meanwhile
+    makes the next fetch build a new table and close that one, which must stay usable until the
+    waiting call is done (it was freed at once: FAILED_PRECONDITION "multiplexer: already closed",
+    and for a Multiplex message, the end of its stream)."""
+    pytest.importorskip("sidecar.native.multiplex")
+    from sidecar.config import ServerConfig
+    from sidecar.factory import get_backend, get_hasher
+    from sidecar.registry import ModelRegistry, ModelSpec
+    from sidecar.reload import RELOADED, Reloader
+    from sidecar.rpc import Call, Gate, StreamCounts
+    from sidecar.runtime import Offloader, Runtime
+    from sidecar.servicers.multiplex import MultiplexServicer
+    from sidecar.servicers.tokenize import TokenizeServicer
+
+    model_dir = copy_embedded_model(tmp_path / "m")
+    registry = ModelRegistry(get_backend("native"))
+    registry.load(ModelSpec("m", model_dir))
+    config = ServerConfig(backend="native", port=None, metrics_port=None, workers=1)
+    offloader = Offloader.for_config(config)
+    runtime = Runtime(config, registry, offloader, get_hasher("native"))
+    tokenize = pb.TokenizeRequest(model="m", texts=["word " * (config.inline_bytes // 4)])
+
+    async def scenario() -> object:
+        servicer = TokenizeServicer(runtime)
+        gate = threading.Event()
+        blocker = asyncio.create_task(offloader.run(lambda: gate.wait(30), config.inline_bytes + 1, "test"))
+        await asyncio.sleep(0)  # the only worker is taken
+        if rpc == "Tokenize":
+            waiting = asyncio.create_task(servicer.TokenizeRaw(tokenize.SerializeToString(), None,
+                                                               Call("Tokenize", "test", None)))
+        else:
+            message = pb.MultiplexRequest(calls=[pb.MultiplexCall(id=1, tokenize=tokenize)]).SerializeToString()
+
+            async def one_message():  # noqa: ANN202
+                yield message
+
+            multiplex = MultiplexServicer(runtime, Gate(), servicer._native)
+            answers = multiplex.Multiplex(one_message(), None, Call("Multiplex", "test", None), StreamCounts())
+            waiting = asyncio.create_task(anext(answers))
+        await asyncio.sleep(0.05)  # queued behind the blocker
+        old = servicer._native.get()
+        add_token(model_dir, NEW_TOKEN)
+        (result,) = await Reloader(registry).reload()
+        assert result.outcome == RELOADED
+        assert servicer._native.get() is not old  # the next call's fetch closed the old table
+        assert not old._handle.closed  # held by the waiting call
+        gate.set()
+        await blocker
+        answer = await asyncio.wait_for(waiting, 30)
+        await asyncio.sleep(0)  # the done callbacks of the waiting call's tasks
+        assert old._handle.closed, "the replaced table was not freed once its last call let go"
+        return answer
+
+    try:
+        answer = asyncio.run(scenario())
+    finally:
+        offloader.shutdown()
+    if rpc == "Tokenize":
+        assert pb.TokenizeResponse.FromString(answer).encodings[0].token_ids
+    else:
+        (result,) = pb.MultiplexResponse.FromString(answer).results
+        assert result.id == 1 and result.WhichOneof("result") == "tokenize", result.error
+        assert result.tokenize.encodings[0].token_ids
+
+
 def test_the_embedded_model_is_never_reloaded() -> None:
     from sidecar.factory import get_backend
     from sidecar.registry import ModelRegistry, embedded_spec
