@@ -414,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
                        help="chat template instruction budget per Render; a template that needs more fails")
     serve.add_argument("--max-message-mb", type=int, default=64, help="max gRPC message size, both ways")
     serve.add_argument("--workers", type=int, default=0, help="native worker threads (default: CPU count)")
-    serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker")
+    serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker (a stream's messages, one per stream, are not refused)")
     serve.add_argument("--drain-seconds", type=float, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
     serve.add_argument("--drain-notice-seconds", type=float, default=1.0,

@@ -9,7 +9,10 @@ bounded by its size at all (a request's own chat template) always goes to the po
 Admission is by cost: calls above `huge_bytes` run in their own lane of at most half the workers,
 so a few huge requests can never occupy every worker and the ordinary large requests queued behind
 them still meet their deadlines. When more than `max_queue` calls wait in a lane, new ones fail
-fast with RESOURCE_EXHAUSTED instead of queueing without bound.
+fast with RESOURCE_EXHAUSTED instead of queueing without bound. A stream's own messages are exempt
+(`bounded=False`): a stream hands the pool one message at a time, and refusing one would end the
+stream with every request open on it, so one client's flood of unary calls could end another's
+streams.
 
 Every offloaded call gets a `CancelToken` (see `sidecar.cancel`): when the awaiting coroutine is
 cancelled (the client went away, the deadline passed) the token is set and the native loops stop
@@ -119,16 +122,19 @@ class Offloader:
         return cls(config.workers, config.max_queue, config.inline_bytes, config.huge_bytes,
                    release_memory=release_memory, worker_cpus=config.worker_cpus)
 
-    async def run(self, fn: Callable[[], T], cost_bytes: int, rpc: str) -> T:
+    async def run(self, fn: Callable[[], T], cost_bytes: int, rpc: str, bounded: bool = True) -> T:
+        """`fn()` inline or on a lane's pool by `cost_bytes`; RESOURCE_EXHAUSTED naming
+        `--max-queue` when the lane's queue is full, unless not `bounded` (see the module docs)."""
         if cost_bytes <= self._inline_bytes:
             start = time.perf_counter()
             result = fn()
             _inline_stage(rpc).observe(time.perf_counter() - start)
             return result
         lane = self._huge if cost_bytes > self._huge_bytes else self._large
-        if lane.pending >= lane.max_queue:
+        if bounded and lane.pending >= lane.max_queue:
             raise ResourceExhausted(
-                f"server busy: {lane.pending} {lane.name} requests already queued for the native pool; retry later"
+                f"server busy: {lane.pending} {lane.name} requests already queued for the native pool "
+                f"(--max-queue {lane.max_queue}); retry later"
             )
         lane.pending += 1
         metrics.NATIVE_QUEUE.set(self._large.pending + self._huge.pending)

@@ -139,10 +139,11 @@ class _Stream:
                         batch = table.run(message, 0, pending, *refuse)
                     else:
                         # A big message (many requests, or a few large ones) is decoded and its
-                        # small requests run off the loop, in one hop.
+                        # small requests run off the loop, in one hop; exempt from the queue bound
+                        # (one message of the stream at a time), its large requests are not.
                         batch = await self._runtime.offloader.run(
                             lambda: table.run(message, _elapsed_us(received), pending, *refuse), len(message),
-                            self._call.rpc,
+                            self._call.rpc, bounded=False,
                         )
                     self._apply(batch, message, received, table)
                 finally:

@@ -60,15 +60,16 @@ class ParseStreamServicer:
                 started = time.perf_counter()
                 # A step is microseconds per request and runs inline; a large message (a whole
                 # output parsed in one step) goes to the worker pool so the loop stays free. The
-                # stream's messages are handled one at a time, so the mux is never shared. A
-                # malformed message raises: the stream ends with its status.
-                answer = await self._runtime.offloader.run(lambda: mux.handle(message), len(message), call.rpc)
+                # stream's messages are handled one at a time, so the mux is never shared (and the
+                # pool's queue bound does not apply: see `sidecar.runtime`). A malformed message
+                # raises: the stream ends with its status.
+                offload = self._runtime.offloader.run
+                answer = await offload(lambda: mux.handle(message), len(message), call.rpc, bounded=False)
                 if answer is None:
                     # An open reads every field of its message (prompt ids, stop strings, tools,
                     # kwargs) in Python and builds its stop-string automaton: sized the same way.
-                    answer = await self._runtime.offloader.run(
-                        lambda: self._open(mux, message, counts), len(message), call.rpc
-                    )
+                    answer = await offload(lambda: self._open(mux, message, counts), len(message), call.rpc,
+                                           bounded=False)
                 step_latency.observe(time.perf_counter() - started)
                 yield answer
         finally:
