@@ -124,7 +124,26 @@ class ServerConfig:
             raise ValueError("--tls-client-ca: needs --tls-cert and --tls-key (mutual TLS is TLS first)")
         if self.tls_cert is not None and self.port is None:
             raise ValueError("--tls-cert: TLS is for the TCP listener, which --port -1 disables")
-        if self.multiplex_max_inflight <= 0:
-            raise ValueError("--multiplex-max-inflight: must be > 0")
+        # Every count and size limit is refused here, at startup, naming its flag: a bad one
+        # otherwise surfaces as an odd error on every call that meets it.
+        positive = {
+            "--workers": self.workers, "--max-queue": self.max_queue, "--multiplex-max-inflight":
+            self.multiplex_max_inflight, "--parse-max-requests": self.parse_max_requests,
+            "--parse-max-held-kb": self.parse_max_held_bytes, "--max-message-mb": self.max_message_bytes,
+            "--template-fuel": self.template_fuel, "--max-text-chars": self.max_text_chars,
+            "--max-word-chars": self.max_word_chars, "--max-token-ids": self.max_token_ids,
+            "--huge-kb": self.huge_bytes,
+        }
+        for flag, value in positive.items():
+            if value <= 0:
+                raise ValueError(f"{flag}: must be > 0")
+        # 0 is a choice here: no stop strings, no template kwargs, no render cache.
+        at_least_zero = {
+            "--max-stop-strings": self.max_stop_strings, "--max-stop-bytes": self.max_stop_bytes,
+            "--max-kwargs-bytes": self.max_kwargs_bytes, "--render-cache-mb": self.render_cache_mb,
+        }
+        for flag, value in at_least_zero.items():
+            if value < 0:
+                raise ValueError(f"{flag}: must be >= 0")
         if self.drain_seconds < 0 or self.drain_notice_seconds < 0:
             raise ValueError("--drain-seconds, --drain-notice-seconds: must be >= 0")

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sidecar.cli import build_parser
+import pytest
+
+from sidecar.cli import build_parser, main
 
 
 def test_serve_flags() -> None:
@@ -18,3 +20,20 @@ def test_serve_flags() -> None:
 def test_client_defaults() -> None:
     args = build_parser().parse_args(["tokenize", "hello"])
     assert (args.model, args.text, args.json) == ("qwen3", ["hello"], False)
+
+
+@pytest.mark.parametrize(("flag", "value", "message"), [
+    ("--parse-max-requests", "-1", "--parse-max-requests: must be > 0"),
+    ("--parse-max-held-kb", "-5", "--parse-max-held-kb: must be > 0"),
+    ("--workers", "-1", "--workers: must be > 0"),
+    ("--max-queue", "0", "--max-queue: must be > 0"),
+    ("--max-token-ids", "0", "--max-token-ids: must be > 0"),
+    ("--max-stop-strings", "-1", "--max-stop-strings: must be >= 0"),
+    ("--render-cache-mb", "-1", "--render-cache-mb: must be >= 0"),
+])
+def test_a_bad_limit_stops_the_start_naming_its_flag(flag: str, value: str, message: str,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before anything starts (it surfaced as an odd error on every call that met it: a
+    negative --parse-max-requests failed each ParseStream with INVALID_ARGUMENT on `limits_json`)."""
+    assert main(["serve", "--port", "-1", "--uds", "/nonexistent/never-bound.sock", flag, value]) == 2
+    assert capsys.readouterr().err.strip() == f"sidecar: {message}"
