@@ -99,7 +99,7 @@ def test_open_errors(env) -> None:  # noqa: ANN001
         mux.open(model, "a", "fp", ParseOpenConfig(), [])
     mux.open(model, "b", "fp", ParseOpenConfig(), [])
     mux.open(model, "c", "fp", ParseOpenConfig(), [])
-    with pytest.raises(ResourceExhausted, match="open requests"):
+    with pytest.raises(ResourceExhausted, match=r"open requests, the limit \(--parse-max-requests\)"):
         mux.open(model, "d", "fp", ParseOpenConfig(), [])
     assert len(mux) == 3
 
@@ -129,6 +129,7 @@ def test_held_back_limit(env) -> None:  # noqa: ANN001
     filler = encode("qwen3", "x" * 200)
     out = step(mux, [("a", filler, False), ("b", encode("qwen3", "!"), False)])
     assert out["a"].error.code == 8 and "holds back" in out["a"].error.message
+    assert "--parse-max-held-kb" in out["a"].error.message
     assert out["b"].content == "!"
 
 

@@ -122,7 +122,8 @@ impl Mux {
         }
         if self.entries.len() >= self.limits.max_requests {
             return Err(Error::resource_exhausted(format!(
-                "open: this stream already has {} open requests (the limit); finish or cancel some",
+                "open: this stream already has {} open requests, the limit (--parse-max-requests); \
+                 finish or cancel some",
                 self.entries.len()
             )));
         }

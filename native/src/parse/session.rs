@@ -451,7 +451,7 @@ impl Session {
             self.finished = true;
             return Err(Error::resource_exhausted(format!(
                 "the request holds back {held} bytes of undecided output, more than the limit of {} \
-                 (an unterminated tool call or value?)",
+                 (--parse-max-held-kb; an unterminated tool call or value?)",
                 self.max_held
             )));
         }
