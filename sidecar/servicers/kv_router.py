@@ -104,12 +104,15 @@ class KvRouterServicer:
         # is large (copying 10M ids into a list is itself a stall).
         cost = request_cost(request.ByteSize())
         fingerprint = ""
+        # The hosted model whose tokenizer or template makes the ids: the one the index is of (an
+        # empty name means the only KV model).
+        hosted = request.model or _model_name(router, index)
         if kind == "token_ids":
             def ids() -> list[int]:
                 check_token_ids(len(request.token_ids.token_ids), config.max_token_ids, "token_ids")
                 return list(request.token_ids.token_ids)
         elif kind == "text":
-            model = self._runtime.registry.get(request.model)
+            model = self._runtime.registry.get(hosted)
             fingerprint = model.fingerprint
             add_special = request.add_special_tokens if request.HasField("add_special_tokens") else True
             opts = EncodeOptions(add_special_tokens=add_special, timeout_s=call.timeout_s,
@@ -121,7 +124,7 @@ class KvRouterServicer:
         elif kind == "messages_json":
             # Rendered exactly as Render renders it with its defaults, so the blocks are the ones the
             # engine will hash for this chat request.
-            model = self._runtime.registry.get(request.model)
+            model = self._runtime.registry.get(hosted)
             fingerprint = model.fingerprint
             renderer = model.renderer
 

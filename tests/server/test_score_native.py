@@ -170,3 +170,15 @@ def test_an_id_above_32_bits_is_refused_natively_not_truncated(servicer: KvRoute
         grpc.StatusCode.INVALID_ARGUMENT,
         "token_ids.token_ids[1]: 4294967296 is not a token id (token ids are below 2^32)", MODEL,
     )
+
+
+def test_an_empty_model_names_the_only_kv_model_for_every_input(servicer: KvRouterServicer) -> None:
+    """The contract: an empty `model` means the only KV model, whatever the input; text and
+    messages were looked up under the empty name (NOT_FOUND) while token ids were scored."""
+    ids = pb.TokenIds(token_ids=PROMPT[:64])
+    for named in (kv.ScoreRequest(model=MODEL, text="Hello world"), kv.ScoreRequest(model=MODEL, token_ids=ids),
+                  kv.ScoreRequest(model=MODEL, messages_json='[{"role": "user", "content": "Hi"}]')):
+        unnamed = kv.ScoreRequest()
+        unnamed.CopyFrom(named)
+        unnamed.model = ""
+        assert python_score(servicer, unnamed) == python_score(servicer, named)
