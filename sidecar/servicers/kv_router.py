@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Any, Iterator
+from typing import Any, Iterator, Sequence
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -18,10 +18,9 @@ from router_adapter.spec import HashSpec, MmItem
 from sidecar.backend import EncodeOptions, RenderOptions
 from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound
 from sidecar.hashing import spec_to_proto
-from sidecar.rpc import Call
+from sidecar.rpc import Call, decode_request
 from sidecar.runtime import Runtime, request_cost
 from sidecar.servicers.detokenize import check_token_ids
-from sidecar.servicers.native_table import run_decoded
 from sidecar.servicers.render import check_kwargs_size
 from sidecar.servicers.tokenize import check_text_lengths
 from sidecar.v1 import kv_router_pb2 as kv
@@ -51,7 +50,12 @@ class KvRouterServicer:
             response = await self._runtime.offloader.run(lambda: self._score_ids(body, call), len(body), call.rpc)
             if response is not None:
                 return response
-        return await run_decoded(self.Score, kv.ScoreRequest, body, context, call)
+        # A large body is decoded on a worker: protobuf holds the GIL for it (some 36 ms for 40 MB
+        # of text), so the loop still waits, but not for that and the string reads after it at once.
+        request = await self._runtime.offloader.run(lambda: decode_request(call.rpc, kv.ScoreRequest, body),
+                                                    len(body), call.rpc)
+        call.model = request.model
+        return await self._score(request, call, request_cost(len(body)), as_bytes=True)
 
     def _score_ids(self, body: bytes, call: Call) -> bytes | None:
         """`Score` of a raw `token_ids` request, on a worker when it is large (the split, the
@@ -73,12 +77,8 @@ class KvRouterServicer:
         if refused is not None:
             raise refused
         check_token_ids(len(token_ids), self._runtime.config.max_token_ids, "token_ids")
-        warming = router.warming(_model_name(router, index))
-        score_response = getattr(index, "score_response", None)
-        if score_response is not None:  # the native index writes the response's bytes itself
-            spec = _spec_bytes(index.engine_spec) if index.engine_spec is not None else b""
-            return score_response(token_ids, request.lora_name, request.cache_salt, mm_items,
-                                  block_hash_spec=spec, fingerprint="", warming=warming)
+        if hasattr(index, "score_response"):  # the native index writes the response's bytes itself
+            return _native_response(router, index, request, token_ids, mm_items, "")
         score = index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
         return _response(router, index, score, len(token_ids), "").SerializeToString()
 
@@ -97,12 +97,17 @@ class KvRouterServicer:
         return router, index, mm_items
 
     async def Score(self, request: kv.ScoreRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.ScoreResponse:
+        return await self._score(request, call, request_cost(request.ByteSize()), as_bytes=False)
+
+    async def _score(self, request: kv.ScoreRequest, call: Call, cost: int, as_bytes: bool) -> Any:
+        """The response (`as_bytes`: its bytes, which the native index writes itself, and any
+        other serialized off the loop: a long prompt's holds a key per block). `cost`: the
+        request's size (see `sidecar.runtime`)."""
         router, index, mm_items = self._target(request)
         kind = request.WhichOneof("input")
         config = self._runtime.config
-        # Every field the input needs is read by `ids()`, which runs off the loop when the request
-        # is large (copying 10M ids into a list is itself a stall).
-        cost = request_cost(request.ByteSize())
+        # `ids()` reads the input and makes its ids off the loop when the request is large (copying
+        # 10M ids into a list is itself a stall; each read of a protobuf string builds a new one).
         fingerprint = ""
         # The hosted model whose tokenizer or template makes the ids: the one the index is of (an
         # empty name means the only KV model).
@@ -117,10 +122,16 @@ class KvRouterServicer:
             add_special = request.add_special_tokens if request.HasField("add_special_tokens") else True
             opts = EncodeOptions(add_special_tokens=add_special, timeout_s=call.timeout_s,
                                  max_word_chars=config.max_word_chars)
+            # The native tokenizer hands the ids over as an array, not a list of ints (see
+            # `NativeTokenizer.encode_ids`): a long text's would hold the GIL, and the loop, for long.
+            encode_ids = getattr(model.tokenizer, "encode_ids", None)
 
-            def ids() -> list[int]:
-                check_text_lengths([request.text], config.max_text_chars, "text")
-                return model.tokenizer.encode_batch([request.text], opts)[0].ids
+            def ids() -> Sequence[int]:
+                text = request.text
+                check_text_lengths([text], config.max_text_chars, "text")
+                if encode_ids is not None:
+                    return encode_ids(text, opts)
+                return model.tokenizer.encode_batch([text], opts)[0].ids
         elif kind == "messages_json":
             # Rendered exactly as Render renders it with its defaults, so the blocks are the ones the
             # engine will hash for this chat request.
@@ -140,12 +151,17 @@ class KvRouterServicer:
         else:
             raise InvalidArgument("input: one of text, messages_json or token_ids is required")
 
-        def work() -> tuple[int, object]:
-            token_ids = ids()
-            return len(token_ids), index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
+        native = as_bytes and hasattr(index, "score_response")
 
-        num_tokens, score = await self._runtime.offloader.run(work, cost, call.rpc)
-        return _response(router, index, score, num_tokens, fingerprint)
+        def work() -> kv.ScoreResponse | bytes:
+            token_ids = ids()
+            if native:
+                return _native_response(router, index, request, token_ids, mm_items, fingerprint)
+            score = index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
+            response = _response(router, index, score, len(token_ids), fingerprint)
+            return response.SerializeToString() if as_bytes else response
+
+        return await self._runtime.offloader.run(work, cost, call.rpc)
 
     async def KvStatus(self, request: kv.KvStatusRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.KvStatusResponse:
         router = self._require_router()
@@ -182,6 +198,14 @@ def _response(router: KvRouter, index, score: Score, num_tokens: int, fingerprin
     for w in score.workers:
         response.workers.add(worker=w.worker, blocks=w.blocks, tokens=w.tokens, blocks_by_medium=w.blocks_by_medium)
     return response
+
+
+def _native_response(router: KvRouter, index, request: kv.ScoreRequest, token_ids: Sequence[int],  # noqa: ANN001
+                     mm_items: tuple[MmItem, ...], fingerprint: str) -> bytes:
+    """The response's bytes as the native index writes them (no Python object per worker or key)."""
+    spec = _spec_bytes(index.engine_spec) if index.engine_spec is not None else b""
+    return index.score_response(token_ids, request.lora_name, request.cache_salt, mm_items, block_hash_spec=spec,
+                                fingerprint=fingerprint, warming=router.warming(_model_name(router, index)))
 
 
 @functools.lru_cache(maxsize=64)

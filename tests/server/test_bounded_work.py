@@ -21,6 +21,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from sidecar.v1 import kv_router_pb2 as kv
 from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc as pb_grpc
 from tests.conftest import LiveServer, require_shared_models, start_server, stop_server
@@ -38,6 +39,8 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
         tmp_path_factory.mktemp("bounded"), "--model", f"qwen3={models / 'qwen3'}", "--model", f"gpt-oss={models / 'gpt-oss'}",
         "--allow-request-templates", "--max-message-mb", "128", "--max-kwargs-bytes", str(32 << 20),
         "--max-stop-strings", "50000", "--max-stop-bytes", str(4 << 20), "--max-word-chars", str(30_000_000),
+        # A KV source that never publishes: Score answers (every worker at 0 blocks).
+        "--kv-events", "w0=tcp://127.0.0.1:9,model=qwen3",
     )
     yield live
     stop_server(live)
@@ -106,6 +109,9 @@ def _stalls(target: str) -> dict:
 
         return run
 
+    score = channel.unary_unary("/sidecar.v1.KvRouter/Score")
+    score_text = kv.ScoreRequest(model="qwen3", text="The quick brown fox jumps over the lazy dog. " * 900_000)
+    score_body = score_text.SerializeToString()
     kwargs = json.dumps({"model_identity": "a" * 20_000_000})
     template = "{% set ns = namespace(s='ab') %}{% for i in range(26) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s|length }}"
     return {
@@ -116,6 +122,8 @@ def _stalls(target: str) -> dict:
             model="qwen3", messages_json=messages, chat_template=template)),
         "open with 10M prompt ids": parse_open(prompt_token_ids=[1000 + i % 5000 for i in range(10_000_000)]),
         "open with 20k stop strings": parse_open(stop=[f"stop-{i}-{'x' * (i % 30)}" for i in range(20_000)]),
+        # 40 MB of text, some 9M ids: handed over as a list they held the GIL (and the loop) 0.3-0.5 s.
+        "Score of a 40 MB text": lambda: score(score_body, timeout=120),
     }
 
 

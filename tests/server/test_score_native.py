@@ -1,7 +1,8 @@
 """Which path KvRouter.Score takes from its raw body: on the native backend a `token_ids` request
-has its ids split off natively and scored from that buffer (the servicer's protobuf method is never
-called) and answers exactly as that method does on the same index; every other request, and every
-request on the reference backend, goes through the method. In process, on the embedded model."""
+has its ids split off natively and scored from that buffer (the request is never decoded into a
+protobuf message) and answers exactly as `Score` does on the same index; every other request, and
+every request on the reference backend, is decoded and goes where `Score` goes (`_score`). In
+process, on the embedded model."""
 
 from __future__ import annotations
 
@@ -65,21 +66,21 @@ def python_score(servicer: KvRouterServicer, request: kv.ScoreRequest) -> kv.Sco
 
 @pytest.fixture
 def paths(servicer: KvRouterServicer, monkeypatch: pytest.MonkeyPatch) -> dict[str, int]:
-    """How many calls each path took: the native split's, the protobuf method's."""
+    """How many calls each path took: the native split's, the decoded request's (`Score`'s)."""
     counts = {"split": 0, "python": 0}
-    split, method = kv_router.split_score, servicer.Score
+    split, method = kv_router.split_score, servicer._score
 
     def counted_split(body: bytes) -> object:
         counts["split"] += 1
         return split(body)
 
-    async def counted_method(*args: object) -> object:
+    async def counted_method(*args: object, **kwargs: object) -> object:
         counts["python"] += 1
-        return await method(*args)
+        return await method(*args, **kwargs)
 
     if split is not None:
         monkeypatch.setattr(kv_router, "split_score", counted_split)
-    monkeypatch.setattr(servicer, "Score", counted_method)
+    monkeypatch.setattr(servicer, "_score", counted_method)
     return counts
 
 

@@ -180,6 +180,10 @@ def test_long_input(pair) -> None:  # noqa: ANN001
     text = long_text()
     got = native.encode_batch([text], EncodeOptions(add_special_tokens=False))[0].ids
     assert got == hf.encode(text, add_special_tokens=False).ids
+    # The array form Score uses (no Python int per id), with and without special tokens.
+    assert native.encode_ids(text, EncodeOptions(add_special_tokens=False)).tolist() == got
+    assert native.encode_ids(text, EncodeOptions()).tolist() == hf.encode(text).ids
+    assert native.encode_ids("", EncodeOptions(add_special_tokens=False)).tolist() == []
     assert native.decode_batch([got], True)[0] == hf.decode(got, skip_special_tokens=True)
     count_parity("tokenize:long", cases=1)
 
