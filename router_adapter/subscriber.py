@@ -7,8 +7,8 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 - a jump forward (messages were dropped): the missing batches are requested from the engine's
   ROUTER replay socket when one is configured (`[b"", start_seq]` from a DEALER; the engine answers
   `[b"", topic, seq, payload]` per buffered batch (vLLM; SGLang leaves out the topic), then an end
-  marker with seq -1); if there is none,
-  or the engine no longer has them, the worker's state is dropped (`on_reset(worker, "gap")`);
+  marker with seq -1); if there is none, or the engine no longer has them, the worker's state is
+  dropped (`on_reset(worker, "gap")`);
 - a number at or below the last one: the engine restarted (its counter starts at 0 again), so the
   worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied;
 - silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`);
