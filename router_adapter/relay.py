@@ -9,9 +9,9 @@ gap the replay socket could not fill, silence) becomes a `reset` message that ev
 A restarted relay reads the last message of its subject to resume the epoch and the engine sequence
 number (a reset carries the number of the last batch before it), so a batch it had already published
 is deduplicated (same message id) and batches the engine published meanwhile are fetched from the
-replay socket. Publishing waits for JetStream's
-acknowledgement and retries with the same message id until it is stored: the ZMQ socket buffers
-meanwhile (up to its high-water mark; beyond that the loss is a gap like any other).
+replay socket. Publishing waits for JetStream's acknowledgement and retries with the same message id
+until it is stored: the ZMQ socket buffers meanwhile (up to its high-water mark; beyond that the loss
+is a gap like any other).
 """
 
 from __future__ import annotations
