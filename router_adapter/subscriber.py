@@ -10,7 +10,8 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
   marker with seq -1); if there is none, or the engine no longer has them, the worker's state is
   dropped (`on_reset(worker, "gap")`);
 - a number at or below the last one: the engine restarted (its counter starts at 0 again), so the
-  worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied;
+  worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied, after the new
+  engine's earlier batches when that number is above 0 and the replay socket still has them;
 - silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`);
 - a sink that raises anything but a refused payload's `DecodeError` (a bug, memory): the error is
   logged and the worker reset (`on_reset(worker, "apply_error")`), since a batch may be half applied;
@@ -255,6 +256,10 @@ class Subscriber:
         if last is not None and seq <= last:
             state.stats.restarts += 1
             self._reset(state, "restart")
+            if seq > 0:
+                # The new engine's first batches went by unseen (the subscriber or its relay was
+                # away): fetched from its replay socket when it still has them.
+                self._replay(state, 0, seq)
         elif last is not None and seq > last + 1:
             state.stats.gaps += 1
             if not self._replay(state, last + 1, seq):

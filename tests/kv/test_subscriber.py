@@ -121,6 +121,34 @@ def test_replay_answers_of_either_engine_fill_a_gap(ctx: zmq.Context, engine: st
         pub.close()
 
 
+def test_a_restart_seen_late_replays_the_new_engines_first_batches(ctx: zmq.Context) -> None:
+    """A sequence number at or below the last one is an engine restart; when it is above 0 the
+    new engine's earlier batches went by unseen, and its replay socket fills them in after the
+    reset."""
+    pub = FakeEnginePublisher(ctx)
+    seen: list[object] = []
+    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=30.0)
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        for block in range(4):
+            pub.publish([stored([block], TOKENS[:BS], BS)])
+        wait_until(lambda: len(seen) == 4, what="the first engine's batches")
+        pub.buffer.clear()  # the new engine's buffer
+        for seq, block in enumerate([100, 101, 102]):
+            pub.publish([stored([block], TOKENS[:BS], BS)], seq=seq, drop=block != 102)
+        wait_until(lambda: len(seen) == 8, what="the restart and the new engine's batches")
+        assert seen == [0, 1, 2, 3, "restart", 100, 101, 102]
+        assert pub.replay_requests == [0]
+        stats = sub.stats()["a"]
+        assert (stats.restarts, stats.resets, stats.replayed, stats.gaps) == (1, 1, 2, 0)
+    finally:
+        sub.stop()
+        pub.close()
+
+
 def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx)
     router = KvRouter([Source("a", pub.endpoint, pub.replay_endpoint, model="m")], block_size=BS,
