@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
 
 import pytest
 
@@ -21,12 +22,27 @@ from sidecar.v1 import preprocessor_pb2 as pb
 pytest.importorskip("sidecar.native.multiplex")
 
 
-def test_a_full_queue_refuses_unary_work_but_not_a_streams_next_message() -> None:
-    from sidecar.servicers.parse_stream import ParseStreamServicer
-
+@pytest.fixture
+def runtime() -> Iterator[Runtime]:
+    """One worker, and a lane that holds one call: the worker's."""
     config = ServerConfig(backend="native", port=None, metrics_port=None, workers=1, max_queue=1)
     offloader = Offloader.for_config(config)
-    runtime = Runtime(config, load_registry(config), offloader, get_hasher("native"))
+    yield Runtime(config, load_registry(config), offloader, get_hasher("native"))
+    offloader.shutdown()
+
+
+async def occupy_the_worker(runtime: Runtime) -> tuple[threading.Event, asyncio.Task]:
+    """A large call that holds the only worker (and so fills the lane) until the event is set."""
+    gate = threading.Event()
+    blocker = asyncio.create_task(runtime.offloader.run(lambda: gate.wait(30), runtime.config.inline_bytes + 1, "test"))
+    await asyncio.sleep(0)
+    return gate, blocker
+
+
+def test_a_full_queue_refuses_unary_work_but_not_a_streams_next_message(runtime: Runtime) -> None:
+    from sidecar.servicers.parse_stream import ParseStreamServicer
+
+    config, offloader = runtime.config, runtime.offloader
     model = next(iter(runtime.registry)).name
     large = config.inline_bytes + 1
     opening = pb.ParseStreamRequest(open=pb.OpenRequest(request_id="r", model=model, reasoning_parser="none",
@@ -36,9 +52,7 @@ def test_a_full_queue_refuses_unary_work_but_not_a_streams_next_message() -> Non
     assert len(big_step) > config.inline_bytes
 
     async def scenario() -> pb.ParseStreamResponse:
-        gate = threading.Event()
-        blocker = asyncio.create_task(offloader.run(lambda: gate.wait(30), large, "test"))
-        await asyncio.sleep(0)  # the only worker taken: with it the lane holds --max-queue calls
+        gate, blocker = await occupy_the_worker(runtime)  # with it the lane holds --max-queue calls
         with pytest.raises(ResourceExhausted, match=r"--max-queue 1"):
             await offloader.run(lambda: None, large, "test")
 
@@ -62,32 +76,23 @@ def test_a_full_queue_refuses_unary_work_but_not_a_streams_next_message() -> Non
         await answers.aclose()
         return answer
 
-    try:
-        answer = asyncio.run(scenario())
-    finally:
-        offloader.shutdown()
-    (delta,) = answer.deltas
+    (delta,) = asyncio.run(scenario()).deltas
     assert delta.request_id == "r" and not delta.HasField("error") and delta.content, delta
 
 
-def test_a_full_queue_does_not_end_a_multiplex_stream() -> None:
+def test_a_full_queue_does_not_end_a_multiplex_stream(runtime: Runtime) -> None:
     """A Multiplex message over the inline bound (many small calls) goes to the pool as one hop;
     with the queue full it waits its turn instead of ending the stream."""
     from sidecar.rpc import Gate
     from sidecar.servicers.multiplex import MultiplexServicer
 
-    config = ServerConfig(backend="native", port=None, metrics_port=None, workers=1, max_queue=1)
-    offloader = Offloader.for_config(config)
-    runtime = Runtime(config, load_registry(config), offloader, get_hasher("native"))
     model = next(iter(runtime.registry)).name
     calls = [pb.MultiplexCall(id=i, tokenize=pb.TokenizeRequest(model=model, texts=["word " * 100])) for i in range(40)]
     message = pb.MultiplexRequest(calls=calls).SerializeToString()
-    assert len(message) > config.inline_bytes
+    assert len(message) > runtime.config.inline_bytes
 
     async def scenario() -> list[pb.MultiplexResult]:
-        gate = threading.Event()
-        blocker = asyncio.create_task(offloader.run(lambda: gate.wait(30), config.inline_bytes + 1, "test"))
-        await asyncio.sleep(0)  # the lane full
+        gate, blocker = await occupy_the_worker(runtime)  # the lane full
 
         async def requests():  # noqa: ANN202
             yield message
@@ -105,9 +110,6 @@ def test_a_full_queue_does_not_end_a_multiplex_stream() -> None:
         await answers.aclose()
         return results
 
-    try:
-        results = asyncio.run(scenario())
-    finally:
-        offloader.shutdown()
+    results = asyncio.run(scenario())
     assert sorted(r.id for r in results) == list(range(40))
     assert all(r.WhichOneof("result") == "tokenize" for r in results), [r.error for r in results if r.error.code][:1]
