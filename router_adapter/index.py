@@ -258,17 +258,24 @@ class PrefixIndex:
             ok = False
         if not ok:
             raise ValueError("snapshot: not a PrefixIndex snapshot")
-        if snap["settings"] != self._snapshot_settings():
-            raise ValueError(f"snapshot: taken from an index with other settings ({snap['settings']})")
+        if snap.get("settings") != self._snapshot_settings():
+            raise ValueError(f"snapshot: taken from an index with other settings ({snap.get('settings')})")
         with self._lock:
-            self.block_size = snap["block_size"] if self.block_size is None else self.block_size
-            self.stats = IndexStats(*snap["stats"])
-            self._workers, self._free_bits, self._next_bit, self._blocks = {}, [], 0, 0
-            self._media = {name: m for m, name in enumerate(snap["media"])}
-            self._holders = [{} for _ in self._media]
-            self._extra_holds = {}
-            for name, flat in snap["workers"]:
-                self._restore_worker(self._worker(name), flat)
+            # Every field restore replaces, as it was: put back if the snapshot turns out malformed.
+            kept = {f: getattr(self, f) for f in _RESTORED_FIELDS}
+            try:
+                self.block_size = snap["block_size"] if self.block_size is None else self.block_size
+                self.stats = IndexStats(*snap["stats"])
+                self._workers, self._free_bits, self._next_bit, self._blocks = {}, [], 0, 0
+                self._media = {name: m for m, name in enumerate(snap["media"])}
+                self._holders = [{} for _ in self._media]
+                self._extra_holds = {}
+                for name, flat in snap["workers"]:
+                    self._restore_worker(self._worker(name), flat)
+            except (TypeError, KeyError, IndexError, ValueError) as e:
+                for f, value in kept.items():
+                    setattr(self, f, value)
+                raise ValueError(f"snapshot: malformed ({e!r})") from None
 
     def _snapshot_settings(self) -> list:
         spec = None if self.engine_spec is None else repr(self.engine_spec)
@@ -466,6 +473,11 @@ class PrefixIndex:
                     m += 1
             self._blocks -= len(oldest)
             self.stats.evicted_blocks += len(oldest)
+
+
+#: What `PrefixIndex.restore` replaces.
+_RESTORED_FIELDS = ("block_size", "stats", "_workers", "_free_bits", "_next_bit", "_blocks", "_media", "_holders",
+                    "_extra_holds")
 
 
 def _walk(keys: list[int], holders_by_medium: list[dict[int, int]], active: int) -> dict[int, int]:

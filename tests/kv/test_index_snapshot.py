@@ -84,3 +84,21 @@ def test_restore_refuses_what_is_not_a_matching_snapshot() -> None:
     with pytest.raises(ValueError, match="other settings"):
         engine.restore(index.snapshot())
     assert view(index) == state
+
+
+def test_a_malformed_snapshot_changes_nothing() -> None:
+    """A snapshot comes from another replica through the object store: one that parses but whose
+    entries are malformed is refused with the index as it was (it used to be left half restored)."""
+    import msgspec
+
+    index = PrefixIndex(BS)
+    apply(index, random_ops(random.Random(2), 50))
+    state, snapshot = view(index), msgspec.msgpack.decode(index.snapshot())
+    source = PrefixIndex(BS)
+    apply(source, random_ops(random.Random(3), 50))
+    broken = msgspec.msgpack.decode(source.snapshot())
+    broken["workers"] = broken["workers"][:1] + [["w9", [1, 2]]]  # a worker's entries cut short
+    for bad in [broken, {**snapshot, "workers": 7}, {**snapshot, "stats": [0] * 20}, {"magic": snapshot["magic"]}]:
+        with pytest.raises(ValueError, match="snapshot: "):
+            index.restore(msgspec.msgpack.encode(bad))
+        assert view(index) == state
