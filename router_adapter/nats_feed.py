@@ -5,8 +5,8 @@ server's loop). Per model of the router it:
 
 1. loads the model's newest snapshot from the JetStream object store (`SIDECAR_KV_SNAPSHOTS`): the
    index state plus each worker's cursor, tagged with the stream sequence it covers; a snapshot that
-   is missing, of another index implementation, or of another stream incarnation is ignored and the
-   stream is read from its first message;
+   is missing, unreadable, of another index implementation, or of another stream incarnation is
+   ignored and the stream is read from its first message;
 2. reads the model's subjects (`<prefix>.<model>.*`) from the next stream sequence on through an
    ephemeral pull consumer, applying every message in stream order through the router
    (`KvRouter.feed_payloads` / `feed_reset`) with the per-worker rules of `router_adapter.fanout`.
@@ -15,7 +15,9 @@ server's loop). Per model of the router it:
    threads) waits for one message's application at most. A pull's messages are applied in slices
    of at most `APPLY_SLICE`, with a turn of this loop between two slices;
 3. is *catching up* until the consumer reports nothing pending, then *live*. After a lost connection
-   it reconnects and re-reads from the last applied stream sequence + 1 (catching up again);
+   it reconnects and re-reads from the last applied stream sequence + 1 (catching up again); a
+   stream that was deleted and made again meanwhile (or a nats-server restarted without its store)
+   is a new incarnation: the model's view is dropped and the new stream read from its start;
 4. every `snapshot_period_s`, when live, publishes a snapshot unless another replica published one
    less than a period ago (so N replicas write about one snapshot per period between them).
 
@@ -25,7 +27,8 @@ Score answers all along; `warming` (`state != live`) tells the caller the view m
 from __future__ import annotations
 
 import asyncio
-import io
+import base64
+import hashlib
 import json
 import logging
 import random
@@ -56,6 +59,12 @@ _SNAPSHOT_HEADER = struct.Struct("<8sII")  # magic, version, meta_len
 #: The index's write lock is taken per message, so this does not bound a Score's wait; it bounds how
 #: long the loop's other work waits for a pull's application.
 APPLY_SLICE = 64
+
+#: A snapshot read that receives no chunk for this long (seconds) is given up and started again: the
+#: object was replaced meanwhile (a put purges the chunks of the object it replaces), or deleted.
+SNAPSHOT_STALL_S = 10.0
+#: Reads of a snapshot before the replica gives up on it and reads the stream from its start.
+SNAPSHOT_READS = 3
 
 #: Chunks of the snapshot bucket that no object names any more are purged once their last write is
 #: this old (seconds): far past any upload, so a snapshot another replica is still writing is never
@@ -114,6 +123,11 @@ class ModelFeed:
     snapshot_time: float | None = None
     snapshots_written: int = 0
     snapshot_loaded: bool = False
+    #: When the stream the view was read from was made (JetStream's `created`, seconds since 1970):
+    #: a stream made again since is another incarnation, whose sequences mean other messages.
+    stream_created: float | None = None
+    #: Messages skipped because their headers could not be read (not a relay's).
+    malformed: int = 0
     workers: dict[str, WorkerCursor] = field(default_factory=dict)
 
 
@@ -217,6 +231,7 @@ class NatsFeed:
                     feed.state = LOADING
                     await self._load_snapshot(feed)
                     feed.snapshot_loaded = True
+                await self._check_incarnation(feed)
                 feed.state = CATCHING_UP
                 await self._consume(feed)
             except asyncio.CancelledError:
@@ -276,6 +291,23 @@ class NatsFeed:
             except Exception:  # noqa: BLE001 - the connection may be gone
                 pass
 
+    async def _check_incarnation(self, feed: ModelFeed) -> None:
+        """Drops `feed`'s view when the stream is not the one it was read from (deleted and made
+        again, or a nats-server restarted without its store): the new stream's sequences name other
+        messages, and reading on from the old position would skip the new stream's first ones."""
+        info = await self._js.stream_info(self.options.stream)
+        created = info.created.timestamp() if info.created is not None else None
+        replaced = feed.stream_created is not None and created is not None and created != feed.stream_created
+        if replaced or info.state.last_seq < feed.stream_seq:
+            _log.warning("kv_nats_stream_replaced model=%s stream_seq=%d last_seq=%d: dropping the view and "
+                         "reading the new stream from its start", feed.model, feed.stream_seq, info.state.last_seq)
+            for worker, cursor in feed.workers.items():
+                cursor.resets += 1
+                self.router.feed_reset(feed.model, worker, "stream_replaced")
+            feed.workers = {}
+            feed.stream_seq = 0
+        feed.stream_created = created
+
     @staticmethod
     async def _check_consumer(sub) -> None:  # noqa: ANN001 - nats PullSubscription
         """Raises when the consumer is gone (a server restarted without it); a slow answer is not that."""
@@ -295,10 +327,26 @@ class NatsFeed:
         feed.pending = meta.num_pending
         worker = fanout.token_name(msg.subject.rsplit(".", 1)[-1])
         headers = msg.headers or {}
+        is_reset = headers.get(fanout.KIND) == fanout.RESET
+        try:
+            epoch = int(headers.get(fanout.EPOCH, "0"))
+            seq = 0 if is_reset else int(headers.get(fanout.SEQ, "0"))
+        except ValueError:
+            # Not a relay's message (a stray publish on our subjects): skipped. Raised on, it would
+            # lose the slice planned before it; a relay batch lost this way shows as a gap.
+            feed.malformed += 1
+            _log.warning("kv_nats_malformed_message model=%s stream_seq=%d subject=%s headers=%r",
+                         feed.model, stream_seq, msg.subject, dict(headers))
+            return
         cursor = feed.workers.setdefault(worker, WorkerCursor())
-        cursor.last_time = meta.timestamp.timestamp()
-        epoch = int(headers.get(fanout.EPOCH, "0"))
-        if headers.get(fanout.KIND) == fanout.RESET:
+        previous_time, cursor.last_time = cursor.last_time, meta.timestamp.timestamp()
+        silence = self.options.silence_timeout_s
+        if silence and cursor.last_seq is not None and cursor.last_time - previous_time > silence:
+            # The silence `_age_out` acts on when live, judged by the stream's own times here so a
+            # replica catching up (which does not age out) ends with the view of one that was live.
+            cursor.aged_out += 1
+            ops.append(self._reset_op(worker, cursor, "silent"))
+        if is_reset:
             reason = headers.get(fanout.REASON, "")
             cursor.restarts += reason == "restart"
             cursor.gaps += reason == "gap"
@@ -306,7 +354,6 @@ class NatsFeed:
             ops.append(self._reset_op(worker, cursor, f"relay_{reason}"))
             cursor.epoch = epoch
             return
-        seq = int(headers.get(fanout.SEQ, "0"))
         if cursor.epoch is not None and epoch != cursor.epoch:
             ops.append(self._reset_op(worker, cursor, "new_epoch"))
         elif cursor.last_seq is not None:
@@ -372,33 +419,30 @@ class NatsFeed:
     # --- snapshots and age-out --------------------------------------------------------------------
 
     async def _load_snapshot(self, feed: ModelFeed) -> None:
-        from nats.js.errors import NotFoundError, ObjectNotFoundError
+        from nats.js.errors import BadObjectMetaError, NotFoundError
 
         name = fanout.subject_token(feed.model)
-        # Into a buffer: without `writeinto` the client appends each chunk to a bytes object, which
-        # copies everything received so far per chunk (minutes for a snapshot of millions of entries).
-        buffer = io.BytesIO()
         started = time.monotonic()
-        try:
-            await self._store.get(name, writeinto=buffer)
-        except (ObjectNotFoundError, NotFoundError):
-            _log.info("kv_nats_no_snapshot model=%s: reading the stream from its start", feed.model)
-            return
-        data = buffer.getbuffer()
         index = self.router.index(feed.model)
         try:
+            data = await self._fetch_snapshot(feed, name)
             meta, index_bytes = parse_snapshot(data)
+            cursors = _cursors(meta)
             problem = self._snapshot_problem(meta, index)
             if problem is None:
-                await self._check_stream_covers(meta)
-        except (TypeError, KeyError) as e:
+                created = await self._check_stream_covers(meta)
+        except NotFoundError:  # the object (ObjectNotFoundError) or the bucket
+            _log.info("kv_nats_no_snapshot model=%s: reading the stream from its start", feed.model)
+            return
+        except (TypeError, KeyError, BadObjectMetaError) as e:
             problem = f"unreadable ({e!r})"
         except ValueError as e:
             problem = str(e)
         fetched = time.monotonic()
         if problem is None:
             try:
-                # One call into the index (the native one restores with the GIL released).
+                # One call into the index (the native one restores with the GIL released); either
+                # index leaves its state as it was when it refuses.
                 index.restore(index_bytes)
             except Exception as e:  # noqa: BLE001 - InvalidArgument / ValueError of either index
                 problem = f"refused by the index ({e})"
@@ -406,12 +450,65 @@ class NatsFeed:
             _log.warning("kv_nats_snapshot_ignored model=%s reason=%s: reading the stream from its start",
                          feed.model, problem)
             return
-        feed.workers = {w: WorkerCursor(epoch, seq, t) for w, (epoch, seq, t) in meta["workers"].items()}
+        feed.workers = cursors
         feed.stream_seq = meta["stream_seq"]
+        feed.stream_created = created
         feed.snapshot_time = meta["created"]
         _log.info("kv_nats_snapshot_loaded model=%s stream_seq=%d workers=%d bytes=%d age_s=%.1f fetch_s=%.2f "
                   "restore_s=%.2f", feed.model, feed.stream_seq, len(feed.workers), len(data),
                   time.time() - meta["created"], fetched - started, time.monotonic() - fetched)
+
+    async def _fetch_snapshot(self, feed: ModelFeed, name: str) -> bytearray:
+        """The snapshot object's bytes, read again when a read stalls; ValueError when every read did."""
+        for _ in range(SNAPSHOT_READS):
+            data = await self._read_object(name)
+            if data is not None:
+                return data
+            _log.warning("kv_nats_snapshot_read_stalled model=%s: no chunk for %.0f s (replaced or deleted "
+                         "meanwhile); reading it again", feed.model, SNAPSHOT_STALL_S)
+        raise ValueError(f"unreadable ({SNAPSHOT_READS} reads stalled)")
+
+    async def _read_object(self, name: str) -> bytearray | None:
+        """The snapshot object `name` of the bucket, its digest checked (ValueError when it does not
+        match); None when no chunk came for `SNAPSHOT_STALL_S`. The client's own `get` waits for ever
+        for chunks that a put of a newer snapshot purged while it read them; this reads the chunks
+        (NATS object store layout: stream `OBJ_<bucket>`, subject `$O.<bucket>.C.<nuid>`) through a
+        pull consumer of its own, which a stall lets go of."""
+        from nats.errors import TimeoutError as NatsTimeout
+        from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+        info = await self._store.get_info(name)
+        if not info.nuid:
+            raise ValueError("unreadable (an object with no chunks' id)")
+        data = bytearray()
+        digest = hashlib.sha256()
+        remaining = info.chunks or 0
+        bucket = self.options.snapshot_bucket
+        sub = await self._js.pull_subscribe(
+            f"$O.{bucket}.C.{info.nuid}", stream=f"OBJ_{bucket}",
+            config=ConsumerConfig(deliver_policy=DeliverPolicy.ALL, ack_policy=AckPolicy.NONE,
+                                  inactive_threshold=60.0, mem_storage=True),
+        )
+        try:
+            while remaining > 0:
+                try:
+                    # No more than are left: a pull for more waits at the server for the rest.
+                    msgs = await sub.fetch(min(remaining, 64), timeout=SNAPSHOT_STALL_S)
+                except (NatsTimeout, asyncio.TimeoutError):
+                    return None
+                for msg in msgs:
+                    data += msg.data
+                    digest.update(msg.data)
+                remaining -= len(msgs)
+        finally:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # noqa: BLE001 - the connection may be gone
+                pass
+        expected = base64.urlsafe_b64decode((info.digest or "").split("=", 1)[-1])  # "SHA-256=<base64url>"
+        if len(data) != (info.size or 0) or digest.digest() != expected:
+            raise ValueError(f"unreadable ({len(data)} bytes whose digest is not the object's)")
+        return data
 
     def _snapshot_problem(self, meta: dict, index) -> str | None:  # noqa: ANN001
         if meta["stream"] != self.options.stream:
@@ -420,8 +517,14 @@ class NatsFeed:
             return f"taken by a {meta['index_kind']} (this replica runs a {type(index).__name__})"
         return None
 
-    async def _check_stream_covers(self, snap: dict) -> None:
+    async def _check_stream_covers(self, snap: dict) -> float | None:
+        """The stream's `created` (see `ModelFeed.stream_created`); ValueError when the snapshot was
+        taken of another incarnation of the stream."""
         info = await self._js.stream_info(self.options.stream)
+        created = info.created.timestamp() if info.created is not None else None
+        taken_of = snap.get("stream_created")
+        if taken_of is not None and created is not None and taken_of != created:
+            raise ValueError("taken of another incarnation of the stream (deleted and made again since)")
         if snap["stream_seq"] > info.state.last_seq:
             raise ValueError(f"covers stream sequence {snap['stream_seq']} beyond the stream's last "
                              f"{info.state.last_seq} (the stream was recreated)")
@@ -429,6 +532,7 @@ class NatsFeed:
             _log.warning("kv_nats_snapshot_older_than_retention stream_seq=%d first_seq=%d: messages in between "
                          "are gone; workers they touched are inexact until their next reset",
                          snap["stream_seq"], info.state.first_seq)
+        return created
 
     def _next_snapshot_time(self) -> float:
         """A period from now, give or take a tenth: replicas whose timers fell in step would
@@ -451,11 +555,10 @@ class NatsFeed:
 
     def _age_out(self) -> None:
         silence = self.options.silence_timeout_s
-        if not silence:
-            return
         now = time.time()
         for feed in self.models.values():
-            if feed.state != LIVE:
+            self._forget_empty_cursors(feed, now)
+            if not silence or feed.state != LIVE:
                 continue  # a backlog is not silence
             ops = []
             for worker, cursor in feed.workers.items():
@@ -464,6 +567,16 @@ class NatsFeed:
                     ops.append(self._reset_op(worker, cursor, "silent"))
             if ops:
                 self._apply_ops(feed.model, ops)
+
+    def _forget_empty_cursors(self, feed: ModelFeed, now: float) -> None:
+        """Forgets the cursors of workers that hold nothing (reset since their last batch) and have
+        sent nothing for a silence timeout (with none, the retention): a worker's next batch is
+        applied as a new worker's, which is what a reset left. Kept, every pod name ever seen
+        would stay in memory, in snapshots, in `KvStatus` and in the metrics' label sets."""
+        idle = self.options.silence_timeout_s or self.options.retention_s
+        gone = [w for w, c in feed.workers.items() if c.last_seq is None and now - c.last_time > idle]
+        for worker in gone:
+            del feed.workers[worker]
 
     async def publish_snapshot(self, feed: ModelFeed, force: bool = False) -> bool:
         """Writes `feed`'s snapshot unless it is not live or (without `force`) a fresh one exists."""
@@ -485,13 +598,19 @@ class NatsFeed:
         index = self.router.index(feed.model)
         # Taken between two messages (this loop applies them), so the state is exactly `stream_seq`'s.
         meta = {
-            "stream": self.options.stream, "stream_seq": feed.stream_seq, "created": time.time(),
+            "stream": self.options.stream, "stream_seq": feed.stream_seq, "stream_created": feed.stream_created,
+            "created": time.time(),
             "index_kind": type(index).__name__,
             "workers": {w: (c.epoch, c.last_seq, c.last_time) for w, c in feed.workers.items()},
         }
         data = build_snapshot(meta, index.snapshot())
         description = json.dumps({"stream_seq": meta["stream_seq"], "created": meta["created"]})
-        await self._store.put(name, data, meta=ObjectMeta(name=name, description=description))
+        try:
+            await self._store.put(name, data, meta=ObjectMeta(name=name, description=description))
+        except NotFoundError:  # the bucket was deleted: made again (new replicas need a snapshot)
+            self._store = None
+            await self._setup()
+            await self._store.put(name, data, meta=ObjectMeta(name=name, description=description))
         feed.snapshot_time = meta["created"]
         feed.snapshots_written += 1
         _log.info("kv_nats_snapshot_written model=%s stream_seq=%d bytes=%d", feed.model, meta["stream_seq"], len(data))
@@ -525,6 +644,24 @@ class NatsFeed:
         """Writes `model`'s snapshot now (tests, operators); True when written."""
         future = asyncio.run_coroutine_threadsafe(self.publish_snapshot(self.models[model], force=True), self._loop)
         return future.result(timeout)
+
+
+def _cursors(meta: dict) -> dict[str, WorkerCursor]:
+    """The workers' cursors of a snapshot's meta, and its other fields checked (TypeError, KeyError
+    or ValueError naming what is wrong), before the index is touched."""
+    if not isinstance(meta["stream_seq"], int) or meta["stream_seq"] < 0:
+        raise ValueError(f"unreadable (stream_seq {meta['stream_seq']!r})")
+    if not isinstance(meta["created"], (int, float)):
+        raise ValueError(f"unreadable (created {meta['created']!r})")
+    if not isinstance(meta["workers"], dict):
+        raise ValueError("unreadable (workers is not an object)")
+    cursors = {}
+    for worker, (epoch, seq, last_time) in meta["workers"].items():
+        if not (isinstance(epoch, (int, type(None))) and isinstance(seq, (int, type(None)))
+                and isinstance(last_time, (int, float))):
+            raise ValueError(f"unreadable (the cursor of worker {worker!r})")
+        cursors[worker] = WorkerCursor(epoch, seq, last_time)
+    return cursors
 
 
 def build_snapshot(meta: dict, index_bytes: bytes) -> bytes:

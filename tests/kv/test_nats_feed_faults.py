@@ -1,0 +1,246 @@
+"""Faults a replica's feed meets in service (router_adapter/nats_feed.py), each against a real
+nats-server, with messages published as a relay writes them: a stream deleted and made again, a
+snapshot replaced while it is read, an unreadable snapshot, a stray message on the subjects, workers
+that come and go, a deleted snapshot bucket, and a silence that only the stream's times show."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import msgspec
+import pytest
+
+from router_adapter import KvRouter, ModelOptions, fanout, nats_feed
+from router_adapter.nats_feed import LIVE, FeedOptions, NatsFeed, build_snapshot
+from tests.kv.nats_server import NatsServer
+from tests.kv.publisher import wait_until
+
+MODEL = "m"
+BS = 16
+SNAPSHOT_NAME = fanout.subject_token(MODEL)
+BUCKET = fanout.DEFAULT_SNAPSHOT_BUCKET
+
+
+def tokens(block: int) -> list[int]:
+    return list(range(block * BS, (block + 1) * BS))
+
+
+def stored(block: int) -> bytes:
+    """A vLLM batch storing one block with no parent (engine hash 1000 + block)."""
+    event = {"type": "BlockStored", "block_hashes": [1000 + block], "parent_block_hash": None,
+             "token_ids": tokens(block), "block_size": BS, "lora_id": None, "medium": "GPU", "lora_name": None}
+    return msgspec.msgpack.encode([time.time(), [event], 0])
+
+
+class Publisher:
+    """A NATS connection on a loop of its own, publishing on the model's subjects as a relay does."""
+
+    def __init__(self, url: str) -> None:
+        import nats
+
+        self.loop = asyncio.new_event_loop()
+        threading.Thread(target=self.loop.run_forever, daemon=True).start()
+        self.nc = self.run(nats.connect(url))
+        self.js = self.nc.jetstream()
+        self.ensure_stream()
+
+    def run(self, coroutine):  # noqa: ANN001, ANN201
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(30)
+
+    def ensure_stream(self) -> None:
+        self.run(fanout.ensure_stream(self.js, fanout.DEFAULT_STREAM, fanout.DEFAULT_PREFIX, 3600.0))
+
+    def publish(self, worker: str, data: bytes, headers: dict[str, str]) -> None:
+        self.run(self.js.publish(fanout.subject(fanout.DEFAULT_PREFIX, MODEL, worker), data,
+                                 stream=fanout.DEFAULT_STREAM, headers=headers))
+
+    def batches(self, worker: str, epoch: int, seqs: range, first_block: int = 0) -> None:
+        for seq in seqs:
+            self.publish(worker, stored(first_block + seq), fanout.batch_headers(worker, epoch, seq))
+
+    def reset(self, worker: str, epoch: int, reason: str) -> None:
+        self.publish(worker, b"", fanout.reset_headers(worker, epoch, reason))
+
+    def close(self) -> None:
+        self.run(self.nc.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+
+
+@pytest.fixture
+def publisher(nats_server: NatsServer):  # noqa: ANN201
+    p = Publisher(nats_server.url)
+    yield p
+    p.close()
+
+
+@pytest.fixture
+def replicas(nats_server: NatsServer):  # noqa: ANN201
+    """Starts replicas (`start(**feed_options)` -> (router, feed)); all stopped at the end."""
+    started: list[KvRouter] = []
+
+    def start(**options) -> tuple[KvRouter, NatsFeed]:  # noqa: ANN003
+        options = {"snapshot_period_s": 0.0, "silence_timeout_s": None, **options}
+        router = KvRouter([], models={MODEL: ModelOptions(block_size=BS)})
+        feed = NatsFeed(router, FeedOptions(nats_server.url, **options))
+        router.attach_feed(feed)
+        router.start()
+        started.append(router)
+        return router, feed
+
+    yield start
+    for router in started:
+        router.stop()
+
+
+def live(feed: NatsFeed) -> bool:
+    return feed.models[MODEL].state == LIVE
+
+
+def blocks(router: KvRouter, worker: str) -> int:
+    return router.index(MODEL).worker_blocks(worker)
+
+
+def held(router: KvRouter, blocks_: range) -> list[int]:
+    """The blocks of `blocks_` some worker holds."""
+    return [b for b in blocks_ if any(w.blocks for w in router.score(MODEL, tokens(b)).workers)]
+
+
+def on_feed_loop(feed: NatsFeed, coroutine):  # noqa: ANN001, ANN201
+    return asyncio.run_coroutine_threadsafe(coroutine, feed._loop).result(30)
+
+
+def test_a_stream_made_again_drops_the_view_and_reads_the_new_one(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """The new stream's sequences name other messages: a running replica that read on from its old
+    position skipped the new stream's first ones (blind until the new stream passed the old
+    sequence), and a snapshot of the old stream, loaded by a new replica, brought back workers of a
+    stream that no longer exists."""
+    publisher.batches("w0", 1, range(1, 21))
+    a, feed_a = replicas()
+    wait_until(lambda: live(feed_a) and blocks(a, "w0") == 20, 30, "replica a to read the first stream")
+    assert feed_a.snapshot_now(MODEL)  # taken of the first stream at its sequence 20
+
+    publisher.run(publisher.js.delete_stream(fanout.DEFAULT_STREAM))
+    publisher.ensure_stream()
+    publisher.batches("w1", 1, range(1, 26), first_block=100)  # past the old last sequence
+    wait_until(lambda: blocks(a, "w1") == 25, 30, "replica a to read the new stream from its start")
+    assert blocks(a, "w0") == 0
+
+    b, feed_b = replicas()
+    wait_until(lambda: live(feed_b) and blocks(b, "w1") == 25, 30, "replica b to read the new stream")
+    assert blocks(b, "w0") == 0 and feed_b.models[MODEL].snapshot_time is None  # the snapshot was ignored
+    assert held(a, range(0, 130)) == held(b, range(0, 130)) == list(range(101, 126))
+
+
+def test_a_snapshot_replaced_while_it_is_read_is_read_again(publisher: Publisher, replicas, monkeypatch) -> None:  # noqa: ANN001
+    """Another replica's put purges the chunks of the snapshot it replaces; a replica reading the old
+    one waited for them for ever (the client's `get`), stuck loading. Here the reader is handed the
+    replaced object's description, as if the put came right after it looked."""
+    monkeypatch.setattr(nats_feed, "SNAPSHOT_STALL_S", 1.0)
+    publisher.batches("w0", 1, range(1, 4))
+    a, feed_a = replicas()
+    wait_until(lambda: live(feed_a) and blocks(a, "w0") == 3, 30, "replica a to go live")
+    assert feed_a.snapshot_now(MODEL)
+    replaced = on_feed_loop(feed_a, feed_a._store.get_info(SNAPSHOT_NAME))
+    publisher.batches("w0", 1, range(4, 5))
+    wait_until(lambda: blocks(a, "w0") == 4, 30, "the fourth batch")
+    assert feed_a.snapshot_now(MODEL)  # purges the first one's chunks
+    newest = feed_a.models[MODEL].snapshot_time
+
+    from nats.js.object_store import ObjectStore
+
+    real_get_info, handed_out = ObjectStore.get_info, []
+
+    async def stale_first(self, name, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        if name == SNAPSHOT_NAME and not handed_out:
+            handed_out.append(name)
+            return replaced
+        return await real_get_info(self, name, *args, **kwargs)
+
+    monkeypatch.setattr(ObjectStore, "get_info", stale_first)
+    b, feed_b = replicas()
+    wait_until(lambda: live(feed_b), 30, "replica b to load the newest snapshot and go live")
+    assert handed_out and feed_b.models[MODEL].snapshot_time == newest
+    assert held(b, range(0, 6)) == held(a, range(0, 6)) == [1, 2, 3, 4]
+
+
+def _without_workers(feed: NatsFeed) -> None:
+    """A meta with no cursors, ahead of a sound snapshot of the index."""
+    meta = {"stream": fanout.DEFAULT_STREAM, "stream_seq": 3, "created": time.time(), "index_kind": "PrefixIndex"}
+    index_bytes = feed.router.index(MODEL).snapshot()
+    on_feed_loop(feed, feed._store.put(SNAPSHOT_NAME, build_snapshot(meta, index_bytes)))
+
+
+def _other_bytes_under_the_digest(feed: NatsFeed) -> None:
+    """The object's one chunk replaced by other bytes of its length (as a damaged store would)."""
+    assert feed.snapshot_now(MODEL)
+    info = on_feed_loop(feed, feed._store.get_info(SNAPSHOT_NAME))
+    assert info.chunks == 1
+    subject = f"$O.{BUCKET}.C.{info.nuid}"
+    on_feed_loop(feed, feed._js.purge_stream(f"OBJ_{BUCKET}", subject=subject))
+    on_feed_loop(feed, feed._js.publish(subject, b"\0" * info.size))
+
+
+@pytest.mark.parametrize("damage", [_without_workers, _other_bytes_under_the_digest])
+def test_an_unreadable_snapshot_is_ignored(publisher: Publisher, replicas, damage) -> None:  # noqa: ANN001
+    """The documented fallback: ignored, the stream read from its start. Before, these raised past
+    the snapshot's checks, and the replica fetched the snapshot again every half second for ever."""
+    publisher.batches("w0", 1, range(1, 4))
+    a, feed_a = replicas()
+    wait_until(lambda: live(feed_a) and blocks(a, "w0") == 3, 30, "replica a to go live")
+    damage(feed_a)
+    b, feed_b = replicas()
+    wait_until(lambda: live(feed_b), 30, "replica b to go live from the stream")
+    assert feed_b.models[MODEL].snapshot_time is None and held(b, range(0, 5)) == [1, 2, 3]
+
+
+def test_a_stray_message_is_skipped_and_the_rest_of_its_pull_applied(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """A message whose headers are not a relay's (a stray publish) used to raise after the batches
+    before it in the same pull had been planned, losing them unnoticed (no gap, no reset)."""
+    publisher.batches("w0", 1, range(1, 11))
+    publisher.publish("w9", b"x", {fanout.KIND: fanout.BATCH, fanout.EPOCH: "x", fanout.SEQ: "1"})
+    publisher.batches("w0", 1, range(11, 21))
+    router, feed = replicas()
+    wait_until(lambda: live(feed), 30, "the feed to go live")
+    model = feed.models[MODEL]
+    assert held(router, range(0, 22)) == list(range(1, 21))
+    assert (model.malformed, model.workers["w0"].gaps, "w9" in model.workers) == (1, 0, False)
+
+
+def test_workers_reset_and_silent_are_forgotten(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """A pod that goes away leaves a reset; its cursor (and its rows in KvStatus, the metrics and
+    every snapshot) stayed for good, one per pod name ever seen."""
+    router, feed = replicas(silence_timeout_s=1.0)
+    for w in range(5):
+        publisher.batches(f"w{w}", 1, range(1, 2), first_block=w)
+        publisher.reset(f"w{w}", 1, "silent")
+    wait_until(lambda: feed.models[MODEL].stream_seq == 10, 30, "the ten messages")
+    wait_until(lambda: not feed.models[MODEL].workers, 30, "the workers' cursors to be forgotten")
+    publisher.batches("w0", 2, range(1, 2), first_block=50)  # a worker back: applied as a new one
+    wait_until(lambda: blocks(router, "w0") == 1, 30, "w0's new batch")
+    assert held(router, range(0, 60)) == [51]
+
+
+def test_a_deleted_snapshot_bucket_is_made_again(replicas) -> None:  # noqa: ANN001
+    router, feed = replicas()
+    wait_until(lambda: live(feed), 30, "the feed to go live")
+    on_feed_loop(feed, feed._js.delete_object_store(BUCKET))
+    assert feed.snapshot_now(MODEL)
+    assert on_feed_loop(feed, feed._store.get_info(SNAPSHOT_NAME)).size > 0
+
+
+def test_a_silence_seen_in_the_stream_resets_as_it_did_on_a_live_replica(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """A live replica drops a worker silent for `silence_timeout_s` by its clock; one that read the
+    same messages later (catching up, where nothing ages out) kept it: two views of one stream."""
+    a, feed_a = replicas(silence_timeout_s=2.0)
+    wait_until(lambda: live(feed_a), 30, "replica a to go live")
+    publisher.batches("w0", 1, range(1, 4))
+    wait_until(lambda: blocks(a, "w0") == 3, 30, "the first three batches")
+    wait_until(lambda: blocks(a, "w0") == 0, 30, "replica a to age w0 out")
+    time.sleep(0.5)  # the next message's stream time well past the timeout
+    publisher.batches("w0", 1, range(4, 5))
+    wait_until(lambda: blocks(a, "w0") == 1, 30, "the fourth batch on replica a")
+    b, feed_b = replicas(silence_timeout_s=2.0)
+    wait_until(lambda: live(feed_b), 30, "replica b to catch up")
+    assert held(b, range(0, 6)) == held(a, range(0, 6)) == [4]
