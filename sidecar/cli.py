@@ -65,6 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_message_bytes=args.max_message_mb * 1024 * 1024,
             workers=args.workers or (os.cpu_count() or 2),
             max_queue=args.max_queue,
+            max_pending_calls=args.max_pending_calls,
             drain_seconds=args.drain_seconds,
             drain_notice_seconds=args.drain_notice_seconds,
             parse_max_requests=args.parse_max_requests,
@@ -415,6 +416,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-message-mb", type=int, default=64, help="max gRPC message size, both ways")
     serve.add_argument("--workers", type=int, default=0, help="native worker threads (default: CPU count)")
     serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker (a stream's messages, one per stream, are not refused)")
+    serve.add_argument("--max-pending-calls", type=int, default=16384,
+                       help="calls gRPC holds before the server takes them (a burst); past it gRPC refuses new "
+                            "calls with CANCELLED (gRPC's own default: 3000)")
     serve.add_argument("--drain-seconds", type=float, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
     serve.add_argument("--drain-notice-seconds", type=float, default=1.0,

@@ -261,6 +261,10 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
             ("grpc.max_receive_message_length", config.max_message_bytes),
             ("grpc.max_send_message_length", config.max_message_bytes),
             ("grpc.so_reuseport", 1 if config.reuse_port else 0),
+            # Both of gRPC's bounds on calls not taken yet (the soft one applies to calls waiting
+            # longer than 30 s): one flag, so a burst waits its turn instead of being refused.
+            ("grpc.server.max_pending_requests", config.max_pending_calls),
+            ("grpc.server.max_pending_requests_hard_limit", config.max_pending_calls),
         ]
     )
     gate = Gate()

@@ -27,6 +27,7 @@ def test_client_defaults() -> None:
     ("--parse-max-held-kb", "-5", "--parse-max-held-kb: must be > 0"),
     ("--workers", "-1", "--workers: must be > 0"),
     ("--max-queue", "0", "--max-queue: must be > 0"),
+    ("--max-pending-calls", "0", "--max-pending-calls: must be > 0"),
     ("--max-token-ids", "0", "--max-token-ids: must be > 0"),
     ("--max-stop-strings", "-1", "--max-stop-strings: must be >= 0"),
     ("--render-cache-mb", "-1", "--render-cache-mb: must be >= 0"),
