@@ -327,7 +327,9 @@ class PrefixIndex:
             self._clear(w)
 
     def _store(self, w: _Worker, event: BlockStored) -> None:
-        if self.block_size is None and event.block_size > 0:
+        if self.block_size is None and 0 < event.block_size <= 0xFFFF_FFFF:
+            # Only a size that fits 32 bits is learned (the native index's bound): a wilder first
+            # store is skipped below and teaches nothing.
             self.block_size = event.block_size
         if (
             event.block_size != self.block_size

@@ -22,6 +22,10 @@
 use super::msgpack::{Check, Kind, Reader};
 use crate::error::{Error, Result};
 
+/// Events reserved up front at most: a declared count is checked against the bytes left, but an
+/// event takes one byte of input and far more as an `Event`, so a larger batch grows as it is read.
+const EVENTS_RESERVED: usize = 1024;
+
 /// The medium of events that name none (engines stored on GPU before the field existed).
 pub const DEFAULT_MEDIUM: &str = "GPU";
 
@@ -332,7 +336,7 @@ fn wire_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()> {
     let got = r.peek().map_err(at_batch)?;
     let events = r.array().map_err(at_batch)?;
     let events = events.ok_or_else(|| at_batch(expected("array", got, "$[1]")))?;
-    batch.events.reserve(events);
+    batch.events.reserve(events.min(EVENTS_RESERVED));
     for i in 0..events {
         let event = wire_event(r, batch).map_err(|e| e.context(format_args!("events[{i}]")))?;
         batch.events.push(event);
@@ -769,7 +773,7 @@ fn normalized_batch<'a>(
         let n = r
             .array()?
             .ok_or_else(|| Error::invalid_argument("batch.events: expected an array"))?;
-        batch.events.reserve(n);
+        batch.events.reserve(n.min(EVENTS_RESERVED));
         for i in 0..n {
             let event = normalized_event(r, batch, encoding, columns)
                 .map_err(|e| e.context(format_args!("events[{i}]")))?;

@@ -27,7 +27,8 @@
 //! - **Tables with a controlled load** ([`table`]): extendible hashing over Robin Hood segments
 //!   of any capacity, kept between 70% and 82% full, where tables that double would swing
 //!   between 41% and 82%. Payload: 20 + 12 bytes per entry with distinct keys, so about 42
-//!   bytes with the load. Slots store their key's *mixed* hash (a bijection), so a probe compares
+//!   bytes with the load. Slots store their key's *mixed* hash (a bijection, keyed by a secret of
+//!   the process so that engines cannot choose where their hashes land), so a probe compares
 //!   numbers without hashing what it passes. A removal leaves a tombstone (no shifting), and a
 //!   restore sizes the tables for the snapshot's entries before filling them.
 //! - **Memory traffic**: stores and evictions request each table slot a few blocks before they

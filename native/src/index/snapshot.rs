@@ -19,7 +19,7 @@
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::core::Index;
-use super::holders::MAX_MEDIA;
+use super::holders::{MAX_MEDIA, MAX_WORKERS};
 use super::keys::KeyTable;
 use super::table::mix;
 use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
@@ -225,6 +225,12 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
     if c.pos != body.len() {
         return Err(bad("trailing bytes"));
     }
+    // A new worker takes `next_order` and the one after it the next: above every order here
+    // (eviction breaks ties by order), with room to count on.
+    let highest = workers.iter().map(|w| w.order).max();
+    if highest.is_some_and(|h| next_order <= h) || next_order > u64::MAX / 2 {
+        return Err(bad("next_order is not above every worker's order"));
+    }
     Ok(Loaded {
         block_size,
         group_idx,
@@ -238,8 +244,15 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
 
 fn parse_workers(c: &mut Cursor<'_>, media_count: usize) -> Result<Vec<Worker>> {
     let count = c.u32()? as usize;
+    // Ids past the bound do not fit a holder code (they would read as a shared-holder record).
+    if count > MAX_WORKERS as usize {
+        return Err(Error::invalid_argument(format!(
+            "{count} workers (at most {MAX_WORKERS})"
+        )));
+    }
     let mut workers: Vec<Worker> = Vec::new();
     let mut names = std::collections::HashSet::new();
+    let mut orders = std::collections::HashSet::new();
     for _ in 0..count {
         let len = c.u32()? as usize;
         let name = c.text(len)?;
@@ -249,6 +262,11 @@ fn parse_workers(c: &mut Cursor<'_>, media_count: usize) -> Result<Vec<Worker>> 
             )));
         }
         let order = c.u64()?;
+        if !orders.insert(order) {
+            return Err(Error::invalid_argument(format!(
+                "worker {name:?}: an order another worker has"
+            )));
+        }
         let n = c.u32()? as usize;
         if n > MAX_WORKER_BLOCKS || n.saturating_mul(20) > c.buf.len() - c.pos {
             return Err(Error::invalid_argument(format!(
@@ -268,7 +286,12 @@ fn parse_workers(c: &mut Cursor<'_>, media_count: usize) -> Result<Vec<Worker>> 
             entries.push(Entry::new(mix(engine_hash), mix(key), meta >> 8, media));
         }
         let mut worker = Worker::new(name, order);
-        worker.restore(entries);
+        if !worker.restore(entries) {
+            return Err(Error::invalid_argument(format!(
+                "worker {:?}: two entries with one stamp",
+                worker.name
+            )));
+        }
         workers.push(worker);
     }
     Ok(workers)

@@ -126,6 +126,13 @@ impl StampBits {
         (next - self.base.min(next)) as usize > 4 * live + WIDTH_FLOOR
     }
 
+    /// Whether `live` stamps of a snapshot, spread over `span`, are too wide a bitmap to restore
+    /// as they are: as [`StampBits::too_wide`], with a floor of at most 64 bits per stamp, so
+    /// that a snapshot of many small workers cannot ask for a floor's bitmap each.
+    pub fn too_wide_to_restore(span: usize, live: usize) -> bool {
+        span > 4 * live + WIDTH_FLOOR.min(64 * live)
+    }
+
     /// The rank of each live stamp among the live ones, as a function (for renumbering in
     /// one pass, in order).
     pub fn ranks(&self) -> impl Fn(u32) -> u32 + '_ {

@@ -95,11 +95,42 @@ const fn inverse(c: u64) -> u64 {
 const C1_INV: u64 = inverse(C1);
 const C2_INV: u64 = inverse(C2);
 
-/// MurmurHash3's 64-bit finalizer, a bijection: engine hashes in tests and synthetic loads can
-/// be small consecutive integers, which must not cluster.
+/// A secret of this process folded into every `mix`: engines choose their block hashes (and
+/// clients the tokens content keys come from), and with a public bijection anyone could choose
+/// values that crowd one run of a table (an insertion then scans the run: tens of seconds under
+/// the write lock for one 2^18-block store) or fill one side of every segment split (each insert
+/// then doubles the directory, until memory runs out). Chosen at the first `mix` and never
+/// changed after, so every table of the process agrees; snapshots hold unmixed values.
+static MIX_KEY: AtomicU64 = AtomicU64::new(0);
+
+#[inline]
+fn mix_key() -> u64 {
+    match MIX_KEY.load(Ordering::Relaxed) {
+        0 => seed_mix_key(),
+        key => key,
+    }
+}
+
+#[cold]
+fn seed_mix_key() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    // `RandomState` is seeded from the operating system's random source.
+    let candidate = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish()
+        | 1;
+    match MIX_KEY.compare_exchange(0, candidate, Ordering::Relaxed, Ordering::Relaxed) {
+        Ok(_) => candidate,
+        Err(chosen) => chosen, // another thread's first `mix` came first
+    }
+}
+
+/// MurmurHash3's 64-bit finalizer (a bijection) of the key XOR the process's secret: engine
+/// hashes in tests and synthetic loads can be small consecutive integers, which must not
+/// cluster, and hostile ones must not be able to choose where they land.
 #[inline]
 pub(crate) fn mix(key: u64) -> u64 {
-    let mut h = key;
+    let mut h = key ^ mix_key();
     h ^= h >> 33;
     h = h.wrapping_mul(C1);
     h ^= h >> 33;
@@ -114,7 +145,7 @@ pub(crate) fn unmix(h: u64) -> u64 {
     k = k.wrapping_mul(C2_INV);
     k ^= k >> 33;
     k = k.wrapping_mul(C1_INV);
-    k ^ (k >> 33)
+    k ^ (k >> 33) ^ mix_key()
 }
 
 /// Asks the processor to fetch the cache line at `at` into its caches (a hint: nothing waits

@@ -223,21 +223,45 @@ impl Worker {
         *stamps.select_nth_unstable(n).1
     }
 
-    /// Rebuilds from entries (snapshot load), keeping their stamps.
-    pub fn restore(&mut self, entries: Vec<Entry>) {
+    /// Rebuilds from entries (snapshot load), keeping their order by stamp; false (and nothing
+    /// changed) when two share a stamp. A snapshot is untrusted: eviction counts on distinct
+    /// stamps, and the bitmap of live stamps spans their range, so stamps spread far wider than
+    /// the live index keeps them (see [`StampBits::too_wide_to_restore`]) are renumbered by rank
+    /// rather than given memory set by their range.
+    #[must_use]
+    pub fn restore(&mut self, entries: Vec<Entry>) -> bool {
+        let mut stamps: Vec<u32> = entries.iter().map(Entry::stamp).collect();
+        stamps.sort_unstable();
+        if stamps.windows(2).any(|pair| pair[0] == pair[1]) {
+            return false;
+        }
+        let span = match (stamps.first(), stamps.last()) {
+            (Some(&first), Some(&last)) => (last - first) as usize,
+            _ => 0,
+        };
+        let by_rank = StampBits::too_wide_to_restore(span, stamps.len());
         let mut table = Table::with_capacity(entries.len());
-        let mut next = 0;
-        let mut stamps = Vec::with_capacity(entries.len());
         for e in entries {
-            next = next.max(e.stamp() + 1);
-            stamps.push(e.stamp());
+            let e = if by_rank {
+                let rank = stamps
+                    .binary_search(&e.stamp())
+                    .expect("a stamp of these entries");
+                e.with(rank as u32, e.media())
+            } else {
+                e
+            };
             table.insert_new(e);
         }
-        stamps.sort_unstable();
         self.live.reset();
-        stamps.iter().for_each(|&s| self.live.set(s));
+        if by_rank {
+            self.next_stamp = stamps.len() as u32;
+            self.live = StampBits::dense(self.next_stamp);
+        } else {
+            stamps.iter().for_each(|&s| self.live.set(s));
+            self.next_stamp = stamps.last().map_or(0, |&s| s + 1);
+        }
         self.entries = table;
-        self.next_stamp = next;
+        true
     }
 
     /// Bytes held by the table.
