@@ -28,6 +28,8 @@ mod carrier;
 mod client;
 mod connection;
 mod error;
+#[cfg(test)]
+mod fake_server;
 mod fleet;
 mod multiplex;
 mod parse_stream;

@@ -1,0 +1,73 @@
+//! Stand-ins for a sidecar that misbehaves, for the unit tests only: the real server cannot be
+//! made to hang at a chosen point, die between two frames or lack an RPC on demand, and these
+//! failures are what the transport code has to survive. Everything a real server does right is
+//! tested against the real server (`tests/client/`).
+
+use std::path::PathBuf;
+
+use tokio::net::UnixListener;
+use tonic::codegen::http::Response;
+
+/// What the fake answers to one RPC, by its path.
+#[derive(Clone)]
+pub(crate) enum Reply {
+    /// Response headers, then nothing: the request body is never read (a server that stopped).
+    Hang,
+}
+
+/// A current-thread runtime with IO and timers, as the client needs.
+pub(crate) fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+/// A fresh socket path for one test (the file does not exist yet).
+pub(crate) fn socket_path(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("sidecar-client-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("test dir");
+    let path = dir.join(name);
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// An HTTP/2 server answering each RPC as `reply(path)` says.
+pub(crate) fn grpc(path: &PathBuf, reply: fn(&str) -> Reply) {
+    let listener = UnixListener::bind(path).expect("bind");
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            tokio::spawn(serve_connection(socket, reply));
+        }
+    });
+}
+
+async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Reply) {
+    let Ok(mut connection) = h2::server::handshake(socket).await else {
+        return;
+    };
+    loop {
+        let accepted = connection.accept().await;
+        let Some(Ok((request, mut respond))) = accepted else {
+            return;
+        };
+        let answer = reply(request.uri().path());
+        tokio::spawn(async move {
+            // Keep the request body open until the answer is out (a real server reads it).
+            let _body = request.into_body();
+            let head = || {
+                Response::builder()
+                    .status(200)
+                    .header("content-type", "application/grpc")
+                    .body(())
+                    .expect("response head")
+            };
+            match answer {
+                Reply::Hang => {
+                    let _stream = respond.send_response(head(), false);
+                    std::future::pending::<()>().await;
+                }
+            }
+        });
+    }
+}
