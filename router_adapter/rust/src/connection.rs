@@ -284,23 +284,35 @@ where
 
 /// Statuses tonic makes from local errors, spelled as gRPC defines them (and as the other
 /// languages' clients report them): its own `grpc-timeout` enforcement (CANCELLED, "Timeout
-/// expired") is DEADLINE_EXCEEDED; a broken connection (UNKNOWN, "transport error", e.g. a write
-/// to a server that has gone) is UNAVAILABLE, which also sends the channel to a health check.
-/// The server's own statuses carry no source and pass unchanged.
+/// expired") is DEADLINE_EXCEEDED; a broken connection is UNAVAILABLE, which also sends the channel
+/// to a health check and lets idempotent calls be retried. tonic reports a broken connection as
+/// UNKNOWN with the transport's error as the source: a `transport::Error` (connect, write to a
+/// server that has gone), or, when the server dies during a call, the `hyper::Error` ("error
+/// reading a body from connection", "connection closed before message completed"), `h2::Error`
+/// or `io::Error` (connection reset) of the read. The server's own statuses carry no source and
+/// pass unchanged.
 pub(crate) fn local_failure(status: Status) -> Status {
     let causes = || std::iter::successors(std::error::Error::source(&status), |e| e.source());
     if causes().any(|e| e.is::<tonic::TimeoutExpired>()) {
         return deadline_passed();
     }
-    if status.code() != Code::Unavailable {
-        if let Some(transport) = causes().find(|e| e.is::<tonic::transport::Error>()) {
-            let cause = transport
-                .source()
-                .map_or_else(|| transport.to_string(), |c| c.to_string());
-            return Status::unavailable(format!("connection failed: {cause}"));
-        }
+    if status.code() == Code::Unavailable {
+        return status;
     }
-    status
+    let unknown = status.code() == Code::Unknown;
+    let broken = causes().find(|e| {
+        e.is::<tonic::transport::Error>()
+            || (unknown
+                && (e.is::<hyper::Error>() || e.is::<h2::Error>() || e.is::<std::io::Error>()))
+    });
+    let Some(broken) = broken else {
+        return status;
+    };
+    let cause = std::iter::successors(Some(broken), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ");
+    Status::unavailable(format!("connection failed: {cause}"))
 }
 
 fn deadline_passed() -> Status {
@@ -311,5 +323,31 @@ fn to_status(error: crate::Error) -> Status {
     match error {
         crate::Error::Status(status) => status,
         other => Status::invalid_argument(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_reset_during_a_call_is_unavailable() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let status = Status::from_error(Box::new(reset));
+        assert_eq!(status.code(), Code::Unknown); // what tonic makes of it
+        let status = local_failure(status);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.message().contains("reset by peer"), "{status:?}");
+    }
+
+    #[test]
+    fn the_servers_own_statuses_pass_unchanged() {
+        for status in [
+            Status::unknown("the server's own UNKNOWN"),
+            Status::internal("boom"),
+        ] {
+            let code = status.code();
+            assert_eq!(local_failure(status).code(), code);
+        }
     }
 }

@@ -4,6 +4,7 @@
 //! tested against the real server (`tests/client/`).
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use tokio::net::UnixListener;
 use tonic::codegen::http::Response;
@@ -13,6 +14,8 @@ use tonic::codegen::http::Response;
 pub(crate) enum Reply {
     /// Response headers, then nothing: the request body is never read (a server that stopped).
     Hang,
+    /// Response headers, then the connection is closed under the call (a server killed mid-call).
+    DieAfterHeaders,
 }
 
 /// A current-thread runtime with IO and timers, as the client needs.
@@ -46,12 +49,21 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
     let Ok(mut connection) = h2::server::handshake(socket).await else {
         return;
     };
+    let (die, mut dying) = tokio::sync::mpsc::channel::<()>(1);
     loop {
-        let accepted = connection.accept().await;
+        // A reply that kills the connection returns from here: dropping it closes the socket.
+        let accepted = std::future::poll_fn(|cx| {
+            if dying.poll_recv(cx).is_ready() {
+                return std::task::Poll::Ready(None);
+            }
+            connection.poll_accept(cx)
+        })
+        .await;
         let Some(Ok((request, mut respond))) = accepted else {
             return;
         };
         let answer = reply(request.uri().path());
+        let die = die.clone();
         tokio::spawn(async move {
             // Keep the request body open until the answer is out (a real server reads it).
             let _body = request.into_body();
@@ -66,6 +78,12 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
                 Reply::Hang => {
                     let _stream = respond.send_response(head(), false);
                     std::future::pending::<()>().await;
+                }
+                Reply::DieAfterHeaders => {
+                    let _stream = respond.send_response(head(), false);
+                    // Let the connection task write the headers out before it is dropped.
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = die.send(()).await;
                 }
             }
         });

@@ -274,4 +274,25 @@ mod tests {
             assert_eq!(outcome.unwrap_err().code(), Code::DeadlineExceeded);
         });
     }
+
+    /// A server killed while the stream is open: the read fails UNAVAILABLE (not UNKNOWN "error
+    /// reading a body") and the connection goes to a health check before its next use.
+    #[test]
+    fn a_server_dying_mid_stream_is_unavailable() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("ps-dies.sock");
+            fake_server::grpc(&path, |_| Reply::DieAfterHeaders);
+            let client = Client::builder(format!("unix:{}", path.display()))
+                .build()
+                .unwrap();
+            let mut stream = client.parse_stream().await.unwrap();
+            stream.send(open_message(0, 0)).await.unwrap();
+            let read = tokio::time::timeout(Duration::from_secs(30), stream.recv())
+                .await
+                .expect("recv still waiting 30 s after the server died");
+            let error = read.unwrap_err();
+            assert_eq!(error.code(), Code::Unavailable, "{error}");
+            assert!(stream.connection.is_suspect());
+        });
+    }
 }
