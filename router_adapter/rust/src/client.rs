@@ -107,7 +107,22 @@ impl ClientBuilder {
     /// same size.
     pub fn multiplex_max_request_bytes(mut self, bytes: usize) -> Self {
         self.multiplex_settings.max_request_bytes = bytes;
-        self.multiplex_settings.max_batch_bytes = bytes;
+        self
+    }
+
+    /// Calls one Multiplex stream may hold waiting for the server to take them (default 8192).
+    /// The server takes messages as fast as it reads them; when it stops (hung, overloaded) the
+    /// calls over this bound fail at once with RESOURCE_EXHAUSTED rather than pile up in memory.
+    /// A call that gives up while waiting (its deadline) leaves the queue.
+    pub fn multiplex_max_queued_calls(mut self, calls: usize) -> Self {
+        self.multiplex_settings.max_queued_calls = calls.max(1);
+        self
+    }
+
+    /// The bytes of those waiting calls, per stream (default 32 MiB); as
+    /// [`multiplex_max_queued_calls`](Self::multiplex_max_queued_calls).
+    pub fn multiplex_max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.multiplex_settings.max_queued_bytes = bytes;
         self
     }
 
@@ -172,8 +187,9 @@ impl ClientBuilder {
 fn default_multiplex() -> MultiplexSettings {
     MultiplexSettings {
         streams: 2,
-        max_batch_bytes: 256 << 10,
         max_request_bytes: 256 << 10,
+        max_queued_calls: 8192,
+        max_queued_bytes: 32 << 20,
     }
 }
 

@@ -32,6 +32,7 @@ mod error;
 mod fake_server;
 mod fleet;
 mod multiplex;
+mod mux_queue;
 mod parse_stream;
 mod target;
 
