@@ -7,11 +7,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use tokio::net::UnixListener;
-use tonic::codegen::http::Response;
+use tonic::codegen::http::{HeaderMap, Response};
+use tonic::codegen::Bytes;
+use tonic::Code;
 
 /// What the fake answers to one RPC, by its path.
 #[derive(Clone)]
 pub(crate) enum Reply {
+    /// A trailers-only answer with this status.
+    Status(Code),
+    /// One message, then OK.
+    Message(Vec<u8>),
     /// Response headers, then nothing: the request body is never read (a server that stopped).
     Hang,
     /// Response headers, then the connection is closed under the call (a server killed mid-call).
@@ -67,20 +73,37 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
         tokio::spawn(async move {
             // Keep the request body open until the answer is out (a real server reads it).
             let _body = request.into_body();
-            let head = || {
-                Response::builder()
+            let head = |status: Option<Code>| {
+                let mut response = Response::builder()
                     .status(200)
-                    .header("content-type", "application/grpc")
-                    .body(())
-                    .expect("response head")
+                    .header("content-type", "application/grpc");
+                if let Some(code) = status {
+                    response = response.header("grpc-status", (code as i32).to_string());
+                }
+                response.body(()).expect("response head")
             };
             match answer {
+                Reply::Status(code) => {
+                    let _ = respond.send_response(head(Some(code)), true);
+                }
+                Reply::Message(bytes) => {
+                    let Ok(mut stream) = respond.send_response(head(None), false) else {
+                        return;
+                    };
+                    let mut frame = vec![0];
+                    frame.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+                    frame.extend_from_slice(&bytes);
+                    let _ = stream.send_data(Bytes::from(frame), false);
+                    let mut trailers = HeaderMap::new();
+                    trailers.insert("grpc-status", "0".parse().expect("header"));
+                    let _ = stream.send_trailers(trailers);
+                }
                 Reply::Hang => {
-                    let _stream = respond.send_response(head(), false);
+                    let _stream = respond.send_response(head(None), false);
                     std::future::pending::<()>().await;
                 }
                 Reply::DieAfterHeaders => {
-                    let _stream = respond.send_response(head(), false);
+                    let _stream = respond.send_response(head(None), false);
                     // Let the connection task write the headers out before it is dropped.
                     tokio::time::sleep(Duration::from_millis(100)).await;
                     let _ = die.send(()).await;

@@ -63,6 +63,9 @@ pub(crate) struct StreamCarrier {
     /// The server has no Multiplex (UNIMPLEMENTED, or FAILED_PRECONDITION on a backend without
     /// it): every call goes unary from then on.
     unsupported: Arc<AtomicBool>,
+    /// A stream has opened: the server has Multiplex (until then a call keeps a copy of its
+    /// request, to go unary if the server turns out not to).
+    supported: Arc<AtomicBool>,
 }
 
 impl StreamCarrier {
@@ -77,6 +80,7 @@ impl StreamCarrier {
             slots: (0..streams).map(|_| Mutex::new(None)).collect(),
             next_id: AtomicU64::new(1),
             unsupported: Arc::new(AtomicBool::new(false)),
+            supported: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -110,7 +114,8 @@ impl StreamCarrier {
         if let Some(stream) = slot.as_ref().filter(|s| s.usable()) {
             return Ok(stream.clone());
         }
-        let stream = MuxStream::open(connection, &self.settings, self.unsupported.clone());
+        let support = (self.unsupported.clone(), self.supported.clone());
+        let stream = MuxStream::open(connection, &self.settings, support);
         *slot = Some(stream.clone());
         Ok(stream)
     }
@@ -119,11 +124,11 @@ impl StreamCarrier {
     /// do), by the unary path when the server turns out to have no Multiplex.
     async fn call(&self, call: Call, timeout: Option<Duration>) -> Result<Outcome, Status> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let spare = self
-            .connections
-            .settings
-            .retry_unavailable
-            .then(|| call.clone());
+        // Kept for a retry, and, until a stream has opened, for the unary path: whether the
+        // server has Multiplex is only known then, even with retries off.
+        let keep =
+            self.connections.settings.retry_unavailable || !self.supported.load(Ordering::Relaxed);
+        let spare = keep.then(|| call.clone());
         let failure = match self.attempt(call, deadline).await {
             Err(status) if status.code() == Code::Unavailable || self.unsupported() => status,
             other => return other,
@@ -134,6 +139,9 @@ impl StreamCarrier {
         if self.unsupported() {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             return self.unary_call(call, left).await;
+        }
+        if !self.connections.settings.retry_unavailable {
+            return Err(failure);
         }
         self.attempt(call, deadline).await
     }
@@ -293,7 +301,7 @@ impl MuxStream {
     fn open(
         connection: Arc<Connection>,
         settings: &MultiplexSettings,
-        unsupported: Arc<AtomicBool>,
+        (unsupported, supported): (Arc<AtomicBool>, Arc<AtomicBool>),
     ) -> Arc<MuxStream> {
         let state = Arc::new(Mutex::new(State::default()));
         let waiting = Arc::new(AtomicUsize::new(0));
@@ -319,7 +327,10 @@ impl MuxStream {
         let reader_connection = connection.clone();
         tokio::spawn(async move {
             let ended = match client.multiplex(Request::new(outbound)).await {
-                Ok(response) => read(response.into_inner(), &reader_state, &reader_waiting).await,
+                Ok(response) => {
+                    supported.store(true, Ordering::Relaxed);
+                    read(response.into_inner(), &reader_state, &reader_waiting).await
+                }
                 Err(status) => {
                     let status = local_failure(status);
                     if is_unsupported(&status) {
@@ -467,6 +478,51 @@ mod tests {
         }
     }
 
+    /// A one-stream carrier to the fake server at `path`.
+    fn carrier(path: &std::path::Path, retry: bool, max_queued_bytes: usize) -> StreamCarrier {
+        let settings = Settings {
+            target: format!("unix:{}", path.display()).parse().unwrap(),
+            connect_timeout: Duration::from_secs(5),
+            health_timeout: Duration::from_secs(2),
+            health_service: String::new(),
+            max_message_bytes: 4 << 20,
+            retry_unavailable: retry,
+        };
+        let connections = Arc::new(Connections::new(settings).unwrap());
+        let limits = MultiplexSettings {
+            streams: 1,
+            max_request_bytes: 256 << 10,
+            max_queued_calls: 1000,
+            max_queued_bytes,
+        };
+        StreamCarrier::new(connections, limits)
+    }
+
+    /// A server without Multiplex (an older one, `--backend reference`): the first calls go
+    /// unary too, also with retries off (the copy they need is kept until Multiplex is known).
+    #[test]
+    fn a_server_without_multiplex_is_served_unary_without_retries() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("mux-unsupported.sock");
+            fake_server::grpc(&path, |rpc| match rpc {
+                "/sidecar.v1.Preprocessor/Multiplex" => Reply::Status(Code::Unimplemented),
+                _ => Reply::Message(
+                    TokenizeResponse {
+                        fingerprint: "unary".into(),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                ),
+            });
+            let carrier = carrier(&path, false, 1 << 20);
+            for _ in 0..3 {
+                let timeout = Some(Duration::from_secs(30));
+                let response = carrier.tokenize(tokenize(10), timeout).await.unwrap();
+                assert_eq!(response.fingerprint, "unary");
+            }
+        });
+    }
+
     /// A server that stopped reading its Multiplex streams: calls over the queue's bound fail at
     /// once, naming the bound, instead of piling up in memory; every call that gave up has left
     /// the queue, so nothing stale is sent once the server reads again.
@@ -475,22 +531,7 @@ mod tests {
         fake_server::runtime().block_on(async {
             let path = fake_server::socket_path("mux-hangs.sock");
             fake_server::grpc(&path, |_| Reply::Hang);
-            let settings = Settings {
-                target: format!("unix:{}", path.display()).parse().unwrap(),
-                connect_timeout: Duration::from_secs(5),
-                health_timeout: Duration::from_secs(2),
-                health_service: String::new(),
-                max_message_bytes: 4 << 20,
-                retry_unavailable: true,
-            };
-            let connections = Arc::new(Connections::new(settings).unwrap());
-            let limits = MultiplexSettings {
-                streams: 1,
-                max_request_bytes: 256 << 10,
-                max_queued_calls: 1000,
-                max_queued_bytes: 1 << 20,
-            };
-            let carrier = Arc::new(StreamCarrier::new(connections, limits));
+            let carrier = Arc::new(carrier(&path, true, 1 << 20));
             let calls: Vec<_> = (0..40)
                 .map(|_| {
                     let carrier = carrier.clone();
