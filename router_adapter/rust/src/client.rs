@@ -101,10 +101,10 @@ impl ClientBuilder {
         self
     }
 
-    /// Requests whose encoding is larger than this take the unary path even with Multiplex on
-    /// (default 256 KiB; batching saves nothing on them, and a message over the server's
-    /// `--max-message-mb` would end the whole stream). Messages of the stream are closed at the
-    /// same size.
+    /// Requests whose encoding, wrapped in its `MultiplexCall`, is larger than this take the unary
+    /// path even with Multiplex on (default 256 KiB; batching saves nothing on them, and a message
+    /// over the server's `--max-message-mb` would end the whole stream, so at most that limit).
+    /// Messages of the stream are closed at the same size.
     pub fn multiplex_max_request_bytes(mut self, bytes: usize) -> Self {
         self.multiplex_settings.max_request_bytes = bytes;
         self

@@ -14,7 +14,8 @@
 //! A stream that breaks fails its waiting calls with UNAVAILABLE (the connection goes to a health
 //! check, as for unary calls) and is replaced by the next call; a call that failed so, or that the
 //! server refused because it is draining, is made once more within its deadline on a fresh stream
-//! (the contract's requests are idempotent). Requests larger than `max_request_bytes` take the
+//! (the contract's requests are idempotent). Requests whose `MultiplexCall` would be larger than
+//! `max_request_bytes` take the
 //! unary path (multiplexing saves nothing on them, and one message over the server's limit would
 //! end the whole stream), as does everything when the server has no Multiplex (an older server,
 //! or `--backend reference`).
@@ -31,7 +32,7 @@ use tonic::{Code, Request, Status};
 
 use crate::carrier::{CallFuture, Carrier, UnaryCarrier};
 use crate::connection::{local_failure, Connection, Connections};
-use crate::mux_queue::{Coalesce, Limits, Queue};
+use crate::mux_queue::{wire_len, Coalesce, Limits, Queue};
 use crate::v1::multiplex_call::Request as Call;
 use crate::v1::multiplex_result::Result as Outcome;
 use crate::v1::{
@@ -44,7 +45,7 @@ use crate::v1::{
 pub(crate) struct MultiplexSettings {
     /// Streams in the pool.
     pub streams: usize,
-    /// Requests larger than this go unary; also the size of a message.
+    /// Requests whose `MultiplexCall` is larger than this go unary; also the size of a message.
     pub max_request_bytes: usize,
     /// Calls a stream may hold waiting for the server to take them.
     pub max_queued_calls: usize,
@@ -197,8 +198,11 @@ impl StreamCarrier {
         Ok(outcome)
     }
 
+    /// Whether a request of `size` bytes takes the unary path: too large for a stream once
+    /// wrapped in its `MultiplexCall` (the server's size limit applies to the whole message), or
+    /// no Multiplex on the server.
     fn goes_unary(&self, size: usize) -> bool {
-        size > self.settings.max_request_bytes || self.unsupported()
+        wire_len(size) > self.settings.max_request_bytes || self.unsupported()
     }
 }
 
@@ -520,6 +524,36 @@ mod tests {
                 let response = carrier.tokenize(tokenize(10), timeout).await.unwrap();
                 assert_eq!(response.fingerprint, "unary");
             }
+        });
+    }
+
+    /// A request exactly at the size bound is over it once wrapped in its `MultiplexCall` (id,
+    /// deadline, tags): it goes unary, where it fits the server's limit, rather than on a
+    /// stream, where a message over the limit would end the stream for every call on it.
+    #[test]
+    fn a_request_at_the_size_bound_goes_unary() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("mux-size.sock");
+            fake_server::grpc(&path, |rpc| match rpc {
+                "/sidecar.v1.Preprocessor/Multiplex" => Reply::Hang,
+                _ => Reply::Message(
+                    TokenizeResponse {
+                        fingerprint: "unary".into(),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                ),
+            });
+            let carrier = carrier(&path, true, 1 << 20);
+            let bound = carrier.settings.max_request_bytes;
+            let mut request = tokenize(bound - 10);
+            while request.encoded_len() < bound {
+                request.texts[0].push('x');
+            }
+            assert_eq!(request.encoded_len(), bound);
+            let timeout = Some(Duration::from_secs(5));
+            let response = carrier.tokenize(request, timeout).await.unwrap();
+            assert_eq!(response.fingerprint, "unary");
         });
     }
 
