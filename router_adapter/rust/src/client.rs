@@ -11,7 +11,7 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::carrier::CallFuture;
 use crate::carrier::{Carrier, UnaryCarrier};
-use crate::connection::{Connection, Connections, Settings};
+use crate::connection::{Connection, Connections, Settings, RECONNECT_BACKOFF};
 use crate::fleet::{discover, Fleet, Member};
 use crate::multiplex::{MultiplexSettings, StreamCarrier};
 use crate::parse_stream::ParseStream;
@@ -149,6 +149,7 @@ impl ClientBuilder {
                     .unwrap_or_else(|| default_service.to_string()),
                 max_message_bytes: self.max_message_bytes,
                 retry_unavailable: self.retry_unavailable,
+                reconnect_backoff: RECONNECT_BACKOFF,
             };
             let connections = Arc::new(Connections::new(settings)?);
             let carrier: Arc<dyn Carrier> = if self.multiplex {
@@ -255,7 +256,8 @@ impl Client {
         self.fleet.members.len()
     }
 
-    /// How many times a channel was re-established after a failure (for a router's metrics).
+    /// How many times a channel was re-established after a failure, i.e. answered a health check
+    /// again (for a router's metrics; failed attempts while the server is away are not counted).
     pub fn reconnects(&self) -> u64 {
         self.fleet.reconnects()
     }

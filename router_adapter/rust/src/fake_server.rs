@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use prost::Message;
 use tokio::net::UnixListener;
 use tonic::codegen::http::{HeaderMap, Response};
 use tonic::codegen::Bytes;
@@ -39,6 +40,14 @@ pub(crate) fn socket_path(name: &str) -> PathBuf {
     let path = dir.join(name);
     let _ = std::fs::remove_file(&path);
     path
+}
+
+/// The health check's SERVING answer.
+pub(crate) fn serving() -> Reply {
+    let response = tonic_health::pb::HealthCheckResponse {
+        status: tonic_health::pb::health_check_response::ServingStatus::Serving as i32,
+    };
+    Reply::Message(response.encode_to_vec())
 }
 
 /// An HTTP/2 server answering each RPC as `reply(path)` says.

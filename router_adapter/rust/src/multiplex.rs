@@ -491,6 +491,7 @@ mod tests {
             health_service: String::new(),
             max_message_bytes: 4 << 20,
             retry_unavailable: retry,
+            reconnect_backoff: crate::connection::RECONNECT_BACKOFF,
         };
         let connections = Arc::new(Connections::new(settings).unwrap());
         let limits = MultiplexSettings {
