@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::Response;
+use tonic::{Code, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
@@ -130,6 +130,21 @@ impl ClientBuilder {
     /// A `unix:PATH` target whose `PATH` does not exist but `PATH.0`, `PATH.1`, ... do (a server
     /// with `--processes N`) gets one channel per process socket found now.
     pub fn build(self) -> Result<Client, Error> {
+        let (target, members) = self.members()?;
+        Ok(self.client(target, members))
+    }
+
+    fn client(&self, target: Target, members: Vec<Member>) -> Client {
+        Client {
+            fleet: Arc::new(Fleet::new(members)),
+            target: Arc::new(target),
+            timeout: self.timeout,
+            stream_timeout: None,
+        }
+    }
+
+    /// The target and one member per server process found behind it.
+    fn members(&self) -> Result<(Target, Vec<Member>), Error> {
         let target: Target = self.target.parse()?;
         let processes = discover(&target);
         let default_service = if processes.len() > 1 || processes.first() != Some(&target) {
@@ -164,24 +179,53 @@ impl ClientBuilder {
             };
             members.push(Member::new(connections, carrier));
         }
-        Ok(Client {
-            fleet: Arc::new(Fleet::new(members)),
-            target: Arc::new(target),
-            timeout: self.timeout,
-            stream_timeout: None,
-        })
+        Ok((target, members))
     }
 
     /// The client, after a health check of every server process has answered SERVING.
+    ///
+    /// Of a `--processes N` server's sockets, one that refuses connections is left out (with a
+    /// `tracing` warning): a `PATH.N` left behind by an earlier run whose process is gone must not
+    /// stop the client from using the live ones. When none answers, the error names each socket.
     pub async fn connect(self) -> Result<Client, Error> {
-        let client = self.build()?;
-        for member in &client.fleet.members {
+        let (target, members) = self.members()?;
+        let several = members.len() > 1;
+        let mut live = Vec::new();
+        let mut refused = Vec::new();
+        for member in members {
             let connections = &member.connections;
             let deadline = Instant::now() + connections.settings.connect_timeout;
-            let connection = connections.ready(Some(deadline)).await?;
-            connections.check(&connection, Some(deadline)).await?;
+            let checked = match connections.ready(Some(deadline)).await {
+                Ok(connection) => connections.check(&connection, Some(deadline)).await,
+                Err(status) => Err(status),
+            };
+            let status = match checked {
+                Ok(()) => {
+                    live.push(member);
+                    continue;
+                }
+                Err(status) => status,
+            };
+            let named = Status::new(
+                status.code(),
+                format!("{}: {}", connections.settings.target, status.message()),
+            );
+            if !several || status.code() != Code::Unavailable {
+                return Err(named.into());
+            }
+            refused.push(named.message().to_string());
         }
-        Ok(client)
+        if live.is_empty() {
+            return Err(Status::unavailable(format!(
+                "no server process answered: {}",
+                refused.join("; ")
+            ))
+            .into());
+        }
+        for why in &refused {
+            tracing::warn!("sidecar client: left out a server process socket: {why}");
+        }
+        Ok(self.client(target, live))
     }
 }
 
@@ -411,5 +455,31 @@ mod on {
                     c.health.clone().check(r).await.map(Response::into_inner)
                 }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_server;
+
+    /// A `PATH.N` socket left by a crashed `--processes` run (nothing listens on it any more)
+    /// next to a live process: `connect` uses the live one, and names the stale one when it is
+    /// all there is.
+    #[test]
+    fn connect_leaves_out_a_stale_process_socket() {
+        fake_server::runtime().block_on(async {
+            let base = fake_server::socket_path("stale.sock");
+            let live = fake_server::socket_path("stale.sock.0");
+            let stale = fake_server::socket_path("stale.sock.1");
+            drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+            let target = format!("unix:{}", base.display());
+            let error = Client::connect(target.as_str()).await.unwrap_err();
+            assert_eq!(error.code(), Code::Unavailable);
+            assert!(error.message().contains("stale.sock.1"), "{error}");
+            fake_server::grpc(&live, |_| fake_server::serving());
+            let client = Client::connect(target.as_str()).await.unwrap();
+            assert_eq!(client.processes(), 1);
+        });
     }
 }
