@@ -5,13 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::Response;
+use tonic::{Code, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::carrier::CallFuture;
 use crate::carrier::{Carrier, UnaryCarrier};
-use crate::connection::{Connection, Connections, Settings};
+use crate::connection::{Connection, Connections, Settings, RECONNECT_BACKOFF};
 use crate::fleet::{discover, Fleet, Member};
 use crate::multiplex::{MultiplexSettings, StreamCarrier};
 use crate::parse_stream::ParseStream;
@@ -101,13 +101,28 @@ impl ClientBuilder {
         self
     }
 
-    /// Requests whose encoding is larger than this take the unary path even with Multiplex on
-    /// (default 256 KiB; batching saves nothing on them, and a message over the server's
-    /// `--max-message-mb` would end the whole stream). Messages of the stream are closed at the
-    /// same size.
+    /// Requests whose encoding, wrapped in its `MultiplexCall`, is larger than this take the unary
+    /// path even with Multiplex on (default 256 KiB; batching saves nothing on them, and a message
+    /// over the server's `--max-message-mb` would end the whole stream, so at most that limit).
+    /// Messages of the stream are closed at the same size.
     pub fn multiplex_max_request_bytes(mut self, bytes: usize) -> Self {
         self.multiplex_settings.max_request_bytes = bytes;
-        self.multiplex_settings.max_batch_bytes = bytes;
+        self
+    }
+
+    /// Calls one Multiplex stream may hold waiting for the server to take them (default 8192).
+    /// The server takes messages as fast as it reads them; when it stops (hung, overloaded) the
+    /// calls over this bound fail at once with RESOURCE_EXHAUSTED rather than pile up in memory.
+    /// A call that gives up while waiting (its deadline) leaves the queue.
+    pub fn multiplex_max_queued_calls(mut self, calls: usize) -> Self {
+        self.multiplex_settings.max_queued_calls = calls.max(1);
+        self
+    }
+
+    /// The bytes of those waiting calls, per stream (default 32 MiB); as
+    /// [`multiplex_max_queued_calls`](Self::multiplex_max_queued_calls).
+    pub fn multiplex_max_queued_bytes(mut self, bytes: usize) -> Self {
+        self.multiplex_settings.max_queued_bytes = bytes;
         self
     }
 
@@ -115,6 +130,21 @@ impl ClientBuilder {
     /// A `unix:PATH` target whose `PATH` does not exist but `PATH.0`, `PATH.1`, ... do (a server
     /// with `--processes N`) gets one channel per process socket found now.
     pub fn build(self) -> Result<Client, Error> {
+        let (target, members) = self.members()?;
+        Ok(self.client(target, members))
+    }
+
+    fn client(&self, target: Target, members: Vec<Member>) -> Client {
+        Client {
+            fleet: Arc::new(Fleet::new(members)),
+            target: Arc::new(target),
+            timeout: self.timeout,
+            stream_timeout: None,
+        }
+    }
+
+    /// The target and one member per server process found behind it.
+    fn members(&self) -> Result<(Target, Vec<Member>), Error> {
         let target: Target = self.target.parse()?;
         let processes = discover(&target);
         let default_service = if processes.len() > 1 || processes.first() != Some(&target) {
@@ -134,6 +164,7 @@ impl ClientBuilder {
                     .unwrap_or_else(|| default_service.to_string()),
                 max_message_bytes: self.max_message_bytes,
                 retry_unavailable: self.retry_unavailable,
+                reconnect_backoff: RECONNECT_BACKOFF,
             };
             let connections = Arc::new(Connections::new(settings)?);
             let carrier: Arc<dyn Carrier> = if self.multiplex {
@@ -148,32 +179,62 @@ impl ClientBuilder {
             };
             members.push(Member::new(connections, carrier));
         }
-        Ok(Client {
-            fleet: Arc::new(Fleet::new(members)),
-            target: Arc::new(target),
-            timeout: self.timeout,
-            stream_timeout: None,
-        })
+        Ok((target, members))
     }
 
     /// The client, after a health check of every server process has answered SERVING.
+    ///
+    /// Of a `--processes N` server's sockets, one that refuses connections is left out (with a
+    /// `tracing` warning): a `PATH.N` left behind by an earlier run whose process is gone must not
+    /// stop the client from using the live ones. When none answers, the error names each socket.
     pub async fn connect(self) -> Result<Client, Error> {
-        let client = self.build()?;
-        for member in &client.fleet.members {
+        let (target, members) = self.members()?;
+        let several = members.len() > 1;
+        let mut live = Vec::new();
+        let mut refused = Vec::new();
+        for member in members {
             let connections = &member.connections;
             let deadline = Instant::now() + connections.settings.connect_timeout;
-            let connection = connections.ready(Some(deadline)).await?;
-            connections.check(&connection, Some(deadline)).await?;
+            let checked = match connections.ready(Some(deadline)).await {
+                Ok(connection) => connections.check(&connection, Some(deadline)).await,
+                Err(status) => Err(status),
+            };
+            let status = match checked {
+                Ok(()) => {
+                    live.push(member);
+                    continue;
+                }
+                Err(status) => status,
+            };
+            let named = Status::new(
+                status.code(),
+                format!("{}: {}", connections.settings.target, status.message()),
+            );
+            if !several || status.code() != Code::Unavailable {
+                return Err(named.into());
+            }
+            refused.push(named.message().to_string());
         }
-        Ok(client)
+        if live.is_empty() {
+            return Err(Status::unavailable(format!(
+                "no server process answered: {}",
+                refused.join("; ")
+            ))
+            .into());
+        }
+        for why in &refused {
+            tracing::warn!("sidecar client: left out a server process socket: {why}");
+        }
+        Ok(self.client(target, live))
     }
 }
 
 fn default_multiplex() -> MultiplexSettings {
     MultiplexSettings {
         streams: 2,
-        max_batch_bytes: 256 << 10,
         max_request_bytes: 256 << 10,
+        max_queued_calls: 8192,
+        max_queued_bytes: 32 << 20,
     }
 }
 
@@ -239,7 +300,8 @@ impl Client {
         self.fleet.members.len()
     }
 
-    /// How many times a channel was re-established after a failure (for a router's metrics).
+    /// How many times a channel was re-established after a failure, i.e. answered a health check
+    /// again (for a router's metrics; failed attempts while the server is away are not counted).
     pub fn reconnects(&self) -> u64 {
         self.fleet.reconnects()
     }
@@ -393,5 +455,31 @@ mod on {
                     c.health.clone().check(r).await.map(Response::into_inner)
                 }),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_server;
+
+    /// A `PATH.N` socket left by a crashed `--processes` run (nothing listens on it any more)
+    /// next to a live process: `connect` uses the live one, and names the stale one when it is
+    /// all there is.
+    #[test]
+    fn connect_leaves_out_a_stale_process_socket() {
+        fake_server::runtime().block_on(async {
+            let base = fake_server::socket_path("stale.sock");
+            let live = fake_server::socket_path("stale.sock.0");
+            let stale = fake_server::socket_path("stale.sock.1");
+            drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+            let target = format!("unix:{}", base.display());
+            let error = Client::connect(target.as_str()).await.unwrap_err();
+            assert_eq!(error.code(), Code::Unavailable);
+            assert!(error.message().contains("stale.sock.1"), "{error}");
+            fake_server::grpc(&live, |_| fake_server::serving());
+            let client = Client::connect(target.as_str()).await.unwrap();
+            assert_eq!(client.processes(), 1);
+        });
     }
 }

@@ -5,6 +5,10 @@
 //! refused or reset, server draining) marks it suspect; the next user re-creates the channel and
 //! runs `grpc.health.v1.Health/Check` on it before sending anything. Idempotent unary calls (all of
 //! the contract's unary RPCs are) are then tried once more within their original deadline.
+//!
+//! A failed reconnect is not tried again for a while (50 ms, doubling up to 1 s while the server
+//! stays away): meanwhile calls fail at once with its UNAVAILABLE status, so a router calling at
+//! full rate while the server is down does not dial it (and spawn a channel) for every call.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -31,7 +35,13 @@ pub(crate) struct Settings {
     pub health_service: String,
     pub max_message_bytes: usize,
     pub retry_unavailable: bool,
+    /// The first and the longest wait after a failed reconnect.
+    pub reconnect_backoff: (Duration, Duration),
 }
+
+/// `Settings::reconnect_backoff` of every client (the tests shorten or lengthen it).
+pub(crate) const RECONNECT_BACKOFF: (Duration, Duration) =
+    (Duration::from_millis(50), Duration::from_secs(1));
 
 /// One channel and the generated clients on it (clones share the channel).
 #[derive(Debug)]
@@ -82,9 +92,20 @@ impl Connection {
 pub(crate) struct Connections {
     pub settings: Settings,
     current: Mutex<Arc<Connection>>,
+    /// Channels created, the first one included (each later one is a reconnect attempt).
     generations: AtomicU64,
+    /// Reconnects whose health check answered SERVING.
+    reestablished: AtomicU64,
     /// Held while one caller re-creates and checks the channel; the others wait and share its result.
-    recovering: tokio::sync::Mutex<Option<Status>>,
+    recovering: tokio::sync::Mutex<Recovery>,
+}
+
+/// How the last reconnect went, and when the next may be tried.
+#[derive(Debug)]
+struct Recovery {
+    last_failure: Option<Status>,
+    retry_at: Option<Instant>,
+    backoff: Duration,
 }
 
 impl Connections {
@@ -92,16 +113,21 @@ impl Connections {
     pub fn new(settings: Settings) -> Result<Self, crate::Error> {
         let first = Connection::open(&settings, 0)?;
         Ok(Connections {
-            settings,
             current: Mutex::new(Arc::new(first)),
             generations: AtomicU64::new(1),
-            recovering: tokio::sync::Mutex::new(None),
+            reestablished: AtomicU64::new(0),
+            recovering: tokio::sync::Mutex::new(Recovery {
+                last_failure: None,
+                retry_at: None,
+                backoff: settings.reconnect_backoff.0,
+            }),
+            settings,
         })
     }
 
-    /// Channels created after the first one (each after a failure).
+    /// Channels re-established after a failure (attempts whose health check failed not counted).
     pub fn reconnects(&self) -> u64 {
-        self.generations.load(Ordering::Relaxed) - 1
+        self.reestablished.load(Ordering::Relaxed)
     }
 
     /// Whether the current channel failed and has not passed a health check since.
@@ -133,7 +159,7 @@ impl Connections {
         deadline: Option<Instant>,
     ) -> Result<Arc<Connection>, Status> {
         // Waiting for another caller's check counts against this call's deadline too.
-        let mut last_failure = match deadline {
+        let mut recovery = match deadline {
             Some(deadline) => tokio::time::timeout_at(deadline, self.recovering.lock())
                 .await
                 .map_err(|_| deadline_passed())?,
@@ -144,8 +170,13 @@ impl Connections {
             if !current.suspect.load(Ordering::Relaxed) {
                 return Ok(current);
             }
-            if let Some(status) = last_failure.as_ref() {
+            if let Some(status) = recovery.last_failure.as_ref() {
                 return Err(status.clone());
+            }
+        }
+        if let (Some(at), Some(status)) = (recovery.retry_at, recovery.last_failure.as_ref()) {
+            if Instant::now() < at {
+                return Err(status.clone()); // the server was away a moment ago: do not dial yet
             }
         }
         let fresh = Arc::new(
@@ -165,16 +196,23 @@ impl Connections {
             .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh.clone();
         match outcome {
             Ok(()) => {
-                *last_failure = None;
+                self.reestablished.fetch_add(1, Ordering::Relaxed);
+                recovery.last_failure = None;
+                recovery.retry_at = None;
+                recovery.backoff = self.settings.reconnect_backoff.0;
                 Ok(fresh)
             }
             Err(status) => {
+                let wait = recovery.backoff;
                 let status = Status::unavailable(format!(
-                    "{}: reconnect failed: health check: {}",
+                    "{}: reconnect failed: health check: {} (next attempt in {} ms)",
                     self.settings.target,
-                    status.message()
+                    status.message(),
+                    wait.as_millis()
                 ));
-                *last_failure = Some(status.clone());
+                recovery.last_failure = Some(status.clone());
+                recovery.retry_at = Some(Instant::now() + wait);
+                recovery.backoff = (wait * 2).min(self.settings.reconnect_backoff.1);
                 Err(status)
             }
         }
@@ -284,23 +322,35 @@ where
 
 /// Statuses tonic makes from local errors, spelled as gRPC defines them (and as the other
 /// languages' clients report them): its own `grpc-timeout` enforcement (CANCELLED, "Timeout
-/// expired") is DEADLINE_EXCEEDED; a broken connection (UNKNOWN, "transport error", e.g. a write
-/// to a server that has gone) is UNAVAILABLE, which also sends the channel to a health check.
-/// The server's own statuses carry no source and pass unchanged.
+/// expired") is DEADLINE_EXCEEDED; a broken connection is UNAVAILABLE, which also sends the channel
+/// to a health check and lets idempotent calls be retried. tonic reports a broken connection as
+/// UNKNOWN with the transport's error as the source: a `transport::Error` (connect, write to a
+/// server that has gone), or, when the server dies during a call, the `hyper::Error` ("error
+/// reading a body from connection", "connection closed before message completed"), `h2::Error`
+/// or `io::Error` (connection reset) of the read. The server's own statuses carry no source and
+/// pass unchanged.
 pub(crate) fn local_failure(status: Status) -> Status {
     let causes = || std::iter::successors(std::error::Error::source(&status), |e| e.source());
     if causes().any(|e| e.is::<tonic::TimeoutExpired>()) {
         return deadline_passed();
     }
-    if status.code() != Code::Unavailable {
-        if let Some(transport) = causes().find(|e| e.is::<tonic::transport::Error>()) {
-            let cause = transport
-                .source()
-                .map_or_else(|| transport.to_string(), |c| c.to_string());
-            return Status::unavailable(format!("connection failed: {cause}"));
-        }
+    if status.code() == Code::Unavailable {
+        return status;
     }
-    status
+    let unknown = status.code() == Code::Unknown;
+    let broken = causes().find(|e| {
+        e.is::<tonic::transport::Error>()
+            || (unknown
+                && (e.is::<hyper::Error>() || e.is::<h2::Error>() || e.is::<std::io::Error>()))
+    });
+    let Some(broken) = broken else {
+        return status;
+    };
+    let cause = std::iter::successors(Some(broken), |e| e.source())
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(": ");
+    Status::unavailable(format!("connection failed: {cause}"))
 }
 
 fn deadline_passed() -> Status {
@@ -311,5 +361,87 @@ fn to_status(error: crate::Error) -> Status {
     match error {
         crate::Error::Status(status) => status,
         other => Status::invalid_argument(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fake_server;
+
+    #[test]
+    fn a_connection_reset_during_a_call_is_unavailable() {
+        let reset = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "reset by peer");
+        let status = Status::from_error(Box::new(reset));
+        assert_eq!(status.code(), Code::Unknown); // what tonic makes of it
+        let status = local_failure(status);
+        assert_eq!(status.code(), Code::Unavailable);
+        assert!(status.message().contains("reset by peer"), "{status:?}");
+    }
+
+    fn connections(path: &std::path::Path, backoff: Duration) -> Connections {
+        Connections::new(Settings {
+            target: format!("unix:{}", path.display()).parse().unwrap(),
+            connect_timeout: Duration::from_secs(5),
+            health_timeout: Duration::from_secs(5),
+            health_service: String::new(),
+            max_message_bytes: 1 << 20,
+            retry_unavailable: true,
+            reconnect_backoff: (backoff, backoff),
+        })
+        .unwrap()
+    }
+
+    async fn health(connections: &Connections) -> Result<(), Status> {
+        let request = HealthCheckRequest::default();
+        let call = |c: Arc<Connection>, r| async move { c.health.clone().check(r).await };
+        connections
+            .unary(Some(Duration::from_secs(30)), request, call)
+            .await
+            .map(drop)
+    }
+
+    /// While the server is away, a failed reconnect is not repeated by every call: they fail at
+    /// once with its status until the backoff has passed (here: longer than the test).
+    #[test]
+    fn a_failed_reconnect_is_not_retried_by_every_call() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("conn-missing.sock");
+            let connections = connections(&path, Duration::from_secs(3600));
+            for _ in 0..100 {
+                let error = health(&connections).await.unwrap_err();
+                assert_eq!(error.code(), Code::Unavailable, "{error}");
+            }
+            // The first channel and one reconnect attempt (the first call's retry).
+            assert_eq!(connections.generations.load(Ordering::Relaxed), 2);
+            assert_eq!(connections.reconnects(), 0);
+        });
+    }
+
+    /// reconnects() counts channels that came back, not attempts.
+    #[test]
+    fn reconnects_counts_the_reconnects_that_succeeded() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("conn-later.sock");
+            let connections = connections(&path, Duration::ZERO);
+            for _ in 0..5 {
+                health(&connections).await.unwrap_err();
+            }
+            assert_eq!(connections.reconnects(), 0);
+            fake_server::grpc(&path, |_| fake_server::serving());
+            health(&connections).await.unwrap();
+            assert_eq!(connections.reconnects(), 1);
+        });
+    }
+
+    #[test]
+    fn the_servers_own_statuses_pass_unchanged() {
+        for status in [
+            Status::unknown("the server's own UNKNOWN"),
+            Status::internal("boom"),
+        ] {
+            let code = status.code();
+            assert_eq!(local_failure(status).code(), code);
+        }
     }
 }

@@ -12,7 +12,8 @@ pub enum Error {
     /// FAILED_PRECONDITION, ...) arrive exactly as it sent them; the client adds UNAVAILABLE (no
     /// connection, failed health check) and DEADLINE_EXCEEDED (the call's deadline passed).
     Status(Status),
-    /// The target is neither `unix:PATH`, `host:port` nor `http://host:port`.
+    /// The target is neither `unix:PATH`, `host:port`, `http://host:port` nor `dns:///host:port`,
+    /// or its port is not in 1..=65535.
     InvalidTarget(String),
 }
 

@@ -28,8 +28,11 @@ mod carrier;
 mod client;
 mod connection;
 mod error;
+#[cfg(test)]
+mod fake_server;
 mod fleet;
 mod multiplex;
+mod mux_queue;
 mod parse_stream;
 mod target;
 

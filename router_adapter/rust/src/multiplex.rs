@@ -2,40 +2,42 @@
 //! `Preprocessor/Multiplex` streams (see `MultiplexRequest` in `protos/`).
 //!
 //! Each call gets an id, registers a waiter, and queues its `MultiplexCall` on one stream of the
-//! pool (round robin). The stream's outbound side ([`Coalesce`]) turns every call queued at the
-//! moment tonic asks for the next message into one `MultiplexRequest`, so under load one message
-//! carries many calls; a reader task hands each `MultiplexResult` to its waiter. A call whose
-//! future is dropped before its result (its deadline passed, or the caller gave up) sends a
-//! cancel for its id, coalesced the same way.
+//! pool (round robin). The stream's outbound side (`mux_queue::Coalesce`) turns every call queued
+//! at the moment tonic asks for the next message into one `MultiplexRequest`, so under load one
+//! message carries many calls; a reader task hands each `MultiplexResult` to its waiter. A call
+//! whose future is dropped before its result (its deadline passed, or the caller gave up) is
+//! taken back out of the queue, or, when a message has carried it already, sends a cancel for its
+//! id, coalesced the same way. The queue is bounded (`multiplex_max_queued_calls`,
+//! `multiplex_max_queued_bytes`): when the server stops taking messages, calls fail at once with
+//! RESOURCE_EXHAUSTED instead of piling up in memory.
 //!
 //! A stream that breaks fails its waiting calls with UNAVAILABLE (the connection goes to a health
 //! check, as for unary calls) and is replaced by the next call; a call that failed so, or that the
 //! server refused because it is draining, is made once more within its deadline on a fresh stream
-//! (the contract's requests are idempotent). Requests larger than `max_request_bytes` take the
+//! (the contract's requests are idempotent). Requests whose `MultiplexCall` would be larger than
+//! `max_request_bytes` take the
 //! unary path (multiplexing saves nothing on them, and one message over the server's limit would
 //! end the whole stream), as does everything when the server has no Multiplex (an older server,
 //! or `--backend reference`).
 
 use std::collections::HashMap;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use prost::Message;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio::time::Instant;
-use tokio_stream::Stream;
 use tonic::{Code, Request, Status};
 
 use crate::carrier::{CallFuture, Carrier, UnaryCarrier};
 use crate::connection::{local_failure, Connection, Connections};
+use crate::mux_queue::{wire_len, Coalesce, Limits, Queue};
 use crate::v1::multiplex_call::Request as Call;
 use crate::v1::multiplex_result::Result as Outcome;
 use crate::v1::{
-    DetokenizeRequest, DetokenizeResponse, MultiplexCall, MultiplexRequest, MultiplexResponse,
-    RenderRequest, RenderResponse, TokenizeRequest, TokenizeResponse,
+    DetokenizeRequest, DetokenizeResponse, MultiplexCall, MultiplexResponse, RenderRequest,
+    RenderResponse, TokenizeRequest, TokenizeResponse,
 };
 
 /// How the pool behaves (set through `ClientBuilder`).
@@ -43,10 +45,12 @@ use crate::v1::{
 pub(crate) struct MultiplexSettings {
     /// Streams in the pool.
     pub streams: usize,
-    /// A message is closed once its calls reach this many bytes.
-    pub max_batch_bytes: usize,
-    /// Requests larger than this go unary.
+    /// Requests whose `MultiplexCall` is larger than this go unary; also the size of a message.
     pub max_request_bytes: usize,
+    /// Calls a stream may hold waiting for the server to take them.
+    pub max_queued_calls: usize,
+    /// Their bytes.
+    pub max_queued_bytes: usize,
 }
 
 /// Carries calls on a pool of Multiplex streams (see the module docs).
@@ -60,6 +64,9 @@ pub(crate) struct StreamCarrier {
     /// The server has no Multiplex (UNIMPLEMENTED, or FAILED_PRECONDITION on a backend without
     /// it): every call goes unary from then on.
     unsupported: Arc<AtomicBool>,
+    /// A stream has opened: the server has Multiplex (until then a call keeps a copy of its
+    /// request, to go unary if the server turns out not to).
+    supported: Arc<AtomicBool>,
 }
 
 impl StreamCarrier {
@@ -74,6 +81,7 @@ impl StreamCarrier {
             slots: (0..streams).map(|_| Mutex::new(None)).collect(),
             next_id: AtomicU64::new(1),
             unsupported: Arc::new(AtomicBool::new(false)),
+            supported: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -81,7 +89,7 @@ impl StreamCarrier {
     /// (a new call joins their message), else 1 + the calls waiting for results.
     fn slot_load(slot: &Mutex<Option<Arc<MuxStream>>>) -> usize {
         match lock(slot).as_ref().filter(|s| s.usable()) {
-            Some(stream) if stream.queued.load(Ordering::Relaxed) > 0 => 0,
+            Some(stream) if stream.queue.calls() > 0 => 0,
             Some(stream) => 1 + stream.waiting.load(Ordering::Relaxed),
             None => 1,
         }
@@ -107,7 +115,8 @@ impl StreamCarrier {
         if let Some(stream) = slot.as_ref().filter(|s| s.usable()) {
             return Ok(stream.clone());
         }
-        let stream = MuxStream::open(connection, &self.settings, self.unsupported.clone());
+        let support = (self.unsupported.clone(), self.supported.clone());
+        let stream = MuxStream::open(connection, &self.settings, support);
         *slot = Some(stream.clone());
         Ok(stream)
     }
@@ -116,11 +125,11 @@ impl StreamCarrier {
     /// do), by the unary path when the server turns out to have no Multiplex.
     async fn call(&self, call: Call, timeout: Option<Duration>) -> Result<Outcome, Status> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let spare = self
-            .connections
-            .settings
-            .retry_unavailable
-            .then(|| call.clone());
+        // Kept for a retry, and, until a stream has opened, for the unary path: whether the
+        // server has Multiplex is only known then, even with retries off.
+        let keep =
+            self.connections.settings.retry_unavailable || !self.supported.load(Ordering::Relaxed);
+        let spare = keep.then(|| call.clone());
         let failure = match self.attempt(call, deadline).await {
             Err(status) if status.code() == Code::Unavailable || self.unsupported() => status,
             other => return other,
@@ -131,6 +140,9 @@ impl StreamCarrier {
         if self.unsupported() {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             return self.unary_call(call, left).await;
+        }
+        if !self.connections.settings.retry_unavailable {
+            return Err(failure);
         }
         self.attempt(call, deadline).await
     }
@@ -154,21 +166,16 @@ impl StreamCarrier {
     async fn attempt(&self, call: Call, deadline: Option<Instant>) -> Result<Outcome, Status> {
         let stream = self.stream(deadline).await?;
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let timeout_us = match deadline {
-            None => 0,
-            Some(deadline) => {
-                let left = deadline.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(deadline_passed());
-                }
-                left.as_micros().max(1) as u64
-            }
-        };
-        let waiter = stream.send(MultiplexCall {
+        if deadline.is_some_and(|d| d <= Instant::now()) {
+            return Err(deadline_passed());
+        }
+        // `timeout_us` is set when a message takes the call: the time left then.
+        let call = MultiplexCall {
             id,
-            timeout_us,
+            timeout_us: 0,
             request: Some(call),
-        })?;
+        };
+        let waiter = stream.send(call, deadline)?;
         let guard = CancelOnDrop {
             stream: &stream,
             id,
@@ -191,8 +198,11 @@ impl StreamCarrier {
         Ok(outcome)
     }
 
+    /// Whether a request of `size` bytes takes the unary path: too large for a stream once
+    /// wrapped in its `MultiplexCall` (the server's size limit applies to the whole message), or
+    /// no Multiplex on the server.
     fn goes_unary(&self, size: usize) -> bool {
-        size > self.settings.max_request_bytes || self.unsupported()
+        wire_len(size) > self.settings.max_request_bytes || self.unsupported()
     }
 }
 
@@ -273,19 +283,11 @@ struct State {
     failed: Option<Status>,
 }
 
-enum Command {
-    // Boxed: a call is hundreds of bytes, a cancel eight.
-    Call(Box<MultiplexCall>),
-    Cancel(u64),
-}
-
 /// One stream of the pool. Dropping the last handle half-closes the stream (the server answers
 /// what is still waiting, then ends it).
 #[derive(Debug)]
 struct MuxStream {
-    commands: mpsc::UnboundedSender<Command>,
-    /// Calls queued and not yet taken into a message.
-    queued: Arc<AtomicUsize>,
+    queue: Arc<Queue>,
     /// Calls sent and waiting for their result.
     waiting: Arc<AtomicUsize>,
     state: Arc<Mutex<State>>,
@@ -293,12 +295,9 @@ struct MuxStream {
     retired: AtomicBool,
 }
 
-impl std::fmt::Debug for Command {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Command::Call(call) => write!(f, "Call({})", call.id),
-            Command::Cancel(id) => write!(f, "Cancel({id})"),
-        }
+impl Drop for MuxStream {
+    fn drop(&mut self) {
+        self.queue.close();
     }
 }
 
@@ -306,17 +305,25 @@ impl MuxStream {
     fn open(
         connection: Arc<Connection>,
         settings: &MultiplexSettings,
-        unsupported: Arc<AtomicBool>,
+        (unsupported, supported): (Arc<AtomicBool>, Arc<AtomicBool>),
     ) -> Arc<MuxStream> {
-        let (commands, receiver) = mpsc::unbounded_channel();
         let state = Arc::new(Mutex::new(State::default()));
-        let queued = Arc::new(AtomicUsize::new(0));
         let waiting = Arc::new(AtomicUsize::new(0));
+        let queue = Queue::new(Limits {
+            max_calls: settings.max_queued_calls,
+            max_bytes: settings.max_queued_bytes,
+            max_batch_bytes: settings.max_request_bytes,
+        });
+        let (expired_state, expired_waiting) = (state.clone(), waiting.clone());
         let outbound = Coalesce {
-            receiver,
-            max_bytes: settings.max_batch_bytes,
-            held: None,
-            queued: queued.clone(),
+            queue: queue.clone(),
+            // Its caller is giving up at this moment too; the server never sees the call.
+            expired: Box::new(move |id| {
+                if let Some(waiter) = lock(&expired_state).waiting.remove(&id) {
+                    expired_waiting.fetch_sub(1, Ordering::Relaxed);
+                    let _ = waiter.send(Err(deadline_passed()));
+                }
+            }),
         };
         let mut client = connection.preprocessor.clone();
         let reader_state = state.clone();
@@ -324,7 +331,10 @@ impl MuxStream {
         let reader_connection = connection.clone();
         tokio::spawn(async move {
             let ended = match client.multiplex(Request::new(outbound)).await {
-                Ok(response) => read(response.into_inner(), &reader_state, &reader_waiting).await,
+                Ok(response) => {
+                    supported.store(true, Ordering::Relaxed);
+                    read(response.into_inner(), &reader_state, &reader_waiting).await
+                }
                 Err(status) => {
                     let status = local_failure(status);
                     if is_unsupported(&status) {
@@ -340,8 +350,7 @@ impl MuxStream {
             reader_waiting.store(0, Ordering::Relaxed);
         });
         Arc::new(MuxStream {
-            commands,
-            queued,
+            queue,
             waiting,
             state,
             connection,
@@ -365,25 +374,29 @@ impl MuxStream {
     fn send(
         &self,
         call: MultiplexCall,
+        deadline: Option<Instant>,
     ) -> Result<oneshot::Receiver<Result<Outcome, Status>>, Status> {
         let (waiter, outcome) = oneshot::channel();
+        let id = call.id;
         {
             let mut state = lock(&self.state);
             if let Some(status) = &state.failed {
                 return Err(status.clone());
             }
-            state.waiting.insert(call.id, waiter);
+            state.waiting.insert(id, waiter);
         }
         self.waiting.fetch_add(1, Ordering::Relaxed);
-        self.queued.fetch_add(1, Ordering::Relaxed);
-        if self.commands.send(Command::Call(Box::new(call))).is_err() {
-            return Err(Status::unavailable("multiplex: the stream has ended"));
+        if let Err(full) = self.queue.push_call(call, deadline) {
+            if lock(&self.state).waiting.remove(&id).is_some() {
+                self.waiting.fetch_sub(1, Ordering::Relaxed);
+            }
+            return Err(full);
         }
         Ok(outcome)
     }
 }
 
-/// Sends a cancel for a call whose future was dropped before its result came.
+/// Takes back, or sends a cancel for, a call whose future was dropped before its result came.
 struct CancelOnDrop<'a> {
     stream: &'a MuxStream,
     id: u64,
@@ -394,7 +407,9 @@ impl Drop for CancelOnDrop<'_> {
         let unanswered = lock(&self.stream.state).waiting.remove(&self.id).is_some();
         if unanswered {
             self.stream.waiting.fetch_sub(1, Ordering::Relaxed);
-            let _ = self.stream.commands.send(Command::Cancel(self.id));
+            if !self.stream.queue.withdraw(self.id) {
+                self.stream.queue.push_cancel(self.id);
+            }
         }
     }
 }
@@ -443,63 +458,6 @@ fn is_unsupported(status: &Status) -> bool {
         || (status.code() == Code::FailedPrecondition && status.message().starts_with("Multiplex:"))
 }
 
-/// The outbound side of a stream: each message carries every call and cancel queued when tonic
-/// asks for it, up to `max_bytes` of calls.
-struct Coalesce {
-    receiver: mpsc::UnboundedReceiver<Command>,
-    max_bytes: usize,
-    /// A call that did not fit into the previous message.
-    held: Option<MultiplexCall>,
-    /// Calls queued and not yet taken (shared with the stream's handle).
-    queued: Arc<AtomicUsize>,
-}
-
-impl Stream for Coalesce {
-    type Item = MultiplexRequest;
-
-    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        let mut message = MultiplexRequest::default();
-        let mut size = 0;
-        if let Some(call) = self.held.take() {
-            size += call.encoded_len();
-            message.calls.push(call);
-        } else {
-            match self.receiver.poll_recv(cx) {
-                Poll::Ready(Some(command)) => add(&mut message, &mut size, command),
-                Poll::Ready(None) => return Poll::Ready(None),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-        while let Ok(command) = self.receiver.try_recv() {
-            if let Command::Call(call) = &command {
-                let len = call.encoded_len();
-                if size + len > self.max_bytes && !message.calls.is_empty() {
-                    let Command::Call(call) = command else {
-                        unreachable!()
-                    };
-                    self.held = Some(*call);
-                    break;
-                }
-            }
-            add(&mut message, &mut size, command);
-        }
-        // A held call stays counted as queued until a message carries it.
-        self.queued
-            .fetch_sub(message.calls.len(), Ordering::Relaxed);
-        Poll::Ready(Some(message))
-    }
-}
-
-fn add(message: &mut MultiplexRequest, size: &mut usize, command: Command) {
-    match command {
-        Command::Call(call) => {
-            *size += call.encoded_len();
-            message.calls.push(*call);
-        }
-        Command::Cancel(id) => message.cancel.push(id),
-    }
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
@@ -508,4 +466,137 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn deadline_passed() -> Status {
     Status::deadline_exceeded("the call's deadline passed before the sidecar answered")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connection::Settings;
+    use crate::fake_server::{self, Reply};
+
+    fn tokenize(text_len: usize) -> TokenizeRequest {
+        TokenizeRequest {
+            model: "m".into(),
+            texts: vec!["x".repeat(text_len)],
+            ..Default::default()
+        }
+    }
+
+    /// A one-stream carrier to the fake server at `path`.
+    fn carrier(path: &std::path::Path, retry: bool, max_queued_bytes: usize) -> StreamCarrier {
+        let settings = Settings {
+            target: format!("unix:{}", path.display()).parse().unwrap(),
+            connect_timeout: Duration::from_secs(5),
+            health_timeout: Duration::from_secs(2),
+            health_service: String::new(),
+            max_message_bytes: 4 << 20,
+            retry_unavailable: retry,
+            reconnect_backoff: crate::connection::RECONNECT_BACKOFF,
+        };
+        let connections = Arc::new(Connections::new(settings).unwrap());
+        let limits = MultiplexSettings {
+            streams: 1,
+            max_request_bytes: 256 << 10,
+            max_queued_calls: 1000,
+            max_queued_bytes,
+        };
+        StreamCarrier::new(connections, limits)
+    }
+
+    /// A server without Multiplex (an older one, `--backend reference`): the first calls go
+    /// unary too, also with retries off (the copy they need is kept until Multiplex is known).
+    #[test]
+    fn a_server_without_multiplex_is_served_unary_without_retries() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("mux-unsupported.sock");
+            fake_server::grpc(&path, |rpc| match rpc {
+                "/sidecar.v1.Preprocessor/Multiplex" => Reply::Status(Code::Unimplemented),
+                _ => Reply::Message(
+                    TokenizeResponse {
+                        fingerprint: "unary".into(),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                ),
+            });
+            let carrier = carrier(&path, false, 1 << 20);
+            for _ in 0..3 {
+                let timeout = Some(Duration::from_secs(30));
+                let response = carrier.tokenize(tokenize(10), timeout).await.unwrap();
+                assert_eq!(response.fingerprint, "unary");
+            }
+        });
+    }
+
+    /// A request exactly at the size bound is over it once wrapped in its `MultiplexCall` (id,
+    /// deadline, tags): it goes unary, where it fits the server's limit, rather than on a
+    /// stream, where a message over the limit would end the stream for every call on it.
+    #[test]
+    fn a_request_at_the_size_bound_goes_unary() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("mux-size.sock");
+            fake_server::grpc(&path, |rpc| match rpc {
+                "/sidecar.v1.Preprocessor/Multiplex" => Reply::Hang,
+                _ => Reply::Message(
+                    TokenizeResponse {
+                        fingerprint: "unary".into(),
+                        ..Default::default()
+                    }
+                    .encode_to_vec(),
+                ),
+            });
+            let carrier = carrier(&path, true, 1 << 20);
+            let bound = carrier.settings.max_request_bytes;
+            let mut request = tokenize(bound - 10);
+            while request.encoded_len() < bound {
+                request.texts[0].push('x');
+            }
+            assert_eq!(request.encoded_len(), bound);
+            let timeout = Some(Duration::from_secs(5));
+            let response = carrier.tokenize(request, timeout).await.unwrap();
+            assert_eq!(response.fingerprint, "unary");
+        });
+    }
+
+    /// A server that stopped reading its Multiplex streams: calls over the queue's bound fail at
+    /// once, naming the bound, instead of piling up in memory; every call that gave up has left
+    /// the queue, so nothing stale is sent once the server reads again.
+    #[test]
+    fn a_server_not_reading_fills_a_bounded_queue() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("mux-hangs.sock");
+            fake_server::grpc(&path, |_| Reply::Hang);
+            let carrier = Arc::new(carrier(&path, true, 1 << 20));
+            let calls: Vec<_> = (0..40)
+                .map(|_| {
+                    let carrier = carrier.clone();
+                    let timeout = Some(Duration::from_secs(2));
+                    tokio::spawn(async move { carrier.tokenize(tokenize(100_000), timeout).await })
+                })
+                .collect();
+            let mut refused = 0;
+            for call in calls {
+                let outcome = tokio::time::timeout(Duration::from_secs(30), call)
+                    .await
+                    .expect("a call outlived its deadline")
+                    .unwrap();
+                let error = outcome.unwrap_err();
+                match error.code() {
+                    Code::ResourceExhausted => {
+                        assert!(error.message().contains("multiplex_max_queued_bytes"));
+                        refused += 1;
+                    }
+                    code => assert_eq!(code, Code::DeadlineExceeded, "{error}"),
+                }
+            }
+            // 1 MiB holds 10 of the 100 KB calls (and the HTTP/2 window a part of one more).
+            assert!(refused >= 25, "{refused} of 40 refused");
+            let stream = lock(&carrier.slots[0]).clone().expect("the stream");
+            assert_eq!(
+                stream.queue.calls(),
+                0,
+                "calls that gave up are still queued"
+            );
+        });
+    }
 }

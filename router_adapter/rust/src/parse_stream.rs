@@ -5,12 +5,11 @@
 //! answer (lock-step, as an engine loop does); [`ParseStream::send`] and [`ParseStream::recv`]
 //! pipeline several messages and read their answers afterwards, in the same order.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
@@ -20,14 +19,12 @@ use crate::v1::parse_stream_request::Kind;
 use crate::v1::{CancelRequest, OpenRequest, ParseStreamRequest, ParseStreamResponse, Step};
 use crate::Error;
 
-type Opening = Pin<
-    Box<
-        dyn Future<Output = Result<tonic::Response<Streaming<ParseStreamResponse>>, Status>> + Send,
-    >,
->;
+/// The call, started when the stream is opened: it runs as its own task so the request stream is
+/// sent (and the outbound channel drained) from the first `send`, before anything is read.
+type Opening = JoinHandle<Result<tonic::Response<Streaming<ParseStreamResponse>>, Status>>;
 
-/// The response side: the call is started at once but grpc.aio sends its headers only with the
-/// first answer, so the response stream is awaited on the first read, not at open.
+/// The response side: grpc.aio sends its headers only with the first answer, so the response
+/// stream is awaited on the first read, not at open.
 #[allow(clippy::large_enum_variant)] // one per stream; boxing would add an indirection per read
 enum Responses {
     Opening(Opening),
@@ -64,7 +61,7 @@ impl ParseStream {
         let (sender, receiver) = mpsc::channel(64);
         let mut client = connection.preprocessor.clone();
         let request = with_timeout(ReceiverStream::new(receiver), timeout);
-        let opening: Opening = Box::pin(async move { client.parse_stream(request).await });
+        let opening: Opening = tokio::spawn(async move { client.parse_stream(request).await });
         Ok(ParseStream {
             outbound: Some(sender),
             responses: Responses::Opening(opening),
@@ -75,11 +72,24 @@ impl ParseStream {
     }
 
     /// Queues one message; its answer comes from a later [`recv`](Self::recv), in send order.
+    /// Waits while the queue is full (the server reads slower than the engine sends), at most
+    /// until the stream's deadline.
     pub async fn send(&mut self, message: ParseStreamRequest) -> Result<(), Error> {
         let sender = self.outbound.as_ref().ok_or_else(|| {
             Status::failed_precondition("parse stream: already closed for sending")
         })?;
-        if sender.send(message).await.is_err() {
+        let sent = match self.deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, sender.send(message))
+                .await
+                .map_err(|_| {
+                    Status::deadline_exceeded(
+                        "parse stream: the stream's deadline passed while the server was not \
+                         reading its messages",
+                    )
+                })?,
+            None => sender.send(message).await,
+        };
+        if sent.is_err() {
             // The call ended; its status comes with the next read.
             return Err(self.ended().await);
         }
@@ -106,7 +116,18 @@ impl ParseStream {
         let deadline = self.deadline;
         if let Responses::Opening(opening) = &mut self.responses {
             // A finished opening future must not be polled again: keep its outcome instead.
-            self.responses = match crate::connection::within(deadline, |_| opening).await {
+            let opened = crate::connection::within(deadline, |_| async {
+                (&mut *opening).await.unwrap_or_else(|join| {
+                    Err(Status::internal(format!(
+                        "parse stream: the call's task ended: {join}"
+                    )))
+                })
+            })
+            .await;
+            if opened.is_err() {
+                opening.abort(); // the deadline passed first: the call must not go on unseen
+            }
+            self.responses = match opened {
                 Ok(response) => Responses::Open(response.into_inner()),
                 Err(status) => Responses::Failed(status),
             };
@@ -193,5 +214,85 @@ impl ParseStream {
                 Err(status) => return status.into(),
             }
         }
+    }
+}
+
+impl Drop for ParseStream {
+    /// A call still waiting for its response headers is a task of its own: stop it, so the
+    /// stream is reset (the server frees its requests) rather than left half-closed.
+    fn drop(&mut self) {
+        if let Responses::Opening(opening) = &self.responses {
+            opening.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::fake_server::{self, Reply};
+    use crate::Client;
+
+    fn open_message(i: usize, padding: usize) -> ParseStreamRequest {
+        ParseStreamRequest {
+            kind: Some(Kind::Open(OpenRequest {
+                request_id: format!("r{i}"),
+                model: "m".into(),
+                tools_json: "x".repeat(padding),
+                ..Default::default()
+            })),
+        }
+    }
+
+    /// A server that answers the call's headers but then reads nothing: once the queue and the
+    /// HTTP/2 window are full, `send` waits, and the stream's deadline must end that wait.
+    #[test]
+    fn send_gives_up_at_the_deadline_when_the_server_does_not_read() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("ps-hangs.sock");
+            fake_server::grpc(&path, |_| Reply::Hang);
+            let client = Client::builder(format!("unix:{}", path.display()))
+                .build()
+                .unwrap();
+            let mut stream = client
+                .with_timeout(Duration::from_millis(500))
+                .parse_stream()
+                .await
+                .unwrap();
+            let sending = async {
+                // 300 x 10 KB: more than the 64-message queue and the 64 KiB HTTP/2 window hold.
+                for i in 0..300 {
+                    stream.send(open_message(i, 10_000)).await?;
+                }
+                Ok::<(), Error>(())
+            };
+            let outcome = tokio::time::timeout(Duration::from_secs(30), sending)
+                .await
+                .expect("send still waiting 30 s after the stream's 0.5 s deadline");
+            assert_eq!(outcome.unwrap_err().code(), Code::DeadlineExceeded);
+        });
+    }
+
+    /// A server killed while the stream is open: the read fails UNAVAILABLE (not UNKNOWN "error
+    /// reading a body") and the connection goes to a health check before its next use.
+    #[test]
+    fn a_server_dying_mid_stream_is_unavailable() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("ps-dies.sock");
+            fake_server::grpc(&path, |_| Reply::DieAfterHeaders);
+            let client = Client::builder(format!("unix:{}", path.display()))
+                .build()
+                .unwrap();
+            let mut stream = client.parse_stream().await.unwrap();
+            stream.send(open_message(0, 0)).await.unwrap();
+            let read = tokio::time::timeout(Duration::from_secs(30), stream.recv())
+                .await
+                .expect("recv still waiting 30 s after the server died");
+            let error = read.unwrap_err();
+            assert_eq!(error.code(), Code::Unavailable, "{error}");
+            assert!(stream.connection.is_suspect());
+        });
     }
 }

@@ -13,7 +13,8 @@ use crate::error::Error;
 pub enum Target {
     /// `unix:PATH` or `unix://ABSOLUTE_PATH`, gRPC's spelling (the server prints `unix:/tmp/sidecar.sock`).
     Unix(PathBuf),
-    /// `host:port`, `[v6]:port` or `http://host:port`; kept as an `http://` URI.
+    /// `host:port`, `[v6]:port`, `http://host:port` or gRPC's `dns:///host:port`; kept as an
+    /// `http://` URI.
     Tcp(String),
 }
 
@@ -35,17 +36,31 @@ impl FromStr for Target {
                 "TLS is not supported (the sidecar serves plaintext on loopback or a Unix socket)",
             ));
         }
-        let uri = if text.starts_with("http://") {
-            text.to_string()
-        } else {
-            format!("http://{text}")
+        // gRPC's name syntax: `dns:[//authority/]host:port`; a DNS server (authority) is not
+        // supported, the system resolver is used.
+        let address = match text.strip_prefix("dns:") {
+            Some(rest) if rest.starts_with("//") => rest
+                .strip_prefix("///")
+                .ok_or_else(|| invalid("a DNS authority is not supported: use dns:///host:port"))?,
+            Some(rest) => rest,
+            None => text.strip_prefix("http://").unwrap_or(text),
         };
-        let authority = &uri["http://".len()..];
-        let has_port = authority.rsplit_once(':').is_some_and(|(host, port)| {
-            !host.is_empty() && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit())
+        if let Some((scheme, _)) = address.split_once("://") {
+            return Err(invalid(&format!(
+                "scheme {scheme:?} is not supported (unix:PATH, host:port, http://host:port or \
+                 dns:///host:port)"
+            )));
+        }
+        let uri = format!("http://{address}");
+        let port = address.rsplit_once(':').and_then(|(host, port)| {
+            let digits = !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit());
+            (!host.is_empty() && digits).then_some(port)
         });
-        if !has_port {
+        let Some(port) = port else {
             return Err(invalid("expected unix:PATH, host:port or http://host:port"));
+        };
+        if !matches!(port.parse::<u16>(), Ok(p) if p > 0) {
+            return Err(invalid(&format!("port {port} is not in 1..=65535")));
         }
         uri.parse::<tonic::codegen::http::Uri>()
             .map_err(|e| invalid(&e.to_string()))?;
@@ -112,9 +127,33 @@ mod tests {
             parse("[::1]:50051").unwrap(),
             Target::Tcp("http://[::1]:50051".into())
         );
+        assert_eq!(
+            parse("dns:///localhost:50051").unwrap(),
+            Target::Tcp("http://localhost:50051".into())
+        );
+        assert_eq!(
+            parse("dns:127.0.0.1:9").unwrap(),
+            Target::Tcp("http://127.0.0.1:9".into())
+        );
         assert!(parse("localhost").is_err());
         assert!(parse("https://x:1").is_err());
         assert!(parse(":50051").is_err());
+    }
+
+    #[test]
+    fn out_of_range_ports_and_other_schemes_are_refused() {
+        for text in [
+            "127.0.0.1:99999",
+            "http://127.0.0.1:99999",
+            "localhost:0",
+            "dns://8.8.8.8/localhost:50051",
+            "grpc://localhost:50051",
+            "http://dns:///localhost:50051",
+        ] {
+            let error = parse(text).unwrap_err();
+            assert!(matches!(error, Error::InvalidTarget(_)), "{text}: {error}");
+            assert!(error.message().contains(text), "{error}");
+        }
     }
 
     #[test]

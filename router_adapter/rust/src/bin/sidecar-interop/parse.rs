@@ -3,6 +3,7 @@
 //! helpers on a second stream.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use prost::Message;
 use serde_json::json;
@@ -39,6 +40,7 @@ pub async fn run(rec: &mut Recorder, client: &Client, model: &str) -> Result<(),
         .map(|e| e.token_ids)
         .collect();
     multiplexed(rec, client, model, &ids).await?;
+    deep_pipeline(rec, client, model).await?;
     lock_step(rec, client, model, &ids[2]).await
 }
 
@@ -118,6 +120,46 @@ async fn multiplexed(
     });
     check_outputs(rec, case, &responses);
     emit_stream(rec, case, &requests, &responses);
+    Ok(())
+}
+
+/// More messages sent before the first read than the client's outbound queue holds (64): the
+/// call runs from the open, so the server takes them while the engine is still sending. The
+/// deadline turns a regression (a send waiting forever) into a failed case.
+async fn deep_pipeline(rec: &mut Recorder, client: &Client, model: &str) -> Result<(), Error> {
+    let case = "parse stream: 200 messages pipelined before the first read";
+    let mut stream = client
+        .with_timeout(Duration::from_secs(60))
+        .parse_stream()
+        .await?;
+    // Open and cancel in turn: one request open at a time, under --parse-max-requests 4.
+    for i in 0..100 {
+        let id = format!("deep-{i}");
+        stream.send(message(Kind::Open(open(model, &id)))).await?;
+        stream
+            .send(message(Kind::Cancel(CancelRequest { request_id: id })))
+            .await?;
+    }
+    let mut answered = 0;
+    let mut errors = Vec::new();
+    for _ in 0..200 {
+        let response = stream.recv().await?;
+        answered += usize::from(response.is_some());
+        let deltas = response.iter().flat_map(|r| &r.deltas);
+        errors.extend(deltas.filter_map(|d| d.error.clone()));
+    }
+    let rest = stream.finish().await?;
+    rec.cases += 1;
+    rec.check(
+        case,
+        answered == 200 && rest.is_empty() && errors.is_empty(),
+        || {
+            format!(
+                "{answered} answers, {} after, errors {errors:?}",
+                rest.len()
+            )
+        },
+    );
     Ok(())
 }
 
