@@ -6,7 +6,7 @@
 //! runs `grpc.health.v1.Health/Check` on it before sending anything. Idempotent unary calls (all of
 //! the contract's unary RPCs are) are then tried once more within their original deadline.
 //!
-//! A failed reconnect is not tried again for a while (50 ms, doubling up to 1 s while the server
+//! A failed reconnect is not tried again for a while (50 ms, doubling up to 250 ms while the server
 //! stays away): meanwhile calls fail at once with its UNAVAILABLE status, so a router calling at
 //! full rate while the server is down does not dial it (and spawn a channel) for every call.
 
@@ -41,7 +41,7 @@ pub(crate) struct Settings {
 
 /// `Settings::reconnect_backoff` of every client (the tests shorten or lengthen it).
 pub(crate) const RECONNECT_BACKOFF: (Duration, Duration) =
-    (Duration::from_millis(50), Duration::from_secs(1));
+    (Duration::from_millis(50), Duration::from_millis(250));
 
 /// One channel and the generated clients on it (clones share the channel).
 #[derive(Debug)]
