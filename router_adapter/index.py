@@ -260,22 +260,18 @@ class PrefixIndex:
             raise ValueError("snapshot: not a PrefixIndex snapshot")
         if snap.get("settings") != self._snapshot_settings():
             raise ValueError(f"snapshot: taken from an index with other settings ({snap.get('settings')})")
+        problem = _snapshot_problem(snap)
+        if problem is not None:
+            raise ValueError(f"snapshot: malformed ({problem})")
         with self._lock:
-            # Every field restore replaces, as it was: put back if the snapshot turns out malformed.
-            kept = {f: getattr(self, f) for f in _RESTORED_FIELDS}
-            try:
-                self.block_size = snap["block_size"] if self.block_size is None else self.block_size
-                self.stats = IndexStats(*snap["stats"])
-                self._workers, self._free_bits, self._next_bit, self._blocks = {}, [], 0, 0
-                self._media = {name: m for m, name in enumerate(snap["media"])}
-                self._holders = [{} for _ in self._media]
-                self._extra_holds = {}
-                for name, flat in snap["workers"]:
-                    self._restore_worker(self._worker(name), flat)
-            except (TypeError, KeyError, IndexError, ValueError) as e:
-                for f, value in kept.items():
-                    setattr(self, f, value)
-                raise ValueError(f"snapshot: malformed ({e!r})") from None
+            self.block_size = snap["block_size"] if self.block_size is None else self.block_size
+            self.stats = IndexStats(*snap["stats"])
+            self._workers, self._free_bits, self._next_bit, self._blocks = {}, [], 0, 0
+            self._media = {name: m for m, name in enumerate(snap["media"])}
+            self._holders = [{} for _ in self._media]
+            self._extra_holds = {}
+            for name, flat in snap["workers"]:
+                self._restore_worker(self._worker(name), flat)
 
     def _snapshot_settings(self) -> list:
         spec = None if self.engine_spec is None else repr(self.engine_spec)
@@ -477,9 +473,37 @@ class PrefixIndex:
             self.stats.evicted_blocks += len(oldest)
 
 
-#: What `PrefixIndex.restore` replaces.
-_RESTORED_FIELDS = ("block_size", "stats", "_workers", "_free_bits", "_next_bit", "_blocks", "_media", "_holders",
-                    "_extra_holds")
+def _snapshot_problem(snap: dict) -> str | None:
+    """What makes a decoded snapshot unfit to restore (it comes from another replica through the
+    object store), checked before the index is touched; None when it is sound."""
+    def is_int(value: object) -> bool:
+        return type(value) is int
+
+    stats, media, workers, block_size = snap.get("stats"), snap.get("media"), snap.get("workers"), snap.get(
+        "block_size")
+    if not (block_size is None or (is_int(block_size) and 0 < block_size <= 0xFFFF_FFFF)):
+        return f"block_size {block_size!r}"
+    if not (isinstance(stats, list) and len(stats) == len(IndexStats.__slots__)
+            and all(is_int(v) and v >= 0 for v in stats)):
+        return "stats"
+    if not (isinstance(media, list) and all(isinstance(m, str) for m in media) and len(set(media)) == len(media)):
+        return "media"
+    if not isinstance(workers, list):
+        return "workers"
+    names = set()
+    for item in workers:
+        if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], list)):
+            return "a worker"
+        name, flat = item
+        if name in names:
+            return f"worker {name!r} twice"
+        names.add(name)
+        hashes, masks = flat[0::3], flat[2::3]
+        if len(flat) % 3 or not all(is_int(v) for v in flat):
+            return f"the entries of worker {name!r}"
+        if len(set(hashes)) != len(hashes) or not all(0 < m < 1 << len(media) for m in masks):
+            return f"an entry of worker {name!r}"
+    return None
 
 
 def _walk(keys: list[int], holders_by_medium: list[dict[int, int]], active: int) -> dict[int, int]:

@@ -31,6 +31,7 @@ import base64
 import hashlib
 import json
 import logging
+import math
 import random
 import struct
 import threading
@@ -301,8 +302,9 @@ class NatsFeed:
         if replaced or info.state.last_seq < feed.stream_seq:
             _log.warning("kv_nats_stream_replaced model=%s stream_seq=%d last_seq=%d: dropping the view and "
                          "reading the new stream from its start", feed.model, feed.stream_seq, info.state.last_seq)
-            for worker, cursor in feed.workers.items():
-                cursor.resets += 1
+            # Every worker the index holds: a snapshot's index may hold workers its meta has no
+            # cursor for.
+            for worker in self.router.index(feed.model).workers:
                 self.router.feed_reset(feed.model, worker, "stream_replaced")
             feed.workers = {}
             feed.stream_seq = 0
@@ -558,8 +560,8 @@ class NatsFeed:
         now = time.time()
         for feed in self.models.values():
             self._forget_empty_cursors(feed, now)
-            if not silence or feed.state != LIVE:
-                continue  # a backlog is not silence
+            if not silence or feed.state != LIVE or feed.pending:
+                continue  # a backlog is not silence (the stream's times judge it, in `_plan`)
             ops = []
             for worker, cursor in feed.workers.items():
                 if cursor.last_seq is not None and now - cursor.last_time > silence:
@@ -570,18 +572,20 @@ class NatsFeed:
 
     def _forget_empty_cursors(self, feed: ModelFeed, now: float) -> None:
         """Forgets the cursors of workers that hold nothing (reset since their last batch) and have
-        sent nothing for a silence timeout (with none, the retention): a worker's next batch is
+        sent nothing for a silence timeout (with none, the retention, or an hour when that is
+        unlimited): a worker's next batch is
         applied as a new worker's, which is what a reset left. Kept, every pod name ever seen
         would stay in memory, in snapshots, in `KvStatus` and in the metrics' label sets."""
-        idle = self.options.silence_timeout_s or self.options.retention_s
+        idle = self.options.silence_timeout_s or self.options.retention_s or fanout.DEFAULT_RETENTION_S
         gone = [w for w, c in feed.workers.items() if c.last_seq is None and now - c.last_time > idle]
         for worker in gone:
             del feed.workers[worker]
 
     async def publish_snapshot(self, feed: ModelFeed, force: bool = False) -> bool:
         """Writes `feed`'s snapshot unless it is not live or (without `force`) a fresh one exists."""
+        from nats.errors import NoRespondersError
         from nats.js.api import ObjectMeta
-        from nats.js.errors import NotFoundError, ObjectNotFoundError
+        from nats.js.errors import NoStreamResponseError, NotFoundError, ObjectNotFoundError
 
         if feed.state != LIVE or self._store is None:
             return False
@@ -607,7 +611,8 @@ class NatsFeed:
         description = json.dumps({"stream_seq": meta["stream_seq"], "created": meta["created"]})
         try:
             await self._store.put(name, data, meta=ObjectMeta(name=name, description=description))
-        except NotFoundError:  # the bucket was deleted: made again (new replicas need a snapshot)
+        except (NotFoundError, NoRespondersError, NoStreamResponseError):
+            # The bucket was deleted (its stream answers no publish): made again, new replicas need it.
             self._store = None
             await self._setup()
             await self._store.put(name, data, meta=ObjectMeta(name=name, description=description))
@@ -651,17 +656,22 @@ def _cursors(meta: dict) -> dict[str, WorkerCursor]:
     or ValueError naming what is wrong), before the index is touched."""
     if not isinstance(meta["stream_seq"], int) or meta["stream_seq"] < 0:
         raise ValueError(f"unreadable (stream_seq {meta['stream_seq']!r})")
-    if not isinstance(meta["created"], (int, float)):
+    if not _finite(meta["created"]):
         raise ValueError(f"unreadable (created {meta['created']!r})")
     if not isinstance(meta["workers"], dict):
         raise ValueError("unreadable (workers is not an object)")
     cursors = {}
     for worker, (epoch, seq, last_time) in meta["workers"].items():
         if not (isinstance(epoch, (int, type(None))) and isinstance(seq, (int, type(None)))
-                and isinstance(last_time, (int, float))):
+                and _finite(last_time)):
             raise ValueError(f"unreadable (the cursor of worker {worker!r})")
         cursors[worker] = WorkerCursor(epoch, seq, last_time)
     return cursors
+
+
+def _finite(value: object) -> bool:
+    """A number JSON gave that is a time: not NaN or Infinity (which `json.loads` reads)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def build_snapshot(meta: dict, index_bytes: bytes) -> bytes:

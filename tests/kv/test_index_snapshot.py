@@ -98,7 +98,11 @@ def test_a_malformed_snapshot_changes_nothing() -> None:
     apply(source, random_ops(random.Random(3), 50))
     broken = msgspec.msgpack.decode(source.snapshot())
     broken["workers"] = broken["workers"][:1] + [["w9", [1, 2]]]  # a worker's entries cut short
-    for bad in [broken, {**snapshot, "workers": 7}, {**snapshot, "stats": [0] * 20}, {"magic": snapshot["magic"]}]:
+    worker = snapshot["workers"][0]
+    for bad in [broken, {**snapshot, "workers": 7}, {**snapshot, "stats": [0] * 20}, {"magic": snapshot["magic"]},
+                {**snapshot, "stats": ["x"] * 8}, {**snapshot, "block_size": "x"},
+                {**snapshot, "workers": [worker, worker]},  # one worker twice
+                {**snapshot, "workers": [[worker[0], worker[1][:2] + [0]]]}]:  # an entry in no medium
         with pytest.raises(ValueError, match="snapshot: "):
             index.restore(msgspec.msgpack.encode(bad))
         assert view(index) == state

@@ -133,6 +133,24 @@ def test_a_stream_made_again_drops_the_view_and_reads_the_new_one(publisher: Pub
     assert held(a, range(0, 130)) == held(b, range(0, 130)) == list(range(101, 126))
 
 
+def test_a_stream_made_again_drops_workers_that_have_no_cursor(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """A snapshot's index may hold workers its meta has no cursor for; a stream made again drops
+    them too (only those with a cursor were, and the rest stayed for good)."""
+    publisher.batches("w0", 1, range(1, 4))
+    a, feed_a = replicas()
+    wait_until(lambda: live(feed_a) and blocks(a, "w0") == 3, 30, "replica a to go live")
+    meta = {"stream": fanout.DEFAULT_STREAM, "stream_seq": 3, "created": time.time(), "index_kind": "PrefixIndex",
+            "workers": {}}
+    on_feed_loop(feed_a, feed_a._store.put(SNAPSHOT_NAME, build_snapshot(meta, a.index(MODEL).snapshot())))
+    b, feed_b = replicas()
+    wait_until(lambda: live(feed_b) and blocks(b, "w0") == 3, 30, "replica b to load the snapshot")
+    publisher.run(publisher.js.delete_stream(fanout.DEFAULT_STREAM))
+    publisher.ensure_stream()
+    publisher.batches("w1", 1, range(1, 2), first_block=100)
+    wait_until(lambda: blocks(b, "w1") == 1, 30, "replica b to read the new stream")
+    assert blocks(b, "w0") == 0
+
+
 def test_a_snapshot_replaced_while_it_is_read_is_read_again(publisher: Publisher, replicas, monkeypatch) -> None:  # noqa: ANN001
     """Another replica's put purges the chunks of the snapshot it replaces; a replica reading the old
     one waited for them for ever (the client's `get`), stuck loading. Here the reader is handed the
@@ -182,7 +200,15 @@ def _other_bytes_under_the_digest(feed: NatsFeed) -> None:
     on_feed_loop(feed, feed._js.publish(subject, b"\0" * info.size))
 
 
-@pytest.mark.parametrize("damage", [_without_workers, _other_bytes_under_the_digest])
+def _a_time_that_is_not_a_number(feed: NatsFeed) -> None:
+    """A cursor's last message time NaN (`json.loads` reads it): that worker never aged out."""
+    meta = {"stream": fanout.DEFAULT_STREAM, "stream_seq": 3, "created": time.time(), "index_kind": "PrefixIndex",
+            "workers": {"w0": [1, 3, float("nan")]}}
+    index_bytes = feed.router.index(MODEL).snapshot()
+    on_feed_loop(feed, feed._store.put(SNAPSHOT_NAME, build_snapshot(meta, index_bytes)))
+
+
+@pytest.mark.parametrize("damage", [_without_workers, _other_bytes_under_the_digest, _a_time_that_is_not_a_number])
 def test_an_unreadable_snapshot_is_ignored(publisher: Publisher, replicas, damage) -> None:  # noqa: ANN001
     """The documented fallback: ignored, the stream read from its start. Before, these raised past
     the snapshot's checks, and the replica fetched the snapshot again every half second for ever."""
@@ -232,15 +258,18 @@ def test_a_deleted_snapshot_bucket_is_made_again(replicas) -> None:  # noqa: ANN
 
 def test_a_silence_seen_in_the_stream_resets_as_it_did_on_a_live_replica(publisher: Publisher, replicas) -> None:  # noqa: ANN001
     """A live replica drops a worker silent for `silence_timeout_s` by its clock; one that read the
-    same messages later (catching up, where nothing ages out) kept it: two views of one stream."""
-    a, feed_a = replicas(silence_timeout_s=2.0)
+    same messages later (catching up, where nothing ages out) kept it: two views of one stream.
+    Each view is read as soon as it holds the fourth batch, before its own clock ages w0 out again."""
+    silence = 3.0
+    a, feed_a = replicas(silence_timeout_s=silence)
     wait_until(lambda: live(feed_a), 30, "replica a to go live")
     publisher.batches("w0", 1, range(1, 4))
     wait_until(lambda: blocks(a, "w0") == 3, 30, "the first three batches")
     wait_until(lambda: blocks(a, "w0") == 0, 30, "replica a to age w0 out")
     time.sleep(0.5)  # the next message's stream time well past the timeout
     publisher.batches("w0", 1, range(4, 5))
-    wait_until(lambda: blocks(a, "w0") == 1, 30, "the fourth batch on replica a")
-    b, feed_b = replicas(silence_timeout_s=2.0)
-    wait_until(lambda: live(feed_b), 30, "replica b to catch up")
-    assert held(b, range(0, 6)) == held(a, range(0, 6)) == [4]
+    wait_until(lambda: feed_a.models[MODEL].stream_seq == 4, 30, "the fourth batch on replica a")
+    view_a = held(a, range(0, 6))
+    b, feed_b = replicas(silence_timeout_s=silence)
+    wait_until(lambda: live(feed_b) and feed_b.models[MODEL].stream_seq == 4, 30, "replica b to catch up")
+    assert held(b, range(0, 6)) == view_a == [4]
