@@ -48,6 +48,9 @@ REASON = "Sidecar-Reason"
 EPOCH = "Sidecar-Epoch"
 SEQ = "Sidecar-Seq"
 MSG_ID = "Nats-Msg-Id"
+#: Of a reset a replica publishes for a silent worker: applied only while the worker's last batch
+#: is still this one (a batch stored before the reset makes it moot, on every replica alike).
+IF_LAST = "Sidecar-If-Last"
 
 BATCH = "batch"
 RESET = "reset"
@@ -82,6 +85,13 @@ def reset_headers(worker: str, epoch: int, reason: str, seq: int | None = None) 
     if seq is not None:
         headers[SEQ] = str(seq)
     return headers
+
+
+def silent_reset_headers(worker: str, epoch: int, last_seq: int) -> dict[str, str]:
+    """A replica's reset of a worker silent since batch `last_seq` of `epoch`: one message however
+    many replicas publish it (the same id), carrying the batch as a relay's reset does (`SEQ`)."""
+    return {KIND: RESET, EPOCH: str(epoch), REASON: "silent", SEQ: str(last_seq), IF_LAST: str(last_seq),
+            MSG_ID: f"{subject_token(worker)}.{epoch}.silent.{last_seq}"}
 
 
 async def connect_until_stopped(url: str, stop: asyncio.Event, name: str, **callbacks: Any) -> Any:

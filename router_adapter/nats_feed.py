@@ -333,6 +333,7 @@ class NatsFeed:
         try:
             epoch = int(headers.get(fanout.EPOCH, "0"))
             seq = 0 if is_reset else int(headers.get(fanout.SEQ, "0"))
+            if_last = int(headers[fanout.IF_LAST]) if fanout.IF_LAST in headers else None
         except ValueError:
             # Not a relay's message (a stray publish on our subjects): skipped. Raised on, it would
             # lose the slice planned before it; a relay batch lost this way shows as a gap.
@@ -349,6 +350,8 @@ class NatsFeed:
             cursor.aged_out += 1
             ops.append(self._reset_op(worker, cursor, "silent"))
         if is_reset:
+            if if_last is not None and (cursor.epoch != epoch or cursor.last_seq != if_last):
+                return  # a replica's silent reset that a later batch (or reset) made moot
             reason = headers.get(fanout.REASON, "")
             cursor.restarts += reason == "restart"
             cursor.gaps += reason == "gap"
@@ -546,7 +549,7 @@ class NatsFeed:
         next_snapshot = self._next_snapshot_time()
         while True:
             await asyncio.sleep(1.0)
-            self._age_out()
+            await self._age_out()
             if self.options.snapshot_period_s > 0 and time.monotonic() >= next_snapshot:
                 next_snapshot = self._next_snapshot_time()
                 for feed in self.models.values():
@@ -555,20 +558,26 @@ class NatsFeed:
                     except Exception as e:  # noqa: BLE001 - retried next period
                         _log.warning("kv_nats_snapshot_failed model=%s error=%r", feed.model, e)
 
-    def _age_out(self) -> None:
+    async def _age_out(self) -> None:
+        """A live replica's clock sees a worker silent: it publishes a `silent` reset into the
+        stream rather than dropping the worker itself, so every replica drops it at the same point
+        of the stream (a replica catching up later included), and drops nothing if a batch of the
+        worker was stored first (the reset names the batch it follows). All replicas publish it
+        under one message id, so the stream holds one."""
         silence = self.options.silence_timeout_s
         now = time.time()
         for feed in self.models.values():
             self._forget_empty_cursors(feed, now)
             if not silence or feed.state != LIVE or feed.pending:
                 continue  # a backlog is not silence (the stream's times judge it, in `_plan`)
-            ops = []
-            for worker, cursor in feed.workers.items():
-                if cursor.last_seq is not None and now - cursor.last_time > silence:
-                    cursor.aged_out += 1
-                    ops.append(self._reset_op(worker, cursor, "silent"))
-            if ops:
-                self._apply_ops(feed.model, ops)
+            for worker, cursor in list(feed.workers.items()):
+                if cursor.last_seq is not None and cursor.epoch is not None and now - cursor.last_time > silence:
+                    headers = fanout.silent_reset_headers(worker, cursor.epoch, cursor.last_seq)
+                    try:
+                        await self._js.publish(fanout.subject(self.options.prefix, feed.model, worker), b"",
+                                               stream=self.options.stream, headers=headers)
+                    except Exception as e:  # noqa: BLE001 - published again at the next tick
+                        _log.warning("kv_nats_silent_reset_failed model=%s worker=%s error=%r", feed.model, worker, e)
 
     def _forget_empty_cursors(self, feed: ModelFeed, now: float) -> None:
         """Forgets the cursors of workers that hold nothing (reset since their last batch) and have

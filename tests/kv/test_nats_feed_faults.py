@@ -268,8 +268,35 @@ def test_a_silence_seen_in_the_stream_resets_as_it_did_on_a_live_replica(publish
     wait_until(lambda: blocks(a, "w0") == 0, 30, "replica a to age w0 out")
     time.sleep(0.5)  # the next message's stream time well past the timeout
     publisher.batches("w0", 1, range(4, 5))
-    wait_until(lambda: feed_a.models[MODEL].stream_seq == 4, 30, "the fourth batch on replica a")
+    # Stream sequences: batches 1-3, the silent reset replica a published, batch 4.
+    wait_until(lambda: feed_a.models[MODEL].stream_seq == 5, 30, "the fourth batch on replica a")
     view_a = held(a, range(0, 6))
     b, feed_b = replicas(silence_timeout_s=silence)
-    wait_until(lambda: live(feed_b) and feed_b.models[MODEL].stream_seq == 4, 30, "replica b to catch up")
+    wait_until(lambda: live(feed_b) and feed_b.models[MODEL].stream_seq == 5, 30, "replica b to catch up")
+    assert held(b, range(0, 6)) == view_a == [4]
+
+
+def test_a_live_replica_whose_clock_runs_ahead_drops_a_worker_where_every_replica_does(
+    publisher: Publisher, replicas, monkeypatch,  # noqa: ANN001
+) -> None:
+    """A live replica's clock sees the silence before the stream does (its clock ahead of the
+    server's here; applying a message late does the same). It used to drop the worker on its own,
+    where a replica reading the stream later, with the worker's next batch inside the timeout,
+    kept it. The drop is now a reset in the stream, applied by every replica at the same point."""
+    silence = 3.0
+    a, feed_a = replicas(silence_timeout_s=silence)
+    wait_until(lambda: live(feed_a), 30, "replica a to go live")
+    import types
+
+    monkeypatch.setattr(nats_feed, "time", types.SimpleNamespace(time=lambda: time.time() + 2.5,
+                                                                  monotonic=time.monotonic))
+    publisher.batches("w0", 1, range(1, 4))
+    wait_until(lambda: feed_a.models[MODEL].workers.get("w0") is not None, 30, "the first batches")
+    wait_until(lambda: blocks(a, "w0") == 0, 30, "replica a to age w0 out by its clock")
+    monkeypatch.setattr(nats_feed, "time", time)
+    publisher.batches("w0", 1, range(4, 5))  # well inside the timeout by the stream's times
+    wait_until(lambda: blocks(a, "w0") == 1, 30, "the fourth batch on replica a")
+    view_a = held(a, range(0, 6))
+    b, feed_b = replicas(silence_timeout_s=silence)
+    wait_until(lambda: live(feed_b) and blocks(b, "w0") >= 1, 30, "replica b to catch up")
     assert held(b, range(0, 6)) == view_a == [4]
