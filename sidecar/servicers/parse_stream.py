@@ -99,7 +99,7 @@ class ParseStreamServicer:
             self._open_checked(mux, request, prompt_ids)
         except SidecarError as e:
             counts.errors += 1
-            _log.info("parse_open_failed", parse_request_id=request.request_id, model=request.model, error=e.message)
+            _log.info("parse_open_failed", parse_request_id=request.request_id[:200], model=request.model, error=e.message)
             return error_delta(request.request_id, e)
         counts.opened += 1
         return b""

@@ -134,6 +134,38 @@ def test_held_back_limit(env) -> None:  # noqa: ANN001
 
 
 @pytest.mark.models
+def test_tokens_with_no_text_count_toward_the_held_back_limit(env) -> None:  # noqa: ANN001
+    """A skipped special token waits in the attribution ledger for the text before it to be decided;
+    with none decided yet they waited without bound (40M of them took 1.5 GB, no status)."""
+    mux, model = env
+    end_of_text = 151643  # <|endoftext|>, skipped as a special token
+    mux.open(model, "a", "fp", replace(CONFIG, reasoning_parser="qwen3", max_held_bytes=4096), [])
+    out = step(mux, [("a", [end_of_text] * 10_000, False)])
+    assert out["a"].error.code == 8 and "--parse-max-held-kb" in out["a"].error.message
+
+
+@pytest.mark.models
+def test_request_ids_are_bounded_and_shown_cut(env) -> None:  # noqa: ANN001
+    """An id is kept for every recently finished request and echoed in answers and logs: 8 MB
+    ones took the server from 371 to 916 MB over 40 open and cancel pairs."""
+    mux, model = env
+    with pytest.raises(InvalidArgument, match="open.request_id: 1025 bytes, more than 1024"):
+        mux.open(model, "x" * 1025, "fp", CONFIG, [])
+    ghost = "\x01" * 100_000  # escapes to 4 bytes each in a message
+    message = step(mux, [(ghost, [1], False)])[ghost].error.message
+    assert len(message) < 300 and "(100000 bytes)" in message
+
+
+@pytest.mark.models
+def test_stop_strings_cannot_name_the_parsers_marker_characters(env) -> None:  # noqa: ANN001
+    """Marker tokens reach the parsers as noncharacters U+FDD0..U+FDEF: a stop string holding one
+    ended a request at `</think>` (U+FDD1), reporting that string as matched."""
+    mux, model = env
+    with pytest.raises(InvalidArgument, match=r"stop\[1\]: holds a noncharacter"):
+        mux.open(model, "a", "fp", replace(CONFIG, stop=("ok", "\ufdd1")), [])
+
+
+@pytest.mark.models
 def test_malformed_messages(env) -> None:  # noqa: ANN001
     mux, model = env
     with pytest.raises(InvalidArgument):

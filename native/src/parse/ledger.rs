@@ -22,6 +22,14 @@ impl Ledger {
         self.reasoning
     }
 
+    /// Bytes the tokens waiting for their range hold: tokens that produced no text (skipped
+    /// special tokens) wait for the text before them to be decided, with no bound of their own, so
+    /// they count toward the request's held-back limit.
+    pub(crate) fn held(&self) -> usize {
+        self.pending.len() * std::mem::size_of::<(u64, Anchor)>()
+            + self.spans.len() * std::mem::size_of::<(u64, u64, Channel)>()
+    }
+
     pub(crate) fn add_anchors(&mut self, anchors: &mut Vec<(u64, Anchor)>) {
         if !anchors
             .windows(2)

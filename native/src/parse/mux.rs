@@ -114,10 +114,16 @@ impl Mux {
                 "open.request_id: must not be empty",
             ));
         }
+        if opts.request_id.len() > MAX_REQUEST_ID_BYTES {
+            return Err(Error::invalid_argument(format!(
+                "open.request_id: {} bytes, more than {MAX_REQUEST_ID_BYTES}",
+                opts.request_id.len()
+            )));
+        }
         if self.entries.contains_key(&opts.request_id) {
             return Err(Error::invalid_argument(format!(
-                "open.request_id: {:?} is already open on this stream",
-                opts.request_id
+                "open.request_id: {} is already open on this stream",
+                shown(&opts.request_id)
             )));
         }
         if self.entries.len() >= self.limits.max_requests {
@@ -268,11 +274,13 @@ impl Mux {
     fn step_unknown(&self, request_id: &str, out: &mut Vec<u8>) {
         let error = if self.finished.contains(request_id) {
             Error::failed_precondition(format!(
-                "step.items.request_id: request {request_id:?} already finished"
+                "step.items.request_id: request {} already finished",
+                shown(request_id)
             ))
         } else {
             Error::not_found(format!(
-                "step.items.request_id: no open request {request_id:?} on this stream"
+                "step.items.request_id: no open request {} on this stream",
+                shown(request_id)
             ))
         };
         wire::put_error(out, request_id, &error, "");
@@ -349,5 +357,19 @@ impl ToolCallFields for CallDelta {
     }
     fn arguments(&self) -> &str {
         &self.arguments
+    }
+}
+
+/// Longest request id a stream accepts: an id is kept (twice) for every request the stream has
+/// finished recently, and is echoed in every answer and log line about its request.
+pub const MAX_REQUEST_ID_BYTES: usize = 1024;
+
+/// A request id as error messages show it: quoted, escaped, and cut to a readable length (an id
+/// of control characters would otherwise grow several times over in its escapes).
+fn shown(request_id: &str) -> String {
+    let quoted = format!("{request_id:?}");
+    match quoted.char_indices().nth(80) {
+        Some((cut, _)) => format!("{}...({} bytes)", &quoted[..cut], request_id.len()),
+        None => quoted,
     }
 }

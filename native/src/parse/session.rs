@@ -9,6 +9,7 @@ use serde_json::{Map, Value};
 use crate::cancel::Cancel;
 use crate::detok::{Anchor, Detokenizer, StopFilter, TextSink};
 use crate::error::{Error, Result};
+use crate::parse::json::is_sentinel;
 use crate::parse::ledger::Ledger;
 use crate::parse::model::ParseModel;
 use crate::parse::out::{CallDelta, Channel, Out};
@@ -270,6 +271,13 @@ impl Session {
         let plan = Plan::new(cfg)?;
         let schema = Tools::parse(&cfg.tools_json)?;
         let kwargs = kwargs_object(&cfg.chat_template_kwargs_json)?;
+        // The parsers see marker tokens as noncharacters U+FDD0.. (and the model's own as U+FFFD):
+        // a stop string holding one would match a marker, not text.
+        if let Some(i) = cfg.stop.iter().position(|s| s.chars().any(is_sentinel)) {
+            return Err(Error::invalid_argument(format!(
+                "stop[{i}]: holds a noncharacter U+FDD0..U+FDEF, which the parser reserves for marker tokens"
+            )));
+        }
         for (i, &id) in prompt.iter().enumerate() {
             if !model.table.is_known(id) {
                 return Err(Error::invalid_argument(format!(
@@ -367,6 +375,7 @@ impl Session {
             + self.buf2.len()
             + self.reasoning.held()
             + self.tools.held()
+            + self.ledger.held()
     }
 
     /// Feeds one step's ids; `end` = the engine finished the request (flush everything).
@@ -451,7 +460,8 @@ impl Session {
             self.finished = true;
             return Err(Error::resource_exhausted(format!(
                 "the request holds back {held} bytes of undecided output, more than the limit of {} \
-                 (--parse-max-held-kb; an unterminated tool call or value?)",
+                 (--parse-max-held-kb; an unterminated tool call or value, or tokens with no text waiting \
+                 for the text before them?)",
                 self.max_held
             )));
         }
