@@ -157,6 +157,8 @@ class ParseLimits:
     max_held_bytes: int = 1 << 20
     #: Token ids of one request in one step; more fails the request with RESOURCE_EXHAUSTED.
     max_step_ids: int = 16 << 20
+    #: Bytes of one request's delta in an answer; more fails the request with RESOURCE_EXHAUSTED.
+    max_delta_bytes: int = 64 << 20
 
 
 class ParseModel(Protocol):

@@ -166,6 +166,23 @@ def test_stop_strings_cannot_name_the_parsers_marker_characters(env) -> None:  #
 
 
 @pytest.mark.models
+def test_an_answer_over_the_message_limit_fails_its_request_alone() -> None:
+    """gRPC refuses an answer over --max-message-mb by ending the stream, with every request on it
+    (a 3 MB step of long tokens made a 128 MB answer); the request it comes from fails alone."""
+    require_shared_models()
+    mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=1000))
+    try:
+        model = parse_model("qwen3")
+        mux.open(model, "big", "fp", CONFIG, [])
+        mux.open(model, "small", "fp", CONFIG, [])
+        out = step(mux, [("big", encode("qwen3", "word " * 400), False), ("small", encode("qwen3", "ok"), False)])
+        assert out["big"].error.code == 8 and "--max-message-mb" in out["big"].error.message and out["big"].finished
+        assert out["small"].content == "ok"
+    finally:
+        mux.close()
+
+
+@pytest.mark.models
 def test_malformed_messages(env) -> None:  # noqa: ANN001
     mux, model = env
     with pytest.raises(InvalidArgument):

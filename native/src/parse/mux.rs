@@ -31,6 +31,10 @@ pub struct MuxLimits {
     /// Token ids of one request in one step; more fails that request with `RESOURCE_EXHAUSTED`
     /// (the server sets it from `--max-token-ids`).
     pub max_step_ids: usize,
+    /// Bytes of one request's delta in an answer; more fails that request with
+    /// `RESOURCE_EXHAUSTED` (the server sets it from `--max-message-mb`: gRPC refuses a larger
+    /// answer by ending the stream, every request on it with it).
+    pub max_delta_bytes: usize,
 }
 
 impl Default for MuxLimits {
@@ -39,6 +43,7 @@ impl Default for MuxLimits {
             max_requests: 4096,
             remember_finished: 4096,
             max_step_ids: 16 << 20,
+            max_delta_bytes: 64 << 20,
         }
     }
 }
@@ -220,7 +225,20 @@ impl Mux {
                     || !delta.reasoning.is_empty()
                     || !delta.calls.is_empty();
                 if has_news {
+                    let at = out.len();
                     wire::put_delta(out, request_id, &fields(delta), fingerprint);
+                    let size = out.len() - at;
+                    if size > self.limits.max_delta_bytes {
+                        out.truncate(at);
+                        let error = Error::resource_exhausted(format!(
+                            "step.items: the request's answer to this step is {size} bytes, over the \
+                             server's message limit of {} bytes (--max-message-mb); send fewer ids per step",
+                            self.limits.max_delta_bytes
+                        ));
+                        wire::put_error(out, request_id, &error, fingerprint);
+                        self.retire(request_id);
+                        return Ok(());
+                    }
                     entry.sent_first = true;
                 }
                 if delta.finished {
