@@ -380,7 +380,7 @@ impl ToolCallFields for CallDelta {
 
 /// Longest request id a stream accepts: an id is kept (twice) for every request the stream has
 /// finished recently, and is echoed in every answer and log line about its request.
-pub const MAX_REQUEST_ID_BYTES: usize = 1024;
+const MAX_REQUEST_ID_BYTES: usize = 1024;
 
 /// A request id as error messages show it: quoted, escaped, and cut to a readable length (an id
 /// of control characters would otherwise grow several times over in its escapes).
