@@ -503,6 +503,17 @@ mod tests {
         StreamCarrier::new(connections, limits)
     }
 
+    /// A unary Tokenize answer, marked so a test can tell it from one that came by the stream.
+    fn unary_answer() -> Reply {
+        Reply::Message(
+            TokenizeResponse {
+                fingerprint: "unary".into(),
+                ..Default::default()
+            }
+            .encode_to_vec(),
+        )
+    }
+
     /// A server without Multiplex (an older one, `--backend reference`): the first calls go
     /// unary too, also with retries off (the copy they need is kept until Multiplex is known).
     #[test]
@@ -511,13 +522,7 @@ mod tests {
             let path = fake_server::socket_path("mux-unsupported.sock");
             fake_server::grpc(&path, |rpc| match rpc {
                 "/sidecar.v1.Preprocessor/Multiplex" => Reply::Status(Code::Unimplemented),
-                _ => Reply::Message(
-                    TokenizeResponse {
-                        fingerprint: "unary".into(),
-                        ..Default::default()
-                    }
-                    .encode_to_vec(),
-                ),
+                _ => unary_answer(),
             });
             let carrier = carrier(&path, false, 1 << 20);
             for _ in 0..3 {
@@ -537,13 +542,7 @@ mod tests {
             let path = fake_server::socket_path("mux-size.sock");
             fake_server::grpc(&path, |rpc| match rpc {
                 "/sidecar.v1.Preprocessor/Multiplex" => Reply::Hang,
-                _ => Reply::Message(
-                    TokenizeResponse {
-                        fingerprint: "unary".into(),
-                        ..Default::default()
-                    }
-                    .encode_to_vec(),
-                ),
+                _ => unary_answer(),
             });
             let carrier = carrier(&path, true, 1 << 20);
             let bound = carrier.settings.max_request_bytes;
