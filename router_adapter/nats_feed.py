@@ -292,12 +292,17 @@ class NatsFeed:
             except Exception:  # noqa: BLE001 - the connection may be gone
                 pass
 
+    async def _stream_info(self) -> tuple:  # (nats StreamInfo, float | None)
+        """The stream's info, and its incarnation: JetStream's `created` in seconds since 1970
+        (None from a server that does not report it)."""
+        info = await self._js.stream_info(self.options.stream)
+        return info, info.created.timestamp() if info.created is not None else None
+
     async def _check_incarnation(self, feed: ModelFeed) -> None:
         """Drops `feed`'s view when the stream is not the one it was read from (deleted and made
         again, or a nats-server restarted without its store): the new stream's sequences name other
         messages, and reading on from the old position would skip the new stream's first ones."""
-        info = await self._js.stream_info(self.options.stream)
-        created = info.created.timestamp() if info.created is not None else None
+        info, created = await self._stream_info()
         replaced = feed.stream_created is not None and created is not None and created != feed.stream_created
         if replaced or info.state.last_seq < feed.stream_seq:
             _log.warning("kv_nats_stream_replaced model=%s stream_seq=%d last_seq=%d: dropping the view and "
@@ -525,8 +530,7 @@ class NatsFeed:
     async def _check_stream_covers(self, snap: dict) -> float | None:
         """The stream's `created` (see `ModelFeed.stream_created`); ValueError when the snapshot was
         taken of another incarnation of the stream."""
-        info = await self._js.stream_info(self.options.stream)
-        created = info.created.timestamp() if info.created is not None else None
+        info, created = await self._stream_info()
         taken_of = snap.get("stream_created")
         if taken_of is not None and created is not None and taken_of != created:
             raise ValueError("taken of another incarnation of the stream (deleted and made again since)")
