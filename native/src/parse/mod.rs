@@ -15,6 +15,7 @@ mod ledger;
 mod model;
 mod mux;
 mod out;
+mod pacing;
 mod reasoning;
 pub mod registry;
 mod rtpl;

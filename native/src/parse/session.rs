@@ -13,6 +13,7 @@ use crate::parse::json::is_sentinel;
 use crate::parse::ledger::Ledger;
 use crate::parse::model::ParseModel;
 use crate::parse::out::{CallDelta, Channel, Out};
+use crate::parse::pacing::Pacer;
 use crate::parse::reasoning::ThinkSplitter;
 use crate::parse::registry::{self, Build, IdStyle, Kind, Parser, WholeBuild};
 use crate::parse::rtpl::TemplateStage;
@@ -115,6 +116,9 @@ pub struct Session {
     tools: Box<dyn Stage>,
     buf1: SegBuf,
     buf2: SegBuf,
+    /// When each stage is fed again while it waits (see `parse::pacing`).
+    pace1: Pacer,
+    pace2: Pacer,
     out: Out,
     ledger: Ledger,
     /// Whether tokens need attributing (a reasoning split exists, or a trace is kept).
@@ -308,6 +312,8 @@ impl Session {
             skip_special: skip,
             buf1: SegBuf::default(),
             buf2: SegBuf::default(),
+            pace1: Pacer::default(),
+            pace2: Pacer::default(),
             ledger: Ledger::default(),
             attribute: cfg.trace
                 || plan.reasoning.is_some()
@@ -376,6 +382,12 @@ impl Session {
             + self.reasoning.held()
             + self.tools.held()
             + self.ledger.held()
+    }
+
+    /// Bytes handed to the two stages over the request (their reading is bounded by it).
+    #[cfg(test)]
+    pub(crate) fn handed_bytes(&self) -> u64 {
+        self.pace1.handed() + self.pace2.handed()
     }
 
     /// Feeds one step's ids; `end` = the engine finished the request (flush everything).
@@ -451,9 +463,12 @@ impl Session {
         });
         self.sink = sink;
         let done = end || matched.is_some();
-        self.reasoning.feed(&mut self.buf1, &mut self.out, done);
-        self.out.visible.drain_into(&mut self.buf2);
-        self.tools.feed(&mut self.buf2, &mut self.out, done);
+        let (reasoning, tools, out) = (&mut self.reasoning, &mut self.tools, &mut self.out);
+        self.pace1
+            .feed(&mut self.buf1, done, |input| reasoning.feed(input, out, done));
+        out.visible.drain_into(&mut self.buf2);
+        self.pace2
+            .feed(&mut self.buf2, done, |input| tools.feed(input, out, done));
         self.attribute_step(done);
         let held = self.held_bytes();
         if check_held && !done && held > self.max_held {

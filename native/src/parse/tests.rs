@@ -255,3 +255,59 @@ fn a_long_step_names_a_bad_id_by_its_place_in_the_step_and_stops_when_cancelled(
         .unwrap_err();
     assert_eq!(err.kind(), crate::error::ErrorKind::Cancelled);
 }
+
+/// A wait on undecided text (each marker of every format, then 20,000 tokens of one kind) is
+/// handed to the parsers at most about seventeen times over (`parse::pacing`), whatever the
+/// format: without pacing, a stage fed once per step reads such a wait `n²/2` bytes in all.
+#[test]
+fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
+    use crate::parse::pacing::PACED_FROM;
+    use crate::parse::registry::{rows, Kind};
+    const UNITS: usize = 20_000;
+    let Some(tok) = shared_model("qwen3") else {
+        return;
+    };
+    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
+    let encode = |text: &str| tok.hf().encode(text, false).expect("encode").get_ids().to_vec();
+    let mut checked = 0;
+    for kind in [Kind::Tool, Kind::Reasoning] {
+        for row in rows(kind).iter().filter(|r| r.implemented()) {
+            let cfg = SessionConfig {
+                tool_parser: if kind == Kind::Tool { row.name.into() } else { String::new() },
+                reasoning_parser: if kind == Kind::Reasoning { row.name.into() } else { String::new() },
+                id_seed: 7,
+                ..SessionConfig::default()
+            };
+            for marker in row.markers.iter().take(2) {
+                for unit in [" ", "a"] {
+                    let Ok(mut s) = Session::new(Arc::clone(&model), &cfg, &[]) else {
+                        continue;
+                    };
+                    let mut ids = encode(marker);
+                    let unit_ids = encode(unit);
+                    for _ in 0..UNITS {
+                        ids.extend_from_slice(&unit_ids);
+                    }
+                    let text_bytes = (marker.len() + UNITS * unit.len()) as u64;
+                    for (i, id) in ids.iter().enumerate() {
+                        if s.feed(&[*id], i + 1 == ids.len()).is_err() || s.is_finished() {
+                            break;
+                        }
+                    }
+                    let handed = s.handed_bytes();
+                    // Per stage: a sixteenth's growth between feeds past the paced size, every step
+                    // below it, and a step's own few bytes.
+                    let paced = PACED_FROM as u64;
+                    let bound = 2 * (17 * text_bytes + paced * paced / 2 + 64 * ids.len() as u64);
+                    assert!(
+                        handed <= bound,
+                        "{} after {marker:?} then {unit:?}: {handed} bytes handed for {text_bytes}",
+                        row.name
+                    );
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked > 100, "only {checked} waits checked");
+}
