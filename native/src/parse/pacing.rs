@@ -42,12 +42,7 @@ impl Pacer {
     }
 
     /// Feeds the stage through `feed` when it is due.
-    pub(crate) fn feed(
-        &mut self,
-        input: &mut SegBuf,
-        end: bool,
-        feed: impl FnOnce(&mut SegBuf),
-    ) {
+    pub(crate) fn feed(&mut self, input: &mut SegBuf, end: bool, feed: impl FnOnce(&mut SegBuf)) {
         if !self.due(input, end) {
             return;
         }

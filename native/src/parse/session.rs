@@ -464,8 +464,9 @@ impl Session {
         self.sink = sink;
         let done = end || matched.is_some();
         let (reasoning, tools, out) = (&mut self.reasoning, &mut self.tools, &mut self.out);
-        self.pace1
-            .feed(&mut self.buf1, done, |input| reasoning.feed(input, out, done));
+        self.pace1.feed(&mut self.buf1, done, |input| {
+            reasoning.feed(input, out, done)
+        });
         out.visible.drain_into(&mut self.buf2);
         self.pace2
             .feed(&mut self.buf2, done, |input| tools.feed(input, out, done));

@@ -268,13 +268,27 @@ fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
         return;
     };
     let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
-    let encode = |text: &str| tok.hf().encode(text, false).expect("encode").get_ids().to_vec();
+    let encode = |text: &str| {
+        tok.hf()
+            .encode(text, false)
+            .expect("encode")
+            .get_ids()
+            .to_vec()
+    };
     let mut checked = 0;
     for kind in [Kind::Tool, Kind::Reasoning] {
         for row in rows(kind).iter().filter(|r| r.implemented()) {
             let cfg = SessionConfig {
-                tool_parser: if kind == Kind::Tool { row.name.into() } else { String::new() },
-                reasoning_parser: if kind == Kind::Reasoning { row.name.into() } else { String::new() },
+                tool_parser: if kind == Kind::Tool {
+                    row.name.into()
+                } else {
+                    String::new()
+                },
+                reasoning_parser: if kind == Kind::Reasoning {
+                    row.name.into()
+                } else {
+                    String::new()
+                },
                 id_seed: 7,
                 ..SessionConfig::default()
             };
@@ -310,4 +324,91 @@ fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
         }
     }
     assert!(checked > 100, "only {checked} waits checked");
+}
+
+/// What a whole request gave: content, reasoning, and each call as `name(arguments)`.
+fn run_in_steps(s: &mut Session, ids: &[u32], per_step: usize) -> (String, String, Vec<String>) {
+    let (mut content, mut reasoning, mut calls) =
+        (String::new(), String::new(), Vec::<String>::new());
+    let steps: Vec<&[u32]> = ids.chunks(per_step.max(1)).collect();
+    for (i, step) in steps.iter().enumerate() {
+        let d = s.feed(step, i + 1 == steps.len()).expect("feed");
+        content.push_str(&d.content);
+        reasoning.push_str(&d.reasoning);
+        for c in d.calls {
+            if calls.len() <= c.index as usize {
+                calls.resize(c.index as usize + 1, String::new());
+            }
+            let call = &mut calls[c.index as usize];
+            call.push_str(&c.name);
+            call.push_str(&c.arguments);
+        }
+    }
+    (content, reasoning, calls)
+}
+
+/// Waits longer than the paced size that then resolve give the result of the whole text fed at
+/// once, fed one token per step (paced) and in steps of 7 tokens.
+#[test]
+fn paced_waits_resolve_as_the_whole_text_does() {
+    use crate::parse::pacing::PACED_FROM;
+    let Some(tok) = shared_model("qwen3") else {
+        return;
+    };
+    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
+    let pad = " ".repeat(3 * PACED_FROM);
+    let long_name = "n".repeat(2 * PACED_FROM);
+    let cases: Vec<(&str, &str, String, (&str, &str, Vec<String>))> = vec![
+        (
+            "hermes",
+            "",
+            format!("Hi <tool_call>{pad}{{\"name\": \"f\", \"arguments\": {{\"a\": 1}}}}</tool_call> bye"),
+            ("Hi  bye", "", vec!["f{\"a\": 1}".to_string()]),
+        ),
+        (
+            "",
+            "glm45",
+            format!("<think>plan{pad}</think>answer"),
+            ("answer", "plan", vec![]),
+        ),
+        (
+            "hermes",
+            "",
+            format!("<tool_call>{{\"name\": \"{long_name}\", \"arguments\": {{}}}}</tool_call>"),
+            ("", "", vec![format!("{long_name}{{}}")]),
+        ),
+    ];
+    for (tool, reasoning, text, expect) in cases {
+        let cfg = SessionConfig {
+            tool_parser: tool.into(),
+            reasoning_parser: reasoning.into(),
+            id_seed: 7,
+            ..SessionConfig::default()
+        };
+        let ids = tok
+            .hf()
+            .encode(text.as_str(), false)
+            .expect("encode")
+            .get_ids()
+            .to_vec();
+        let whole = run_in_steps(
+            &mut Session::new(Arc::clone(&model), &cfg, &[]).expect("session"),
+            &ids,
+            ids.len(),
+        );
+        let (content, reasoning_text, calls) = &whole;
+        assert_eq!(
+            (content.as_str(), reasoning_text.as_str(), calls),
+            (expect.0, expect.1, &expect.2),
+            "{tool}{reasoning}"
+        );
+        for per_step in [1, 7] {
+            let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
+            assert_eq!(
+                run_in_steps(&mut s, &ids, per_step),
+                whole,
+                "{tool}{reasoning}, {per_step} per step"
+            );
+        }
+    }
 }
