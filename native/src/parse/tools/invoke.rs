@@ -569,8 +569,11 @@ impl InvokeCalls {
                 self.state = State::JsonHead { cursor };
                 return None;
             }
+            // Not a call (no name, broken, or cut off by the end of the output): the object, as
+            // far as it was read, is framing. Its inner objects are not read again as calls: from
+            // each `{` of a deep object that would read the rest again, quadratic in its depth.
             _ => {
-                out.route(input, 1, Channel::Framing);
+                out.route(input, cursor.max(1), Channel::Framing);
                 self.state = State::Block;
             }
         }
