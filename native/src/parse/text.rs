@@ -37,24 +37,34 @@ pub(crate) fn escape_literals(
 }
 
 /// A buffer of parser input: text plus the stream offset of each contiguous segment.
+///
+/// Parsers consume it from the front, often a few bytes at a time; the consumed bytes stay in place
+/// until they are at least half of the buffer and a page long, so consuming `n` bytes costs `O(n)`
+/// amortized instead of moving what is left each time.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SegBuf {
+    /// Consumed bytes (`..start`), then the buffer's text.
     text: String,
-    /// `(index into text, stream offset)` at which each contiguous segment starts.
+    start: usize,
+    /// `(index into text, stream offset)` at which each contiguous segment starts (the first one
+    /// may start before `start`).
     segs: Vec<(usize, u64)>,
 }
 
+/// Consumed bytes a [`SegBuf`] keeps before moving its text down.
+const COMPACT_FROM: usize = 4096;
+
 impl SegBuf {
     pub(crate) fn as_str(&self) -> &str {
-        &self.text
+        &self.text[self.start..]
     }
 
     pub(crate) fn len(&self) -> usize {
-        self.text.len()
+        self.text.len() - self.start
     }
 
     pub(crate) fn is_empty(&self) -> bool {
-        self.text.is_empty()
+        self.len() == 0
     }
 
     /// Appends `s`, which starts at stream offset `offset`.
@@ -74,16 +84,20 @@ impl SegBuf {
 
     /// Moves everything into `other`.
     pub(crate) fn drain_into(&mut self, other: &mut SegBuf) {
-        let mut start = 0;
         for k in 0..self.segs.len() {
             let (i, o) = self.segs[k];
             let end = self.segs.get(k + 1).map_or(self.text.len(), |s| s.0);
-            debug_assert_eq!(i, start);
-            other.push(&self.text[i..end], o);
-            start = end;
+            // The first segment may begin in the consumed part.
+            let from = i.max(self.start);
+            other.push(&self.text[from..end], o + (from - i) as u64);
         }
+        self.clear();
+    }
+
+    fn clear(&mut self) {
         self.text.clear();
         self.segs.clear();
+        self.start = 0;
     }
 
     /// Removes the first `n` bytes, calling `f(text, start, end)` for each stream range they
@@ -92,27 +106,48 @@ impl SegBuf {
         if n == 0 {
             return;
         }
-        let mut whole = 0; // segments entirely inside the first n bytes
+        let cut = self.start + n;
+        let mut whole = 0; // segments entirely inside the consumed bytes
         for k in 0..self.segs.len() {
             let (i, o) = self.segs[k];
-            if i >= n {
+            if i >= cut {
                 break;
             }
             let seg_end = self.segs.get(k + 1).map_or(self.text.len(), |s| s.0);
-            let end = seg_end.min(n);
-            f(&self.text[i..end], o, o + (end - i) as u64);
-            if seg_end <= n {
+            let from = i.max(self.start);
+            let end = seg_end.min(cut);
+            f(
+                &self.text[from..end],
+                o + (from - i) as u64,
+                o + (end - i) as u64,
+            );
+            if seg_end <= cut {
                 whole = k + 1;
-            } else {
-                // The segment straddling n keeps its tail.
-                self.segs[k] = (n, o + (n - i) as u64);
             }
         }
         self.segs.drain(..whole);
-        for seg in &mut self.segs {
-            seg.0 -= n;
+        self.start = cut;
+        if self.start == self.text.len() {
+            self.clear();
+        } else if self.start >= COMPACT_FROM && self.start >= self.len() {
+            self.compact();
         }
-        self.text.drain(..n);
+    }
+
+    /// Drops the consumed bytes.
+    fn compact(&mut self) {
+        let start = self.start;
+        if let Some(first) = self.segs.first_mut() {
+            if first.0 < start {
+                first.1 += (start - first.0) as u64;
+                first.0 = start;
+            }
+        }
+        for seg in &mut self.segs {
+            seg.0 -= start;
+        }
+        self.text.drain(..start);
+        self.start = 0;
     }
 }
 
@@ -153,15 +188,22 @@ pub(crate) fn scan(hay: &str, patterns: &[&str]) -> Scan {
     let Some(from_hit) = first_hit else {
         return Scan::None;
     };
-    let hay_tail = &hay[from_hit..];
     let mut best: Option<(usize, usize, usize)> = None;
     for (index, pat) in patterns.iter().enumerate() {
         if pat.is_empty() {
             continue;
         }
+        // Once a pattern was found, a later one wins only by starting no later: it is looked for
+        // only up to there, so a pattern found early does not cost a search of the whole text for
+        // each other one (a parser consuming a long text a little at a time read it all each time).
+        let mut until = best.map_or(hay.len(), |(at, _, _)| (at + pat.len()).min(hay.len()));
+        while !hay.is_char_boundary(until) {
+            until += 1;
+        }
+        let window = &hay[from_hit..until];
         let found = match pat.chars().next() {
-            Some(c) if c.len_utf8() == pat.len() => hay_tail.find(c),
-            _ => hay_tail.find(pat),
+            Some(c) if c.len_utf8() == pat.len() => window.find(c),
+            _ => window.find(pat),
         };
         if let Some(at) = found.map(|a| a + from_hit) {
             let better = match best {
@@ -394,6 +436,57 @@ mod tests {
             scan("x</a></ab>", &["</ab>", "</a>"]),
             Scan::Found { at: 1, index: 1 }
         );
+    }
+
+    /// Random pushes (contiguous or after a gap) and takes, past the size at which consumed bytes
+    /// are dropped, against a byte-by-byte model: the text left and the stream range of every
+    /// byte taken.
+    #[test]
+    fn segbuf_matches_a_byte_model_through_compactions() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let mut buf = SegBuf::default();
+        let mut model: std::collections::VecDeque<(u8, u64)> = Default::default();
+        let mut offset = 0u64;
+        for round in 0..20_000 {
+            if next(3) > 0 {
+                let len = next(40) as usize + 1;
+                offset += if next(4) == 0 { next(9) + 1 } else { 0 };
+                let text: String = (0..len)
+                    .map(|i| (b'a' + ((round + i) % 26) as u8) as char)
+                    .collect();
+                buf.push(&text, offset);
+                model.extend(text.bytes().zip(offset..));
+                offset += len as u64;
+            } else {
+                // Now and then most of the buffer, so the consumed bytes outgrow what is left.
+                let n = match next(40) {
+                    0 => model.len().saturating_sub(next(100) as usize),
+                    _ => (next(60) as usize).min(model.len()),
+                };
+                let mut taken = Vec::new();
+                buf.take(n, |text, start, end| {
+                    assert_eq!(text.len() as u64, end - start);
+                    taken.extend(text.bytes().zip(start..end));
+                });
+                let expect: Vec<(u8, u64)> = model.drain(..n).collect();
+                assert_eq!(taken, expect, "round {round}");
+            }
+            let left: Vec<u8> = model.iter().map(|&(b, _)| b).collect();
+            assert_eq!(buf.as_str().as_bytes(), left.as_slice(), "round {round}");
+        }
+        let mut out = SegBuf::default();
+        buf.drain_into(&mut out);
+        let mut taken = Vec::new();
+        out.take(out.len(), |text, start, end| {
+            taken.extend(text.bytes().zip(start..end))
+        });
+        assert_eq!(taken, model.into_iter().collect::<Vec<_>>());
     }
 
     #[test]
