@@ -301,7 +301,47 @@ def section_long_string(quick: bool) -> Section:
     return section
 
 
+#: Undecided waits a model (or a hostile client) can make each parser hold: (parser, kind, text
+#: before the wait, the unit repeated, one token each).
+LONG_WAITS = [
+    ("hermes", "tool", "<tool_call>", " "),
+    ("mistral", "tool", "[TOOL_CALLS]", "a"),
+    ("deepseek_v3", "tool", "<｜tool▁call▁begin｜>", "a"),
+    ("glm45", "reasoning", "<think>plan", " "),
+    ("pythonic", "tool", '[f(x="', "["),
+]
+
+
+def section_long_wait(quick: bool) -> Section:
+    """Per-token cost of a wait on undecided text as it grows (`native/src/parse/pacing.rs`): each
+    parser's cost per token stays flat from 1k to 32k units, where re-reading the wait at every step
+    grew with it. (A reasoning wait holds each token's attribution too: 64k tokens pass the
+    default 1 MiB `--parse-max-held-kb`.)"""
+    from sidecar.factory import get_backend
+
+    section = Section(
+        "ParseStream: a growing undecided wait, cost per token",
+        ["parser", "wait", "1,000 units", "8,000 units", "32,000 units", "32k vs 1k"],
+        notes=["sc_parse_bench, one token per step, qwen3 tokenizer, the end of the output included; each cell the "
+               "best of 3. Before pacing (2026-12-02), hermes after <tool_call> and spaces: 0.5 us per token at "
+               "1,500 units, 3.1 us at 6,000."],
+    )
+    backend = get_backend("native")
+    parse_model = backend.load_parse_model(backend.load_tokenizer(MODELS / "qwen3"))
+    sizes = [1_000, 8_000] + ([] if quick else [32_000])
+    for parser, kind, head, unit in LONG_WAITS:
+        cfg = (_config(parser, "", "") if kind == "tool" else _config("", parser, "")).as_dict()
+        unit_ids = _encode("qwen3", unit)
+        costs = [min(parse_model.bench(cfg, [], _encode("qwen3", head) + unit_ids * n, 1, 1) for _ in range(3))
+                 for n in sizes]
+        cells = [f"{c:,.0f} ns" for c in costs] + ["-"] * (3 - len(costs))
+        ratio = f"{costs[-1] / costs[0]:.2f}x" if len(costs) == 3 else "-"
+        section.rows.append([parser, f"{head!r} then {unit!r}", *cells, ratio])
+    return section
+
+
 def run(quick: bool) -> list[Section]:
     if not (MODELS / "SOURCES.md").is_file():
         return [Section("ParseStream", ["skipped"], rows=[[f"../shared/models not found at {MODELS}"]])]
-    return [section_native_cost(quick), section_long_string(quick), section_stop_strings(quick), section_grpc(quick)]
+    return [section_native_cost(quick), section_long_string(quick), section_long_wait(quick), section_stop_strings(quick),
+            section_grpc(quick)]

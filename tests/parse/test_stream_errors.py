@@ -170,14 +170,44 @@ def test_an_answer_over_the_message_limit_fails_its_request_alone() -> None:
     """gRPC refuses an answer over --max-message-mb by ending the stream, with every request on it
     (a 3 MB step of long tokens made a 128 MB answer); the request it comes from fails alone."""
     require_shared_models()
-    mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=1000))
+    mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=2400))
     try:
         model = parse_model("qwen3")
         mux.open(model, "big", "fp", CONFIG, [])
         mux.open(model, "small", "fp", CONFIG, [])
-        out = step(mux, [("big", encode("qwen3", "word " * 400), False), ("small", encode("qwen3", "ok"), False)])
+        out = step(mux, [("big", encode("qwen3", "word " * 600), False), ("small", encode("qwen3", "ok"), False)])
         assert out["big"].error.code == 8 and "--max-message-mb" in out["big"].error.message and out["big"].finished
+        assert "answer to this step is" in out["big"].error.message
         assert out["small"].content == "ok"
+    finally:
+        mux.close()
+
+
+@pytest.mark.models
+def test_answers_that_together_pass_the_message_limit_fail_the_requests_that_do_not_fit() -> None:
+    """Each request's delta under the limit, their sum over it: gRPC would end the stream (a step
+    finishing 100 requests of 1 MB each, as a batch of non-streaming parses does, is a 100 MB
+    answer). The requests whose deltas still fit get them; the others fail, naming the flag."""
+    require_shared_models()
+    mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=6000))
+    try:
+        model = parse_model("qwen3")
+        names = ["r0", "r1", "r2", "r3"]
+        for name in names:
+            mux.open(model, name, "fp", CONFIG, [])
+        ids = encode("qwen3", "word " * 300)  # a 1.5 KB delta each; 4 x 770 B kept for errors
+        message = pb.ParseStreamRequest(step=pb.Step(items=[
+            pb.StepTokens(request_id=name, token_ids=ids, finished=False) for name in names]))
+        raw = mux.handle(message.SerializeToString())
+        assert len(raw) <= 6000 + 1024
+        out = deltas(raw)
+        assert out["r0"].content == "word " * 300 and not out["r0"].HasField("error")
+        for name in names[1:]:
+            assert out[name].error.code == 8 and out[name].finished
+            assert "--max-message-mb" in out[name].error.message and "leave" in out[name].error.message
+        # The failed requests are gone; the one that fit goes on.
+        out = step(mux, [("r0", encode("qwen3", " ok"), True)])
+        assert out["r0"].content == " ok" and out["r0"].finished
     finally:
         mux.close()
 

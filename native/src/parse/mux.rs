@@ -31,9 +31,10 @@ pub struct MuxLimits {
     /// Token ids of one request in one step; more fails that request with `RESOURCE_EXHAUSTED`
     /// (the server sets it from `--max-token-ids`).
     pub max_step_ids: usize,
-    /// Bytes of one request's delta in an answer; more fails that request with
-    /// `RESOURCE_EXHAUSTED` (the server sets it from `--max-message-mb`: gRPC refuses a larger
-    /// answer by ending the stream, every request on it with it).
+    /// Bytes of a step's answer: a request whose delta would take it past this (with room kept
+    /// for an error answer to every request of the step) fails with `RESOURCE_EXHAUSTED` (the
+    /// server sets it from `--max-message-mb`: gRPC refuses a larger answer by ending the stream,
+    /// every request on it with it).
     pub max_delta_bytes: usize,
 }
 
@@ -47,6 +48,10 @@ impl Default for MuxLimits {
         }
     }
 }
+
+/// Bytes an error answer for one request may take besides its id and fingerprint (the message,
+/// the framing).
+const ERROR_BYTES: usize = 768;
 
 /// What `open` needs besides the session configuration.
 #[derive(Debug, Clone, Default)]
@@ -172,13 +177,24 @@ impl Mux {
                 Ok(Handled::Done)
             }
             ClientMessage::Step(items) => {
+                // Every item may end in an error, whatever the deltas before it took: those are
+                // kept out of the deltas' share of the answer.
+                let errors: usize = items
+                    .iter()
+                    .map(|i| {
+                        let entry = self.entries.get(i.request_id);
+                        i.request_id.len() + entry.map_or(0, |e| e.fingerprint.len()) + ERROR_BYTES
+                    })
+                    .sum();
+                let mut room = self.limits.max_delta_bytes.saturating_sub(errors);
                 for item in items {
                     cancel.check()?;
                     if let Some(refused) = self.refused_ids(&item) {
                         self.fail(item.request_id, refused, out);
                         continue;
                     }
-                    self.step_one(item.request_id, &item.token_ids, item.finished, out, cancel)?;
+                    let (id, ids) = (item.request_id, &item.token_ids);
+                    self.step_one(id, ids, item.finished, out, &mut room, cancel)?;
                 }
                 Ok(Handled::Done)
             }
@@ -188,14 +204,16 @@ impl Mux {
         }
     }
 
-    /// Feeds one request's tokens and appends its delta (if any) to `out`; `Err` only when the
-    /// call was cancelled.
+    /// Feeds one request's tokens and appends its delta (if any) to `out`, if it fits in the `room`
+    /// the step's answer has left for deltas (else the request fails); `Err` only when the call was
+    /// cancelled.
     fn step_one(
         &mut self,
         request_id: &str,
         ids: &[u32],
         finished: bool,
         out: &mut Vec<u8>,
+        room: &mut usize,
         cancel: &Cancel<'_>,
     ) -> Result<()> {
         let Some(entry) = self.entries.get_mut(request_id) else {
@@ -228,13 +246,25 @@ impl Mux {
                     let at = out.len();
                     wire::put_delta(out, request_id, &fields(delta), fingerprint);
                     let size = out.len() - at;
-                    if size > self.limits.max_delta_bytes {
-                        out.truncate(at);
-                        let error = Error::resource_exhausted(format!(
+                    let limit = self.limits.max_delta_bytes;
+                    let refused = if size > limit {
+                        Some(format!(
                             "step.items: the request's answer to this step is {size} bytes, over the \
-                             server's message limit of {} bytes (--max-message-mb); send fewer ids per step",
-                            self.limits.max_delta_bytes
-                        ));
+                             server's message limit of {limit} bytes (--max-message-mb); send fewer ids per step"
+                        ))
+                    } else if size > *room {
+                        Some(format!(
+                            "step.items: the request's answer to this step is {size} bytes, and the answers \
+                             before it in this step leave {room} bytes of the server's message limit of \
+                             {limit} bytes (--max-message-mb); send fewer requests or ids per step"
+                        ))
+                    } else {
+                        *room -= size;
+                        None
+                    };
+                    if let Some(message) = refused {
+                        out.truncate(at);
+                        let error = Error::resource_exhausted(message);
                         wire::put_error(out, request_id, &error, fingerprint);
                         self.retire(request_id);
                         return Ok(());
