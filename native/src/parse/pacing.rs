@@ -17,9 +17,11 @@
 
 use crate::parse::text::SegBuf;
 
-/// Bytes left waiting in a stage's input below which it is fed at every step with new text: below
-/// this, reading the wait again costs less than a step's other work.
-pub(crate) const PACED_FROM: usize = 4096;
+/// Bytes left waiting in a stage's input below which it is fed at every step with new text. Reading
+/// a wait again costs up to a few nanoseconds a byte (a run of `<` before DeepSeek's fullwidth
+/// markers: 8 us a step at 4 KiB), so this bounds a step's cost; and a decision about a wait this
+/// long comes at most 64 bytes late, only when the output goes on after it.
+pub(crate) const PACED_FROM: usize = 1024;
 
 /// The pacing of one stage.
 #[derive(Debug, Default)]
