@@ -192,24 +192,59 @@ def test_answers_that_together_pass_the_message_limit_fail_the_requests_that_do_
     mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=6000))
     try:
         model = parse_model("qwen3")
-        names = ["r0", "r1", "r2", "r3"]
+        names = [f"r{i}" for i in range(6)]
         for name in names:
             mux.open(model, name, "fp", CONFIG, [])
-        ids = encode("qwen3", "word " * 300)  # a 1.5 KB delta each; 4 x 770 B kept for errors
+        ids = encode("qwen3", "word " * 300)  # a 1.5 KB delta each
         message = pb.ParseStreamRequest(step=pb.Step(items=[
             pb.StepTokens(request_id=name, token_ids=ids, finished=False) for name in names]))
         raw = mux.handle(message.SerializeToString())
-        assert len(raw) <= 6000 + 1024
+        assert len(raw) <= 6000
         out = deltas(raw)
-        assert out["r0"].content == "word " * 300 and not out["r0"].HasField("error")
-        for name in names[1:]:
+        # Requests are fitted in order; a failed one's error takes less than the room kept for it,
+        # so a later one may fit again.
+        fit = [name for name in names if not out[name].HasField("error")]
+        failed = [name for name in names if name not in fit]
+        assert fit[:2] == names[:2] and failed
+        assert all(out[name].content == "word " * 300 for name in fit)
+        for name in failed:
             assert out[name].error.code == 8 and out[name].finished
             assert "--max-message-mb" in out[name].error.message and "leave" in out[name].error.message
-        # The failed requests are gone; the one that fit goes on.
-        out = step(mux, [("r0", encode("qwen3", " ok"), True)])
-        assert out["r0"].content == " ok" and out["r0"].finished
+        # The failed requests are gone; the ones that fit go on.
+        out = step(mux, [(fit[0], encode("qwen3", " ok"), True), (failed[0], [], False)])
+        assert out[fit[0]].content == " ok" and out[fit[0]].finished
+        assert out[failed[0]].error.code == 9  # FAILED_PRECONDITION: it already finished
     finally:
         mux.close()
+
+
+@pytest.mark.models
+def test_room_kept_for_errors_is_given_back_as_requests_are_answered() -> None:
+    """Room for an error to every request of a step was kept until the end of the step: 30 small
+    deltas (a 7 KB answer) all failed under a 20 KB limit."""
+    require_shared_models()
+    mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=20_000))
+    try:
+        model = parse_model("qwen3")
+        names = [f"r{i}" for i in range(30)]
+        for name in names:
+            mux.open(model, name, "fp", CONFIG, [])
+        out = step(mux, [(name, encode("qwen3", "ok"), False) for name in names])
+        assert {name: (out[name].content, out[name].HasField("error")) for name in names} == {
+            name: ("ok", False) for name in names}
+    finally:
+        mux.close()
+
+
+@pytest.mark.models
+def test_a_step_naming_more_requests_than_a_stream_may_open_is_refused(env) -> None:  # noqa: ANN001
+    """Each item may need an error answer, and those alone could pass the message limit (5 wire
+    bytes for an unknown id, ~75 for its error)."""
+    mux, _ = env  # max_requests=3
+    message = pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id=f"u{i}") for i in range(4)]))
+    with pytest.raises(ResourceExhausted, match=r"step.items: 4 items, more than the 3 .*--parse-max-requests"):
+        mux.handle(message.SerializeToString())
+    assert set(step(mux, [(f"u{i}", [], False) for i in range(3)])) == {"u0", "u1", "u2"}
 
 
 @pytest.mark.models

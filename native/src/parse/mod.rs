@@ -64,6 +64,12 @@ pub(crate) trait Stage: Send {
     fn held(&self) -> usize {
         0
     }
+
+    /// Bytes handed to stages nested in this one (tests bound the reading of waits with it).
+    #[cfg(test)]
+    fn nested_handed(&self) -> u64 {
+        0
+    }
 }
 
 /// A stage that passes everything on unchanged (no reasoning split / no tool parser).

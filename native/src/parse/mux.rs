@@ -50,8 +50,8 @@ impl Default for MuxLimits {
 }
 
 /// Bytes an error answer for one request may take besides its id and fingerprint (the message,
-/// the framing).
-const ERROR_BYTES: usize = 768;
+/// at most about 250 bytes, and the framing; a request id in a message is cut to 80 characters).
+const ERROR_BYTES: usize = 512;
 
 /// What `open` needs besides the session configuration.
 #[derive(Debug, Clone, Default)]
@@ -177,24 +177,36 @@ impl Mux {
                 Ok(Handled::Done)
             }
             ClientMessage::Step(items) => {
-                // Every item may end in an error, whatever the deltas before it took: those are
-                // kept out of the deltas' share of the answer.
-                let errors: usize = items
-                    .iter()
-                    .map(|i| {
-                        let entry = self.entries.get(i.request_id);
-                        i.request_id.len() + entry.map_or(0, |e| e.fingerprint.len()) + ERROR_BYTES
-                    })
-                    .sum();
-                let mut room = self.limits.max_delta_bytes.saturating_sub(errors);
+                // Each request of a step is answered once; a step naming more than a stream may
+                // have open is not an engine's (and its error answers alone could outgrow the
+                // message limit).
+                if items.len() > self.limits.max_requests {
+                    return Err(Error::resource_exhausted(format!(
+                        "step.items: {} items, more than the {} requests a stream may have open \
+                         (--parse-max-requests)",
+                        items.len(),
+                        self.limits.max_requests
+                    )));
+                }
+                // Every item not answered yet may still need an error answer: room is kept for
+                // those, and each item's share is given back once it is answered.
+                let reserve = |mux: &Self, id: &str| {
+                    let fingerprint = mux.entries.get(id).map_or(0, |e| e.fingerprint.len());
+                    id.len() + fingerprint + ERROR_BYTES
+                };
+                let mut reserved: usize = items.iter().map(|i| reserve(self, i.request_id)).sum();
+                let start = out.len();
                 for item in items {
                     cancel.check()?;
+                    reserved -= reserve(self, item.request_id);
                     if let Some(refused) = self.refused_ids(&item) {
                         self.fail(item.request_id, refused, out);
                         continue;
                     }
+                    let used = out.len() - start + reserved;
+                    let room = self.limits.max_delta_bytes.saturating_sub(used);
                     let (id, ids) = (item.request_id, &item.token_ids);
-                    self.step_one(id, ids, item.finished, out, &mut room, cancel)?;
+                    self.step_one(id, ids, item.finished, out, room, cancel)?;
                 }
                 Ok(Handled::Done)
             }
@@ -213,7 +225,7 @@ impl Mux {
         ids: &[u32],
         finished: bool,
         out: &mut Vec<u8>,
-        room: &mut usize,
+        room: usize,
         cancel: &Cancel<'_>,
     ) -> Result<()> {
         let Some(entry) = self.entries.get_mut(request_id) else {
@@ -252,14 +264,13 @@ impl Mux {
                             "step.items: the request's answer to this step is {size} bytes, over the \
                              server's message limit of {limit} bytes (--max-message-mb); send fewer ids per step"
                         ))
-                    } else if size > *room {
+                    } else if size > room {
                         Some(format!(
                             "step.items: the request's answer to this step is {size} bytes, and the answers \
                              before it in this step leave {room} bytes of the server's message limit of \
                              {limit} bytes (--max-message-mb); send fewer requests or ids per step"
                         ))
                     } else {
-                        *room -= size;
                         None
                     };
                     if let Some(message) = refused {

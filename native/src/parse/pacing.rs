@@ -10,7 +10,10 @@
 //! since it last left text waiting (it would decide the same). Past [`PACED_FROM`] bytes waiting, it
 //! is fed again only once the input grew by a sixteenth: the reading then totals at most about
 //! seventeen times the text, and a decision about a long undecided region comes at most a
-//! sixteenth of its length late. The end of the output (or a matched stop string) always feeds.
+//! sixteenth of its length late. The end of the output (or a matched stop string) always feeds, and
+//! so does a step whose held-back text passes the request's limit (the session checks the limit
+//! again after it: text a stage has not read yet must not fail a request it would not fail
+//! unpaced).
 //!
 //! Exact by construction: every stage's result is the same however its input is split into feeds
 //! (the chunking tests hold each format to that), and pacing only joins feeds.
@@ -34,18 +37,25 @@ pub(crate) struct Pacer {
 }
 
 impl Pacer {
-    /// Whether to feed the stage now, `input` being its input and `end` the end of the output.
-    pub(crate) fn due(&self, input: &SegBuf, end: bool) -> bool {
+    /// Whether to feed the stage now, `input` being its input and `end` the end of the output;
+    /// `force`: whenever the input grew.
+    pub(crate) fn due(&self, input: &SegBuf, end: bool, force: bool) -> bool {
         if end || self.waiting == 0 {
             return true;
         }
         let grown = input.len().saturating_sub(self.waiting);
-        grown > 0 && (self.waiting < PACED_FROM || grown >= self.waiting / 16)
+        grown > 0 && (force || self.waiting < PACED_FROM || grown >= self.waiting / 16)
     }
 
     /// Feeds the stage through `feed` when it is due.
-    pub(crate) fn feed(&mut self, input: &mut SegBuf, end: bool, feed: impl FnOnce(&mut SegBuf)) {
-        if !self.due(input, end) {
+    pub(crate) fn feed(
+        &mut self,
+        input: &mut SegBuf,
+        end: bool,
+        force: bool,
+        feed: impl FnOnce(&mut SegBuf),
+    ) {
+        if !self.due(input, end, force) {
             return;
         }
         #[cfg(test)]
@@ -54,6 +64,11 @@ impl Pacer {
         }
         feed(input);
         self.waiting = input.len();
+    }
+
+    /// Starts pacing a fresh input (the stage's earlier wait is over).
+    pub(crate) fn restart(&mut self) {
+        self.waiting = 0;
     }
 
     /// Bytes handed to the stage so far.

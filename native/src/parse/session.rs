@@ -384,10 +384,14 @@ impl Session {
             + self.ledger.held()
     }
 
-    /// Bytes handed to the two stages over the request (their reading is bounded by it).
+    /// Bytes handed to the two stages and the stages nested in them over the request (their
+    /// reading is bounded by it).
     #[cfg(test)]
     pub(crate) fn handed_bytes(&self) -> u64 {
-        self.pace1.handed() + self.pace2.handed()
+        self.pace1.handed()
+            + self.pace2.handed()
+            + self.reasoning.nested_handed()
+            + self.tools.nested_handed()
     }
 
     /// Feeds one step's ids; `end` = the engine finished the request (flush everything).
@@ -463,15 +467,14 @@ impl Session {
         });
         self.sink = sink;
         let done = end || matched.is_some();
-        let (reasoning, tools, out) = (&mut self.reasoning, &mut self.tools, &mut self.out);
-        self.pace1.feed(&mut self.buf1, done, |input| {
-            reasoning.feed(input, out, done)
-        });
-        out.visible.drain_into(&mut self.buf2);
-        self.pace2
-            .feed(&mut self.buf2, done, |input| tools.feed(input, out, done));
-        self.attribute_step(done);
-        let held = self.held_bytes();
+        self.run_stages(done, false);
+        let mut held = self.held_bytes();
+        if check_held && !done && held > self.max_held {
+            // Text a paced stage has not read yet counts as held: read it before failing, so the
+            // limit means what it means unpaced.
+            self.run_stages(done, true);
+            held = self.held_bytes();
+        }
         if check_held && !done && held > self.max_held {
             self.finished = true;
             return Err(Error::resource_exhausted(format!(
@@ -483,6 +486,20 @@ impl Session {
         }
         self.fill(delta, done, matched.map(|m| m.index));
         Ok(())
+    }
+
+    /// Runs the text in `buf1` through both stages, each when its pacer says it is due (`force`:
+    /// whenever it has new text), and attributes what they decided.
+    fn run_stages(&mut self, done: bool, force: bool) {
+        let (reasoning, tools, out) = (&mut self.reasoning, &mut self.tools, &mut self.out);
+        self.pace1.feed(&mut self.buf1, done, force, |input| {
+            reasoning.feed(input, out, done)
+        });
+        out.visible.drain_into(&mut self.buf2);
+        self.pace2.feed(&mut self.buf2, done, force, |input| {
+            tools.feed(input, out, done)
+        });
+        self.attribute_step(done);
     }
 
     /// Refuses an id outside the vocabulary, naming its position in `ids`.

@@ -256,9 +256,10 @@ fn a_long_step_names_a_bad_id_by_its_place_in_the_step_and_stops_when_cancelled(
     assert_eq!(err.kind(), crate::error::ErrorKind::Cancelled);
 }
 
-/// A wait on undecided text (each marker of every format, then 20,000 tokens of one kind) is
-/// handed to the parsers at most about seventeen times over (`parse::pacing`), whatever the
-/// format: without pacing, a stage fed once per step reads such a wait `n²/2` bytes in all.
+/// A wait on undecided text (each marker of every format, then 20,000 tokens of one kind; and a
+/// wait inside Muse's nested reader) is handed to the parsers at most about seventeen times over
+/// (`parse::pacing`), whatever the format: without pacing, a stage fed once per step reads such a
+/// wait `n²/2` bytes in all.
 #[test]
 fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
     use crate::parse::pacing::PACED_FROM;
@@ -292,7 +293,12 @@ fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
                 id_seed: 7,
                 ..SessionConfig::default()
             };
-            for marker in row.markers.iter().take(2) {
+            // Every marker, and the heads of waits inside a nested reader (Muse's tool body).
+            let nested: &[&str] = match row.name {
+                "muse" => &["<|start|>assistant to=functions.f<|message|><atem:function_calls>\n<atem:invoke name=\""],
+                _ => &[],
+            };
+            for marker in row.markers.iter().chain(nested) {
                 for unit in [" ", "a"] {
                     let Ok(mut s) = Session::new(Arc::clone(&model), &cfg, &[]) else {
                         continue;
@@ -410,5 +416,42 @@ fn paced_waits_resolve_as_the_whole_text_does() {
                 "{tool}{reasoning}, {per_step} per step"
             );
         }
+    }
+}
+
+/// Text a paced stage has not read yet does not fail a request on the held-back limit that the
+/// same text fed whole passes: a 1,100-byte wait (past the paced size) resolved by a call whose
+/// arguments then stream, under a limit of 1,150 bytes.
+#[test]
+fn the_held_back_limit_counts_what_unpaced_reading_would_hold() {
+    let Some(tok) = shared_model("qwen3") else {
+        return;
+    };
+    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
+    let text = format!(
+        "<tool_call>{}{{\"name\": \"f\", \"arguments\": {{\"a\": \"{}\"}}}}</tool_call>",
+        " ".repeat(1100),
+        "x".repeat(200)
+    );
+    let cfg = SessionConfig {
+        tool_parser: "hermes".into(),
+        max_held_bytes: 1150,
+        id_seed: 7,
+        ..SessionConfig::default()
+    };
+    let ids = tok
+        .hf()
+        .encode(text.as_str(), false)
+        .expect("encode")
+        .get_ids()
+        .to_vec();
+    for per_step in [ids.len(), 1] {
+        let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
+        let (_, _, calls) = run_in_steps(&mut s, &ids, per_step);
+        assert_eq!(
+            calls,
+            [format!("f{{\"a\": \"{}\"}}", "x".repeat(200))],
+            "{per_step} per step"
+        );
     }
 }

@@ -570,10 +570,18 @@ impl InvokeCalls {
                 return None;
             }
             // Not a call (no name, broken, or cut off by the end of the output): the object, as
-            // far as it was read, is framing. Its inner objects are not read again as calls: from
-            // each `{` of a deep object that would read the rest again, quadratic in its depth.
+            // far as it was read, is framing, up to an invoke or the block's end written inside
+            // it (a string left open swallows them), which are read as they are outside objects.
+            // Its inner objects are not read again as calls: from each `{` of a deep object that
+            // would read the rest again, quadratic in its depth.
             _ => {
-                out.route(input, cursor.max(1), Channel::Framing);
+                let read = &input.as_str()[..cursor.max(1)];
+                let marker = [self.spec.invoke_open, self.block_close.as_str()]
+                    .iter()
+                    .filter(|m| !m.is_empty())
+                    .filter_map(|m| read[1..].find(m).map(|at| at + 1))
+                    .min();
+                out.route(input, marker.unwrap_or(read.len()), Channel::Framing);
                 self.state = State::Block;
             }
         }

@@ -21,6 +21,7 @@
 //! messages is content.
 
 use crate::parse::out::{Channel, Out};
+use crate::parse::pacing::Pacer;
 use crate::parse::schema::Tools;
 use crate::parse::text::{scan, Markers, Scan, SegBuf};
 use crate::parse::tools::invoke::{InvokeCalls, InvokeSpec, ValueTypes};
@@ -101,6 +102,8 @@ pub(crate) struct Muse {
     tools: Tools,
     /// The current tool channel's body, read by `calls`.
     body: SegBuf,
+    /// When `calls` is fed again while it waits on `body`.
+    body_pacer: Pacer,
     calls: Option<InvokeCalls>,
 }
 
@@ -116,6 +119,7 @@ fn build_with(spec: &'static MuseSpec, markers: &Markers, tools: &Tools) -> Box<
         markers: markers.clone(),
         tools: tools.clone(),
         body: SegBuf::default(),
+        body_pacer: Pacer::default(),
         calls: None,
     })
 }
@@ -210,6 +214,7 @@ impl Muse {
                 out.route(input, len, Channel::Framing);
                 if kind == Kind::Tool {
                     self.calls = Some(InvokeCalls::new(self.spec.atem, &self.markers, &self.tools));
+                    self.body_pacer.restart();
                 }
                 self.state = State::Body(kind);
             }
@@ -261,7 +266,12 @@ impl Muse {
         let body = &mut self.body;
         input.take(at, |text, from, _| body.push(text, from));
         let calls = self.calls.as_mut()?;
-        calls.feed(&mut self.body, out, end || found.is_some());
+        // The reader's waits are paced as the session paces every stage's (`parse::pacing`): this
+        // stage's own input is empty while the body waits in `body`.
+        let done = end || found.is_some();
+        self.body_pacer.feed(&mut self.body, done, false, |body| {
+            calls.feed(body, out, done)
+        });
         match found {
             Some(index) => {
                 self.calls = None;
@@ -278,6 +288,11 @@ impl Muse {
 impl Stage for Muse {
     fn held(&self) -> usize {
         self.body.len() + self.calls.as_ref().map_or(0, Stage::held)
+    }
+
+    #[cfg(test)]
+    fn nested_handed(&self) -> u64 {
+        self.body_pacer.handed()
     }
 
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
