@@ -333,7 +333,10 @@ fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
 }
 
 /// What a whole request gave: content, reasoning, and each call as `name(arguments)`.
-fn run_in_steps(s: &mut Session, ids: &[u32], per_step: usize) -> (String, String, Vec<String>) {
+type Outcome = (String, String, Vec<String>);
+
+/// Feeds `ids` in steps of `per_step` and joins the deltas.
+fn run_in_steps(s: &mut Session, ids: &[u32], per_step: usize) -> Outcome {
     let (mut content, mut reasoning, mut calls) =
         (String::new(), String::new(), Vec::<String>::new());
     let steps: Vec<&[u32]> = ids.chunks(per_step.max(1)).collect();
@@ -364,24 +367,27 @@ fn paced_waits_resolve_as_the_whole_text_does() {
     let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
     let pad = " ".repeat(3 * PACED_FROM);
     let long_name = "n".repeat(2 * PACED_FROM);
-    let cases: Vec<(&str, &str, String, (&str, &str, Vec<String>))> = vec![
+    let outcome = |content: &str, reasoning: &str, calls: Vec<String>| -> Outcome {
+        (content.into(), reasoning.into(), calls)
+    };
+    let cases: Vec<(&str, &str, String, Outcome)> = vec![
         (
             "hermes",
             "",
             format!("Hi <tool_call>{pad}{{\"name\": \"f\", \"arguments\": {{\"a\": 1}}}}</tool_call> bye"),
-            ("Hi  bye", "", vec!["f{\"a\": 1}".to_string()]),
+            outcome("Hi  bye", "", vec!["f{\"a\": 1}".to_string()]),
         ),
         (
             "",
             "glm45",
             format!("<think>plan{pad}</think>answer"),
-            ("answer", "plan", vec![]),
+            outcome("answer", "plan", vec![]),
         ),
         (
             "hermes",
             "",
             format!("<tool_call>{{\"name\": \"{long_name}\", \"arguments\": {{}}}}</tool_call>"),
-            ("", "", vec![format!("{long_name}{{}}")]),
+            outcome("", "", vec![format!("{long_name}{{}}")]),
         ),
     ];
     for (tool, reasoning, text, expect) in cases {
@@ -402,12 +408,7 @@ fn paced_waits_resolve_as_the_whole_text_does() {
             &ids,
             ids.len(),
         );
-        let (content, reasoning_text, calls) = &whole;
-        assert_eq!(
-            (content.as_str(), reasoning_text.as_str(), calls),
-            (expect.0, expect.1, &expect.2),
-            "{tool}{reasoning}"
-        );
+        assert_eq!(whole, expect, "{tool}{reasoning}");
         for per_step in [1, 7] {
             let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
             assert_eq!(
