@@ -8,7 +8,8 @@ empty), so a client can pair answers with its messages.
 
 A request that fails (unknown model or parser, bad token id, too much held-back text, a step for a
 finished request) gets its own `RequestDelta.error`; the stream goes on. A malformed message ends
-the stream with INVALID_ARGUMENT. Cancel and the end of the stream free the requests' state.
+the stream with INVALID_ARGUMENT, a step naming more requests than --parse-max-requests with
+RESOURCE_EXHAUSTED. Cancel and the end of the stream free the requests' state.
 """
 
 from __future__ import annotations

@@ -65,6 +65,10 @@ pub(crate) trait Stage: Send {
         0
     }
 
+    /// Has the next feed read every wait of the readers nested in this stage, paced or not (the
+    /// session's check of the held-back limit: unread text must not fail a request).
+    fn read_nested_waits(&mut self) {}
+
     /// Bytes handed to stages nested in this one (tests bound the reading of waits with it).
     #[cfg(test)]
     fn nested_handed(&self) -> u64 {

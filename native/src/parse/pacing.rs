@@ -38,13 +38,13 @@ pub(crate) struct Pacer {
 
 impl Pacer {
     /// Whether to feed the stage now, `input` being its input and `end` the end of the output;
-    /// `force`: whenever the input grew.
+    /// `force`: in any case.
     pub(crate) fn due(&self, input: &SegBuf, end: bool, force: bool) -> bool {
-        if end || self.waiting == 0 {
+        if end || force || self.waiting == 0 {
             return true;
         }
         let grown = input.len().saturating_sub(self.waiting);
-        grown > 0 && (force || self.waiting < PACED_FROM || grown >= self.waiting / 16)
+        grown > 0 && (self.waiting < PACED_FROM || grown >= self.waiting / 16)
     }
 
     /// Feeds the stage through `feed` when it is due.

@@ -489,8 +489,12 @@ impl Session {
     }
 
     /// Runs the text in `buf1` through both stages, each when its pacer says it is due (`force`:
-    /// whenever it has new text), and attributes what they decided.
+    /// in any case, nested readers included), and attributes what they decided.
     fn run_stages(&mut self, done: bool, force: bool) {
+        if force {
+            self.reasoning.read_nested_waits();
+            self.tools.read_nested_waits();
+        }
         let (reasoning, tools, out) = (&mut self.reasoning, &mut self.tools, &mut self.out);
         self.pace1.feed(&mut self.buf1, done, force, |input| {
             reasoning.feed(input, out, done)

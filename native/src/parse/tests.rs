@@ -293,22 +293,38 @@ fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
                 id_seed: 7,
                 ..SessionConfig::default()
             };
-            // Every marker, and the heads of waits inside a nested reader (Muse's tool body).
-            let nested: &[&str] = match row.name {
-                "muse" => &["<|start|>assistant to=functions.f<|message|><atem:function_calls>\n<atem:invoke name=\""],
-                _ => &[],
-            };
-            for marker in row.markers.iter().chain(nested) {
-                for unit in [" ", "a"] {
+            // Every marker, a wait inside a nested reader (Muse's tool body), and objects for the
+            // JSON reader of dots that each end in a block end and start another block.
+            let mut waits: Vec<(&str, &str, usize)> = row
+                .markers
+                .iter()
+                .flat_map(|m| [(*m, " ", UNITS), (*m, "a", UNITS)])
+                .collect();
+            match row.name {
+                "muse" => waits.push((
+                    "<|start|>assistant to=functions.f<|message|><atem:function_calls>\n<atem:invoke name=\"",
+                    "a",
+                    UNITS,
+                )),
+                // 46 bytes each: 5,000 stay under the held-back limit until the end.
+                "dots" => waits.push((
+                    "<dots_function_call>",
+                    "{\"</dots_function_call><dots_function_call>\":[",
+                    5_000,
+                )),
+                _ => {}
+            }
+            for (marker, unit, units) in waits {
+                {
                     let Ok(mut s) = Session::new(Arc::clone(&model), &cfg, &[]) else {
                         continue;
                     };
                     let mut ids = encode(marker);
                     let unit_ids = encode(unit);
-                    for _ in 0..UNITS {
+                    for _ in 0..units {
                         ids.extend_from_slice(&unit_ids);
                     }
-                    let text_bytes = (marker.len() + UNITS * unit.len()) as u64;
+                    let text_bytes = (marker.len() + units * unit.len()) as u64;
                     for (i, id) in ids.iter().enumerate() {
                         if s.feed(&[*id], i + 1 == ids.len()).is_err() || s.is_finished() {
                             break;
@@ -454,5 +470,44 @@ fn the_held_back_limit_counts_what_unpaced_reading_would_hold() {
             [format!("f{{\"a\": \"{}\"}}", "x".repeat(200))],
             "{per_step} per step"
         );
+    }
+}
+
+/// As above, for a wait inside a nested reader (Muse's tool body: a parameter named with 1,100
+/// bytes, then its value).
+#[test]
+fn the_held_back_limit_reads_nested_waits_too() {
+    let Some(tok) = shared_model("gpt-oss") else {
+        return;
+    };
+    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
+    let key = "c".repeat(1100);
+    let tools = format!(
+        r#"[{{"type":"function","function":{{"name":"get_weather","parameters":{{"type":"object","properties":{{"{key}":{{"type":"string"}}}}}}}}}}]"#
+    );
+    let text = format!(
+        "<|start|>assistant to=functions.get_weather<|message|><atem:function_calls>\n\
+         <atem:invoke name=\"get_weather\">\n<atem:parameter name=\"{key}\">{}</atem:parameter>\n\
+         </atem:invoke>\n</atem:function_calls><|eom|>",
+        "x".repeat(300)
+    );
+    let cfg = SessionConfig {
+        tool_parser: "muse".into(),
+        tools_json: tools,
+        max_held_bytes: 1150,
+        id_seed: 7,
+        ..SessionConfig::default()
+    };
+    let ids = tok
+        .hf()
+        .encode(text.as_str(), false)
+        .expect("encode")
+        .get_ids()
+        .to_vec();
+    for per_step in [ids.len(), 1] {
+        let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
+        let (_, _, calls) = run_in_steps(&mut s, &ids, per_step);
+        assert_eq!(calls.len(), 1, "{per_step} per step");
+        assert!(calls[0].starts_with("get_weather{"), "{per_step} per step");
     }
 }

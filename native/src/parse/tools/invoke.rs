@@ -225,6 +225,13 @@ pub(crate) struct InvokeCalls {
     function: String,
     args: ArgsBuilder,
     json: JsonCall,
+    /// Bytes at the start of the input that a JSON object that was not a call already covered
+    /// (its text after an invoke or block end written inside it): a `{` there starts no JSON call.
+    /// Reading each again would be quadratic, as for the object's inner objects.
+    json_read: usize,
+    /// Bytes handed to the JSON reader, over the request (tests bound it).
+    #[cfg(test)]
+    json_handed: u64,
 }
 
 /// Reads `"key" attr="v" ...>` (the part after `name="`): the key, the attributes text and the
@@ -325,6 +332,9 @@ impl InvokeCalls {
                 ArgsBuilder::new(false)
             },
             json: JsonCall::new(JSON_ARG_KEYS),
+            json_read: 0,
+            #[cfg(test)]
+            json_handed: 0,
         }
     }
 
@@ -528,7 +538,11 @@ impl InvokeCalls {
                 };
             }
             BlockNext::Close => self.state = State::Content,
-            BlockNext::Stray { ws } if spec.json_calls && input.as_str()[ws..].starts_with('{') => {
+            BlockNext::Stray { ws }
+                if spec.json_calls
+                    && ws >= self.json_read
+                    && input.as_str()[ws..].starts_with('{') =>
+            {
                 out.route(input, ws, Channel::Framing);
                 self.json = JsonCall::new(JSON_ARG_KEYS);
                 self.state = State::JsonHead { cursor: 0 };
@@ -539,8 +553,13 @@ impl InvokeCalls {
                 let after = &input.as_str()[ws..];
                 let mut stray = stray_len(after);
                 if spec.json_calls {
-                    // A JSON call may follow the stray text.
-                    stray = stray.min(after.find('{').filter(|&b| b > 0).unwrap_or(stray));
+                    // A JSON call may follow the stray text (past what an object already covered).
+                    let from = self.json_read.saturating_sub(ws).max(1);
+                    let brace = after
+                        .get(from..)
+                        .and_then(|a| a.find('{'))
+                        .map(|b| b + from);
+                    stray = stray.min(brace.unwrap_or(stray));
                 }
                 out.route(input, ws + stray, Channel::Framing);
             }
@@ -557,6 +576,10 @@ impl InvokeCalls {
         out: &mut Out,
         end: bool,
     ) -> Option<()> {
+        #[cfg(test)]
+        {
+            self.json_handed += (input.len() - cursor) as u64;
+        }
         let (n, event) = self.json.feed(&input.as_str()[cursor..]);
         let cursor = cursor + n;
         match event {
@@ -581,7 +604,10 @@ impl InvokeCalls {
                     .filter(|m| !m.is_empty())
                     .filter_map(|m| read[1..].find(m).map(|at| at + 1))
                     .min();
-                out.route(input, marker.unwrap_or(read.len()), Channel::Framing);
+                let (framing, read_len) = (marker.unwrap_or(read.len()), read.len());
+                out.route(input, framing, Channel::Framing);
+                // Counted from before the route: `feed` takes off what this step consumed.
+                self.json_read = read_len;
                 self.state = State::Block;
             }
         }
@@ -660,7 +686,20 @@ impl Stage for InvokeCalls {
         self.args.held() + self.function.len() + self.json.held()
     }
 
+    #[cfg(test)]
+    fn nested_handed(&self) -> u64 {
+        self.json_handed
+    }
+
     fn feed(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) {
-        while self.step(input, out, end).is_some() {}
+        loop {
+            let before = input.len();
+            let step = self.step(input, out, end);
+            // Steps only consume input: what was read moves `json_read` along with it.
+            self.json_read = self.json_read.saturating_sub(before - input.len());
+            if step.is_none() {
+                return;
+            }
+        }
     }
 }

@@ -104,6 +104,8 @@ pub(crate) struct Muse {
     body: SegBuf,
     /// When `calls` is fed again while it waits on `body`.
     body_pacer: Pacer,
+    /// The next feed of `calls` is not paced (see [`Stage::read_nested_waits`]).
+    force_body: bool,
     calls: Option<InvokeCalls>,
 }
 
@@ -120,6 +122,7 @@ fn build_with(spec: &'static MuseSpec, markers: &Markers, tools: &Tools) -> Box<
         tools: tools.clone(),
         body: SegBuf::default(),
         body_pacer: Pacer::default(),
+        force_body: false,
         calls: None,
     })
 }
@@ -269,7 +272,8 @@ impl Muse {
         // The reader's waits are paced as the session paces every stage's (`parse::pacing`): this
         // stage's own input is empty while the body waits in `body`.
         let done = end || found.is_some();
-        self.body_pacer.feed(&mut self.body, done, false, |body| {
+        let force = std::mem::take(&mut self.force_body);
+        self.body_pacer.feed(&mut self.body, done, force, |body| {
             calls.feed(body, out, done)
         });
         match found {
@@ -288,6 +292,10 @@ impl Muse {
 impl Stage for Muse {
     fn held(&self) -> usize {
         self.body.len() + self.calls.as_ref().map_or(0, Stage::held)
+    }
+
+    fn read_nested_waits(&mut self) {
+        self.force_body = true;
     }
 
     #[cfg(test)]
