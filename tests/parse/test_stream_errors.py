@@ -3,6 +3,8 @@ the others go on; limits give RESOURCE_EXHAUSTED; cancel frees state."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 
 import pytest
@@ -26,6 +28,20 @@ def step(mux, items: list[tuple[str, list[int], bool]]) -> dict[str, pb.RequestD
         step=pb.Step(items=[pb.StepTokens(request_id=r, token_ids=ids, finished=f) for r, ids, f in items])
     ).SerializeToString()
     return deltas(mux.handle(message))
+
+
+@contextmanager
+def mux_with(limits: ParseLimits, names: list[str]) -> Iterator:
+    """A mux with `limits` and a qwen3 request open under each of `names`."""
+    require_shared_models()
+    mux = get_backend("native").new_parse_mux(limits)
+    try:
+        model = parse_model("qwen3")
+        for name in names:
+            mux.open(model, name, "fp", CONFIG, [])
+        yield mux
+    finally:
+        mux.close()
 
 
 @pytest.fixture
@@ -169,18 +185,11 @@ def test_stop_strings_cannot_name_the_parsers_marker_characters(env) -> None:  #
 def test_an_answer_over_the_message_limit_fails_its_request_alone() -> None:
     """gRPC refuses an answer over --max-message-mb by ending the stream, with every request on it
     (a 3 MB step of long tokens made a 128 MB answer); the request it comes from fails alone."""
-    require_shared_models()
-    mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=2400))
-    try:
-        model = parse_model("qwen3")
-        mux.open(model, "big", "fp", CONFIG, [])
-        mux.open(model, "small", "fp", CONFIG, [])
+    with mux_with(ParseLimits(max_delta_bytes=2400), ["big", "small"]) as mux:
         out = step(mux, [("big", encode("qwen3", "word " * 600), False), ("small", encode("qwen3", "ok"), False)])
         assert out["big"].error.code == 8 and "--max-message-mb" in out["big"].error.message and out["big"].finished
         assert "answer to this step is" in out["big"].error.message
         assert out["small"].content == "ok"
-    finally:
-        mux.close()
 
 
 @pytest.mark.models
@@ -188,13 +197,8 @@ def test_answers_that_together_pass_the_message_limit_fail_the_requests_that_do_
     """Each request's delta under the limit, their sum over it: gRPC would end the stream (a step
     finishing 100 requests of 1 MB each, as a batch of non-streaming parses does, is a 100 MB
     answer). The requests whose deltas still fit get them; the others fail, naming the flag."""
-    require_shared_models()
-    mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=6000))
-    try:
-        model = parse_model("qwen3")
-        names = [f"r{i}" for i in range(6)]
-        for name in names:
-            mux.open(model, name, "fp", CONFIG, [])
+    names = [f"r{i}" for i in range(6)]
+    with mux_with(ParseLimits(max_delta_bytes=6000), names) as mux:
         ids = encode("qwen3", "word " * 300)  # a 1.5 KB delta each
         message = pb.ParseStreamRequest(step=pb.Step(items=[
             pb.StepTokens(request_id=name, token_ids=ids, finished=False) for name in names]))
@@ -214,26 +218,17 @@ def test_answers_that_together_pass_the_message_limit_fail_the_requests_that_do_
         out = step(mux, [(fit[0], encode("qwen3", " ok"), True), (failed[0], [], False)])
         assert out[fit[0]].content == " ok" and out[fit[0]].finished
         assert out[failed[0]].error.code == 9  # FAILED_PRECONDITION: it already finished
-    finally:
-        mux.close()
 
 
 @pytest.mark.models
 def test_room_kept_for_errors_is_given_back_as_requests_are_answered() -> None:
     """Room for an error to every request of a step was kept until the end of the step: 30 small
     deltas (a 7 KB answer) all failed under a 20 KB limit."""
-    require_shared_models()
-    mux = get_backend("native").new_parse_mux(ParseLimits(max_delta_bytes=20_000))
-    try:
-        model = parse_model("qwen3")
-        names = [f"r{i}" for i in range(30)]
-        for name in names:
-            mux.open(model, name, "fp", CONFIG, [])
+    names = [f"r{i}" for i in range(30)]
+    with mux_with(ParseLimits(max_delta_bytes=20_000), names) as mux:
         out = step(mux, [(name, encode("qwen3", "ok"), False) for name in names])
         assert {name: (out[name].content, out[name].HasField("error")) for name in names} == {
             name: ("ok", False) for name in names}
-    finally:
-        mux.close()
 
 
 @pytest.mark.models

@@ -8,26 +8,37 @@ use crate::cancel::Cancel;
 use crate::parse::session::STEP_CHECK_IDS;
 use crate::parse::{ParseModel, Session, SessionConfig};
 use crate::test_support::shared_model;
+use crate::tokenizer::Tokenizer;
+
+/// A shared model's tokenizer and the parse model built on it (None when ../shared/models is
+/// absent).
+fn parse_model(name: &str) -> Option<(Arc<ParseModel>, Tokenizer)> {
+    let tok = shared_model(name)?;
+    Some((Arc::new(ParseModel::new(&tok, false).expect("model")), tok))
+}
+
+/// `text`'s token ids (no special tokens added).
+fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
+    tok.hf()
+        .encode(text, false)
+        .expect("encode")
+        .get_ids()
+        .to_vec()
+}
 
 fn session(
     tool: &str,
     reasoning: &str,
     prompt: &str,
 ) -> Option<(Session, crate::tokenizer::Tokenizer)> {
-    let tok = shared_model("qwen3")?;
-    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
+    let (model, tok) = parse_model("qwen3")?;
     let cfg = SessionConfig {
         tool_parser: tool.into(),
         reasoning_parser: reasoning.into(),
         id_seed: 7,
         ..SessionConfig::default()
     };
-    let prompt = tok
-        .hf()
-        .encode(prompt, false)
-        .expect("encode")
-        .get_ids()
-        .to_vec();
+    let prompt = encode(&tok, prompt);
     Some((Session::new(model, &cfg, &prompt).expect("session"), tok))
 }
 
@@ -37,12 +48,7 @@ fn streams_reasoning_content_and_calls() {
         return;
     };
     let text = "<think>plan</think>Hi <tool_call>{\"name\": \"f\", \"arguments\": {\"a\": \"x\"}}</tool_call>";
-    let ids = tok
-        .hf()
-        .encode(text, false)
-        .expect("encode")
-        .get_ids()
-        .to_vec();
+    let ids = encode(&tok, text);
     let (mut content, mut reasoning, mut args, mut names) =
         (String::new(), String::new(), String::new(), Vec::new());
     let mut last = None;
@@ -78,10 +84,9 @@ fn rejects_unknown_parsers_and_ids() {
         return;
     };
     assert!(s.feed(&[u32::MAX], false).is_err());
-    let Some(tok) = shared_model("qwen3") else {
+    let Some((model, _)) = parse_model("qwen3") else {
         return;
     };
-    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
     let cfg = SessionConfig {
         tool_parser: "nope".into(),
         ..SessionConfig::default()
@@ -127,10 +132,9 @@ fn mux_refuses_a_step_over_the_id_limit_or_with_an_id_above_32_bits_per_request(
     use crate::wire::pb::{self, parse_stream_request::Kind};
     use prost::Message;
 
-    let Some(tok) = shared_model("qwen3") else {
+    let Some((model, _)) = parse_model("qwen3") else {
         return;
     };
-    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
     let mut mux = Mux::new(MuxLimits {
         max_step_ids: 4,
         ..MuxLimits::default()
@@ -213,12 +217,7 @@ fn a_long_step_fed_in_checked_parts_equals_small_steps() {
     let (mut long, _) = session("hermes", "qwen3", "<|im_start|>assistant\n").expect("model");
     let filler = "word ".repeat(3 * STEP_CHECK_IDS / 2);
     let text = format!("<think>{filler}</think>{filler}<tool_call>{{\"name\": \"f\", \"arguments\": {{\"a\": \"x\"}}}}</tool_call>");
-    let ids = tok
-        .hf()
-        .encode(text, false)
-        .expect("encode")
-        .get_ids()
-        .to_vec();
+    let ids = encode(&tok, &text);
     assert!(ids.len() > 2 * STEP_CHECK_IDS, "{}", ids.len());
     let mut expected = (String::new(), String::new(), String::new());
     for chunk in ids.chunks(1000) {
@@ -265,16 +264,8 @@ fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
     use crate::parse::pacing::PACED_FROM;
     use crate::parse::registry::{rows, Kind};
     const UNITS: usize = 20_000;
-    let Some(tok) = shared_model("qwen3") else {
+    let Some((model, tok)) = parse_model("qwen3") else {
         return;
-    };
-    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
-    let encode = |text: &str| {
-        tok.hf()
-            .encode(text, false)
-            .expect("encode")
-            .get_ids()
-            .to_vec()
     };
     let mut checked = 0;
     for kind in [Kind::Tool, Kind::Reasoning] {
@@ -319,8 +310,8 @@ fn a_long_undecided_wait_is_read_a_bounded_number_of_times() {
                     let Ok(mut s) = Session::new(Arc::clone(&model), &cfg, &[]) else {
                         continue;
                     };
-                    let mut ids = encode(marker);
-                    let unit_ids = encode(unit);
+                    let mut ids = encode(&tok, marker);
+                    let unit_ids = encode(&tok, unit);
                     for _ in 0..units {
                         ids.extend_from_slice(&unit_ids);
                     }
@@ -377,10 +368,9 @@ fn run_in_steps(s: &mut Session, ids: &[u32], per_step: usize) -> Outcome {
 #[test]
 fn paced_waits_resolve_as_the_whole_text_does() {
     use crate::parse::pacing::PACED_FROM;
-    let Some(tok) = shared_model("qwen3") else {
+    let Some((model, tok)) = parse_model("qwen3") else {
         return;
     };
-    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
     let pad = " ".repeat(3 * PACED_FROM);
     let long_name = "n".repeat(2 * PACED_FROM);
     let outcome = |content: &str, reasoning: &str, calls: Vec<String>| -> Outcome {
@@ -413,12 +403,7 @@ fn paced_waits_resolve_as_the_whole_text_does() {
             id_seed: 7,
             ..SessionConfig::default()
         };
-        let ids = tok
-            .hf()
-            .encode(text.as_str(), false)
-            .expect("encode")
-            .get_ids()
-            .to_vec();
+        let ids = encode(&tok, &text);
         let whole = run_in_steps(
             &mut Session::new(Arc::clone(&model), &cfg, &[]).expect("session"),
             &ids,
@@ -441,10 +426,9 @@ fn paced_waits_resolve_as_the_whole_text_does() {
 /// arguments then stream, under a limit of 1,150 bytes.
 #[test]
 fn the_held_back_limit_counts_what_unpaced_reading_would_hold() {
-    let Some(tok) = shared_model("qwen3") else {
+    let Some((model, tok)) = parse_model("qwen3") else {
         return;
     };
-    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
     let text = format!(
         "<tool_call>{}{{\"name\": \"f\", \"arguments\": {{\"a\": \"{}\"}}}}</tool_call>",
         " ".repeat(1100),
@@ -456,12 +440,7 @@ fn the_held_back_limit_counts_what_unpaced_reading_would_hold() {
         id_seed: 7,
         ..SessionConfig::default()
     };
-    let ids = tok
-        .hf()
-        .encode(text.as_str(), false)
-        .expect("encode")
-        .get_ids()
-        .to_vec();
+    let ids = encode(&tok, &text);
     for per_step in [ids.len(), 1] {
         let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
         let (_, _, calls) = run_in_steps(&mut s, &ids, per_step);
@@ -477,10 +456,9 @@ fn the_held_back_limit_counts_what_unpaced_reading_would_hold() {
 /// bytes, then its value).
 #[test]
 fn the_held_back_limit_reads_nested_waits_too() {
-    let Some(tok) = shared_model("gpt-oss") else {
+    let Some((model, tok)) = parse_model("gpt-oss") else {
         return;
     };
-    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
     let key = "c".repeat(1100);
     let tools = format!(
         r#"[{{"type":"function","function":{{"name":"get_weather","parameters":{{"type":"object","properties":{{"{key}":{{"type":"string"}}}}}}}}}}]"#
@@ -498,12 +476,7 @@ fn the_held_back_limit_reads_nested_waits_too() {
         id_seed: 7,
         ..SessionConfig::default()
     };
-    let ids = tok
-        .hf()
-        .encode(text.as_str(), false)
-        .expect("encode")
-        .get_ids()
-        .to_vec();
+    let ids = encode(&tok, &text);
     for per_step in [ids.len(), 1] {
         let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
         let (_, _, calls) = run_in_steps(&mut s, &ids, per_step);
