@@ -468,21 +468,20 @@ impl Session {
         self.sink = sink;
         let done = end || matched.is_some();
         self.run_stages(done, false);
-        let mut held = self.held_bytes();
-        if check_held && !done && held > self.max_held {
+        if check_held && !done && self.held_bytes() > self.max_held {
             // Text a paced stage has not read yet counts as held: read it before failing, so the
             // limit means what it means unpaced.
             self.run_stages(done, true);
-            held = self.held_bytes();
-        }
-        if check_held && !done && held > self.max_held {
-            self.finished = true;
-            return Err(Error::resource_exhausted(format!(
-                "the request holds back {held} bytes of undecided output, more than the limit of {} \
-                 (--parse-max-held-kb; an unterminated tool call or value, or tokens with no text waiting \
-                 for the text before them?)",
-                self.max_held
-            )));
+            let held = self.held_bytes();
+            if held > self.max_held {
+                self.finished = true;
+                return Err(Error::resource_exhausted(format!(
+                    "the request holds back {held} bytes of undecided output, more than the limit of {} \
+                     (--parse-max-held-kb; an unterminated tool call or value, or tokens with no text \
+                     waiting for the text before them?)",
+                    self.max_held
+                )));
+            }
         }
         self.fill(delta, done, matched.map(|m| m.index));
         Ok(())
