@@ -31,8 +31,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent))
 
 import tests.render.support as rs  # noqa: E402
-
-SHARED = HERE.parent.parent.parent / "shared" / "models"
+from tests.conftest import SHARED_MODELS as SHARED  # noqa: E402 - ../shared/models, or SIDECAR_SHARED_MODELS
 
 
 def pin_clock() -> None:
