@@ -219,12 +219,15 @@ def raw_unary(rpc: str, handler: RawHandler,
     and writes the raw response itself (the native core does both, GIL released): the same
     bookkeeping as `unary` (the handler sets `call.model` for the log line, and counts a body that
     does not decode in `sidecar_malformed_requests_total`), without binding the log context: such a
-    handler logs nothing of its own, and a crash's line names the request id itself."""
+    handler logs nothing of its own, and a crash's line names the request id itself. Traced, the
+    call's stages are the ones its handler's work reports (`queue`, `native`, and `decode` and
+    `encode` on a Python path), all off the loop when the call is large."""
     meters = _Meters(rpc)
     gate = gate or _ALWAYS_OPEN
+    traced = tracing.enabled()
 
     async def wrapped(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
-        outcome = _Outcome(rpc, meters, context, gate, bind=False)
+        outcome = _Outcome(rpc, meters, context, gate, traced, stages=True, bind=False)
         call = outcome.call
         failure: tuple[grpc.StatusCode, str] | None = None
         try:

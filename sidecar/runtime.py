@@ -61,9 +61,9 @@ def _stage(rpc: str, stage: str):  # noqa: ANN202 - has .observe(seconds)
 
 
 @functools.cache
-def _inline_stage(rpc: str):  # noqa: ANN202 - has .observe(seconds)
-    # The native stage of calls run on the loop: tallied without a lock (see metrics.LoopHistogram).
-    return metrics.stage_meter(rpc, "native", loop_only=True)
+def _inline_stage(rpc: str, stage: str):  # noqa: ANN202 - has .observe(seconds)
+    # A stage of calls run on the loop: tallied without a lock (see metrics.LoopHistogram).
+    return metrics.stage_meter(rpc, stage, loop_only=True)
 
 
 class _Lane:
@@ -122,13 +122,16 @@ class Offloader:
         return cls(config.workers, config.max_queue, config.inline_bytes, config.huge_bytes,
                    release_memory=release_memory, worker_cpus=config.worker_cpus)
 
-    async def run(self, fn: Callable[[], T], cost_bytes: int, rpc: str, bounded: bool = True) -> T:
+    async def run(self, fn: Callable[[], T], cost_bytes: int, rpc: str, bounded: bool = True,
+                  stage: str = "native") -> T:
         """`fn()` inline or on a lane's pool by `cost_bytes`; RESOURCE_EXHAUSTED naming
-        `--max-queue` when the lane's queue is full, unless not `bounded` (see the module docs)."""
+        `--max-queue` when the lane's queue is full, unless not `bounded` (see the module docs).
+        `stage`: what `fn` is, for the stage histogram and span (`decode` and `encode` where the
+        Python path reads or writes a message off the loop)."""
         if cost_bytes <= self._inline_bytes:
             start = time.perf_counter()
             result = fn()
-            _inline_stage(rpc).observe(time.perf_counter() - start)
+            _inline_stage(rpc, stage).observe(time.perf_counter() - start)
             return result
         lane = self._huge if cost_bytes > self._huge_bytes else self._large
         if bounded and lane.pending >= lane.max_queue:
@@ -144,7 +147,7 @@ class Offloader:
             # call's trace.
             return await asyncio.get_running_loop().run_in_executor(
                 lane.pool, contextvars.copy_context().run, self._in_worker, fn, token, time.perf_counter(),
-                cost_bytes, rpc,
+                cost_bytes, rpc, stage,
             )
         except asyncio.CancelledError:
             # Nobody will read the result: the native loops stop at their next check.
@@ -154,14 +157,15 @@ class Offloader:
             lane.pending -= 1
             metrics.NATIVE_QUEUE.set(self._large.pending + self._huge.pending)
 
-    def _in_worker(self, fn: Callable[[], T], token: CancelToken, queued: float, cost_bytes: int, rpc: str) -> T:
+    def _in_worker(self, fn: Callable[[], T], token: CancelToken, queued: float, cost_bytes: int, rpc: str,
+                   stage: str) -> T:
         started = time.perf_counter()
         _stage(rpc, "queue").observe(started - queued)
         try:
             with bound(token):
                 return fn()
         finally:
-            _stage(rpc, "native").observe(time.perf_counter() - started)
+            _stage(rpc, stage).observe(time.perf_counter() - started)
             if self._release_memory is not None and cost_bytes >= self._release_bytes:
                 self._release_memory()
 

@@ -88,18 +88,11 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
     parse = ParseStreamServicer(runtime)
     parsers = ParsersServicer(runtime)
     multiplex = MultiplexServicer(runtime, gate, native)
-    if tracing.enabled():
-        # The Python path, whose decode and encode stages become child spans of the call.
-        tokenize_handler = unary_handler("Tokenize", tokenize.Tokenize, pb.TokenizeRequest, gate)
-        detokenize_handler = unary_handler("Detokenize", detokenize.Detokenize, pb.DetokenizeRequest, gate)
-        render_handler = unary_handler("Render", render.Render, pb.RenderRequest, gate)
-    else:
-        # Raw bytes both ways: the native core reads the request and writes the response.
-        tokenize_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Tokenize", tokenize.TokenizeRaw, gate))
-        detokenize_handler = grpc.unary_unary_rpc_method_handler(
-            raw_unary("Detokenize", detokenize.DetokenizeRaw, gate)
-        )
-        render_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Render", render.RenderRaw, gate))
+    # Raw bytes both ways: the native core reads the request and writes the response (traced or
+    # not: the Python decode and encode of a 40 MB call would hold the event loop for half a second).
+    tokenize_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Tokenize", tokenize.TokenizeRaw, gate))
+    detokenize_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Detokenize", detokenize.DetokenizeRaw, gate))
+    render_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Render", render.RenderRaw, gate))
 
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
@@ -150,12 +143,8 @@ def build_kv_router(config: ServerConfig, hasher: BlockHasher, index_factory: In
 def kv_router_handler(runtime: Runtime, router, gate: Gate) -> grpc.GenericRpcHandler:  # noqa: ANN001
     """The `sidecar.v1.KvRouter` service (FAILED_PRECONDITION everywhere without KV-event sources)."""
     servicer = KvRouterServicer(runtime, router)
-    if tracing.enabled():
-        # The Python path, whose decode and encode stages become child spans of the call.
-        score_handler = unary_handler("Score", servicer.Score, kv.ScoreRequest, gate)
-    else:
-        # Raw bytes in: a request's token ids are read natively (see `ScoreRaw`).
-        score_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Score", servicer.ScoreRaw, gate))
+    # Raw bytes in, traced or not: a request's token ids are read natively (see `ScoreRaw`).
+    score_handler = grpc.unary_unary_rpc_method_handler(raw_unary("Score", servicer.ScoreRaw, gate))
 
     return grpc.method_handlers_generic_handler(
         KV_SERVICE_NAME,

@@ -31,7 +31,7 @@ class DetokenizeServicer:
         backend is native (see `sidecar.servicers.native_table`), else through `Detokenize`."""
         table = self._native.get()
         if table is None:
-            return await run_decoded(self.Detokenize, pb.DetokenizeRequest, body, context, call)
+            return await run_decoded(self._runtime, self.Detokenize, pb.DetokenizeRequest, body, context, call)
         return (await run_unary(self._runtime, table, _DETOKENIZE, body, call)).response
 
     async def Detokenize(

@@ -53,7 +53,7 @@ class KvRouterServicer:
         # A large body is decoded on a worker: protobuf holds the GIL for it (some 36 ms for 40 MB
         # of text), so the loop still waits, but not for that and the string reads after it at once.
         request = await self._runtime.offloader.run(lambda: decode_request(call.rpc, kv.ScoreRequest, body),
-                                                    len(body), call.rpc)
+                                                    len(body), call.rpc, stage="decode")
         call.model = request.model
         return await self._score(request, call, request_cost(len(body)), as_bytes=True)
 

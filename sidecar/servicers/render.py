@@ -84,7 +84,7 @@ class RenderServicer:
         backend is native (see `sidecar.servicers.native_table`), else through `Render`."""
         table = self._native.get()
         if table is None:
-            return await run_decoded(self.Render, pb.RenderRequest, body, context, call)
+            return await run_decoded(self._runtime, self.Render, pb.RenderRequest, body, context, call)
         result = await run_unary(self._runtime, table, _RENDER, body, call)
         self._count_cache(*result.cache)
         return result.response

@@ -34,7 +34,7 @@ class TokenizeServicer:
         backend is native (see `sidecar.servicers.native_table`), else through `Tokenize`."""
         table = self._native.get()
         if table is None:
-            return await run_decoded(self.Tokenize, pb.TokenizeRequest, body, context, call)
+            return await run_decoded(self._runtime, self.Tokenize, pb.TokenizeRequest, body, context, call)
         return (await run_unary(self._runtime, table, _TOKENIZE, body, call)).response
 
     async def Tokenize(self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.TokenizeResponse:
