@@ -243,6 +243,27 @@ def test_a_step_naming_more_requests_than_a_stream_may_open_is_refused(env) -> N
 
 
 @pytest.mark.models
+def test_a_step_whose_error_answers_alone_could_pass_the_message_limit_is_refused() -> None:
+    """Room for an error answer is kept for every item (~512 bytes, its id and its fingerprint):
+    under a small --max-message-mb, enough items could make an all-error answer gRPC refuses, ending
+    the stream with no word of why. Such a step is refused naming the flags; one that fits is
+    answered within the limit even when every item fails."""
+    limit = 2000
+    with mux_with(ParseLimits(max_delta_bytes=limit), ["a"]) as mux:
+        ghosts = [("g" * 200 + str(i), [], False) for i in range(3)]  # 3 x ~712 bytes reserved
+        message = pb.ParseStreamRequest(step=pb.Step(items=[
+            pb.StepTokens(request_id=name, token_ids=ids, finished=done) for name, ids, done in ghosts]))
+        with pytest.raises(ResourceExhausted, match=r"step.items: error answers to its 3 items .*--max-message-mb"):
+            mux.handle(message.SerializeToString())
+        message = pb.ParseStreamRequest(step=pb.Step(items=[
+            pb.StepTokens(request_id=name, token_ids=ids, finished=done) for name, ids, done in ghosts[:2]]))
+        raw = mux.handle(message.SerializeToString())
+        assert len(raw) <= limit
+        assert {name: answer.error.code for name, answer in deltas(raw).items()} == {ghosts[0][0]: 5, ghosts[1][0]: 5}
+        assert step(mux, [("a", encode("qwen3", "ok"), False)])["a"].content == "ok"
+
+
+@pytest.mark.models
 def test_malformed_messages(env) -> None:  # noqa: ANN001
     mux, model = env
     with pytest.raises(InvalidArgument):

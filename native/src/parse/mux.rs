@@ -195,6 +195,16 @@ impl Mux {
                     id.len() + fingerprint + ERROR_BYTES
                 };
                 let mut reserved: usize = items.iter().map(|i| reserve(self, i.request_id)).sum();
+                // Past that, errors alone could make an answer gRPC refuses (ending the stream
+                // anyway, with no message saying why): only a small --max-message-mb gets here.
+                if reserved > self.limits.max_delta_bytes {
+                    return Err(Error::resource_exhausted(format!(
+                        "step.items: error answers to its {} items could take {reserved} bytes, more \
+                         than an answer may (--max-message-mb); send fewer requests per step \
+                         (--parse-max-requests bounds them) or raise --max-message-mb",
+                        items.len()
+                    )));
+                }
                 let start = out.len();
                 for item in items {
                     cancel.check()?;
