@@ -46,7 +46,10 @@ REQUESTS = Counter("sidecar_requests_total", "RPCs handled, by RPC and status co
 ERRORS = Counter("sidecar_errors_total", "RPCs that failed, by RPC and status code", ["rpc", "code"])
 LATENCY = Histogram("sidecar_request_seconds", "RPC latency inside the server", ["rpc"], buckets=_LATENCY_BUCKETS)
 STAGE_LATENCY = Histogram(
-    "sidecar_stage_seconds", "Latency of one stage of an RPC", ["rpc", "stage"], buckets=_LATENCY_BUCKETS
+    "sidecar_stage_seconds",
+    "Latency of one stage of an RPC (queue: waiting for a worker; native: the work; decode, encode: a message "
+    "read or written in Python)",
+    ["rpc", "stage"], buckets=_LATENCY_BUCKETS
 )
 MALFORMED = Counter(
     "sidecar_malformed_requests_total", "Requests whose body did not decode as the RPC's message (INVALID_ARGUMENT)", ["rpc"]

@@ -42,6 +42,9 @@ class Call:
     timeout_s: float | None
     #: The request's model, for the call's log line (a handler that reads raw bytes sets it).
     model: str = ""
+    #: Bytes of the request's wire body when the handler got it raw (0 otherwise): its size
+    #: without protobuf's `ByteSize`, which reads the whole message again.
+    body_bytes: int = 0
 
     def check_deadline(self) -> None:
         if self.timeout_s is not None and self.timeout_s <= 0:

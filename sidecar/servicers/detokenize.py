@@ -34,18 +34,17 @@ class DetokenizeServicer:
             return await run_decoded(self._runtime, self.Detokenize, pb.DetokenizeRequest, body, context, call)
         return (await run_unary(self._runtime, table, _DETOKENIZE, body, call)).response
 
-    async def Detokenize(
-        self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext, call: Call
-    ) -> pb.DetokenizeResponse:
+    async def Detokenize(self, request: pb.DetokenizeRequest, context: grpc.aio.ServicerContext, call: Call) -> bytes:
+        """The Python path (see `run_decoded`): the response's wire bytes."""
         model = self._runtime.registry.get(request.model)
         skip = request.skip_special_tokens if request.HasField("skip_special_tokens") else True
         limit = self._runtime.config.max_token_ids
 
-        def work() -> pb.DetokenizeResponse:
+        def work() -> bytes:
             seqs = [s.token_ids for s in request.sequences]
             check_token_ids(sum(len(s) for s in seqs), limit, "sequences")
             texts = model.tokenizer.decode_batch(seqs, skip, call.timeout_s)
-            return pb.DetokenizeResponse(texts=texts, fingerprint=model.fingerprint)
+            return pb.DetokenizeResponse(texts=texts, fingerprint=model.fingerprint).SerializeToString()
 
-        cost = request_cost(request.ByteSize(), items=len(request.sequences))
+        cost = request_cost(call.body_bytes or request.ByteSize(), items=len(request.sequences))
         return await self._runtime.offloader.run(work, cost, call.rpc)

@@ -82,17 +82,15 @@ async def run_unary(runtime: Runtime, table: NativeMultiplexer, kind: int, body:
     return result
 
 
-async def run_decoded(runtime: Runtime, method: Callable[[Any, Any, Call], Awaitable[Any]], request_type: type,
+async def run_decoded(runtime: Runtime, method: Callable[[Any, Any, Call], Awaitable[bytes]], request_type: type,
                       body: bytes, context: Any, call: Call) -> bytes:
     """The Python path of a raw unary RPC (a backend without the native table): `body` decoded as
-    `request_type`, run by the servicer's `method`, its response serialized. Decoding and
-    serializing read the whole message with the GIL held, so a large call does both on a worker
-    (the loop still waits for the GIL, but not for that and the rest at once), as the stages
-    `decode` and `encode`."""
-    offloader, cost = runtime.offloader, len(body)
-    request = await offloader.run(lambda: decode_request(call.rpc, request_type, body), cost, call.rpc,
-                                  stage="decode")
+    `request_type` and run by the servicer's `method`, which returns the response's wire bytes
+    (serialized with its work, on a worker when the call is large). Decoding reads the whole
+    message with the GIL held, so a large body is decoded on a worker too (the `decode` stage):
+    the loop still waits for the GIL, but not for that and the rest at once."""
+    call.body_bytes = len(body)
+    request = await runtime.offloader.run(lambda: decode_request(call.rpc, request_type, body), len(body), call.rpc,
+                                          stage="decode")
     call.model = request.model
-    response = await method(request, context, call)
-    # The response is about as large as the request for these RPCs (ids for text, text for ids).
-    return await offloader.run(response.SerializeToString, cost, call.rpc, stage="encode")
+    return await method(request, context, call)

@@ -64,12 +64,13 @@ def check_kwargs_size(kwargs_json: str, limit: int) -> None:
         )
 
 
-def render_cost(request: pb.RenderRequest, allow_request_templates: bool) -> int:
-    """The offload cost of a Render: every field it reads; a request's own template is code whose
-    cost its size does not bound (a 100-byte template can run for seconds), so it always offloads."""
+def render_cost(request: pb.RenderRequest, allow_request_templates: bool, body_bytes: int = 0) -> int:
+    """The offload cost of a Render: every field it reads (`body_bytes` when known); a request's own
+    template is code whose cost its size does not bound (a 100-byte template can run for seconds),
+    so it always offloads."""
     if allow_request_templates and request.HasField("chat_template"):
         return UNBOUNDED
-    return request_cost(request.ByteSize())
+    return request_cost(body_bytes or request.ByteSize())
 
 
 class RenderServicer:
@@ -96,7 +97,8 @@ class RenderServicer:
             self._cache_misses[0].inc(miss_segments)
             self._cache_misses[1].inc(miss_bytes)
 
-    async def Render(self, request: pb.RenderRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.RenderResponse:
+    async def Render(self, request: pb.RenderRequest, context: grpc.aio.ServicerContext, call: Call) -> bytes:
+        """The Python path (see `run_decoded`): the response's wire bytes."""
         model = self._runtime.registry.get(request.model)
         renderer = model.renderer
         config = self._runtime.config
@@ -105,7 +107,7 @@ class RenderServicer:
         hash_spec = spec_from_proto(request.block_hashing) if request.HasField("block_hashing") else None
         hasher = self._runtime.hasher
 
-        def work() -> tuple[CacheStats, pb.RenderResponse]:
+        def work() -> tuple[CacheStats, bytes]:
             # Reading the request's text fields copies them: that too runs here, off the loop when
             # the request is large.
             check_kwargs_size(request.chat_template_kwargs_json, config.max_kwargs_bytes)
@@ -118,12 +120,12 @@ class RenderServicer:
             if hash_spec is not None:
                 response.block_hashes.extend(hasher.block_hashes(rendered.ids, hash_spec))
                 response.block_hash_spec.CopyFrom(spec_to_proto(hash_spec))
-            return rendered.cache, response
+            response.fingerprint = model.fingerprint
+            return rendered.cache, response.SerializeToString()
 
-        cost = render_cost(request, config.allow_request_templates)
+        cost = render_cost(request, config.allow_request_templates, call.body_bytes)
         stats, response = await self._runtime.offloader.run(work, cost, call.rpc)
         self._count_cache(stats.hit_segments, stats.miss_segments, stats.hit_bytes, stats.miss_bytes)
-        response.fingerprint = model.fingerprint
         return response
 
 

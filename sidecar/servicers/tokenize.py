@@ -37,7 +37,8 @@ class TokenizeServicer:
             return await run_decoded(self._runtime, self.Tokenize, pb.TokenizeRequest, body, context, call)
         return (await run_unary(self._runtime, table, _TOKENIZE, body, call)).response
 
-    async def Tokenize(self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext, call: Call) -> pb.TokenizeResponse:
+    async def Tokenize(self, request: pb.TokenizeRequest, context: grpc.aio.ServicerContext, call: Call) -> bytes:
+        """The Python path (see `run_decoded`): the response's wire bytes."""
         model = self._runtime.registry.get(request.model)
         if request.truncation_side not in (pb.TRUNCATION_SIDE_UNSPECIFIED, pb.TRUNCATION_SIDE_RIGHT, pb.TRUNCATION_SIDE_LEFT):
             raise InvalidArgument(f"truncation_side: unknown value {request.truncation_side}")
@@ -56,7 +57,7 @@ class TokenizeServicer:
         )
         hasher = self._runtime.hasher
 
-        def work() -> pb.TokenizeResponse:
+        def work() -> bytes:
             # Everything that reads the texts or the ids, the response included, runs here: on a
             # worker when the request is large.
             check_text_lengths(request.texts, config.max_text_chars)
@@ -74,7 +75,7 @@ class TokenizeServicer:
                 if e.tokens:
                     out.tokens.extend(e.tokens)
                 out.truncated = e.truncated
-            return response
+            return response.SerializeToString()
 
-        cost = request_cost(request.ByteSize(), items=len(request.texts))
+        cost = request_cost(call.body_bytes or request.ByteSize(), items=len(request.texts))
         return await self._runtime.offloader.run(work, cost, call.rpc)

@@ -53,11 +53,11 @@ def collector():  # noqa: ANN201
 #: The stages of a small (on the loop) and a large (on the worker pool) Tokenize, per backend: the
 #: native core decodes the body and encodes the response inside its one call, so a traced call takes
 #: the same native path as an untraced one (the Python decode of a 40 MB body held the loop for half
-#: a second); the reference backend's Python path reports its decode and encode, each pooled (and so
-#: queued) when large.
+#: a second); the reference backend's Python path decodes the body first, each stage pooled (and so
+#: queued) when large, and serializes the response with the work.
 STAGES = {
     "native": (["native"], ["native", "queue"]),
-    "reference": (["decode", "encode", "native"], ["decode", "encode", "native", "queue", "queue", "queue"]),
+    "reference": (["decode", "native"], ["decode", "native", "queue", "queue"]),
 }
 
 
