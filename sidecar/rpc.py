@@ -26,7 +26,8 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from sidecar import metrics, tracing
-from sidecar.errors import CANCELLED, DeadlineExceeded, InvalidArgument, Unavailable, is_expected, status_of
+from sidecar.errors import (CANCELLED, DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable, is_expected,
+                            status_of)
 from sidecar.logs import get_logger, info_line
 
 _log = get_logger("sidecar.rpc")
@@ -152,6 +153,12 @@ class _Outcome:
 Handler = Callable[[Any, grpc.aio.ServicerContext, Call], Awaitable[Any]]
 
 
+#: The largest body the decoded-message wrapper parses. It serves the small RPCs (ListModels,
+#: ListParsers, KvStatus, ReloadModels: no fields or a few model names) and parses on the event
+#: loop, where protobuf holds the GIL for the whole body: 63 MB of unknown fields took 84 ms.
+MAX_SMALL_BODY_BYTES = 64 << 10
+
+
 def decode_request(rpc: str, request_type: Any, body: bytes) -> Any:
     """The request message of a raw body; a body that does not decode is INVALID_ARGUMENT naming the
     message type (and counted in `sidecar_malformed_requests_total`)."""
@@ -182,6 +189,10 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
     traced = tracing.enabled()
 
     def decode(body: bytes) -> Any:
+        if len(body) > MAX_SMALL_BODY_BYTES:
+            name = request_type.DESCRIPTOR.name
+            raise ResourceExhausted(f"{name}: a {len(body)}-byte body, more than the {MAX_SMALL_BODY_BYTES} bytes "
+                                    f"this RPC's requests may take (a fixed bound: its fields are a few names)")
         return decode_request(rpc, request_type, body)
 
     def encode(response: Any) -> bytes:
