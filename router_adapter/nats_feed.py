@@ -66,6 +66,15 @@ APPLY_SLICE = 64
 SNAPSHOT_STALL_S = 10.0
 #: Reads of a snapshot before the replica gives up on it and reads the stream from its start.
 SNAPSHOT_READS = 3
+#: The largest snapshot a replica reads, per entry its index may hold (`--kv-max-blocks`), plus a
+#: fixed allowance for the cursors: a snapshot is about 20 bytes per entry, and an object claiming
+#: more would be read into memory whole before anything checks it.
+SNAPSHOT_BYTES_PER_BLOCK = 64
+SNAPSHOT_FIXED_BYTES = 64 << 20
+
+#: Waits before a model's consumer is made again after a failure: doubling from the first to the
+#: last while failures repeat (a server refusing every attempt is not asked twice a second for ever).
+RESTART_DELAYS_S = (0.5, 30.0)
 
 #: Chunks of the snapshot bucket that no object names any more are purged once their last write is
 #: this old (seconds): far past any upload, so a snapshot another replica is still writing is never
@@ -225,7 +234,9 @@ class NatsFeed:
     # --- one model ------------------------------------------------------------------------------
 
     async def _run_model(self, feed: ModelFeed) -> None:
+        delay = RESTART_DELAYS_S[0]
         while True:
+            read_up_to = feed.stream_seq
             try:
                 await self._setup()
                 if not feed.snapshot_loaded and feed.stream_seq == 0:
@@ -238,9 +249,13 @@ class NatsFeed:
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - connection or consumer lost: read on from where we are
+                if feed.state == LIVE or feed.stream_seq > read_up_to:
+                    delay = RESTART_DELAYS_S[0]  # it had been working: a new failure, not the same one again
                 feed.state = RECONNECTING
-                _log.warning("kv_nats_consumer_restart model=%s stream_seq=%d error=%r", feed.model, feed.stream_seq, e)
-                await asyncio.sleep(0.5)
+                _log.warning("kv_nats_consumer_restart model=%s stream_seq=%d retry_in_s=%.1f error=%r",
+                             feed.model, feed.stream_seq, delay, e)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RESTART_DELAYS_S[1])
 
     async def _consume(self, feed: ModelFeed) -> None:
         from nats.errors import TimeoutError as NatsTimeout
@@ -334,12 +349,18 @@ class NatsFeed:
         feed.pending = meta.num_pending
         worker = fanout.token_name(msg.subject.rsplit(".", 1)[-1])
         headers = msg.headers or {}
-        is_reset = headers.get(fanout.KIND) == fanout.RESET
+        kind = headers.get(fanout.KIND)
+        is_reset = kind == fanout.RESET
         try:
-            epoch = int(headers.get(fanout.EPOCH, "0"))
-            seq = 0 if is_reset else int(headers.get(fanout.SEQ, "0"))
+            # A relay's message names its kind and epoch, and a batch its sequence: anything else
+            # (`nats pub` on our subjects, a header lost) would read as epoch 0, seq 0 and reset
+            # the worker on every replica.
+            if kind not in (fanout.BATCH, fanout.RESET):
+                raise ValueError(f"{fanout.KIND}: {kind!r}")
+            epoch = int(headers[fanout.EPOCH])
+            seq = 0 if is_reset else int(headers[fanout.SEQ])
             if_last = int(headers[fanout.IF_LAST]) if fanout.IF_LAST in headers else None
-        except ValueError:
+        except (ValueError, KeyError):
             # Not a relay's message (a stray publish on our subjects): skipped. Raised on, it would
             # lose the slice planned before it; a relay batch lost this way shows as a gap.
             feed.malformed += 1
@@ -444,7 +465,7 @@ class NatsFeed:
         except NotFoundError:  # the object (ObjectNotFoundError) or the bucket
             _log.info("kv_nats_no_snapshot model=%s: reading the stream from its start", feed.model)
             return
-        except (TypeError, KeyError, BadObjectMetaError) as e:
+        except (TypeError, KeyError, AttributeError, BadObjectMetaError) as e:
             problem = f"unreadable ({e!r})"
         except ValueError as e:
             problem = str(e)
@@ -470,17 +491,18 @@ class NatsFeed:
 
     async def _fetch_snapshot(self, feed: ModelFeed, name: str) -> bytearray:
         """The snapshot object's bytes, read again when a read stalls; ValueError when every read did."""
+        limit = SNAPSHOT_FIXED_BYTES + SNAPSHOT_BYTES_PER_BLOCK * self.router.index(feed.model).max_blocks
         for _ in range(SNAPSHOT_READS):
-            data = await self._read_object(name)
+            data = await self._read_object(name, limit)
             if data is not None:
                 return data
             _log.warning("kv_nats_snapshot_read_stalled model=%s: no chunk for %.0f s (replaced or deleted "
                          "meanwhile); reading it again", feed.model, SNAPSHOT_STALL_S)
         raise ValueError(f"unreadable ({SNAPSHOT_READS} reads stalled)")
 
-    async def _read_object(self, name: str) -> bytearray | None:
+    async def _read_object(self, name: str, limit: int) -> bytearray | None:
         """The snapshot object `name` of the bucket, its digest checked (ValueError when it does not
-        match); None when no chunk came for `SNAPSHOT_STALL_S`. The client's own `get` waits for ever
+        match, or it claims more than `limit` bytes); None when no chunk came for `SNAPSHOT_STALL_S`. The client's own `get` waits for ever
         for chunks that a put of a newer snapshot purged while it read them; this reads the chunks
         (NATS object store layout: stream `OBJ_<bucket>`, subject `$O.<bucket>.C.<nuid>`) through a
         pull consumer of its own, which a stall lets go of."""
@@ -490,6 +512,13 @@ class NatsFeed:
         info = await self._store.get_info(name)
         if not info.nuid:
             raise ValueError("unreadable (an object with no chunks' id)")
+        digest_field = info.digest if isinstance(info.digest, str) else ""
+        if not digest_field.startswith("SHA-256="):
+            raise ValueError(f"unreadable (digest {info.digest!r} is not SHA-256=<base64url>)")
+        size = info.size if isinstance(info.size, int) else -1
+        if not 0 <= size <= limit:
+            raise ValueError(f"unreadable (its size {info.size!r} is not within the {limit} bytes an index of "
+                             f"this replica's --kv-max-blocks can take)")
         data = bytearray()
         digest = hashlib.sha256()
         remaining = info.chunks or 0
@@ -509,14 +538,19 @@ class NatsFeed:
                 for msg in msgs:
                     data += msg.data
                     digest.update(msg.data)
+                if len(data) > size:
+                    raise ValueError(f"unreadable (chunks of more than its size, {size} bytes)")
                 remaining -= len(msgs)
         finally:
             try:
                 await sub.unsubscribe()
             except Exception:  # noqa: BLE001 - the connection may be gone
                 pass
-        expected = base64.urlsafe_b64decode((info.digest or "").split("=", 1)[-1])  # "SHA-256=<base64url>"
-        if len(data) != (info.size or 0) or digest.digest() != expected:
+        try:
+            expected = base64.urlsafe_b64decode(digest_field.split("=", 1)[1])
+        except (ValueError, TypeError):  # binascii.Error is a ValueError
+            expected = b""
+        if len(data) != size or digest.digest() != expected:
             raise ValueError(f"unreadable ({len(data)} bytes whose digest is not the object's)")
         return data
 

@@ -208,7 +208,19 @@ def _a_time_that_is_not_a_number(feed: NatsFeed) -> None:
     on_feed_loop(feed, feed._store.put(SNAPSHOT_NAME, build_snapshot(meta, index_bytes)))
 
 
-@pytest.mark.parametrize("damage", [_without_workers, _other_bytes_under_the_digest, _a_time_that_is_not_a_number])
+def _a_digest_that_is_not_a_string(feed: NatsFeed) -> None:
+    """Object meta (as any client of the bucket may write it) whose digest is a number: `.split` on
+    it raised past the snapshot's checks, and the replica retried every half second for ever."""
+    import base64
+    import json
+
+    subject = f"$O.{BUCKET}.M." + base64.urlsafe_b64encode(SNAPSHOT_NAME.encode()).decode()
+    meta = {"name": SNAPSHOT_NAME, "bucket": BUCKET, "nuid": "abc", "size": 0, "chunks": 0, "digest": 5}
+    on_feed_loop(feed, feed._js.publish(subject, json.dumps(meta).encode(), headers={"Nats-Rollup": "sub"}))
+
+
+@pytest.mark.parametrize("damage", [_without_workers, _other_bytes_under_the_digest, _a_time_that_is_not_a_number,
+                                    _a_digest_that_is_not_a_string])
 def test_an_unreadable_snapshot_is_ignored(publisher: Publisher, replicas, damage) -> None:  # noqa: ANN001
     """The documented fallback: ignored, the stream read from its start. Before, these raised past
     the snapshot's checks, and the replica fetched the snapshot again every half second for ever."""
@@ -221,17 +233,43 @@ def test_an_unreadable_snapshot_is_ignored(publisher: Publisher, replicas, damag
     assert feed_b.models[MODEL].snapshot_time is None and held(b, range(0, 5)) == [1, 2, 3]
 
 
-def test_a_stray_message_is_skipped_and_the_rest_of_its_pull_applied(publisher: Publisher, replicas) -> None:  # noqa: ANN001
-    """A message whose headers are not a relay's (a stray publish) used to raise after the batches
-    before it in the same pull had been planned, losing them unnoticed (no gap, no reset)."""
+def test_a_snapshot_larger_than_the_index_can_take_is_not_read(publisher: Publisher, replicas,  # noqa: ANN001
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """An object is read into memory whole before its digest and contents are checked: one that
+    claims more than this replica's `max_blocks` could hold is ignored before any chunk is read."""
+    publisher.batches("w0", 1, range(1, 4))
+    a, feed_a = replicas()
+    wait_until(lambda: live(feed_a) and blocks(a, "w0") == 3, 30, "replica a to go live")
+    assert feed_a.snapshot_now(MODEL)
+    size = on_feed_loop(feed_a, feed_a._store.get_info(SNAPSHOT_NAME)).size
+    monkeypatch.setattr(nats_feed, "SNAPSHOT_FIXED_BYTES", size - 1)
+    monkeypatch.setattr(nats_feed, "SNAPSHOT_BYTES_PER_BLOCK", 0)
+    b, feed_b = replicas()
+    wait_until(lambda: live(feed_b), 30, "replica b to go live from the stream")
+    assert feed_b.models[MODEL].snapshot_time is None and held(b, range(0, 5)) == [1, 2, 3]
+
+
+@pytest.mark.parametrize("worker, headers", [
+    ("w9", {fanout.KIND: fanout.BATCH, fanout.EPOCH: "x", fanout.SEQ: "1"}),  # raised past the pull
+    ("w0", None),  # `nats pub` on a worker's subject: read as epoch 0, it reset w0 twice
+    ("w0", {fanout.KIND: fanout.BATCH, fanout.EPOCH: "1"}),  # a batch without its sequence
+    ("w0", {fanout.EPOCH: "1", fanout.SEQ: "11"}),  # no kind
+])
+def test_a_stray_message_is_skipped_and_the_rest_of_its_pull_applied(publisher: Publisher, replicas,  # noqa: ANN001
+                                                                     worker: str, headers) -> None:  # noqa: ANN001
+    """A message whose headers are not a relay's (a stray publish) is skipped and counted: it used
+    to raise after the batches before it in the same pull had been planned, losing them unnoticed
+    (no gap, no reset), or, with no headers at all, to read as a batch of epoch 0 that reset the
+    worker and then again at the relay's next batch (blocks lost on every replica)."""
     publisher.batches("w0", 1, range(1, 11))
-    publisher.publish("w9", b"x", {fanout.KIND: fanout.BATCH, fanout.EPOCH: "x", fanout.SEQ: "1"})
+    publisher.publish(worker, b"x", headers)
     publisher.batches("w0", 1, range(11, 21))
     router, feed = replicas()
     wait_until(lambda: live(feed), 30, "the feed to go live")
     model = feed.models[MODEL]
     assert held(router, range(0, 22)) == list(range(1, 21))
-    assert (model.malformed, model.workers["w0"].gaps, "w9" in model.workers) == (1, 0, False)
+    cursor = model.workers["w0"]
+    assert (model.malformed, cursor.gaps, cursor.resets, "w9" in model.workers) == (1, 0, 0, False)
 
 
 def test_workers_reset_and_silent_are_forgotten(publisher: Publisher, replicas) -> None:  # noqa: ANN001
