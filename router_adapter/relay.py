@@ -26,6 +26,9 @@ from router_adapter.subscriber import Source, Subscriber
 
 _log = logging.getLogger("router_adapter.relay")
 
+#: JetStream's error code for a message larger than the stream's `max_msg_size`.
+STREAM_MESSAGE_TOO_LARGE = 10054
+
 
 @dataclass(frozen=True)
 class RelayOptions:
@@ -116,12 +119,19 @@ class Relay:
             self.epoch = fanout.next_epoch(None)
             return None
         headers = last.headers or {}
-        self.epoch = int(headers.get(fanout.EPOCH, "0")) or fanout.next_epoch(None)
-        # A batch's sequence number, or the one a reset carries (the last batch before it: batches
-        # the engine published after it while the relay was down are then fetched from its replay
-        # socket, not lost unnoticed).
-        if fanout.SEQ in headers:
-            self._last_seq = int(headers[fanout.SEQ])
+        try:
+            self.epoch = int(headers.get(fanout.EPOCH, "0")) or fanout.next_epoch(None)
+            # A batch's sequence number, or the one a reset carries (the last batch before it:
+            # batches the engine published after it while the relay was down are then fetched
+            # from its replay socket, not lost unnoticed).
+            if fanout.SEQ in headers:
+                self._last_seq = int(headers[fanout.SEQ])
+        except ValueError:
+            # Not a relay's message (a stray publish on this subject): nothing to resume from. A
+            # fresh epoch makes every replica reset the worker at the first batch.
+            _log.warning("kv_relay_resume_unreadable subject=%s headers=%r: starting a new epoch",
+                         self.subject, dict(headers))
+            self.epoch, self._last_seq = fanout.next_epoch(None), None
         return self._last_seq
 
     # --- called on the subscriber thread ------------------------------------------------------
@@ -172,6 +182,10 @@ class Relay:
             except MaxPayloadError:
                 return False
             except Exception as e:  # noqa: BLE001 - any other failure: retried with the same message id
+                if getattr(e, "err_code", None) == STREAM_MESSAGE_TOO_LARGE:
+                    # The stream's own max_msg_size (whoever made the stream set it) refuses the
+                    # message every time: as one over max_payload, not retried for ever.
+                    return False
                 if self._stopping.is_set():
                     raise
                 self.stats.retries += 1

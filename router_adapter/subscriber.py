@@ -42,6 +42,9 @@ from router_adapter.events import Batch, DecodeError, decode_batch
 _log = logging.getLogger("router_adapter.subscriber")
 
 END_SEQ = -1
+#: The longest run of missed batches a subscriber asks an engine's replay socket for: engines keep
+#: the last 10,000 batches by default (vLLM's `buffer_steps`); past this it is a gap.
+MAX_REPLAY_SPAN = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -313,9 +316,11 @@ class Subscriber:
             _log.warning("kv_events_decode_error worker=%s seq=%d error=%s", state.source.worker, items[position][0], e)
 
     def _replay(self, state: _State, start: int, until: int) -> bool:
-        """Fetches and delivers batches `start .. until-1`; False when they cannot all be had."""
+        """Fetches and delivers batches `start .. until-1`; False when they cannot all be had (a span
+        longer than any engine's replay buffer is not asked for: a sequence number that jumps by
+        billions is a broken publisher, and the answer could not be checked without holding it)."""
         endpoint = state.source.replay_endpoint
-        if not endpoint:
+        if not endpoint or until - start > MAX_REPLAY_SPAN:
             return False
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -342,7 +347,7 @@ class Subscriber:
         finally:
             sock.close(0)
         got.sort()
-        if [s for s, _ in got] != list(range(start, until)):
+        if len(got) != until - start or any(s != start + i for i, (s, _) in enumerate(got)):
             _log.warning(
                 "kv_events_replay_incomplete worker=%s wanted=%d..%d got=%d",
                 state.source.worker, start, until - 1, len(got),

@@ -320,6 +320,63 @@ def test_batch_within_the_headers_of_max_payload_resets_the_worker(nats_server: 
         ctx.term()
 
 
+def test_batch_over_the_streams_max_msg_size_resets_the_worker(nats_server: NatsServer) -> None:
+    """A stream made beforehand with a `max_msg_size` refuses larger messages with a JetStream
+    error, every time: the relay retried it for ever, its subscriber blocked behind it."""
+    import nats
+    from nats.js.api import StreamConfig
+
+    async def make_stream() -> None:
+        nc = await nats.connect(nats_server.url)
+        await nc.jetstream().add_stream(StreamConfig(name=fanout.DEFAULT_STREAM, max_msg_size=4096,
+                                                     subjects=[f"{fanout.DEFAULT_PREFIX}.>"]))
+        await nc.close()
+
+    asyncio.run(make_stream())
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
+    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
+    try:
+        engine.pub.wait_for_subscriber()
+        event = stored_event("vllm", [11], None, list(range(BS)), "GPU")
+        engine.pub.publish([{**event, "lora_name": "x" * 5000}])
+        engine.pub.publish([stored_event("vllm", [12], None, list(range(BS, 2 * BS)), "GPU")])
+        wait_until(lambda: relay.relay.stats.published == 2, 30, "the reset and the next batch")
+        assert (relay.relay.stats.too_large, relay.relay.stats.resets, relay.relay.stats.retries) == (1, 1, 0)
+    finally:
+        relay.stop()
+        engine.close()
+        ctx.term()
+
+
+def test_a_stray_last_message_does_not_stop_a_relay_from_starting(nats_server: NatsServer) -> None:
+    """A relay resumes from its subject's last message; one whose headers are not a relay's (a
+    stray publish) raised ValueError at every start until it aged out of the stream."""
+    import nats
+
+    async def stray() -> None:
+        nc = await nats.connect(nats_server.url)
+        js = nc.jetstream()
+        await fanout.ensure_stream(js, fanout.DEFAULT_STREAM, fanout.DEFAULT_PREFIX, 0)
+        await js.publish(fanout.subject(fanout.DEFAULT_PREFIX, MODEL, "w0"), b"x",
+                         headers={fanout.EPOCH: "x", fanout.SEQ: "y"})
+        await nc.close()
+
+    asyncio.run(stray())
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
+    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
+    try:
+        engine.pub.wait_for_subscriber()
+        engine.pub.publish([stored_event("vllm", [12], None, list(range(BS)), "GPU")])
+        wait_until(lambda: relay.relay.stats.published == 1, 30, "the batch")
+        assert relay.relay.epoch
+    finally:
+        relay.stop()
+        engine.close()
+        ctx.term()
+
+
 def test_batch_over_max_payload_resets_the_worker(nats_server: NatsServer) -> None:
     """A batch larger than the server's max_payload (1 MiB by default) cannot reach the replicas:
     the relay publishes a gap reset instead, and the worker is rebuilt from the batches after it."""

@@ -168,6 +168,26 @@ def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context, index_factory:
         pub.close()
 
 
+def test_a_jump_past_any_replay_buffer_is_a_gap_without_asking(ctx: zmq.Context) -> None:
+    """A sequence number that jumps by 10^12 (a broken publisher) used to build the list of every
+    number in between to check the replay's answer: gigabytes, or the process killed."""
+    pub = FakeEnginePublisher(ctx)
+    seen: list[object] = []
+    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=30.0)
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.publish([stored([0], TOKENS[:BS], BS)], seq=0)
+        pub.publish([stored([1], TOKENS[:BS], BS)], seq=10**12)
+        wait_until(lambda: len(seen) == 3, what="the gap and the batch after it")
+        assert seen == [0, "gap", 1] and pub.replay_requests == []
+    finally:
+        sub.stop()
+        pub.close()
+
+
 def test_undecodable_payloads_are_counted_and_skipped(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx, replay=False)
     router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=None,
