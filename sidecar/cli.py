@@ -13,6 +13,7 @@ import traceback
 from typing import Sequence
 
 from sidecar import kv_nats
+from sidecar.flags import positive_int, seconds
 
 DEFAULT_TARGET = os.environ.get("SIDECAR_TARGET", "127.0.0.1:50051")
 
@@ -379,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--backend", choices=["native", "reference"], default="native",
                        help="native: the Rust core (default); reference: pure Python on PyPI tokenizers")
     serve.add_argument("--host", default="127.0.0.1", help="TCP listen address (default 127.0.0.1)")
-    serve.add_argument("--processes", type=_positive, default=1, metavar="N",
+    serve.add_argument("--processes", type=positive_int, default=1, metavar="N",
                        help="run N server processes on the same listeners: TCP port shared (SO_REUSEPORT), "
                             "Unix socket PATH as PATH.0 .. PATH.N-1, one /metrics adding them up, health for the group, "
                             "a process that dies restarted (see sidecar/processes.py)")
@@ -419,9 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-pending-calls", type=int, default=16384,
                        help="calls gRPC holds before the server takes them (a burst); past it gRPC refuses new "
                             "calls with CANCELLED (gRPC's own default: 3000)")
-    serve.add_argument("--drain-seconds", type=float, default=10.0,
+    serve.add_argument("--drain-seconds", type=seconds, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
-    serve.add_argument("--drain-notice-seconds", type=float, default=1.0,
+    serve.add_argument("--drain-notice-seconds", type=seconds, default=1.0,
                        help="health answers NOT_SERVING for at least this long after SIGTERM (capped by --drain-seconds)")
     serve.add_argument("--parse-max-requests", type=int, default=4096,
                        help="ParseStream: open requests per stream (more is RESOURCE_EXHAUSTED)")
@@ -445,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "instead of content keys recomputed from the events' token ids")
     serve.add_argument("--kv-max-blocks", type=int, default=4_000_000,
                        help="bound on indexed blocks per model; the oldest blocks of the largest worker go first")
-    serve.add_argument("--kv-silence-timeout", type=float, default=300.0,
+    serve.add_argument("--kv-silence-timeout", type=seconds, default=300.0,
                        help="seconds without KV events after which a worker's blocks are dropped (0 = never)")
     kv_nats.add_serve_flags(serve)
     serve.set_defaults(func=_serve)
@@ -456,7 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--target", default=DEFAULT_TARGET,
                        help=f"server address: host:port or unix:/path (default {DEFAULT_TARGET}, env SIDECAR_TARGET)")
         p.add_argument("--json", action="store_true", help="print the response as JSON")
-        p.add_argument("--timeout", type=float, default=30.0, help="deadline in seconds")
+        p.add_argument("--timeout", type=seconds, default=30.0, help="deadline in seconds")
         p.add_argument("--tls-ca", default=None, metavar="PEM", help="connect with TLS, trusting this CA")
         p.add_argument("--tls-cert", default=None, metavar="PEM", help="mutual TLS: the client certificate")
         p.add_argument("--tls-key", default=None, metavar="PEM", help="mutual TLS: the client key")
@@ -501,13 +502,6 @@ def build_parser() -> argparse.ArgumentParser:
     reload.add_argument("--force", action="store_true", help="reload even when the files are unchanged")
     reload.set_defaults(func=_reload)
     return parser
-
-
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text}: must be >= 1")
-    return value
 
 
 def main(argv: Sequence[str] | None = None) -> int:

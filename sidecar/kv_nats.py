@@ -11,6 +11,7 @@ import signal
 import sys
 
 from router_adapter import fanout
+from sidecar.flags import seconds
 
 
 def _common(parser: argparse.ArgumentParser, prefix: str) -> None:
@@ -18,7 +19,7 @@ def _common(parser: argparse.ArgumentParser, prefix: str) -> None:
                         help=f"subjects are SUBJECT.<model>.<worker> (default {fanout.DEFAULT_PREFIX})")
     parser.add_argument(f"--{prefix}stream", default=fanout.DEFAULT_STREAM, metavar="NAME",
                         help=f"the JetStream stream holding them (default {fanout.DEFAULT_STREAM}; created when missing)")
-    parser.add_argument(f"--{prefix}retention", type=float, default=fanout.DEFAULT_RETENTION_S, metavar="SECONDS",
+    parser.add_argument(f"--{prefix}retention", type=seconds, default=fanout.DEFAULT_RETENTION_S, metavar="SECONDS",
                         help="max age of the stream's messages when this process creates it (default "
                              f"{fanout.DEFAULT_RETENTION_S:g}); keep it well above the snapshot period")
 
@@ -42,7 +43,7 @@ def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     _common(serve, "kv-nats-")
     serve.add_argument("--kv-nats-snapshot-bucket", default=fanout.DEFAULT_SNAPSHOT_BUCKET, metavar="NAME",
                        help=f"JetStream object store of the index snapshots (default {fanout.DEFAULT_SNAPSHOT_BUCKET})")
-    serve.add_argument("--kv-nats-snapshot-period", type=float, default=fanout.DEFAULT_SNAPSHOT_PERIOD_S,
+    serve.add_argument("--kv-nats-snapshot-period", type=seconds, default=fanout.DEFAULT_SNAPSHOT_PERIOD_S,
                        metavar="SECONDS", help="how often a snapshot of each model's index is published (the "
                        f"replicas share the work; default {fanout.DEFAULT_SNAPSHOT_PERIOD_S:g}; 0 = this replica never writes one)")
 
@@ -93,9 +94,9 @@ def add_relay_command(sub) -> None:  # noqa: ANN001 - argparse subparsers
                        help="the engine's publisher, as for `sidecar serve --kv-events`")
     relay.add_argument("--nats", required=True, metavar="nats://HOST:PORT", help="the NATS server (JetStream enabled)")
     _common(relay, "")
-    relay.add_argument("--silence-timeout", type=float, default=300.0,
+    relay.add_argument("--silence-timeout", type=seconds, default=300.0,
                        help="seconds without events after which the worker is reset for every replica (0 = never)")
-    relay.add_argument("--replay-timeout", type=float, default=2.0, help="seconds to wait for the replay socket")
+    relay.add_argument("--replay-timeout", type=seconds, default=2.0, help="seconds to wait for the replay socket")
     relay.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     relay.set_defaults(func=run_relay)
 

@@ -38,3 +38,23 @@ def test_a_bad_limit_stops_the_start_naming_its_flag(flag: str, value: str, mess
     negative --parse-max-requests failed each ParseStream with INVALID_ARGUMENT on `limits_json`)."""
     assert main(["serve", "--port", "-1", "--uds", "/nonexistent/never-bound.sock", flag, value]) == 2
     assert capsys.readouterr().err.strip() == f"sidecar: {message}"
+
+
+@pytest.mark.parametrize("argv", [
+    ["serve", "--kv-silence-timeout", "-1"],  # reset every worker before every batch
+    ["serve", "--kv-nats-snapshot-period", "nan"],
+    ["serve", "--kv-nats-retention", "-3600"],
+    ["serve", "--drain-seconds", "inf"],
+    ["kv-relay", "--kv-events", "w0=tcp://127.0.0.1:1", "--nats", "nats://127.0.0.1:1", "--silence-timeout", "-1"],
+    ["kv-relay", "--kv-events", "w0=tcp://127.0.0.1:1", "--nats", "nats://127.0.0.1:1", "--replay-timeout", "-2"],
+    ["kv-relay", "--kv-events", "w0=tcp://127.0.0.1:1", "--nats", "nats://127.0.0.1:1", "--retention", "-1"],
+])
+def test_a_duration_that_is_negative_or_not_finite_is_refused_naming_its_flag(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """A negative silence timeout reset every worker before every batch, and a negative retention
+    failed with a traceback inside the NATS client."""
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(argv)
+    assert exited.value.code == 2
+    flag, value = argv[-2], argv[-1]
+    assert f"argument {flag}: {value}: must be a finite number of seconds >= 0" in capsys.readouterr().err
