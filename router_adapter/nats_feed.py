@@ -270,6 +270,10 @@ class NatsFeed:
         sub = await self._js.pull_subscribe(
             fanout.model_filter(self.options.prefix, feed.model), stream=self.options.stream, config=config,
         )
+        # What this consumer has to deliver: the count the last message of an earlier consumer
+        # left says nothing of what arrived while it was away (and a first pull that times out
+        # would then call the replica live with a backlog still to read).
+        feed.pending = (await sub.consumer_info()).num_pending
         idle_since = time.monotonic()
         # How many messages to ask for: what the server said is still pending (at most `fetch_batch`),
         # else one. A pull request for more than the stream has waits at the server until it has them
@@ -632,20 +636,22 @@ class NatsFeed:
         """Writes `feed`'s snapshot unless it is not live or (without `force`) a fresh one exists."""
         from nats.errors import NoRespondersError
         from nats.js.api import ObjectMeta
-        from nats.js.errors import NoStreamResponseError, NotFoundError, ObjectNotFoundError
+        from nats.js.errors import BadObjectMetaError, NoStreamResponseError, NotFoundError, ObjectNotFoundError
 
         if feed.state != LIVE or self._store is None:
             return False
         name = fanout.subject_token(feed.model)
         if not force:
             try:
-                info = await self._store.get_info(name)
-                created = json.loads(info.description or "{}").get("created", 0.0)
+                created = _written_at(await self._store.get_info(name))
+            except (ObjectNotFoundError, NotFoundError, BadObjectMetaError):
+                created = None
+            # One whose time cannot be read (any client of the bucket may write its meta) or lies
+            # in the future is overwritten: kept, it would stop every replica writing one.
+            if created is not None and created <= time.time():
                 feed.snapshot_time = max(feed.snapshot_time or 0.0, created)
                 if time.time() - created < self.options.snapshot_period_s * 0.9:
                     return False
-            except (ObjectNotFoundError, NotFoundError):
-                pass
         index = self.router.index(feed.model)
         # Taken between two messages (this loop applies them), so the state is exactly `stream_seq`'s.
         meta = {
@@ -719,6 +725,17 @@ def _cursors(meta: dict) -> dict[str, WorkerCursor]:
 def _finite(value: object) -> bool:
     """A number JSON gave that is a time: not NaN or Infinity (which `json.loads` reads)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _written_at(info) -> float | None:  # noqa: ANN001 - nats ObjectInfo
+    """When the snapshot object `info` describes was written (its description's `created`), or None
+    when the description does not say it as a number."""
+    try:
+        created = json.loads(info.description or "{}").get("created")
+    except (ValueError, TypeError, AttributeError):  # not JSON, or JSON but not an object
+        return None
+    is_number = isinstance(created, (int, float)) and not isinstance(created, bool)
+    return float(created) if is_number and math.isfinite(created) else None
 
 
 def build_snapshot(meta: dict, index_bytes: bytes) -> bytes:

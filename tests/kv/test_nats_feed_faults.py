@@ -249,6 +249,21 @@ def test_a_snapshot_larger_than_the_index_can_take_is_not_read(publisher: Publis
     assert feed_b.models[MODEL].snapshot_time is None and held(b, range(0, 5)) == [1, 2, 3]
 
 
+@pytest.mark.parametrize("description", ["not json", "[1]", '{"created": "x"}', '{"created": 1e300}'])
+def test_a_snapshot_whose_time_cannot_be_read_is_overwritten(replicas, description: str) -> None:  # noqa: ANN001
+    """Any client of the bucket may write an object's meta: a description that is not JSON, not an
+    object, whose time is not a number or is far in the future raised (or returned "fresh") at
+    every period on every replica, and no snapshot was written again."""
+    from nats.js.api import ObjectMeta
+
+    _, feed = replicas(snapshot_period_s=60.0)
+    wait_until(lambda: live(feed), 30, "the feed to go live")
+    on_feed_loop(feed, feed._store.put(SNAPSHOT_NAME, b"junk",
+                                       meta=ObjectMeta(name=SNAPSHOT_NAME, description=description)))
+    assert on_feed_loop(feed, feed.publish_snapshot(feed.models[MODEL]))
+    assert feed.models[MODEL].snapshots_written == 1
+
+
 @pytest.mark.parametrize("worker, headers", [
     ("w9", {fanout.KIND: fanout.BATCH, fanout.EPOCH: "x", fanout.SEQ: "1"}),  # raised past the pull
     ("w0", None),  # `nats pub` on a worker's subject: read as epoch 0, it reset w0 twice
