@@ -274,6 +274,9 @@ class NatsFeed:
         # left says nothing of what arrived while it was away (and a first pull that times out
         # would then call the replica live with a backlog still to read).
         feed.pending = (await sub.consumer_info()).num_pending
+        # The consumer numbers what it delivers 1, 2, ...; a number skipped is a message the client
+        # dropped (its pending limits: a slow consumer) and, with no acks, never redelivered.
+        delivered = 0
         idle_since = time.monotonic()
         # How many messages to ask for: what the server said is still pending (at most `fetch_batch`),
         # else one. A pull request for more than the stream has waits at the server until it has them
@@ -296,6 +299,12 @@ class NatsFeed:
                 for start in range(0, len(msgs), APPLY_SLICE):
                     ops: list[tuple] = []
                     for msg in msgs[start:start + APPLY_SLICE]:
+                        delivered += 1
+                        if msg.metadata.sequence.consumer != delivered:
+                            # What came before it is applied; a new consumer reads on from there.
+                            self._apply_ops(feed.model, ops)
+                            raise ConsumerGap(f"consumer delivered message {msg.metadata.sequence.consumer}, "
+                                              f"expected {delivered}: messages were dropped on the way")
                         self._plan(feed, msg, ops)
                     # Planned and applied with no await in between: a snapshot (another task of this
                     # loop) always sees the index exactly as of `feed.stream_seq`.
@@ -725,6 +734,10 @@ def _cursors(meta: dict) -> dict[str, WorkerCursor]:
 def _finite(value: object) -> bool:
     """A number JSON gave that is a time: not NaN or Infinity (which `json.loads` reads)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+class ConsumerGap(Exception):
+    """Messages a consumer delivered did not all reach the feed: read again from the last applied."""
 
 
 def _written_at(info) -> float | None:  # noqa: ANN001 - nats ObjectInfo

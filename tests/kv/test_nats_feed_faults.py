@@ -264,6 +264,34 @@ def test_a_snapshot_whose_time_cannot_be_read_is_overwritten(replicas, descripti
     assert feed.models[MODEL].snapshots_written == 1
 
 
+def test_messages_dropped_on_the_way_are_read_again(publisher: Publisher, replicas,  # noqa: ANN001
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message the client drops after the server delivered it (nats-py's pending limits, a slow
+    consumer) is never redelivered with no acks: it was lost with no gap noticed when it was a
+    worker's last batch. A skipped consumer sequence number restarts the consumer from the last
+    message applied."""
+    from nats.js.client import JetStreamContext
+
+    real_fetch = JetStreamContext.PullSubscription.fetch
+    dropped: list[int] = []
+
+    async def dropping(self, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        msgs = await real_fetch(self, *args, **kwargs)
+        if not dropped and len(msgs) > 2:
+            dropped.append(msgs[1].metadata.sequence.stream)
+            return msgs[:1] + msgs[2:]
+        return msgs
+
+    monkeypatch.setattr(JetStreamContext.PullSubscription, "fetch", dropping)
+    publisher.batches("w0", 1, range(1, 11))
+    publisher.batches("w1", 1, range(1, 4), first_block=100)
+    router, feed = replicas()
+    wait_until(lambda: live(feed) and blocks(router, "w1") == 3, 30, "the feed to go live")
+    assert dropped
+    assert held(router, range(0, 12)) == list(range(1, 11))
+    assert feed.models[MODEL].workers["w0"].gaps == 0
+
+
 @pytest.mark.parametrize("worker, headers", [
     ("w9", {fanout.KIND: fanout.BATCH, fanout.EPOCH: "x", fanout.SEQ: "1"}),  # raised past the pull
     ("w0", None),  # `nats pub` on a worker's subject: read as epoch 0, it reset w0 twice
