@@ -272,6 +272,9 @@ class PrefixIndex:
             self._extra_holds = {}
             for name, flat in snap["workers"]:
                 self._restore_worker(self._worker(name), flat)
+            # A snapshot of an index with a larger bound: held to this one's at once.
+            if self._blocks > self.max_blocks:
+                self._evict()
 
     def _snapshot_settings(self) -> list:
         spec = None if self.engine_spec is None else repr(self.engine_spec)

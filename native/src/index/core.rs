@@ -353,7 +353,7 @@ impl Index {
     }
 
     /// Past `max_blocks`, the oldest blocks of the largest worker go, down to 99% of the bound.
-    fn evict(&mut self) {
+    pub(super) fn evict(&mut self) {
         let max = self.options.max_blocks as i128;
         let target = max - (max / 100).max(1);
         while (self.blocks as i128) > target {

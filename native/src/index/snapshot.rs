@@ -104,6 +104,11 @@ impl Index {
         self.keys = keys;
         self.blocks = blocks;
         self.rate = Default::default();
+        // A snapshot of an index with a larger bound (another replica's --kv-max-blocks): held to
+        // this one's at once, as the next apply would, not only when the next event comes.
+        if self.blocks > self.options.max_blocks {
+            self.evict();
+        }
         Ok(())
     }
 
