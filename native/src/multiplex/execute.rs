@@ -34,9 +34,12 @@ pub(super) enum Response {
 
 impl Request {
     /// What the request costs, in the unit of the server's inline bound (bytes of input): above
-    /// it, the request runs on the server's worker pool rather than on the event loop.
-    pub(super) fn cost(&self) -> usize {
+    /// it, the request runs on the server's worker pool rather than on the event loop. A request's
+    /// own template (when allowed) is code whose cost its size does not bound (a 100-byte loop ran
+    /// for a second on the event loop): unbounded, as on the unary path.
+    pub(super) fn cost(&self, allow_request_templates: bool) -> usize {
         match self {
+            Request::Render(r) if allow_request_templates && r.chat_template.is_some() => usize::MAX,
             Request::Tokenize(r) => r.texts.iter().map(String::len).sum(),
             Request::Detokenize(r) => {
                 BYTES_PER_TOKEN * r.sequences.iter().map(|s| s.token_ids.len()).sum::<usize>()

@@ -236,7 +236,7 @@ impl Multiplexer {
             Ok(request) => request,
             Err(e) => return batch.put_failure(call.id, call.kind(), &e),
         };
-        let cost = request.cost();
+        let cost = request.cost(self.settings.allow_request_templates);
         if let (true, Some(kind)) = (cost > self.settings.inline_bytes, call.kind()) {
             let start = call.raw.as_ptr() as usize - message.as_ptr() as usize;
             batch.deferred.push(Deferred {

@@ -20,6 +20,15 @@ const UNAVAILABLE: i32 = 14;
 const TEMPLATE: &str = "{% for m in messages %}{{ m.content }} {% endfor %}";
 
 fn multiplexer(inline_bytes: usize, max_inflight: usize, max_message_bytes: usize) -> Multiplexer {
+    multiplexer_allowing(false, inline_bytes, max_inflight, max_message_bytes)
+}
+
+fn multiplexer_allowing(
+    allow_request_templates: bool,
+    inline_bytes: usize,
+    max_inflight: usize,
+    max_message_bytes: usize,
+) -> Multiplexer {
     let tokenizer =
         Arc::new(Tokenizer::from_json_text(&toy_json(), TokenizerFormat::TokenizerJson).unwrap());
     let config = RendererConfig {
@@ -34,7 +43,7 @@ fn multiplexer(inline_bytes: usize, max_inflight: usize, max_message_bytes: usiz
         renderer,
     };
     let settings = Settings {
-        allow_request_templates: false,
+        allow_request_templates,
         inline_bytes,
         max_inflight,
         max_message_bytes,
@@ -226,6 +235,35 @@ fn results_are_cut_into_messages_within_the_limit() {
             .unwrap(),
     );
     assert_eq!(error_code(&got[0]), Some(grpc_code::RESOURCE_EXHAUSTED));
+}
+
+#[test]
+fn a_render_with_its_own_template_is_deferred_however_small() {
+    // A 100-byte template loop ran for a second inline, on the server's event loop.
+    let render = |id: u64, template: Option<&str>| pb::MultiplexCall {
+        id,
+        timeout_us: 0,
+        request: Some(Call::Render(pb::RenderRequest {
+            model: "toy".into(),
+            messages_json: r#"[{"role":"user","content":"ab"}]"#.into(),
+            chat_template: template.map(str::to_owned),
+            return_text: true,
+            ..Default::default()
+        })),
+    };
+    let calls = vec![render(1, Some("{{ messages[0].content }}")), render(2, None)];
+    let allowed = multiplexer_allowing(true, 1 << 20, 100, 1 << 20);
+    let batch = allowed
+        .run(&message(calls.clone(), vec![]), &RunOptions::default())
+        .unwrap();
+    let deferred: Vec<_> = batch.deferred.iter().map(|d| (d.id, d.cost)).collect();
+    assert_eq!(deferred, [(1, usize::MAX)]);
+    assert_eq!(results(&batch).iter().map(|r| r.id).collect::<Vec<_>>(), [2]);
+    // Not allowed: refused inline (the template is never run), so there is nothing to defer.
+    let refused = multiplexer(1 << 20, 100, 1 << 20)
+        .run(&message(calls, vec![]), &RunOptions::default())
+        .unwrap();
+    assert!(refused.deferred.is_empty());
 }
 
 #[test]
