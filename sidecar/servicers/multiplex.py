@@ -119,6 +119,12 @@ class _Stream:
         #: Large requests running or queued on the worker pool: id -> (task, kind).
         self._pending: dict[int, tuple[asyncio.Task, int]] = {}
         self._out: list[bytes] = []
+        #: Bytes of results not yet written (in `_out` or being written); past `_limit` the reader
+        #: waits on `_writable` before running the next message: a client that sends and never
+        #: reads would otherwise make the server hold every answer (125 MB after 30 MB sent).
+        self._out_bytes = 0
+        self._writable = asyncio.Event()
+        self._writable.set()
         self._ready = asyncio.Event()
         self._message_latency = metrics.STAGE_LATENCY.labels(call.rpc, "message")
 
@@ -127,6 +133,7 @@ class _Stream:
         (the stream's status)."""
         try:
             async for message in requests:
+                await self._writable.wait()
                 received = time.perf_counter()
                 table = self._servicer.table()
                 refuse = (0, "") if self._gate.open else _DRAINING
@@ -216,6 +223,9 @@ class _Stream:
 
     def _send(self, messages) -> None:  # noqa: ANN001 - a sequence of bytes
         self._out.extend(messages)
+        self._out_bytes += sum(map(len, messages))
+        if self._out_bytes > self._limit:
+            self._writable.clear()
         self._ready.set()
 
     def _wake(self) -> None:
@@ -230,7 +240,10 @@ class _Stream:
             if self._out:
                 out, self._out = self._out, []
                 for message in _pack(out, self._limit):
-                    yield message
+                    yield message  # returns once gRPC took it: flow control holds it while the client reads nothing
+                self._out_bytes -= sum(map(len, out))
+                if self._out_bytes <= self._limit:
+                    self._writable.set()
             if reader.done() and not self._out:
                 error = reader.exception()
                 if error is not None:

@@ -39,7 +39,9 @@ impl Request {
     /// for a second on the event loop): unbounded, as on the unary path.
     pub(super) fn cost(&self, allow_request_templates: bool) -> usize {
         match self {
-            Request::Render(r) if allow_request_templates && r.chat_template.is_some() => usize::MAX,
+            Request::Render(r) if allow_request_templates && r.chat_template.is_some() => {
+                usize::MAX
+            }
             Request::Tokenize(r) => r.texts.iter().map(String::len).sum(),
             Request::Detokenize(r) => {
                 BYTES_PER_TOKEN * r.sequences.iter().map(|s| s.token_ids.len()).sum::<usize>()

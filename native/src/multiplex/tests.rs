@@ -251,14 +251,20 @@ fn a_render_with_its_own_template_is_deferred_however_small() {
             ..Default::default()
         })),
     };
-    let calls = vec![render(1, Some("{{ messages[0].content }}")), render(2, None)];
+    let calls = vec![
+        render(1, Some("{{ messages[0].content }}")),
+        render(2, None),
+    ];
     let allowed = multiplexer_allowing(true, 1 << 20, 100, 1 << 20);
     let batch = allowed
         .run(&message(calls.clone(), vec![]), &RunOptions::default())
         .unwrap();
     let deferred: Vec<_> = batch.deferred.iter().map(|d| (d.id, d.cost)).collect();
     assert_eq!(deferred, [(1, usize::MAX)]);
-    assert_eq!(results(&batch).iter().map(|r| r.id).collect::<Vec<_>>(), [2]);
+    assert_eq!(
+        results(&batch).iter().map(|r| r.id).collect::<Vec<_>>(),
+        [2]
+    );
     // Not allowed: refused inline (the template is never run), so there is nothing to defer.
     let refused = multiplexer(1 << 20, 100, 1 << 20)
         .run(&message(calls, vec![]), &RunOptions::default())
