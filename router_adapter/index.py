@@ -326,15 +326,13 @@ class PrefixIndex:
             self._clear(w)
 
     def _store(self, w: _Worker, event: BlockStored) -> None:
-        if self.block_size is None and 0 < event.block_size <= 0xFFFF_FFFF:
+        indexed = event.locality != "REMOTE" and (event.group_idx is None or event.group_idx == self.group_idx)
+        if self.block_size is None and indexed and 0 < event.block_size <= 0xFFFF_FFFF:
             # Only a size that fits 32 bits is learned (the native index's bound): a wilder first
-            # store is skipped below and teaches nothing.
+            # store is skipped below and teaches nothing; nor does a store of another KV-cache
+            # group (a hybrid model's other group has blocks of another size) or a remote one.
             self.block_size = event.block_size
-        if (
-            event.block_size != self.block_size
-            or event.locality == "REMOTE"
-            or (event.group_idx is not None and event.group_idx != self.group_idx)
-        ):
+        if event.block_size != self.block_size or not indexed:
             self.stats.skipped_events += 1
             return
         hashes = event.block_hashes

@@ -138,6 +138,22 @@ def test_block_size_is_learned_from_the_first_store(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("skipped", ["other_group", "remote"])
+def test_block_size_is_not_learned_from_a_store_that_is_skipped(kind: str, skipped: str) -> None:
+    """A hybrid model's other KV-cache group (blocks of another size) or a remote store came first
+    and fixed the block size: every store of the indexed group was skipped after it, for good."""
+    index = make_index(kind)
+    other = BlockStored([77], None, list(range(64)), 64)
+    if skipped == "other_group":
+        other.group_idx = 1
+    else:
+        other.locality = "REMOTE"
+    index.apply("a", other)
+    index.apply("a", store(TOKENS, 0, 3))
+    assert index.block_size == BS and depths(index, TOKENS) == {"a": 3} and index.stats.skipped_events == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_eviction_keeps_memory_bounded(kind: str) -> None:
     index = make_index(kind, BS, max_blocks=100)
     for i in range(60):

@@ -200,12 +200,18 @@ impl Index {
     }
 
     fn store(&mut self, id: u32, event: &Stored<'_>, batch: &Batch<'_>) {
-        if self.block_size.is_none() && event.block_size > 0 && event.block_size <= u32::MAX as i128
+        let indexed = self.indexed(event.group_idx, event.remote);
+        // Learned only from a store that is indexed: another KV-cache group (a hybrid model's
+        // other group has blocks of another size) or a remote store would fix the wrong size.
+        if self.block_size.is_none()
+            && indexed
+            && event.block_size > 0
+            && event.block_size <= u32::MAX as i128
         {
             self.block_size = Some(event.block_size as u32);
         }
         let matches_size = self.block_size.map(|b| b as i128) == Some(event.block_size);
-        if !matches_size || !self.indexed(event.group_idx, event.remote) {
+        if !matches_size || !indexed {
             self.stats.skipped_events += 1;
             return;
         }
