@@ -183,3 +183,23 @@ def test_an_empty_model_names_the_only_kv_model_for_every_input(servicer: KvRout
         unnamed.CopyFrom(named)
         unnamed.model = ""
         assert python_score(servicer, unnamed) == python_score(servicer, named)
+
+
+def test_kv_status_reads_the_index_on_a_worker(servicer: KvRouterServicer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The event rate and the per-worker counts take the index's lock, which an apply or a restore
+    holds for as long as its payload takes: read on the event loop, KvStatus stalled every RPC."""
+    import threading
+
+    index = servicer._router.index(MODEL)
+    loop_thread = threading.current_thread()
+    read_on: list[bool] = []
+    real = type(index).events_per_second
+
+    def recording(self):  # noqa: ANN001, ANN202
+        read_on.append(threading.current_thread() is loop_thread)
+        return real(self)
+
+    monkeypatch.setattr(type(index), "events_per_second", recording)
+    status = asyncio.run(servicer.KvStatus(kv.KvStatusRequest(), None, Call("KvStatus", "t", None)))
+    assert read_on == [False]
+    assert [(m.model, m.blocks) for m in status.models] == [(MODEL, 2048 + 5)]
