@@ -45,6 +45,8 @@ END_SEQ = -1
 #: The longest run of missed batches a subscriber asks an engine's replay socket for: engines keep
 #: the last 10,000 batches by default (vLLM's `buffer_steps`); past this it is a gap.
 MAX_REPLAY_SPAN = 1 << 20
+#: The longest a source whose replays keep failing goes without asking for one (seconds).
+MAX_REPLAY_BACKOFF_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -108,6 +110,10 @@ class _State:
     stats: SourceStats = field(default_factory=SourceStats)
     #: (seq, payload) delivered but not yet handed to an `on_payloads` sink.
     pending: list[tuple[int, bytes]] = field(default_factory=list)
+    #: After a replay failed: no replay is asked for before this time (monotonic), and the wait
+    #: doubles while they keep failing (see `_replay`).
+    replay_after: float = 0.0
+    replay_backoff: float = 0.0
 
 
 Sink = Callable[[str, Batch], None]
@@ -320,20 +326,36 @@ class Subscriber:
         longer than any engine's replay buffer is not asked for: a sequence number that jumps by
         billions is a broken publisher, and the answer could not be checked without holding it)."""
         endpoint = state.source.replay_endpoint
-        if not endpoint or until - start > MAX_REPLAY_SPAN:
+        if not endpoint or until - start > MAX_REPLAY_SPAN or time.monotonic() < state.replay_after:
             return False
+        answered = self._fetch_replay(state, start, until)
+        if answered is not None:
+            state.replay_backoff = 0.0
+            return answered
+        # A replay waits, blocking this thread (every source's), for up to the replay timeout: an
+        # engine that keeps skipping numbers with a replay socket that does not answer would hold
+        # every other source still. Its gaps become resets until the wait is over. (One that
+        # answers without them, its buffer past them, costs a round trip and is asked each time.)
+        state.replay_backoff = min(max(1.0, 2 * state.replay_backoff), MAX_REPLAY_BACKOFF_S)
+        state.replay_after = time.monotonic() + state.replay_backoff
+        return False
+
+    def _fetch_replay(self, state: _State, start: int, until: int) -> bool | None:
+        """One request to the replay socket for `start .. until-1`, delivered when all came; None
+        when the socket did not answer in time."""
+        endpoint = state.source.replay_endpoint
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
         try:
             sock.connect(endpoint)
             sock.send_multipart([b"", start.to_bytes(8, "big")])
-            got: list[tuple[int, bytes]] = []
+            got: dict[int, bytes] = {}
             deadline = time.monotonic() + self._replay_timeout
             while True:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not sock.poll(int(remaining * 1000) + 1):
                     _log.warning("kv_events_replay_timeout worker=%s start=%d", state.source.worker, start)
-                    return False
+                    return None
                 frames = sock.recv_multipart()
                 # vLLM answers [b"", topic, seq, payload], SGLang [b"", seq, payload]; both end
                 # with seq -1 and an empty payload.
@@ -343,18 +365,20 @@ class Subscriber:
                 if seq == END_SEQ:
                     break
                 if start <= seq < until:
-                    got.append((seq, frames[-1]))
+                    got[seq] = frames[-1]
+                    if len(got) == until - start:
+                        break  # all of them: the end marker need not be waited for
         finally:
             sock.close(0)
-        got.sort()
-        if len(got) != until - start or any(s != start + i for i, (s, _) in enumerate(got)):
+        # Keys are in start..until-1: all of them are there when there are as many.
+        if len(got) != until - start:
             _log.warning(
                 "kv_events_replay_incomplete worker=%s wanted=%d..%d got=%d",
                 state.source.worker, start, until - 1, len(got),
             )
             return False
-        for seq, payload in got:
-            self._deliver(state, seq, payload)
+        for seq in range(start, until):
+            self._deliver(state, seq, got[seq])
             state.stats.replayed += 1
         return True
 

@@ -188,6 +188,36 @@ def test_a_jump_past_any_replay_buffer_is_a_gap_without_asking(ctx: zmq.Context)
         pub.close()
 
 
+def test_a_replay_socket_that_does_not_answer_is_not_asked_again_at_once(ctx: zmq.Context) -> None:
+    """Each replay blocks the subscriber's thread (every source's) for up to the replay timeout: an
+    engine skipping every other number with a replay socket that never answers held another
+    source's batches back for 9 s. After a failed replay the source's gaps are resets for a while."""
+    pub = FakeEnginePublisher(ctx, replay=False)
+    silent = ctx.socket(zmq.ROUTER)
+    silent.setsockopt(zmq.LINGER, 0)
+    port = silent.bind_to_random_port("tcp://127.0.0.1")
+    seen: list[object] = []
+    sub = Subscriber([Source("a", pub.endpoint, f"tcp://127.0.0.1:{port}")],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=0.3)
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        for block, seq in enumerate([0, 2, 4, 6]):
+            pub.publish([stored([block], TOKENS[:BS], BS)], seq=seq)
+        wait_until(lambda: len(seen) == 7, what="three gaps and four batches")
+        assert seen == [0, "gap", 1, "gap", 2, "gap", 3]
+        requests = 0
+        while silent.poll(0):
+            silent.recv_multipart()
+            requests += 1
+        assert requests == 1
+    finally:
+        sub.stop()
+        pub.close()
+        silent.close(0)
+
+
 def test_undecodable_payloads_are_counted_and_skipped(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx, replay=False)
     router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=None,
