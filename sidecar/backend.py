@@ -229,6 +229,11 @@ class ParseMux(Protocol):
         message raises InvalidArgument."""
         ...
 
+    def step_cost(self, message: bytes) -> int:
+        """What `handle(message)` costs in bytes read (the message, and the text held back by the
+        requests it finishes or may push past their held-back limit)."""
+        ...
+
     def trace(self, request_id: str) -> dict | None:
         """The attribution trace of a request opened with `trace` (tests)."""
         ...

@@ -86,7 +86,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 6
+#define SC_ABI_VERSION 7
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
@@ -1185,6 +1185,22 @@ int32_t sc_parse_mux_handle(struct sc_parse_mux *mux,
                             struct sc_bytes *out,
                             int32_t *kind,
                             struct sc_error **err);
+
+/*
+ What `sc_parse_mux_handle` of `message` would cost, in bytes read (`Mux::step_cost`): its
+ length plus the text held back by the requests it finishes or may push past their held-back
+ limit. The server runs a message inline only when this is small.
+
+ # Safety
+ `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
+ `message` must be NULL (len 0) or readable for `len` bytes during the call; `out` and `err`
+ NULL or writable.
+ */
+int32_t sc_parse_mux_step_cost(struct sc_parse_mux *mux,
+                               const uint8_t *message,
+                               uintptr_t len,
+                               uint64_t *out,
+                               struct sc_error **err);
 
 /*
  The attribution trace of a request opened with `"trace": true` (JSON), or empty `out` when

@@ -111,6 +111,12 @@ class NativeParseMux:
         finally:
             lib.sc_bytes_free(out)
 
+    def step_cost(self, message: bytes) -> int:
+        """What `handle(message)` costs in bytes read: its length plus the text held back by the
+        requests it finishes or may push past their held-back limit (read whole by that step)."""
+        with self._handle as mux:
+            return call_out("uint64_t", lib.sc_parse_mux_step_cost, mux, ffi.from_buffer(message), len(message))
+
     def trace(self, request_id: str) -> dict | None:
         """The attribution trace of a request opened with `trace`."""
         with self._handle as mux:

@@ -67,7 +67,12 @@ class ParseStreamServicer:
                 # pool's queue bound does not apply: see `sidecar.runtime`). A malformed message
                 # raises: the stream ends with its status.
                 offload = self._runtime.offloader.run
-                answer = await offload(lambda: mux.handle(message), len(message), call.rpc, bounded=False)
+                cost = len(message)
+                if cost <= self._runtime.config.inline_bytes:
+                    # A small step may still finish (or push over the held-back limit) requests
+                    # holding much text, which it then reads whole.
+                    cost = mux.step_cost(message)
+                answer = await offload(lambda: mux.handle(message), cost, call.rpc, bounded=False)
                 if answer is None:
                     # An open reads every field of its message (prompt ids, stop strings, tools,
                     # kwargs) in Python and builds its stop-string automaton: sized the same way.

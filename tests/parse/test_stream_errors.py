@@ -264,6 +264,31 @@ def test_a_step_whose_error_answers_alone_could_pass_the_message_limit_is_refuse
 
 
 @pytest.mark.models
+def test_a_step_costs_the_text_held_by_the_requests_it_finishes() -> None:
+    """The server runs a small step inline on its event loop; one that finishes requests reads all
+    they held back (200 requests holding 400 KB each: 0.5 s on the loop for a 2 KB step). Its cost
+    counts that text, and the text of a request near its held-back limit (a forced read)."""
+    with mux_with(ParseLimits(max_held_bytes=40_000), []) as mux:
+        waits = {"a": 5_000, "b": 7_000, "near": 25_000}
+        for name, size in waits.items():
+            mux.open(parse_model("qwen3"), name, "fp", replace(CONFIG, max_held_bytes=40_000), [])
+            step(mux, [(name, encode("qwen3", "<tool_call>" + " " * size), False)])  # undecided: held
+
+        def cost(items: list[tuple[str, bool]]) -> tuple[int, int]:
+            message = pb.ParseStreamRequest(step=pb.Step(items=[
+                pb.StepTokens(request_id=r, token_ids=[87], finished=f) for r, f in items])).SerializeToString()
+            return mux.step_cost(message), len(message)
+
+        held, size = cost([("a", False), ("b", False)])
+        assert held == size  # nothing read whole: the message alone
+        held, size = cost([("a", True), ("b", False)])
+        assert held - size >= waits["a"] and held - size < waits["a"] + waits["b"]
+        held, size = cost([("near", False)])  # past half its limit: this step may force a read
+        assert held - size >= waits["near"]
+        assert mux.step_cost(b"\xff") == 1  # not a message: handling it fails at once
+
+
+@pytest.mark.models
 def test_malformed_messages(env) -> None:  # noqa: ANN001
     mux, model = env
     with pytest.raises(InvalidArgument):

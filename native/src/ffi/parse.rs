@@ -246,6 +246,33 @@ pub unsafe extern "C" fn sc_parse_mux_handle(
     })
 }
 
+/// What `sc_parse_mux_handle` of `message` would cost, in bytes read (`Mux::step_cost`): its
+/// length plus the text held back by the requests it finishes or may push past their held-back
+/// limit. The server runs a message inline only when this is small.
+///
+/// # Safety
+/// `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
+/// `message` must be NULL (len 0) or readable for `len` bytes during the call; `out` and `err`
+/// NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn sc_parse_mux_step_cost(
+    mux: *mut sc_parse_mux,
+    message: *const u8,
+    len: usize,
+    out: *mut u64,
+    err: *mut *mut sc_error,
+) -> i32 {
+    guard(err, || {
+        // SAFETY: the caller passes a live handle.
+        let mux = unsafe { read_handle(mux, "mux")? }.lock()?;
+        // SAFETY: the caller lends the bytes for the call.
+        let message = unsafe { read_slice(message, len, "message")? };
+        let cost = mux.step_cost(message) as u64;
+        // SAFETY: the caller promises `out` is NULL or writable.
+        unsafe { write_out(out, cost, "out") }
+    })
+}
+
 /// The attribution trace of a request opened with `"trace": true` (JSON), or empty `out` when
 /// there is none.
 ///

@@ -373,6 +373,11 @@ impl Session {
         self.finished
     }
 
+    /// The held-back bytes past which a step reads everything held (`--parse-max-held-kb`).
+    pub fn held_limit(&self) -> usize {
+        self.max_held
+    }
+
     /// Bytes currently held back across all stages.
     pub fn held_bytes(&self) -> usize {
         self.detok.held_bytes()
