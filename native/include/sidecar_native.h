@@ -1021,10 +1021,13 @@ void sc_multiplexer_free(struct sc_multiplexer *mux);
  `elapsed_us`: time since the message was read; `pending`: ids of the stream's requests still
  waiting for their result; `refuse_code` non-zero answers every request with that status and
  `refuse_message` instead of running it. Malformed framing is `SC_ERR_KIND_INVALID_ARGUMENT`.
+ `cancel` is the message's cancel flag or NULL: once set (its client has gone) the run stops with
+ `SC_ERR_KIND_CANCELLED`.
 
  # Safety
- `mux` must be a live handle; `message` (`len` bytes), `pending` (`pending_len` ids) and
- `refuse_message` are borrowed for the call; `out` and `err` NULL or writable.
+ `mux` must be a live handle; `message` (`len` bytes), `pending` (`pending_len` ids),
+ `refuse_message` and `cancel` (NULL or an aligned `uint32_t`) are borrowed for the call; `out`
+ and `err` NULL or writable.
  */
 int32_t sc_multiplexer_run(const struct sc_multiplexer *mux,
                            const uint8_t *message,
@@ -1034,6 +1037,7 @@ int32_t sc_multiplexer_run(const struct sc_multiplexer *mux,
                            uintptr_t pending_len,
                            int32_t refuse_code,
                            struct sc_str refuse_message,
+                           const uint32_t *cancel,
                            struct sc_multiplex_batch **out,
                            struct sc_error **err);
 

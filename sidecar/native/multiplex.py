@@ -117,8 +117,9 @@ class NativeMultiplexer:
         ids = ffi.new("uint64_t[]", list(pending)) if pending else _NO_PENDING
         refusal = str_arg(refuse_message.encode()) if refuse_code else str_arg(b"")
         with self._handle as mux:
+            # On a worker (a large message), the call's cancel flag: set when the client has gone.
             status = lib.sc_multiplexer_run(mux, ffi.from_buffer(message), len(message), elapsed_us, ids,
-                                            len(pending), refuse_code, refusal, out, err)
+                                            len(pending), refuse_code, refusal, cancel_arg(), out, err)
         raise_for_status(status, err)
         return _unpack(out[0])
 

@@ -159,10 +159,13 @@ pub unsafe extern "C" fn sc_multiplexer_free(mux: *mut sc_multiplexer) {
 /// `elapsed_us`: time since the message was read; `pending`: ids of the stream's requests still
 /// waiting for their result; `refuse_code` non-zero answers every request with that status and
 /// `refuse_message` instead of running it. Malformed framing is `SC_ERR_KIND_INVALID_ARGUMENT`.
+/// `cancel` is the message's cancel flag or NULL: once set (its client has gone) the run stops with
+/// `SC_ERR_KIND_CANCELLED`.
 ///
 /// # Safety
-/// `mux` must be a live handle; `message` (`len` bytes), `pending` (`pending_len` ids) and
-/// `refuse_message` are borrowed for the call; `out` and `err` NULL or writable.
+/// `mux` must be a live handle; `message` (`len` bytes), `pending` (`pending_len` ids),
+/// `refuse_message` and `cancel` (NULL or an aligned `uint32_t`) are borrowed for the call; `out`
+/// and `err` NULL or writable.
 #[no_mangle]
 #[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn sc_multiplexer_run(
@@ -174,6 +177,7 @@ pub unsafe extern "C" fn sc_multiplexer_run(
     pending_len: usize,
     refuse_code: i32,
     refuse_message: sc_str,
+    cancel: *const u32,
     out: *mut *mut sc_multiplex_batch,
     err: *mut *mut sc_error,
 ) -> i32 {
@@ -189,10 +193,13 @@ pub unsafe extern "C" fn sc_multiplexer_run(
                 read_str(refuse_message, "refuse_message")?,
             )
         };
+        // SAFETY: the caller lends the flag for the call.
+        let flag = unsafe { read_cancel_flag(cancel)? };
         let opts = RunOptions {
             elapsed: Duration::from_micros(elapsed_us),
             pending,
             refuse: (refuse_code != 0).then_some((refuse_code, refuse_message)),
+            flag,
         };
         let batch = mux.inner.run(message, &opts)?;
         // SAFETY: the caller promises `out` is NULL or writable.

@@ -132,6 +132,9 @@ pub struct RunOptions<'a> {
     /// When set, every request is answered with this status (code, message) instead of being
     /// run (the server is draining).
     pub refuse: Option<(i32, &'a str)>,
+    /// The message's cancel flag (see `crate::cancel`), set when the client has gone: the run
+    /// stops between requests, and a request running stops at its next check.
+    pub flag: Option<&'a AtomicU32>,
 }
 
 /// The models and settings a Multiplex stream runs requests with; immutable, shared by every
@@ -182,6 +185,7 @@ impl Multiplexer {
         };
         let mut seen: HashSet<u64> = opts.pending.iter().copied().collect();
         for (i, call) in decoded.calls.iter().enumerate() {
+            crate::cancel::Cancel::new(None, opts.flag).check()?;
             if let Some((code, why)) = opts.refuse {
                 batch.put_error(call.id, call.kind(), code, why);
                 continue;
@@ -205,7 +209,7 @@ impl Multiplexer {
                 continue;
             }
             let elapsed = opts.elapsed + started.elapsed();
-            self.start(call, message, elapsed, &mut batch);
+            self.start(call, message, elapsed, opts.flag, &mut batch);
         }
         batch.cut_chunks(self.settings.max_message_bytes);
         Ok(batch)
@@ -231,7 +235,14 @@ impl Multiplexer {
     }
 
     /// Decodes a call and runs it now, or defers it when it costs more than the inline bound.
-    fn start(&self, call: &CallView<'_>, message: &[u8], elapsed: Duration, batch: &mut Batch) {
+    fn start(
+        &self,
+        call: &CallView<'_>,
+        message: &[u8],
+        elapsed: Duration,
+        flag: Option<&AtomicU32>,
+        batch: &mut Batch,
+    ) {
         let request = match self.decode(call) {
             Ok(request) => request,
             Err(e) => return batch.put_failure(call.id, call.kind(), &e),
@@ -249,8 +260,9 @@ impl Multiplexer {
             });
             return;
         }
-        // Small and bounded: run inline, where nothing can cancel it.
-        self.finish(call, request, elapsed, None, batch);
+        // Small and bounded: run now (off the loop when the whole message was large, where the
+        // message's flag stops it once its client has gone).
+        self.finish(call, request, elapsed, flag, batch);
     }
 
     fn decode(&self, call: &CallView<'_>) -> Result<Request> {

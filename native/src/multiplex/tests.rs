@@ -199,6 +199,22 @@ fn limit_duplicates_and_refusal() {
 }
 
 #[test]
+fn a_message_whose_flag_is_set_stops_as_cancelled() {
+    // A large message runs on a worker; its client gone, the rest of its requests must not run.
+    let mux = multiplexer(1 << 20, 100, 1 << 20);
+    let flag = std::sync::atomic::AtomicU32::new(1);
+    let opts = RunOptions {
+        flag: Some(&flag),
+        ..RunOptions::default()
+    };
+    let raw = message(vec![tokenize(1, "ab"), tokenize(2, "b")], vec![]);
+    let err = mux.run(&raw, &opts).expect_err("cancelled");
+    assert_eq!(err.kind(), crate::error::ErrorKind::Cancelled);
+    flag.store(0, std::sync::atomic::Ordering::Relaxed);
+    assert_eq!(results(&mux.run(&raw, &opts).unwrap()).len(), 2);
+}
+
+#[test]
 fn a_passed_deadline_fails_before_work() {
     let mux = multiplexer(1 << 20, 100, 1 << 20);
     let call = pb::MultiplexCall {
