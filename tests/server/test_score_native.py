@@ -173,6 +173,20 @@ def test_an_id_above_32_bits_is_refused_natively_not_truncated(servicer: KvRoute
     )
 
 
+def test_an_id_whose_varint_runs_past_64_bits_is_refused_not_truncated(servicer: KvRouterServicer) -> None:
+    """A tenth varint byte above 1: the native split called the body malformed and fell back to
+    protobuf, which drops the extra bits and scored the id as 4294967295."""
+    # token_ids { 7, <10-byte varint whose last byte is 0x7f> } (packed)
+    ids = b"\x07" + b"\xff" * 9 + b"\x7f"
+    body = kv.ScoreRequest(model=MODEL).SerializeToString() + b"\x22" + bytes([len(ids) + 2, 0x0a, len(ids)]) + ids
+    assert list(kv.ScoreRequest.FromString(body).token_ids.token_ids) == [7, 4294967295]  # what protobuf reads
+    if not native(servicer):
+        return  # the reference path reads ids as protobuf does (see the test above)
+    code, message, _ = refusal(servicer, body)
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert message.startswith("token_ids.token_ids[1]: a varint past 64 bits is not a token id")
+
+
 def test_an_empty_model_names_the_only_kv_model_for_every_input(servicer: KvRouterServicer) -> None:
     """The contract: an empty `model` means the only KV model, whatever the input; text and
     messages were looked up under the empty name (NOT_FOUND) while token ids were scored."""

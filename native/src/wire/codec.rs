@@ -52,6 +52,21 @@ impl<'a> Reader<'a> {
         Err(self.malformed("varint too long"))
     }
 
+    /// A varint as protobuf's own parser reads it: a tenth byte above 1 is accepted and its extra
+    /// bits dropped (`varint` refuses it). The flag says whether bits were dropped.
+    pub(crate) fn varint_truncating(&mut self) -> Result<(u64, bool)> {
+        let mut value = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = *self.buf.get(self.pos).ok_or_else(|| self.truncated())?;
+            self.pos += 1;
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok((value, shift == 63 && b > 1));
+            }
+        }
+        Err(self.malformed("varint too long"))
+    }
+
     pub(crate) fn bytes(&mut self) -> Result<&'a [u8]> {
         let len = usize::try_from(self.varint()?).map_err(|_| self.truncated())?;
         let end = self

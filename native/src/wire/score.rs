@@ -85,8 +85,12 @@ pub fn split_score(message: &[u8]) -> Result<SplitScore> {
         return Ok(SplitScore::NotTokenIds);
     };
     let ids = match ids.refused {
-        Some((at, id)) => Err(Error::invalid_argument(format!(
+        Some((at, Some(id))) => Err(Error::invalid_argument(format!(
             "token_ids.token_ids[{at}]: {id} is not a token id (token ids are below 2^32)"
+        ))),
+        Some((at, None)) => Err(Error::invalid_argument(format!(
+            "token_ids.token_ids[{at}]: a varint past 64 bits is not a token id (token ids are \
+             below 2^32)"
         ))),
         None => Ok(IdBuffer(ids.read)),
     };
@@ -98,7 +102,9 @@ pub fn split_score(message: &[u8]) -> Result<SplitScore> {
 struct Ids {
     read: Vec<u8>,
     count: usize,
-    refused: Option<(usize, u64)>,
+    /// The first id refused: its position, and its value (None: a varint past 64 bits, which
+    /// protobuf would truncate rather than refuse).
+    refused: Option<(usize, Option<u64>)>,
 }
 
 impl Ids {
@@ -110,10 +116,21 @@ impl Ids {
             Ok(id) if self.refused.is_none() => self.read.extend_from_slice(&id.to_ne_bytes()),
             Ok(_) => {}
             Err(_) => {
-                self.refused.get_or_insert((self.count, id));
+                self.refused.get_or_insert((self.count, Some(id)));
             }
         }
         self.count += 1;
+    }
+
+    /// An id read by the byte reader, refused when its varint ran past 64 bits.
+    #[inline]
+    fn push_read(&mut self, (id, overflowed): (u64, bool)) {
+        if overflowed {
+            self.refused.get_or_insert((self.count, None));
+            self.count += 1;
+        } else {
+            self.push(id);
+        }
     }
 }
 
@@ -134,7 +151,7 @@ fn read_packed(packed: &[u8], ids: &mut Ids) -> Result<()> {
         let mut ends = !word & HIGH_BITS;
         if ends == 0 {
             let mut long = Reader::new(&packed[pos..], WHAT);
-            ids.push(long.varint()?);
+            ids.push_read(long.varint_truncating()?);
             pos += long.pos();
             continue;
         }
@@ -152,7 +169,7 @@ fn read_packed(packed: &[u8], ids: &mut Ids) -> Result<()> {
     }
     let mut tail = Reader::new(&packed[pos..], WHAT);
     while !tail.done() {
-        ids.push(tail.varint()?);
+        ids.push_read(tail.varint_truncating()?);
     }
     Ok(())
 }
@@ -177,7 +194,7 @@ fn read_ids(message: &[u8], ids: &mut Ids) -> Result<()> {
                 ids.read.reserve(packed.len() * 2);
                 read_packed(packed, ids)?;
             }
-            (IDS, VARINT) => ids.push(r.varint()?),
+            (IDS, VARINT) => ids.push_read(r.varint_truncating()?),
             // Dropped with the message, so checked here: the server's parser refuses a field
             // number protobuf does not allow (the rest of the message it reads itself).
             (field, _) if field == 0 || field > MAX_FIELD => {

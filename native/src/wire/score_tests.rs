@@ -173,12 +173,23 @@ fn malformed_messages_are_invalid_argument() {
         &[0x12, 0x01, 0xff],                 // a text that is not UTF-8
         &[0x1a, 0x01, 0xff, 0x22, 0x00],     // and messages_json, even when replaced
         &[0x22, 0x02, 0x0c, 0x08],           // an unmatched end of group inside
-        &overflow,
     ] {
         assert!(pb::ScoreRequest::decode(bad).is_err());
         let err = split_score(bad).err().expect("refused");
         assert!(err.message().contains("ScoreRequest"), "{}", err.message());
     }
+    // A tenth varint byte above 1: prost refuses it, but the server's parser (upb) drops the extra
+    // bits, so a fallback to it scored a truncated id. Refused as an id, naming it.
+    assert!(pb::ScoreRequest::decode(&overflow[..]).is_err());
+    let Ok(SplitScore::TokenIds { ids: Err(e), .. }) = split_score(&overflow) else {
+        panic!("an overflowing id is a refused token id")
+    };
+    assert!(
+        e.message()
+            .starts_with("token_ids.token_ids[0]: a varint past 64 bits"),
+        "{}",
+        e.message()
+    );
 }
 
 /// `ScoreRequest` as prost reads it with 64-bit ids (what a refusal is checked against).
@@ -340,11 +351,13 @@ fn varint_bytes(rng: &mut Rng, mut value: u64) -> Vec<u8> {
 
 /// Packed ids read one varint at a time by the byte reader: what the word-at-a-time reading must
 /// equal, ids, refusals and errors alike.
-fn read_bytewise(packed: &[u8]) -> Result<Vec<u64>, String> {
+/// (None: a varint past 64 bits, refused as an id).
+fn read_bytewise(packed: &[u8]) -> Result<Vec<Option<u64>>, String> {
     let mut r = super::codec::Reader::new(packed, "ScoreRequest.token_ids.token_ids");
     let mut out = Vec::new();
     while !r.done() {
-        out.push(r.varint().map_err(|e| e.message().to_string())?);
+        let (value, overflowed) = r.varint_truncating().map_err(|e| e.message().to_string())?;
+        out.push((!overflowed).then_some(value));
     }
     Ok(out)
 }
@@ -387,14 +400,24 @@ fn packed_ids_of_every_length_and_padding_read_as_byte_by_byte() {
             (Err(want), Err(got)) => assert_eq!(got, want, "case {case}"),
             (Ok(values), Ok(read)) => {
                 compared += 1;
-                match values.iter().position(|&v| v > u64::from(u32::MAX)) {
-                    Some(at) => assert!(read
-                        .unwrap_err()
-                        .message()
-                        .starts_with(&format!("token_ids.token_ids[{at}]: {} ", values[at]))),
+                match values
+                    .iter()
+                    .position(|&v| v.is_none_or(|v| v > u64::from(u32::MAX)))
+                {
+                    Some(at) => {
+                        let shown =
+                            values[at].map_or("a varint past 64 bits".into(), |v| format!("{v} "));
+                        assert!(read
+                            .unwrap_err()
+                            .message()
+                            .starts_with(&format!("token_ids.token_ids[{at}]: {shown}")))
+                    }
                     None => assert_eq!(
                         read.expect("ids").to_vec(),
-                        values.iter().map(|&v| v as u32).collect::<Vec<_>>(),
+                        values
+                            .iter()
+                            .map(|&v| v.expect("in range") as u32)
+                            .collect::<Vec<_>>(),
                         "case {case}"
                     ),
                 }
