@@ -360,6 +360,10 @@ class PrefixIndex:
             if len(keys) < len(hashes):
                 # Fewer tokens than blocks: index what the tokens cover.
                 hashes = hashes[: len(keys)]
+        if not hashes:
+            # Nothing to hold: its medium is not registered (the native index has room for 8 media,
+            # which stores of no blocks could otherwise use up for good).
+            return
         m = self._medium(event.medium)
         mbit = 1 << m
         wbit = 1 << w.bit

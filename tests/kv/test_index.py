@@ -154,6 +154,20 @@ def test_block_size_is_not_learned_from_a_store_that_is_skipped(kind: str, skipp
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_stores_of_no_blocks_register_no_medium(kind: str) -> None:
+    """The native index has room for 8 media: 8 stores of no blocks under made-up media used up
+    the slots for good, and every store in another medium (GPU included) was skipped after them;
+    the Python index, with no such bound, indexed it."""
+    index = make_index(kind)
+    for i in range(8):
+        index.apply("junk", BlockStored([], None, [], BS, medium=f"m{i}"))
+    index.apply("a", store(TOKENS, 0, 3))
+    workers = {w.worker: w for w in index.score(TOKENS).workers}
+    assert workers["a"].blocks == 3 and workers["a"].blocks_by_medium == {"GPU": 3}
+    assert index.stats.skipped_events == 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_eviction_keeps_memory_bounded(kind: str) -> None:
     index = make_index(kind, BS, max_blocks=100)
     for i in range(60):

@@ -243,6 +243,11 @@ impl Index {
             return;
         };
         let hashes = &hashes[..keys.len()];
+        if hashes.is_empty() {
+            // Nothing to hold: its medium is not registered (8 stores of no blocks under 8 made-up
+            // media used up the slots for good, and every other medium's stores were skipped).
+            return;
+        }
         let Some(m) = self.medium_id(event.medium) else {
             // More distinct media than the mask has bits: not indexable (documented limit).
             self.stats.skipped_events += 1;
