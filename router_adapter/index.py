@@ -132,7 +132,9 @@ class PrefixIndex:
         self._holders: list[dict[int, int]] = []
         #: (key, worker bit, medium) -> extra holds beyond the first (equal content under two
         #: engine hashes, e.g. the same placeholder tokens with different images).
-        self._extra_holds: dict[tuple[int, int, int], int] = {}
+        #: Worker bit -> {(key, medium): holds beyond the first}; per worker, so a clear forgets
+        #: its own without reading every worker's.
+        self._extra_holds: dict[int, dict[tuple[int, int], int]] = {}
         self._blocks = 0
         self._event_times: deque[float] = deque(maxlen=4096)
 
@@ -291,8 +293,7 @@ class PrefixIndex:
                 if mask & 1:
                     held = self._holders[m].get(key, 0)
                     if held & wbit:
-                        hold = (key, w.bit, m)
-                        self._extra_holds[hold] = self._extra_holds.get(hold, 0) + 1
+                        self._add_extra(key, w.bit, m)
                     else:
                         self._holders[m][key] = held | wbit
                 mask >>= 1
@@ -387,8 +388,7 @@ class PrefixIndex:
                 key = old_key
             held = holders.get(key, 0)
             if held & wbit:
-                hold = (key, w.bit, m)
-                self._extra_holds[hold] = self._extra_holds.get(hold, 0) + 1
+                self._add_extra(key, w.bit, m)
             else:
                 holders[key] = held | wbit
         self._blocks += added
@@ -415,14 +415,20 @@ class PrefixIndex:
             self._release(key, w.bit, m)
             self.stats.blocks_removed += 1
 
+    def _add_extra(self, key: int, bit: int, m: int) -> None:
+        mine = self._extra_holds.setdefault(bit, {})
+        mine[(key, m)] = mine.get((key, m), 0) + 1
+
     def _release(self, key: int, bit: int, m: int) -> None:
-        hold = (key, bit, m)
-        extra = self._extra_holds.get(hold)
+        mine = self._extra_holds.get(bit)
+        extra = mine.get((key, m)) if mine else None
         if extra:
-            if extra == 1:
-                del self._extra_holds[hold]
+            if extra > 1:
+                mine[(key, m)] = extra - 1
             else:
-                self._extra_holds[hold] = extra - 1
+                del mine[(key, m)]
+                if not mine:
+                    del self._extra_holds[bit]
             return
         holders = self._holders[m]
         held = holders.get(key, 0) & ~(1 << bit)
@@ -446,8 +452,7 @@ class PrefixIndex:
                         holders.pop(key, None)
                 mask >>= 1
                 m += 1
-        if self._extra_holds:
-            self._extra_holds = {h: n for h, n in self._extra_holds.items() if h[1] != w.bit}
+        self._extra_holds.pop(w.bit, None)
         self._blocks -= len(w.keys)
         w.keys = {}
         w.media = {}

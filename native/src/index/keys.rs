@@ -55,8 +55,9 @@ const BURIED: u32 = 1 << 8;
 pub(crate) struct KeyTable {
     table: Table<KeySlot>,
     pool: MultiPool,
-    /// (mixed key, worker, medium) -> holds beyond the first.
-    extra_holds: HashMap<(u64, u32, u8), u32>,
+    /// Worker -> (mixed key, medium) -> holds beyond the first; per worker, so a clear forgets its
+    /// own without reading every worker's (0.57 ms per clear with 300k of another's).
+    extra_holds: HashMap<u32, HashMap<(u64, u8), u32>>,
 }
 
 impl KeyTable {
@@ -143,18 +144,26 @@ impl KeyTable {
             Holders::Nobody => unreachable!("occupied key slot with no holders"),
         };
         if !fresh {
-            *self.extra_holds.entry((hkey, worker, m as u8)).or_insert(0) += 1;
+            *self
+                .extra_holds
+                .entry(worker)
+                .or_default()
+                .entry((hkey, m as u8))
+                .or_insert(0) += 1;
         }
     }
 
     /// Releases one hold of a key by `worker` in medium `m`.
     pub fn release(&mut self, hkey: u64, worker: u32, m: usize) {
-        if !self.extra_holds.is_empty() {
-            let hold = (hkey, worker, m as u8);
-            if let Some(extra) = self.extra_holds.get_mut(&hold) {
+        if let Some(mine) = self.extra_holds.get_mut(&worker) {
+            let hold = (hkey, m as u8);
+            if let Some(extra) = mine.get_mut(&hold) {
                 *extra -= 1;
                 if *extra == 0 {
-                    self.extra_holds.remove(&hold);
+                    mine.remove(&hold);
+                    if mine.is_empty() {
+                        self.extra_holds.remove(&worker);
+                    }
                 }
                 return;
             }
@@ -190,9 +199,7 @@ impl KeyTable {
 
     /// Forgets the extra holds of a worker being cleared.
     pub fn purge_extras(&mut self, worker: u32) {
-        if !self.extra_holds.is_empty() {
-            self.extra_holds.retain(|hold, _| hold.1 != worker);
-        }
+        self.extra_holds.remove(&worker);
     }
 
     /// Applies `change` to the holders of a key (when it is held); `None` = unchanged.
@@ -221,7 +228,12 @@ impl KeyTable {
     pub fn allocated_bytes(&self) -> usize {
         self.table.allocated_bytes()
             + self.pool.allocated_bytes()
-            + self.extra_holds.capacity() * 24
+            + self.extra_holds.capacity() * 48
+            + self
+                .extra_holds
+                .values()
+                .map(|mine| mine.capacity() * 24)
+                .sum::<usize>()
     }
 }
 
