@@ -140,6 +140,13 @@ def test_refusals_are_the_python_paths(servicer: KvRouterServicer) -> None:
         (kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=[1]), mm_items=[pb.MultimodalItem()]),
          grpc.StatusCode.INVALID_ARGUMENT),
         (kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=PROMPT + PROMPT)), grpc.StatusCode.RESOURCE_EXHAUSTED),
+        # offset + length past 2^64: the native index refused it naming another message's field.
+        (kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=[1]),
+                         mm_items=[pb.MultimodalItem(identifier="img", offset=2**63, length=2**63)]),
+         grpc.StatusCode.INVALID_ARGUMENT),
+        (kv.ScoreRequest(model=MODEL, text="hello",
+                         mm_items=[pb.MultimodalItem(identifier="img", offset=2**63, length=2**63)]),
+         grpc.StatusCode.INVALID_ARGUMENT),
         (kv.ScoreRequest(model=MODEL), grpc.StatusCode.INVALID_ARGUMENT),
     ]:
         with pytest.raises(SidecarError) as expected:
