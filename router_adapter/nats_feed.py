@@ -292,7 +292,7 @@ class NatsFeed:
                     if feed.pending == 0 and feed.state == CATCHING_UP:
                         feed.state = LIVE
                     if time.monotonic() - idle_since > 5.0:
-                        await self._check_consumer(sub)
+                        await self._check_consumer(sub, feed)
                         idle_since = time.monotonic()
                     continue
                 idle_since = time.monotonic()
@@ -344,10 +344,12 @@ class NatsFeed:
         feed.stream_created = created
 
     @staticmethod
-    async def _check_consumer(sub) -> None:  # noqa: ANN001 - nats PullSubscription
-        """Raises when the consumer is gone (a server restarted without it); a slow answer is not that."""
+    async def _check_consumer(sub, feed: ModelFeed) -> None:  # noqa: ANN001 - nats PullSubscription
+        """Raises when the consumer is gone (a server restarted without it); a slow answer is not that.
+        Refreshes `feed.pending`: messages counted but removed before delivery (aged out, purged)
+        would otherwise keep the replica catching up for ever."""
         try:
-            await sub.consumer_info()
+            feed.pending = (await sub.consumer_info()).num_pending
         except (asyncio.TimeoutError, TimeoutError):
             pass
 
@@ -656,8 +658,9 @@ class NatsFeed:
             except (ObjectNotFoundError, NotFoundError, BadObjectMetaError):
                 created = None
             # One whose time cannot be read (any client of the bucket may write its meta) or lies
-            # in the future is overwritten: kept, it would stop every replica writing one.
-            if created is not None and created <= time.time():
+            # in the future is overwritten: kept, it would stop every replica writing one. (A
+            # period's worth of clock skew between replicas is not the future.)
+            if created is not None and created <= time.time() + self.options.snapshot_period_s:
                 feed.snapshot_time = max(feed.snapshot_time or 0.0, created)
                 if time.time() - created < self.options.snapshot_period_s * 0.9:
                     return False

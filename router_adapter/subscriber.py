@@ -328,6 +328,8 @@ class Subscriber:
         endpoint = state.source.replay_endpoint
         if not endpoint or until - start > MAX_REPLAY_SPAN or time.monotonic() < state.replay_after:
             return False
+        if time.monotonic() > state.replay_after + MAX_REPLAY_BACKOFF_S:
+            state.replay_backoff = 0.0  # long past the last failure: a new one starts afresh
         answered = self._fetch_replay(state, start, until)
         if answered is not None:
             state.replay_backoff = 0.0

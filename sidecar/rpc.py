@@ -234,8 +234,8 @@ def raw_unary(rpc: str, handler: RawHandler,
     bookkeeping as `unary` (the handler sets `call.model` for the log line, and counts a body that
     does not decode in `sidecar_malformed_requests_total`), without binding the log context: such a
     handler logs nothing of its own, and a crash's line names the request id itself. Traced, the
-    call's stages are the ones its handler's work reports (`queue`, `native`, and `decode` and
-    `encode` on a Python path), all off the loop when the call is large."""
+    call's stages are the ones its handler's work reports (`queue`, `native`, and `decode` on a
+    Python path), all off the loop when the call is large."""
     meters = _Meters(rpc)
     gate = gate or _ALWAYS_OPEN
     traced = tracing.enabled()

@@ -126,8 +126,8 @@ class Offloader:
                   stage: str = "native") -> T:
         """`fn()` inline or on a lane's pool by `cost_bytes`; RESOURCE_EXHAUSTED naming
         `--max-queue` when the lane's queue is full, unless not `bounded` (see the module docs).
-        `stage`: what `fn` is, for the stage histogram and span (`decode` and `encode` where the
-        Python path reads or writes a message off the loop)."""
+        `stage`: what `fn` is, for the stage histogram and span (`decode` where the Python path
+        reads a request off the loop)."""
         if cost_bytes <= self._inline_bytes:
             start = time.perf_counter()
             result = fn()

@@ -19,7 +19,7 @@ from sidecar.backend import EncodeOptions, RenderOptions
 from sidecar.errors import FailedPrecondition, InvalidArgument, NotFound
 from sidecar.hashing import spec_to_proto
 from sidecar.rpc import Call, decode_request
-from sidecar.runtime import UNBOUNDED, Runtime, request_cost
+from sidecar.runtime import Runtime, request_cost
 from sidecar.servicers.detokenize import check_token_ids
 from sidecar.servicers.render import check_kwargs_size
 from sidecar.servicers.tokenize import check_text_lengths
@@ -166,7 +166,11 @@ class KvRouterServicer:
         router = self._require_router()
         # On a worker: the event rate and the per-worker counts take the index's lock, which an
         # apply or a restore holds for as long as its payload takes (0.1 s for 34 MB).
-        return await self._runtime.offloader.run(lambda: _status(router), UNBOUNDED, call.rpc)
+        # Sized as a large call (not UNBOUNDED: the huge lane's queue could refuse a status) and
+        # never refused by a full queue: monitoring must answer when the server is busy.
+        config = self._runtime.config
+        return await self._runtime.offloader.run(lambda: _status(router), config.inline_bytes + 1, call.rpc,
+                                                 bounded=False)
 
 
 def _mm_items(request: kv.ScoreRequest) -> tuple[MmItem, ...]:

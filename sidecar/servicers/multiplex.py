@@ -133,8 +133,9 @@ class _Stream:
         (the stream's status)."""
         try:
             async for message in requests:
-                await self._writable.wait()
+                # Stamped first: a request's deadline counts the wait for the client to read.
                 received = time.perf_counter()
+                await self._writable.wait()
                 table = self._servicer.table()
                 refuse = (0, "") if self._gate.open else _DRAINING
                 pending = array("Q", self._pending) if self._pending else ()

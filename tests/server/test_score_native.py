@@ -221,6 +221,17 @@ def test_kv_status_reads_the_index_on_a_worker(servicer: KvRouterServicer, monke
         return real(self)
 
     monkeypatch.setattr(type(index), "events_per_second", recording)
+    offloader = servicer._runtime.offloader
+    real_run, runs = offloader.run, []
+
+    async def run(fn, cost, rpc, bounded=True, stage="native"):  # noqa: ANN001, ANN202
+        runs.append((cost <= offloader._huge_bytes, bounded))
+        return await real_run(fn, cost, rpc, bounded, stage)
+
+    monkeypatch.setattr(offloader, "run", run)
     status = asyncio.run(servicer.KvStatus(kv.KvStatusRequest(), None, Call("KvStatus", "t", None)))
     assert read_on == [False]
+    # Not in the huge lane (half the workers, behind template renders) and never refused by a full
+    # queue: monitoring answers when the server is busy.
+    assert runs == [(True, False)]
     assert [(m.model, m.blocks) for m in status.models] == [(MODEL, 2048 + 5)]
