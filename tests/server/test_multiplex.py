@@ -240,7 +240,9 @@ def test_a_cancelled_request_stops_its_native_work(server: LiveServer, channel: 
 
 
 def test_duplicate_ids_are_refused_under_that_id(channel: grpc.Channel, models: list[str]) -> None:
-    slow = pb.TokenizeRequest(model=models[0], texts=[SLOW_TEXT])
+    # Six texts: one alone finished before the next message came in one CI run (the test needs 6
+    # still running then).
+    slow = pb.TokenizeRequest(model=models[0], texts=[SLOW_TEXT] * 6)
     small = pb.TokenizeRequest(model=models[0], texts=["first"])
     stream = Stream(channel)
     stream.send([call(5, "tokenize", small), call(5, "tokenize", small), call(6, "tokenize", slow)])
