@@ -292,6 +292,21 @@ def test_messages_dropped_on_the_way_are_read_again(publisher: Publisher, replic
     assert feed.models[MODEL].workers["w0"].gaps == 0
 
 
+def test_a_snapshot_from_a_replica_whose_clock_runs_a_little_ahead_is_fresh(replicas) -> None:  # noqa: ANN001
+    """Times up to a period ahead are clock skew between replicas, not the future: overwritten, a
+    fresh snapshot would be written again by every other replica at each period."""
+    import json
+
+    from nats.js.api import ObjectMeta
+
+    _, feed = replicas(snapshot_period_s=60.0)
+    wait_until(lambda: live(feed), 30, "the feed to go live")
+    ahead = json.dumps({"created": time.time() + 30})
+    on_feed_loop(feed, feed._store.put(SNAPSHOT_NAME, b"x", meta=ObjectMeta(name=SNAPSHOT_NAME, description=ahead)))
+    assert not on_feed_loop(feed, feed.publish_snapshot(feed.models[MODEL]))
+    assert feed.models[MODEL].snapshots_written == 0
+
+
 @pytest.mark.parametrize("worker, headers", [
     ("w9", {fanout.KIND: fanout.BATCH, fanout.EPOCH: "x", fanout.SEQ: "1"}),  # raised past the pull
     ("w0", None),  # `nats pub` on a worker's subject: read as epoch 0, it reset w0 twice

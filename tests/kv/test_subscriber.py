@@ -218,6 +218,30 @@ def test_a_replay_socket_that_does_not_answer_is_not_asked_again_at_once(ctx: zm
         silent.close(0)
 
 
+def test_replay_backoff_doubles_while_failures_repeat_and_starts_afresh_long_after(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A replay that times out holds every source's thread: the next is not asked for 1 s, then 2,
+    4, ... up to 60; a failure long after the last one waits 1 s again, not the old 60."""
+    from router_adapter import subscriber as module
+
+    now = [1000.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    source = Source("a", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2")
+    sub = Subscriber([source], lambda w, b: None, lambda w, r: None, silence_timeout_s=None)
+    asked: list[float] = []
+    monkeypatch.setattr(sub, "_fetch_replay", lambda state, start, until: asked.append(now[0]))  # None: timed out
+    state = _State(source, None)  # type: ignore[arg-type] - no socket: the fetch is replaced
+    waits = []
+    for _ in range(8):
+        assert not sub._replay(state, 1, 2)
+        waits.append(state.replay_after - now[0])
+        assert not sub._replay(state, 1, 2)  # within the wait: not asked
+        now[0] = state.replay_after + 0.001
+    assert waits == [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 60.0, 60.0] and len(asked) == 8
+    now[0] += 3600
+    assert not sub._replay(state, 1, 2)
+    assert state.replay_after - now[0] == 1.0
+
+
 def test_undecodable_payloads_are_counted_and_skipped(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx, replay=False)
     router = KvRouter([Source("a", pub.endpoint, model="m")], block_size=BS, silence_timeout_s=None,
