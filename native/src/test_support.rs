@@ -75,3 +75,12 @@ pub(crate) fn shared_model(name: &str) -> Option<Tokenizer> {
     let dir = shared_models()?.join(name);
     Some(Tokenizer::from_dir(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())))
 }
+
+/// `text`'s token ids (no special tokens added), as the tokenizer's Hugging Face encoder gives them.
+pub(crate) fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
+    tok.hf()
+        .encode(text, false)
+        .expect("encode")
+        .get_ids()
+        .to_vec()
+}

@@ -17,6 +17,8 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -295,14 +297,25 @@ def test_relay_restart_publishes_nothing_twice(nats_server: NatsServer) -> None:
         ctx.term()
 
 
+@contextmanager
+def engine_and_relay(url: str) -> Iterator[tuple[SimEngine, ThreadRelay]]:
+    """A simulated vLLM engine "w0" and a relay beside it publishing to the NATS server at `url`."""
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
+    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), url)
+    try:
+        yield engine, relay
+    finally:
+        relay.stop()
+        engine.close()
+        ctx.term()
+
+
 def test_batch_within_the_headers_of_max_payload_resets_the_worker(nats_server: NatsServer) -> None:
     """A batch whose payload fits the server's max_payload but not with the relay's headers (the
     server counts both, the client only the payload) gets the same gap reset as a larger one;
     published, the server refused it and closed the connection, and the relay retried forever."""
-    ctx = zmq.Context()
-    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
-    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
-    try:
+    with engine_and_relay(nats_server.url) as (engine, relay):
         engine.pub.wait_for_subscriber()
         target = (1 << 20) - 40  # nats-server's default max_payload, 1 MiB, less 40 bytes
         event = stored_event("vllm", [11], None, list(range(BS)), "GPU")
@@ -314,10 +327,6 @@ def test_batch_within_the_headers_of_max_payload_resets_the_worker(nats_server: 
         engine.pub.publish([stored_event("vllm", [12], None, list(range(BS, 2 * BS)), "GPU")])
         wait_until(lambda: relay.relay.stats.published == 2, 30, "the reset and the next batch")
         assert (relay.relay.stats.too_large, relay.relay.stats.resets, relay.relay.stats.retries) == (1, 1, 0)
-    finally:
-        relay.stop()
-        engine.close()
-        ctx.term()
 
 
 def test_batch_over_the_streams_max_msg_size_resets_the_worker(nats_server: NatsServer) -> None:
@@ -333,20 +342,13 @@ def test_batch_over_the_streams_max_msg_size_resets_the_worker(nats_server: Nats
         await nc.close()
 
     asyncio.run(make_stream())
-    ctx = zmq.Context()
-    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
-    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
-    try:
+    with engine_and_relay(nats_server.url) as (engine, relay):
         engine.pub.wait_for_subscriber()
         event = stored_event("vllm", [11], None, list(range(BS)), "GPU")
         engine.pub.publish([{**event, "lora_name": "x" * 5000}])
         engine.pub.publish([stored_event("vllm", [12], None, list(range(BS, 2 * BS)), "GPU")])
         wait_until(lambda: relay.relay.stats.published == 2, 30, "the reset and the next batch")
         assert (relay.relay.stats.too_large, relay.relay.stats.resets, relay.relay.stats.retries) == (1, 1, 0)
-    finally:
-        relay.stop()
-        engine.close()
-        ctx.term()
 
 
 def test_a_stray_last_message_does_not_stop_a_relay_from_starting(nats_server: NatsServer) -> None:
@@ -363,18 +365,11 @@ def test_a_stray_last_message_does_not_stop_a_relay_from_starting(nats_server: N
         await nc.close()
 
     asyncio.run(stray())
-    ctx = zmq.Context()
-    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
-    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
-    try:
+    with engine_and_relay(nats_server.url) as (engine, relay):
         engine.pub.wait_for_subscriber()
         engine.pub.publish([stored_event("vllm", [12], None, list(range(BS)), "GPU")])
         wait_until(lambda: relay.relay.stats.published == 1, 30, "the batch")
         assert relay.relay.epoch
-    finally:
-        relay.stop()
-        engine.close()
-        ctx.term()
 
 
 def test_batch_over_max_payload_resets_the_worker(nats_server: NatsServer) -> None:

@@ -42,6 +42,18 @@ def ctx() -> Iterator[zmq.Context]:
     context.term()
 
 
+def recording_subscriber(endpoint: str, replay_endpoint: str,
+                         replay_timeout_s: float = 30.0) -> tuple[Subscriber, list[object]]:
+    """A subscriber to source "a" recording, in order, each batch's first block hash and each reset's
+    reason (not started)."""
+    seen: list[object] = []
+    sub = Subscriber([Source("a", endpoint, replay_endpoint)],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None,
+                     replay_timeout_s=replay_timeout_s)
+    return sub, seen
+
+
 def blocks(router: KvRouter, worker: str) -> int:
     return next((w.blocks for w in router.score("m", TOKENS).workers if w.worker == worker), -1)
 
@@ -126,10 +138,7 @@ def test_a_restart_seen_late_replays_the_new_engines_first_batches(ctx: zmq.Cont
     new engine's earlier batches went by unseen, and its replay socket fills them in after the
     reset."""
     pub = FakeEnginePublisher(ctx)
-    seen: list[object] = []
-    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
-                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
-                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=30.0)
+    sub, seen = recording_subscriber(pub.endpoint, pub.replay_endpoint)
     sub.start()
     try:
         pub.wait_for_subscriber()
@@ -172,10 +181,7 @@ def test_a_jump_past_any_replay_buffer_is_a_gap_without_asking(ctx: zmq.Context)
     """A sequence number that jumps by 10^12 (a broken publisher) used to build the list of every
     number in between to check the replay's answer: gigabytes, or the process killed."""
     pub = FakeEnginePublisher(ctx)
-    seen: list[object] = []
-    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
-                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
-                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=30.0)
+    sub, seen = recording_subscriber(pub.endpoint, pub.replay_endpoint)
     sub.start()
     try:
         pub.wait_for_subscriber()
@@ -196,10 +202,7 @@ def test_a_replay_socket_that_does_not_answer_is_not_asked_again_at_once(ctx: zm
     silent = ctx.socket(zmq.ROUTER)
     silent.setsockopt(zmq.LINGER, 0)
     port = silent.bind_to_random_port("tcp://127.0.0.1")
-    seen: list[object] = []
-    sub = Subscriber([Source("a", pub.endpoint, f"tcp://127.0.0.1:{port}")],
-                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
-                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=0.3)
+    sub, seen = recording_subscriber(pub.endpoint, f"tcp://127.0.0.1:{port}", replay_timeout_s=0.3)
     sub.start()
     try:
         pub.wait_for_subscriber()

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use super::{Anchor, DecodeTable, Detokenizer, TextSink};
-use crate::test_support::shared_model;
+use crate::test_support::{encode, shared_model};
 use crate::tokenizer::Tokenizer;
 
 fn run(tok: &Tokenizer, ids: &[u32], skip: bool) -> (String, Vec<(u64, Anchor)>) {
@@ -17,14 +17,6 @@ fn run(tok: &Tokenizer, ids: &[u32], skip: bool) -> (String, Vec<(u64, Anchor)>)
     }
     d.flush(&mut sink);
     (sink.text, sink.anchors)
-}
-
-fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
-    tok.hf()
-        .encode(text, false)
-        .expect("encode")
-        .get_ids()
-        .to_vec()
 }
 
 #[test]

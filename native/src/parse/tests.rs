@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::cancel::Cancel;
 use crate::parse::session::STEP_CHECK_IDS;
 use crate::parse::{ParseModel, Session, SessionConfig};
-use crate::test_support::shared_model;
+use crate::test_support::{encode, shared_model};
 use crate::tokenizer::Tokenizer;
 
 /// A shared model's tokenizer and the parse model built on it (None when ../shared/models is
@@ -15,15 +15,6 @@ use crate::tokenizer::Tokenizer;
 fn parse_model(name: &str) -> Option<(Arc<ParseModel>, Tokenizer)> {
     let tok = shared_model(name)?;
     Some((Arc::new(ParseModel::new(&tok, false).expect("model")), tok))
-}
-
-/// `text`'s token ids (no special tokens added).
-fn encode(tok: &Tokenizer, text: &str) -> Vec<u32> {
-    tok.hf()
-        .encode(text, false)
-        .expect("encode")
-        .get_ids()
-        .to_vec()
 }
 
 fn session(
