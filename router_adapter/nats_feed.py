@@ -750,8 +750,7 @@ def _written_at(info) -> float | None:  # noqa: ANN001 - nats ObjectInfo
         created = json.loads(info.description or "{}").get("created")
     except (ValueError, TypeError, AttributeError):  # not JSON, or JSON but not an object
         return None
-    is_number = isinstance(created, (int, float)) and not isinstance(created, bool)
-    return float(created) if is_number and math.isfinite(created) else None
+    return float(created) if _finite(created) else None
 
 
 def build_snapshot(meta: dict, index_bytes: bytes) -> bytes:
