@@ -159,6 +159,9 @@ class ParseLimits:
     max_step_ids: int = 16 << 20
     #: Bytes of one request's delta in an answer; more fails the request with RESOURCE_EXHAUSTED.
     max_delta_bytes: int = 64 << 20
+    #: Bytes of undecided output all open requests may hold back together; the request whose step
+    #: passes what the others leave fails with RESOURCE_EXHAUSTED.
+    max_stream_held_bytes: int = 256 << 20
 
 
 class ParseModel(Protocol):

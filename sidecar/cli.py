@@ -76,6 +76,7 @@ def _serve(args: argparse.Namespace) -> int:
             process_index=args.process_index,
             group_state=args.group_state,
             parse_max_held_bytes=args.parse_max_held_kb * 1024,
+            parse_max_stream_held_bytes=args.parse_max_stream_held_mb << 20,
             log_level=args.log_level,
             kv=kv_config_from_args(args),
             **limits_from_args(args),
@@ -428,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="ParseStream: open requests per stream (more is RESOURCE_EXHAUSTED)")
     serve.add_argument("--parse-max-held-kb", type=int, default=1024,
                        help="ParseStream: KiB of undecided output one request may hold back")
+    serve.add_argument("--parse-max-stream-held-mb", type=int, default=256,
+                       help="ParseStream: MiB of undecided output all the requests of one stream may hold back "
+                            "together (the request whose step passes it is RESOURCE_EXHAUSTED)")
     serve.add_argument("--multiplex-max-inflight", type=int, default=4096,
                        help="Multiplex: requests one stream may have waiting for their results (more are "
                             "RESOURCE_EXHAUSTED, each on its own)")

@@ -111,6 +111,8 @@ class ServerConfig:
     parse_max_requests: int = 4096
     #: ParseStream: bytes of undecided output one request may hold back.
     parse_max_held_bytes: int = 1 << 20
+    #: ParseStream: bytes of undecided output all the requests of one stream may hold back together.
+    parse_max_stream_held_bytes: int = 256 << 20
     #: Seconds in-flight RPCs get to finish after SIGTERM; the process exits by then.
     drain_seconds: float = 10.0
     #: Health answers NOT_SERVING for at least this long after SIGTERM, even with nothing in flight,
@@ -135,7 +137,8 @@ class ServerConfig:
             "--workers": self.workers, "--max-queue": self.max_queue, "--max-pending-calls": self.max_pending_calls,
             "--multiplex-max-inflight":
             self.multiplex_max_inflight, "--parse-max-requests": self.parse_max_requests,
-            "--parse-max-held-kb": self.parse_max_held_bytes, "--max-message-mb": self.max_message_bytes,
+            "--parse-max-held-kb": self.parse_max_held_bytes,
+            "--parse-max-stream-held-mb": self.parse_max_stream_held_bytes, "--max-message-mb": self.max_message_bytes,
             "--template-fuel": self.template_fuel, "--max-text-chars": self.max_text_chars,
             "--max-word-chars": self.max_word_chars, "--max-token-ids": self.max_token_ids,
             "--huge-kb": self.huge_bytes,

@@ -75,7 +75,8 @@ class NativeParseMux:
 
     def __init__(self, limits: ParseLimits) -> None:
         text = json.dumps({"max_requests": limits.max_requests, "remember_finished": limits.remember_finished,
-                           "max_step_ids": limits.max_step_ids, "max_delta_bytes": limits.max_delta_bytes}).encode()
+                           "max_step_ids": limits.max_step_ids, "max_delta_bytes": limits.max_delta_bytes,
+                           "max_stream_held_bytes": limits.max_stream_held_bytes}).encode()
         self._handle = Handle(call_out("sc_parse_mux *", lib.sc_parse_mux_new, str_arg(text)), lib.sc_parse_mux_free,
                               "parse stream")
 

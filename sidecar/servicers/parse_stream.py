@@ -50,7 +50,8 @@ class ParseStreamServicer:
         # A delta is framed inside the answer: a little under the message limit leaves room for it.
         self._limits = ParseLimits(max_requests=config.parse_max_requests, max_held_bytes=config.parse_max_held_bytes,
                                    max_step_ids=config.max_token_ids,
-                                   max_delta_bytes=max(1, config.max_message_bytes - 1024))
+                                   max_delta_bytes=max(1, config.max_message_bytes - 1024),
+                                   max_stream_held_bytes=config.parse_max_stream_held_bytes)
 
     async def ParseStream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, call: Call, counts: StreamCounts

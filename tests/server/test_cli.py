@@ -25,6 +25,7 @@ def test_client_defaults() -> None:
 @pytest.mark.parametrize(("flag", "value", "message"), [
     ("--parse-max-requests", "-1", "--parse-max-requests: must be > 0"),
     ("--parse-max-held-kb", "-5", "--parse-max-held-kb: must be > 0"),
+    ("--parse-max-stream-held-mb", "0", "--parse-max-stream-held-mb: must be > 0"),
     ("--workers", "-1", "--workers: must be > 0"),
     ("--max-queue", "0", "--max-queue: must be > 0"),
     ("--max-pending-calls", "0", "--max-pending-calls: must be > 0"),

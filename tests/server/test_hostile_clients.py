@@ -56,3 +56,36 @@ def test_cancelling_large_parse_steps_does_not_crash(server: LiveServer) -> None
     stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(server.uds))
     assert stub.Tokenize(pb.TokenizeRequest(model="qwen3", texts=["still here"]), timeout=30).encodings[0].token_ids
     assert not [e for e in server.log_lines() if e.get("event") == "rpc_crashed"]
+
+
+def test_a_stream_holding_back_too_much_in_all_fails_the_request_that_passes_the_bound(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """Each request may hold 1 MiB of undecided output (--parse-max-held-kb), and a stream 4096
+    requests: 4 GiB a client could make one stream hold. --parse-max-stream-held-mb bounds the sum;
+    here 1 MiB, and three requests holding 200 KB of an unterminated tool call each (about 400 KB
+    counted each: the JSON call reader keeps its raw text beside what it has read)."""
+    live = start_server(tmp_path_factory.mktemp("stream-held"), "--parse-max-stream-held-mb", "1")
+    try:
+        stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(live.uds))
+        text = '<tool_call>{"note": "' + "word " * 40_000
+        ids = list(stub.Tokenize(pb.TokenizeRequest(model="qwen3", texts=[text]), timeout=30).encodings[0].token_ids)
+
+        def requests():  # noqa: ANN202
+            for name in "abc":
+                yield pb.ParseStreamRequest(open=pb.OpenRequest(request_id=name, model="qwen3", tool_parser="hermes",
+                                                                reasoning_parser="none"))
+            for name in "abc":
+                yield pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id=name, token_ids=ids)]))
+            yield pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id="a", token_ids=[], finished=True)]))
+
+        deltas = [d for answer in stub.ParseStream(requests(), timeout=60) for d in answer.deltas]
+        failed = [d for d in deltas if d.HasField("error")]
+        assert [d.request_id for d in failed] == ["c"], deltas
+        assert failed[0].error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+        assert "--parse-max-stream-held-mb" in failed[0].error.message
+        # "a" finished: what it held comes out as content.
+        assert "".join(d.content for d in deltas if d.request_id == "a") == text
+        assert live.process.poll() is None
+    finally:
+        stop_server(live)

@@ -36,6 +36,11 @@ pub struct MuxLimits {
     /// server sets it from `--max-message-mb`: gRPC refuses a larger answer by ending the stream,
     /// every request on it with it).
     pub max_delta_bytes: usize,
+    /// Bytes of undecided output all the stream's requests may hold back together; a step that
+    /// takes a request past what the others leave fails it with `RESOURCE_EXHAUSTED` (the server
+    /// sets it from `--parse-max-stream-held-mb`; each request's own bound, `--parse-max-held-kb`,
+    /// times `--parse-max-requests` is gigabytes).
+    pub max_stream_held_bytes: usize,
 }
 
 impl Default for MuxLimits {
@@ -45,6 +50,7 @@ impl Default for MuxLimits {
             remember_finished: 4096,
             max_step_ids: 16 << 20,
             max_delta_bytes: 64 << 20,
+            max_stream_held_bytes: 256 << 20,
         }
     }
 }
@@ -84,6 +90,8 @@ pub struct Mux {
     finished_order: VecDeque<String>,
     traces: HashMap<String, Value>,
     limits: MuxLimits,
+    /// Bytes held back by all open requests (the sum of their `held_bytes`, kept with every step).
+    held_total: usize,
     /// Reused for every request-step.
     scratch: Delta,
 }
@@ -97,6 +105,7 @@ impl Mux {
             finished_order: VecDeque::new(),
             traces: HashMap::new(),
             limits,
+            held_total: 0,
             scratch: Delta::default(),
         }
     }
@@ -144,6 +153,7 @@ impl Mux {
             )));
         }
         let session = Session::new(model, cfg, prompt)?;
+        self.held_total += session.held_bytes();
         self.forget_finished(&opts.request_id);
         self.entries.insert(
             opts.request_id.clone(),
@@ -170,8 +180,9 @@ impl Mux {
             .filter_map(|item| {
                 let session = &self.entries.get(item.request_id)?.session;
                 let held = session.held_bytes();
+                let cap = session.held_limit().min(self.stream_room(held));
                 // Past half the limit, this step's tokens may take it over: a forced read.
-                (item.finished || held > session.held_limit() / 2).then_some(held)
+                (item.finished || held > cap / 2).then_some(held)
             })
             .sum();
         message.len().saturating_add(held)
@@ -263,11 +274,17 @@ impl Mux {
             self.step_unknown(request_id, out);
             return Ok(());
         };
+        let before = entry.session.held_bytes();
+        // Fields, not `stream_room`: `entry` borrows `entries`.
+        let others = self.held_total - before;
+        let held_room = self.limits.max_stream_held_bytes.saturating_sub(others);
+        entry.session.set_stream_room(held_room);
         let delta = &mut self.scratch;
         let result = catch_unwind(AssertUnwindSafe(|| {
             entry.session.feed_cancellable(ids, finished, delta, cancel)
         }))
         .unwrap_or_else(|_| Err(Error::internal("panic in the native parser")));
+        self.held_total = self.held_total - before + entry.session.held_bytes();
         if let Err(e) = &result {
             if e.kind() == crate::error::ErrorKind::Cancelled || cancel.is_cancelled() {
                 return Err(e.clone());
@@ -378,9 +395,22 @@ impl Mux {
 
     /// Drops a request; unknown ids are ignored.
     pub fn cancel(&mut self, request_id: &str) {
-        if self.entries.remove(request_id).is_some() {
+        if let Some(entry) = self.entries.remove(request_id) {
+            self.held_total -= entry.session.held_bytes();
             self.remember_finished(request_id);
         }
+    }
+
+    /// Bytes of undecided output all open requests hold back.
+    pub fn held_bytes(&self) -> usize {
+        self.held_total
+    }
+
+    /// What the stream's held-back bound leaves a request that holds `held` of the total.
+    fn stream_room(&self, held: usize) -> usize {
+        self.limits
+            .max_stream_held_bytes
+            .saturating_sub(self.held_total - held)
     }
 
     /// The trace of a request opened with `trace`, while open or after it finished.
@@ -393,6 +423,7 @@ impl Mux {
 
     fn retire(&mut self, request_id: &str) {
         if let Some(entry) = self.entries.remove(request_id) {
+            self.held_total -= entry.session.held_bytes();
             if let Some(trace) = entry.session.trace_json() {
                 self.traces.insert(request_id.to_string(), trace);
             }

@@ -129,6 +129,9 @@ pub struct Session {
     tokens: u64,
     finished: bool,
     max_held: usize,
+    /// Bytes the request may hold given what the other requests of its stream hold
+    /// (`--parse-max-stream-held-mb`); set by the stream before each step.
+    stream_room: usize,
     trace: Option<Trace>,
 }
 
@@ -324,6 +327,7 @@ impl Session {
             tokens: 0,
             finished: false,
             max_held: cfg.max_held_bytes,
+            stream_room: usize::MAX,
             trace: cfg.trace.then(Trace::default),
         };
         session.prime(prompt, &kwargs);
@@ -376,6 +380,19 @@ impl Session {
     /// The held-back bytes past which a step reads everything held (`--parse-max-held-kb`).
     pub fn held_limit(&self) -> usize {
         self.max_held
+    }
+
+    /// Sets the bytes this request may hold back in its next steps given what the other requests
+    /// of its stream hold; past it (and under its own limit) the step fails the request naming
+    /// `--parse-max-stream-held-mb`.
+    pub fn set_stream_room(&mut self, room: usize) {
+        self.stream_room = room;
+    }
+
+    /// The held-back bytes past which this request's next step fails: its own limit or its
+    /// stream's room, whichever is smaller.
+    pub fn held_cap(&self) -> usize {
+        self.max_held.min(self.stream_room)
     }
 
     /// Bytes currently held back across all stages.
@@ -473,23 +490,36 @@ impl Session {
         self.sink = sink;
         let done = end || matched.is_some();
         self.run_stages(done, false);
-        if check_held && !done && self.held_bytes() > self.max_held {
+        if check_held && !done && self.held_bytes() > self.held_cap() {
             // Text a paced stage has not read yet counts as held: read it before failing, so the
             // limit means what it means unpaced.
             self.run_stages(done, true);
             let held = self.held_bytes();
-            if held > self.max_held {
+            if held > self.held_cap() {
                 self.finished = true;
-                return Err(Error::resource_exhausted(format!(
-                    "the request holds back {held} bytes of undecided output, more than the limit of {} \
-                     (--parse-max-held-kb; an unterminated tool call or value, or tokens with no text \
-                     waiting for the text before them?)",
-                    self.max_held
-                )));
+                return Err(Error::resource_exhausted(self.held_refusal(held)));
             }
         }
         self.fill(delta, done, matched.map(|m| m.index));
         Ok(())
+    }
+
+    /// Why holding `held` bytes fails the request: its own limit, or its stream's.
+    fn held_refusal(&self, held: usize) -> String {
+        if held > self.max_held {
+            format!(
+                "the request holds back {held} bytes of undecided output, more than the limit of {} \
+                 (--parse-max-held-kb; an unterminated tool call or value, or tokens with no text \
+                 waiting for the text before them?)",
+                self.max_held
+            )
+        } else {
+            format!(
+                "the request holds back {held} bytes of undecided output, more than the {} bytes the \
+                 other requests of its stream leave of the stream's limit (--parse-max-stream-held-mb)",
+                self.stream_room
+            )
+        }
     }
 
     /// Runs the text in `buf1` through both stages, each when its pacer says it is due (`force`:

@@ -475,3 +475,92 @@ fn the_held_back_limit_reads_nested_waits_too() {
         assert!(calls[0].starts_with("get_weather{"), "{per_step} per step");
     }
 }
+
+/// The stream's held-back bound: requests that each stay far under their own limit fail, in the
+/// order their steps take the stream past the bound, naming its flag; a finished or cancelled
+/// request gives its share back. One step per request or all in one step: the same answers.
+#[test]
+fn the_stream_held_back_limit_fails_the_request_that_passes_it() {
+    use crate::parse::{Mux, MuxLimits, OpenOptions};
+    use crate::wire::pb::{self, parse_stream_request::Kind};
+    use prost::Message;
+
+    let Some((model, tok)) = parse_model("qwen3") else {
+        return;
+    };
+    // An opener and 1,200 bytes of waiting: about 1.2 KB held each, under the 1 MiB default.
+    let waiting = encode(&tok, &format!("<tool_call>{}", " ".repeat(1200)));
+    let cfg = SessionConfig {
+        tool_parser: "hermes".into(),
+        id_seed: 7,
+        ..SessionConfig::default()
+    };
+    let step = |items: &[&str]| {
+        pb::ParseStreamRequest {
+            kind: Some(Kind::Step(pb::Step {
+                items: items
+                    .iter()
+                    .map(|id| pb::StepTokens {
+                        request_id: id.to_string(),
+                        token_ids: waiting.clone(),
+                        finished: false,
+                    })
+                    .collect(),
+            })),
+        }
+        .encode_to_vec()
+    };
+    for together in [false, true] {
+        let mut mux = Mux::new(MuxLimits {
+            max_stream_held_bytes: 3000,
+            ..MuxLimits::default()
+        });
+        for id in ["a", "b", "c", "d"] {
+            let opts = OpenOptions {
+                request_id: id.into(),
+                fingerprint: String::new(),
+            };
+            mux.open(model.clone(), &opts, &cfg, &[]).expect("opens");
+        }
+        let mut answers = Vec::new();
+        let batches: Vec<Vec<&str>> = if together {
+            vec![vec!["a", "b", "c"]]
+        } else {
+            vec![vec!["a"], vec!["b"], vec!["c"]]
+        };
+        for ids in batches {
+            let mut out = Vec::new();
+            mux.handle(&step(&ids), &mut out).expect("handled");
+            answers.extend(
+                pb::ParseStreamResponse::decode(out.as_slice())
+                    .expect("decodes")
+                    .deltas,
+            );
+        }
+        let failed: Vec<_> = answers.iter().filter(|d| d.error.is_some()).collect();
+        assert_eq!(failed.len(), 1, "together: {together}");
+        assert_eq!(failed[0].request_id, "c", "together: {together}");
+        let error = failed[0].error.as_ref().expect("error");
+        assert_eq!(error.code, crate::ErrorKind::ResourceExhausted.grpc_code());
+        assert!(
+            error.message.contains("--parse-max-stream-held-mb"),
+            "{}",
+            error.message
+        );
+        let two = mux.held_bytes();
+        assert!((2400..=3000).contains(&two), "{two} held by a and b");
+        // "a" cancelled: "d" has its room.
+        mux.cancel("a");
+        assert!(mux.held_bytes() < two);
+        let mut out = Vec::new();
+        mux.handle(&step(&["d"]), &mut out).expect("handled");
+        let answer = pb::ParseStreamResponse::decode(out.as_slice()).expect("decodes");
+        assert!(
+            answer.deltas.iter().all(|d| d.error.is_none()),
+            "{answer:?}"
+        );
+        mux.cancel("b");
+        mux.cancel("d");
+        assert_eq!(mux.held_bytes(), 0);
+    }
+}
