@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import NamedTuple, Protocol, Sequence
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +217,13 @@ class ParseOpenConfig:
         }
 
 
+class Deferred(NamedTuple):
+    """`ParseMux.handle` of a step that costs more than it was given: nothing was done."""
+
+    #: Bytes the step reads.
+    cost: int
+
+
 class ParseMux(Protocol):
     """The open requests of one ParseStream (used from one thread)."""
 
@@ -226,15 +233,12 @@ class ParseMux(Protocol):
         """Opens a request; raises InvalidArgument / ResourceExhausted naming the field."""
         ...
 
-    def handle(self, message: bytes) -> bytes | None:
+    def handle(self, message: bytes, within: int | None = None) -> bytes | Deferred | None:
         """Answers a raw `ParseStreamRequest` step or cancel with raw `ParseStreamResponse` bytes;
-        returns None for an `open` (the caller resolves the model and calls `open`). A malformed
-        message raises InvalidArgument."""
-        ...
-
-    def step_cost(self, message: bytes) -> int:
-        """What `handle(message)` costs in bytes read (the message, and the text held back by the
-        requests it finishes or may push past their held-back limit)."""
+        returns None for an `open` (the caller resolves the model and calls `open`). A step that
+        would read more than `within` bytes (the message, and the text held back by the requests it
+        finishes or may push past their held-back limit) is `Deferred` with that cost, untouched.
+        A malformed message raises InvalidArgument."""
         ...
 
     def trace(self, request_id: str) -> dict | None:

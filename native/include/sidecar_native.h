@@ -28,6 +28,12 @@
 #define SC_PARSE_OPEN 1
 
 /*
+ `sc_parse_mux_handle` saw a step costing more than its `budget` and did nothing; `*cost` says
+ what it costs.
+ */
+#define SC_PARSE_DEFERRED 2
+
+/*
  The call succeeded; out-parameters are written.
  */
 #define SC_STATUS_OK 0
@@ -86,7 +92,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 7
+#define SC_ABI_VERSION 8
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
@@ -1177,34 +1183,27 @@ int32_t sc_parse_mux_open(struct sc_parse_mux *mux,
  between requests or within a long request's ids with `SC_ERR_KIND_CANCELLED` (the requests it
  touched are left mid-step; the stream is being closed).
 
+ `budget`: bytes a step may read (`UINT64_MAX`: any). A step reads its message and the text
+ held back by each request it finishes or may push past its held-back limit, which it reads
+ whole (a 2 KB step finishing 200 requests holding 400 KB each reads 80 MB); one that would
+ read more than `budget` is not handled: `*kind` is `SC_PARSE_DEFERRED`, `*cost` (when not
+ NULL) what it would read, and `out` empty. The server runs a message inline only when it is
+ cheap, so one decoding prices and handles it.
+
  # Safety
  `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
  `message` must be NULL (len 0) or readable for `len` bytes during the call; `cancel` NULL or an
- aligned `uint32_t` valid for the call; `out`, `kind` and `err` NULL or writable.
+ aligned `uint32_t` valid for the call; `out`, `kind`, `cost` and `err` NULL or writable.
  */
 int32_t sc_parse_mux_handle(struct sc_parse_mux *mux,
                             const uint8_t *message,
                             uintptr_t len,
+                            uint64_t budget,
                             const uint32_t *cancel,
                             struct sc_bytes *out,
                             int32_t *kind,
+                            uint64_t *cost,
                             struct sc_error **err);
-
-/*
- What `sc_parse_mux_handle` of `message` would cost, in bytes read (`Mux::step_cost`): its
- length plus the text held back by the requests it finishes or may push past their held-back
- limit. The server runs a message inline only when this is small.
-
- # Safety
- `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
- `message` must be NULL (len 0) or readable for `len` bytes during the call; `out` and `err`
- NULL or writable.
- */
-int32_t sc_parse_mux_step_cost(struct sc_parse_mux *mux,
-                               const uint8_t *message,
-                               uintptr_t len,
-                               uint64_t *out,
-                               struct sc_error **err);
 
 /*
  The attribution trace of a request opened with `"trace": true` (JSON), or empty `out` when

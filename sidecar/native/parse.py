@@ -10,7 +10,7 @@ import json
 from array import array
 from typing import Any, Sequence
 
-from sidecar.backend import ParseLimits
+from sidecar.backend import Deferred, ParseLimits
 from sidecar.errors import SidecarError, Unimplemented
 from sidecar.native._calls import (
     call_bytes, call_out, cancel_arg, ids_arg, owned_u32_view, split_refusal, str_arg, take_bytes, uint32_ids,
@@ -65,6 +65,9 @@ class NativeParseModel:
             )
 
 
+#: `sc_parse_mux_handle`'s budget for a step that may cost anything.
+_ANY_COST = (1 << 64) - 1
+
 class NativeParseMux:
     """The open requests of one ParseStream.
 
@@ -98,25 +101,25 @@ class NativeParseMux:
             )
         raise_for_status(status, err)
 
-    def handle(self, message: bytes) -> bytes | None:
-        """Answers a raw step or cancel message; None for an open (the caller opens it)."""
+    def handle(self, message: bytes, within: int | None = None) -> bytes | Deferred | None:
+        """Answers a raw step or cancel message; None for an open (the caller opens it); a step that
+        would read more than `within` bytes is not handled but `Deferred` with its cost."""
         # Fresh out-slots per call: a worker still finishing a cancelled step must not share them.
-        out, kind, err = ffi.new("sc_bytes *"), ffi.new("int32_t *"), ffi.new("sc_error **")
+        out, kind, cost = ffi.new("sc_bytes *"), ffi.new("int32_t *"), ffi.new("uint64_t *")
+        err = ffi.new("sc_error **")
+        budget = _ANY_COST if within is None else within
         with self._handle as mux:
-            status = lib.sc_parse_mux_handle(mux, ffi.from_buffer(message), len(message), cancel_arg(), out, kind, err)
+            status = lib.sc_parse_mux_handle(mux, ffi.from_buffer(message), len(message), budget, cancel_arg(), out,
+                                             kind, cost, err)
         raise_for_status(status, err)
         try:
             if kind[0] == lib.SC_PARSE_OPEN:
                 return None
+            if kind[0] == lib.SC_PARSE_DEFERRED:
+                return Deferred(cost[0])
             return ffi.buffer(out.ptr, out.len)[:] if out.len else b""
         finally:
             lib.sc_bytes_free(out)
-
-    def step_cost(self, message: bytes) -> int:
-        """What `handle(message)` costs in bytes read: its length plus the text held back by the
-        requests it finishes or may push past their held-back limit (read whole by that step)."""
-        with self._handle as mux:
-            return call_out("uint64_t", lib.sc_parse_mux_step_cost, mux, ffi.from_buffer(message), len(message))
 
     def trace(self, request_id: str) -> dict | None:
         """The attribution trace of a request opened with `trace`."""

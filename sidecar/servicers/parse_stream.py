@@ -20,7 +20,7 @@ from typing import AsyncIterator, Sequence
 import grpc
 
 from sidecar import metrics, parsers
-from sidecar.backend import ParseLimits, ParseMux, ParseOpenConfig
+from sidecar.backend import Deferred, ParseLimits, ParseMux, ParseOpenConfig
 from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, SidecarError, status_proto_fields
 from sidecar.logs import get_logger
 from sidecar.parse_defaults import ParseDefaults
@@ -68,12 +68,16 @@ class ParseStreamServicer:
                 # pool's queue bound does not apply: see `sidecar.runtime`). A malformed message
                 # raises: the stream ends with its status.
                 offload = self._runtime.offloader.run
-                cost = len(message)
-                if cost <= self._runtime.config.inline_bytes:
+                inline = self._runtime.config.inline_bytes
+                answer: bytes | Deferred | None = Deferred(len(message))
+                if len(message) <= inline:
                     # A small step may still finish (or push over the held-back limit) requests
-                    # holding much text, which it then reads whole.
-                    cost = mux.step_cost(message)
-                answer = await offload(lambda: mux.handle(message), cost, call.rpc, bounded=False)
+                    # holding much text, which it then reads whole: the native call prices it
+                    # and defers it when it is not cheap after all.
+                    answer = await offload(lambda: mux.handle(message, inline), len(message), call.rpc,
+                                           bounded=False)
+                if isinstance(answer, Deferred):
+                    answer = await offload(lambda: mux.handle(message), answer.cost, call.rpc, bounded=False)
                 if answer is None:
                     # An open reads every field of its message (prompt ids, stop strings, tools,
                     # kwargs) in Python and builds its stop-string automaton: sized the same way.

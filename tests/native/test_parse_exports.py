@@ -25,7 +25,7 @@ def test_null_handles_and_bad_arguments() -> None:
     out = ffi.new("sc_bytes *")
     kind = ffi.new("int32_t *")
     with pytest.raises(InvalidArgument, match="mux"):
-        raise_for_status(lib.sc_parse_mux_handle(ffi.NULL, ffi.NULL, 0, ffi.NULL, out, kind, err), err)
+        raise_for_status(lib.sc_parse_mux_handle(ffi.NULL, ffi.NULL, 0, 0, ffi.NULL, out, kind, ffi.NULL, err), err)
     with pytest.raises(InvalidArgument, match="tokenizer"):
         raise_for_status(lib.sc_parse_model_new(ffi.NULL, _str(b""), ffi.new("sc_parse_model **"), err), err)
     with pytest.raises(InvalidArgument, match="limits_json"):

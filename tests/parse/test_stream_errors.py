@@ -11,7 +11,7 @@ import pytest
 
 from tests.conftest import require_shared_models
 from tests.parse.harness import encode, parse_model
-from sidecar.backend import ParseLimits, ParseOpenConfig
+from sidecar.backend import Deferred, ParseLimits, ParseOpenConfig
 from sidecar.factory import get_backend
 from sidecar.errors import InvalidArgument, ResourceExhausted
 from sidecar.v1 import preprocessor_pb2 as pb
@@ -275,9 +275,12 @@ def test_a_step_costs_the_text_held_by_the_requests_it_finishes() -> None:
             step(mux, [(name, encode("qwen3", "<tool_call>" + " " * size), False)])  # undecided: held
 
         def cost(items: list[tuple[str, bool]]) -> tuple[int, int]:
+            """The step's cost as its deferral by a budget of 0 gives it, and its length."""
             message = pb.ParseStreamRequest(step=pb.Step(items=[
                 pb.StepTokens(request_id=r, token_ids=[87], finished=f) for r, f in items])).SerializeToString()
-            return mux.step_cost(message), len(message)
+            deferred = mux.handle(message, within=0)
+            assert isinstance(deferred, Deferred), deferred
+            return deferred.cost, len(message)
 
         held, size = cost([("a", False), ("b", False)])
         assert held == size  # nothing read whole: the message alone
@@ -285,7 +288,13 @@ def test_a_step_costs_the_text_held_by_the_requests_it_finishes() -> None:
         assert held - size >= waits["a"] and held - size < waits["a"] + waits["b"]
         held, size = cost([("near", False)])  # past half its limit: this step may force a read
         assert held - size >= waits["near"]
-        assert mux.step_cost(b"\xff") == 1  # not a message: handling it fails at once
+        # Given its cost, the step is handled: "a" finishes, giving back what it held.
+        finishing, _ = cost([("a", True)])
+        message = pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id="a", token_ids=[87], finished=True)]))
+        answer = mux.handle(message.SerializeToString(), within=finishing)
+        assert isinstance(answer, bytes) and deltas(answer)["a"].finished
+        with pytest.raises(InvalidArgument):  # not a message: refused whatever the budget
+            mux.handle(b"\xff", within=0)
 
 
 @pytest.mark.models

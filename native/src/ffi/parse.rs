@@ -58,6 +58,9 @@ impl sc_parse_mux {
 pub const SC_PARSE_HANDLED: i32 = 0;
 /// `sc_parse_mux_handle` saw an `open`: resolve the model and call `sc_parse_mux_open`.
 pub const SC_PARSE_OPEN: i32 = 1;
+/// `sc_parse_mux_handle` saw a step costing more than its `budget` and did nothing; `*cost` says
+/// what it costs.
+pub const SC_PARSE_DEFERRED: i32 = 2;
 
 /// Builds the parse data of a tokenizer. `options_json`: `{"force_generic": bool}` or empty.
 ///
@@ -209,18 +212,28 @@ pub unsafe extern "C" fn sc_parse_mux_open(
 /// between requests or within a long request's ids with `SC_ERR_KIND_CANCELLED` (the requests it
 /// touched are left mid-step; the stream is being closed).
 ///
+/// `budget`: bytes a step may read (`UINT64_MAX`: any). A step reads its message and the text
+/// held back by each request it finishes or may push past its held-back limit, which it reads
+/// whole (a 2 KB step finishing 200 requests holding 400 KB each reads 80 MB); one that would
+/// read more than `budget` is not handled: `*kind` is `SC_PARSE_DEFERRED`, `*cost` (when not
+/// NULL) what it would read, and `out` empty. The server runs a message inline only when it is
+/// cheap, so one decoding prices and handles it.
+///
 /// # Safety
 /// `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
 /// `message` must be NULL (len 0) or readable for `len` bytes during the call; `cancel` NULL or an
-/// aligned `uint32_t` valid for the call; `out`, `kind` and `err` NULL or writable.
+/// aligned `uint32_t` valid for the call; `out`, `kind`, `cost` and `err` NULL or writable.
 #[no_mangle]
+#[allow(clippy::too_many_arguments)]
 pub unsafe extern "C" fn sc_parse_mux_handle(
     mux: *mut sc_parse_mux,
     message: *const u8,
     len: usize,
+    budget: u64,
     cancel: *const u32,
     out: *mut sc_bytes,
     kind: *mut i32,
+    cost: *mut u64,
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
@@ -232,44 +245,26 @@ pub unsafe extern "C" fn sc_parse_mux_handle(
         let message = unsafe { read_slice(message, len, "message")? };
         // SAFETY: the caller lends the flag for the call.
         let flag = unsafe { read_cancel_flag(cancel)? };
+        let budget = usize::try_from(budget).unwrap_or(usize::MAX);
         let mut response = Vec::new();
-        let handled = mux.handle_cancellable(message, &mut response, &Cancel::new(None, flag))?;
+        let handled =
+            mux.handle_within(message, &mut response, &Cancel::new(None, flag), budget)?;
         let code = match handled {
             Handled::Done => SC_PARSE_HANDLED,
             Handled::Open => SC_PARSE_OPEN,
+            Handled::Deferred(bytes) => {
+                if !cost.is_null() {
+                    // SAFETY: the caller promises `cost` is NULL or writable.
+                    unsafe { write_out(cost, bytes as u64, "cost")? };
+                }
+                SC_PARSE_DEFERRED
+            }
         };
         // SAFETY: the caller promises `kind` and `out` are NULL or writable.
         unsafe {
             write_out(kind, code, "kind")?;
             write_out(out, sc_bytes::from_vec(response), "out")
         }
-    })
-}
-
-/// What `sc_parse_mux_handle` of `message` would cost, in bytes read (`Mux::step_cost`): its
-/// length plus the text held back by the requests it finishes or may push past their held-back
-/// limit. The server runs a message inline only when this is small.
-///
-/// # Safety
-/// `mux` must be a live handle (a concurrent call on it fails with `FAILED_PRECONDITION`);
-/// `message` must be NULL (len 0) or readable for `len` bytes during the call; `out` and `err`
-/// NULL or writable.
-#[no_mangle]
-pub unsafe extern "C" fn sc_parse_mux_step_cost(
-    mux: *mut sc_parse_mux,
-    message: *const u8,
-    len: usize,
-    out: *mut u64,
-    err: *mut *mut sc_error,
-) -> i32 {
-    guard(err, || {
-        // SAFETY: the caller passes a live handle.
-        let mux = unsafe { read_handle(mux, "mux")? }.lock()?;
-        // SAFETY: the caller lends the bytes for the call.
-        let message = unsafe { read_slice(message, len, "message")? };
-        let cost = mux.step_cost(message) as u64;
-        // SAFETY: the caller promises `out` is NULL or writable.
-        unsafe { write_out(out, cost, "out") }
     })
 }
 
@@ -365,9 +360,11 @@ mod tests {
                 mux,
                 cancel.as_ptr(),
                 cancel.len(),
+                u64::MAX,
                 std::ptr::null(),
                 &mut out,
                 &mut kind,
+                std::ptr::null_mut(),
                 &mut err,
             )
         };
@@ -388,9 +385,11 @@ mod tests {
                 mux,
                 cancel.as_ptr(),
                 cancel.len(),
+                u64::MAX,
                 std::ptr::null(),
                 &mut out,
                 &mut kind,
+                std::ptr::null_mut(),
                 &mut err,
             )
         };

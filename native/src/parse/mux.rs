@@ -81,6 +81,9 @@ pub enum Handled {
     Done,
     /// An `open`: the server must resolve its model and call [`Mux::open`].
     Open,
+    /// A step costing more than the budget [`Mux::handle_within`] was given, in bytes read (see
+    /// there): nothing was done; the server hands the message to a worker thread.
+    Deferred(usize),
 }
 
 /// One stream's requests (see the module docs). Used by one thread at a time.
@@ -166,15 +169,10 @@ impl Mux {
         Ok(())
     }
 
-    /// What handling `message` costs, in bytes read: its length, plus the text held back by each
-    /// request the step finishes or may push past its held-back limit, which that step reads whole
-    /// (a 2 KB step finishing 200 requests that each held 400 KB read 80 MB). The server runs a
-    /// message inline on its event loop only when this is small. A message that does not decode
-    /// costs its length (handling it fails at once).
-    pub fn step_cost(&self, message: &[u8]) -> usize {
-        let Ok(ClientMessage::Step(items)) = wire::decode_request(message) else {
-            return message.len();
-        };
+    /// What handling a step costs, in bytes read: the message's length, plus the text held back
+    /// by each request the step finishes or may push past its held-back limit, which that step
+    /// reads whole (a 2 KB step finishing 200 requests that each held 400 KB read 80 MB).
+    fn step_cost(&self, message_len: usize, items: &[wire::StepTokens<'_>]) -> usize {
         let held: usize = items
             .iter()
             .filter_map(|item| {
@@ -185,22 +183,26 @@ impl Mux {
                 (item.finished || held > cap / 2).then_some(held)
             })
             .sum();
-        message.len().saturating_add(held)
+        message_len.saturating_add(held)
     }
 
     /// Handles a raw `ParseStreamRequest`; a step's answer is appended to `out` as
     /// `ParseStreamResponse` bytes. A malformed message is `InvalidArgument`.
     pub fn handle(&mut self, message: &[u8], out: &mut Vec<u8>) -> Result<Handled> {
-        self.handle_cancellable(message, out, &Cancel::default())
+        self.handle_within(message, out, &Cancel::default(), usize::MAX)
     }
 
     /// [`Mux::handle`] that stops when `cancel` says so (between requests of a step, and within
-    /// a long request's ids), failing the whole call: its client has gone.
-    pub fn handle_cancellable(
+    /// a long request's ids), failing the whole call: its client has gone; and that does nothing
+    /// but answer [`Handled::Deferred`] with its cost when a step costs more than `budget` bytes
+    /// read (the server runs a message inline on its event loop only when it is cheap: one
+    /// decoding both prices and handles it).
+    pub fn handle_within(
         &mut self,
         message: &[u8],
         out: &mut Vec<u8>,
         cancel: &Cancel<'_>,
+        budget: usize,
     ) -> Result<Handled> {
         match wire::decode_request(message)? {
             ClientMessage::Open => Ok(Handled::Open),
@@ -209,6 +211,12 @@ impl Mux {
                 Ok(Handled::Done)
             }
             ClientMessage::Step(items) => {
+                if budget < usize::MAX {
+                    let cost = self.step_cost(message.len(), &items);
+                    if cost > budget {
+                        return Ok(Handled::Deferred(cost));
+                    }
+                }
                 // Each request of a step is answered once; a step naming more than a stream may
                 // have open is not an engine's (and its error answers alone could outgrow the
                 // message limit).
