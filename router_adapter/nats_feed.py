@@ -33,6 +33,7 @@ import json
 import logging
 import math
 import random
+import re
 import struct
 import threading
 import time
@@ -71,6 +72,9 @@ SNAPSHOT_READS = 3
 #: more would be read into memory whole before anything checks it.
 SNAPSHOT_BYTES_PER_BLOCK = 64
 SNAPSHOT_FIXED_BYTES = 64 << 20
+#: The id of a snapshot's chunks as NATS clients write it (a NUID: 22 base-62 characters; a little
+#: wider here), a token of the chunks' subject.
+_CHUNKS_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 #: Waits before a model's consumer is made again after a failure: doubling from the first to the
 #: last while failures repeat (a server refusing every attempt is not asked twice a second for ever).
@@ -270,10 +274,6 @@ class NatsFeed:
         sub = await self._js.pull_subscribe(
             fanout.model_filter(self.options.prefix, feed.model), stream=self.options.stream, config=config,
         )
-        # What this consumer has to deliver: the count the last message of an earlier consumer
-        # left says nothing of what arrived while it was away (and a first pull that times out
-        # would then call the replica live with a backlog still to read).
-        feed.pending = (await sub.consumer_info()).num_pending
         # The consumer numbers what it delivers 1, 2, ...; a number skipped is a message the client
         # dropped (its pending limits: a slow consumer) and, with no acks, never redelivered.
         delivered = 0
@@ -284,6 +284,11 @@ class NatsFeed:
         # fetch timeout; a request for one returns as soon as the next message is stored.
         batch = 1
         try:
+            # What this consumer has to deliver: the count the last message of an earlier consumer
+            # left says nothing of what arrived while it was away (and a first pull that times out
+            # would then call the replica live with a backlog still to read). Inside the `try`: a
+            # failing call must not leave the subscription behind.
+            feed.pending = (await sub.consumer_info()).num_pending
             while connection == self._connection:
                 try:
                     msgs = await sub.fetch(batch, timeout=1.0)
@@ -525,8 +530,11 @@ class NatsFeed:
         from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
         info = await self._store.get_info(name)
-        if not info.nuid:
-            raise ValueError("unreadable (an object with no chunks' id)")
+        # The meta is anyone's to write who can write the bucket: its chunks' id goes into a
+        # subject and its count into pulls, which a server or the client refuses in ways the
+        # caller would take for a broken connection (and so read the same object for ever).
+        if not (isinstance(info.nuid, str) and _CHUNKS_ID.fullmatch(info.nuid)):
+            raise ValueError(f"unreadable (chunks' id {info.nuid!r} is not a NUID)")
         digest_field = info.digest if isinstance(info.digest, str) else ""
         if not digest_field.startswith("SHA-256="):
             raise ValueError(f"unreadable (digest {info.digest!r} is not SHA-256=<base64url>)")
@@ -534,9 +542,12 @@ class NatsFeed:
         if not 0 <= size <= limit:
             raise ValueError(f"unreadable (its size {info.size!r} is not within the {limit} bytes an index of "
                              f"this replica's --kv-max-blocks can take)")
+        chunks = info.chunks if info.chunks is not None else 0
+        if not (isinstance(chunks, int) and not isinstance(chunks, bool) and 0 <= chunks <= max(1, size)):
+            raise ValueError(f"unreadable (its chunk count {info.chunks!r} for {size} bytes)")
         data = bytearray()
         digest = hashlib.sha256()
-        remaining = info.chunks or 0
+        remaining = chunks
         bucket = self.options.snapshot_bucket
         sub = await self._js.pull_subscribe(
             f"$O.{bucket}.C.{info.nuid}", stream=f"OBJ_{bucket}",
@@ -719,7 +730,7 @@ class NatsFeed:
 def _cursors(meta: dict) -> dict[str, WorkerCursor]:
     """The workers' cursors of a snapshot's meta, and its other fields checked (TypeError, KeyError
     or ValueError naming what is wrong), before the index is touched."""
-    if not isinstance(meta["stream_seq"], int) or meta["stream_seq"] < 0:
+    if not _u64(meta["stream_seq"]):
         raise ValueError(f"unreadable (stream_seq {meta['stream_seq']!r})")
     if not _finite(meta["created"]):
         raise ValueError(f"unreadable (created {meta['created']!r})")
@@ -727,16 +738,27 @@ def _cursors(meta: dict) -> dict[str, WorkerCursor]:
         raise ValueError("unreadable (workers is not an object)")
     cursors = {}
     for worker, (epoch, seq, last_time) in meta["workers"].items():
-        if not (isinstance(epoch, (int, type(None))) and isinstance(seq, (int, type(None)))
-                and _finite(last_time)):
+        if not ((epoch is None or _u64(epoch)) and (seq is None or _u64(seq)) and _finite(last_time)):
             raise ValueError(f"unreadable (the cursor of worker {worker!r})")
         cursors[worker] = WorkerCursor(epoch, seq, last_time)
     return cursors
 
 
 def _finite(value: object) -> bool:
-    """A number JSON gave that is a time: not NaN or Infinity (which `json.loads` reads)."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    """A number JSON gave that is a time: not NaN or Infinity (which `json.loads` reads), nor an
+    integer past a float's range (which `json.loads` keeps exact, and `math.isfinite` refuses
+    with OverflowError)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def _u64(value: object) -> bool:
+    """A JSON number that is a stream or engine sequence: an integer in [0, 2^64)."""
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 1 << 64
 
 
 class ConsumerGap(Exception):

@@ -200,30 +200,52 @@ def _other_bytes_under_the_digest(feed: NatsFeed) -> None:
     on_feed_loop(feed, feed._js.publish(subject, b"\0" * info.size))
 
 
-def _a_time_that_is_not_a_number(feed: NatsFeed) -> None:
-    """A cursor's last message time NaN (`json.loads` reads it): that worker never aged out."""
-    meta = {"stream": fanout.DEFAULT_STREAM, "stream_seq": 3, "created": time.time(), "index_kind": "PrefixIndex",
-            "workers": {"w0": [1, 3, float("nan")]}}
-    index_bytes = feed.router.index(MODEL).snapshot()
-    on_feed_loop(feed, feed._store.put(SNAPSHOT_NAME, build_snapshot(meta, index_bytes)))
+def _snapshot_meta(**fields: object):  # noqa: ANN202
+    """Damage: a snapshot of the index under a meta with `fields` changed."""
+    def damage(feed: NatsFeed) -> None:
+        meta = {"stream": fanout.DEFAULT_STREAM, "stream_seq": 3, "created": time.time(),
+                "index_kind": "PrefixIndex", "workers": {"w0": [1, 3, time.time()]}, **fields}
+        index_bytes = feed.router.index(MODEL).snapshot()
+        on_feed_loop(feed, feed._store.put(SNAPSHOT_NAME, build_snapshot(meta, index_bytes)))
+    damage.__name__ = "meta_" + "_".join(f"{k}={str(v)[:12]}" for k, v in fields.items())
+    return damage
 
 
-def _a_digest_that_is_not_a_string(feed: NatsFeed) -> None:
-    """Object meta (as any client of the bucket may write it) whose digest is a number: `.split` on
-    it raised past the snapshot's checks, and the replica retried every half second for ever."""
-    import base64
-    import json
+def _object_meta(**fields: object):  # noqa: ANN202
+    """Damage: the object's meta (which any client of the bucket may write) with `fields` changed."""
+    def damage(feed: NatsFeed) -> None:
+        import base64
+        import json
 
-    subject = f"$O.{BUCKET}.M." + base64.urlsafe_b64encode(SNAPSHOT_NAME.encode()).decode()
-    meta = {"name": SNAPSHOT_NAME, "bucket": BUCKET, "nuid": "abc", "size": 0, "chunks": 0, "digest": 5}
-    on_feed_loop(feed, feed._js.publish(subject, json.dumps(meta).encode(), headers={"Nats-Rollup": "sub"}))
+        subject = f"$O.{BUCKET}.M." + base64.urlsafe_b64encode(SNAPSHOT_NAME.encode()).decode()
+        meta = {"name": SNAPSHOT_NAME, "bucket": BUCKET, "nuid": "abc", "size": 1, "chunks": 1,
+                "digest": "SHA-256=" + base64.urlsafe_b64encode(b"\0" * 32).decode(), **fields}
+        on_feed_loop(feed, feed._js.publish(subject, json.dumps(meta).encode(), headers={"Nats-Rollup": "sub"}))
+    damage.__name__ = "object_" + "_".join(f"{k}={v}" for k, v in fields.items())
+    return damage
 
 
-@pytest.mark.parametrize("damage", [_without_workers, _other_bytes_under_the_digest, _a_time_that_is_not_a_number,
-                                    _a_digest_that_is_not_a_string])
+#: A JSON integer `json.loads` keeps exact, past a float's range (`math.isfinite` raises on it).
+HUGE = 10 ** 400
+
+
+@pytest.mark.parametrize("damage", [
+    _without_workers, _other_bytes_under_the_digest,
+    # A cursor's last message time NaN (`json.loads` reads it): that worker never aged out.
+    _snapshot_meta(workers={"w0": [1, 3, float("nan")]}),
+    _snapshot_meta(created=HUGE), _snapshot_meta(workers={"w0": [1, 3, HUGE]}),
+    _snapshot_meta(stream_seq=1 << 64), _snapshot_meta(workers={"w0": [1, -3, time.time()]}),
+    # A digest that is a number: `.split` on it raised.
+    _object_meta(digest=5, size=0, chunks=0),
+    # A chunks' id that is no subject token (the client or the server refuses the pull), a count
+    # that is no count.
+    _object_meta(nuid="a b"), _object_meta(nuid="a..b"), _object_meta(nuid=7), _object_meta(chunks=1.5),
+    _object_meta(chunks=-1), _object_meta(chunks=10 ** 9),
+], ids=lambda damage: damage.__name__)
 def test_an_unreadable_snapshot_is_ignored(publisher: Publisher, replicas, damage) -> None:  # noqa: ANN001
     """The documented fallback: ignored, the stream read from its start. Before, these raised past
-    the snapshot's checks, and the replica fetched the snapshot again every half second for ever."""
+    the snapshot's checks (TypeError, OverflowError, the client's and the server's refusals of a
+    subject), and the replica fetched the snapshot again for ever, never reading the stream."""
     publisher.batches("w0", 1, range(1, 4))
     a, feed_a = replicas()
     wait_until(lambda: live(feed_a) and blocks(a, "w0") == 3, 30, "replica a to go live")
@@ -249,7 +271,8 @@ def test_a_snapshot_larger_than_the_index_can_take_is_not_read(publisher: Publis
     assert feed_b.models[MODEL].snapshot_time is None and held(b, range(0, 5)) == [1, 2, 3]
 
 
-@pytest.mark.parametrize("description", ["not json", "[1]", '{"created": "x"}', '{"created": 1e300}'])
+@pytest.mark.parametrize("description", ["not json", "[1]", '{"created": "x"}', '{"created": 1e300}',
+                                         '{"created": 1%s}' % ("0" * 400)], ids=lambda d: d[:20])
 def test_a_snapshot_whose_time_cannot_be_read_is_overwritten(replicas, description: str) -> None:  # noqa: ANN001
     """Any client of the bucket may write an object's meta: a description that is not JSON, not an
     object, whose time is not a number or is far in the future raised (or returned "fresh") at
@@ -396,3 +419,29 @@ def test_a_live_replica_whose_clock_runs_ahead_drops_a_worker_where_every_replic
     b, feed_b = replicas(silence_timeout_s=silence)
     wait_until(lambda: live(feed_b) and blocks(b, "w0") >= 1, 30, "replica b to catch up")
     assert held(b, range(0, 6)) == view_a == [4]
+
+
+def test_a_consumer_whose_first_question_fails_is_let_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The consumer is asked what it has pending as soon as it is made; a failure there (a timeout
+    of a busy server) left the client's subscription registered, one more at each restart of the
+    model's consumer."""
+    made, let_go = [], []
+
+    class Subscription:
+        async def consumer_info(self) -> None:
+            raise asyncio.TimeoutError
+
+        async def unsubscribe(self) -> None:
+            let_go.append(self)
+
+    class JetStream:
+        async def pull_subscribe(self, *args: object, **kwargs: object) -> Subscription:
+            made.append(Subscription())
+            return made[-1]
+
+    feed = NatsFeed(KvRouter([], models={MODEL: ModelOptions(block_size=BS)}), FeedOptions("nats://127.0.0.1:1"))
+    monkeypatch.setattr(feed, "_js", JetStream())
+    for _ in range(3):
+        with pytest.raises(asyncio.TimeoutError):
+            asyncio.run(feed._consume(nats_feed.ModelFeed(MODEL)))
+    assert len(made) == 3 and let_go == made
