@@ -144,7 +144,8 @@ class _Stream:
                 table.hold()
                 try:
                     if len(message) <= self._inline:
-                        batch = table.run(message, 0, pending, *refuse)
+                        # Elapsed since received: a wait for the client to read counts here too.
+                        batch = table.run(message, _elapsed_us(received), pending, *refuse)
                     else:
                         # A big message (many requests, or a few large ones) is decoded and its
                         # small requests run off the loop, in one hop; exempt from the queue bound

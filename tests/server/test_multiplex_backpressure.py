@@ -17,10 +17,12 @@ from sidecar.servicers.multiplex import _Stream  # noqa: E402
 
 
 class Table:
-    """A stand-in multiplexer: answers each message with 600 bytes, recording what it ran."""
+    """A stand-in multiplexer: answers each message with 600 bytes, recording what it ran and the
+    microseconds it was told had passed since the message arrived."""
 
     def __init__(self) -> None:
         self.ran: list[bytes] = []
+        self.elapsed_us: list[int] = []
 
     def hold(self) -> None:
         pass
@@ -28,18 +30,24 @@ class Table:
     def release(self) -> None:
         pass
 
-    def run(self, message: bytes, *args: object) -> object:
+    def run(self, message: bytes, elapsed_us: int, *args: object) -> object:
         self.ran.append(message)
+        self.elapsed_us.append(elapsed_us)
         return multiplex.Batch((b"x" * 600,), (), (), [], (0, 0, 0, 0))
+
+
+def stream_on(table: Table) -> _Stream:
+    """A stream of a stand-in servicer over `table`; every message is small (runs inline)."""
+    config = SimpleNamespace(max_message_bytes=1000, inline_bytes=1 << 20)
+    servicer = SimpleNamespace(runtime=SimpleNamespace(config=config), gate=Gate(), table=lambda: table,
+                               record=lambda batch, counts: None)
+    return _Stream(servicer, Call("Multiplex", "t", None), StreamCounts())
 
 
 def test_the_reader_waits_while_answers_wait_to_be_written() -> None:
     async def scenario() -> None:
         table = Table()
-        config = SimpleNamespace(max_message_bytes=1000, inline_bytes=1 << 20)
-        servicer = SimpleNamespace(runtime=SimpleNamespace(config=config), gate=Gate(), table=lambda: table,
-                                   record=lambda batch, counts: None)
-        stream = _Stream(servicer, Call("Multiplex", "t", None), StreamCounts())
+        stream = stream_on(table)
 
         async def requests():  # noqa: ANN202
             for i in range(3):
@@ -56,5 +64,29 @@ def test_the_reader_waits_while_answers_wait_to_be_written() -> None:
         assert await anext(answers) == b"x" * 600
         assert table.ran == [b"m0", b"m1", b"m2"]
         await reader
+
+    asyncio.run(scenario())
+
+
+def test_a_wait_for_the_client_to_read_counts_toward_a_small_messages_deadline() -> None:
+    """The third message arrives while two answers wait to be written and runs only after the
+    client reads them, 200 ms later: its requests are told so (a `timeout_us` that ran out meanwhile
+    is DEADLINE_EXCEEDED), also when the message is small enough to run on the event loop."""
+    async def scenario() -> None:
+        table = Table()
+        stream = stream_on(table)
+
+        async def requests():  # noqa: ANN202
+            for i in range(3):
+                yield b"m%d" % i
+
+        reader = asyncio.create_task(stream.read(requests()))
+        await asyncio.sleep(0.2)
+        answers = stream.messages(reader)
+        for _ in range(3):
+            await anext(answers)
+        await reader
+        assert table.ran == [b"m0", b"m1", b"m2"]
+        assert table.elapsed_us[2] >= 200_000, table.elapsed_us
 
     asyncio.run(scenario())
