@@ -157,7 +157,8 @@ class PrefixIndex:
     def events_per_second(self, window_s: float = 10.0) -> float:
         """Events applied per second over the last `window_s` seconds (at most 4096 events)."""
         now = time.monotonic()
-        recent = [t for t in self._event_times if now - t <= window_s]
+        with self._lock:  # appended to by an apply on another thread (iterating then raises)
+            recent = [t for t in self._event_times if now - t <= window_s]
         if len(recent) < 2:
             return 0.0
         return len(recent) / max(now - recent[0], 1e-9)

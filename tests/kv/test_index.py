@@ -216,3 +216,34 @@ def test_walk_equals_the_definition_on_random_holdings() -> None:
                     held += 1
                 expected[bit] = held
         assert _walk(keys, media, active) == expected
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_event_rate_is_read_while_events_are_applied(kind: str) -> None:
+    """KvStatus reads the event rate on one thread while the subscriber applies on another: the
+    Python index read its deque of event times without its lock ("deque mutated during iteration",
+    which KvStatus answered as INTERNAL, 612 times in 37k reads with a short switch interval)."""
+    import sys
+    import threading
+
+    index = make_index(kind, BS)
+    done = threading.Event()
+
+    def apply() -> None:
+        seq = 0
+        while not done.is_set():
+            tokens = list(range(seq * BS, (seq + 1) * BS))
+            index.apply("w", BlockStored(engine_hashes(tokens), None, tokens, BS))
+            seq += 1
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    applier = threading.Thread(target=apply)
+    applier.start()
+    try:
+        for _ in range(20_000):
+            assert index.events_per_second() >= 0.0
+    finally:
+        done.set()
+        applier.join()
+        sys.setswitchinterval(interval)
