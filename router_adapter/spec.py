@@ -75,6 +75,9 @@ class HashSpec:
                 raise InvalidSpec(f"block_hashing.mm_items[{i}].identifier: empty")
             if item.offset < 0 or item.length < 0:
                 raise InvalidSpec(f"block_hashing.mm_items[{i}]: offset and length must be >= 0")
+            if item.offset + item.length >= 1 << 64 or item.offset >= 1 << 63:
+                # The native spec's bound (a position of the engine's int64 token positions).
+                raise InvalidSpec(f"block_hashing.mm_items[{i}]: offset + length overflows")
             if item.offset < previous:
                 raise InvalidSpec(
                     f"block_hashing.mm_items[{i}].offset: items must be sorted by offset (as the engine keeps them)"

@@ -179,10 +179,11 @@ def _mm_items(request: kv.ScoreRequest) -> tuple[MmItem, ...]:
     for i, item in enumerate(mm_items):
         if not item.identifier:
             raise InvalidArgument(f"mm_items[{i}].identifier: empty")
-        if item.offset + item.length >= 1 << 64:
-            # The native index refuses it (naming a field of another message); the Python index
-            # would score it.
-            raise InvalidArgument(f"mm_items[{i}]: offset + length ({item.offset} + {item.length}) passes 2^64")
+        if item.offset + item.length >= 1 << 64 or item.offset >= 1 << 63:
+            # Either index's spec refuses it too, naming a field of another message
+            # (`block_hashing.mm_items`).
+            raise InvalidArgument(f"mm_items[{i}]: offset + length ({item.offset} + {item.length}) passes 2^64, "
+                                  "or offset passes 2^63")
     return mm_items
 
 
