@@ -147,12 +147,18 @@ def test_refusals_are_the_python_paths(servicer: KvRouterServicer) -> None:
         (kv.ScoreRequest(model=MODEL, text="hello",
                          mm_items=[pb.MultimodalItem(identifier="img", offset=2**63, length=2**63)]),
          grpc.StatusCode.INVALID_ARGUMENT),
+        # An offset past the engine's int64 positions: either index's spec refused it, naming
+        # `block_hashing.mm_items`, which a Score request has not.
+        (kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=[1]),
+                         mm_items=[pb.MultimodalItem(identifier="img", offset=2**63, length=0)]),
+         grpc.StatusCode.INVALID_ARGUMENT),
         (kv.ScoreRequest(model=MODEL), grpc.StatusCode.INVALID_ARGUMENT),
     ]:
         with pytest.raises(SidecarError) as expected:
             python_score(servicer, request)
         assert refusal(servicer, request.SerializeToString()) == (code, expected.value.message, request.model)
         assert expected.value.code == code
+        assert "block_hashing" not in expected.value.message
 
 
 def test_a_malformed_body_is_refused_and_counted_as_before(servicer: KvRouterServicer) -> None:
