@@ -427,20 +427,38 @@ fn the_held_back_limit_counts_what_unpaced_reading_would_hold() {
     );
     let cfg = SessionConfig {
         tool_parser: "hermes".into(),
-        max_held_bytes: 1150,
-        id_seed: 7,
         ..SessionConfig::default()
     };
-    let ids = encode(&tok, &text);
-    for per_step in [ids.len(), 1] {
-        let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
-        let (_, _, calls) = run_in_steps(&mut s, &ids, per_step);
+    for (per_step, calls) in calls_under_a_held_limit(&model, &tok, &text, cfg) {
         assert_eq!(
             calls,
             [format!("f{{\"a\": \"{}\"}}", "x".repeat(200))],
             "{per_step} per step"
         );
     }
+}
+
+/// The calls of `text` under a held-back limit of 1,150 bytes, fed whole and one token per step
+/// (keyed by the ids per step).
+fn calls_under_a_held_limit(
+    model: &Arc<ParseModel>,
+    tok: &Tokenizer,
+    text: &str,
+    cfg: SessionConfig,
+) -> Vec<(usize, Vec<String>)> {
+    let cfg = SessionConfig {
+        max_held_bytes: 1150,
+        id_seed: 7,
+        ..cfg
+    };
+    let ids = encode(tok, text);
+    [ids.len(), 1]
+        .into_iter()
+        .map(|per_step| {
+            let mut s = Session::new(Arc::clone(model), &cfg, &[]).expect("session");
+            (per_step, run_in_steps(&mut s, &ids, per_step).2)
+        })
+        .collect()
 }
 
 /// As above, for a wait inside a nested reader (Muse's tool body: a parameter named with 1,100
@@ -463,14 +481,9 @@ fn the_held_back_limit_reads_nested_waits_too() {
     let cfg = SessionConfig {
         tool_parser: "muse".into(),
         tools_json: tools,
-        max_held_bytes: 1150,
-        id_seed: 7,
         ..SessionConfig::default()
     };
-    let ids = encode(&tok, &text);
-    for per_step in [ids.len(), 1] {
-        let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
-        let (_, _, calls) = run_in_steps(&mut s, &ids, per_step);
+    for (per_step, calls) in calls_under_a_held_limit(&model, &tok, &text, cfg) {
         assert_eq!(calls.len(), 1, "{per_step} per step");
         assert!(calls[0].starts_with("get_weather{"), "{per_step} per step");
     }
