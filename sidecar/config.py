@@ -146,6 +146,8 @@ class ServerConfig:
         for flag, value in positive.items():
             if value <= 0:
                 raise ValueError(f"{flag}: must be > 0")
+        if self.max_message_bytes >= 1 << 31:
+            raise ValueError("--max-message-mb: at most 2047 (gRPC's message sizes are 32-bit)")
         # 0 is a choice here: no stop strings, no template kwargs, no render cache.
         at_least_zero = {
             "--max-stop-strings": self.max_stop_strings, "--max-stop-bytes": self.max_stop_bytes,
@@ -154,5 +156,10 @@ class ServerConfig:
         for flag, value in at_least_zero.items():
             if value < 0:
                 raise ValueError(f"{flag}: must be >= 0")
+        # The native core reads limits as 64-bit sizes: a larger one started the server and then
+        # failed every call that met it, naming no flag.
+        for flag, value in {**positive, **at_least_zero}.items():
+            if value >= 1 << 62:
+                raise ValueError(f"{flag}: too large (at most 2^62 once in bytes or items)")
         if self.drain_seconds < 0 or self.drain_notice_seconds < 0:
             raise ValueError("--drain-seconds, --drain-notice-seconds: must be >= 0")

@@ -24,10 +24,7 @@ def deltas(answer: bytes) -> dict[str, pb.RequestDelta]:
 
 
 def step(mux, items: list[tuple[str, list[int], bool]]) -> dict[str, pb.RequestDelta]:  # noqa: ANN001
-    message = pb.ParseStreamRequest(
-        step=pb.Step(items=[pb.StepTokens(request_id=r, token_ids=ids, finished=f) for r, ids, f in items])
-    ).SerializeToString()
-    return deltas(mux.handle(message))
+    return deltas(mux.handle(message(items)))
 
 
 @contextmanager
@@ -264,37 +261,48 @@ def test_a_step_whose_error_answers_alone_could_pass_the_message_limit_is_refuse
 
 
 @pytest.mark.models
-def test_a_step_costs_the_text_held_by_the_requests_it_finishes() -> None:
-    """The server runs a small step inline on its event loop; one that finishes requests reads all
-    they held back (200 requests holding 400 KB each: 0.5 s on the loop for a 2 KB step). Its cost
-    counts that text, and the text of a request near its held-back limit (a forced read)."""
-    with mux_with(ParseLimits(max_held_bytes=40_000), []) as mux:
-        waits = {"a": 5_000, "b": 7_000, "near": 25_000}
+def test_a_step_costs_the_text_held_by_the_requests_it_names() -> None:
+    """The server runs a small step inline on its event loop; any step may release all a request
+    holds back (the engine finishing it, a stop string its tokens complete, a closer deciding what
+    a parser waits on), and reads it whole (200 requests holding 400 KB each: 0.5 s on the loop for
+    a 2 KB step). Its cost counts that text."""
+    with mux_with(ParseLimits(), []) as mux:
+        waits = {"a": 5_000, "b": 7_000, "quiet": 0}
+        held = {}
         for name, size in waits.items():
-            mux.open(parse_model("qwen3"), name, "fp", replace(CONFIG, max_held_bytes=40_000), [])
+            mux.open(parse_model("qwen3"), name, "fp", replace(CONFIG, stop=("QQ",)), [])
             step(mux, [(name, encode("qwen3", "<tool_call>" + " " * size), False)])  # undecided: held
+            held[name] = mux.handle(message([(name, [], False)]), within=0).cost - len(message([(name, [], False)]))
+        assert held["a"] >= waits["a"] and held["b"] >= waits["b"] and held["quiet"] < 100
 
-        def cost(items: list[tuple[str, bool]]) -> tuple[int, int]:
+        def cost(items: list[tuple[str, list[int], bool]]) -> tuple[int, int]:
             """The step's cost as its deferral by a budget of 0 gives it, and its length."""
-            message = pb.ParseStreamRequest(step=pb.Step(items=[
-                pb.StepTokens(request_id=r, token_ids=[87], finished=f) for r, f in items])).SerializeToString()
-            deferred = mux.handle(message, within=0)
+            deferred = mux.handle(message(items), within=0)
             assert isinstance(deferred, Deferred), deferred
-            return deferred.cost, len(message)
+            return deferred.cost, len(message(items))
 
-        held, size = cost([("a", False), ("b", False)])
-        assert held == size  # nothing read whole: the message alone
-        held, size = cost([("a", True), ("b", False)])
-        assert held - size >= waits["a"] and held - size < waits["a"] + waits["b"]
-        held, size = cost([("near", False)])  # past half its limit: this step may force a read
-        assert held - size >= waits["near"]
-        # Given its cost, the step is handled: "a" finishes, giving back what it held.
-        finishing, _ = cost([("a", True)])
-        message = pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(request_id="a", token_ids=[87], finished=True)]))
-        answer = mux.handle(message.SerializeToString(), within=finishing)
-        assert isinstance(answer, bytes) and deltas(answer)["a"].finished
+        one = [87]
+        for items in ([("a", one, False), ("b", one, False)], [("a", one, True)], [("quiet", one, False)]):
+            total, size = cost(items)
+            assert total == size + sum(held[name] for name, _, _ in items), items
+        # Tokens that complete the stop string release what "a" and "b" hold, unfinished: priced as
+        # such, and deferred by a budget under it; given its cost, handled.
+        stop = [(name, encode("qwen3", "QQ"), False) for name in ("a", "b")]
+        total, size = cost(stop)
+        assert total == size + held["a"] + held["b"]
+        assert isinstance(mux.handle(message(stop), within=total - 1), Deferred)
+        answer = mux.handle(message(stop), within=total)
+        assert isinstance(answer, bytes)
+        out = deltas(answer)
+        assert out["a"].finished and out["b"].finished and out["a"].finish_reason == "stop"
         with pytest.raises(InvalidArgument):  # not a message: refused whatever the budget
             mux.handle(b"\xff", within=0)
+
+
+def message(items: list[tuple[str, list[int], bool]]) -> bytes:
+    return pb.ParseStreamRequest(
+        step=pb.Step(items=[pb.StepTokens(request_id=r, token_ids=ids, finished=f) for r, ids, f in items])
+    ).SerializeToString()
 
 
 @pytest.mark.models

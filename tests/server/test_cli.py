@@ -32,6 +32,11 @@ def test_client_defaults() -> None:
     ("--max-token-ids", "0", "--max-token-ids: must be > 0"),
     ("--max-stop-strings", "-1", "--max-stop-strings: must be >= 0"),
     ("--render-cache-mb", "-1", "--render-cache-mb: must be >= 0"),
+    # Past what the native core reads as a size (2^64 bytes failed every ParseStream on `limits_json`).
+    ("--parse-max-stream-held-mb", str(1 << 44),
+     "--parse-max-stream-held-mb: too large (at most 2^62 once in bytes or items)"),
+    ("--max-token-ids", str(1 << 70), "--max-token-ids: too large (at most 2^62 once in bytes or items)"),
+    ("--max-message-mb", "4096", "--max-message-mb: at most 2047 (gRPC's message sizes are 32-bit)"),
 ])
 def test_a_bad_limit_stops_the_start_naming_its_flag(flag: str, value: str, message: str,
                                                     capsys: pytest.CaptureFixture[str]) -> None:

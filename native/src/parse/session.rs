@@ -406,6 +406,12 @@ impl Session {
             + self.ledger.held()
     }
 
+    /// Output tokens read so far (tests: how far a failed step got).
+    #[cfg(test)]
+    pub(crate) fn tokens_read(&self) -> u64 {
+        self.tokens
+    }
+
     /// Bytes handed to the two stages and the stages nested in them over the request (their
     /// reading is bounded by it).
     #[cfg(test)]
@@ -431,14 +437,18 @@ impl Session {
 
     /// [`Session::feed_into`] for a step of any size that stops when `cancel` says so: a long
     /// step is fed in parts of [`STEP_CHECK_IDS`] ids (the result does not depend on how a stream
-    /// is split into steps) with `cancel` checked before each, and the parts' deltas joined; the
-    /// held-back bound is checked once, at the end of the step, as for one part.
+    /// is split into steps) with `cancel` checked before each, and the parts' deltas joined. The
+    /// held-back bound is checked after every part, as for steps of that size, and the joined
+    /// delta may not pass `max_delta` bytes (the room its answer has: `RESOURCE_EXHAUSTED` naming
+    /// `--max-message-mb`, the request failed): 16M ids of a 75-byte token in one 30 MiB step
+    /// otherwise made 1.2 GB of text before anything looked at it.
     pub fn feed_cancellable(
         &mut self,
         ids: &[u32],
         end: bool,
         delta: &mut Delta,
         cancel: &Cancel<'_>,
+        max_delta: usize,
     ) -> Result<()> {
         if ids.len() <= STEP_CHECK_IDS {
             return self.feed_into(ids, end, delta);
@@ -446,11 +456,25 @@ impl Session {
         // Checked over the whole step first, so an error names the id's position in the step.
         self.check_known(ids)?;
         let mut joined = Delta::default();
+        let mut joined_bytes = 0usize;
         let parts = ids.len().div_ceil(STEP_CHECK_IDS);
         for (i, part) in ids.chunks(STEP_CHECK_IDS).enumerate() {
             cancel.check()?;
             let last = i + 1 == parts;
-            self.feed_part(part, end && last, delta, last)?;
+            self.feed_part(part, end && last, delta, true)?;
+            joined_bytes += delta.content.len() + delta.reasoning.len();
+            joined_bytes += delta
+                .calls
+                .iter()
+                .map(|c| c.id.len() + c.name.len() + c.arguments.len())
+                .sum::<usize>();
+            if joined_bytes > max_delta {
+                self.finished = true;
+                return Err(Error::resource_exhausted(format!(
+                    "the request's answer to this step passes {max_delta} bytes, what the server's message \
+                     limit leaves it (--max-message-mb); send fewer ids per step"
+                )));
+            }
             joined.content.push_str(&delta.content);
             joined.reasoning.push_str(&delta.reasoning);
             joined.calls.append(&mut delta.calls);

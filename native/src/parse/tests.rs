@@ -194,7 +194,7 @@ fn feed_joined(
     cancel: &Cancel<'_>,
 ) -> (String, String, String) {
     let mut delta = crate::parse::Delta::default();
-    s.feed_cancellable(ids, end, &mut delta, cancel)
+    s.feed_cancellable(ids, end, &mut delta, cancel, usize::MAX)
         .expect("feed");
     let args = delta.calls.iter().map(|c| c.arguments.as_str()).collect();
     (delta.content, delta.reasoning, args)
@@ -234,14 +234,20 @@ fn a_long_step_names_a_bad_id_by_its_place_in_the_step_and_stops_when_cancelled(
     ids[STEP_CHECK_IDS + 7] = u32::MAX;
     let mut delta = crate::parse::Delta::default();
     let err = s
-        .feed_cancellable(&ids, false, &mut delta, &Cancel::default())
+        .feed_cancellable(&ids, false, &mut delta, &Cancel::default(), usize::MAX)
         .unwrap_err();
     let at = format!("token_ids[{}]", STEP_CHECK_IDS + 7);
     assert!(err.message().starts_with(&at), "{}", err.message());
     let flag = std::sync::atomic::AtomicU32::new(1);
     let ids = vec![1000u32; 2 * STEP_CHECK_IDS];
     let err = s
-        .feed_cancellable(&ids, false, &mut delta, &Cancel::new(None, Some(&flag)))
+        .feed_cancellable(
+            &ids,
+            false,
+            &mut delta,
+            &Cancel::new(None, Some(&flag)),
+            usize::MAX,
+        )
         .unwrap_err();
     assert_eq!(err.kind(), crate::error::ErrorKind::Cancelled);
 }
@@ -575,5 +581,49 @@ fn the_stream_held_back_limit_fails_the_request_that_passes_it() {
         mux.cancel("b");
         mux.cancel("d");
         assert_eq!(mux.held_bytes(), 0);
+    }
+}
+
+/// A long step stops at the part where it passes a bound, not after decoding all of it: the
+/// held-back limit (an unterminated call) and the room its answer has (plain text). 16M ids of a
+/// 75-byte token in one step made 1.2 GB of text before either was looked at.
+#[test]
+fn a_long_step_stops_at_the_part_that_passes_a_bound() {
+    let Some((model, tok)) = parse_model("qwen3") else {
+        return;
+    };
+    let cases = [
+        (
+            "hermes",
+            "<tool_call>{\"a\": \"",
+            64 << 10,
+            usize::MAX,
+            "--parse-max-held-kb",
+        ),
+        ("", "", 1 << 20, 64 << 10, "--max-message-mb"),
+    ];
+    for (tool, opening, max_held, max_delta, flag) in cases {
+        let cfg = SessionConfig {
+            tool_parser: tool.into(),
+            max_held_bytes: max_held,
+            ..SessionConfig::default()
+        };
+        let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
+        let mut ids = encode(&tok, opening);
+        let word = encode(&tok, " word");
+        assert_eq!(word.len(), 1);
+        ids.resize(4 * STEP_CHECK_IDS, word[0]);
+        let mut delta = crate::parse::Delta::default();
+        let err = s
+            .feed_cancellable(&ids, false, &mut delta, &Cancel::default(), max_delta)
+            .unwrap_err();
+        assert_eq!(err.kind(), crate::error::ErrorKind::ResourceExhausted);
+        assert!(err.message().contains(flag), "{}", err.message());
+        assert!(s.is_finished());
+        assert!(
+            s.tokens_read() <= STEP_CHECK_IDS as u64,
+            "{flag}: read {} ids",
+            s.tokens_read()
+        );
     }
 }
