@@ -261,16 +261,31 @@ def test_duplicate_ids_are_refused_under_that_id(channel: grpc.Channel, models: 
 
 
 def test_inflight_limit_refuses_each_request_past_it(channel: grpc.Channel, models: list[str]) -> None:
+    slow = pb.TokenizeRequest(model=models[0], texts=[SLOW_TEXT])
     small = pb.TokenizeRequest(model=models[0], texts=["limit"])
     stream = Stream(channel)
-    stream.send([call(i, "tokenize", small) for i in range(MAX_INFLIGHT + 3)])
+    # Three wait on the worker pool (a few hundred ms each) while the next message arrives.
+    stream.send([call(i, "tokenize", slow) for i in range(1000, 1003)])
+    stream.send([call(i, "tokenize", small) for i in range(MAX_INFLIGHT)])
     results = stream.receive(MAX_INFLIGHT + 3)
     assert stream.close() == []
     refused = sorted(r.id for r in results if r.WhichOneof("result") == "error")
-    assert refused == [MAX_INFLIGHT, MAX_INFLIGHT + 1, MAX_INFLIGHT + 2]
-    error = next(r.error for r in results if r.id == MAX_INFLIGHT)
+    assert refused == [MAX_INFLIGHT - 3, MAX_INFLIGHT - 2, MAX_INFLIGHT - 1]
+    error = next(r.error for r in results if r.id == MAX_INFLIGHT - 3)
     assert error.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
     assert f"--multiplex-max-inflight {MAX_INFLIGHT}" in error.message
+
+
+def test_a_message_of_more_calls_than_may_wait_ends_the_stream(channel: grpc.Channel) -> None:
+    """Every call is answered, a refused one with about 170 bytes: 4 MB of empty 2-byte calls made
+    336 MB of answers the server held. A message may carry no more calls than may wait."""
+    stream = Stream(channel)
+    stream.send_raw(b"\x0a\x00" * (MAX_INFLIGHT + 1))
+    with pytest.raises(grpc.RpcError) as ended:
+        stream.close()
+    assert ended.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert f"{MAX_INFLIGHT + 1} calls in one message" in ended.value.details()
+    assert f"--multiplex-max-inflight {MAX_INFLIGHT}" in ended.value.details()
 
 
 def test_deadline_per_request(channel: grpc.Channel, models: list[str]) -> None:

@@ -179,10 +179,18 @@ impl Multiplexer {
     pub fn run(&self, message: &[u8], opts: &RunOptions<'_>) -> Result<Batch> {
         let started = Instant::now();
         let decoded = wire::decode_multiplex(message)?;
-        let mut batch = Batch {
-            cancel: decoded.cancel,
-            ..Batch::default()
-        };
+        // Every call is answered, a refused one with an error of about 170 bytes: a message of
+        // millions of empty 2-byte calls made hundreds of times its size in answers, held in
+        // memory whether or not the client reads. No message needs more calls than may wait.
+        let calls = decoded.calls.len();
+        if calls > self.settings.max_inflight {
+            return Err(Error::resource_exhausted(format!(
+                "calls: {calls} calls in one message, more than a stream may have waiting \
+                 (--multiplex-max-inflight {}); send fewer per message",
+                self.settings.max_inflight
+            )));
+        }
+        let mut batch = Batch::default();
         let mut seen: HashSet<u64> = opts.pending.iter().copied().collect();
         for (i, call) in decoded.calls.iter().enumerate() {
             crate::cancel::Cancel::new(None, opts.flag).check()?;
@@ -192,9 +200,10 @@ impl Multiplexer {
             }
             if opts.pending.len() + i >= self.settings.max_inflight {
                 let why = format!(
-                    "multiplex: {} requests are already waiting for their results on this stream \
-                     (--multiplex-max-inflight {}); wait for some or open another stream",
-                    opts.pending.len() + i,
+                    "multiplex: {} requests of this stream wait for their results and {i} came \
+                     before this one in its message (--multiplex-max-inflight {}); wait for some \
+                     or open another stream",
+                    opts.pending.len(),
                     self.settings.max_inflight
                 );
                 batch.put_error(call.id, call.kind(), grpc_code::RESOURCE_EXHAUSTED, &why);
@@ -211,6 +220,14 @@ impl Multiplexer {
             let elapsed = opts.elapsed + started.elapsed();
             self.start(call, message, elapsed, opts.flag, &mut batch);
         }
+        // Only ids that wait for a result can be cancelled (the stream's pending ones and this
+        // message's deferred ones), each once: the server walks this list on its event loop.
+        let mut waiting: HashSet<u64> = opts.pending.iter().copied().collect();
+        waiting.extend(batch.deferred.iter().map(|d| d.id));
+        batch.cancel = decoded
+            .cancel_ids()
+            .filter(|id| waiting.remove(id))
+            .collect();
         batch.cut_chunks(self.settings.max_message_bytes);
         Ok(batch)
     }

@@ -95,13 +95,18 @@ fn error_code(result: &pb::MultiplexResult) -> Option<i32> {
 
 #[test]
 fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
-    let mux = multiplexer(8, 100, 1 << 20);
+    // A text costs its bytes and ITEM_COST: "ab" 66 and "a b" 67 run inline, `big` 94 does not.
+    let mux = multiplexer(8 + execute::ITEM_COST, 100, 1 << 20);
     let big = "ab ".repeat(10);
     let raw = message(
         vec![tokenize(1, "ab"), tokenize(2, &big), tokenize(3, "a b")],
         vec![7],
     );
-    let batch = mux.run(&raw, &RunOptions::default()).unwrap();
+    let pending = RunOptions {
+        pending: &[7],
+        ..RunOptions::default()
+    };
+    let batch = mux.run(&raw, &pending).unwrap();
     let answered: Vec<u64> = results(&batch).iter().map(|r| r.id).collect();
     assert_eq!(answered, [1, 3]);
     assert_eq!(batch.cancel, [7]);
@@ -110,7 +115,7 @@ fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
     };
     assert_eq!(
         (deferred.id, deferred.kind, deferred.cost),
-        (2, CallKind::Tokenize, big.len())
+        (2, CallKind::Tokenize, big.len() + execute::ITEM_COST)
     );
     let one = mux
         .run_one(
@@ -459,4 +464,63 @@ fn a_unary_request_stops_when_its_flag_is_set() {
         result.unwrap_err().kind(),
         crate::error::ErrorKind::Cancelled
     );
+}
+
+/// A message may carry no more calls than a stream may have waiting: every call is answered, and
+/// a message of 2-byte empty calls made hundreds of times its size in error answers.
+#[test]
+fn a_message_of_more_calls_than_may_wait_is_refused_whole() {
+    let mux = multiplexer(1 << 20, 3, 1 << 20);
+    let four = message((1..=4).map(|id| tokenize(id, "ab")).collect(), vec![]);
+    let err = mux.run(&four, &RunOptions::default()).unwrap_err();
+    assert_eq!(err.kind(), crate::ErrorKind::ResourceExhausted);
+    assert!(
+        err.message().contains("--multiplex-max-inflight 3"),
+        "{}",
+        err.message()
+    );
+    let three = message((1..=3).map(|id| tokenize(id, "ab")).collect(), vec![]);
+    assert_eq!(
+        results(&mux.run(&three, &RunOptions::default()).unwrap()).len(),
+        3
+    );
+}
+
+/// Only ids that wait for a result are handed back to cancel, each once, in the message's order:
+/// the stream's pending ones and the message's own deferred ones (a message of 60M cancel ids
+/// made a 500 MB list the server walked on its event loop).
+#[test]
+fn cancels_name_only_waiting_requests_once() {
+    let mux = multiplexer(8 + execute::ITEM_COST, 100, 1 << 20);
+    let big = "ab ".repeat(10);
+    let mut cancel = vec![5, 5, 9, 12, 6, 5];
+    cancel.extend(1000..200_000);
+    let mut raw = message(vec![tokenize(12, &big), tokenize(13, "ab")], cancel);
+    // And one not packed (field 2, a varint), as protobuf allows.
+    raw.extend([0x10, 8]);
+    let opts = RunOptions {
+        pending: &[5, 6, 8],
+        ..RunOptions::default()
+    };
+    let batch = mux.run(&raw, &opts).unwrap();
+    assert_eq!(batch.deferred.len(), 1);
+    assert_eq!(batch.cancel, [5, 12, 6, 8]);
+}
+
+/// A Tokenize of many short texts costs an item's cost per text, as on the unary path: 5,400
+/// one-character texts in 16 KB ran 11 ms on the event loop.
+#[test]
+fn many_short_texts_cost_their_items() {
+    let mux = multiplexer(16 << 10, 100, 1 << 20);
+    let mut call = tokenize(1, "a");
+    if let Some(Call::Tokenize(r)) = &mut call.request {
+        r.texts = vec!["a".into(); 5400];
+    }
+    let batch = mux
+        .run(&message(vec![call], vec![]), &RunOptions::default())
+        .unwrap();
+    let [deferred] = batch.deferred[..] else {
+        panic!("{:?}", batch.deferred)
+    };
+    assert_eq!(deferred.cost, 5400 * (1 + execute::ITEM_COST));
 }

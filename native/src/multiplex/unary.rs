@@ -12,12 +12,8 @@ use crate::error::{Error, Result};
 use crate::tokenizer::CacheStats;
 use crate::wire::{pb, CallKind};
 
-use super::execute::{Request, Response};
+use super::execute::{Request, Response, ITEM_COST};
 use super::Multiplexer;
-
-/// What one item of a request (a text, an id sequence) costs on top of its bytes, as the
-/// server's `ITEM_COST` counts it.
-const ITEM_COST: usize = 64;
 
 /// How one unary call runs.
 #[derive(Debug, Clone, Copy, Default)]
