@@ -68,11 +68,24 @@ class Gate:
     """Admission of new calls and the count of calls in flight: a draining server closes it, refuses
     new calls, and waits (boundedly) for `inflight` to reach zero. Only touched on the event loop."""
 
-    __slots__ = ("open", "inflight")
+    __slots__ = ("open", "inflight", "_on_close")
 
     def __init__(self) -> None:
         self.open = True
         self.inflight = 0
+        self._on_close: set[Callable[[], None]] = set()
+
+    def close(self) -> None:
+        """Refuses new calls from now on, and tells the streams that asked (`on_close`)."""
+        self.open = False
+        for callback in list(self._on_close):
+            callback()
+
+    def on_close(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Calls `callback` when the gate closes (a stream with nothing in flight then ends, so an
+        idle one does not hold the drain); returns what forgets it."""
+        self._on_close.add(callback)
+        return lambda: self._on_close.discard(callback)
 
     def call_done(self, _context: object) -> None:
         """A call ended (its status sent or the call cancelled): the `add_done_callback` of each call."""

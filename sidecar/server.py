@@ -208,7 +208,7 @@ class RunningServer:
         listeners close and what is left is cancelled. Returns the calls cancelled."""
         loop = asyncio.get_running_loop()
         started = loop.time()
-        self.gate.open = False
+        self.gate.close()
         self.announce_state(DRAINING)
         await self.health.enter_graceful_shutdown()
         notice = min(notice, grace)

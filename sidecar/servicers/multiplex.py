@@ -78,10 +78,12 @@ class MultiplexServicer:
         self.table()  # FAILED_PRECONDITION now, on a backend that cannot run it
         stream = _Stream(self, call, counts)
         reader = asyncio.create_task(stream.read(requests))
+        forget = self.gate.on_close(stream.wake)
         try:
             async for message in stream.messages(reader):
                 yield message
         finally:
+            forget()
             reader.cancel()
             stream.abandon()
 
@@ -126,6 +128,8 @@ class _Stream:
         self._writable = asyncio.Event()
         self._writable.set()
         self._ready = asyncio.Event()
+        #: Whether the reader holds a message it has not applied yet (its results are to come).
+        self._handling = False
         self._message_latency = metrics.STAGE_LATENCY.labels(call.rpc, "message")
 
     async def read(self, requests: AsyncIterator[bytes]) -> None:
@@ -135,6 +139,7 @@ class _Stream:
             async for message in requests:
                 # Stamped first: a request's deadline counts the wait for the client to read.
                 received = time.perf_counter()
+                self._handling = True
                 await self._writable.wait()
                 table = self._servicer.table()
                 refuse = (0, "") if self._gate.open else _DRAINING
@@ -156,6 +161,7 @@ class _Stream:
                         )
                     self._apply(batch, message, received, table)
                 finally:
+                    self._handling = False
                     table.release()
                 self._message_latency.observe(time.perf_counter() - received)
                 if not self._gate.open and not self._pending:
@@ -163,7 +169,7 @@ class _Stream:
                     # the client reconnects (elsewhere) and the drain is not held up by it.
                     raise Unavailable(_DRAINING[1])
         finally:
-            self._wake()
+            self.wake()
 
     def _apply(self, batch: Batch, message: bytes, received: float, table: NativeMultiplexer) -> None:
         self._servicer.record(batch, self._counts)
@@ -230,7 +236,8 @@ class _Stream:
             self._writable.clear()
         self._ready.set()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
+        """Lets `messages` look again: results are ready, the reader ended, or the server drains."""
         self._ready.set()
 
     async def messages(self, reader: asyncio.Task) -> AsyncIterator[bytes]:
@@ -252,6 +259,10 @@ class _Stream:
                     raise error
                 if not self._pending:
                     return
+            if not self._gate.open and not (self._out or self._pending or self._handling):
+                # Draining, and nothing in flight: end the stream now, not at the client's next
+                # message (an idle stream held the drain for all of --drain-seconds).
+                raise Unavailable(_DRAINING[1])
 
     def abandon(self) -> None:
         """The stream ended: its large requests are dropped (a native call already running

@@ -36,10 +36,10 @@ class Table:
         return multiplex.Batch((b"x" * 600,), (), (), [], (0, 0, 0, 0))
 
 
-def stream_on(table: Table) -> _Stream:
+def stream_on(table: Table, gate: Gate | None = None) -> _Stream:
     """A stream of a stand-in servicer over `table`; every message is small (runs inline)."""
     config = SimpleNamespace(max_message_bytes=1000, inline_bytes=1 << 20)
-    servicer = SimpleNamespace(runtime=SimpleNamespace(config=config), gate=Gate(), table=lambda: table,
+    servicer = SimpleNamespace(runtime=SimpleNamespace(config=config), gate=gate or Gate(), table=lambda: table,
                                record=lambda batch, counts: None)
     return _Stream(servicer, Call("Multiplex", "t", None), StreamCounts())
 
@@ -88,5 +88,38 @@ def test_a_wait_for_the_client_to_read_counts_toward_a_small_messages_deadline()
         await reader
         assert table.ran == [b"m0", b"m1", b"m2"]
         assert table.elapsed_us[2] >= 200_000, table.elapsed_us
+
+    asyncio.run(scenario())
+
+
+def test_an_idle_stream_ends_when_the_server_drains() -> None:
+    """A stream whose requests are all answered, waiting for the client's next message, ends with
+    UNAVAILABLE as soon as the server starts draining (it held a graceful shutdown for all of
+    --drain-seconds, then was cut without the documented status)."""
+    from sidecar.errors import Unavailable
+
+    async def scenario() -> None:
+        table, gate = Table(), Gate()
+        stream = stream_on(table, gate)
+        more = asyncio.Event()
+
+        async def requests():  # noqa: ANN202
+            yield b"m0"
+            await more.wait()  # the client sends nothing more
+            yield b"m1"
+
+        reader = asyncio.create_task(stream.read(requests()))
+        forget = gate.on_close(stream.wake)
+        answers = stream.messages(reader)
+        assert await anext(answers) == b"x" * 600
+        ended = asyncio.create_task(anext(answers))
+        await asyncio.sleep(0.05)
+        assert not ended.done(), "an open stream with its client still there ends only when the server drains"
+        gate.close()
+        with pytest.raises(Unavailable, match="draining"):
+            await asyncio.wait_for(ended, 5)
+        forget()
+        reader.cancel()
+        assert table.ran == [b"m0"]
 
     asyncio.run(scenario())
