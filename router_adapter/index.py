@@ -484,6 +484,11 @@ class PrefixIndex:
             self.stats.evicted_blocks += len(oldest)
 
 
+#: Workers a snapshot may hold, as the native index (native/src/index/snapshot.rs): far past a real
+#: fleet's engines, and what keeps a restore's eviction and every Score's rows bounded.
+MAX_SNAPSHOT_WORKERS = 1 << 16
+
+
 def _snapshot_problem(snap: dict) -> str | None:
     """What makes a decoded snapshot unfit to restore (it comes from another replica through the
     object store), checked before the index is touched; None when it is sound."""
@@ -495,12 +500,14 @@ def _snapshot_problem(snap: dict) -> str | None:
     if not (block_size is None or (is_int(block_size) and 0 < block_size <= 0xFFFF_FFFF)):
         return f"block_size {block_size!r}"
     if not (isinstance(stats, list) and len(stats) == len(IndexStats.__slots__)
-            and all(is_int(v) and v >= 0 for v in stats)):
+            and all(is_int(v) and 0 <= v < 1 << 63 for v in stats)):
         return "stats"
     if not (isinstance(media, list) and all(isinstance(m, str) for m in media) and len(set(media)) == len(media)):
         return "media"
     if not isinstance(workers, list):
         return "workers"
+    if len(workers) > MAX_SNAPSHOT_WORKERS:
+        return f"{len(workers)} workers (a snapshot holds at most {MAX_SNAPSHOT_WORKERS})"
     names = set()
     for item in workers:
         if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str) and isinstance(item[1], list)):

@@ -102,7 +102,11 @@ def test_a_malformed_snapshot_changes_nothing() -> None:
     for bad in [broken, {**snapshot, "workers": 7}, {**snapshot, "stats": [0] * 20}, {"magic": snapshot["magic"]},
                 {**snapshot, "stats": ["x"] * 8}, {**snapshot, "block_size": "x"},
                 {**snapshot, "workers": [worker, worker]},  # one worker twice
-                {**snapshot, "workers": [[worker[0], worker[1][:2] + [0]]]}]:  # an entry in no medium
+                {**snapshot, "workers": [[worker[0], worker[1][:2] + [0]]]},  # an entry in no medium
+                # Past what the native index restores (its counters past 2^63 wrapped; more workers
+                # than a fleet has made every Score and the restore's eviction slow).
+                {**snapshot, "stats": [1 << 63] * 8},
+                {**snapshot, "workers": [[f"w{i}", []] for i in range((1 << 16) + 1)]}]:
         with pytest.raises(ValueError, match="snapshot: "):
             index.restore(msgspec.msgpack.encode(bad))
         assert view(index) == state

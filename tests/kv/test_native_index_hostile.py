@@ -37,18 +37,20 @@ def unkeyed_unmix(h: int) -> int:
     return k ^ (k >> 33)
 
 
-def snapshot(workers: list[tuple[str, int, list[tuple[int, int, int]]]], next_order: int | None = None) -> bytes:
-    """A content-mode snapshot: workers as (name, order, [(engine hash, key, stamp)]), medium "GPU"."""
+def snapshot(workers: list[tuple[str, int, list[tuple[int, ...]]]], next_order: int | None = None,
+             media: tuple[str, ...] = ("GPU",), stats: tuple[int, ...] = (0,) * 8) -> bytes:
+    """A content-mode snapshot: workers as (name, order, [(engine hash, key, stamp[, media mask])]),
+    the mask 1 (the first medium) unless given."""
     out = bytearray(b"SCKVIDX1") + struct.pack("<I", 1)
     out += struct.pack("<BIQq", 1, BS, 4_000_000, 0) + struct.pack("<I", 0)  # block size, bound, group, no spec
-    out += struct.pack("<8Q", *[0] * 8)
+    out += struct.pack("<8Q", *stats)
     out += struct.pack("<Q", len(workers) if next_order is None else next_order)
-    out += struct.pack("<BH", 1, 3) + b"GPU"
+    out += struct.pack("<B", len(media)) + b"".join(struct.pack("<H", len(m)) + m.encode() for m in media)
     out += struct.pack("<I", len(workers))
     for name, order, entries in workers:
         out += struct.pack("<I", len(name)) + name.encode() + struct.pack("<QI", order, len(entries))
-        for engine_hash, key, stamp in entries:
-            out += struct.pack("<QQI", engine_hash, key, (stamp << 8) | 1)
+        for engine_hash, key, stamp, *mask in entries:
+            out += struct.pack("<QQI", engine_hash, key, (stamp << 8) | (mask[0] if mask else 1))
     return bytes(out + struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(out))))
 
 
@@ -107,9 +109,9 @@ def test_stamps_spread_wide_are_renumbered_in_their_order() -> None:
 
 def test_worker_count_and_orders_are_checked() -> None:
     index = NativePrefixIndex(BS)
-    too_many = bytearray(snapshot([]))[:-12] + struct.pack("<I", (1 << 23) + 1)
+    too_many = bytearray(snapshot([]))[:-12] + struct.pack("<I", (1 << 16) + 1)
     too_many += struct.pack("<Q", xxhash.xxh3_64_intdigest(bytes(too_many)))
-    with pytest.raises(InvalidArgument, match=r"8388609 workers \(at most 8388608\)"):
+    with pytest.raises(InvalidArgument, match=r"65537 workers \(a snapshot holds at most 65536\)"):
         index.restore(bytes(too_many))
     with pytest.raises(InvalidArgument, match="an order another worker has"):
         index.restore(snapshot([("a", 3, []), ("b", 3, [])], next_order=9))
@@ -171,3 +173,32 @@ def test_a_block_size_past_32_bits_is_not_learned(make) -> None:  # noqa: ANN001
     index.apply_batch("w", stored([1], block_size=1 << 32))
     index.apply_batch("w", stored([2]))
     assert (index.block_size, index.num_blocks, index.stats.skipped_events) == (BS, 1, 1)
+
+
+def test_shared_keys_may_not_take_more_than_the_bound_sizes_a_snapshot_at() -> None:
+    """A shared key's worker bitsets are as wide as its highest holder's id, in each medium: keys
+    held by the first and the last of 65,536 workers (all but two empty) in 8 media take 64 KB
+    each for 40 bytes of entries (with a million workers, a 24 MB snapshot aborted a replica on an
+    allocation failure). A restore stops at what 64 bytes per block of its bound allow."""
+    media = tuple(f"m{i}" for i in range(8))
+    shared = [(key, 1000 + key, key, 0xFF) for key in range(1, 1200)]
+    workers = [("first", 0, shared)] + [(f"w{i}", i, []) for i in range(1, 65_535)]
+    workers.append(("last", 65_535, [(h, k, s + 2000, m) for h, k, s, m in shared]))
+    hostile = snapshot(workers, media=media)
+    index = NativePrefixIndex(BS, max_blocks=1000)
+    index.apply_batch("w", stored([1, 2]))
+    with pytest.raises(InvalidArgument, match="shared keys' worker sets take more than"):
+        index.restore(hostile)
+    assert index.num_blocks == 2 and index.workers == ["w"]  # unchanged
+
+
+def test_a_medium_named_twice_and_counters_past_2_63_are_refused() -> None:
+    """Blocks held under a second slot of one medium's name could never be removed by events (they
+    name the first); counters restored near 2^64 wrapped to zero at the next event."""
+    index = NativePrefixIndex(BS)
+    with pytest.raises(InvalidArgument, match="a medium named twice"):
+        index.restore(snapshot([("a", 0, [(1, 11, 0, 0b10)])], media=("GPU", "GPU")))
+    with pytest.raises(InvalidArgument, match="past 2\\^63"):
+        index.restore(snapshot([("a", 0, [(1, 11, 0)])], stats=(MASK64,) * 8))
+    index.restore(snapshot([("a", 0, [(1, 11, 0)])], media=("GPU", "CPU"), stats=((1 << 63) - 1,) * 8))
+    assert index.num_blocks == 1

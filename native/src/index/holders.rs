@@ -174,6 +174,9 @@ pub(crate) enum Summary {
 pub(crate) struct MultiPool {
     records: Vec<MultiRecord>,
     free: Vec<u32>,
+    /// Bytes of the records' bitsets, kept with every change (a record is as wide as its
+    /// highest worker id: a restore checks what a snapshot's shared keys take as it goes).
+    bits_bytes: usize,
 }
 
 impl MultiPool {
@@ -186,6 +189,7 @@ impl MultiPool {
             }
         }
         record.set(second, m);
+        self.bits_bytes += record.allocated_bytes();
         match self.free.pop() {
             Some(index) => {
                 self.records[index as usize] = record;
@@ -200,8 +204,23 @@ impl MultiPool {
 
     /// Returns a record to the free list.
     pub fn release(&mut self, index: u32) {
-        self.records[index as usize] = MultiRecord::default();
+        let record = std::mem::take(&mut self.records[index as usize]);
+        self.bits_bytes -= record.allocated_bytes();
         self.free.push(index);
+    }
+
+    /// Sets (worker, medium) in a record; false when it was already set.
+    pub fn set(&mut self, index: u32, worker: u32, m: usize) -> bool {
+        let record = &mut self.records[index as usize];
+        let before = record.allocated_bytes();
+        let fresh = record.set(worker, m);
+        self.bits_bytes += record.allocated_bytes() - before;
+        fresh
+    }
+
+    /// Bytes of the records' bitsets.
+    pub fn bits_bytes(&self) -> usize {
+        self.bits_bytes
     }
 
     #[inline]
@@ -209,6 +228,7 @@ impl MultiPool {
         &self.records[index as usize]
     }
 
+    /// A record to clear holds in (which never grows it).
     #[inline]
     pub fn get_mut(&mut self, index: u32) -> &mut MultiRecord {
         &mut self.records[index as usize]

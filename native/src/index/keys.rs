@@ -140,7 +140,7 @@ impl KeyTable {
                 );
                 true
             }
-            Holders::Many(index) => self.pool.get_mut(index).set(worker, m),
+            Holders::Many(index) => self.pool.set(index, worker, m),
             Holders::Nobody => unreachable!("occupied key slot with no holders"),
         };
         if !fresh {
@@ -222,6 +222,11 @@ impl KeyTable {
                 },
             ),
         }
+    }
+
+    /// Bytes of the shared keys' worker bitsets.
+    pub fn shared_bits_bytes(&self) -> usize {
+        self.pool.bits_bytes()
     }
 
     /// Bytes held by the tables, the shared-key records and the extra-hold map.

@@ -43,7 +43,9 @@
 //! hashed token ids do not fit in 32 bits is counted as skipped (the Python index raises).
 //!
 //! A [`snapshot`] serializes the entries (the holder table follows from them) into about 20
-//! bytes per entry, for replicas that catch up from a snapshot plus the event stream.
+//! bytes per entry, for replicas that catch up from a snapshot plus the event stream. A restore
+//! takes at most 65,536 workers, and the shared keys' bitsets at most 64 bytes per block of the
+//! bound plus 64 MiB (a snapshot is anyone's to write who can write the bucket).
 //!
 //! [`SharedIndex`] is the handle other threads share: a read-write lock (scoring reads, events
 //! write), with request hashing and payload decoding done outside it.

@@ -19,7 +19,15 @@
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::core::Index;
-use super::holders::{MAX_MEDIA, MAX_WORKERS};
+use super::holders::MAX_MEDIA;
+
+/// Workers a snapshot may hold (`router_adapter/index.py` refuses the same).
+pub(crate) const MAX_SNAPSHOT_WORKERS: usize = 1 << 16;
+/// What a restore lets shared keys' worker bitsets take: this many bytes per block of the
+/// index's bound (a snapshot's own size limit in `router_adapter/nats_feed.py`), plus a fixed
+/// allowance.
+const SHARED_BITS_PER_BLOCK: usize = 64;
+const SHARED_BITS_FIXED: usize = 64 << 20;
 use super::keys::KeyTable;
 use super::table::mix;
 use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
@@ -78,12 +86,26 @@ impl Index {
         let entries = loaded.workers.iter().map(Worker::len).sum();
         let mut keys = KeyTable::with_capacity(entries);
         let mut blocks = 0u64;
+        // A shared key's worker bitsets are as wide as its highest holder's id, per medium: a
+        // snapshot of a million empty workers and keys shared with the last of them took a
+        // megabyte per 40 bytes of entries, and aborted the process. What they may take is
+        // what this index's own bound sizes a snapshot at.
+        let budget = SHARED_BITS_PER_BLOCK
+            .saturating_mul(self.options.max_blocks as usize)
+            .saturating_add(SHARED_BITS_FIXED);
         for (id, worker) in loaded.workers.iter().enumerate() {
             for e in worker.entries() {
                 for m in 0..MAX_MEDIA {
                     if e.media() & (1 << m) != 0 {
                         keys.add_hold(e.hkey(), id as u32, m);
                     }
+                }
+                if keys.shared_bits_bytes() > budget {
+                    return Err(Error::invalid_argument(format!(
+                        "snapshot: its shared keys' worker sets take more than {budget} bytes \
+                         ({SHARED_BITS_PER_BLOCK} per block of this index's bound, plus \
+                         {SHARED_BITS_FIXED}): not an index's"
+                    )));
                 }
             }
             blocks += worker.len() as u64;
@@ -215,6 +237,10 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
     let mut stats = [0u64; 8];
     for value in stats.iter_mut() {
         *value = c.u64()?;
+        // Counted on from here: near 2^64 they wrapped to zero (counters going backwards).
+        if *value >= 1 << 63 {
+            return Err(bad("a statistic past 2^63"));
+        }
     }
     let next_order = c.u64()?;
     let media_count = c.u8()? as usize;
@@ -224,7 +250,13 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
     let mut media = Vec::with_capacity(media_count);
     for _ in 0..media_count {
         let len = c.u16()? as usize;
-        media.push(c.text(len)?);
+        let name = c.text(len)?;
+        // Events name a medium: blocks held under a second slot of one name could never be
+        // removed by them.
+        if media.contains(&name) {
+            return Err(bad("a medium named twice"));
+        }
+        media.push(name);
     }
     let workers = parse_workers(&mut c, media_count)?;
     if c.pos != body.len() {
@@ -249,10 +281,12 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
 
 fn parse_workers(c: &mut Cursor<'_>, media_count: usize) -> Result<Vec<Worker>> {
     let count = c.u32()? as usize;
-    // Ids past the bound do not fit a holder code (they would read as a shared-holder record).
-    if count > MAX_WORKERS as usize {
+    // Far past a real fleet's engines, and what keeps a restore's eviction (a pass over the
+    // workers per round) and every Score's rows bounded: 800,000 one-block workers took 47 s to
+    // restore, and a million empty ones 3 s per Score.
+    if count > MAX_SNAPSHOT_WORKERS {
         return Err(Error::invalid_argument(format!(
-            "{count} workers (at most {MAX_WORKERS})"
+            "{count} workers (a snapshot holds at most {MAX_SNAPSHOT_WORKERS})"
         )));
     }
     let mut workers: Vec<Worker> = Vec::new();
