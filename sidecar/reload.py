@@ -74,10 +74,16 @@ async def run_on_thread(fn: Callable[[], T]) -> T:
     return await future
 
 
+#: How both renderers begin the message of a template's own `raise_exception`.
+_RAISED_BY_TEMPLATE = "chat template error: "
+
+
 def smoke_check(model: Model) -> None:
     """Raises FailedPrecondition unless the model tokenizes, detokenizes and (with a chat template)
-    renders a plain conversation. A template's own refusal of that conversation (`raise_exception`,
-    INVALID_ARGUMENT) passes: the template compiled and ran."""
+    renders a plain conversation. A template's own refusal of that conversation (`raise_exception`:
+    INVALID_ARGUMENT "chat template error: ...") passes: the template compiled and ran. Any other
+    failure of it (an unknown function, a division by zero) would fail every Render, blaming the
+    client: the reload fails and the old model keeps serving."""
     encoding = model.tokenizer.encode_batch([_SMOKE_TEXT], EncodeOptions(add_special_tokens=False))[0]
     if not encoding.ids:
         raise FailedPrecondition(f"model {model.name!r}: the tokenizer gave no ids for a smoke text")
@@ -86,8 +92,10 @@ def smoke_check(model: Model) -> None:
         return
     try:
         model.renderer.render(RenderOptions(messages_json=_SMOKE_MESSAGES, return_text=True))
-    except InvalidArgument:
-        pass
+    except InvalidArgument as e:
+        if not e.message.startswith(_RAISED_BY_TEMPLATE):
+            raise FailedPrecondition(f"model {model.name!r}: its chat template fails a plain conversation: "
+                                     f"{e.message}") from None
 
 
 def prepare(registry: ModelRegistry, spec: ModelSpec, serving_fingerprint: str, force: bool) -> Model | None:

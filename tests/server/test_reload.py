@@ -161,6 +161,36 @@ def test_a_broken_directory_keeps_the_old_model_and_sighup_loads_a_new_tokenizer
     assert any(t.id == new_id and t.content == NEW_TOKEN for t in listed["b"].special_tokens)
 
 
+@pytest.mark.parametrize(("body", "outcome"), [
+    # Fail every Render at run time (the syntax is fine): the old model keeps serving.
+    ("{{ no_such_function() }}", Outcome.OUTCOME_FAILED),
+    ("{{ messages[0].content.nosuchmethod() }}", Outcome.OUTCOME_FAILED),
+    ("{{ (1 / 0) }}", Outcome.OUTCOME_FAILED),
+    # The template's own refusal of the smoke conversation: it compiled and ran.
+    ("{{ raise_exception('only tool calls here') }}", Outcome.OUTCOME_RELOADED),
+])
+def test_a_template_that_fails_at_run_time_is_not_swapped_in(server: LiveServer, body: str, outcome: int) -> None:
+    """A template whose every Render fails was swapped in as RELOADED, and each Render then answered
+    INVALID_ARGUMENT "chat template failed", blaming the client."""
+    stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(server.uds))
+    admin = admin_pb2_grpc.AdminStub(grpc.insecure_channel(server.uds))
+    render = pb.RenderRequest(model="a", messages_json=MESSAGES, return_text=True)
+    template = server.dirs["a"] / "chat_template.jinja"  # type: ignore[attr-defined]
+    good = template.read_text(encoding="utf-8")
+    before = stub.Render(render, timeout=30)
+    try:
+        replace_file(template, body)
+        (reload,) = admin.ReloadModels(admin_pb2.ReloadModelsRequest(models=["a"]), timeout=120).models
+        assert reload.outcome == outcome, reload
+        if outcome == Outcome.OUTCOME_FAILED:
+            assert "fails a plain conversation" in reload.error
+            assert stub.Render(render, timeout=30) == before
+    finally:
+        replace_file(template, good)
+        admin.ReloadModels(admin_pb2.ReloadModelsRequest(models=["a"]), timeout=120)
+    assert stub.Render(render, timeout=30).text == before.text
+
+
 @pytest.mark.e2e
 def test_unknown_model_names_are_not_found(server: LiveServer) -> None:
     admin = admin_pb2_grpc.AdminStub(grpc.insecure_channel(server.uds))
