@@ -123,7 +123,11 @@ class RenderServicer:
             response.fingerprint = model.fingerprint
             return rendered.cache, response.SerializeToString()
 
-        cost = render_cost(request, config.allow_request_templates, call.body_bytes)
+        # Never inline on this path (the reference backend): a template's prompt can be many times
+        # its request, and Python renders and tokenizes it at full cost (mistral-nemo repeats the
+        # tools for each user turn equal to the last: 15.6 KB became 921K characters, 0.9 s on the
+        # loop). The native path tokenizes repeated segments once (the same request: 8 ms).
+        cost = max(render_cost(request, config.allow_request_templates, call.body_bytes), config.inline_bytes + 1)
         stats, response = await self._runtime.offloader.run(work, cost, call.rpc)
         self._count_cache(stats.hit_segments, stats.miss_segments, stats.hit_bytes, stats.miss_bytes)
         return response
