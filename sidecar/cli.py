@@ -410,7 +410,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "a traceparent in the call's metadata is continued")
     serve.add_argument("--reflection", action="store_true", help="enable gRPC server reflection")
     serve.add_argument("--allow-request-templates", action="store_true",
-                       help="let Render requests carry their own Jinja chat_template (templates are code)")
+                       help="let Render requests carry their own Jinja chat_template (templates are code: fuel "
+                            "bounds their steps, not their memory; only for trusted clients)")
     serve.add_argument("--render-cache-mb", type=int, default=64,
                        help="multi-turn Render cache per model (token ids of unchanged prompt segments); 0 disables it")
     serve.add_argument("--template-fuel", type=int, default=50_000_000,
