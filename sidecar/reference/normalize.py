@@ -39,9 +39,14 @@ def type_name(value: Any) -> str:
     return "object"
 
 
+#: Values nested deeper than this are refused, as the native parser refuses them (a tool call's
+#: arguments nested 257 deep became {} there and rendered whole here).
+MAX_DEPTH = 256
+
+
 def parse_json(text: str, field: str) -> Any:
     """`json.loads`, refusing what the native parser refuses (integers beyond 128 bits, lone
-    surrogates), with errors naming `field`."""
+    surrogates, values nested deeper than `MAX_DEPTH`), with errors naming `field`."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as e:
@@ -53,9 +58,11 @@ def parse_json(text: str, field: str) -> Any:
 
 
 def _check_representable(value: Any, field: str) -> None:
-    stack = [value]
+    stack = [(value, 0)]
     while stack:
-        v = stack.pop()
+        v, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise InvalidArgument(f"{field}: invalid JSON: nested deeper than {MAX_DEPTH} levels")
         if isinstance(v, bool) or v is None or isinstance(v, float):
             continue
         if isinstance(v, int):
@@ -64,11 +71,11 @@ def _check_representable(value: Any, field: str) -> None:
         elif isinstance(v, str):
             _check_utf8(v, field)
         elif isinstance(v, list):
-            stack.extend(v)
+            stack.extend((item, depth + 1) for item in v)
         elif isinstance(v, dict):
             for k, item in v.items():
                 _check_utf8(k, field)
-                stack.append(item)
+                stack.append((item, depth + 1))
 
 
 def _check_utf8(s: str, field: str) -> None:

@@ -127,3 +127,35 @@ def test_add_special_tokens_defaults_off_and_can_be_asked_for(backend_name: str)
     doubled = list(renderer.render(opts(add_special_tokens=True)).ids)
     assert plain[0] == 128000 and plain.count(128000) == 1
     assert doubled == [128000, *plain]
+
+
+@pytest.mark.parametrize("depth", [255, 256, 257, 400])
+def test_nesting_past_256_levels_is_refused_alike(depth: int) -> None:
+    """Both backends refuse JSON nested deeper than 256 levels: a request nested 257 deep rendered
+    on the reference and was INVALID_ARGUMENT on native, and a tool call's arguments nested 257
+    deep became {} on native and rendered whole on the reference, under one fingerprint."""
+    template = "{% for m in messages %}{{ m.tool_calls | tojson if m.tool_calls else m.content }}{% endfor %}"
+    nested = '{"a": ' * depth + "1" + "}" * depth
+    arguments = '[{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": %s}}]}]'
+    results = {}
+    for backend_name in ("native", "reference"):
+        renderer = load(backend_name, [("default", template)])[0]
+        by_input = []
+        for messages in ('[{"role": "user", "content": %s}]' % nested, arguments % json_string(nested)):
+            try:
+                by_input.append(renderer.render(RenderOptions(messages_json=messages, return_text=True)).text)
+            except InvalidArgument as e:
+                assert "nested deeper than 256 levels" in e.message, e.message
+                by_input.append("refused")
+        results[backend_name] = by_input
+    assert results["native"] == results["reference"]
+    # The request itself: its content value sits one level below the conversation's array and object.
+    assert (results["native"][0] == "refused") == (depth + 2 > 256)
+    # The arguments text, invalid past the bound, becomes {} (as vLLM does with arguments that are not JSON).
+    assert ('"arguments": {}' in results["native"][1]) == (depth > 256)
+
+
+def json_string(text: str) -> str:
+    import json
+
+    return json.dumps(text)
