@@ -16,7 +16,8 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 - a sink that raises anything but a refused payload's `DecodeError` (a bug, memory): the error is
   logged and the worker reset (`on_reset(worker, "apply_error")`), since a batch may be half applied;
   the thread, and every other source's updates, go on. A run handed to `on_payloads` that fails is
-  handed on again one batch at a time after the reset, as the NATS feed does.
+  handed on again one batch at a time after the reset, as the NATS feed does. The sequence number
+  is kept across such a reset, so the next batch is still checked for a gap or a restart.
 
 The sink and the reset callback run on the subscriber thread. A relay (`router_adapter.relay`) passes
 `on_payload` instead of `on_batch`: it gets each batch's sequence number and raw payload, undecoded,
@@ -248,11 +249,18 @@ class Subscriber:
 
     def _reset_after_error(self, state: _State) -> None:
         state.pending = []
+        last = state.last_seq
         try:
             self._reset(state, "apply_error")
         except Exception:  # noqa: BLE001 - the reset callback failed too: the source starts afresh
             _log.exception("kv_events_reset_failed worker=%s", state.source.worker)
             state.last_seq = None
+            return
+        # What failed is applying, not the engine's sequence: the batches up to `last` came, so the
+        # next one is still checked against it. Forgotten, an engine restart or a gap right after
+        # the failure went unseen (the old engine's blocks stayed, or missed batches were not asked
+        # for).
+        state.last_seq = last
 
     def _handle(self, state: _State, frames: list[bytes]) -> None:
         state.last_seen = time.monotonic()

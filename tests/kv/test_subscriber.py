@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
+import msgspec
 import pytest
 import zmq
 
@@ -447,7 +448,34 @@ def test_a_failed_run_is_handed_on_again_one_batch_at_a_time() -> None:
     assert calls == [[0, 1, 2, 3, 4], [0], [1], [2], [3], [4]]
     assert resets == ["apply_error", "apply_error"]
     assert (state.stats.batches, state.stats.decode_errors, state.stats.resets) == (3, 1, 2)
-    assert state.pending == [] and state.last_seq is None
+    # The sequence is where the run ended: the engine's next message is checked against it. Here
+    # the engine restarted (back to 0), and the restart is seen.
+    assert state.pending == [] and state.last_seq == 4
+    sub._handle(state, [b"", (0).to_bytes(8, "big"), b"p"])
+    assert resets == ["apply_error", "apply_error", "restart"] and state.stats.restarts == 1
+
+
+@pytest.mark.parametrize("next_seq, outcome", [(0, "restart"), (9, "gap")])
+def test_a_failed_batch_keeps_the_sequence_checked(next_seq: int, outcome: str) -> None:
+    """A sink that fails on a batch resets the worker; the batch's number is still the last one
+    seen, so what comes next is checked against it: an engine restart, or a gap (no replay
+    socket here), resets the worker again rather than going by as a continuation."""
+    resets: list[str] = []
+    calls: list[object] = []
+
+    def sink(worker: str, batch: object) -> None:
+        calls.append(batch)
+        if len(calls) == 1:
+            raise MemoryError("a failure that is not a refused payload")
+
+    sub = Subscriber([], sink, lambda worker, reason: resets.append(reason))
+    state = _State(Source("a", "tcp://127.0.0.1:1"), socket=None)
+    payload = msgspec.msgpack.encode([0.0, [span(0, 1)], 0])
+    for seq in (5, next_seq):
+        sub._guarded(state, lambda st: sub._handle(st, [b"", seq.to_bytes(8, "big"), payload]))
+    sub.stop()
+    assert resets == ["apply_error", outcome] and state.last_seq == next_seq and len(calls) == 2
+    assert (state.stats.restarts, state.stats.gaps) == ((1, 0) if outcome == "restart" else (0, 1))
 
 
 def test_stopping_behind_a_backlog_resets_nothing(ctx: zmq.Context) -> None:
