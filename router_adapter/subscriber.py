@@ -21,7 +21,8 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 
 The sink and the reset callback run on the subscriber thread. A relay (`router_adapter.relay`) passes
 `on_payload` instead of `on_batch`: it gets each batch's sequence number and raw payload, undecoded,
-and may `resume` a source from the last sequence it forwarded before it restarted. `KvRouter` over
+and may `resume` a source from the last sequence it forwarded before it restarted (with that batch's
+`payload_digest`, the first message is checked to come from the same engine: below). `KvRouter` over
 the native index, which decodes payloads itself, passes `on_payloads`: the batches of one drain of a
 source's socket in one call (the index's `apply_payloads`; each payload it refuses as malformed is
 counted as a decode error). Decoding lives in `events`, state in the sink: this module knows
@@ -30,6 +31,7 @@ neither the index nor any engine type.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -89,6 +91,12 @@ def _is_zmq_address(address: str) -> bool:
     return transport != "tcp" or rest.rpartition(":")[2].isdigit()
 
 
+def payload_digest(payload: bytes) -> str:
+    """What identifies a batch as published (its payload holds the engine's timestamp): how a
+    resumed source recognizes, in the engine's replay, the last batch handled before."""
+    return hashlib.blake2b(payload, digest_size=16).hexdigest()
+
+
 @dataclass
 class SourceStats:
     """Per-source counters."""
@@ -115,6 +123,8 @@ class _State:
     #: doubles while they keep failing (see `_replay`).
     replay_after: float = 0.0
     replay_backoff: float = 0.0
+    #: Of a resumed source, until its first message: the `payload_digest` of batch `last_seq`.
+    resume_digest: str | None = None
 
 
 Sink = Callable[[str, Batch], None]
@@ -141,12 +151,19 @@ class Subscriber:
         on_payload: PayloadSink | None = None,
         on_payloads: PayloadsSink | None = None,
         resume: dict[str, int] | None = None,
+        resume_digests: dict[str, str] | None = None,
     ) -> None:
         """`on_payload`, when given, replaces decoding and `on_batch`; `on_payloads` likewise, with
         the batches of one source that arrived together (a drain of its socket) in one call, handed
         on before anything that resets the source; `resume` maps a worker to the last sequence
         number already handled, so the first message is checked against it (a gap is replayed, a
-        lower number is an engine restart) instead of being taken as it comes."""
+        lower number is an engine restart) instead of being taken as it comes. `resume_digests`
+        maps such a worker to the `payload_digest` of that batch: when the first message's number
+        is above it, that batch is asked of the replay socket too (with the missed ones, in one
+        request) and must be the same, or the engine restarted since (and published as many
+        batches again): the source is reset (`restart`), and the new engine's batches are fetched
+        from 0. One the replay socket cannot return is a `gap` reset. Without a replay socket the
+        check cannot be made, and the number alone is checked."""
         names = [s.worker for s in sources]
         if len(set(names)) != len(names):
             raise ValueError("each KV-event source needs its own worker name")
@@ -157,6 +174,7 @@ class Subscriber:
         self._on_payload = on_payload
         self._on_payloads = on_payloads
         self._resume = dict(resume or {})
+        self._resume_digests = dict(resume_digests or {})
         self._on_reset = on_reset
         self._silence = silence_timeout_s
         self._replay_timeout = replay_timeout_s
@@ -196,6 +214,8 @@ class Subscriber:
             for source in self.sources:
                 sock = self._ctx.socket(zmq.SUB)
                 by_socket[sock] = state = _State(source, sock, last_seq=self._resume.get(source.worker))
+                if state.last_seq is not None:
+                    state.resume_digest = self._resume_digests.get(source.worker)
                 sock.setsockopt(zmq.LINGER, 0)
                 sock.setsockopt(zmq.RCVHWM, 100_000)
                 sock.setsockopt_string(zmq.SUBSCRIBE, source.topic)
@@ -270,7 +290,10 @@ class Subscriber:
             return
         seq = int.from_bytes(frames[1], "big")
         last = state.last_seq
-        if last is not None and seq <= last:
+        digest, state.resume_digest = state.resume_digest, None
+        if digest is not None and last is not None and seq > last and state.source.replay_endpoint:
+            self._check_resumed(state, last, seq, digest)
+        elif last is not None and seq <= last:
             state.stats.restarts += 1
             self._reset(state, "restart")
             if seq > 0:
@@ -282,6 +305,38 @@ class Subscriber:
             if not self._replay(state, last + 1, seq):
                 self._reset(state, "gap")
         self._deliver(state, seq, frames[2])
+
+    def _check_resumed(self, state: _State, last: int, seq: int, digest: str) -> None:
+        """The first message `seq` of a source resumed after batch `last`, whose payload's digest
+        is `digest`: batches `last .. seq-1` are asked of the replay socket in one request. The
+        same batch `last` there: the engine that published it goes on, and the batches after it
+        are delivered (those missed, then `seq`). Another one: the engine restarted meanwhile and
+        has since passed `last` (by number alone a continuation, or a gap filled from the new
+        engine's buffer, leaving the old engine's blocks in place). None: no telling (a timeout,
+        a buffer past it): a gap."""
+        worker = state.source.worker
+        got = self._request_replay(state, last, seq) if seq - last <= MAX_REPLAY_SPAN else None
+        before = None if got is None else got.get(last)
+        if before is not None and payload_digest(before) == digest:
+            if seq > last + 1:
+                state.stats.gaps += 1
+                if all(s in got for s in range(last + 1, seq)):
+                    for s in range(last + 1, seq):
+                        self._deliver(state, s, got[s])
+                        state.stats.replayed += 1
+                else:
+                    self._reset(state, "gap")
+        elif before is not None:
+            _log.warning("kv_events_resume_restart worker=%s seq=%d: the engine's batch %d is not the one "
+                         "handled before; it restarted since", worker, seq, last)
+            state.stats.restarts += 1
+            self._reset(state, "restart")
+            self._replay(state, 0, seq)
+        else:
+            _log.warning("kv_events_resume_unverified worker=%s seq=%d: the replay socket did not return "
+                         "batch %d, handled before", worker, seq, last)
+            state.stats.gaps += 1
+            self._reset(state, "gap")
 
     def _deliver(self, state: _State, seq: int, payload: bytes) -> None:
         state.last_seq = seq
@@ -353,6 +408,24 @@ class Subscriber:
     def _fetch_replay(self, state: _State, start: int, until: int) -> bool | None:
         """One request to the replay socket for `start .. until-1`, delivered when all came; None
         when the socket did not answer in time."""
+        got = self._request_replay(state, start, until)
+        if got is None:
+            return None
+        # Keys are in start..until-1: all of them are there when there are as many.
+        if len(got) != until - start:
+            _log.warning(
+                "kv_events_replay_incomplete worker=%s wanted=%d..%d got=%d",
+                state.source.worker, start, until - 1, len(got),
+            )
+            return False
+        for seq in range(start, until):
+            self._deliver(state, seq, got[seq])
+            state.stats.replayed += 1
+        return True
+
+    def _request_replay(self, state: _State, start: int, until: int) -> dict[int, bytes] | None:
+        """Asks the replay socket for `start .. until-1`: what it returned of them, by sequence
+        number; None when it did not answer in time."""
         endpoint = state.source.replay_endpoint
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
@@ -380,17 +453,7 @@ class Subscriber:
                         break  # all of them: the end marker need not be waited for
         finally:
             sock.close(0)
-        # Keys are in start..until-1: all of them are there when there are as many.
-        if len(got) != until - start:
-            _log.warning(
-                "kv_events_replay_incomplete worker=%s wanted=%d..%d got=%d",
-                state.source.worker, start, until - 1, len(got),
-            )
-            return False
-        for seq in range(start, until):
-            self._deliver(state, seq, got[seq])
-            state.stats.replayed += 1
-        return True
+        return got
 
     def _reset(self, state: _State, reason: str) -> None:
         self._flush(state)  # what came before the reset is applied before it

@@ -13,7 +13,7 @@ import zmq
 
 from router_adapter import KvRouter, PrefixIndex, Source, _reference
 from router_adapter.events import DecodeError, decode_batch
-from router_adapter.subscriber import Subscriber, _State
+from router_adapter.subscriber import Subscriber, _State, payload_digest
 from router_adapter.router import IndexFactory
 from router_adapter.spec import HashSpec
 from sidecar.factory import get_index_factory
@@ -154,6 +154,45 @@ def test_a_restart_seen_late_replays_the_new_engines_first_batches(ctx: zmq.Cont
         assert pub.replay_requests == [0]
         stats = sub.stats()["a"]
         assert (stats.restarts, stats.resets, stats.replayed, stats.gaps) == (1, 1, 2, 0)
+    finally:
+        sub.stop()
+        pub.close()
+
+
+@pytest.mark.parametrize("engine", ["same", "restarted", "buffer_gone"])
+def test_a_resumed_source_checks_its_last_batch_with_the_engine(ctx: zmq.Context, engine: str) -> None:
+    """A source resumed after batch 2 (a relay restarted) with that batch's digest: its first
+    message, 5, sends for batches 2..4 in one replay request. The same batch 2 there: 3 and 4 are
+    the missed ones. Another batch 2: the engine restarted since, and by number alone its batches
+    would have gone on top of the old engine's; they come after a restart reset, from 0. No batch
+    2 (a buffer past it): a gap reset."""
+    pub = FakeEnginePublisher(ctx)
+    for block in range(5):  # published while the source was away: 0..2 before, 3 and 4 after
+        pub.publish([stored([block], TOKENS[:BS], BS)], drop=True)
+    digest = payload_digest(pub.buffer[2][1])
+    if engine == "restarted":
+        pub.buffer = [(seq, msgspec.msgpack.encode([1.0, [stored([100 + seq], TOKENS[:BS], BS)], 0]))
+                      for seq in range(5)]
+    elif engine == "buffer_gone":
+        del pub.buffer[:3]
+    seen: list[object] = []
+    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=30.0,
+                     resume={"a": 2}, resume_digests={"a": digest})
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.publish([stored([5], TOKENS[:BS], BS)])
+        wait_until(lambda: seen and seen[-1] == 5, what="the first message")
+        stats = sub.stats()["a"]
+        if engine == "same":
+            assert seen == [3, 4, 5] and pub.replay_requests == [2] and stats.resets == 0
+        elif engine == "restarted":
+            assert seen == ["restart", 100, 101, 102, 103, 104, 5] and pub.replay_requests == [2, 0]
+            assert (stats.restarts, stats.resets, stats.replayed) == (1, 1, 5)
+        else:
+            assert seen == ["gap", 5] and pub.replay_requests == [2] and (stats.gaps, stats.resets) == (1, 1)
     finally:
         sub.stop()
         pub.close()
