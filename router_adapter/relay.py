@@ -27,7 +27,7 @@ import threading
 from dataclasses import dataclass
 
 from router_adapter import fanout
-from router_adapter.subscriber import Source, Subscriber, payload_digest
+from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES, Source, Subscriber, payload_digest
 
 _log = logging.getLogger("router_adapter.relay")
 
@@ -45,6 +45,8 @@ class RelayOptions:
     replay_timeout_s: float = 2.0
     #: Seconds one publish attempt waits for JetStream's acknowledgement.
     ack_timeout_s: float = 5.0
+    #: The largest message taken from the engine (`--max-message-size`; see `Subscriber`).
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
 
 @dataclass
@@ -100,6 +102,7 @@ class Relay:
                 resume={self.source.worker: last_seq} if last_seq is not None else None,
                 resume_digests={self.source.worker: digest} if last_seq is not None and digest else None,
                 silence_timeout_s=self.options.silence_timeout_s, replay_timeout_s=self.options.replay_timeout_s,
+                max_message_bytes=self.options.max_message_bytes,
             )
             subscriber.start()
             _log.info("kv_relay_started worker=%s endpoint=%s subject=%s epoch=%s resume_seq=%s",

@@ -13,6 +13,11 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
   worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied, after the new
   engine's earlier batches when that number is above 0 and the replay socket still has them;
 - silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`);
+- a message larger than `max_message_bytes` (on the SUB socket, or a replay answer on the DEALER):
+  libzmq drops the connection rather than take it, so the message is lost and shows as a gap, which
+  the replay cannot fill either (a `gap` reset). libzmq would not connect that SUB socket again: at
+  every lost connection the socket is made again, logged (`kv_events_disconnected`) and counted
+  (`disconnects`);
 - a sink that raises anything but a refused payload's `DecodeError` (a bug, memory): the error is
   logged and the worker reset (`on_reset(worker, "apply_error")`), since a batch may be half applied;
   the thread, and every other source's updates, go on. A run handed to `on_payloads` that fails is
@@ -39,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from router_adapter.events import Batch, DecodeError, decode_batch
 
@@ -50,6 +56,13 @@ END_SEQ = -1
 MAX_REPLAY_SPAN = 1 << 20
 #: The longest a source whose replays keep failing goes without asking for one (seconds).
 MAX_REPLAY_BACKOFF_S = 60.0
+#: Messages a source's SUB socket queues before libzmq drops what comes next (a gap). Set for a
+#: relay waiting on NATS (the batches wait here meanwhile); what they take in memory is this times
+#: their size, which `max_message_bytes` bounds per message.
+RECEIVE_HWM = 100_000
+#: The largest message taken from an engine by default (`--kv-max-message-size`): a batch of one
+#: prefill of a million tokens is some 10 MB; more is a broken or hostile publisher.
+DEFAULT_MAX_MESSAGE_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -108,12 +121,15 @@ class SourceStats:
     resets: int = 0
     restarts: int = 0
     aged_out: int = 0
+    #: Connections of the SUB socket lost (the engine went away, or sent a message over the size
+    #: bound); what was on its way shows as a gap.
+    disconnects: int = 0
 
 
 @dataclass
 class _State:
     source: Source
-    socket: zmq.Socket
+    socket: zmq.Socket | None
     last_seq: int | None = None
     last_seen: float = field(default_factory=time.monotonic)
     stats: SourceStats = field(default_factory=SourceStats)
@@ -152,6 +168,7 @@ class Subscriber:
         on_payloads: PayloadsSink | None = None,
         resume: dict[str, int] | None = None,
         resume_digests: dict[str, str] | None = None,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         """`on_payload`, when given, replaces decoding and `on_batch`; `on_payloads` likewise, with
         the batches of one source that arrived together (a drain of its socket) in one call, handed
@@ -163,7 +180,11 @@ class Subscriber:
         request) and must be the same, or the engine restarted since (and published as many
         batches again): the source is reset (`restart`), and the new engine's batches are fetched
         from 0. One the replay socket cannot return is a `gap` reset. Without a replay socket the
-        check cannot be made, and the number alone is checked."""
+        check cannot be made, and the number alone is checked. `max_message_bytes`: the largest
+        message taken from an engine (libzmq's `MAXMSGSIZE`, on the SUB and replay sockets)."""
+        if max_message_bytes <= 0:
+            raise ValueError("max_message_bytes: must be > 0")
+        self._max_message = max_message_bytes
         names = [s.worker for s in sources]
         if len(set(names)) != len(names):
             raise ValueError("each KV-event source needs its own worker name")
@@ -209,35 +230,87 @@ class Subscriber:
 
     def _run(self) -> None:
         poller = zmq.Poller()
-        by_socket: dict[zmq.Socket, _State] = {}
+        #: Every socket polled: a source's SUB socket, or (True) the monitor of its connections.
+        sockets: dict[zmq.Socket, tuple[_State, bool]] = {}
         try:
             for source in self.sources:
-                sock = self._ctx.socket(zmq.SUB)
-                by_socket[sock] = state = _State(source, sock, last_seq=self._resume.get(source.worker))
+                state = _State(source, None, last_seq=self._resume.get(source.worker))
                 if state.last_seq is not None:
                     state.resume_digest = self._resume_digests.get(source.worker)
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.setsockopt(zmq.RCVHWM, 100_000)
-                sock.setsockopt_string(zmq.SUBSCRIBE, source.topic)
                 try:
-                    sock.connect(source.endpoint)
+                    self._open(state, poller, sockets)
                 except zmq.ZMQError as e:  # `start()` raises it
                     self._setup_error = ValueError(
                         f"--kv-events {source.worker}: cannot connect to {source.endpoint!r}: {e}")
                     return
                 self._states[source.worker] = state
-                poller.register(sock, zmq.POLLIN)
             self._ready.set()
             while not self._stop.is_set():
                 for sock, _ in poller.poll(self._poll_ms):
-                    state = by_socket[sock]
-                    self._guarded(state, self._drain)
+                    if sock not in sockets:
+                        continue  # made again after a lost connection, earlier in this round
+                    state, is_monitor = sockets[sock]
+                    if is_monitor:
+                        self._guarded(state, lambda st: self._disconnected(st, poller, sockets))
+                    else:
+                        self._guarded(state, self._drain)
                 for state in self._states.values():
                     self._guarded(state, self._age_out)
         finally:
             self._ready.set()
-            for sock in by_socket:
+            for sock in sockets:
                 sock.close(0)
+
+    def _open(self, state: _State, poller: zmq.Poller, sockets: dict[zmq.Socket, tuple[_State, bool]]) -> None:
+        """Makes and connects the source's SUB socket, with a monitor of its lost connections."""
+        sock = self._ctx.socket(zmq.SUB)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.RCVHWM, RECEIVE_HWM)
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_message)
+        sock.setsockopt_string(zmq.SUBSCRIBE, state.source.topic)
+        monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        try:
+            sock.connect(state.source.endpoint)
+        except zmq.ZMQError:
+            monitor.close(0)
+            sock.close(0)
+            raise
+        state.socket = sock
+        for polled, is_monitor in ((sock, False), (monitor, True)):
+            sockets[polled] = (state, is_monitor)
+            poller.register(polled, zmq.POLLIN)
+
+    def _disconnected(self, state: _State, poller: zmq.Poller, sockets: dict[zmq.Socket, tuple[_State, bool]]) -> None:
+        """The monitor of a source's SUB socket reported: on a lost connection, what the socket
+        received before it is handled and the socket is made again. libzmq does not tell an engine
+        that went away from one that sent a message over `MAXMSGSIZE`, and after the latter (a
+        protocol error to it) it never connects again: the source would be deaf for good. (A
+        fresh socket also cannot end up connected twice where libzmq would have reconnected by
+        itself.) What was on its way shows as a gap at the next message."""
+        monitor = next(sock for sock, (st, is_monitor) in sockets.items() if st is state and is_monitor)
+        lost = False
+        while True:
+            try:
+                frames = monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            lost = lost or parse_monitor_message(frames)["event"] == zmq.EVENT_DISCONNECTED
+        if not lost:
+            return
+        state.stats.disconnects += 1
+        _log.warning("kv_events_disconnected worker=%s endpoint=%s: the engine went away or sent a message over "
+                     "%d bytes (--kv-max-message-size); what was on its way shows as a gap",
+                     state.source.worker, state.source.endpoint, self._max_message)
+        old = state.socket
+        try:
+            while not self._stop.is_set() and old.poll(0):
+                self._drain(state)
+        finally:  # made again even when a sink failed on what was left (`_guarded` resets the source)
+            for sock in (old, monitor):
+                poller.unregister(sock)
+                del sockets[sock]
+                sock.close(0)
+            self._open(state, poller, sockets)
 
     def _drain(self, state: _State) -> None:
         """Handles what is queued on a source's socket (at most 1000 messages, so that one busy
@@ -429,6 +502,8 @@ class Subscriber:
         endpoint = state.source.replay_endpoint
         sock = self._ctx.socket(zmq.DEALER)
         sock.setsockopt(zmq.LINGER, 0)
+        # An answer over the bound drops the connection: the request then times out (a gap).
+        sock.setsockopt(zmq.MAXMSGSIZE, self._max_message)
         try:
             sock.connect(endpoint)
             sock.send_multipart([b"", start.to_bytes(8, "big")])

@@ -198,6 +198,76 @@ def test_a_resumed_source_checks_its_last_batch_with_the_engine(ctx: zmq.Context
         pub.close()
 
 
+def test_a_message_over_the_size_bound_is_a_counted_disconnection_and_a_gap(ctx: zmq.Context) -> None:
+    """The SUB socket queued up to 100,000 messages of any size. Over `max_message_bytes`, libzmq
+    drops the connection instead of taking the message (the socket connects again by itself); the
+    replay socket, bound alike, cannot bring it either, so it is a gap reset. The disconnection is
+    counted, so the cause of the gap shows."""
+    pub = FakeEnginePublisher(ctx)
+    pub.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+    seen: list[object] = []
+    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=0.5,
+                     max_message_bytes=4096)
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.publish([stored([0], TOKENS[:BS], BS)])
+        wait_until(lambda: seen == [0], what="the first batch")
+        pub.publish([stored([1], TOKENS[:BS], BS, lora_name="x" * 5000)])
+        wait_until(lambda: sub.stats()["a"].disconnects == 1, what="the disconnection")
+        # The subscription of the socket made again (passed on though the dropped one's may still
+        # be counted: verbose).
+        wait_until(lambda: pub.pub.poll(10) and pub.pub.recv()[:1] == b"\x01", what="the connection again")
+        pub.publish([stored([2], TOKENS[:BS], BS)])
+        wait_until(lambda: seen[-1:] == [2], what="the batch after it")
+        stats = sub.stats()["a"]
+        assert seen == [0, "gap", 2] and pub.replay_requests == [1]
+        assert (stats.disconnects, stats.gaps, stats.resets, stats.replayed) == (1, 1, 1, 0)
+        with pytest.raises(ValueError, match="max_message_bytes"):
+            Subscriber([], print, print, max_message_bytes=0)
+    finally:
+        sub.stop()
+        pub.close()
+
+
+def test_an_engine_that_went_away_is_followed_on_its_endpoint_again(ctx: zmq.Context) -> None:
+    """A lost connection makes the SUB socket again (after one over the size bound libzmq would
+    never reconnect): an engine that closed its socket and bound the endpoint again, restarted,
+    is followed on it, each of its messages taken once."""
+    pub = ctx.socket(zmq.XPUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    seen: list[object] = []
+    sub = Subscriber([Source("a", f"tcp://127.0.0.1:{port}")],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None)
+
+    def publish(socket: zmq.Socket, seq: int, block: int) -> None:
+        payload = msgspec.msgpack.encode([0.0, [stored([block], TOKENS[:BS], BS)], 0])
+        socket.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+
+    sub.start()
+    try:
+        assert pub.poll(10_000) and pub.recv()[:1] == b"\x01"
+        publish(pub, 0, 10)
+        wait_until(lambda: seen == [10], what="the first engine's batch")
+        pub.close(0)
+        wait_until(lambda: sub.stats()["a"].disconnects == 1, what="the disconnection")
+        pub = ctx.socket(zmq.XPUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        pub.bind(f"tcp://127.0.0.1:{port}")
+        assert pub.poll(10_000) and pub.recv()[:1] == b"\x01"
+        for seq, block in enumerate([20, 21]):
+            publish(pub, seq, block)
+        wait_until(lambda: seen[-1:] == [21], what="the new engine's batches")
+        assert seen == [10, "restart", 20, 21] and sub.stats()["a"].disconnects == 1
+    finally:
+        sub.stop()
+        pub.close(0)
+
+
 def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context, index_factory: IndexFactory) -> None:
     pub = FakeEnginePublisher(ctx)
     router = KvRouter([Source("a", pub.endpoint, pub.replay_endpoint, model="m")], block_size=BS,
