@@ -199,6 +199,11 @@ def decode_event(raw: bytes) -> Event:
         wire = (_map_decoder if _is_map(raw) else _array_decoder).decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise DecodeError(f"event: {e}") from None
+    except RecursionError:
+        # msgspec decodes nested arrays and maps (an `extra_keys` value) recursively: a payload of
+        # a kilobyte nested a thousand deep is malformed input, refused like any other (the
+        # native decoder refuses nesting past 1000), not an error of the sink.
+        raise DecodeError("event: nested too deep") from None
     return _normalize(wire)
 
 
@@ -208,6 +213,8 @@ def decode_batch(payload: bytes) -> Batch:
         wire = _batch_decoder.decode(payload)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         raise DecodeError(f"batch: {e}") from None
+    except RecursionError:  # as in `decode_event`
+        raise DecodeError("batch: nested too deep") from None
     events = []
     for i, raw in enumerate(wire.events):
         try:

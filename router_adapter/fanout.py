@@ -12,6 +12,9 @@ model name is `_`. Each message carries headers:
   starts a new epoch (a larger number: milliseconds since 1970, or the previous epoch plus one);
 - `Sidecar-Seq`: the engine's 8-byte sequence number of a batch; on a reset, that of the last batch
   the relay handled before it (absent when there was none), where a restarted relay resumes;
+- `Sidecar-Digest`: on a relay's reset after a batch, that batch's `payload_digest`
+  (`router_adapter.subscriber`), with which a restarted relay tells the engine that published it
+  from one that restarted since (a batch carries its payload itself);
 - `Nats-Msg-Id`: `<worker>.<epoch>.<seq>` for a batch and `<worker>.<epoch>.reset` for a reset, so a
   batch published twice (a relay that retries or restarts) is stored once by JetStream within its
   duplicate window, and a replica skips it anyway (a batch of the current epoch at or below the last
@@ -48,6 +51,8 @@ REASON = "Sidecar-Reason"
 EPOCH = "Sidecar-Epoch"
 SEQ = "Sidecar-Seq"
 MSG_ID = "Nats-Msg-Id"
+#: Of a relay's reset: the digest of the payload of batch `SEQ` (see `reset_headers`).
+DIGEST = "Sidecar-Digest"
 #: Of a reset a replica publishes for a silent worker: applied only while the worker's last batch
 #: is still this one (a batch stored before the reset makes it moot, on every replica alike).
 IF_LAST = "Sidecar-If-Last"
@@ -78,12 +83,17 @@ def batch_headers(worker: str, epoch: int, seq: int) -> dict[str, str]:
     return {KIND: BATCH, EPOCH: str(epoch), SEQ: str(seq), MSG_ID: f"{subject_token(worker)}.{epoch}.{seq}"}
 
 
-def reset_headers(worker: str, epoch: int, reason: str, seq: int | None = None) -> dict[str, str]:
+def reset_headers(worker: str, epoch: int, reason: str, seq: int | None = None,
+                  digest: str | None = None) -> dict[str, str]:
     """`seq`: the engine sequence number of the last batch the relay had handled, which a relay
-    restarting after the reset resumes from (None: none yet)."""
+    restarting after the reset resumes from (None: none yet); `digest`: that batch's payload
+    digest, by which the restarted relay checks that the engine is still the one that published
+    it."""
     headers = {KIND: RESET, EPOCH: str(epoch), REASON: reason, MSG_ID: f"{subject_token(worker)}.{epoch}.reset"}
     if seq is not None:
         headers[SEQ] = str(seq)
+        if digest is not None:
+            headers[DIGEST] = digest
     return headers
 
 

@@ -10,7 +10,8 @@ and to apply removals, as Dynamo, SMG and llm-d do. In *engine* mode (when the e
 is known) the key is the engine's published value itself, and a request is hashed with that spec.
 
 Memory is bounded: past `max_blocks` (all workers, all media) the oldest blocks of the largest
-worker are evicted. Thread-safe: one lock guards updates and scoring.
+worker are evicted, and at most `MAX_MEDIA` (8) media are registered, as in the native index (a
+store naming another is skipped). Thread-safe: one lock guards updates and scoring.
 """
 
 from __future__ import annotations
@@ -34,6 +35,12 @@ from router_adapter.spec import HashSpec, MmItem
 
 #: Marks a `PrefixIndex.snapshot` (format version 1).
 SNAPSHOT_MAGIC = "sidecar-kv-prefix-index/1"
+
+#: Distinct media an index registers (the native index's media mask has 8 bits): a store naming
+#: another is skipped (`IndexStats.skipped_events`). Media are never forgotten, so without a bound
+#: an engine naming a new one per store grew the index for good, and past 64 the masks no longer
+#: fit a snapshot's integers.
+MAX_MEDIA = 8
 
 #: Index keys of a request's or an event's full blocks.
 KeyFn = Callable[..., list[int]]
@@ -312,9 +319,12 @@ class PrefixIndex:
             w = self._workers[name] = _Worker(name, bit)
         return w
 
-    def _medium(self, name: str) -> int:
+    def _medium(self, name: str) -> int | None:
+        """The medium's number, registering it; None past `MAX_MEDIA` distinct media."""
         m = self._media.get(name)
         if m is None:
+            if len(self._holders) >= MAX_MEDIA:
+                return None
             m = self._media[name] = len(self._holders)
             self._holders.append({})
         return m
@@ -363,10 +373,13 @@ class PrefixIndex:
                 # Fewer tokens than blocks: index what the tokens cover.
                 hashes = hashes[: len(keys)]
         if not hashes:
-            # Nothing to hold: its medium is not registered (the native index has room for 8 media,
+            # Nothing to hold: its medium is not registered (an index has room for 8 media,
             # which stores of no blocks could otherwise use up for good).
             return
         m = self._medium(event.medium)
+        if m is None:
+            self.stats.skipped_events += 1  # as the native index counts it
+            return
         mbit = 1 << m
         wbit = 1 << w.bit
         holders = self._holders[m]
@@ -502,7 +515,8 @@ def _snapshot_problem(snap: dict) -> str | None:
     if not (isinstance(stats, list) and len(stats) == len(IndexStats.__slots__)
             and all(is_int(v) and 0 <= v < 1 << 63 for v in stats)):
         return "stats"
-    if not (isinstance(media, list) and all(isinstance(m, str) for m in media) and len(set(media)) == len(media)):
+    if not (isinstance(media, list) and all(isinstance(m, str) for m in media) and len(set(media)) == len(media)
+            and len(media) <= MAX_MEDIA):
         return "media"
     if not isinstance(workers, list):
         return "workers"

@@ -9,9 +9,14 @@ gap the replay socket could not fill, silence) becomes a `reset` message that ev
 A restarted relay reads the last message of its subject to resume the epoch and the engine sequence
 number (a reset carries the number of the last batch before it), so a batch it had already published
 is deduplicated (same message id) and batches the engine published meanwhile are fetched from the
-replay socket. Publishing waits for JetStream's acknowledgement and retries with the same message id
-until it is stored: the ZMQ socket buffers meanwhile (up to its high-water mark; beyond that the loss
-is a gap like any other).
+replay socket. The last batch's payload (a reset carries its digest) is asked of the replay socket
+as well and compared: an engine that restarted while the relay was down, and has published as many
+batches since, is then told from the same engine going on (a `restart` reset, not the new engine's
+batches under the old epoch on top of the old engine's blocks).
+
+Publishing waits for JetStream's acknowledgement and retries with the same message id until it is
+stored: the ZMQ socket buffers meanwhile (up to its high-water mark; beyond that the loss is a gap
+like any other).
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ import threading
 from dataclasses import dataclass
 
 from router_adapter import fanout
-from router_adapter.subscriber import Source, Subscriber
+from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES, Source, Subscriber, payload_digest
 
 _log = logging.getLogger("router_adapter.relay")
 
@@ -40,6 +45,8 @@ class RelayOptions:
     replay_timeout_s: float = 2.0
     #: Seconds one publish attempt waits for JetStream's acknowledgement.
     ack_timeout_s: float = 5.0
+    #: The largest message taken from the engine (`--max-message-size`; see `Subscriber`).
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
 
 @dataclass
@@ -62,6 +69,9 @@ class Relay:
         self.stats = RelayStats()
         #: The engine sequence number of the last batch handled (published, or lost as too large).
         self._last_seq: int | None = None
+        #: That batch's payload, or (resumed from a reset) its digest: a reset carries the digest.
+        self._last_payload: bytes | None = None
+        self._last_digest: str | None = None
         self.epoch: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
@@ -86,10 +96,13 @@ class Relay:
             self._max_payload = nc.max_payload
             await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)
             last_seq = await self._resume()
+            digest = self._digest()
             subscriber = Subscriber(
                 [self.source], None, self._on_reset, on_payload=self._on_payload,
                 resume={self.source.worker: last_seq} if last_seq is not None else None,
+                resume_digests={self.source.worker: digest} if last_seq is not None and digest else None,
                 silence_timeout_s=self.options.silence_timeout_s, replay_timeout_s=self.options.replay_timeout_s,
+                max_message_bytes=self.options.max_message_bytes,
             )
             subscriber.start()
             _log.info("kv_relay_started worker=%s endpoint=%s subject=%s epoch=%s resume_seq=%s",
@@ -126,19 +139,32 @@ class Relay:
             # from its replay socket, not lost unnoticed).
             if fanout.SEQ in headers:
                 self._last_seq = int(headers[fanout.SEQ])
+                if headers.get(fanout.KIND) == fanout.BATCH:
+                    self._last_payload = last.data or b""
+                else:
+                    # A relay's reset names it by digest; one without (a replica's `silent`
+                    # reset, an older relay's) leaves the number alone to resume from.
+                    self._last_digest = headers.get(fanout.DIGEST)
         except ValueError:
             # Not a relay's message (a stray publish on this subject): nothing to resume from. A
             # fresh epoch makes every replica reset the worker at the first batch.
             _log.warning("kv_relay_resume_unreadable subject=%s headers=%r: starting a new epoch",
                          self.subject, dict(headers))
             self.epoch, self._last_seq = fanout.next_epoch(None), None
+            self._last_payload = self._last_digest = None
         return self._last_seq
 
     # --- called on the subscriber thread ------------------------------------------------------
 
+    def _digest(self) -> str | None:
+        """The digest of the last batch handled, when known."""
+        if self._last_payload is not None:
+            return payload_digest(self._last_payload)
+        return self._last_digest
+
     def _on_payload(self, worker: str, seq: int, payload: bytes) -> None:
         published = self._publish_blocking(payload, fanout.batch_headers(worker, self.epoch, seq))
-        self._last_seq = seq
+        self._last_seq, self._last_payload = seq, payload
         if not published:
             # Over the server's max_payload: replicas cannot have this batch, as after a lost one.
             self.stats.too_large += 1
@@ -149,7 +175,7 @@ class Relay:
     def _on_reset(self, worker: str, reason: str) -> None:
         self.epoch = fanout.next_epoch(self.epoch)
         self.stats.resets += 1
-        self._publish_blocking(b"", fanout.reset_headers(worker, self.epoch, reason, self._last_seq))
+        self._publish_blocking(b"", fanout.reset_headers(worker, self.epoch, reason, self._last_seq, self._digest()))
 
     def _publish_blocking(self, payload: bytes, headers: dict[str, str]) -> bool:
         """False when the message is larger than the server accepts."""

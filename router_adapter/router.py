@@ -17,7 +17,7 @@ from router_adapter.events import Batch, DecodeError, apply_each, decode_batch
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
 from router_adapter.index import PrefixIndex, Score
 from router_adapter.spec import HashSpec, MmItem
-from router_adapter.subscriber import Source, SourceStats, Subscriber
+from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES, Source, SourceStats, Subscriber
 
 _log = logging.getLogger("router_adapter.router")
 
@@ -52,10 +52,12 @@ class KvRouter:
         hasher: BlockHasher = REFERENCE_HASHER,
         index_factory: IndexFactory = PrefixIndex,
         replay_history: bool = False,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         """`replay_history`: ask each source with a replay endpoint for every batch it still holds
         (from sequence 0) when its first message arrives, instead of starting from that message (a
-        restarted process of `sidecar serve --processes N` catching up with its siblings)."""
+        restarted process of `sidecar serve --processes N` catching up with its siblings).
+        `max_message_bytes`: the largest message taken from an engine (see `Subscriber`)."""
         models = dict(models or {})
         self._worker_model: dict[str, str] = {}
         for source in sources:
@@ -78,6 +80,7 @@ class KvRouter:
             on_payloads=self._on_payloads if raw else None,
             silence_timeout_s=silence_timeout_s, replay_timeout_s=replay_timeout_s,
             resume={s.worker: -1 for s in sources if s.replay_endpoint} if replay_history else None,
+            max_message_bytes=max_message_bytes,
         )
 
     def start(self) -> None:

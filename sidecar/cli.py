@@ -12,6 +12,7 @@ import sys
 import traceback
 from typing import Sequence
 
+from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
 from sidecar import kv_nats
 from sidecar.flags import positive_int, seconds
 
@@ -177,6 +178,7 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
         max_blocks=args.kv_max_blocks, silence_timeout_s=args.kv_silence_timeout,
         nats=kv_nats.feed_options_from_args(args), nats_models=kv_nats.models_from_args(args),
         replay_history=getattr(args, "kv_replay_history", False),
+        max_message_bytes=args.kv_max_message_size,
     )
 
 
@@ -453,6 +455,11 @@ def build_parser() -> argparse.ArgumentParser:
                        help="bound on indexed blocks per model; the oldest blocks of the largest worker go first")
     serve.add_argument("--kv-silence-timeout", type=seconds, default=300.0,
                        help="seconds without KV events after which a worker's blocks are dropped (0 = never)")
+    serve.add_argument("--kv-max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
+                       metavar="BYTES",
+                       help="the largest KV-event message taken from an engine (libzmq's MAXMSGSIZE on its SUB "
+                            "and replay sockets; default 64 MiB): a larger one drops the connection, which is made "
+                            "again, and is lost as a gap (logged kv_events_disconnected, counted in disconnects)")
     kv_nats.add_serve_flags(serve)
     serve.set_defaults(func=_serve)
     kv_nats.add_relay_command(sub)

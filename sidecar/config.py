@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from router_adapter import HashSpec, Source
 from router_adapter.nats_feed import FeedOptions
+from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
 from sidecar.registry import ModelSpec
 
 
@@ -31,11 +32,15 @@ class KvConfig:
     nats_models: tuple[str, ...] = ()
     #: A restarted process of `--processes N`: replay each source's history (see router_adapter.router).
     replay_history: bool = False
+    #: The largest message taken from an engine's sockets (`--kv-max-message-size`).
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "sources", tuple(self.sources))
         if self.block_size is not None and self.block_size <= 0:
             raise ValueError("--kv-block-size: must be > 0")
+        if self.max_message_bytes <= 0:
+            raise ValueError("--kv-max-message-size: must be > 0")
         for spec in self.engine_specs.values():
             spec.validate()
 

@@ -11,7 +11,8 @@ import signal
 import sys
 
 from router_adapter import fanout
-from sidecar.flags import seconds
+from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
+from sidecar.flags import positive_int, seconds
 
 
 def _common(parser: argparse.ArgumentParser, prefix: str) -> None:
@@ -97,6 +98,9 @@ def add_relay_command(sub) -> None:  # noqa: ANN001 - argparse subparsers
     relay.add_argument("--silence-timeout", type=seconds, default=300.0,
                        help="seconds without events after which the worker is reset for every replica (0 = never)")
     relay.add_argument("--replay-timeout", type=seconds, default=2.0, help="seconds to wait for the replay socket")
+    relay.add_argument("--max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="BYTES",
+                       help="the largest message taken from the engine, as `sidecar serve --kv-max-message-size` "
+                            "(default 64 MiB); a larger one is lost as a gap (a gap reset for the replicas)")
     relay.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
     relay.set_defaults(func=run_relay)
 
@@ -119,6 +123,7 @@ def run_relay(args: argparse.Namespace) -> int:
     relay = Relay(source, RelayOptions(
         nats_url=args.nats, prefix=args.prefix, stream=args.stream, retention_s=args.retention,
         silence_timeout_s=args.silence_timeout or None, replay_timeout_s=args.replay_timeout,
+        max_message_bytes=args.max_message_size,
     ))
 
     async def main() -> None:

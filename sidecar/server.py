@@ -131,7 +131,7 @@ def build_kv_router(config: ServerConfig, hasher: BlockHasher, index_factory: In
     router = KvRouter(
         kv_config.sources, block_size=kv_config.block_size, models=models, max_blocks=kv_config.max_blocks,
         silence_timeout_s=kv_config.silence_timeout_s or None, hasher=hasher, index_factory=index_factory,
-        replay_history=kv_config.replay_history,
+        replay_history=kv_config.replay_history, max_message_bytes=kv_config.max_message_bytes,
     )
     if kv_config.nats is not None:
         from router_adapter.nats_feed import NatsFeed

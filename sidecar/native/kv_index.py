@@ -53,6 +53,8 @@ _NORMALIZED = lib.SC_KV_PAYLOAD_NORMALIZED
 _APPLY = lib.sc_kv_index_apply
 _APPLY_COLUMNS = lib.sc_kv_index_apply_columns
 _APPLY_MANY = lib.sc_kv_index_apply_many
+#: Items the first `apply_many` call after a refused payload covers (see `apply_payloads`).
+_WINDOW_AFTER_REFUSAL = 64
 _HEADER = struct.Struct("<4I")
 _ERRORS = threading.local()
 
@@ -271,33 +273,51 @@ class NativePrefixIndex:
         (position, DecodeError): each changed nothing, and the ones after it are applied. Any
         other error is raised once the payloads before it are applied, as a loop of
         `apply_payload` calls would raise it."""
+        try:
+            joined = _joined(items)
+        except (UnicodeEncodeError, TypeError, AttributeError):
+            # An argument one call would refuse: a call per payload, for the same outcome in order.
+            return apply_each(self.apply_payload, items)
         refused: list[tuple[int, DecodeError]] = []
-        start = 0
+        # The buffers are joined once; a call after a refused payload starts inside them. Only
+        # the ends of the items it covers are rebased (the native call counts them from its own
+        # start), and after a refusal a call covers a window that doubles while calls succeed: a
+        # run with many refusals costs a rebase of a few items each, not of all that follow.
+        start, window = 0, len(items)
         while start < len(items):
-            rest = items[start:] if start else items
-            try:
-                joined = _joined(rest)
-            except (UnicodeEncodeError, TypeError, AttributeError):
-                # An argument one call would refuse: a call per payload, for the same outcome in order.
-                return refused + [(start + i, e) for i, e in apply_each(self.apply_payload, rest)]
-            applied, error = self._apply_many(joined, len(rest))
+            stop = min(len(items), start + window)
+            applied, error = self._apply_many(joined, start, stop)
             if error is None:
-                break
+                start, window = stop, 2 * window
+                continue
             decode_error = _as_decode_error(error)
             if decode_error is None:
                 raise error
             refused.append((start + applied, decode_error))
-            start += applied + 1
+            start, window = start + applied + 1, _WINDOW_AFTER_REFUSAL
         return refused
 
-    def _apply_many(self, joined: tuple[bytes, array, bytes, array], count: int) -> tuple[int, SidecarError | None]:
-        """One `sc_kv_index_apply_many` call: (payloads applied, the error that stopped it)."""
+    def _apply_many(self, joined: tuple[bytes, array, bytes, array], start: int, stop: int,
+                    ) -> tuple[int, SidecarError | None]:
+        """One `sc_kv_index_apply_many` call over items `start .. stop-1` of the joined buffers:
+        (payloads applied, the error that stopped it)."""
         names, name_ends, payloads, payload_ends = joined
+        count = stop - start
+        name_from = name_ends[start - 1] if start else 0
+        payload_from = payload_ends[start - 1] if start else 0
+        if start or stop < len(name_ends):
+            name_ends = array("Q", [end - name_from for end in name_ends[start:stop]])
+            payload_ends = array("Q", [end - payload_from for end in payload_ends[start:stop]])
+        name_to = name_ends[-1] if count else 0
+        payload_to = payload_ends[-1] if count else 0
+        # The views are held for the call: a pointer into one does not keep it alive.
+        names_view, payloads_view = ffi.from_buffer("uint8_t[]", names), ffi.from_buffer("uint8_t[]", payloads)
+        names_at, payloads_at = names_view + name_from, payloads_view + payload_from
         applied, err = ffi.new("uintptr_t *"), _err_box()
         with self._handle as index:
             status = _APPLY_MANY(
-                index, names, len(names), ffi.from_buffer("uint64_t[]", name_ends) if count else ffi.NULL,
-                payloads, len(payloads), ffi.from_buffer("uint64_t[]", payload_ends) if count else ffi.NULL,
+                index, names_at, name_to, ffi.from_buffer("uint64_t[]", name_ends) if count else ffi.NULL,
+                payloads_at, payload_to, ffi.from_buffer("uint64_t[]", payload_ends) if count else ffi.NULL,
                 count, _ENGINE, applied, err,
             )
         if status == _OK:

@@ -282,11 +282,15 @@ class KvMetricsCollector(Collector):
         decode = CounterMetricFamily("sidecar_kv_decode_errors", "KV-event payloads that failed to decode", labels=["worker"])
         gaps = CounterMetricFamily("sidecar_kv_sequence_gaps", "KV-event sequence gaps", labels=["worker"])
         resets = CounterMetricFamily("sidecar_kv_worker_resets", "Worker states dropped (restart, gap, silence)", labels=["worker"])
+        disconnects = CounterMetricFamily(
+            "sidecar_kv_disconnects", "Connections to the engine's KV-event publisher lost (it went away, or sent a "
+            "message over --kv-max-message-size)", labels=["worker"])
         for worker, st in self._router.source_stats().items():
             decode.add_metric([worker], st.decode_errors)
             gaps.add_metric([worker], st.gaps)
             resets.add_metric([worker], st.resets)
-        yield from (blocks, workers, rate, events, orphans, evicted, decode, gaps, resets)
+            disconnects.add_metric([worker], st.disconnects)
+        yield from (blocks, workers, rate, events, orphans, evicted, decode, gaps, resets, disconnects)
         if self._router.feed is not None:
             yield from _feed_metrics(self._router.feed)
 

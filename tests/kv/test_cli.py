@@ -36,3 +36,16 @@ def test_sources_and_engine_hash() -> None:
 def test_bad_flags_are_refused(args: list[str]) -> None:
     with pytest.raises(ValueError):  # InvalidSpec is a ValueError
         parse(*args)
+
+
+def test_max_message_size_of_serve_and_relay() -> None:
+    source = "a=tcp://127.0.0.1:5557"
+    assert parse("--kv-events", source).max_message_bytes == 64 << 20
+    assert parse("--kv-events", source, "--kv-max-message-size", "4096").max_message_bytes == 4096
+    relay = build_parser().parse_args(["kv-relay", "--kv-events", source, "--nats", "nats://h:4222",
+                                       "--max-message-size", "4096"])
+    assert relay.max_message_size == 4096
+    for args in (["serve", "--kv-max-message-size", "0"], ["kv-relay", "--kv-events", source, "--nats", "n",
+                                                          "--max-message-size", "-1"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(args)

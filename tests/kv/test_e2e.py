@@ -42,7 +42,7 @@ def server(tmp_path_factory: pytest.TempPathFactory, engines: list[FakeEnginePub
         tmp_path_factory.mktemp("kv"),
         "--kv-events", f"worker-a={a.endpoint},replay={a.replay_endpoint},model=qwen3",
         "--kv-events", f"worker-b={b.endpoint},model=qwen3",
-        "--kv-block-size", str(BS),
+        "--kv-block-size", str(BS), "--kv-max-message-size", str(64 << 10),
     )
     a.wait_for_subscriber(30)
     b.wait_for_subscriber(30)
@@ -100,6 +100,32 @@ def test_score_after_real_events(server: LiveServer, engines: list[FakeEnginePub
     text = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
     assert f'sidecar_kv_blocks{{model="qwen3"}} {float(n + 2)}' in text
     assert 'sidecar_kv_sequence_gaps_total{worker="worker-b"} 0.0' in text
+
+
+def test_a_message_over_the_size_bound_is_a_counted_disconnection(
+        server: LiveServer, engines: list[FakeEnginePublisher]) -> None:
+    """`--kv-max-message-size` bounds what the server takes from an engine: a larger batch drops
+    the connection (made again) and is lost as a gap, counted as a disconnection (metric)."""
+    import urllib.request
+
+    _, router = stubs(server)
+    b = engines[1]
+    b.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # the subscription made again is passed on
+
+    def metrics() -> str:
+        return urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()
+
+    def row() -> kv.KvStatusResponse:
+        return next(w for w in router.KvStatus(kv.KvStatusRequest()).workers if w.worker == "worker-b")
+
+    gaps = row().gaps
+    tokens = list(range(70_000, 70_000 + BS))
+    b.publish([stored([7], tokens, BS, lora_name="x" * (80 << 10))])
+    wait_until(lambda: 'sidecar_kv_disconnects_total{worker="worker-b"} 1.0' in metrics(), what="the disconnection")
+    wait_until(lambda: b.pub.poll(10) and b.pub.recv()[:1] == b"\x01", what="the subscription again")
+    b.publish([stored([8], tokens, BS)])
+    wait_until(lambda: row().blocks == 1, what="the batch after it")
+    assert row().gaps == gaps + 1
 
 
 def test_score_errors(server: LiveServer) -> None:

@@ -18,6 +18,9 @@ from router_adapter.events import (
     decode_batch,
     hash_value,
 )
+from router_adapter.index import PrefixIndex
+from router_adapter.router import KvRouter, ModelOptions
+from sidecar.native.kv_index import NativePrefixIndex
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "kv" / "events"
 RECORDED = sorted(p.name.removesuffix(".msgpack") for p in DATA.glob("*.msgpack"))
@@ -105,3 +108,27 @@ def test_salt_extraction_rules() -> None:
     assert cache_salt_of(stored([("salt",)], parent=7)) == ""  # only a sequence start carries it
     assert cache_salt_of(stored(None, salt="sg")) == "sg"  # SGLang's field
     assert cache_salt_of(stored([None])) == ""
+
+
+# [[[...[nil]...]]], 2,000 arrays deep: past both decoders' limits (the native one refuses nesting past
+# 1,000; msgspec fails near Python's recursion limit, which depends on the stack already in use).
+DEEP = b"\x91" * 2000 + b"\xc0"
+DEEP_STORE = (b"\x84\xa4type\xabBlockStored\xacblock_hashes\x91\x01\xa9token_ids\x90"
+              b"\xaaextra_keys\x91" + DEEP)  # a store whose extra_keys holds it
+
+
+@pytest.mark.parametrize("payload", [b"\x92\x00\x91" + DEEP, b"\x92\x00\x91" + DEEP_STORE, b"\x92\x00" + DEEP])
+def test_deeply_nested_payloads_are_refused_as_malformed(payload: bytes) -> None:
+    """msgspec raised RecursionError on a few kilobytes nested that deep: the subscriber took it
+    for a failing sink (an `apply_error` reset of the worker) and the NATS feed reset every worker
+    of the run. It is refused like any malformed payload, as the native decoder refuses it."""
+    with pytest.raises(DecodeError, match="nested too deep"):
+        decode_batch(payload)
+    good = _encode([0.0, [{"type": "BlockStored", "block_hashes": [7], "parent_block_hash": None,
+                           "token_ids": [1, 2, 3, 4], "block_size": 4}]])
+    for factory in (PrefixIndex, NativePrefixIndex):
+        router = KvRouter([], models={"m": ModelOptions(block_size=4)}, silence_timeout_s=None, index_factory=factory)
+        refused = router.feed_payloads("m", [("a", good), ("b", payload), ("b", good)])
+        assert [position for position, _ in refused] == [1], factory
+        index = router.index("m")
+        assert (index.worker_blocks("a"), index.worker_blocks("b")) == (1, 1), factory

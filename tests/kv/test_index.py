@@ -157,7 +157,7 @@ def test_block_size_is_not_learned_from_a_store_that_is_skipped(kind: str, skipp
 def test_stores_of_no_blocks_register_no_medium(kind: str) -> None:
     """The native index has room for 8 media: 8 stores of no blocks under made-up media used up
     the slots for good, and every store in another medium (GPU included) was skipped after them;
-    the Python index, with no such bound, indexed it."""
+    the Python index, then without the bound, indexed it."""
     index = make_index(kind)
     for i in range(8):
         index.apply("junk", BlockStored([], None, [], BS, medium=f"m{i}"))

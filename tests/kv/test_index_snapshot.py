@@ -106,6 +106,7 @@ def test_a_malformed_snapshot_changes_nothing() -> None:
                 # Past what the native index restores (its counters past 2^63 wrapped; more workers
                 # than a fleet has made every Score and the restore's eviction slow).
                 {**snapshot, "stats": [1 << 63] * 8},
+                {**snapshot, "media": [f"m{i}" for i in range(9)]},  # more media than the index registers
                 {**snapshot, "workers": [[f"w{i}", []] for i in range((1 << 16) + 1)]}]:
         with pytest.raises(ValueError, match="snapshot: "):
             index.restore(msgspec.msgpack.encode(bad))

@@ -295,6 +295,36 @@ def test_native_index_equals_python_index(case: str) -> None:
     native.close()
 
 
+def test_a_ninth_medium_is_skipped_alike() -> None:
+    """The native index registers 8 media and skips a store naming a 9th (counted in
+    `skipped_events`); the Python index registered every medium for good, and past 64 its masks
+    no longer fitted a snapshot. With 10 media, both index the first 8 and skip the rest alike."""
+    media = [f"m{i}" for i in range(10)]
+    python, native = PrefixIndex(BS), NativePrefixIndex(BS)
+    tokens = list(range(10 * BS))
+    hashes = list(range(100, 110))
+    requests = [(tokens, "", "", ()), (tokens[: 3 * BS], "", "", ())]
+    for step, medium in enumerate(media):
+        # Each medium stores the whole sequence for w0 (re-stores of its blocks in another medium)
+        # and one block of its own for w1 (a store of blocks no medium of the worker holds yet).
+        for worker, batch in [("w0", Batch(0.0, [BlockStored(hashes, None, tokens, BS, medium=medium)])),
+                              ("w1", Batch(0.0, [BlockStored([200 + step], None, tokens[: BS], BS, medium=medium)]))]:
+            python.apply_batch(worker, batch)
+            native.apply_batch(worker, batch)
+        assert_same(python, native, requests, step)
+    removals = Batch(0.0, [BlockRemoved([100, 101], medium="m9"), BlockRemoved([102], medium="m7")])
+    python.apply_batch("w0", removals)
+    native.apply_batch("w0", removals)
+    assert_same(python, native, requests, len(media))
+    assert python.stats.skipped_events == 4 and python.stats.unknown_removals == 2
+    top = {w.worker: w for w in python.score(tokens).workers}
+    assert top["w0"].blocks == 10 and top["w0"].blocks_by_medium == {
+        **{m: 10 for m in media[:7]}, "m7": 2}
+    restored = PrefixIndex(BS)
+    restored.restore(python.snapshot())
+    assert restored.score(tokens) == python.score(tokens)
+
+
 def test_recorded_engine_payloads_apply_alike() -> None:
     python, native = PrefixIndex(), NativePrefixIndex()
     for path in sorted(EVENTS.glob("*.msgpack")):

@@ -15,10 +15,12 @@ import sys
 
 import pytest
 import xxhash
+from msgspec.msgpack import encode
 
 from router_adapter import PrefixIndex
-from router_adapter.events import Batch, BlockRemoved, BlockStored
+from router_adapter.events import Batch, BlockRemoved, BlockStored, DecodeError
 from sidecar.errors import InvalidArgument
+from sidecar.native import kv_index
 from sidecar.native.kv_index import NativePrefixIndex
 from tests.conftest import REPO
 
@@ -27,6 +29,7 @@ MASK64 = (1 << 64) - 1
 # MurmurHash3's finalizer and its inverse: the index's `mix` before it was keyed per process.
 C1, C2 = 0xFF51AFD7ED558CCD, 0xC4CEB9FE1A85EC53
 C1_INV, C2_INV = pow(C1, -1, 1 << 64), pow(C2, -1, 1 << 64)
+JOINED = kv_index._joined
 
 
 def unkeyed_unmix(h: int) -> int:
@@ -202,3 +205,30 @@ def test_a_medium_named_twice_and_counters_past_2_63_are_refused() -> None:
         index.restore(snapshot([("a", 0, [(1, 11, 0)])], stats=(MASK64,) * 8))
     index.restore(snapshot([("a", 0, [(1, 11, 0)])], media=("GPU", "CPU"), stats=((1 << 63) - 1,) * 8))
     assert index.num_blocks == 1
+
+
+def test_a_run_with_many_refused_payloads_is_joined_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """After each refused payload the rest of the run was joined into new buffers again: 1,000
+    refused 200 KB payloads copied some 100 GB. The buffers are now joined once and each call
+    after a refusal starts inside them; what is applied and refused is what one call per payload
+    gives, with worker names of several bytes per character (the offsets count bytes)."""
+    good = [encode([0.0, [{"type": "BlockStored", "block_hashes": [i + 1], "parent_block_hash": None,
+                           "token_ids": list(range(BS)), "block_size": BS}]]) for i in range(300)]
+    bad = encode([0.0, [{"type": "BlockRemoved", "block_hashes": [1.5]}]])
+    # Refusals alone, in runs, and far apart; the last payload refused too.
+    layout = [bad] * 70 + good[:100] + [bad, good[100], bad] + good[101:300] + [bad] * 5
+    items = [(("wé", "w0", "ø")[i % 3], data) for i, data in enumerate(layout)]
+    one, many = NativePrefixIndex(BS), NativePrefixIndex(BS)
+    expected = []
+    for i, (worker, data) in enumerate(items):
+        try:
+            one.apply_payload(worker, data)
+        except DecodeError as e:
+            expected.append((i, str(e)))
+    joins = []
+    monkeypatch.setattr(kv_index, "_joined", lambda run: joins.append(len(run)) or JOINED(run))
+    assert [(i, str(e)) for i, e in many.apply_payloads(items)] == expected
+    assert joins == [len(items)] and len(expected) == 77
+    assert many.stats == one.stats and many.num_blocks == one.num_blocks == 300
+    for worker in ("wé", "w0", "ø"):
+        assert many.worker_blocks(worker) == one.worker_blocks(worker) == 100

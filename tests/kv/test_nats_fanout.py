@@ -36,7 +36,7 @@ from sidecar.v1 import preprocessor_pb2 as pb
 from tests.conftest import REPO, start_server, stop_server
 from tests.kv.fleet import BS, FORMATS, SimEngine, requests, score_rows, stored_event
 from tests.kv.nats_server import NatsServer, free_port
-from tests.kv.publisher import wait_until
+from tests.kv.publisher import FakeEnginePublisher, wait_until
 
 MODEL = "m.v1"  # a dot: subject tokens are encoded
 
@@ -481,7 +481,8 @@ def test_relay_restarted_after_a_reset_replays_what_it_missed(nats_server: NatsS
         wait_for_subscription(engine.pub.pub)
         publish(5)
         wait_until(lambda: second.stats.published == 3, 30, "the missed batches and the next")
-        assert engine.pub.replay_requests == [3]
+        # From the last batch published, 2, which the relay checks is still the engine's.
+        assert engine.pub.replay_requests == [2]
         router, feed = replica(nats_server.url)
         wait_until(lambda: feed.models[MODEL].state == LIVE, 30, "the replica to catch up")
         cursor = feed.models[MODEL].workers["w0"]
@@ -492,6 +493,85 @@ def test_relay_restarted_after_a_reset_replays_what_it_missed(nats_server: NatsS
         if router is not None:
             router.stop()
         engine.close()
+        ctx.term()
+
+
+@pytest.mark.parametrize(("engine_restarted", "meanwhile", "last_is_reset"), [
+    (True, 10, False),  # the new engine is past the old one's last number: a gap by number
+    (True, 3, False),  # exactly as many: by number, the next batch of the old engine
+    (True, 10, True),  # the relay's last message a reset (it names the batch by digest)
+    (False, 10, False),  # the same engine went on: nothing reset, nothing lost or applied twice
+    (False, 3, True),
+])
+def test_relay_restarted_across_an_engine_restart(nats_server: NatsServer, engine_restarted: bool, meanwhile: int,
+                                                  last_is_reset: bool) -> None:
+    """The engine published batches 0..2, then the relay stopped; the engine restarted (numbers
+    from 0 again, a new replay buffer) and published `meanwhile` batches before the relay came
+    back. Resuming after batch 2 by number alone, the relay took the new engine's batches for the
+    missed ones (or, with exactly 3, for the next one) and published them under the old epoch:
+    replicas kept the old engine's blocks. The relay now asks the engine for batch 2 too and
+    compares it with the one it published: another one is a restart. The same engine going on is
+    a plain relay restart, as before."""
+    ctx = zmq.Context()
+    pub = FakeEnginePublisher(ctx)
+    source = Source("w0", pub.endpoint, pub.replay_endpoint, model=MODEL)
+    relays: list[tuple[Relay, threading.Thread]] = []
+
+    def start_relay(silence_timeout_s: float | None) -> Relay:
+        relay = Relay(source, RelayOptions(nats_server.url, silence_timeout_s=silence_timeout_s))
+        thread = threading.Thread(target=lambda: asyncio.run(relay.run()), daemon=True)
+        thread.start()
+        relays.append((relay, thread))
+        assert relay.ready.wait(30), "relay did not start"
+        wait_for_subscription(pub.pub)
+        return relay
+
+    def stop_relays() -> None:
+        while relays:
+            relay, thread = relays.pop()
+            relay.stop()
+            thread.join(15)
+
+    def publish(block: int) -> None:
+        pub.publish([stored_event("vllm", [block], None, list(range(block * BS, (block + 1) * BS)), "GPU")])
+
+    def held() -> list[int]:
+        index = router.index(MODEL)
+        return [b for b in [*range(3), *range(100, 100 + meanwhile + 1)]
+                if score_rows(index.score(list(range(b * BS, (b + 1) * BS)))) == [("w0", 1, {"GPU": 1})]]
+
+    router = None
+    try:
+        first = start_relay(silence_timeout_s=0.5 if last_is_reset else None)
+        for block in range(3):
+            publish(block)
+        wait_until(lambda: first.stats.published == 3 + last_is_reset, 30, "the first relay's messages")
+        stop_relays()
+        if engine_restarted:
+            pub.seq, pub.buffer = 0, []
+        for block in range(100, 100 + meanwhile):
+            publish(block)
+        second = start_relay(silence_timeout_s=None)
+        publish(100 + meanwhile)
+        # The batches the second relay published: those of the new engine (all of them) after a
+        # restart reset, or those the same engine published while the relay was away.
+        wait_until(lambda: second.stats.published == meanwhile + 1 + engine_restarted, 30, "the second relay")
+        assert pub.replay_requests == ([2, 0] if engine_restarted else [2])
+        assert second.stats.resets == engine_restarted and second.stats.duplicates == 0
+        router, feed = replica(nats_server.url)
+        wait_until(lambda: feed.models[MODEL].state == LIVE, 30, "the replica to catch up")
+        cursor = feed.models[MODEL].workers["w0"]
+        assert (cursor.batches, cursor.resets, cursor.gaps, cursor.duplicates) == (
+            3 + meanwhile + 1, last_is_reset + engine_restarted, 0, 0)
+        # What the engine holds: after a restart only the new engine's blocks; else all of them,
+        # unless the relay's silent reset dropped the first three.
+        new = list(range(100, 100 + meanwhile + 1))
+        assert held() == (new if engine_restarted or last_is_reset else [0, 1, 2, *new])
+    finally:
+        stop_relays()
+        if router is not None:
+            router.stop()
+        pub.close()
         ctx.term()
 
 

@@ -7,12 +7,13 @@ from __future__ import annotations
 import time
 from typing import Iterator
 
+import msgspec
 import pytest
 import zmq
 
 from router_adapter import KvRouter, PrefixIndex, Source, _reference
 from router_adapter.events import DecodeError, decode_batch
-from router_adapter.subscriber import Subscriber, _State
+from router_adapter.subscriber import Subscriber, _State, payload_digest
 from router_adapter.router import IndexFactory
 from router_adapter.spec import HashSpec
 from sidecar.factory import get_index_factory
@@ -156,6 +157,115 @@ def test_a_restart_seen_late_replays_the_new_engines_first_batches(ctx: zmq.Cont
     finally:
         sub.stop()
         pub.close()
+
+
+@pytest.mark.parametrize("engine", ["same", "restarted", "buffer_gone"])
+def test_a_resumed_source_checks_its_last_batch_with_the_engine(ctx: zmq.Context, engine: str) -> None:
+    """A source resumed after batch 2 (a relay restarted) with that batch's digest: its first
+    message, 5, sends for batches 2..4 in one replay request. The same batch 2 there: 3 and 4 are
+    the missed ones. Another batch 2: the engine restarted since, and by number alone its batches
+    would have gone on top of the old engine's; they come after a restart reset, from 0. No batch
+    2 (a buffer past it): a gap reset."""
+    pub = FakeEnginePublisher(ctx)
+    for block in range(5):  # published while the source was away: 0..2 before, 3 and 4 after
+        pub.publish([stored([block], TOKENS[:BS], BS)], drop=True)
+    digest = payload_digest(pub.buffer[2][1])
+    if engine == "restarted":
+        pub.buffer = [(seq, msgspec.msgpack.encode([1.0, [stored([100 + seq], TOKENS[:BS], BS)], 0]))
+                      for seq in range(5)]
+    elif engine == "buffer_gone":
+        del pub.buffer[:3]
+    seen: list[object] = []
+    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=30.0,
+                     resume={"a": 2}, resume_digests={"a": digest})
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.publish([stored([5], TOKENS[:BS], BS)])
+        wait_until(lambda: seen and seen[-1] == 5, what="the first message")
+        stats = sub.stats()["a"]
+        if engine == "same":
+            assert seen == [3, 4, 5] and pub.replay_requests == [2] and stats.resets == 0
+        elif engine == "restarted":
+            assert seen == ["restart", 100, 101, 102, 103, 104, 5] and pub.replay_requests == [2, 0]
+            assert (stats.restarts, stats.resets, stats.replayed) == (1, 1, 5)
+        else:
+            assert seen == ["gap", 5] and pub.replay_requests == [2] and (stats.gaps, stats.resets) == (1, 1)
+    finally:
+        sub.stop()
+        pub.close()
+
+
+def test_a_message_over_the_size_bound_is_a_counted_disconnection_and_a_gap(ctx: zmq.Context) -> None:
+    """The SUB socket queued up to 100,000 messages of any size. Over `max_message_bytes`, libzmq
+    drops the connection instead of taking the message (the socket connects again by itself); the
+    replay socket, bound alike, cannot bring it either, so it is a gap reset. The disconnection is
+    counted, so the cause of the gap shows."""
+    pub = FakeEnginePublisher(ctx)
+    pub.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+    seen: list[object] = []
+    sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None, replay_timeout_s=0.5,
+                     max_message_bytes=4096)
+    sub.start()
+    try:
+        pub.wait_for_subscriber()
+        pub.publish([stored([0], TOKENS[:BS], BS)])
+        wait_until(lambda: seen == [0], what="the first batch")
+        pub.publish([stored([1], TOKENS[:BS], BS, lora_name="x" * 5000)])
+        wait_until(lambda: sub.stats()["a"].disconnects == 1, what="the disconnection")
+        # The subscription of the socket made again (passed on though the dropped one's may still
+        # be counted: verbose).
+        wait_until(lambda: pub.pub.poll(10) and pub.pub.recv()[:1] == b"\x01", what="the connection again")
+        pub.publish([stored([2], TOKENS[:BS], BS)])
+        wait_until(lambda: seen[-1:] == [2], what="the batch after it")
+        stats = sub.stats()["a"]
+        assert seen == [0, "gap", 2] and pub.replay_requests == [1]
+        assert (stats.disconnects, stats.gaps, stats.resets, stats.replayed) == (1, 1, 1, 0)
+        with pytest.raises(ValueError, match="max_message_bytes"):
+            Subscriber([], print, print, max_message_bytes=0)
+    finally:
+        sub.stop()
+        pub.close()
+
+
+def test_an_engine_that_went_away_is_followed_on_its_endpoint_again(ctx: zmq.Context) -> None:
+    """A lost connection makes the SUB socket again (after one over the size bound libzmq would
+    never reconnect): an engine that closed its socket and bound the endpoint again, restarted,
+    is followed on it, each of its messages taken once."""
+    pub = ctx.socket(zmq.XPUB)
+    pub.setsockopt(zmq.LINGER, 0)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    seen: list[object] = []
+    sub = Subscriber([Source("a", f"tcp://127.0.0.1:{port}")],
+                     lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
+                     lambda worker, reason: seen.append(reason), silence_timeout_s=None)
+
+    def publish(socket: zmq.Socket, seq: int, block: int) -> None:
+        payload = msgspec.msgpack.encode([0.0, [stored([block], TOKENS[:BS], BS)], 0])
+        socket.send_multipart([b"", seq.to_bytes(8, "big"), payload])
+
+    sub.start()
+    try:
+        assert pub.poll(10_000) and pub.recv()[:1] == b"\x01"
+        publish(pub, 0, 10)
+        wait_until(lambda: seen == [10], what="the first engine's batch")
+        pub.close(0)
+        wait_until(lambda: sub.stats()["a"].disconnects == 1, what="the disconnection")
+        pub = ctx.socket(zmq.XPUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        pub.bind(f"tcp://127.0.0.1:{port}")
+        assert pub.poll(10_000) and pub.recv()[:1] == b"\x01"
+        for seq, block in enumerate([20, 21]):
+            publish(pub, seq, block)
+        wait_until(lambda: seen[-1:] == [21], what="the new engine's batches")
+        assert seen == [10, "restart", 20, 21] and sub.stats()["a"].disconnects == 1
+    finally:
+        sub.stop()
+        pub.close(0)
 
 
 def test_replay_that_cannot_fill_the_gap_resets(ctx: zmq.Context, index_factory: IndexFactory) -> None:
@@ -447,7 +557,34 @@ def test_a_failed_run_is_handed_on_again_one_batch_at_a_time() -> None:
     assert calls == [[0, 1, 2, 3, 4], [0], [1], [2], [3], [4]]
     assert resets == ["apply_error", "apply_error"]
     assert (state.stats.batches, state.stats.decode_errors, state.stats.resets) == (3, 1, 2)
-    assert state.pending == [] and state.last_seq is None
+    # The sequence is where the run ended: the engine's next message is checked against it. Here
+    # the engine restarted (back to 0), and the restart is seen.
+    assert state.pending == [] and state.last_seq == 4
+    sub._handle(state, [b"", (0).to_bytes(8, "big"), b"p"])
+    assert resets == ["apply_error", "apply_error", "restart"] and state.stats.restarts == 1
+
+
+@pytest.mark.parametrize("next_seq, outcome", [(0, "restart"), (9, "gap")])
+def test_a_failed_batch_keeps_the_sequence_checked(next_seq: int, outcome: str) -> None:
+    """A sink that fails on a batch resets the worker; the batch's number is still the last one
+    seen, so what comes next is checked against it: an engine restart, or a gap (no replay
+    socket here), resets the worker again rather than going by as a continuation."""
+    resets: list[str] = []
+    calls: list[object] = []
+
+    def sink(worker: str, batch: object) -> None:
+        calls.append(batch)
+        if len(calls) == 1:
+            raise MemoryError("a failure that is not a refused payload")
+
+    sub = Subscriber([], sink, lambda worker, reason: resets.append(reason))
+    state = _State(Source("a", "tcp://127.0.0.1:1"), socket=None)
+    payload = msgspec.msgpack.encode([0.0, [span(0, 1)], 0])
+    for seq in (5, next_seq):
+        sub._guarded(state, lambda st: sub._handle(st, [b"", seq.to_bytes(8, "big"), payload]))
+    sub.stop()
+    assert resets == ["apply_error", outcome] and state.last_seq == next_seq and len(calls) == 2
+    assert (state.stats.restarts, state.stats.gaps) == ((1, 0) if outcome == "restart" else (0, 1))
 
 
 def test_stopping_behind_a_backlog_resets_nothing(ctx: zmq.Context) -> None:
