@@ -237,6 +237,18 @@ class Scenario:
         return out
 
 
+def refused_one_at_a_time(index: NativePrefixIndex, items: list[tuple[str, bytes]]) -> list[tuple[int, str]]:
+    """Applies `items` one `apply_payload` each (what `apply_payloads` is held to): the position
+    and message of each payload refused."""
+    refused = []
+    for i, (worker, data) in enumerate(items):
+        try:
+            index.apply_payload(worker, data)
+        except DecodeError as e:
+            refused.append((i, str(e)))
+    return refused
+
+
 def assert_same(python: PrefixIndex, native: NativePrefixIndex, requests: list[tuple], step: int) -> None:
     where = f"step {step}"
     assert native.stats == python.stats, where
@@ -443,12 +455,7 @@ def test_apply_payloads_equals_one_call_per_payload() -> None:
         data = payload(scenario.events(worker), rng.choice(["vllm-map", "vllm-array", "sglang"]),
                        rng.choice(["unsigned", "signed", "bytes"]), rng)
         items.append((worker, rng.choice(mutations(data, rng)) if rng.random() < 0.1 else data))
-    expected = []
-    for i, (worker, data) in enumerate(items):
-        try:
-            one.apply_payload(worker, data)
-        except DecodeError as e:
-            expected.append((i, str(e)))
+    expected = refused_one_at_a_time(one, items)
     got, start = [], 0
     while start < len(items):
         size = rng.choice([1, 2, 7, 64, 200])

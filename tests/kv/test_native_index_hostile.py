@@ -18,11 +18,12 @@ import xxhash
 from msgspec.msgpack import encode
 
 from router_adapter import PrefixIndex
-from router_adapter.events import Batch, BlockRemoved, BlockStored, DecodeError
+from router_adapter.events import Batch, BlockRemoved, BlockStored
 from sidecar.errors import InvalidArgument
 from sidecar.native import kv_index
 from sidecar.native.kv_index import NativePrefixIndex
 from tests.conftest import REPO
+from tests.kv.test_native_index import refused_one_at_a_time
 
 BS = 4
 MASK64 = (1 << 64) - 1
@@ -219,12 +220,7 @@ def test_a_run_with_many_refused_payloads_is_joined_once(monkeypatch: pytest.Mon
     layout = [bad] * 70 + good[:100] + [bad, good[100], bad] + good[101:300] + [bad] * 5
     items = [(("wé", "w0", "ø")[i % 3], data) for i, data in enumerate(layout)]
     one, many = NativePrefixIndex(BS), NativePrefixIndex(BS)
-    expected = []
-    for i, (worker, data) in enumerate(items):
-        try:
-            one.apply_payload(worker, data)
-        except DecodeError as e:
-            expected.append((i, str(e)))
+    expected = refused_one_at_a_time(one, items)
     joins = []
     monkeypatch.setattr(kv_index, "_joined", lambda run: joins.append(len(run)) or JOINED(run))
     assert [(i, str(e)) for i, e in many.apply_payloads(items)] == expected

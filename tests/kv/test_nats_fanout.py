@@ -440,6 +440,23 @@ def test_an_apply_error_resets_the_worker_and_the_feed_reads_on(nats_server: Nat
         ctx.term()
 
 
+def start_relay_thread(relay: Relay, relays: list[tuple[Relay, threading.Thread]]) -> Relay:
+    """Runs `relay` on a thread of its own, recorded in `relays`, once it has started."""
+    thread = threading.Thread(target=lambda: asyncio.run(relay.run()), daemon=True)
+    thread.start()
+    relays.append((relay, thread))
+    assert relay.ready.wait(30), "relay did not start"
+    return relay
+
+
+def stop_relay_threads(relays: list[tuple[Relay, threading.Thread]]) -> None:
+    """Stops the relays `start_relay_thread` recorded, the last started first."""
+    while relays:
+        relay, thread = relays.pop()
+        relay.stop()
+        thread.join(15)
+
+
 def test_relay_restarted_after_a_reset_replays_what_it_missed(nats_server: NatsServer) -> None:
     """A reset carries the engine sequence number of the last batch before it: a relay restarted
     when a reset was its last message (here an idle engine's `silent` one) fetches the batches the
@@ -451,18 +468,11 @@ def test_relay_restarted_after_a_reset_replays_what_it_missed(nats_server: NatsS
     relays: list[tuple[Relay, threading.Thread]] = []
 
     def start_relay(silence_timeout_s: float | None) -> Relay:
-        relay = Relay(source, RelayOptions(nats_server.url, silence_timeout_s=silence_timeout_s))
-        thread = threading.Thread(target=lambda: asyncio.run(relay.run()), daemon=True)
-        thread.start()
-        relays.append((relay, thread))
-        assert relay.ready.wait(30), "relay did not start"
-        return relay
+        return start_relay_thread(Relay(source, RelayOptions(nats_server.url, silence_timeout_s=silence_timeout_s)),
+                                  relays)
 
     def stop_relays() -> None:
-        while relays:
-            relay, thread = relays.pop()
-            relay.stop()
-            thread.join(15)
+        stop_relay_threads(relays)
 
     def publish(block: int) -> None:
         engine.pub.publish([stored_event("vllm", [block], None, list(range(block * BS, (block + 1) * BS)), "GPU")])
@@ -518,19 +528,13 @@ def test_relay_restarted_across_an_engine_restart(nats_server: NatsServer, engin
     relays: list[tuple[Relay, threading.Thread]] = []
 
     def start_relay(silence_timeout_s: float | None) -> Relay:
-        relay = Relay(source, RelayOptions(nats_server.url, silence_timeout_s=silence_timeout_s))
-        thread = threading.Thread(target=lambda: asyncio.run(relay.run()), daemon=True)
-        thread.start()
-        relays.append((relay, thread))
-        assert relay.ready.wait(30), "relay did not start"
+        relay = start_relay_thread(Relay(source, RelayOptions(nats_server.url, silence_timeout_s=silence_timeout_s)),
+                                   relays)
         wait_for_subscription(pub.pub)
         return relay
 
     def stop_relays() -> None:
-        while relays:
-            relay, thread = relays.pop()
-            relay.stop()
-            thread.join(15)
+        stop_relay_threads(relays)
 
     def publish(block: int) -> None:
         pub.publish([stored_event("vllm", [block], None, list(range(block * BS, (block + 1) * BS)), "GPU")])

@@ -36,6 +36,12 @@ class Table:
         return multiplex.Batch((b"x" * 600,), (), (), [], (0, 0, 0, 0))
 
 
+async def three_messages():  # noqa: ANN201
+    """A client's three small messages, m0 to m2."""
+    for i in range(3):
+        yield b"m%d" % i
+
+
 def stream_on(table: Table, gate: Gate | None = None) -> _Stream:
     """A stream of a stand-in servicer over `table`; every message is small (runs inline)."""
     config = SimpleNamespace(max_message_bytes=1000, inline_bytes=1 << 20)
@@ -49,11 +55,7 @@ def test_the_reader_waits_while_answers_wait_to_be_written() -> None:
         table = Table()
         stream = stream_on(table)
 
-        async def requests():  # noqa: ANN202
-            for i in range(3):
-                yield b"m%d" % i
-
-        reader = asyncio.create_task(stream.read(requests()))
+        reader = asyncio.create_task(stream.read(three_messages()))
         for _ in range(50):
             await asyncio.sleep(0)
         # 1,200 bytes of answers wait after two messages: the third is not run.
@@ -76,11 +78,7 @@ def test_a_wait_for_the_client_to_read_counts_toward_a_small_messages_deadline()
         table = Table()
         stream = stream_on(table)
 
-        async def requests():  # noqa: ANN202
-            for i in range(3):
-                yield b"m%d" % i
-
-        reader = asyncio.create_task(stream.read(requests()))
+        reader = asyncio.create_task(stream.read(three_messages()))
         await asyncio.sleep(0.2)
         answers = stream.messages(reader)
         for _ in range(3):
