@@ -205,6 +205,54 @@ def test_random_id_sequences_decode(pair) -> None:  # noqa: ANN001
     count_parity("detokenize:random-ids", cases=2 * len(seqs))
 
 
+def test_byte_pieces_spaces_and_specials_decode(pair) -> None:  # noqa: ANN001
+    """Sequences built where SentencePiece decoders have rules (uniform random ids seldom reach
+    them): runs of `<0xNN>` pieces that spell valid UTF-8, invalid or cut-short runs (one U+FFFD
+    per piece), runs a special token interrupts (skipped or kept), leading space pieces (`Strip`).
+    On byte-level vocabularies the same shapes exercise added tokens and whitespace."""
+    model, native, hf = pair
+    rng = random.Random(12)
+    vocab = hf.get_vocab_size(with_added_tokens=True)
+    tokens = {i: hf.id_to_token(i) for i in range(vocab)}
+    byte_ids = {int(t[3:5], 16): i for i, t in tokens.items()
+                if t is not None and len(t) == 6 and t.startswith("<0x") and t.endswith(">")}
+    spaces = [i for i, t in tokens.items() if t and t.strip("\u2581\u0120 \t\n") == ""][:50]
+    specials = sorted(hf.get_added_tokens_decoder())
+    words = [i for i in range(vocab) if tokens[i] is not None][:: max(1, vocab // 500)]
+
+    def utf8_run(valid: bool) -> list[int]:
+        data = "".join(chr(rng.choice([0xE9, 0x20AC, 0x1F600, 0x4E2D, rng.randrange(0x80, 0x3000)]))
+                       for _ in range(rng.randint(1, 3))).encode()
+        if not valid:
+            data = data[: rng.randrange(len(data))] + bytes([rng.randrange(0x80, 0x100)])
+        return [byte_ids[b] for b in data if b in byte_ids]
+
+    seqs = []
+    for _ in range(300):
+        seq: list[int] = []
+        if spaces and rng.random() < 0.4:
+            seq += rng.choices(spaces, k=rng.randint(1, 3))
+        for _ in range(rng.randint(0, 8)):
+            roll = rng.random()
+            if byte_ids and roll < 0.4:
+                run = utf8_run(rng.random() < 0.6)
+                if specials and run and rng.random() < 0.3:
+                    run.insert(rng.randrange(len(run) + 1), rng.choice(specials))
+                seq += run
+            elif spaces and roll < 0.55:
+                seq.append(rng.choice(spaces))
+            elif specials and roll < 0.7:
+                seq.append(rng.choice(specials))
+            else:
+                seq.append(rng.choice(words))
+        seqs.append(seq)
+    for skip in (True, False):
+        got = native.decode_batch(seqs, skip_special_tokens=skip)
+        for seq, text in zip(seqs, got):
+            assert text == hf.decode(seq, skip_special_tokens=skip), f"{model} skip={skip}: {seq}"
+    count_parity("detokenize:byte-pieces", cases=2 * len(seqs))
+
+
 def test_truncation_matches_hf(pair) -> None:  # noqa: ANN001
     model, native, hf = pair
     texts = corpus_texts()[:40] + [long_text()[:5000]]

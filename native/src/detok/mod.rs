@@ -26,9 +26,10 @@ pub(crate) mod tests;
 
 use std::sync::Arc;
 
+use crate::tokenizer::PieceKind;
+pub use crate::tokenizer::PieceTable;
 pub use stop::{StopFilter, StopMatch};
-use table::PieceKind;
-pub use table::{DecodeTable, PieceTable};
+pub use table::DecodeTable;
 
 const REPLACEMENT: &str = "\u{FFFD}";
 

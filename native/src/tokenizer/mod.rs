@@ -8,10 +8,10 @@
 //!
 //! A `Tokenizer` is immutable after loading, `Send + Sync`, and shared by every thread.
 
-mod byte_decode;
 mod chunks;
 mod fast;
 mod load;
+mod pieces;
 mod segments;
 mod tiktoken;
 mod words;
@@ -21,10 +21,11 @@ use tokenizers::TruncationDirection;
 
 use crate::cancel::Cancel;
 use crate::error::{Error, ErrorKind, Result};
-use byte_decode::ByteDecodeTable;
 use chunks::Chunker;
 
 pub use load::TokenizerFormat;
+pub(crate) use pieces::PieceKind;
+pub use pieces::{PieceTable, Pieces};
 pub use segments::{CacheStats, SegmentCache};
 
 /// Which end of a too-long encoding is cut.
@@ -94,8 +95,8 @@ pub struct Tokenizer {
     /// `known_ids[id]` is true when `id` has a vocabulary entry (ids can have holes).
     known_ids: Vec<bool>,
     added_tokens: Vec<AddedToken>,
-    /// Precomputed decoding for byte-level vocabularies (see [`byte_decode`]).
-    byte_decode: Option<ByteDecodeTable>,
+    /// Precomputed decoding for byte-level and SentencePiece vocabularies (see [`pieces`]).
+    pieces: Option<Pieces>,
     /// Where prompts may be cut for the segment cache.
     boundaries: segments::Boundaries,
     /// Where long texts may be cut so that an encode can stop between pieces.
@@ -110,9 +111,6 @@ const PARALLEL_BATCH_MIN_BYTES: usize = 32 * 1024;
 /// exact cuts: the most uninterruptible work one piece costs is tens of milliseconds on the slowest
 /// encoder path (`tokenizers` with offsets, about 1.4 us per character).
 pub const CHUNK_BYTES: usize = 48 * 1024;
-
-/// Ids of a decode checked for cancellation at a time.
-const DECODE_CHECK_IDS: usize = 1 << 16;
 
 /// Runs `one` over `items` in parallel and answers what the sequential loop would: every result,
 /// or the error of the first failing item in order. (rayon's `collect` into a `Result` keeps
@@ -201,10 +199,10 @@ impl Tokenizer {
             })
             .collect();
         added_tokens.sort_by_key(|t| t.id);
-        let byte_decode = ByteDecodeTable::build(&hf, known_ids.len());
+        let pieces = Pieces::build(&hf, &known_ids, &added_tokens);
         let boundaries = segments::Boundaries::new(&hf);
         Ok(Tokenizer {
-            byte_decode,
+            pieces,
             boundaries,
             chunker: Chunker::disabled("not probed yet"),
             hf,
@@ -260,6 +258,16 @@ impl Tokenizer {
     /// The underlying `tokenizers` tokenizer (decoding state machines build on it).
     pub fn hf(&self) -> &tokenizers::Tokenizer {
         &self.hf
+    }
+
+    /// The vocabulary's decode table, when its decoder is one the tables replay exactly.
+    pub fn decode_pieces(&self) -> Option<&Pieces> {
+        self.pieces.as_ref()
+    }
+
+    /// `flags[id]` is true when `decode(skip_special_tokens=true)` drops `id`.
+    pub fn special_flags(&self) -> Vec<bool> {
+        pieces::special_flags(&self.hf, self.known_ids.len(), &self.added_tokens)
     }
 
     /// How many tokens the post-processor adds to one sequence when asked to.
@@ -574,7 +582,7 @@ impl Tokenizer {
     }
 
     /// [`Tokenizer::decode`], checking `cancel` every few ten thousand ids where the decoder
-    /// allows it (the byte-level table; other decoders run whole).
+    /// has a table ([`Pieces`]); other decoders run whole.
     pub fn decode_cancellable(
         &self,
         ids: &[u32],
@@ -582,13 +590,8 @@ impl Tokenizer {
         cancel: &Cancel<'_>,
     ) -> Result<String> {
         self.check_ids(ids)?;
-        if let Some(table) = &self.byte_decode {
-            let mut bytes = Vec::with_capacity(ids.len() * 4);
-            for part in ids.chunks(DECODE_CHECK_IDS) {
-                cancel.check()?;
-                table.decode_bytes_into(part, skip_special_tokens, &mut bytes);
-            }
-            return Ok(table.finish(bytes));
+        if let Some(pieces) = &self.pieces {
+            return pieces.decode(ids, skip_special_tokens, cancel);
         }
         cancel.check()?;
         self.hf
