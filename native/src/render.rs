@@ -72,6 +72,15 @@ pub struct Rendered {
     pub cache: CacheStats,
 }
 
+/// The outcome of work tried on the caller's thread within a budget.
+#[derive(Debug)]
+pub enum Inline<T> {
+    /// Done within the budget.
+    Done(T),
+    /// Stopped: it costs at least this much; run it again on a worker.
+    Deferred(usize),
+}
+
 /// A model's chat templates bound to its tokenizer, with the multi-turn segment cache; immutable
 /// apart from its caches and shareable across threads.
 pub struct Renderer {
@@ -125,6 +134,39 @@ impl Renderer {
     /// Renders `request` with the model's template and tokenizes the prompt as `opts` say.
     pub fn render(&self, request: &RenderRequest<'_>, opts: &RenderOptions) -> Result<Rendered> {
         let text = self.templates.render_cancellable(request, &opts.cancel)?;
+        self.finish(text, opts)
+    }
+
+    /// [`Renderer::render`] on the caller's thread (the server's event loop), as long as its
+    /// work stays within `budget` (the unit of the server's inline bound): the template may write
+    /// at most `budget` bytes within its inline fuel, and the prompt's encoding may cost at most
+    /// `budget` ([`Tokenizer::encode_cost`]). Past either it stops with what the work costs so
+    /// far, to be run again on a worker.
+    pub fn render_inline(
+        &self,
+        request: &RenderRequest<'_>,
+        opts: &RenderOptions,
+        budget: usize,
+    ) -> Result<Inline<Rendered>> {
+        let Some(text) = self
+            .templates
+            .render_inline(request, &opts.cancel, budget)?
+        else {
+            return Ok(Inline::Deferred(budget.saturating_add(1)));
+        };
+        if opts.return_ids || opts.return_offsets {
+            let cost = self
+                .tokenizer
+                .encode_cost(text.len(), opts.return_offsets, false);
+            if cost > budget {
+                return Ok(Inline::Deferred(cost));
+            }
+        }
+        self.finish(text, opts).map(Inline::Done)
+    }
+
+    /// Tokenizes a rendered prompt as `opts` say.
+    fn finish(&self, text: String, opts: &RenderOptions) -> Result<Rendered> {
         let mut rendered = Rendered::default();
         if opts.return_ids || opts.return_offsets {
             opts.cancel.check()?;

@@ -142,6 +142,36 @@ pub struct HashSpec {
 }
 
 impl HashSpec {
+    /// About how many bytes hashing `tokens` ids reads, the unit of the server's inline bound:
+    /// each block's ids, the strings vLLM repeats in every block's extra keys (LoRA name and
+    /// path, the salt), and each multimodal item's identifier once per block it overlaps (so 560
+    /// overlapping items over 8,000 one-token blocks count what they cost, not their 14 bytes).
+    pub fn work(&self, tokens: usize) -> usize {
+        let block_size = self.block_size.max(1) as usize;
+        let blocks = tokens / block_size;
+        let per_block = 4 * block_size
+            + 16
+            + self.lora_name.len()
+            + self.lora_path.len()
+            + self.cache_salt.len()
+            + self.namespace.len()
+            + self.sglang_extra_key.len();
+        let items: usize = self
+            .mm_items
+            .iter()
+            .map(|item| {
+                let first = item.offset / block_size as u64;
+                let end = item
+                    .offset
+                    .saturating_add(item.length)
+                    .div_ceil(block_size as u64);
+                let overlapped = end.min(blocks as u64).saturating_sub(first) as usize;
+                overlapped.saturating_mul(item.identifier.len() + 16)
+            })
+            .fold(0, usize::saturating_add);
+        blocks.saturating_mul(per_block).saturating_add(items)
+    }
+
     /// Reads the server's JSON spec and validates it: the one place a spec enters the core.
     pub fn from_json(text: &str) -> Result<HashSpec> {
         let spec: HashSpec = crate::settings::from_json(text, "block_hashing")?;

@@ -3,10 +3,12 @@
 //! The unary path is `sidecar/servicers/{tokenize,detokenize,render}.py`; the end-to-end tests
 //! compare the two transports' answers on the parity inputs.
 
+use prost::Message;
+
 use crate::cancel::Cancel;
 use crate::error::{Error, Result};
 use crate::hash;
-use crate::render::RenderOptions;
+use crate::render::{Inline, RenderOptions};
 use crate::template::RenderRequest;
 use crate::tokenizer::{CacheStats, EncodeOptions, TruncationSide};
 use crate::wire::pb;
@@ -19,6 +21,11 @@ const BYTES_PER_TOKEN: usize = 4;
 /// What one item of a request (a text, an id sequence) costs on top of its bytes, as the
 /// server's `ITEM_COST` counts it: 5,400 one-character texts in one 16 KB Tokenize took 11 ms.
 pub(super) const ITEM_COST: usize = 64;
+
+/// How far past the inline bound a request that started on the caller's thread may go once its
+/// real cost shows (a rendered prompt, the ids to hash) before it stops and is run again on a
+/// worker: a request just under the bound whose template adds a little still finishes.
+pub(super) const INLINE_SLACK: usize = 2;
 
 /// A decoded request.
 pub(super) enum Request {
@@ -33,6 +40,10 @@ pub(super) enum Response {
     Detokenize(pb::DetokenizeResponse),
     /// With how the multi-turn cache served it (for the server's metrics).
     Render(pb::RenderResponse, CacheStats),
+    /// Not finished: run on the caller's thread, it turned out to cost this much, past the
+    /// inline bound (a template's output or loops, block hashing's repeated strings); run it
+    /// again on a worker.
+    Deferred(usize),
 }
 
 impl Request {
@@ -40,32 +51,80 @@ impl Request {
     /// it, the request runs on the server's worker pool rather than on the event loop. A request's
     /// own template (when allowed) is code whose cost its size does not bound (a 100-byte loop ran
     /// for a second on the event loop): unbounded, as on the unary path.
-    pub(super) fn cost(&self, allow_request_templates: bool) -> usize {
+    fn cost(&self, allow_request_templates: bool) -> usize {
         match self {
             Request::Render(r) if allow_request_templates && r.chat_template.is_some() => {
                 usize::MAX
             }
             Request::Tokenize(r) => {
-                r.texts.iter().map(String::len).sum::<usize>() + ITEM_COST * r.texts.len()
+                r.texts.iter().map(String::len).sum::<usize>()
+                    + ITEM_COST * r.texts.len()
+                    + r.block_hashing.as_ref().map_or(0, |h| h.encoded_len())
             }
             Request::Detokenize(r) => {
                 let ids: usize = r.sequences.iter().map(|s| s.token_ids.len()).sum();
                 BYTES_PER_TOKEN * ids + ITEM_COST * r.sequences.len()
             }
+            // Every field the template or the hashing reads, and the call itself (325 calls of
+            // one short message in a 16 KB message took 2 ms).
             Request::Render(r) => {
-                r.messages_json.len() + r.tools_json.len() + r.documents_json.len()
+                r.messages_json.len()
+                    + r.tools_json.len()
+                    + r.documents_json.len()
+                    + r.chat_template_kwargs_json.len()
+                    + r.block_hashing.as_ref().map_or(0, |h| h.encoded_len())
+                    + ITEM_COST
             }
+        }
+    }
+
+    /// The model a request names.
+    pub(super) fn model(&self) -> &str {
+        match self {
+            Request::Tokenize(r) => &r.model,
+            Request::Detokenize(r) => &r.model,
+            Request::Render(r) => &r.model,
+        }
+    }
+}
+
+impl Multiplexer {
+    /// What a Multiplex call costs (see [`Request::cost`]), its encoding priced by the model's
+    /// encoder path ([`crate::tokenizer::Tokenizer::encode_cost`]).
+    pub(super) fn call_cost(&self, request: &Request) -> usize {
+        self.encode_priced(request, request.cost(self.settings.allow_request_templates))
+    }
+
+    /// `cost` times what encoding a byte costs for `request` on its model (1 on the fast
+    /// encoder of a byte-level vocabulary; offsets and token strings take the slower path).
+    pub(super) fn encode_priced(&self, request: &Request, cost: usize) -> usize {
+        let (offsets, tokens) = match request {
+            Request::Tokenize(r) => (r.return_offsets, r.return_tokens),
+            Request::Render(r) => (r.return_offsets, false),
+            Request::Detokenize(_) => return cost,
+        };
+        match self.model(request.model()) {
+            Ok(model) => model.tokenizer.encode_cost(cost, offsets, tokens),
+            // The call fails at once on the unknown model.
+            Err(_) => cost,
         }
     }
 }
 
 impl Multiplexer {
     /// Runs one request until it is done, its deadline passes or its flag is set (`cancel`).
-    pub(super) fn execute(&self, request: Request, cancel: Cancel<'_>) -> Result<Response> {
+    /// With an `inline` budget (the caller is the server's event loop), work that turns out to
+    /// cost more than the budget stops as [`Response::Deferred`].
+    pub(super) fn execute(
+        &self,
+        request: Request,
+        cancel: Cancel<'_>,
+        inline: Option<usize>,
+    ) -> Result<Response> {
         match request {
-            Request::Tokenize(r) => self.tokenize(r, cancel).map(Response::Tokenize),
+            Request::Tokenize(r) => self.tokenize(r, cancel, inline),
             Request::Detokenize(r) => self.detokenize(r, cancel).map(Response::Detokenize),
-            Request::Render(r) => self.render(r, cancel),
+            Request::Render(r) => self.render(r, cancel, inline),
         }
     }
 
@@ -73,7 +132,8 @@ impl Multiplexer {
         &self,
         request: pb::TokenizeRequest,
         cancel: Cancel<'_>,
-    ) -> Result<pb::TokenizeResponse> {
+        inline: Option<usize>,
+    ) -> Result<Response> {
         let model = self.model(&request.model)?;
         let side = match pb::TruncationSide::try_from(request.truncation_side) {
             Ok(pb::TruncationSide::Left) => TruncationSide::Left,
@@ -102,10 +162,19 @@ impl Multiplexer {
         };
         check_text_lengths(&request.texts, self.settings.max_text_chars)?;
         let encoded = model.tokenizer.encode_batch(&request.texts, &opts)?;
+        if let (Some(spec), Some(budget)) = (&spec, inline) {
+            let work = encoded
+                .iter()
+                .map(|e| spec.work(e.ids.len()))
+                .fold(0, usize::saturating_add);
+            if work > budget {
+                return Ok(Response::Deferred(work));
+            }
+        }
         let mut encodings = Vec::with_capacity(encoded.len());
         for e in encoded {
             let block_hashes = match &spec {
-                Some(spec) => hash::block_hashes(&e.ids, spec)?.values,
+                Some(spec) => hash::block_hashes_cancellable(&e.ids, spec, &cancel)?.values,
                 None => Vec::new(),
             };
             encodings.push(pb::Encoding {
@@ -116,11 +185,11 @@ impl Multiplexer {
                 truncated: e.truncated,
             });
         }
-        Ok(pb::TokenizeResponse {
+        Ok(Response::Tokenize(pb::TokenizeResponse {
             encodings,
             fingerprint: model.fingerprint.clone(),
             block_hash_spec: spec.as_ref().map(spec_to_proto),
-        })
+        }))
     }
 
     fn detokenize(
@@ -149,7 +218,12 @@ impl Multiplexer {
         })
     }
 
-    fn render(&self, request: pb::RenderRequest, cancel: Cancel<'_>) -> Result<Response> {
+    fn render(
+        &self,
+        request: pb::RenderRequest,
+        cancel: Cancel<'_>,
+        inline: Option<usize>,
+    ) -> Result<Response> {
         let model = self.model(&request.model)?;
         let spec = request
             .block_hashing
@@ -196,10 +270,25 @@ impl Multiplexer {
             use_cache: !request.bypass_cache,
             cancel,
         };
-        let rendered = model.renderer.render(&template_request, &opts)?;
+        let rendered = match inline {
+            None => model.renderer.render(&template_request, &opts)?,
+            Some(budget) => match model
+                .renderer
+                .render_inline(&template_request, &opts, budget)?
+            {
+                Inline::Done(rendered) => rendered,
+                Inline::Deferred(cost) => return Ok(Response::Deferred(cost)),
+            },
+        };
+        if let (Some(spec), Some(budget)) = (&spec, inline) {
+            let work = spec.work(rendered.ids.len());
+            if work > budget {
+                return Ok(Response::Deferred(work));
+            }
+        }
         let (block_hashes, block_hash_spec) = match &spec {
             Some(spec) => (
-                hash::block_hashes(&rendered.ids, spec)?.values,
+                hash::block_hashes_cancellable(&rendered.ids, spec, &cancel)?.values,
                 Some(spec_to_proto(spec)),
             ),
             None => (Vec::new(), None),

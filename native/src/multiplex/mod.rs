@@ -244,7 +244,10 @@ impl Multiplexer {
         let call = wire::decode_call(call)?;
         let mut batch = Batch::default();
         match self.decode(&call) {
-            Ok(request) => self.finish(&call, request, elapsed, flag, &mut batch),
+            Ok(request) => {
+                let stopped = self.finish(&call, request, elapsed, flag, None, &mut batch);
+                debug_assert!(stopped.is_none(), "only an inline run stops for its cost");
+            }
             Err(e) => batch.put_failure(call.id, call.kind(), &e),
         }
         batch.cut_chunks(self.settings.max_message_bytes);
@@ -264,22 +267,30 @@ impl Multiplexer {
             Ok(request) => request,
             Err(e) => return batch.put_failure(call.id, call.kind(), &e),
         };
-        let cost = request.cost(self.settings.allow_request_templates);
-        if let (true, Some(kind)) = (cost > self.settings.inline_bytes, call.kind()) {
-            let start = call.raw.as_ptr() as usize - message.as_ptr() as usize;
-            batch.deferred.push(Deferred {
-                id: call.id,
-                kind,
-                timeout_us: call.timeout_us,
-                cost,
-                start,
-                len: call.raw.len(),
-            });
-            return;
+        let defer = |batch: &mut Batch, cost: usize| {
+            if let Some(kind) = call.kind() {
+                batch.deferred.push(Deferred {
+                    id: call.id,
+                    kind,
+                    timeout_us: call.timeout_us,
+                    cost,
+                    start: call.raw.as_ptr() as usize - message.as_ptr() as usize,
+                    len: call.raw.len(),
+                });
+            }
+        };
+        let inline = self.settings.inline_bytes;
+        let cost = self.call_cost(&request);
+        if cost > inline {
+            return defer(batch, cost);
         }
         // Small and bounded: run now (off the loop when the whole message was large, where the
-        // message's flag stops it once its client has gone).
-        self.finish(call, request, elapsed, flag, batch);
+        // message's flag stops it once its client has gone), unless its real cost shows past
+        // the bound (a template's output, the ids to hash): then it runs on a worker too.
+        let budget = Some(inline.saturating_mul(execute::INLINE_SLACK));
+        if let Some(cost) = self.finish(call, request, elapsed, flag, budget, batch) {
+            defer(batch, cost);
+        }
     }
 
     fn decode(&self, call: &CallView<'_>) -> Result<Request> {
@@ -302,15 +313,17 @@ impl Multiplexer {
         }
     }
 
-    /// Runs a decoded call within its deadline and writes its result.
+    /// Runs a decoded call within its deadline and writes its result; with an `inline` budget,
+    /// returns instead what the call costs when it stopped past that budget (nothing written).
     fn finish(
         &self,
         call: &CallView<'_>,
         request: Request,
         elapsed: Duration,
         flag: Option<&AtomicU32>,
+        inline: Option<usize>,
         batch: &mut Batch,
-    ) {
+    ) -> Option<usize> {
         let deadline = match call.timeout_us {
             0 => None,
             us => match Duration::from_micros(us).checked_sub(elapsed) {
@@ -319,12 +332,13 @@ impl Multiplexer {
                     let e = Error::deadline_exceeded(
                         "the request's deadline passed before work started",
                     );
-                    return batch.put_failure(call.id, call.kind(), &e);
+                    batch.put_failure(call.id, call.kind(), &e);
+                    return None;
                 }
             },
         };
         let outcome = catch_unwind(AssertUnwindSafe(|| {
-            self.execute(request, Cancel::new(deadline, flag))
+            self.execute(request, Cancel::new(deadline, flag), inline)
         }))
         .unwrap_or_else(|_| Err(Error::internal("panic in the native core")));
         let limit = self.settings.max_message_bytes;
@@ -340,8 +354,10 @@ impl Multiplexer {
                 batch.cache.miss_bytes += cache.miss_bytes;
                 batch.put_response(call.id, CallKind::Render, &r, limit);
             }
+            Ok(Response::Deferred(cost)) => return Some(cost.max(1)),
             Err(e) => batch.put_failure(call.id, call.kind(), &e),
         }
+        None
     }
 }
 

@@ -29,10 +29,26 @@ fn multiplexer_allowing(
     max_inflight: usize,
     max_message_bytes: usize,
 ) -> Multiplexer {
+    multiplexer_with_template(
+        TEMPLATE,
+        allow_request_templates,
+        inline_bytes,
+        max_inflight,
+        max_message_bytes,
+    )
+}
+
+fn multiplexer_with_template(
+    template: &str,
+    allow_request_templates: bool,
+    inline_bytes: usize,
+    max_inflight: usize,
+    max_message_bytes: usize,
+) -> Multiplexer {
     let tokenizer =
         Arc::new(Tokenizer::from_json_text(&toy_json(), TokenizerFormat::TokenizerJson).unwrap());
     let config = RendererConfig {
-        templates: vec![("default".into(), TEMPLATE.into())],
+        templates: vec![("default".into(), template.into())],
         ..RendererConfig::default()
     };
     let renderer = Arc::new(Renderer::new(tokenizer.clone(), config));
@@ -53,6 +69,14 @@ fn multiplexer_allowing(
         max_kwargs_bytes: 1 << 20,
     };
     Multiplexer::new(vec![model], settings)
+}
+
+/// What encoding a byte costs on the toy tokenizer (the fast encoder does not load it, so every
+/// encode takes the `tokenizers` path and is priced as such).
+fn toy_encode_factor() -> usize {
+    Tokenizer::from_json_text(&toy_json(), TokenizerFormat::TokenizerJson)
+        .unwrap()
+        .encode_cost(1, false, false)
 }
 
 fn tokenize(id: u64, text: &str) -> pb::MultiplexCall {
@@ -95,8 +119,10 @@ fn error_code(result: &pb::MultiplexResult) -> Option<i32> {
 
 #[test]
 fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
-    // A text costs its bytes and ITEM_COST: "ab" 66 and "a b" 67 run inline, `big` 94 does not.
-    let mux = multiplexer(8 + execute::ITEM_COST, 100, 1 << 20);
+    // A text costs its bytes and ITEM_COST, priced by the encoder: "ab" 66 and "a b" 67 run
+    // inline, `big` 94 does not.
+    let factor = toy_encode_factor();
+    let mux = multiplexer((8 + execute::ITEM_COST) * factor, 100, 1 << 20);
     let big = "ab ".repeat(10);
     let raw = message(
         vec![tokenize(1, "ab"), tokenize(2, &big), tokenize(3, "a b")],
@@ -115,7 +141,11 @@ fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
     };
     assert_eq!(
         (deferred.id, deferred.kind, deferred.cost),
-        (2, CallKind::Tokenize, big.len() + execute::ITEM_COST)
+        (
+            2,
+            CallKind::Tokenize,
+            (big.len() + execute::ITEM_COST) * factor
+        )
     );
     let one = mux
         .run_one(
@@ -412,8 +442,12 @@ fn a_unary_request_above_the_inline_bound_is_deferred_by_its_cost() {
     };
     let (outcome, result) = mux.run_unary(CallKind::Tokenize, &body, &opts);
     result.unwrap();
-    // The body's bytes plus one item's cost, as the server counts a Tokenize.
-    assert_eq!(outcome.deferred_cost, body.len() + 64);
+    // The body's bytes plus one item's cost, as the server counts a Tokenize, priced by the
+    // encoder.
+    assert_eq!(
+        outcome.deferred_cost,
+        (body.len() + 64) * toy_encode_factor()
+    );
     assert!(outcome.response.is_empty());
 }
 
@@ -491,7 +525,7 @@ fn a_message_of_more_calls_than_may_wait_is_refused_whole() {
 /// made a 500 MB list the server walked on its event loop).
 #[test]
 fn cancels_name_only_waiting_requests_once() {
-    let mux = multiplexer(8 + execute::ITEM_COST, 100, 1 << 20);
+    let mux = multiplexer((8 + execute::ITEM_COST) * toy_encode_factor(), 100, 1 << 20);
     let big = "ab ".repeat(10);
     let mut cancel = vec![5, 5, 9, 12, 6, 5];
     cancel.extend(1000..200_000);
@@ -522,5 +556,146 @@ fn many_short_texts_cost_their_items() {
     let [deferred] = batch.deferred[..] else {
         panic!("{:?}", batch.deferred)
     };
-    assert_eq!(deferred.cost, 5400 * (1 + execute::ITEM_COST));
+    assert_eq!(
+        deferred.cost,
+        5400 * (1 + execute::ITEM_COST) * toy_encode_factor()
+    );
+}
+
+/// Every message once per message: a prompt that grows with the square of the request, as
+/// templates that print the tools for every user message equal to the last one do.
+const SQUARING_TEMPLATE: &str =
+    "{% for m in messages %}{% for n in messages %}{{ m.content }} {% endfor %}{% endfor %}";
+
+fn chat(n: usize) -> String {
+    format!(
+        "[{}]",
+        vec![r#"{"role": "user", "content": "ab"}"#; n].join(",")
+    )
+}
+
+/// A request small enough for the event loop whose real work is not (a prompt 40 times its
+/// request, block hashing that repeats a 1.5 KB LoRA name in every block) stops once that shows and
+/// is handed back with its cost; run on a worker (no inline bound) it answers in full, exactly
+/// as a request that never started inline.
+#[test]
+fn a_unary_request_whose_work_outgrows_its_size_runs_on_a_worker() {
+    let inline = UnaryOptions {
+        inline_bytes: 16 << 10,
+        ..UnaryOptions::default()
+    };
+    let mux = multiplexer_with_template(SQUARING_TEMPLATE, false, 1 << 20, 100, 1 << 20);
+    let render = pb::RenderRequest {
+        model: "toy".into(),
+        messages_json: chat(50),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let (outcome, result) = mux.run_unary(CallKind::Render, &render, &inline);
+    result.unwrap();
+    let prompt = 50 * 50 * "ab ".len();
+    assert!(render.len() * toy_encode_factor() < 16 << 10);
+    assert_eq!(outcome.deferred_cost, prompt * toy_encode_factor());
+    assert!(outcome.response.is_empty());
+    let (worker, result) = mux.run_unary(CallKind::Render, &render, &UnaryOptions::default());
+    result.unwrap();
+    assert_eq!(worker.response, whole_render(&render));
+
+    let hashing = |lora: &str| pb::TokenizeRequest {
+        model: "toy".into(),
+        texts: vec!["ab ".repeat(100)],
+        block_hashing: Some(pb::BlockHashing {
+            algorithm: "vllm_sha256".into(),
+            block_size: 1,
+            lora_name: lora.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let small = hashing("x").encode_to_vec();
+    let (outcome, result) = mux.run_unary(CallKind::Tokenize, &small, &inline);
+    result.unwrap();
+    assert_eq!(outcome.deferred_cost, 0, "a plain hash runs inline");
+    let blocks = pb::TokenizeResponse::decode(&outcome.response[..])
+        .unwrap()
+        .encodings[0]
+        .block_hashes
+        .len();
+    let long_lora = hashing(&"L".repeat(1_500)).encode_to_vec();
+    assert!(long_lora.len() * toy_encode_factor() < 16 << 10);
+    let (outcome, result) = mux.run_unary(CallKind::Tokenize, &long_lora, &inline);
+    result.unwrap();
+    assert!(
+        outcome.deferred_cost > blocks * 1_500,
+        "{}",
+        outcome.deferred_cost
+    );
+    let (worker, result) = mux.run_unary(CallKind::Tokenize, &long_lora, &UnaryOptions::default());
+    result.unwrap();
+    let response = pb::TokenizeResponse::decode(&worker.response[..]).unwrap();
+    assert_eq!(response.encodings[0].block_hashes.len(), blocks);
+}
+
+/// The same on the Multiplex stream: the call that outgrew the bound is deferred (no result in
+/// this batch) and answers in full when the server runs it alone.
+#[test]
+fn a_multiplexed_render_whose_prompt_outgrows_its_size_is_deferred() {
+    let mux = multiplexer_with_template(SQUARING_TEMPLATE, false, 16 << 10, 100, 1 << 20);
+    let call = |id, n| pb::MultiplexCall {
+        id,
+        timeout_us: 0,
+        request: Some(Call::Render(pb::RenderRequest {
+            model: "toy".into(),
+            messages_json: chat(n),
+            ..Default::default()
+        })),
+    };
+    let raw = message(vec![call(1, 3), call(2, 50)], vec![]);
+    let batch = mux.run(&raw, &RunOptions::default()).unwrap();
+    let answered: Vec<u64> = results(&batch).iter().map(|r| r.id).collect();
+    assert_eq!(answered, [1]);
+    let [deferred] = batch.deferred[..] else {
+        panic!("{:?}", batch.deferred)
+    };
+    assert_eq!(
+        (deferred.id, deferred.cost),
+        (2, 50 * 50 * "ab ".len() * toy_encode_factor())
+    );
+    let one = mux
+        .run_one(
+            &raw[deferred.start..deferred.start + deferred.len],
+            Duration::ZERO,
+            None,
+        )
+        .unwrap();
+    let [result] = &results(&one)[..] else {
+        panic!()
+    };
+    let Some(Outcome::Render(response)) = &result.result else {
+        panic!("{result:?}")
+    };
+    assert_eq!(
+        response.encode_to_vec(),
+        whole_render(
+            &pb::RenderRequest {
+                model: "toy".into(),
+                messages_json: chat(50),
+                ..Default::default()
+            }
+            .encode_to_vec()
+        )
+    );
+}
+
+/// The response of a Render run inline under a bound it never reaches.
+fn whole_render(body: &[u8]) -> Vec<u8> {
+    let mux = multiplexer_with_template(SQUARING_TEMPLATE, false, 1 << 30, 100, 1 << 30);
+    let opts = UnaryOptions {
+        inline_bytes: 1 << 30,
+        ..UnaryOptions::default()
+    };
+    let (outcome, result) = mux.run_unary(CallKind::Render, body, &opts);
+    result.unwrap();
+    assert_eq!(outcome.deferred_cost, 0);
+    outcome.response
 }

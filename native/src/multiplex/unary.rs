@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::tokenizer::CacheStats;
 use crate::wire::{pb, CallKind};
 
-use super::execute::{Request, Response, ITEM_COST};
+use super::execute::{Request, Response, INLINE_SLACK, ITEM_COST};
 use super::Multiplexer;
 
 /// How one unary call runs.
@@ -30,7 +30,8 @@ pub struct UnaryOptions<'a> {
 pub struct UnaryOutcome {
     /// The response message's wire bytes (empty when the call failed or was deferred).
     pub response: Vec<u8>,
-    /// Non-zero when the request was not run because its cost is above the inline bound.
+    /// Non-zero when the request was not run, or stopped, because its cost is above the
+    /// inline bound.
     pub deferred_cost: usize,
     /// The body did not decode as the RPC's request message.
     pub malformed: bool,
@@ -54,14 +55,6 @@ impl Request {
             Request::Render(_) => body_len,
         }
     }
-
-    fn model(&self) -> &str {
-        match self {
-            Request::Tokenize(r) => &r.model,
-            Request::Detokenize(r) => &r.model,
-            Request::Render(r) => &r.model,
-        }
-    }
 }
 
 impl Multiplexer {
@@ -82,14 +75,21 @@ impl Multiplexer {
             }
         };
         outcome.model = request.model().to_string();
-        if opts.inline_bytes > 0 {
+        let inline = (opts.inline_bytes > 0).then_some(opts.inline_bytes);
+        if inline.is_some() {
             let cost = request.unary_cost(body.len(), self.settings.allow_request_templates);
+            let cost = self.encode_priced(&request, cost);
             if cost > opts.inline_bytes {
                 outcome.deferred_cost = cost;
                 return (outcome, Ok(()));
             }
         }
-        let result = match self.execute(request, opts.cancel) {
+        let budget = inline.map(|bytes| bytes.saturating_mul(INLINE_SLACK));
+        let result = match self.execute(request, opts.cancel, budget) {
+            Ok(Response::Deferred(cost)) => {
+                outcome.deferred_cost = cost.max(1);
+                return (outcome, Ok(()));
+            }
             Ok(Response::Tokenize(r)) => Ok(r.encode_to_vec()),
             Ok(Response::Detokenize(r)) => Ok(r.encode_to_vec()),
             Ok(Response::Render(r, cache)) => {

@@ -63,6 +63,45 @@ impl std::fmt::Display for RaisedByTemplate {
 
 impl std::error::Error for RaisedByTemplate {}
 
+/// Marks the error of a filter whose result alone would pass the render's output limit
+/// ([`limit_output`]): `tojson(indent=4)` of values nested 250 deep wrote 7.9 MB from a 16 KB
+/// request, built whole in memory before the output writer could refuse it.
+#[derive(Debug)]
+pub struct OutputLimitReached;
+
+impl std::fmt::Display for OutputLimitReached {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("the rendered prompt passes the output limit")
+    }
+}
+
+impl std::error::Error for OutputLimitReached {}
+
+thread_local! {
+    /// The output limit of the render running on this thread (minijinja renders on the
+    /// caller's thread), for filters that build large strings.
+    static OUTPUT_LIMIT: std::cell::Cell<usize> = const { std::cell::Cell::new(usize::MAX) };
+}
+
+/// Sets this thread's output limit until the returned guard drops.
+pub fn limit_output(bytes: usize) -> OutputLimitScope {
+    OutputLimitScope(OUTPUT_LIMIT.with(|limit| limit.replace(bytes)))
+}
+
+/// The output limit of the render running on this thread.
+pub fn output_limit() -> usize {
+    OUTPUT_LIMIT.with(|limit| limit.get())
+}
+
+/// Restores the previous output limit when dropped.
+pub struct OutputLimitScope(usize);
+
+impl Drop for OutputLimitScope {
+    fn drop(&mut self) {
+        OUTPUT_LIMIT.with(|limit| limit.set(self.0));
+    }
+}
+
 /// An environment holding `source` (already rewritten by `compat`) as [`TEMPLATE_NAME`].
 pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment<'static>, Error> {
     let mut env = Environment::new();

@@ -46,9 +46,15 @@ const RESERVED_KWARGS: &[&str] = &[
     "tokenize",
 ];
 
+/// Fuel a render on the caller's thread may spend ([`ChatTemplates::render_inline`]); a render
+/// that needs more runs again on a worker with the full limit.
+pub const INLINE_FUEL: u64 = 100_000;
+
 /// A compiled template and what its source says about it.
 pub struct CompiledTemplate {
     env: Environment<'static>,
+    /// The same template with [`INLINE_FUEL`]: what a render on the caller's thread may spend.
+    inline_env: Environment<'static>,
     analysis: Analysis,
     /// transformers refuses `continue_final_message` unless the source mentions the field.
     mentions_content: bool,
@@ -68,8 +74,11 @@ impl CompiledTemplate {
         let guarded = compat::guard_none_iteration(&rewritten).into_owned();
         let env = env::build(guarded, limits, clock)
             .map_err(|e| Error::invalid_argument(format!("chat_template: {e}")))?;
+        let mut inline_env = env.clone();
+        inline_env.set_fuel(Some(INLINE_FUEL.min(limits.fuel)));
         Ok(CompiledTemplate {
             env,
+            inline_env,
             analysis,
             mentions_content: source.contains("content"),
         })
@@ -168,6 +177,30 @@ impl ChatTemplates {
         req: &RenderRequest<'_>,
         cancel: &Cancel<'_>,
     ) -> Result<String> {
+        self.render_bounded(req, cancel, None)?
+            .ok_or_else(|| Error::internal("a render without an inline bound was deferred"))
+    }
+
+    /// A render on the caller's thread (the server's event loop): `None` when the template
+    /// needs more than such a render may spend, [`INLINE_FUEL`] or `max_output_bytes` of
+    /// prompt, and so has to run again on a worker ([`ChatTemplates::render_cancellable`]). A
+    /// request's size does not bound its template's work: a 16 KB request rendered to 7.9 MB
+    /// (`tojson(indent=4)` of deep nesting) or walked its 536 messages once per message.
+    pub fn render_inline(
+        &self,
+        req: &RenderRequest<'_>,
+        cancel: &Cancel<'_>,
+        max_output_bytes: usize,
+    ) -> Result<Option<String>> {
+        self.render_bounded(req, cancel, Some(max_output_bytes))
+    }
+
+    fn render_bounded(
+        &self,
+        req: &RenderRequest<'_>,
+        cancel: &Cancel<'_>,
+        inline_output: Option<usize>,
+    ) -> Result<Option<String>> {
         if req.continue_final_message && req.add_generation_prompt {
             return Err(Error::invalid_argument(
                 "continue_final_message and add_generation_prompt cannot both be true: the first ends the prompt \
@@ -217,11 +250,15 @@ impl ChatTemplates {
             Value::from("add_generation_prompt"),
             Value::from(req.add_generation_prompt),
         ));
-        let mut text = self.run(template, Value::from_pairs(context), cancel)?;
+        let Some(mut text) =
+            self.run(template, Value::from_pairs(context), cancel, inline_output)?
+        else {
+            return Ok(None);
+        };
         if let Some(original) = continued {
             cut_at_continue_tag(&mut text, &original)?;
         }
-        Ok(text)
+        Ok(Some(text))
     }
 
     fn select(
@@ -308,26 +345,44 @@ impl ChatTemplates {
         Ok(compiled)
     }
 
+    /// Runs a template; `None` when a render with an inline bound (`inline_output`) passed it.
     fn run(
         &self,
         template: Arc<CompiledTemplate>,
         context: Value,
         cancel: &Cancel<'_>,
-    ) -> Result<String> {
-        let tmpl = template
-            .env
+        inline_output: Option<usize>,
+    ) -> Result<Option<String>> {
+        let env = match inline_output {
+            Some(_) => &template.inline_env,
+            None => &template.env,
+        };
+        let tmpl = env
             .get_template(env::TEMPLATE_NAME)
             .map_err(|e| Error::internal(e.to_string()))?;
+        let limit = self.limits.max_output_bytes;
+        let inline_limit = inline_output.filter(|&bytes| bytes < limit);
         let mut out = LimitedWriter {
             buf: Vec::new(),
-            limit: self.limits.max_output_bytes,
+            limit: inline_limit.unwrap_or(limit),
             exceeded: false,
             cancel,
             stopped: None,
         };
-        let result = tmpl.render_captured_to(context, &mut out);
+        let result = {
+            let _scope = env::limit_output(out.limit);
+            tmpl.render_captured_to(context, &mut out)
+        };
         if let Some(stop) = out.stopped {
             return Err(stop);
+        }
+        out.exceeded |= matches!(&result, Err(e) if std::error::Error::source(e)
+            .is_some_and(|s| s.is::<env::OutputLimitReached>()));
+        let out_of_inline_fuel = inline_output.is_some()
+            && INLINE_FUEL < self.limits.fuel
+            && matches!(&result, Err(e) if e.kind() == JinjaErrorKind::OutOfFuel);
+        if (out.exceeded && inline_limit.is_some()) || out_of_inline_fuel {
+            return Ok(None);
         }
         if out.exceeded {
             return Err(Error::resource_exhausted(format!(
@@ -337,6 +392,7 @@ impl ChatTemplates {
         }
         result.map_err(|e| self.template_error(e))?;
         String::from_utf8(out.buf)
+            .map(Some)
             .map_err(|e| Error::internal(format!("template output is not UTF-8: {e}")))
     }
 

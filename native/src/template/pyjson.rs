@@ -152,6 +152,7 @@ pub fn dumps(value: &Value, opts: &DumpOptions) -> Result<String, Error> {
         opts,
         item_sep,
         key_sep,
+        limit: super::env::output_limit(),
     };
     w.value(value, 0)?;
     Ok(w.out)
@@ -162,6 +163,8 @@ struct Writer<'a> {
     opts: &'a DumpOptions,
     item_sep: &'a str,
     key_sep: &'a str,
+    /// The render's output limit: a longer result could never be written.
+    limit: usize,
 }
 
 /// Nesting deeper than this is refused (Python would hit its own recursion limit).
@@ -174,6 +177,13 @@ impl Writer<'_> {
                 ErrorKind::InvalidOperation,
                 "tojson: maximum recursion depth exceeded",
             ));
+        }
+        if self.out.len() > self.limit {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "tojson: the result passes the rendered prompt's output limit",
+            )
+            .with_source(super::env::OutputLimitReached));
         }
         match value.kind() {
             ValueKind::None => self.out.push_str("null"),

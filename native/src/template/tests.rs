@@ -163,6 +163,89 @@ fn limits_are_clear_errors() {
     assert_eq!(err.kind(), ErrorKind::ResourceExhausted, "{err}");
 }
 
+/// `tojson` builds its whole result before the output writer sees it: one filter call over
+/// values nested 200 deep with `indent=4` wrote 500 times its input. It stops at the render's
+/// output limit instead, with the output limit's error.
+#[test]
+fn tojson_stops_at_the_output_limit() {
+    let small = Limits {
+        max_output_bytes: 10_000,
+        ..Limits::default()
+    };
+    let t = ChatTemplates::new(
+        vec![("default".into(), "{{ tools | tojson(indent=4) }}".into())],
+        vec![],
+        small,
+        Clock::Now,
+    );
+    let deep = format!(
+        r#"[{{"type": "function", "function": {{"name": "f", "parameters": {}{}}}}}]"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let mut req = request(r#"[{"role": "user", "content": "x"}]"#);
+    req.tools_json = &deep;
+    let err = t.render(&req).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ResourceExhausted, "{err}");
+    assert!(
+        err.message().contains("output limit of 10000 bytes"),
+        "{err}"
+    );
+    // Inline, the same render is handed back for a worker, not refused.
+    assert_eq!(
+        t.render_inline(&req, &Cancel::default(), 5_000).unwrap(),
+        None
+    );
+}
+
+/// A render on the event loop stops, to run again on a worker, when its template writes more
+/// than the inline bound or spends more than the inline fuel; what fits renders as usual.
+#[test]
+fn inline_renders_stop_at_their_bounds() {
+    let echo =
+        "{% for m in messages %}{% for n in messages %}{{ m.content }}{% endfor %}{% endfor %}";
+    // Walks every pair of messages and writes one byte: work grows with the square of the
+    // request, output does not (the shape of templates that look back over the conversation
+    // for every message).
+    let pairs = "{% for m in messages %}{% for n in messages %}{% if m.content == n.content %}{% endif %}{% endfor %}{% endfor %}x";
+    let t = templates(&[("default", echo), ("pairs", pairs)]);
+    let messages = |n: usize| {
+        let one = r#"{"role": "user", "content": "abcd"}"#;
+        format!("[{}]", vec![one; n].join(", "))
+    };
+    let small = messages(10);
+    let full = t.render(&request(&small)).unwrap();
+    assert_eq!(full.len(), 400);
+    let inline = t
+        .render_inline(&request(&small), &Cancel::default(), 400)
+        .unwrap();
+    assert_eq!(inline.as_deref(), Some(full.as_str()));
+    assert_eq!(
+        t.render_inline(&request(&small), &Cancel::default(), 399)
+            .unwrap(),
+        None
+    );
+
+    let many = messages(400);
+    let mut req = request(&many);
+    req.chat_template = Some("pairs");
+    assert_eq!(t.render(&req).unwrap(), "x");
+    assert_eq!(
+        t.render_inline(&req, &Cancel::default(), 1 << 20).unwrap(),
+        None,
+        "160,000 comparisons are past the inline fuel ({INLINE_FUEL})"
+    );
+    let few = messages(20);
+    let mut req = request(&few);
+    req.chat_template = Some("pairs");
+    assert_eq!(
+        t.render_inline(&req, &Cancel::default(), 1 << 20)
+            .unwrap()
+            .as_deref(),
+        Some("x")
+    );
+}
+
 #[test]
 fn broken_model_templates_fail_requests_not_loading() {
     let t = templates(&[("default", "{% if %}"), ("other", "{{ x|from_json }}")]);
