@@ -123,6 +123,8 @@ class PrefixIndex:
             raise ValueError("block_size must be > 0")
         #: Tokens per block; learned from the first store when not configured.
         self.block_size = block_size
+        #: The block size this index was configured with (None: learned from the first event).
+        self._configured_block_size = block_size
         self.engine_spec = engine_spec
         self.mode = "engine" if engine_spec is not None else "content"
         self.max_blocks = max_blocks
@@ -270,11 +272,17 @@ class PrefixIndex:
             raise ValueError("snapshot: not a PrefixIndex snapshot")
         if snap.get("settings") != self._snapshot_settings():
             raise ValueError(f"snapshot: taken from an index with other settings ({snap.get('settings')})")
-        problem = _snapshot_problem(snap)
+        theirs = snap.get("block_size")
+        if None not in (theirs, self._configured_block_size) and theirs != self._configured_block_size:
+            # Its entries were hashed over blocks of another size: none would ever match a request.
+            raise ValueError(f"snapshot: taken from an index with another block_size ({theirs!r})")
+        problem = _snapshot_problem(snap) or _shared_bits_problem(snap, self.max_blocks)
         if problem is not None:
             raise ValueError(f"snapshot: malformed ({problem})")
         with self._lock:
-            self.block_size = snap["block_size"] if self.block_size is None else self.block_size
+            # The snapshot's (a learned size is replaced with the state it was learned for), as the
+            # native index does.
+            self.block_size = self.block_size if snap["block_size"] is None else snap["block_size"]
             self.stats = IndexStats(*snap["stats"])
             self._workers, self._free_bits, self._next_bit, self._blocks = {}, [], 0, 0
             self._media = {name: m for m, name in enumerate(snap["media"])}
@@ -535,6 +543,41 @@ def _snapshot_problem(snap: dict) -> str | None:
             return f"the entries of worker {name!r}"
         if len(set(hashes)) != len(hashes) or not all(0 < m < 1 << len(media) for m in masks):
             return f"an entry of worker {name!r}"
+    return None
+
+
+#: What a restore's shared keys' worker bitsets may take, as the native index allows: 64 bytes per
+#: block of this index's bound plus 64 MiB (native/src/index/snapshot.rs).
+SHARED_BITS_PER_BLOCK = 64
+SHARED_BITS_FIXED = 64 << 20
+
+
+def _shared_bits_problem(snap: dict, max_blocks: int) -> str | None:
+    """A key held by several workers keeps one int per medium as wide as its highest holder's bit
+    (worker i of a snapshot gets bit i): keys shared by the first and the last of 65,536 workers
+    take 8 KB each for a few bytes of entries. None when they fit what the bound allows."""
+    budget = SHARED_BITS_PER_BLOCK * max_blocks + SHARED_BITS_FIXED
+    highest: dict[tuple[int, int], int] = {}
+    shared: set[tuple[int, int]] = set()
+    total = 0
+    for bit, (_, flat) in enumerate(snap["workers"]):
+        for key, mask in zip(flat[1::3], flat[2::3]):
+            m = 0
+            while mask:
+                if mask & 1:
+                    held = (m, key)
+                    before = highest.get(held)
+                    if before is not None:
+                        if held in shared:
+                            total -= before // 8 + 1
+                        shared.add(held)
+                        total += bit // 8 + 1
+                    highest[held] = bit
+                mask >>= 1
+                m += 1
+            if total > budget:
+                return (f"its shared keys' worker sets take more than {budget} bytes ({SHARED_BITS_PER_BLOCK} per "
+                        f"block of this index's bound, plus {SHARED_BITS_FIXED}): not an index's")
     return None
 
 

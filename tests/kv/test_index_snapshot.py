@@ -113,6 +113,50 @@ def test_a_malformed_snapshot_changes_nothing() -> None:
         assert view(index) == state
 
 
+@pytest.mark.parametrize("kind", ["python", "native"])
+def test_block_size_on_restore_as_the_native_index(kind: str) -> None:
+    """A configured block size refuses a snapshot of another (its entries were hashed over other
+    blocks: none would ever match); an index that learned its size takes the snapshot's with its
+    state. The Python index kept its own size with the other's entries."""
+    from sidecar.factory import get_index_factory
+
+    make = PrefixIndex if kind == "python" else get_index_factory("native")
+    source = make(8)
+    source.apply_batch("w", Batch(0.0, [BlockStored([1, 2], None, list(range(16)), 8)]))
+    configured = make(BS)
+    with pytest.raises(Exception, match="another block_size"):
+        configured.restore(source.snapshot())
+    assert configured.num_blocks == 0 and configured.block_size == BS
+    learned = make()
+    learned.apply_batch("x", Batch(0.0, [BlockStored([5], None, list(range(BS)), BS)]))
+    assert learned.block_size == BS
+    learned.restore(source.snapshot())
+    assert (learned.block_size, learned.workers, learned.num_blocks) == (8, ["w"], 2)
+    assert [w.blocks for w in learned.score(list(range(16))).workers] == [2]
+
+
+def test_shared_keys_may_not_take_more_than_the_bound_sizes_a_snapshot_at() -> None:
+    """As the native index (tests/kv/test_native_index_hostile.py): keys held by the first and the
+    last of 65,536 workers in 8 media keep 8 KB ints each for a few bytes of entries; a restore
+    stops at what 64 bytes per block of its bound allow, and changes nothing."""
+    import msgspec
+
+    index = PrefixIndex(BS, max_blocks=1000)
+    apply(index, random_ops(random.Random(4), 20))
+    state = view(index)
+    media = [f"m{i}" for i in range(8)]
+    shared = [x for key in range(1, 1200) for x in (key, 1000 + key, 0xFF)]
+    workers = [["first", shared]] + [[f"w{i}", []] for i in range(1, 65_535)] + [["last", shared]]
+    snap = msgspec.msgpack.decode(index.snapshot())
+    hostile = {**snap, "media": media, "workers": workers}
+    with pytest.raises(ValueError, match="shared keys' worker sets take more than"):
+        index.restore(msgspec.msgpack.encode(hostile))
+    assert view(index) == state
+    # The same keys shared by the first two workers fit.
+    index.restore(msgspec.msgpack.encode({**hostile, "workers": [["first", shared], ["second", shared]]}))
+    assert 0 < index.num_blocks <= 1000 and index.workers == ["first", "second"]
+
+
 @pytest.mark.parametrize("seed", range(3))
 def test_a_snapshot_larger_than_the_bound_is_evicted_down_to_it_on_restore(seed: int) -> None:
     """Another replica's --kv-max-blocks may be larger: restored as is, the index stayed over this
