@@ -208,6 +208,7 @@ def _status(router: KvRouter) -> kv.KvStatusResponse:
         if st is not None:
             row.batches, row.decode_errors, row.gaps = st.batches, st.decode_errors, st.gaps
             row.replayed, row.resets, row.restarts, row.aged_out = st.replayed, st.resets, st.restarts, st.aged_out
+            row.disconnects = st.disconnects
     return response
 
 

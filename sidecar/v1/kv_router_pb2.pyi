@@ -75,7 +75,7 @@ class KvStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class KvWorkerStatus(_message.Message):
-    __slots__ = ("worker", "model", "endpoint", "blocks", "batches", "decode_errors", "gaps", "replayed", "resets", "restarts", "aged_out", "duplicates", "lag_seconds")
+    __slots__ = ("worker", "model", "endpoint", "blocks", "batches", "decode_errors", "gaps", "replayed", "resets", "restarts", "aged_out", "duplicates", "lag_seconds", "disconnects")
     WORKER_FIELD_NUMBER: _ClassVar[int]
     MODEL_FIELD_NUMBER: _ClassVar[int]
     ENDPOINT_FIELD_NUMBER: _ClassVar[int]
@@ -89,6 +89,7 @@ class KvWorkerStatus(_message.Message):
     AGED_OUT_FIELD_NUMBER: _ClassVar[int]
     DUPLICATES_FIELD_NUMBER: _ClassVar[int]
     LAG_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DISCONNECTS_FIELD_NUMBER: _ClassVar[int]
     worker: str
     model: str
     endpoint: str
@@ -102,7 +103,8 @@ class KvWorkerStatus(_message.Message):
     aged_out: int
     duplicates: int
     lag_seconds: float
-    def __init__(self, worker: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., blocks: _Optional[int] = ..., batches: _Optional[int] = ..., decode_errors: _Optional[int] = ..., gaps: _Optional[int] = ..., replayed: _Optional[int] = ..., resets: _Optional[int] = ..., restarts: _Optional[int] = ..., aged_out: _Optional[int] = ..., duplicates: _Optional[int] = ..., lag_seconds: _Optional[float] = ...) -> None: ...
+    disconnects: int
+    def __init__(self, worker: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., blocks: _Optional[int] = ..., batches: _Optional[int] = ..., decode_errors: _Optional[int] = ..., gaps: _Optional[int] = ..., replayed: _Optional[int] = ..., resets: _Optional[int] = ..., restarts: _Optional[int] = ..., aged_out: _Optional[int] = ..., duplicates: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., disconnects: _Optional[int] = ...) -> None: ...
 
 class KvModelStatus(_message.Message):
     __slots__ = ("model", "mode", "block_size", "blocks", "events", "events_per_second", "orphan_blocks", "evicted_blocks", "feed_state", "stream_seq", "stream_pending", "snapshot_age_seconds")

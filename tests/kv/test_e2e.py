@@ -105,7 +105,7 @@ def test_score_after_real_events(server: LiveServer, engines: list[FakeEnginePub
 def test_a_message_over_the_size_bound_is_a_counted_disconnection(
         server: LiveServer, engines: list[FakeEnginePublisher]) -> None:
     """`--kv-max-message-size` bounds what the server takes from an engine: a larger batch drops
-    the connection (made again) and is lost as a gap, counted as a disconnection (metric)."""
+    the connection (made again) and is lost as a gap, counted as a disconnection (metric and KvStatus)."""
     import urllib.request
 
     _, router = stubs(server)
@@ -118,14 +118,20 @@ def test_a_message_over_the_size_bound_is_a_counted_disconnection(
     def row() -> kv.KvStatusResponse:
         return next(w for w in router.KvStatus(kv.KvStatusRequest()).workers if w.worker == "worker-b")
 
+    # A batch first, so that the subscriber knows the publisher's sequence whatever ran before
+    # (alone, this test saw no gap: the lost message was the first it could have numbered).
+    batches = row().batches
+    b.publish([stored([6], list(range(60_000, 60_000 + BS)), BS)])
+    wait_until(lambda: row().batches == batches + 1, what="a first batch")
     gaps = row().gaps
     tokens = list(range(70_000, 70_000 + BS))
     b.publish([stored([7], tokens, BS, lora_name="x" * (80 << 10))])
     wait_until(lambda: 'sidecar_kv_disconnects_total{worker="worker-b"} 1.0' in metrics(), what="the disconnection")
     wait_until(lambda: b.pub.poll(10) and b.pub.recv()[:1] == b"\x01", what="the subscription again")
     b.publish([stored([8], tokens, BS)])
-    wait_until(lambda: row().blocks == 1, what="the batch after it")
+    wait_until(lambda: row().batches == batches + 2, what="the batch after it")
     assert row().gaps == gaps + 1
+    assert row().disconnects == 1
 
 
 def test_score_errors(server: LiveServer) -> None:
