@@ -142,20 +142,28 @@ pub struct HashSpec {
 }
 
 impl HashSpec {
-    /// About how many bytes hashing `tokens` ids reads, the unit of the server's inline bound:
-    /// each block's ids, the strings vLLM repeats in every block's extra keys (LoRA name and
-    /// path, the salt), and each multimodal item's identifier once per block it overlaps (so 560
-    /// overlapping items over 8,000 one-token blocks count what they cost, not their 14 bytes).
+    /// About what hashing `tokens` ids costs, in the unit of the server's inline bound (bytes of
+    /// fast encoding; a block's hash of a few dozen bytes costs about what 4 bytes of encoding
+    /// do): each block's ids, the strings vLLM repeats in every block's extra keys (LoRA name and
+    /// path), each multimodal item's identifier once per block it overlaps (560 overlapping items
+    /// over 8,000 one-token blocks cost what they do, not their 14 bytes each), and the strings
+    /// hashed once (the salt on the first block, Dynamo's seed, SGLang's extra key).
     pub fn work(&self, tokens: usize) -> usize {
         let block_size = self.block_size.max(1) as usize;
         let blocks = tokens / block_size;
-        let per_block = 4 * block_size
-            + 16
-            + self.lora_name.len()
-            + self.lora_path.len()
-            + self.cache_salt.len()
+        let repeated = match self.algorithm {
+            Algorithm::VllmSha256
+            | Algorithm::VllmSha256Cbor
+            | Algorithm::VllmXxhash
+            | Algorithm::VllmXxhashCbor => self.lora_name.len() + self.lora_path.len(),
+            Algorithm::SglangSha256 | Algorithm::DynamoXxh3 => 0,
+        };
+        let once = self.cache_salt.len()
             + self.namespace.len()
-            + self.sglang_extra_key.len();
+            + self.sglang_extra_key.len()
+            + self.lora_name.len()
+            + self.lora_path.len();
+        let per_block = 4 * block_size + 4 + repeated;
         let items: usize = self
             .mm_items
             .iter()
@@ -169,7 +177,10 @@ impl HashSpec {
                 overlapped.saturating_mul(item.identifier.len() + 16)
             })
             .fold(0, usize::saturating_add);
-        blocks.saturating_mul(per_block).saturating_add(items)
+        blocks
+            .saturating_mul(per_block)
+            .saturating_add(items)
+            .saturating_add(once)
     }
 
     /// Reads the server's JSON spec and validates it: the one place a spec enters the core.

@@ -209,6 +209,9 @@ impl ChatTemplates {
         }
         let tools = optional_json_array(req.tools_json, "tools_json", "tools")?;
         let template = self.select(req.chat_template, tools.is_some(), req.allow_source)?;
+        if inline_output.is_some() && template.analysis.accumulates_lists {
+            return Ok(None);
+        }
         let messages = json::parse(req.messages_json, "messages_json")?;
         let mut messages = normalize::messages(messages, template.content_format())?;
         if messages.is_empty() {

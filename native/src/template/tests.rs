@@ -235,6 +235,19 @@ fn inline_renders_stop_at_their_bounds() {
         None,
         "160,000 comparisons are past the inline fuel ({INLINE_FUEL})"
     );
+    // A template that adds to a list in a loop (quadratic copies fuel does not charge) never
+    // renders inline, however small the request.
+    let t = templates(&[(
+        "default",
+        "{% set ns = namespace(l=[]) %}{% for m in messages %}{% set ns.l = ns.l + [m] %}{% endfor %}{{ ns.l | length }}",
+    )]);
+    assert_eq!(t.render(&request(&small)).unwrap(), "10");
+    assert_eq!(
+        t.render_inline(&request(&small), &Cancel::default(), 1 << 20)
+            .unwrap(),
+        None
+    );
+    let t = templates(&[("default", echo), ("pairs", pairs)]);
     let few = messages(20);
     let mut req = request(&few);
     req.chat_template = Some("pairs");
