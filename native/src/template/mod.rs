@@ -48,7 +48,7 @@ const RESERVED_KWARGS: &[&str] = &[
 
 /// Fuel a render on the caller's thread may spend ([`ChatTemplates::render_inline`]); a render
 /// that needs more runs again on a worker with the full limit.
-pub const INLINE_FUEL: u64 = 100_000;
+pub(crate) const INLINE_FUEL: u64 = 100_000;
 
 /// A compiled template and what its source says about it.
 pub struct CompiledTemplate {
