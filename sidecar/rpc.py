@@ -97,10 +97,16 @@ _ALWAYS_OPEN = Gate()
 
 
 def request_id_of(context: grpc.aio.ServicerContext) -> str:
-    """The caller's `x-request-id` metadata, or a fresh id."""
+    """The caller's `x-request-id` metadata, or a fresh id when there is none or it is not what
+    gRPC lets a metadata value be (printable ASCII): the id is sent back in the trailers, and an
+    id with a tab, an escape or a non-ASCII byte (which gRPC takes in) made a finished call fail
+    INTERNAL ("Invalid metadata") on the way out, logged and counted as OK."""
     for key, value in context.invocation_metadata() or ():
         if key == "x-request-id" and value:
-            return str(value)[:128]
+            text = str(value)[:128]
+            if text.isascii() and text.isprintable():
+                return text
+            break
     return os.urandom(8).hex()
 
 

@@ -111,6 +111,20 @@ def test_stream_generates_a_request_id_when_none_is_given() -> None:
     assert key == "x-request-id" and len(value) == 16 and int(value, 16) >= 0
 
 
+@pytest.mark.parametrize("given", ["a\tb", "a\x1b[31mred", "a\nb", "café", "\udcff\udcfe", "x" * 127 + "é"])
+def test_a_request_id_gRPC_cannot_send_back_is_replaced(given: str) -> None:
+    """gRPC takes these ids in but refuses them in trailers: the finished call failed INTERNAL
+    ("Invalid metadata") while its log line and metrics said OK. A printable ASCII id is kept
+    (first 128 characters); any other is replaced by a fresh one."""
+    context = FakeContext((("x-request-id", given),))
+    _run("StreamD", _echo(), context, b"x")
+    (key, value), = context.trailing
+    assert key == "x-request-id" and len(value) == 16 and int(value, 16) >= 0
+    long = FakeContext((("x-request-id", "r" * 200),))
+    _run("StreamD", _echo(), long, b"x")
+    assert long.trailing == (("x-request-id", "r" * 128),)
+
+
 def test_stream_metrics_are_the_unary_ones() -> None:
     before = _sample("sidecar_requests_total", rpc="StreamC", code="OK")
     latency = _sample("sidecar_request_seconds_count", rpc="StreamC")
