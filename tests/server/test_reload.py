@@ -77,6 +77,9 @@ def test_a_template_swapped_under_traffic(server: LiveServer) -> None:
     admin = admin_pb2_grpc.AdminStub(channel)
     render = pb.RenderRequest(model="a", messages_json=MESSAGES, return_text=True)
     before = stub.Render(render, timeout=30)
+    # Listed before the swap too: the server keeps its ListModels answer until the models change.
+    assert {m.name: m.fingerprint for m in stub.ListModels(pb.ListModelsRequest(), timeout=30).models}["a"] == \
+        before.fingerprint
 
     seen: list[tuple[str, str]] = []
     errors: list[grpc.RpcError] = []
