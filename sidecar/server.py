@@ -163,6 +163,10 @@ def kv_router_handler(runtime: Runtime, router, gate: Gate) -> grpc.GenericRpcHa
     )
 
 
+#: How often a group health Watch looks at the siblings' states.
+GROUP_WATCH_SECONDS = 0.25
+
+
 class GroupHealthServicer(health.aio.HealthServicer):
     """Health of one of `--processes N` servers, answered for the group: SERVING only while every
     process is (see sidecar.group), so a probe of any one sees a sibling that is down or draining;
@@ -174,11 +178,27 @@ class GroupHealthServicer(health.aio.HealthServicer):
 
     async def Check(self, request: health_pb2.HealthCheckRequest, context) -> health_pb2.HealthCheckResponse:  # noqa: ANN001
         response = await super().Check(request, context)
-        if request.service == PROCESS_HEALTH_NAME:
-            return response
-        if response.status == health_pb2.HealthCheckResponse.SERVING and not self._group.all_serving():
-            return health_pb2.HealthCheckResponse(status=health_pb2.HealthCheckResponse.NOT_SERVING)
-        return response
+        return health_pb2.HealthCheckResponse(status=self._for_group(request.service, response.status))
+
+    async def Watch(self, request: health_pb2.HealthCheckRequest, context) -> None:  # noqa: ANN001
+        """The group's status as it changes (gRPC's client-side health checking watches; the base
+        class answered this process's alone, SERVING while a sibling was down). Siblings write
+        no events here, so the status is polled."""
+        last = None
+        while True:
+            status = self._for_group(request.service, self._server_status.get(
+                request.service, health_pb2.HealthCheckResponse.SERVICE_UNKNOWN))
+            if status != last:
+                await context.write(health_pb2.HealthCheckResponse(status=status))
+                last = status
+            await asyncio.sleep(GROUP_WATCH_SECONDS)
+
+    def _for_group(self, service: str, status: int) -> int:
+        """This process's `status` for `service`, NOT_SERVING while a sibling is not serving."""
+        if service != PROCESS_HEALTH_NAME and status == health_pb2.HealthCheckResponse.SERVING \
+                and not self._group.all_serving():
+            return health_pb2.HealthCheckResponse.NOT_SERVING
+        return status
 
 
 @dataclass
