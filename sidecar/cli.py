@@ -68,6 +68,7 @@ def _serve(args: argparse.Namespace) -> int:
             workers=args.workers or (os.cpu_count() or 2),
             max_queue=args.max_queue,
             max_pending_calls=args.max_pending_calls,
+            max_connections=args.max_connections, max_connection_idle_s=args.max_connection_idle_s,
             drain_seconds=args.drain_seconds,
             drain_notice_seconds=args.drain_notice_seconds,
             parse_max_requests=args.parse_max_requests,
@@ -424,6 +425,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-pending-calls", type=int, default=16384,
                        help="calls gRPC holds before the server takes them (a burst); past it gRPC refuses new "
                             "calls with CANCELLED (gRPC's own default: 3000)")
+    serve.add_argument("--max-connections", type=int, default=0,
+                       help="connections kept open at once; gRPC closes any past it (0: half the open-file limit)")
+    serve.add_argument("--max-connection-idle-s", type=seconds, default=300.0,
+                       help="seconds a connection with no call in flight stays open (clients reconnect)")
     serve.add_argument("--drain-seconds", type=seconds, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
     serve.add_argument("--drain-notice-seconds", type=seconds, default=1.0,

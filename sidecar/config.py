@@ -87,6 +87,13 @@ class ServerConfig:
     #: new calls, with CANCELLED: its own default, 3,000, failed a router's burst of 6,000 small calls
     #: on one connection by almost half.
     max_pending_calls: int = 16384
+    #: Connections the server keeps open at once (gRPC closes any past it): below the open-file
+    #: limit, so that idle connections cannot use every descriptor (19,985 of them took the health
+    #: check and /metrics down with the calls). 0: half the process's open-file limit.
+    max_connections: int = 0
+    #: Seconds a connection with no call in flight stays open (gRPC then closes it; clients
+    #: reconnect): what a connection that never calls holds a slot for.
+    max_connection_idle_s: float = 300.0
     #: Calls with less input than this run inline on the event loop (a thread hop costs more).
     inline_bytes: int = 16 * 1024
     #: Bind TCP with SO_REUSEPORT (one of `--processes N` servers sharing the port); otherwise a
@@ -127,6 +134,15 @@ class ServerConfig:
     #: The router adapter (KV events and Score); None = not started.
     kv: KvConfig | None = None
 
+    def connection_limit(self) -> int:
+        """`--max-connections`, or half the open-file limit when it is 0."""
+        if self.max_connections:
+            return self.max_connections
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        return max(64, min(soft if soft != resource.RLIM_INFINITY else 1 << 20, 1 << 20) // 2)
+
     def __post_init__(self) -> None:
         if not 0 <= self.uds_mode <= 0o777:
             raise ValueError(f"--uds-mode {self.uds_mode:o}: expected permission bits such as 600 or 660")
@@ -151,6 +167,10 @@ class ServerConfig:
         for flag, value in positive.items():
             if value <= 0:
                 raise ValueError(f"{flag}: must be > 0")
+        if self.max_connections < 0:
+            raise ValueError("--max-connections: must be >= 0 (0: half the open-file limit)")
+        if not self.max_connection_idle_s > 0:
+            raise ValueError("--max-connection-idle-s: must be > 0")
         if self.max_message_bytes >= 1 << 31:
             raise ValueError("--max-message-mb: at most 2047 (gRPC's message sizes are 32-bit)")
         # 0 is a choice here: no stop strings, no template kwargs, no render cache.
