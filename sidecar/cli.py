@@ -69,6 +69,7 @@ def _serve(args: argparse.Namespace) -> int:
             max_queue=args.max_queue,
             max_pending_calls=args.max_pending_calls,
             max_connections=args.max_connections, max_connection_idle_s=args.max_connection_idle_s,
+            max_unsent_bytes=args.max_unsent_mb << 20,
             drain_seconds=args.drain_seconds,
             drain_notice_seconds=args.drain_notice_seconds,
             parse_max_requests=args.parse_max_requests,
@@ -429,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="connections kept open at once; gRPC closes any past it (0: half the open-file limit)")
     serve.add_argument("--max-connection-idle-s", type=seconds, default=300.0,
                        help="seconds a connection with no call in flight stays open (clients reconnect)")
+    serve.add_argument("--max-unsent-mb", type=int, default=512,
+                       help="MB of unary responses that may wait for clients to read them; past it new unary "
+                            "calls get RESOURCE_EXHAUSTED")
     serve.add_argument("--drain-seconds", type=seconds, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
     serve.add_argument("--drain-notice-seconds", type=seconds, default=1.0,

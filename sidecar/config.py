@@ -94,6 +94,9 @@ class ServerConfig:
     #: Seconds a connection with no call in flight stays open (gRPC then closes it; clients
     #: reconnect): what a connection that never calls holds a slot for.
     max_connection_idle_s: float = 300.0
+    #: Bytes of unary responses that may wait for their clients to read them before new unary
+    #: calls are refused (RESOURCE_EXHAUSTED): a client that never reads keeps them in memory.
+    max_unsent_bytes: int = 512 << 20
     #: Calls with less input than this run inline on the event loop (a thread hop costs more).
     inline_bytes: int = 16 * 1024
     #: Bind TCP with SO_REUSEPORT (one of `--processes N` servers sharing the port); otherwise a
@@ -160,7 +163,7 @@ class ServerConfig:
             self.multiplex_max_inflight, "--parse-max-requests": self.parse_max_requests,
             "--parse-max-held-kb": self.parse_max_held_bytes,
             "--parse-max-stream-held-mb": self.parse_max_stream_held_bytes, "--max-message-mb": self.max_message_bytes,
-            "--template-fuel": self.template_fuel, "--max-text-chars": self.max_text_chars,
+            "--max-unsent-mb": self.max_unsent_bytes, "--template-fuel": self.template_fuel, "--max-text-chars": self.max_text_chars,
             "--max-word-chars": self.max_word_chars, "--max-token-ids": self.max_token_ids,
             "--huge-kb": self.huge_bytes,
         }

@@ -68,12 +68,17 @@ class Gate:
     """Admission of new calls and the count of calls in flight: a draining server closes it, refuses
     new calls, and waits (boundedly) for `inflight` to reach zero. Only touched on the event loop."""
 
-    __slots__ = ("open", "inflight", "_on_close")
+    __slots__ = ("open", "inflight", "_on_close", "unsent", "max_unsent")
 
-    def __init__(self) -> None:
+    def __init__(self, max_unsent_bytes: int = 0) -> None:
         self.open = True
         self.inflight = 0
         self._on_close: set[Callable[[], None]] = set()
+        #: Bytes of unary responses handed to gRPC whose call has not ended: a client that never
+        #: reads (an HTTP/2 window of 0) keeps them in memory, and six such connections took the
+        #: server from 346 MB to 1 GB. Past `max_unsent` (0: no bound) new unary calls are refused.
+        self.unsent = 0
+        self.max_unsent = max_unsent_bytes
 
     def close(self) -> None:
         """Refuses new calls from now on, and tells the streams that asked (`on_close`)."""
@@ -90,6 +95,22 @@ class Gate:
     def call_done(self, _context: object) -> None:
         """A call ended (its status sent or the call cancelled): the `add_done_callback` of each call."""
         self.inflight -= 1
+
+    def hold_response(self, context: grpc.aio.ServicerContext, size: int) -> None:
+        """Counts a unary response of `size` bytes as unsent until its call ends."""
+        if self.max_unsent:
+            self.unsent += size
+            context.add_done_callback(lambda _context: self._sent(size))
+
+    def _sent(self, size: int) -> None:
+        self.unsent -= size
+
+    def check_unsent(self) -> None:
+        """RESOURCE_EXHAUSTED naming the flag while responses past the bound wait for clients."""
+        if self.max_unsent and self.unsent > self.max_unsent:
+            raise ResourceExhausted(
+                f"server busy: {self.unsent >> 20} MB of responses wait for their clients to read them "
+                f"(--max-unsent-mb {self.max_unsent >> 20}); retry later")
 
 
 #: The gate of wrappers built without one (tests, tools): never closes.
@@ -223,6 +244,7 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
         failure: tuple[grpc.StatusCode, str] | None = None
         try:
             outcome.admit()
+            gate.check_unsent()
             if request_type is not None:
                 request = _traced_stage("decode", decode, request) if traced else decode(request)
             model = getattr(request, "model", "")
@@ -237,6 +259,8 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
         context.set_trailing_metadata((("x-request-id", outcome.call.request_id),))
         outcome.finish(failure, model=model)
         if failure is None:
+            if isinstance(response, bytes):
+                gate.hold_response(context, len(response))
             return response
         await context.abort(*failure)
 
@@ -265,6 +289,7 @@ def raw_unary(rpc: str, handler: RawHandler,
         failure: tuple[grpc.StatusCode, str] | None = None
         try:
             outcome.admit()
+            gate.check_unsent()
             response = await handler(body, context, call)
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, request_id=call.request_id, model=call.model)
@@ -274,6 +299,7 @@ def raw_unary(rpc: str, handler: RawHandler,
         context.set_trailing_metadata((("x-request-id", call.request_id),))
         outcome.finish(failure, model=call.model)
         if failure is None:
+            gate.hold_response(context, len(response))
             return response
         await context.abort(*failure)
 

@@ -15,7 +15,7 @@ from prometheus_client import REGISTRY
 
 from sidecar import logs, rpc
 from sidecar.errors import InvalidArgument
-from sidecar.rpc import Call, StreamCounts, stream, unary
+from sidecar.rpc import Call, StreamCounts, raw_unary, stream, unary
 
 
 class Aborted(Exception):
@@ -256,6 +256,29 @@ def test_a_closed_gate_refuses_new_calls_with_unavailable() -> None:
     assert context.aborted[0] == grpc.StatusCode.UNAVAILABLE and gate.inflight == 1  # until the status is sent
     context.end()
     assert gate.inflight == 0
+
+
+def test_responses_clients_do_not_read_are_bounded() -> None:
+    """A unary response counts as unsent until its call ends (a client with an HTTP/2 window of 0
+    never lets it end): past the bound, new unary calls are refused naming the flag, and admitted
+    again once the responses are taken."""
+    gate = rpc.Gate(max_unsent_bytes=100)
+
+    async def big(body, context, call):  # noqa: ANN001, ANN202
+        return b"x" * 150
+
+    contexts = [FakeContext(), FakeContext()]
+    assert asyncio.run(raw_unary("UnaryK", big, gate=gate)(b"", contexts[0])) == b"x" * 150
+    assert gate.unsent == 150
+    with pytest.raises(Aborted):
+        asyncio.run(raw_unary("UnaryK", big, gate=gate)(b"", contexts[1]))
+    assert contexts[1].aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "--max-unsent-mb" in contexts[1].aborted[1]
+    contexts[0].end()
+    contexts[1].end()
+    assert gate.unsent == 0 and gate.inflight == 0
+    again = FakeContext()
+    assert asyncio.run(raw_unary("UnaryK", big, gate=gate)(b"", again)) == b"x" * 150
 
 
 def test_loop_tallies_reach_the_histogram_as_observe_would() -> None:
