@@ -14,10 +14,20 @@ from sidecar.config import ServerConfig
 from sidecar.errors import FailedPrecondition
 
 
+#: The longest path a Unix socket address holds on Linux (`sun_path` is 108 bytes with its NUL).
+UNIX_PATH_MAX = 107
+
+
 def prepare_unix_socket(path: str) -> None:
     """Removes a socket file left by a server that died without cleaning up; refuses to take over
     a live server's socket or to delete anything that is not a socket."""
     target = Path(path)
+    # What gRPC would only report as "address in use or not permitted".
+    if len(os.fsencode(path)) > UNIX_PATH_MAX:
+        raise FailedPrecondition(f"--uds: {path} is {len(os.fsencode(path))} bytes long; a Unix socket "
+                                 f"path may have at most {UNIX_PATH_MAX}")
+    if not target.parent.is_dir():
+        raise FailedPrecondition(f"--uds: {path}: the directory {target.parent} does not exist")
     if not target.exists():
         return
     if not stat.S_ISSOCK(target.stat().st_mode):

@@ -43,3 +43,12 @@ def test_regular_file_is_never_deleted(tmp_path: Path) -> None:
     with pytest.raises(FailedPrecondition, match="not a socket"):
         prepare_unix_socket(str(path))
     assert path.read_text() == "keep me"
+
+
+def test_a_path_too_long_or_in_no_directory_says_so(tmp_path: Path) -> None:
+    """gRPC reports both as "address in use or not permitted"; the flag and the reason are named."""
+    long = tmp_path / ("s" * 120)
+    with pytest.raises(FailedPrecondition, match=r"--uds: .* bytes long; a Unix socket path may have at most 107"):
+        prepare_unix_socket(str(long))
+    with pytest.raises(FailedPrecondition, match=r"--uds: .*: the directory .* does not exist"):
+        prepare_unix_socket(str(tmp_path / "missing" / "s.sock"))
