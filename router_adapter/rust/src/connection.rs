@@ -258,7 +258,8 @@ impl Connections {
         F: Fn(Arc<Connection>, Request<M>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let spare = self.settings.retry_unavailable.then(|| message.clone());
         let connection = self.ready(deadline).await?;
         let first = within(deadline, |timeout| {

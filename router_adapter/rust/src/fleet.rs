@@ -202,7 +202,8 @@ impl Fleet {
         if self.members.len() == 1 {
             return call(&self.members[first], message, timeout).await;
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let failure = match call(&self.members[first], message.clone(), timeout).await {
             Err(status) if status.code() == Code::Unavailable => status,
             other => return other,

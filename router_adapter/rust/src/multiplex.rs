@@ -124,7 +124,8 @@ impl StreamCarrier {
     /// Sends one call and waits for its outcome: once more on UNAVAILABLE (as unary calls
     /// do), by the unary path when the server turns out to have no Multiplex.
     async fn call(&self, call: Call, timeout: Option<Duration>) -> Result<Outcome, Status> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         // Kept for a retry, and, until a stream has opened, for the unary path: whether the
         // server has Multiplex is only known then, even with retries off.
         let keep =

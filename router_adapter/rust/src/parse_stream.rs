@@ -55,7 +55,8 @@ impl ParseStream {
         connections: Arc<Connections>,
         timeout: Option<Duration>,
     ) -> Result<ParseStream, Error> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let connection = connections.ready(deadline).await?;
         // Room for a decode step of every running request to be queued while the last is sent.
         let (sender, receiver) = mpsc::channel(64);
