@@ -17,8 +17,11 @@ loop each), started, supervised and stopped by this process, which serves no RPC
   keeps its own index (the same events give the same index; docs/operations.md). A restarted
   process asks each engine's replay endpoint for the batches it still holds, from the first.
 - A process that dies after it was serving is started again (at most once per
-  `RESTART_INTERVAL_S`); one that exits before it ever served (bad arguments, a model that does
-  not load) stops the server: the others are stopped and this process exits with its code.
+  `RESTART_INTERVAL_S`); one that dies again while restarting is started again after twice the
+  previous wait, up to `MAX_RESTART_DELAY_S`. Only a process's first start (with the server)
+  decides whether the server starts: one that exits then, before it ever served (bad arguments, a
+  model that does not load), stops the server: the others are stopped and this process exits with
+  its code.
 - SIGTERM, SIGINT and SIGHUP are passed to every process; after SIGTERM or SIGINT nothing is
   restarted and this process exits once all have, with the first non-zero code, if any.
 
@@ -45,6 +48,8 @@ from sidecar.logs import get_logger
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: A process is not started again sooner than this after its previous start (no busy crash loop).
 RESTART_INTERVAL_S = 1.0
+#: The longest wait before starting again a process that keeps dying before it serves.
+MAX_RESTART_DELAY_S = 30.0
 _log = get_logger("sidecar.processes")
 
 
@@ -109,6 +114,12 @@ class _Fleet:
         self.group = group
         self.children: list[subprocess.Popen] = []
         self.started: list[float] = []
+        #: Per process: whether it is on its first start, the one that decides whether the server starts.
+        self.first_start: list[bool] = []
+        #: Per process: deaths in a row without having served since, and when the next start is due
+        #: (None while it runs).
+        self.crashes: list[int] = []
+        self.restart_at: list[float | None] = []
         self.stopping: list[int] = []
 
     def start(self, index: int, restart: bool = False) -> subprocess.Popen:
@@ -130,6 +141,9 @@ class _Fleet:
         for i in range(len(self.argv)):
             self.children.append(self.start(i))
             self.started.append(time.monotonic())
+            self.first_start.append(True)
+            self.crashes.append(0)
+            self.restart_at.append(None)
         while True:
             if self.stopping:
                 codes = [child.wait() for child in self.children]
@@ -138,21 +152,32 @@ class _Fleet:
                 code = child.poll()
                 if code is None:
                     continue
-                served = self.group.state(i) != STARTING
-                self.group.set_state(i, DOWN)
-                if not served and not self.stopping:
-                    return self._stop_after_failed_start(i, code)
-                if not self.stopping:
-                    self._restart(i, code)
+                if self.restart_at[i] is None:  # a death not seen before
+                    served = self.group.state(i) != STARTING
+                    self.group.set_state(i, DOWN)
+                    if not served and self.first_start[i]:
+                        return self._stop_after_failed_start(i, code)
+                    self._schedule_restart(i, code, served)
+                elif time.monotonic() >= self.restart_at[i]:
+                    self._restart(i)
             time.sleep(0.1)
 
-    def _restart(self, index: int, code: int) -> None:
-        wait = self.started[index] + RESTART_INTERVAL_S - time.monotonic()
-        if wait > 0:
-            return  # checked again on the next round
-        _log.warning("process_restarted", restarted=index, exit_code=code)
+    def _schedule_restart(self, index: int, code: int, served: bool) -> None:
+        """A process that served is started again RESTART_INTERVAL_S after its previous start; one
+        that died again before serving waits twice as long each time (up to MAX_RESTART_DELAY_S), so
+        a crash loop costs a start every half minute, not a core."""
+        self.first_start[index] = False
+        self.crashes[index] = 0 if served else self.crashes[index] + 1
+        delay = min(RESTART_INTERVAL_S * 2 ** self.crashes[index], MAX_RESTART_DELAY_S)
+        self.restart_at[index] = max(time.monotonic(), self.started[index] + delay)
+        _log.warning("process_exited", exited=index, exit_code=code, served=served, crashes=self.crashes[index],
+                     restart_in_s=round(self.restart_at[index] - time.monotonic(), 3))
+
+    def _restart(self, index: int) -> None:
+        _log.warning("process_restarted", restarted=index, exit_code=self.children[index].returncode)
         self.children[index] = self.start(index, restart=True)
         self.started[index] = time.monotonic()
+        self.restart_at[index] = None
 
     def _stop_after_failed_start(self, index: int, code: int) -> int:
         _log.error("process_failed_to_start", failed=index, exit_code=code)
