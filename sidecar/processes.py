@@ -24,12 +24,15 @@ loop each), started, supervised and stopped by this process, which serves no RPC
   its code.
 - SIGTERM, SIGINT and SIGHUP are passed to every process; after SIGTERM or SIGINT nothing is
   restarted and this process exits once all have, with the first non-zero code, if any.
+- If this process dies (even by SIGKILL), Linux sends every process SIGTERM (PR_SET_PDEATHSIG):
+  they drain and remove their sockets rather than live on orphaned, holding the listeners.
 
 Every log line of process i carries `process: i`.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -51,6 +54,7 @@ RESTART_INTERVAL_S = 1.0
 #: The longest wait before starting again a process that keeps dying before it serves.
 MAX_RESTART_DELAY_S = 30.0
 _log = get_logger("sidecar.processes")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def reserve_port(host: str) -> socket.socket:
@@ -68,13 +72,30 @@ def child_argv(serve_argv: Sequence[str], index: int, port: int, uds: str | None
     """The command of process `index`: the same `serve` arguments with its own listeners appended
     (argparse keeps the last value of a repeated option)."""
     argv = [sys.executable, "-m", "sidecar", "serve", *serve_argv, "--processes", "1", "--process-index", str(index),
-            "--port", str(port), "--group-state", group_state]
+            "--port", str(port), "--group-state", group_state, "--supervisor-pid", str(os.getpid())]
     if uds:
         argv += ["--uds", f"{uds}.{index}"]
     if metrics_port is not None:
         # Its own endpoint, on loopback, for this process to add up.
         argv += ["--metrics-port", "0", "--metrics-host", "127.0.0.1"]
     return argv
+
+
+def die_with_supervisor(supervisor_pid: int) -> bool:
+    """In a server process, first thing: asks Linux to send it SIGTERM when the supervisor dies,
+    even by SIGKILL, so that it drains and removes its socket as on a stop instead of living on
+    orphaned, holding the listeners a server started in its place needs. Returns False when the
+    supervisor is already gone (it died before the request was made: the process must exit)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            _log.warning("parent_death_signal_unavailable", errno=ctypes.get_errno())
+    except (OSError, AttributeError):  # not Linux
+        _log.warning("parent_death_signal_unavailable")
+    if os.getppid() != supervisor_pid:
+        _log.error("supervisor_gone", supervisor_pid=supervisor_pid)
+        return False
+    return True
 
 
 def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, uds: str | None,
@@ -123,6 +144,8 @@ class _Fleet:
         self.stopping: list[int] = []
 
     def start(self, index: int, restart: bool = False) -> subprocess.Popen:
+        # Always from the main thread: the children's parent-death signal fires when the thread
+        # that started them ends, not the process (die_with_supervisor).
         self.group.set_metrics_port(index, 0)
         self.group.set_state(index, STARTING)
         # A restarted process asks the engines for the KV events its siblings have already seen.

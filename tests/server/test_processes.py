@@ -132,11 +132,11 @@ def test_processes_share_the_port_and_each_has_its_socket(tmp_path: Path) -> Non
     assert not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES))
 
 
-def start_group(tmp_path: Path, *extra: str) -> tuple[subprocess.Popen, Path, Path]:
+def start_group(tmp_path: Path, *extra: str, log_name: str = "server.log") -> tuple[subprocess.Popen, Path, Path]:
     """`serve --processes 2 --port 0 --uds <tmp>/sidecar.sock` plus `extra`, logging to a file;
     returns (parent, socket base path, log path) once every process listens."""
     uds = tmp_path / "sidecar.sock"
-    log_path = tmp_path / "server.log"
+    log_path = tmp_path / log_name
     with open(log_path, "w") as log:
         parent = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--processes", str(PROCESSES), "--port", "0",
                                    "--uds", str(uds), *extra], stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
@@ -198,3 +198,33 @@ def test_a_process_killed_while_it_restarts_is_restarted_again(tmp_path: Path) -
         assert parent.wait(60) == 0
     finally:
         stop(parent)
+
+
+def test_processes_stop_when_the_parent_dies(tmp_path: Path) -> None:
+    """The parent killed outright (SIGKILL: it passes nothing on) must not leave its processes
+    running orphaned, holding the Unix sockets and the port, so that the server started again in
+    its place fails (`another server is already listening`): each process drains as on SIGTERM,
+    removes its socket, and a new server on the same socket path starts."""
+    parent, uds, log_path = start_group(tmp_path)
+    children = [child_pid(parent.pid, i) for i in range(PROCESSES)]
+    again = None
+    try:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        wait_for(lambda: {e["process"] for e in log_events(log_path) if e.get("event") == "stopped"} == set(range(PROCESSES)),
+                 "the processes did not stop with their parent", log_path, seconds=60)
+        wait_for(lambda: not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES)),
+                 "the processes did not remove their sockets", log_path)
+        again, _, again_log = start_group(tmp_path, log_name="again.log")
+        assert tokenize(f"unix:{uds}.1", "started again in its place")
+        again.send_signal(signal.SIGTERM)
+        assert again.wait(60) == 0, again_log.read_text()
+    finally:
+        stop(parent)
+        if again is not None:
+            stop(again)
+        for pid in children:  # orphans left by a failure
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
