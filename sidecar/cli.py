@@ -111,7 +111,7 @@ def _supervise(args: argparse.Namespace) -> int:
     if args.port < 0:
         print("sidecar: --processes: with --port -1 each process listens only on its own Unix socket", file=sys.stderr)
     return supervise(args.serve_argv, args.processes, args.host, args.port, args.uds, args.metrics_port,
-                     args.metrics_host)
+                     args.metrics_host, args.drain_seconds)
 
 
 def _octal_mode(text: str) -> int:

@@ -23,7 +23,9 @@ loop each), started, supervised and stopped by this process, which serves no RPC
   model that does not load), stops the server: the others are stopped and this process exits with
   its code.
 - SIGTERM, SIGINT and SIGHUP are passed to every process; after SIGTERM or SIGINT nothing is
-  restarted and this process exits once all have, with the first non-zero code, if any.
+  restarted and this process exits once all have, with the first non-zero code, if any. A process
+  still running `--drain-seconds` + `STOP_MARGIN_S` after the signal is killed (SIGKILL) and its
+  socket file removed.
 - If this process dies (even by SIGKILL), Linux sends every process SIGTERM (PR_SET_PDEATHSIG):
   they drain and remove their sockets rather than live on orphaned, holding the listeners.
 
@@ -53,6 +55,9 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 RESTART_INTERVAL_S = 1.0
 #: The longest wait before starting again a process that keeps dying before it serves.
 MAX_RESTART_DELAY_S = 30.0
+#: After a stop, how much longer than the drain a process may take to exit before it is killed:
+#: one asked to stop while it loads its models drains once they are loaded.
+STOP_MARGIN_S = 10.0
 _log = get_logger("sidecar.processes")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -99,7 +104,7 @@ def die_with_supervisor(supervisor_pid: int) -> bool:
 
 
 def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, uds: str | None,
-              metrics_port: int | None, metrics_host: str = "127.0.0.1") -> int:
+              metrics_port: int | None, metrics_host: str = "127.0.0.1", drain_seconds: float = 10.0) -> int:
     """Runs `processes` servers until a stop signal has ended them all, or one fails to start."""
     reserved = reserve_port(host) if port == 0 else None
     if reserved is not None:
@@ -112,7 +117,7 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
             metrics_server = group_metrics.serve(group, metrics_host, metrics_port)
             _log.info("metrics_listening", address=f"{metrics_host}:{metrics_server.server_address[1]}")
         argv = [child_argv(serve_argv, i, port, uds, metrics_port, group.path) for i in range(processes)]
-        fleet = _Fleet(argv, group)
+        fleet = _Fleet(argv, group, drain_seconds + STOP_MARGIN_S, uds)
         previous = {s: signal.signal(s, fleet.forward) for s in _FORWARDED}
         try:
             with closing(reserved) if reserved is not None else nullcontext():
@@ -130,9 +135,12 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
 class _Fleet:
     """The processes, their restarts, and the signals passed on to them."""
 
-    def __init__(self, argv: list[list[str]], group: GroupState) -> None:
+    def __init__(self, argv: list[list[str]], group: GroupState, stop_timeout: float, uds: str | None) -> None:
         self.argv = argv
         self.group = group
+        #: Seconds the processes get to exit after a stop before they are killed.
+        self.stop_timeout = stop_timeout
+        self.uds = uds
         self.children: list[subprocess.Popen] = []
         self.started: list[float] = []
         #: Per process: whether it is on its first start, the one that decides whether the server starts.
@@ -169,7 +177,7 @@ class _Fleet:
             self.restart_at.append(None)
         while True:
             if self.stopping:
-                codes = [child.wait() for child in self.children]
+                codes = self._wait_all()
                 return next((code for code in codes if code), 0)
             for i, child in enumerate(self.children):
                 code = child.poll()
@@ -207,5 +215,30 @@ class _Fleet:
         for child in self.children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        codes = [child.wait() for child in self.children]
+        codes = self._wait_all()
         return next((c for c in codes if c), code or 1)
+
+    def _wait_all(self) -> list[int]:
+        """The exit codes of all processes, once they have exited after a stop; one still running
+        `stop_timeout` seconds later is hung (a drain ends on its own): it is killed, and its socket
+        file, which it cannot remove any more, is removed if nobody listens on it."""
+        deadline = time.monotonic() + self.stop_timeout
+        codes = []
+        for i, child in enumerate(self.children):
+            try:
+                codes.append(child.wait(max(0.0, deadline - time.monotonic())))
+                continue
+            except subprocess.TimeoutExpired:
+                pass
+            _log.error("process_killed", killed=i, waited_s=self.stop_timeout)
+            child.kill()
+            codes.append(child.wait())
+            if self.uds:
+                from sidecar.errors import FailedPrecondition
+                from sidecar.listeners import prepare_unix_socket  # imports grpc: only here
+
+                try:
+                    prepare_unix_socket(f"{self.uds}.{i}")
+                except (FailedPrecondition, OSError):
+                    pass  # not a socket, or somebody else's live one: not ours to remove
+        return codes

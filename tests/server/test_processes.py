@@ -228,3 +228,26 @@ def test_processes_stop_when_the_parent_dies(tmp_path: Path) -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_process_that_does_not_stop_is_killed(tmp_path: Path) -> None:
+    """After SIGTERM the parent waits for its processes only as long as they may drain (plus a
+    margin), then kills what is left: a hung process (here a stopped one) must not keep the server
+    from exiting forever. The parent removes the killed process's socket (it could not) and exits
+    with a non-zero code; the other process drains as usual."""
+    parent, uds, log_path = start_group(tmp_path, "--drain-seconds", "0")
+    hung = child_pid(parent.pid, 1)
+    try:
+        os.kill(hung, signal.SIGSTOP)
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(60) != 0
+        killed = [e for e in log_events(log_path) if e.get("event") == "process_killed"]
+        assert [e["killed"] for e in killed] == [1], log_path.read_text()
+        assert [e["process"] for e in log_events(log_path) if e.get("event") == "stopped"] == [0]
+        assert not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES))
+    finally:
+        stop(parent)
+        try:
+            os.kill(hung, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
