@@ -44,6 +44,11 @@ def _serve(args: argparse.Namespace) -> int:
         return _supervise(args)
     if args.process_index is not None:
         logs.bind_process(args.process_index)
+    if args.supervisor_pid is not None:
+        from sidecar.processes import die_with_supervisor
+
+        if not die_with_supervisor(args.supervisor_pid):
+            return 1
     try:
         worker_cpus = pin_loop_cpu(args.pin_loop_cpu, args.process_index or 0)
         config = ServerConfig(
@@ -108,7 +113,7 @@ def _supervise(args: argparse.Namespace) -> int:
     if args.port < 0:
         print("sidecar: --processes: with --port -1 each process listens only on its own Unix socket", file=sys.stderr)
     return supervise(args.serve_argv, args.processes, args.host, args.port, args.uds, args.metrics_port,
-                     args.metrics_host)
+                     args.metrics_host, args.drain_seconds)
 
 
 def _octal_mode(text: str) -> int:
@@ -395,6 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "small request (docs/benchmarks.md, Multiplex vs vllm-rs); off by default")
     serve.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--group-state", default=None, help=argparse.SUPPRESS)
+    serve.add_argument("--supervisor-pid", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--kv-replay-history", action="store_true", help=argparse.SUPPRESS)
     serve.add_argument("--port", type=int, default=50051, help="TCP port; 0 = any free port, -1 = no TCP")
     serve.add_argument("--uds", default=None, metavar="PATH", help="also listen on this Unix socket")

@@ -17,16 +17,24 @@ loop each), started, supervised and stopped by this process, which serves no RPC
   keeps its own index (the same events give the same index; docs/operations.md). A restarted
   process asks each engine's replay endpoint for the batches it still holds, from the first.
 - A process that dies after it was serving is started again (at most once per
-  `RESTART_INTERVAL_S`); one that exits before it ever served (bad arguments, a model that does
-  not load) stops the server: the others are stopped and this process exits with its code.
+  `RESTART_INTERVAL_S`); one that dies again while restarting is started again after twice the
+  previous wait, up to `MAX_RESTART_DELAY_S`. Only a process's first start (with the server)
+  decides whether the server starts: one that exits then, before it ever served (bad arguments, a
+  model that does not load), stops the server: the others are stopped and this process exits with
+  its code.
 - SIGTERM, SIGINT and SIGHUP are passed to every process; after SIGTERM or SIGINT nothing is
-  restarted and this process exits once all have, with the first non-zero code, if any.
+  restarted and this process exits once all have, with the first non-zero code, if any. A process
+  still running `--drain-seconds` + `STOP_MARGIN_S` after the signal is killed (SIGKILL) and its
+  socket file removed.
+- If this process dies (even by SIGKILL), Linux sends every process SIGTERM (PR_SET_PDEATHSIG):
+  they drain and remove their sockets rather than live on orphaned, holding the listeners.
 
 Every log line of process i carries `process: i`.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import shutil
 import signal
@@ -45,7 +53,13 @@ from sidecar.logs import get_logger
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 #: A process is not started again sooner than this after its previous start (no busy crash loop).
 RESTART_INTERVAL_S = 1.0
+#: The longest wait before starting again a process that keeps dying before it serves.
+MAX_RESTART_DELAY_S = 30.0
+#: After a stop, how much longer than the drain a process may take to exit before it is killed:
+#: one asked to stop while it loads its models drains once they are loaded.
+STOP_MARGIN_S = 10.0
 _log = get_logger("sidecar.processes")
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 def reserve_port(host: str) -> socket.socket:
@@ -63,7 +77,7 @@ def child_argv(serve_argv: Sequence[str], index: int, port: int, uds: str | None
     """The command of process `index`: the same `serve` arguments with its own listeners appended
     (argparse keeps the last value of a repeated option)."""
     argv = [sys.executable, "-m", "sidecar", "serve", *serve_argv, "--processes", "1", "--process-index", str(index),
-            "--port", str(port), "--group-state", group_state]
+            "--port", str(port), "--group-state", group_state, "--supervisor-pid", str(os.getpid())]
     if uds:
         argv += ["--uds", f"{uds}.{index}"]
     if metrics_port is not None:
@@ -72,8 +86,25 @@ def child_argv(serve_argv: Sequence[str], index: int, port: int, uds: str | None
     return argv
 
 
+def die_with_supervisor(supervisor_pid: int) -> bool:
+    """In a server process, first thing: asks Linux to send it SIGTERM when the supervisor dies,
+    even by SIGKILL, so that it drains and removes its socket as on a stop instead of living on
+    orphaned, holding the listeners a server started in its place needs. Returns False when the
+    supervisor is already gone (it died before the request was made: the process must exit)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
+            _log.warning("parent_death_signal_unavailable", errno=ctypes.get_errno())
+    except (OSError, AttributeError):  # not Linux
+        _log.warning("parent_death_signal_unavailable")
+    if os.getppid() != supervisor_pid:
+        _log.error("supervisor_gone", supervisor_pid=supervisor_pid)
+        return False
+    return True
+
+
 def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, uds: str | None,
-              metrics_port: int | None, metrics_host: str = "127.0.0.1") -> int:
+              metrics_port: int | None, metrics_host: str = "127.0.0.1", drain_seconds: float = 10.0) -> int:
     """Runs `processes` servers until a stop signal has ended them all, or one fails to start."""
     reserved = reserve_port(host) if port == 0 else None
     if reserved is not None:
@@ -86,7 +117,7 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
             metrics_server = group_metrics.serve(group, metrics_host, metrics_port)
             _log.info("metrics_listening", address=f"{metrics_host}:{metrics_server.server_address[1]}")
         argv = [child_argv(serve_argv, i, port, uds, metrics_port, group.path) for i in range(processes)]
-        fleet = _Fleet(argv, group)
+        fleet = _Fleet(argv, group, drain_seconds + STOP_MARGIN_S, uds)
         previous = {s: signal.signal(s, fleet.forward) for s in _FORWARDED}
         try:
             with closing(reserved) if reserved is not None else nullcontext():
@@ -104,14 +135,25 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
 class _Fleet:
     """The processes, their restarts, and the signals passed on to them."""
 
-    def __init__(self, argv: list[list[str]], group: GroupState) -> None:
+    def __init__(self, argv: list[list[str]], group: GroupState, stop_timeout: float, uds: str | None) -> None:
         self.argv = argv
         self.group = group
+        #: Seconds the processes get to exit after a stop before they are killed.
+        self.stop_timeout = stop_timeout
+        self.uds = uds
         self.children: list[subprocess.Popen] = []
         self.started: list[float] = []
+        #: Per process: whether it is on its first start, the one that decides whether the server starts.
+        self.first_start: list[bool] = []
+        #: Per process: deaths in a row without having served since, and when the next start is due
+        #: (None while it runs).
+        self.crashes: list[int] = []
+        self.restart_at: list[float | None] = []
         self.stopping: list[int] = []
 
     def start(self, index: int, restart: bool = False) -> subprocess.Popen:
+        # Always from the main thread: the children's parent-death signal fires when the thread
+        # that started them ends, not the process (die_with_supervisor).
         self.group.set_metrics_port(index, 0)
         self.group.set_state(index, STARTING)
         # A restarted process asks the engines for the KV events its siblings have already seen.
@@ -130,34 +172,73 @@ class _Fleet:
         for i in range(len(self.argv)):
             self.children.append(self.start(i))
             self.started.append(time.monotonic())
+            self.first_start.append(True)
+            self.crashes.append(0)
+            self.restart_at.append(None)
         while True:
             if self.stopping:
-                codes = [child.wait() for child in self.children]
+                codes = self._wait_all()
                 return next((code for code in codes if code), 0)
             for i, child in enumerate(self.children):
                 code = child.poll()
                 if code is None:
                     continue
-                served = self.group.state(i) != STARTING
-                self.group.set_state(i, DOWN)
-                if not served and not self.stopping:
-                    return self._stop_after_failed_start(i, code)
-                if not self.stopping:
-                    self._restart(i, code)
+                if self.restart_at[i] is None:  # a death not seen before
+                    served = self.group.state(i) != STARTING
+                    self.group.set_state(i, DOWN)
+                    if not served and self.first_start[i]:
+                        return self._stop_after_failed_start(i, code)
+                    self._schedule_restart(i, code, served)
+                elif time.monotonic() >= self.restart_at[i]:
+                    self._restart(i)
             time.sleep(0.1)
 
-    def _restart(self, index: int, code: int) -> None:
-        wait = self.started[index] + RESTART_INTERVAL_S - time.monotonic()
-        if wait > 0:
-            return  # checked again on the next round
-        _log.warning("process_restarted", restarted=index, exit_code=code)
+    def _schedule_restart(self, index: int, code: int, served: bool) -> None:
+        """A process that served is started again RESTART_INTERVAL_S after its previous start; one
+        that died again before serving waits twice as long each time (up to MAX_RESTART_DELAY_S), so
+        a crash loop costs a start every half minute, not a core."""
+        self.first_start[index] = False
+        self.crashes[index] = 0 if served else self.crashes[index] + 1
+        delay = min(RESTART_INTERVAL_S * 2 ** self.crashes[index], MAX_RESTART_DELAY_S)
+        self.restart_at[index] = max(time.monotonic(), self.started[index] + delay)
+        _log.warning("process_exited", exited=index, exit_code=code, served=served, crashes=self.crashes[index],
+                     restart_in_s=round(self.restart_at[index] - time.monotonic(), 3))
+
+    def _restart(self, index: int) -> None:
+        _log.warning("process_restarted", restarted=index, exit_code=self.children[index].returncode)
         self.children[index] = self.start(index, restart=True)
         self.started[index] = time.monotonic()
+        self.restart_at[index] = None
 
     def _stop_after_failed_start(self, index: int, code: int) -> int:
         _log.error("process_failed_to_start", failed=index, exit_code=code)
         for child in self.children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        codes = [child.wait() for child in self.children]
+        codes = self._wait_all()
         return next((c for c in codes if c), code or 1)
+
+    def _wait_all(self) -> list[int]:
+        """The exit codes of all processes, once they have exited after a stop; one still running
+        `stop_timeout` seconds later is hung (a drain ends on its own): it is killed, and its socket
+        file, which it cannot remove any more, is removed if nobody listens on it."""
+        deadline = time.monotonic() + self.stop_timeout
+        codes = []
+        for i, child in enumerate(self.children):
+            try:
+                codes.append(child.wait(max(0.0, deadline - time.monotonic())))
+                continue
+            except subprocess.TimeoutExpired:
+                pass
+            _log.error("process_killed", killed=i, waited_s=self.stop_timeout)
+            child.kill()
+            codes.append(child.wait())
+            if self.uds:
+                from sidecar.errors import FailedPrecondition
+                from sidecar.listeners import prepare_unix_socket  # imports grpc: only here
+
+                try:
+                    prepare_unix_socket(f"{self.uds}.{i}")
+                except (FailedPrecondition, OSError):
+                    pass  # not a socket, or somebody else's live one: not ours to remove
+        return codes

@@ -130,3 +130,124 @@ def test_processes_share_the_port_and_each_has_its_socket(tmp_path: Path) -> Non
     stopped = [e for e in log_events(log_path) if e.get("event") == "stopped"]
     assert sorted(e["process"] for e in stopped) == list(range(PROCESSES))
     assert not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES))
+
+
+def start_group(tmp_path: Path, *extra: str, log_name: str = "server.log") -> tuple[subprocess.Popen, Path, Path]:
+    """`serve --processes 2 --port 0 --uds <tmp>/sidecar.sock` plus `extra`, logging to a file;
+    returns (parent, socket base path, log path) once every process listens."""
+    uds = tmp_path / "sidecar.sock"
+    log_path = tmp_path / log_name
+    with open(log_path, "w") as log:
+        parent = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--processes", str(PROCESSES), "--port", "0",
+                                   "--uds", str(uds), *extra], stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+    wait_for(lambda: parent.poll() is not None or listened(log_path) == set(range(PROCESSES)),
+             "not every process listened", log_path)
+    assert parent.poll() is None, log_path.read_text()
+    return parent, uds, log_path
+
+
+def listened(log_path: Path) -> set[int]:
+    return {e["process"] for e in log_events(log_path) if e.get("event") == "listening"}
+
+
+def listenings(log_path: Path, index: int) -> int:
+    return sum(e.get("event") == "listening" and e.get("process") == index for e in log_events(log_path))
+
+
+def new_child_pid(parent: int, index: int, old: int) -> int | None:
+    """The pid of process `index` if it is a new one (not `old`), else None (not started yet, or a
+    dead one not reaped: its cmdline is empty)."""
+    try:
+        pid = child_pid(parent, index)
+    except (AssertionError, ValueError, OSError):
+        return None
+    return pid if pid != old else None
+
+
+def stop(parent: subprocess.Popen) -> None:
+    if parent.poll() is None:
+        parent.kill()
+        parent.wait()
+
+
+def test_a_process_killed_while_it_restarts_is_restarted_again(tmp_path: Path) -> None:
+    """Only a process's first start, with the server, decides whether the server starts: a process
+    killed again while it is being restarted (its slot is back at STARTING) must be restarted once
+    more, not read as a failed start that stops every process (a crash on a restart is no sign the
+    arguments or models are bad: they served before)."""
+    parent, uds, log_path = start_group(tmp_path)
+    try:
+        first = child_pid(parent.pid, 1)
+        os.kill(first, signal.SIGKILL)
+        pids: list[int] = []
+        wait_for(lambda: bool(pids.append(new_child_pid(parent.pid, 1, first)) or pids[-1]),
+                 "process 1 was not started again", log_path)
+        os.kill(pids[-1], signal.SIGKILL)
+        # Killed while starting: it had not announced it listens.
+        assert listenings(log_path, 1) == 1, log_path.read_text()
+
+        wait_for(lambda: parent.poll() is not None or listenings(log_path, 1) == 2,
+                 "process 1 was not restarted after its second death", log_path)
+        assert parent.poll() is None, f"the server stopped:\n{log_path.read_text()[-4000:]}"
+        wait_for(lambda: health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.SERVING,
+                 "the group did not turn SERVING again", log_path)
+        exits = [e for e in log_events(log_path) if e.get("event") == "process_exited" and e.get("exited") == 1]
+        assert [e["served"] for e in exits] == [True, False], exits
+        assert not any(e.get("event") == "process_failed_to_start" for e in log_events(log_path))
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(60) == 0
+    finally:
+        stop(parent)
+
+
+def test_processes_stop_when_the_parent_dies(tmp_path: Path) -> None:
+    """The parent killed outright (SIGKILL: it passes nothing on) must not leave its processes
+    running orphaned, holding the Unix sockets and the port, so that the server started again in
+    its place fails (`another server is already listening`): each process drains as on SIGTERM,
+    removes its socket, and a new server on the same socket path starts."""
+    parent, uds, log_path = start_group(tmp_path)
+    children = [child_pid(parent.pid, i) for i in range(PROCESSES)]
+    again = None
+    try:
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait()
+        wait_for(lambda: {e["process"] for e in log_events(log_path) if e.get("event") == "stopped"} == set(range(PROCESSES)),
+                 "the processes did not stop with their parent", log_path, seconds=60)
+        wait_for(lambda: not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES)),
+                 "the processes did not remove their sockets", log_path)
+        again, _, again_log = start_group(tmp_path, log_name="again.log")
+        assert tokenize(f"unix:{uds}.1", "started again in its place")
+        again.send_signal(signal.SIGTERM)
+        assert again.wait(60) == 0, again_log.read_text()
+    finally:
+        stop(parent)
+        if again is not None:
+            stop(again)
+        for pid in children:  # orphans left by a failure
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_a_process_that_does_not_stop_is_killed(tmp_path: Path) -> None:
+    """After SIGTERM the parent waits for its processes only as long as they may drain (plus a
+    margin), then kills what is left: a hung process (here a stopped one) must not keep the server
+    from exiting forever. The parent removes the killed process's socket (it could not) and exits
+    with a non-zero code; the other process drains as usual."""
+    parent, uds, log_path = start_group(tmp_path, "--drain-seconds", "0")
+    hung = child_pid(parent.pid, 1)
+    try:
+        os.kill(hung, signal.SIGSTOP)
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(60) != 0
+        killed = [e for e in log_events(log_path) if e.get("event") == "process_killed"]
+        assert [e["killed"] for e in killed] == [1], log_path.read_text()
+        assert [e["process"] for e in log_events(log_path) if e.get("event") == "stopped"] == [0]
+        assert not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES))
+    finally:
+        stop(parent)
+        try:
+            os.kill(hung, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

@@ -1,0 +1,152 @@
+"""The parent's /metrics for `sidecar serve --processes N` (sidecar.group_metrics), against fake
+process endpoints: it asks the processes at the same time (one that hangs costs a scrape its
+timeout once, not once per hung process), a process whose answer is cut short or does not parse is
+left out and counted while the others are still added up, and gauges that state a fact about the
+server (models loaded, start time) are not multiplied by the number of processes."""
+
+from __future__ import annotations
+
+import threading
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Callable, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from sidecar import group_metrics
+from sidecar.group import GroupState
+
+
+def exposition(requests: int, start_time: float, inflight: int) -> str:
+    """What one process's /metrics says (text format), in the families the merge treats apart."""
+    return (
+        "# HELP sidecar_requests_total RPCs handled, by RPC and status code\n"
+        "# TYPE sidecar_requests_total counter\n"
+        f'sidecar_requests_total{{rpc="Tokenize",code="OK"}} {requests}.0\n'
+        "# HELP sidecar_inflight_requests RPCs being handled\n"
+        "# TYPE sidecar_inflight_requests gauge\n"
+        f'sidecar_inflight_requests{{rpc="Tokenize"}} {inflight}.0\n'
+        "# HELP sidecar_models_loaded Models this server hosts\n"
+        "# TYPE sidecar_models_loaded gauge\n"
+        "sidecar_models_loaded 1.0\n"
+        "# HELP process_start_time_seconds Start time of the process since unix epoch in seconds.\n"
+        "# TYPE process_start_time_seconds gauge\n"
+        f"process_start_time_seconds {start_time}\n"
+        "# HELP python_info Python platform information\n"
+        "# TYPE python_info gauge\n"
+        'python_info{implementation="CPython",major="3",minor="11",patchlevel="7",version="3.11.7"} 1.0\n'
+    )
+
+
+Respond = Callable[[BaseHTTPRequestHandler], None]
+
+
+def answer(text: str) -> Respond:
+    def respond(handler: BaseHTTPRequestHandler) -> None:
+        data = text.encode()
+        handler.send_response(200)
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+    return respond
+
+
+@pytest.fixture
+def endpoints() -> Iterator[Callable[[Respond], int]]:
+    """Starts a fake process endpoint answering with a given function; returns its port."""
+    servers: list[ThreadingHTTPServer] = []
+
+    def start(respond: Respond) -> int:
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802
+                respond(self)
+
+            def log_message(self, *_args: object) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return server.server_address[1]
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def group_scrape(tmp_path: Path, ports: list[int]) -> dict[tuple[str, tuple], float]:
+    """The parent's /metrics over processes listening on `ports`: sample (name, labels) -> value."""
+    group = GroupState.create(str(tmp_path / "state"), len(ports))
+    for i, port in enumerate(ports):
+        group.set_metrics_port(i, port)
+    server = group_metrics.serve(group, "127.0.0.1", 0)
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=30) as response:
+            text = response.read().decode()
+    finally:
+        server.shutdown()
+        server.server_close()
+        group.close()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+TOKENIZE_OK = ("sidecar_requests_total", (("code", "OK"), ("rpc", "Tokenize")))
+
+
+def test_processes_are_asked_at_the_same_time(tmp_path: Path, endpoints) -> None:  # noqa: ANN001
+    """Each fake process answers only once every process has been asked (or gives up after 1 s, half
+    the scrape timeout): asked one after another, the first would give up unanswered; asked at the
+    same time, both are added up. (A stopped process used to cost every scrape 2 s, each.)"""
+    everyone_asked = threading.Barrier(2, timeout=1.0)
+
+    def after_everyone(text: str) -> Respond:
+        def respond(handler: BaseHTTPRequestHandler) -> None:
+            try:
+                everyone_asked.wait()
+            except threading.BrokenBarrierError:
+                handler.send_error(503)
+                return
+            answer(text)(handler)
+        return respond
+
+    ports = [endpoints(after_everyone(exposition(3, 100.0, 1))), endpoints(after_everyone(exposition(4, 200.0, 1)))]
+    samples = group_scrape(tmp_path, ports)
+    assert samples[("sidecar_processes_scraped", ())] == 2
+    assert samples[TOKENIZE_OK] == 7
+
+
+@pytest.mark.parametrize("broken", ["cut short", "not the text format"])
+def test_a_process_with_a_broken_answer_is_left_out_and_counted(tmp_path: Path, endpoints, broken: str) -> None:  # noqa: ANN001
+    """A response cut short (IncompleteRead: fewer bytes than its Content-Length) or one that does
+    not parse is that process's problem: the scrape adds up the others and counts it in
+    `sidecar_processes_unscraped` (before, the exception ended the whole scrape with no answer)."""
+    def cut_short(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Length", "1000")
+        handler.end_headers()
+        handler.wfile.write(b"# TYPE sidecar_requests_total counter\n")
+        handler.close_connection = True
+
+    bad = cut_short if broken == "cut short" else answer('sidecar_requests_total{rpc="Tokenize" 3\n')
+    samples = group_scrape(tmp_path, [endpoints(answer(exposition(3, 100.0, 1))), endpoints(bad)])
+    assert samples[TOKENIZE_OK] == 3
+    assert samples[("sidecar_processes_scraped", ())] == 1
+    assert samples[("sidecar_processes_unscraped", ())] == 1
+
+
+def test_counters_and_amounts_add_up_facts_about_the_server_do_not(tmp_path: Path, endpoints) -> None:  # noqa: ANN001
+    """Requests and calls in flight are the sum over processes; one model loaded in each of two
+    processes is one model, not two; the start time is the newest process's (the latest restart,
+    when part of the summed counters began again); `python_info` stays 1."""
+    ports = [endpoints(answer(exposition(3, 100.0, 1))), endpoints(answer(exposition(4, 200.0, 2)))]
+    samples = group_scrape(tmp_path, ports)
+    assert samples[TOKENIZE_OK] == 7
+    assert samples[("sidecar_inflight_requests", (("rpc", "Tokenize"),))] == 3
+    assert samples[("sidecar_models_loaded", ())] == 1
+    assert samples[("process_start_time_seconds", ())] == 200.0
+    assert [v for (name, _), v in samples.items() if name == "python_info"] == [1.0]
