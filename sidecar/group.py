@@ -1,5 +1,6 @@
-"""What the processes of `sidecar serve --processes N` share: one small file, mapped by each, with
-a slot per process (its state and the port of its own /metrics).
+"""What the processes of `sidecar serve --processes N` share: one small file, read and written in
+place by each (`pread`/`pwrite`), with a slot per process (its state and the port of its own
+/metrics).
 
 The parent creates it and passes its path to every process (`--group-state`). A process writes its
 own slot (STARTING, then SERVING once it listens, DRAINING when asked to stop) and reads the others
@@ -9,12 +10,13 @@ restarted). The parent writes DOWN into the slot of a process that has died, and
 ports to serve one /metrics that adds the processes up (see `sidecar.group_metrics`).
 
 Each field is an aligned 32-bit word written by one process at a time: a reader sees the old or
-the new value, never a mix, which is all a health answer needs.
+the new value, never a mix, which is all a health answer needs. The file is not memory-mapped: a
+mapping of a file someone truncated kills the reader with SIGBUS (it took a whole group down);
+a short read is a slot that says DOWN instead.
 """
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 
@@ -25,10 +27,10 @@ _SLOT = struct.Struct("<II")  # state, metrics port (0: none)
 class GroupState:
     """The shared slots; `create` in the parent, `open` in each process."""
 
-    def __init__(self, path: str, processes: int, memory: mmap.mmap) -> None:
+    def __init__(self, path: str, processes: int, fd: int) -> None:
         self.path = path
         self.processes = processes
-        self._memory = memory
+        self._fd = fd
 
     @classmethod
     def create(cls, path: str, processes: int) -> "GroupState":
@@ -41,24 +43,26 @@ class GroupState:
         size = os.path.getsize(path)
         if size == 0 or size % _SLOT.size:
             raise ValueError(f"--group-state {path}: not a group state file ({size} bytes)")
-        with open(path, "r+b") as f:
-            memory = mmap.mmap(f.fileno(), size)
-        return cls(path, size // _SLOT.size, memory)
+        return cls(path, size // _SLOT.size, os.open(path, os.O_RDWR))
+
+    def _slot(self, index: int) -> tuple[int, int]:
+        data = os.pread(self._fd, _SLOT.size, index * _SLOT.size)
+        return _SLOT.unpack(data) if len(data) == _SLOT.size else (DOWN, 0)
 
     def state(self, index: int) -> int:
-        return _SLOT.unpack_from(self._memory, index * _SLOT.size)[0]
+        return self._slot(index)[0]
 
     def set_state(self, index: int, state: int) -> None:
-        struct.pack_into("<I", self._memory, index * _SLOT.size, state)
+        os.pwrite(self._fd, struct.pack("<I", state), index * _SLOT.size)
 
     def metrics_port(self, index: int) -> int:
-        return _SLOT.unpack_from(self._memory, index * _SLOT.size)[1]
+        return self._slot(index)[1]
 
     def set_metrics_port(self, index: int, port: int) -> None:
-        struct.pack_into("<I", self._memory, index * _SLOT.size + 4, port)
+        os.pwrite(self._fd, struct.pack("<I", port), index * _SLOT.size + 4)
 
     def all_serving(self) -> bool:
         return all(self.state(i) == SERVING for i in range(self.processes))
 
     def close(self) -> None:
-        self._memory.close()
+        os.close(self._fd)
