@@ -138,13 +138,21 @@ class ServerConfig:
     kv: KvConfig | None = None
 
     def connection_limit(self) -> int:
-        """`--max-connections`, or half the open-file limit when it is 0."""
+        """`--max-connections`, or half the open-file limit when it is 0: in all, across the TCP
+        and Unix listeners."""
         if self.max_connections:
             return self.max_connections
         import resource
 
         soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
         return max(64, min(soft if soft != resource.RLIM_INFINITY else 1 << 20, 1 << 20) // 2)
+
+    def listener_connection_limit(self) -> int:
+        """What each listener may hold: gRPC counts connections per listener, so the limit is
+        shared out (with a TCP port and a Unix socket each held half the open-file limit, and
+        both together took every descriptor)."""
+        listeners = (self.port is not None) + (self.uds is not None)
+        return max(1, self.connection_limit() // max(1, listeners))
 
     def __post_init__(self) -> None:
         if not 0 <= self.uds_mode <= 0o777:
@@ -170,10 +178,12 @@ class ServerConfig:
         for flag, value in positive.items():
             if value <= 0:
                 raise ValueError(f"{flag}: must be > 0")
-        if self.max_connections < 0:
-            raise ValueError("--max-connections: must be >= 0 (0: half the open-file limit)")
-        if not self.max_connection_idle_s > 0:
-            raise ValueError("--max-connection-idle-s: must be > 0")
+        # gRPC takes both as 32-bit ints (the idle time in milliseconds): a larger value aborted the
+        # start with a traceback, and one under a millisecond closed every connection at once.
+        if not 0 <= self.max_connections < 1 << 31:
+            raise ValueError("--max-connections: must be in [0, 2^31) (0: half the open-file limit)")
+        if not 0.001 <= self.max_connection_idle_s < (1 << 31) / 1000:
+            raise ValueError("--max-connection-idle-s: must be in [0.001, 2147483)")
         if self.max_message_bytes >= 1 << 31:
             raise ValueError("--max-message-mb: at most 2047 (gRPC's message sizes are 32-bit)")
         # 0 is a choice here: no stop strings, no template kwargs, no render cache.

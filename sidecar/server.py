@@ -283,7 +283,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
             # longer than 30 s): one flag, so a burst waits its turn instead of being refused.
             ("grpc.server.max_pending_requests", config.max_pending_calls),
             ("grpc.server.max_pending_requests_hard_limit", config.max_pending_calls),
-            ("grpc.max_allowed_incoming_connections", config.connection_limit()),
+            ("grpc.max_allowed_incoming_connections", config.listener_connection_limit()),
             ("grpc.max_connection_idle_ms", int(config.max_connection_idle_s * 1000)),
         ]
     )

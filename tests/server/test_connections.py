@@ -1,6 +1,7 @@
-"""Connections are a bounded resource: `--max-connections` caps how many the server keeps open (so
-idle ones cannot use every file descriptor, which took health checks and `/metrics` down with the
-calls), and `--max-connection-idle-s` closes one with no call in flight."""
+"""Connections are a bounded resource: `--max-connections` caps how many the server keeps open,
+shared out between its listeners (so idle ones cannot use every file descriptor, which took health
+checks and `/metrics` down with the calls), and `--max-connection-idle-s` closes one with no call
+in flight."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def closed_by_server(conn: socket.socket, within: float) -> bool:
 
 
 def test_connections_past_the_bound_are_refused_until_one_closes(tmp_path: Path) -> None:
-    server = start_server(tmp_path, "--max-connections", "3")
+    # Shared out between the two listeners the test server has (TCP and a Unix socket): 3 each.
+    server = start_server(tmp_path, "--max-connections", "6")
     held = []
     try:
         held = [idle_connection(server.tcp) for _ in range(3)]
@@ -82,7 +84,21 @@ def test_a_connection_that_never_calls_is_closed_when_idle(tmp_path: Path) -> No
         stop_server(server)
 
 
-@pytest.mark.parametrize(("flag", "value"), [("--max-connections", "-1"), ("--max-connection-idle-s", "0")])
+@pytest.mark.parametrize(("flag", "value"), [
+    ("--max-connections", "-1"), ("--max-connections", "3000000000"),
+    # gRPC's idle time is a 32-bit count of milliseconds: past it the start aborted; under one
+    # millisecond every connection was closed at once.
+    ("--max-connection-idle-s", "0"), ("--max-connection-idle-s", "0.0004"), ("--max-connection-idle-s", "3000000"),
+])
 def test_bad_connection_limits_are_refused_naming_the_flag(tmp_path: Path, flag: str, value: str) -> None:
     with pytest.raises(RuntimeError, match=flag):
         start_server(tmp_path, flag, value, timeout=60)
+
+
+def test_the_bound_is_shared_out_between_the_listeners() -> None:
+    from sidecar.config import ServerConfig
+
+    both = ServerConfig(max_connections=1000, uds="/tmp/x.sock")
+    assert both.listener_connection_limit() == 500
+    assert ServerConfig(max_connections=1000).listener_connection_limit() == 1000
+    assert ServerConfig(max_connections=1000, port=None, uds="/tmp/x.sock").listener_connection_limit() == 1000
