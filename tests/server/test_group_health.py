@@ -19,8 +19,10 @@ class FakeGroup:
 
     def __init__(self) -> None:
         self.serving = True
+        self.reads = 0
 
     def all_serving(self) -> bool:
+        self.reads += 1
         return self.serving
 
 
@@ -58,3 +60,22 @@ def test_watch_of_the_process_alone_ignores_its_siblings() -> None:
 
 def test_watch_of_an_unknown_service_says_so() -> None:
     assert asyncio.run(_watch("nope", FakeGroup())) == [health_pb2.HealthCheckResponse.SERVICE_UNKNOWN]
+
+
+def test_watchers_share_one_look_at_the_siblings() -> None:
+    """One poller per process reads the siblings' states for every watcher: a poll per stream cost
+    58% of a core with 16,000 streams. With nothing changing, 200 watchers read the state once
+    each when they start and the poller once per period."""
+    async def run() -> tuple[int, list[Writes]]:
+        group = FakeGroup()
+        servicer = GroupHealthServicer(group)  # type: ignore[arg-type]
+        contexts = [Writes() for _ in range(200)]
+        tasks = [asyncio.ensure_future(servicer.Watch(health_pb2.HealthCheckRequest(), c)) for c in contexts]
+        await asyncio.sleep(server.GROUP_WATCH_SECONDS * 4)
+        for task in tasks:
+            task.cancel()
+        return group.reads, contexts
+
+    reads, contexts = asyncio.run(run())
+    assert all(c.statuses == [SERVING] for c in contexts)
+    assert reads < 200 + 10, reads
