@@ -437,8 +437,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connection-idle-s", type=seconds, default=300.0,
                        help="seconds a connection with no call in flight stays open (clients reconnect)")
     serve.add_argument("--max-unsent-mb", type=int, default=512,
-                       help="MB of unary responses that may wait for clients to read them; past it new unary "
-                            "calls get RESOURCE_EXHAUSTED")
+                       help="MB of unary responses that may wait for one connection's client to read them; past it "
+                            "its new unary calls get RESOURCE_EXHAUSTED (everyone's past 4 times it in all)")
     serve.add_argument("--drain-seconds", type=seconds, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
     serve.add_argument("--drain-notice-seconds", type=seconds, default=1.0,

@@ -64,11 +64,16 @@ class StreamCounts:
     errors: int = 0
 
 
+#: How many connections' worth of unread responses (`--max-unsent-mb` each) the process holds in
+#: all before it refuses every client's unary calls.
+UNSENT_TOTAL_FACTOR = 4
+
+
 class Gate:
     """Admission of new calls and the count of calls in flight: a draining server closes it, refuses
     new calls, and waits (boundedly) for `inflight` to reach zero. Only touched on the event loop."""
 
-    __slots__ = ("open", "inflight", "_on_close", "unsent", "max_unsent")
+    __slots__ = ("open", "inflight", "_on_close", "unsent", "max_unsent", "_unsent_by_peer")
 
     def __init__(self, max_unsent_bytes: int = 0) -> None:
         self.open = True
@@ -76,9 +81,13 @@ class Gate:
         self._on_close: set[Callable[[], None]] = set()
         #: Bytes of unary responses handed to gRPC whose call has not ended: a client that never
         #: reads (an HTTP/2 window of 0) keeps them in memory, and six such connections took the
-        #: server from 346 MB to 1 GB. Past `max_unsent` (0: no bound) new unary calls are refused.
+        #: server from 346 MB to 1 GB. A connection (gRPC's peer: a TCP connection, or all of the
+        #: Unix socket's together, which gRPC does not tell apart) past `max_unsent` (0: no
+        #: bound) gets its new unary calls refused, so one client that stops reading does not shut
+        #: the others out; past `UNSENT_TOTAL_FACTOR` times it, everyone's are.
         self.unsent = 0
         self.max_unsent = max_unsent_bytes
+        self._unsent_by_peer: dict[str, int] = {}
 
     def close(self) -> None:
         """Refuses new calls from now on, and tells the streams that asked (`on_close`)."""
@@ -99,18 +108,31 @@ class Gate:
     def hold_response(self, context: grpc.aio.ServicerContext, size: int) -> None:
         """Counts a unary response of `size` bytes as unsent until its call ends."""
         if self.max_unsent:
+            peer = context.peer()
             self.unsent += size
-            context.add_done_callback(lambda _context: self._sent(size))
+            self._unsent_by_peer[peer] = self._unsent_by_peer.get(peer, 0) + size
+            context.add_done_callback(lambda _context: self._sent(peer, size))
 
-    def _sent(self, size: int) -> None:
+    def _sent(self, peer: str, size: int) -> None:
         self.unsent -= size
+        left = self._unsent_by_peer.pop(peer) - size
+        if left:
+            self._unsent_by_peer[peer] = left
 
-    def check_unsent(self) -> None:
-        """RESOURCE_EXHAUSTED naming the flag while responses past the bound wait for clients."""
-        if self.max_unsent and self.unsent > self.max_unsent:
+    def check_unsent(self, context: grpc.aio.ServicerContext) -> None:
+        """RESOURCE_EXHAUSTED naming the flag while responses past the bound wait for this
+        connection's client (or for all clients, past the total bound) to read them."""
+        if not self.max_unsent:
+            return
+        mine = self._unsent_by_peer.get(context.peer(), 0) if self._unsent_by_peer else 0
+        if mine > self.max_unsent:
+            raise ResourceExhausted(
+                f"server busy: {mine >> 20} MB of responses on this connection wait for the client to read "
+                f"them (--max-unsent-mb {self.max_unsent >> 20}); read them or retry later")
+        if self.unsent > UNSENT_TOTAL_FACTOR * self.max_unsent:
             raise ResourceExhausted(
                 f"server busy: {self.unsent >> 20} MB of responses wait for their clients to read them "
-                f"(--max-unsent-mb {self.max_unsent >> 20}); retry later")
+                f"({UNSENT_TOTAL_FACTOR} x --max-unsent-mb {self.max_unsent >> 20}); retry later")
 
 
 #: The gate of wrappers built without one (tests, tools): never closes.
@@ -244,7 +266,7 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
         failure: tuple[grpc.StatusCode, str] | None = None
         try:
             outcome.admit()
-            gate.check_unsent()
+            gate.check_unsent(context)
             if request_type is not None:
                 request = _traced_stage("decode", decode, request) if traced else decode(request)
             model = getattr(request, "model", "")
@@ -289,7 +311,7 @@ def raw_unary(rpc: str, handler: RawHandler,
         failure: tuple[grpc.StatusCode, str] | None = None
         try:
             outcome.admit()
-            gate.check_unsent()
+            gate.check_unsent(context)
             response = await handler(body, context, call)
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, request_id=call.request_id, model=call.model)

@@ -23,13 +23,17 @@ class Aborted(Exception):
 
 
 class FakeContext:
-    def __init__(self, metadata: tuple = ()) -> None:
+    def __init__(self, metadata: tuple = (), peer: str = "ipv4:127.0.0.1:1") -> None:
         self._metadata = metadata
+        self._peer = peer
         self.trailing: tuple = ()
         self.aborted: tuple[grpc.StatusCode, str] | None = None
 
     def invocation_metadata(self) -> tuple:
         return self._metadata
+
+    def peer(self) -> str:
+        return self._peer
 
     def time_remaining(self) -> float | None:
         return None
@@ -258,27 +262,38 @@ def test_a_closed_gate_refuses_new_calls_with_unavailable() -> None:
     assert gate.inflight == 0
 
 
-def test_responses_clients_do_not_read_are_bounded() -> None:
+def test_responses_clients_do_not_read_are_bounded_per_connection() -> None:
     """A unary response counts as unsent until its call ends (a client with an HTTP/2 window of 0
-    never lets it end): past the bound, new unary calls are refused naming the flag, and admitted
-    again once the responses are taken."""
+    never lets it end). A connection past the bound gets its new unary calls refused naming the
+    flag, other connections do not (one client that stopped reading shut everyone out), until the
+    total passes UNSENT_TOTAL_FACTOR times the bound; calls are admitted again once responses are
+    taken."""
     gate = rpc.Gate(max_unsent_bytes=100)
 
     async def big(body, context, call):  # noqa: ANN001, ANN202
         return b"x" * 150
 
-    contexts = [FakeContext(), FakeContext()]
-    assert asyncio.run(raw_unary("UnaryK", big, gate=gate)(b"", contexts[0])) == b"x" * 150
-    assert gate.unsent == 150
-    with pytest.raises(Aborted):
-        asyncio.run(raw_unary("UnaryK", big, gate=gate)(b"", contexts[1]))
-    assert contexts[1].aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert "--max-unsent-mb" in contexts[1].aborted[1]
-    contexts[0].end()
-    contexts[1].end()
-    assert gate.unsent == 0 and gate.inflight == 0
-    again = FakeContext()
-    assert asyncio.run(raw_unary("UnaryK", big, gate=gate)(b"", again)) == b"x" * 150
+    def call(peer: str) -> FakeContext:
+        context = FakeContext(peer=peer)
+        try:
+            assert asyncio.run(raw_unary("UnaryK", big, gate=gate)(b"", context)) == b"x" * 150
+        except Aborted:
+            pass
+        return context
+
+    stalled = call("ipv4:10.0.0.1:5000")
+    assert gate.unsent == 150 and stalled.aborted is None
+    refused = call("ipv4:10.0.0.1:5000")
+    assert refused.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert "on this connection" in refused.aborted[1] and "--max-unsent-mb" in refused.aborted[1]
+    others = [call(f"ipv4:10.0.0.2:{port}") for port in range(2)]  # 450 bytes in all now
+    assert all(c.aborted is None for c in others) and gate.unsent == 450
+    shut = call("ipv4:10.0.0.3:1")
+    assert shut.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED and "4 x --max-unsent-mb" in shut.aborted[1]
+    for context in [stalled, refused, *others, shut]:
+        context.end()
+    assert gate.unsent == 0 and gate.inflight == 0 and not gate._unsent_by_peer
+    assert call("ipv4:10.0.0.1:5000").aborted is None
 
 
 def test_loop_tallies_reach_the_histogram_as_observe_would() -> None:
