@@ -10,9 +10,13 @@ and merges the samples:
   or about itself where the sum means nothing (process_start_time_seconds: the newest start, i.e.
   the last restart; process_max_fds).
 
-A process that does not answer (restarting, hung), or whose answer is cut short or does not parse,
-is left out of that scrape: `sidecar_processes_scraped` counts the processes added up,
-`sidecar_processes_unscraped` those with an endpoint that were left out.
+A process with an endpoint that does not answer (hung, stopping), or whose answer is cut short or
+does not parse, is counted in `sidecar_processes_unscraped`, and its last good scrape is added up in
+its place: left out, its counters would leave the sums, which would go down, and Prometheus reads a
+counter that goes down as a reset (rate() then counts the whole total again as new). The last scrape
+of a process is dropped only once the process has been restarted (its endpoint's port changed, or
+is 0 while it restarts): its counters began again from 0, and `process_start_time_seconds` says so.
+`sidecar_processes_scraped` counts the processes that answered this scrape.
 """
 
 from __future__ import annotations
@@ -47,11 +51,12 @@ def scrape(port: int) -> list[Metric]:
     return list(text_string_to_metric_families(text))
 
 
-def scrape_all(ports: dict[int, int]) -> tuple[list[list[Metric]], int]:
+def scrape_all(ports: dict[int, int]) -> dict[int, list[Metric] | None]:
     """Scrapes process index -> port all at once (a hung process costs the timeout once, not once
-    each, one after another); returns the families of those that answered and how many did not."""
+    each, one after another); returns process index -> its families, or None if it did not answer
+    (or answered badly)."""
     if not ports:
-        return [], 0
+        return {}
 
     def one(index: int) -> list[Metric] | None:
         try:
@@ -61,9 +66,43 @@ def scrape_all(ports: dict[int, int]) -> tuple[list[list[Metric]], int]:
             return None
 
     with ThreadPoolExecutor(max_workers=len(ports), thread_name_prefix="group-scrape") as pool:
-        results = list(pool.map(one, ports))
-    answered = [r for r in results if r is not None]
-    return answered, len(results) - len(answered)
+        return dict(zip(ports, pool.map(one, ports)))
+
+
+class LastScrapes:
+    """Each process's last good scrape, kept while the process lives (same metrics port), so that a
+    process left out of a scrape is added up with its last values and the merged counters never go
+    down (thread-safe: scrapes may overlap)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._scrapes = 0
+        #: process index -> (its metrics port, the scrape number, its families)
+        self._last: dict[int, tuple[int, int, list[Metric]]] = {}
+
+    def collect(self, ports: dict[int, int]) -> tuple[list[list[Metric]], int, int]:
+        """Scrapes the processes (index -> port); returns the families to add up (this scrape's,
+        or the last good one's for a process that did not answer), how many processes answered and
+        how many did not."""
+        with self._lock:
+            self._scrapes += 1
+            number = self._scrapes
+        results = scrape_all(ports)
+        processes = []
+        with self._lock:
+            for index in list(self._last):
+                if ports.get(index) != self._last[index][0]:
+                    del self._last[index]  # restarted (or restarting): its counters began again
+            for index, families in results.items():
+                last = self._last.get(index)
+                if families is not None:
+                    if last is None or last[1] < number:  # an overlapping, later scrape is newer
+                        self._last[index] = (ports[index], number, families)
+                    processes.append(families)
+                elif last is not None:
+                    processes.append(last[2])
+        answered = sum(families is not None for families in results.values())
+        return processes, answered, len(results) - answered
 
 
 def merged(processes: list[list[Metric]]) -> str:
@@ -104,6 +143,7 @@ def _escape(value: str) -> str:
 
 def serve(group: GroupState, host: str, port: int) -> ThreadingHTTPServer:
     """Starts the summing endpoint on a daemon thread; returns its server (`.server_address`)."""
+    last_scrapes = LastScrapes()
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the http.server name
@@ -112,13 +152,13 @@ def serve(group: GroupState, host: str, port: int) -> ThreadingHTTPServer:
                 return
             # A process restarting has no port yet (0): not asked, not counted as unscraped.
             ports = {i: port for i in range(group.processes) if (port := group.metrics_port(i))}
-            processes, unscraped = scrape_all(ports)
+            processes, scraped, unscraped = last_scrapes.collect(ports)
             body = merged(processes) + (
-                "# HELP sidecar_processes_scraped Server processes whose metrics this scrape adds up.\n"
+                "# HELP sidecar_processes_scraped Server processes that answered this scrape.\n"
                 "# TYPE sidecar_processes_scraped gauge\n"
-                f"sidecar_processes_scraped {len(processes)}\n"
-                "# HELP sidecar_processes_unscraped Server processes with a metrics endpoint left out of this scrape "
-                "(no answer in time, cut short, or not parsed).\n"
+                f"sidecar_processes_scraped {scraped}\n"
+                "# HELP sidecar_processes_unscraped Server processes with a metrics endpoint that did not answer this "
+                "scrape (no answer in time, cut short, or not parsed): their last good scrape is added up instead.\n"
                 "# TYPE sidecar_processes_unscraped gauge\n"
                 f"sidecar_processes_unscraped {unscraped}\n"
             )

@@ -23,9 +23,14 @@ loop each), started, supervised and stopped by this process, which serves no RPC
   model that does not load), stops the server: the others are stopped and this process exits with
   its code.
 - SIGTERM, SIGINT and SIGHUP are passed to every process; after SIGTERM or SIGINT nothing is
-  restarted and this process exits once all have, with the first non-zero code, if any. A process
-  still running `--drain-seconds` + `STOP_MARGIN_S` after the signal is killed (SIGKILL) and its
-  socket file removed.
+  restarted and this process exits once all have: 0 unless a process that was running when the
+  stop came failed to stop cleanly (the first such code). Deaths from before the stop (a process
+  waiting to be restarted) and a process killed by the passed-on signal itself (one just restarted,
+  before its handlers were installed) do not count. A process still running `--drain-seconds` +
+  `STOP_MARGIN_S` after the signal is killed (SIGKILL) and counts. Afterwards every process's socket
+  file that is left and that nobody listens on is removed.
+- The passed-on signals are blocked while a process is started and stored, so a stop that comes
+  meanwhile reaches the new process too (the processes unblock them first thing).
 - If this process dies (even by SIGKILL), Linux sends every process SIGTERM (PR_SET_PDEATHSIG):
   they drain and remove their sockets rather than live on orphaned, holding the listeners.
 
@@ -90,7 +95,9 @@ def die_with_supervisor(supervisor_pid: int) -> bool:
     """In a server process, first thing: asks Linux to send it SIGTERM when the supervisor dies,
     even by SIGKILL, so that it drains and removes its socket as on a stop instead of living on
     orphaned, holding the listeners a server started in its place needs. Returns False when the
-    supervisor is already gone (it died before the request was made: the process must exit)."""
+    supervisor is already gone (it died before the request was made: the process must exit).
+    Also unblocks the signals the supervisor blocks while it starts a process (inherited)."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _FORWARDED)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0) != 0:
@@ -114,7 +121,13 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
     metrics_server = None
     try:
         if metrics_port is not None:
-            metrics_server = group_metrics.serve(group, metrics_host, metrics_port)
+            # Its threads (and theirs) inherit the passed-on signals blocked, so those always reach
+            # the main thread, which blocks them while it starts a process (_Fleet._spawn).
+            unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+            try:
+                metrics_server = group_metrics.serve(group, metrics_host, metrics_port)
+            finally:
+                signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
             _log.info("metrics_listening", address=f"{metrics_host}:{metrics_server.server_address[1]}")
         argv = [child_argv(serve_argv, i, port, uds, metrics_port, group.path) for i in range(processes)]
         fleet = _Fleet(argv, group, drain_seconds + STOP_MARGIN_S, uds)
@@ -150,6 +163,9 @@ class _Fleet:
         self.crashes: list[int] = []
         self.restart_at: list[float | None] = []
         self.stopping: list[int] = []
+        #: The processes that were running when the stop signal came and were passed it: only
+        #: their exit codes count.
+        self.signalled: set[int] = set()
 
     def start(self, index: int, restart: bool = False) -> subprocess.Popen:
         # Always from the main thread: the children's parent-death signal fires when the thread
@@ -162,25 +178,48 @@ class _Fleet:
     def forward(self, signum: int, _frame: object) -> None:
         if signum != signal.SIGHUP:
             self.stopping.append(signum)
-        for child in self.children:
+        for i, child in enumerate(self.children):
             if child.poll() is None:
                 child.send_signal(signum)
+                if signum != signal.SIGHUP:
+                    self.signalled.add(i)
+
+    def _spawn(self, index: int, restart: bool) -> None:
+        """Starts process `index` and stores it with the passed-on signals blocked, so that a stop
+        that comes meanwhile is passed on (on unblocking) to the new process too, not only to the
+        list without it."""
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
+        try:
+            if self.stopping:  # the stop came before the signals were blocked: nothing more starts
+                return
+            child = self.start(index, restart=restart)
+            if restart:
+                self.children[index] = child
+                self.started[index] = time.monotonic()
+                self.restart_at[index] = None
+            else:
+                self.children.append(child)
+                self.started.append(time.monotonic())
+                self.first_start.append(True)
+                self.crashes.append(0)
+                self.restart_at.append(None)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
     def run(self) -> int:
         """Supervises until every process has exited after a stop signal (or a failed start);
         returns the first non-zero exit code, or 0."""
         for i in range(len(self.argv)):
-            self.children.append(self.start(i))
-            self.started.append(time.monotonic())
-            self.first_start.append(True)
-            self.crashes.append(0)
-            self.restart_at.append(None)
+            self._spawn(i, restart=False)
+            if self.stopping:
+                break
         while True:
             if self.stopping:
-                codes = self._wait_all()
-                return next((code for code in codes if code), 0)
+                return self._stop()
             for i, child in enumerate(self.children):
                 code = child.poll()
+                if self.stopping:
+                    break  # no restart, nor failed start, once the stop has come
                 if code is None:
                     continue
                 if self.restart_at[i] is None:  # a death not seen before
@@ -206,22 +245,34 @@ class _Fleet:
 
     def _restart(self, index: int) -> None:
         _log.warning("process_restarted", restarted=index, exit_code=self.children[index].returncode)
-        self.children[index] = self.start(index, restart=True)
-        self.started[index] = time.monotonic()
-        self.restart_at[index] = None
+        self._spawn(index, restart=True)
+
+    def _stop(self) -> int:
+        """After SIGTERM or SIGINT: waits for the processes, then returns 0 unless one that was
+        running at the stop failed to stop cleanly. Not counted: the old code of a process waiting
+        to be restarted, and death by the stop signal itself (a process killed before it had
+        installed its handlers, e.g. one restarted just before)."""
+        codes = self._wait_all()
+        for i, code in enumerate(codes):
+            if i not in self.signalled or code is None or -code in self.stopping:
+                continue
+            if code:
+                return code
+        return 0
 
     def _stop_after_failed_start(self, index: int, code: int) -> int:
         _log.error("process_failed_to_start", failed=index, exit_code=code)
         for child in self.children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
-        codes = self._wait_all()
-        return next((c for c in codes if c), code or 1)
+        self._wait_all()
+        return code or 1
 
     def _wait_all(self) -> list[int]:
         """The exit codes of all processes, once they have exited after a stop; one still running
-        `stop_timeout` seconds later is hung (a drain ends on its own): it is killed, and its socket
-        file, which it cannot remove any more, is removed if nobody listens on it."""
+        `stop_timeout` seconds later is hung (a drain ends on its own): it is killed. Then every
+        process's socket file that is left (a killed process cannot remove it; one dead before the
+        stop, or killed by the stop signal, did not) is removed if nobody listens on it."""
         deadline = time.monotonic() + self.stop_timeout
         codes = []
         for i, child in enumerate(self.children):
@@ -233,10 +284,11 @@ class _Fleet:
             _log.error("process_killed", killed=i, waited_s=self.stop_timeout)
             child.kill()
             codes.append(child.wait())
-            if self.uds:
-                from sidecar.errors import FailedPrecondition
-                from sidecar.listeners import prepare_unix_socket  # imports grpc: only here
+        if self.uds:
+            from sidecar.errors import FailedPrecondition
+            from sidecar.listeners import prepare_unix_socket  # imports grpc: only here
 
+            for i in range(len(self.children)):
                 try:
                     prepare_unix_socket(f"{self.uds}.{i}")
                 except (FailedPrecondition, OSError):

@@ -150,3 +150,42 @@ def test_counters_and_amounts_add_up_facts_about_the_server_do_not(tmp_path: Pat
     assert samples[("sidecar_models_loaded", ())] == 1
     assert samples[("process_start_time_seconds", ())] == 200.0
     assert [v for (name, _), v in samples.items() if name == "python_info"] == [1.0]
+
+
+def test_a_process_left_out_is_added_up_with_its_last_scrape_until_it_restarts(tmp_path: Path, endpoints) -> None:  # noqa: ANN001
+    """Merged counters must not go down while the processes live: Prometheus reads a counter that
+    goes down as a reset. A process that answers badly (or not at all) is added up with its last
+    good scrape, and still counted in `sidecar_processes_unscraped` (before, its requests left the
+    sum: 7, then 3). Its last values go only when it has been restarted (a new metrics port)."""
+    answers = {0: answer(exposition(3, 100.0, 1)), 1: answer(exposition(4, 200.0, 1))}
+    ports = [endpoints(lambda handler, i=i: answers[i](handler)) for i in range(2)]
+    group = GroupState.create(str(tmp_path / "state"), 2)
+    for i, port in enumerate(ports):
+        group.set_metrics_port(i, port)
+    server = group_metrics.serve(group, "127.0.0.1", 0)
+
+    def scrape() -> dict[tuple[str, tuple], float]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=30) as response:
+            text = response.read().decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    try:
+        assert scrape()[TOKENIZE_OK] == 7
+        answers[0] = answer(exposition(5, 100.0, 1))
+        answers[1] = answer('sidecar_requests_total{rpc="Tokenize" 3\n')  # does not parse
+        samples = scrape()
+        assert samples[TOKENIZE_OK] == 9  # 5 + process 1's last 4
+        assert samples[("sidecar_processes_scraped", ())] == 1
+        assert samples[("sidecar_processes_unscraped", ())] == 1
+        # Process 1 restarted: a new endpoint, counting from 0 again; its old values are gone.
+        group.set_metrics_port(1, 0)
+        assert scrape()[TOKENIZE_OK] == 5
+        group.set_metrics_port(1, endpoints(answer(exposition(1, 300.0, 0))))
+        samples = scrape()
+        assert samples[TOKENIZE_OK] == 6
+        assert samples[("sidecar_processes_unscraped", ())] == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+        group.close()

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -251,3 +252,89 @@ def test_a_process_that_does_not_stop_is_killed(tmp_path: Path) -> None:
             os.kill(hung, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_a_stop_while_a_process_waits_to_restart_exits_0_and_removes_its_socket(tmp_path: Path) -> None:
+    """SIGTERM while process 1 waits in its restart backoff (killed, then killed again while it
+    restarted: the next start is 2 s after the previous one): the stop was asked for, so the parent
+    exits 0 (it returned the earlier crash's -9 as 247), does not start process 1 again, and removes
+    the socket file process 1 left when it was killed (nobody listens on it)."""
+    parent, uds, log_path = start_group(tmp_path)
+    try:
+        first = child_pid(parent.pid, 1)
+        os.kill(first, signal.SIGKILL)
+        pids: list[int] = []
+        wait_for(lambda: bool(pids.append(new_child_pid(parent.pid, 1, first)) or pids[-1]),
+                 "process 1 was not started again", log_path)
+        os.kill(pids[-1], signal.SIGKILL)
+        wait_for(lambda: sum(e.get("event") == "process_exited" and e.get("exited") == 1 for e in log_events(log_path)) == 2,
+                 "the second death of process 1 was not seen", log_path)
+        (backoff,) = [e for e in log_events(log_path) if e.get("event") == "process_exited" and e.get("crashes") == 1]
+        assert backoff["restart_in_s"] > 0, backoff
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(60) == 0, log_path.read_text()[-4000:]
+        restarts = [e for e in log_events(log_path) if e.get("event") == "process_restarted"]
+        assert len(restarts) == 1, restarts  # the first restart only, none after the stop
+        assert [e["process"] for e in log_events(log_path) if e.get("event") == "stopped"] == [0]
+        assert not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES))
+    finally:
+        stop(parent)
+
+
+def test_a_stop_just_after_a_restart_exits_0(tmp_path: Path) -> None:
+    """SIGTERM right after process 1 was restarted reaches it before it has installed its handlers,
+    so the default action kills it (-15): that is the stop asked for, not a failure (the parent
+    exited 241)."""
+    parent, uds, log_path = start_group(tmp_path)
+    try:
+        first = child_pid(parent.pid, 1)
+        os.kill(first, signal.SIGKILL)
+        wait_for(lambda: new_child_pid(parent.pid, 1, first) is not None, "process 1 was not started again", log_path)
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(60) == 0, log_path.read_text()[-4000:]
+        assert not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES))
+    finally:
+        stop(parent)
+
+
+def test_a_stop_that_comes_while_a_process_is_started_reaches_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The stop signal arrives while a restart is in Popen, before the new process is stored: the
+    forwarded signals are blocked around Popen and the list update, so the handler runs after and
+    passes SIGTERM to the new process too (it iterated the list without it: the new process got
+    nothing and was SIGKILLed after the stop timeout)."""
+    from sidecar import processes
+    from sidecar.group import GroupState
+
+    group = GroupState.create(str(tmp_path / "state"), 1)
+    # A stand-in server process: unblocks the signals as a real one does first thing, then waits.
+    sleeper = [sys.executable, "-c", "import os, time\nfrom sidecar.processes import die_with_supervisor\n"
+               "die_with_supervisor(os.getppid())\ntime.sleep(120)\n"]
+    fleet = processes._Fleet([sleeper], group, 30.0, None)
+    previous = signal.signal(signal.SIGTERM, fleet.forward)
+    try:
+        # Process 0 has died and waits to be restarted.
+        fleet.children.append(subprocess.Popen(sleeper, cwd=REPO))
+        fleet.started.append(0.0)
+        fleet.first_start.append(False)
+        fleet.crashes.append(0)
+        fleet.restart_at.append(0.0)
+        fleet.children[0].kill()
+        fleet.children[0].wait()
+        popen = subprocess.Popen
+
+        def popen_then_stop(*args, **kwargs) -> subprocess.Popen:  # noqa: ANN002, ANN003
+            child = popen(*args, **kwargs, cwd=REPO)
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)  # the stop, before the child is stored
+            return child
+
+        monkeypatch.setattr(processes.subprocess, "Popen", popen_then_stop)
+        fleet._restart(0)
+        assert fleet.stopping == [signal.SIGTERM]
+        assert fleet.children[0].wait(30) == -signal.SIGTERM
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        for child in fleet.children:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+        group.close()
