@@ -94,8 +94,9 @@ class ServerConfig:
     #: Seconds a connection with no call in flight stays open (gRPC then closes it; clients
     #: reconnect): what a connection that never calls holds a slot for.
     max_connection_idle_s: float = 300.0
-    #: Bytes of unary responses that may wait for their clients to read them before new unary
-    #: calls are refused (RESOURCE_EXHAUSTED): a client that never reads keeps them in memory.
+    #: Bytes of unary responses that may wait for one connection's client to read them before its
+    #: new unary calls are refused (RESOURCE_EXHAUSTED; everyone's past 4 times it in all): a
+    #: client that never reads keeps them in memory (see `sidecar.rpc.Gate`).
     max_unsent_bytes: int = 512 << 20
     #: Calls with less input than this run inline on the event loop (a thread hop costs more).
     inline_bytes: int = 16 * 1024
