@@ -165,6 +165,16 @@ def new_child_pid(parent: int, index: int, old: int) -> int | None:
     return pid if pid != old else None
 
 
+def kill_process_1_twice(parent: subprocess.Popen, log_path: Path) -> None:
+    """Kills process 1, then kills it again once the parent has started it anew (while it starts)."""
+    first = child_pid(parent.pid, 1)
+    os.kill(first, signal.SIGKILL)
+    pids: list[int] = []
+    wait_for(lambda: bool(pids.append(new_child_pid(parent.pid, 1, first)) or pids[-1]),
+             "process 1 was not started again", log_path)
+    os.kill(pids[-1], signal.SIGKILL)
+
+
 def stop(parent: subprocess.Popen) -> None:
     if parent.poll() is None:
         parent.kill()
@@ -178,12 +188,7 @@ def test_a_process_killed_while_it_restarts_is_restarted_again(tmp_path: Path) -
     arguments or models are bad: they served before)."""
     parent, uds, log_path = start_group(tmp_path)
     try:
-        first = child_pid(parent.pid, 1)
-        os.kill(first, signal.SIGKILL)
-        pids: list[int] = []
-        wait_for(lambda: bool(pids.append(new_child_pid(parent.pid, 1, first)) or pids[-1]),
-                 "process 1 was not started again", log_path)
-        os.kill(pids[-1], signal.SIGKILL)
+        kill_process_1_twice(parent, log_path)
         # Killed while starting: it had not announced it listens.
         assert listenings(log_path, 1) == 1, log_path.read_text()
 
@@ -261,12 +266,7 @@ def test_a_stop_while_a_process_waits_to_restart_exits_0_and_removes_its_socket(
     the socket file process 1 left when it was killed (nobody listens on it)."""
     parent, uds, log_path = start_group(tmp_path)
     try:
-        first = child_pid(parent.pid, 1)
-        os.kill(first, signal.SIGKILL)
-        pids: list[int] = []
-        wait_for(lambda: bool(pids.append(new_child_pid(parent.pid, 1, first)) or pids[-1]),
-                 "process 1 was not started again", log_path)
-        os.kill(pids[-1], signal.SIGKILL)
+        kill_process_1_twice(parent, log_path)
         wait_for(lambda: sum(e.get("event") == "process_exited" and e.get("exited") == 1 for e in log_events(log_path)) == 2,
                  "the second death of process 1 was not seen", log_path)
         (backoff,) = [e for e in log_events(log_path) if e.get("event") == "process_exited" and e.get("crashes") == 1]

@@ -110,6 +110,21 @@ fn results(batch: &Batch) -> Vec<pb::MultiplexResult> {
     out
 }
 
+/// The one result of a call `run` deferred, run alone as the server runs it on a worker.
+fn run_deferred(mux: &Multiplexer, raw: &[u8], deferred: Deferred) -> pb::MultiplexResult {
+    let one = mux
+        .run_one(
+            &raw[deferred.start..deferred.start + deferred.len],
+            Duration::ZERO,
+            None,
+        )
+        .unwrap();
+    let [result] = &results(&one)[..] else {
+        panic!("{:?}", results(&one))
+    };
+    result.clone()
+}
+
 fn error_code(result: &pb::MultiplexResult) -> Option<i32> {
     match &result.result {
         Some(Outcome::Error(status)) => Some(status.code),
@@ -147,16 +162,7 @@ fn small_requests_are_answered_in_the_call_and_large_ones_deferred() {
             (big.len() + execute::ITEM_COST) * factor
         )
     );
-    let one = mux
-        .run_one(
-            &raw[deferred.start..deferred.start + deferred.len],
-            Duration::ZERO,
-            None,
-        )
-        .unwrap();
-    let [result] = &results(&one)[..] else {
-        panic!()
-    };
+    let result = run_deferred(&mux, &raw, deferred);
     let Some(Outcome::Tokenize(response)) = &result.result else {
         panic!("{result:?}")
     };
@@ -661,16 +667,7 @@ fn a_multiplexed_render_whose_prompt_outgrows_its_size_is_deferred() {
         (deferred.id, deferred.cost),
         (2, 50 * 50 * "ab ".len() * toy_encode_factor())
     );
-    let one = mux
-        .run_one(
-            &raw[deferred.start..deferred.start + deferred.len],
-            Duration::ZERO,
-            None,
-        )
-        .unwrap();
-    let [result] = &results(&one)[..] else {
-        panic!()
-    };
+    let result = run_deferred(&mux, &raw, deferred);
     let Some(Outcome::Render(response)) = &result.result else {
         panic!("{result:?}")
     };
