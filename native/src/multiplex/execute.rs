@@ -25,7 +25,25 @@ pub(super) const ITEM_COST: usize = 64;
 /// How far past the inline bound a request that started on the caller's thread may go once its
 /// real cost shows (a rendered prompt, the ids to hash) before it stops and is run again on a
 /// worker: a request just under the bound whose template adds a little still finishes.
-pub(super) const INLINE_SLACK: usize = 2;
+const INLINE_SLACK: usize = 2;
+
+/// What a request that starts on the caller's thread under an inline bound of `inline_bytes` may
+/// spend once its real cost shows ([`INLINE_SLACK`] times the bound).
+pub(super) fn inline_budget(inline_bytes: usize) -> usize {
+    inline_bytes.saturating_mul(INLINE_SLACK)
+}
+
+/// The work of hashing id sequences of these lengths ([`hash::HashSpec::work`]) when it is past an
+/// inline `budget`: the request then stops and runs on a worker.
+fn hashing_past(
+    spec: Option<&hash::HashSpec>,
+    budget: Option<usize>,
+    lengths: impl Iterator<Item = usize>,
+) -> Option<usize> {
+    let (spec, budget) = (spec?, budget?);
+    let work = lengths.map(|n| spec.work(n)).fold(0, usize::saturating_add);
+    (work > budget).then_some(work)
+}
 
 /// A decoded request.
 pub(super) enum Request {
@@ -162,14 +180,9 @@ impl Multiplexer {
         };
         check_text_lengths(&request.texts, self.settings.max_text_chars)?;
         let encoded = model.tokenizer.encode_batch(&request.texts, &opts)?;
-        if let (Some(spec), Some(budget)) = (&spec, inline) {
-            let work = encoded
-                .iter()
-                .map(|e| spec.work(e.ids.len()))
-                .fold(0, usize::saturating_add);
-            if work > budget {
-                return Ok(Response::Deferred(work));
-            }
+        if let Some(work) = hashing_past(spec.as_ref(), inline, encoded.iter().map(|e| e.ids.len()))
+        {
+            return Ok(Response::Deferred(work));
         }
         let mut encodings = Vec::with_capacity(encoded.len());
         for e in encoded {
@@ -280,11 +293,8 @@ impl Multiplexer {
                 Inline::Deferred(cost) => return Ok(Response::Deferred(cost)),
             },
         };
-        if let (Some(spec), Some(budget)) = (&spec, inline) {
-            let work = spec.work(rendered.ids.len());
-            if work > budget {
-                return Ok(Response::Deferred(work));
-            }
+        if let Some(work) = hashing_past(spec.as_ref(), inline, [rendered.ids.len()].into_iter()) {
+            return Ok(Response::Deferred(work));
         }
         let (block_hashes, block_hash_spec) = match &spec {
             Some(spec) => (

@@ -287,7 +287,7 @@ impl Multiplexer {
         // Small and bounded: run now (off the loop when the whole message was large, where the
         // message's flag stops it once its client has gone), unless its real cost shows past
         // the bound (a template's output, the ids to hash): then it runs on a worker too.
-        let budget = Some(inline.saturating_mul(execute::INLINE_SLACK));
+        let budget = Some(execute::inline_budget(inline));
         if let Some(cost) = self.finish(call, request, elapsed, flag, budget, batch) {
             defer(batch, cost);
         }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::tokenizer::CacheStats;
 use crate::wire::{pb, CallKind};
 
-use super::execute::{Request, Response, INLINE_SLACK, ITEM_COST};
+use super::execute::{inline_budget, Request, Response, ITEM_COST};
 use super::Multiplexer;
 
 /// How one unary call runs.
@@ -84,7 +84,7 @@ impl Multiplexer {
                 return (outcome, Ok(()));
             }
         }
-        let budget = inline.map(|bytes| bytes.saturating_mul(INLINE_SLACK));
+        let budget = inline.map(inline_budget);
         let result = match self.execute(request, opts.cancel, budget) {
             Ok(Response::Deferred(cost)) => {
                 outcome.deferred_cost = cost.max(1);
