@@ -110,8 +110,9 @@ impl Pieces {
         added: &[AddedToken],
     ) -> Option<Pieces> {
         let decoder = serde_json::to_value(hf.get_decoder()?).ok()?;
+        let family = Family::of(&decoder)?;
         let special = special_flags(hf, known.len(), added);
-        match Family::of(&decoder)? {
+        match family {
             Family::ByteLevel => Some(Pieces::ByteLevel(byte_level_table(hf, known, special))),
             Family::SentencePiece { strip_leading } => Some(Pieces::SentencePiece {
                 pieces: sentencepiece_table(hf, known, special),
