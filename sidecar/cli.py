@@ -113,7 +113,7 @@ def _supervise(args: argparse.Namespace) -> int:
     if args.port < 0:
         print("sidecar: --processes: with --port -1 each process listens only on its own Unix socket", file=sys.stderr)
     return supervise(args.serve_argv, args.processes, args.host, args.port, args.uds, args.metrics_port,
-                     args.metrics_host, args.drain_seconds)
+                     args.metrics_host, args.drain_seconds, args.liveness_timeout_s)
 
 
 def _octal_mode(text: str) -> int:
@@ -394,6 +394,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="run N server processes on the same listeners: TCP port shared (SO_REUSEPORT), "
                             "Unix socket PATH as PATH.0 .. PATH.N-1, one /metrics adding them up, health for the group, "
                             "a process that dies restarted (see sidecar/processes.py)")
+    serve.add_argument("--liveness-timeout-s", type=seconds, default=30.0, metavar="S",
+                       help="with --processes: a serving process whose event loop has not turned for S seconds (hung, "
+                            "deadlocked, stopped) is killed and restarted; 0 = never (default 30)")
     serve.add_argument("--pin-loop-cpu", type=int, default=None, metavar="CPU",
                        help="run the event loop and gRPC's threads on this CPU (process i of --processes on CPU+i), native "
                             "workers on all the others' CPUs too: thread wake-ups across CPUs cost more than the work of a "

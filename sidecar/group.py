@@ -3,11 +3,12 @@ place by each (`pread`/`pwrite`), with a slot per process (its state and the por
 /metrics).
 
 The parent creates it and passes its path to every process (`--group-state`). A process writes its
-own slot (STARTING, then SERVING once it listens, DRAINING when asked to stop) and reads the others
-for its health answers: every process answers for the group, so a health check on any socket or
+own slot (STARTING, then SERVING once it listens, DRAINING when asked to stop, and a heartbeat count
+its event loop raises every `HEARTBEAT_SECONDS`) and reads the others for its health answers: every process answers for the group, so a health check on any socket or
 connection is NOT_SERVING while any process is not serving (starting, draining, or dead and being
-restarted). The parent writes DOWN into the slot of a process that has died, and reads the metrics
-ports to serve one /metrics that adds the processes up (see `sidecar.group_metrics`).
+restarted). The parent writes DOWN into the slot of a process that has died, reads the metrics
+ports to serve one /metrics that adds the processes up (see `sidecar.group_metrics`), and kills a
+serving process whose heartbeat stopped (a hung or stopped event loop; `sidecar.processes`).
 
 Each field is an aligned 32-bit word written by one process at a time: a reader sees the old or
 the new value, never a mix, which is all a health answer needs. The file is not memory-mapped: a
@@ -21,7 +22,9 @@ import os
 import struct
 
 STARTING, SERVING, DRAINING, DOWN = 0, 1, 2, 3
-_SLOT = struct.Struct("<II")  # state, metrics port (0: none)
+_SLOT = struct.Struct("<III")  # state, metrics port (0: none), heartbeats
+#: How often a serving process's event loop raises its heartbeat count.
+HEARTBEAT_SECONDS = 1.0
 
 
 class GroupState:
@@ -35,7 +38,7 @@ class GroupState:
     @classmethod
     def create(cls, path: str, processes: int) -> "GroupState":
         with open(path, "wb") as f:
-            f.write(b"".join(_SLOT.pack(STARTING, 0) for _ in range(processes)))
+            f.write(b"".join(_SLOT.pack(STARTING, 0, 0) for _ in range(processes)))
         return cls.open(path)
 
     @classmethod
@@ -45,9 +48,9 @@ class GroupState:
             raise ValueError(f"--group-state {path}: not a group state file ({size} bytes)")
         return cls(path, size // _SLOT.size, os.open(path, os.O_RDWR))
 
-    def _slot(self, index: int) -> tuple[int, int]:
+    def _slot(self, index: int) -> tuple[int, int, int]:
         data = os.pread(self._fd, _SLOT.size, index * _SLOT.size)
-        return _SLOT.unpack(data) if len(data) == _SLOT.size else (DOWN, 0)
+        return _SLOT.unpack(data) if len(data) == _SLOT.size else (DOWN, 0, 0)
 
     def state(self, index: int) -> int:
         return self._slot(index)[0]
@@ -60,6 +63,12 @@ class GroupState:
 
     def set_metrics_port(self, index: int, port: int) -> None:
         os.pwrite(self._fd, struct.pack("<I", port), index * _SLOT.size + 4)
+
+    def heartbeats(self, index: int) -> int:
+        return self._slot(index)[2]
+
+    def set_heartbeats(self, index: int, count: int) -> None:
+        os.pwrite(self._fd, struct.pack("<I", count % 2**32), index * _SLOT.size + 8)
 
     def all_serving(self) -> bool:
         return all(self.state(i) == SERVING for i in range(self.processes))

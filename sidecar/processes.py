@@ -22,6 +22,10 @@ loop each), started, supervised and stopped by this process, which serves no RPC
   decides whether the server starts: one that exits then, before it ever served (bad arguments, a
   model that does not load), stops the server: the others are stopped and this process exits with
   its code.
+- A serving process whose event loop stops turning (its heartbeat count in the state file unchanged
+  for `--liveness-timeout-s`: a loop stuck in a call, a deadlock, a SIGSTOP) answers nothing while
+  its slot still says SERVING and the kernel keeps giving it connections: it is killed (SIGKILL,
+  logged `process_unresponsive`) and restarted as a process that died after serving.
 - SIGTERM, SIGINT and SIGHUP are passed to every process; after SIGTERM or SIGINT nothing is
   restarted and this process exits once all have: 0 unless a process that was running when the
   stop came failed to stop cleanly (the first such code). Deaths from before the stop (a process
@@ -52,7 +56,7 @@ from contextlib import closing, nullcontext
 from typing import Sequence
 
 from sidecar import group_metrics
-from sidecar.group import DOWN, STARTING, GroupState
+from sidecar.group import DOWN, SERVING, STARTING, GroupState
 from sidecar.logs import get_logger
 
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -111,7 +115,8 @@ def die_with_supervisor(supervisor_pid: int) -> bool:
 
 
 def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, uds: str | None,
-              metrics_port: int | None, metrics_host: str = "127.0.0.1", drain_seconds: float = 10.0) -> int:
+              metrics_port: int | None, metrics_host: str = "127.0.0.1", drain_seconds: float = 10.0,
+              liveness_timeout_s: float = 0.0) -> int:
     """Runs `processes` servers until a stop signal has ended them all, or one fails to start."""
     reserved = reserve_port(host) if port == 0 else None
     if reserved is not None:
@@ -130,7 +135,7 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
                 signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
             _log.info("metrics_listening", address=f"{metrics_host}:{metrics_server.server_address[1]}")
         argv = [child_argv(serve_argv, i, port, uds, metrics_port, group.path) for i in range(processes)]
-        fleet = _Fleet(argv, group, drain_seconds + STOP_MARGIN_S, uds)
+        fleet = _Fleet(argv, group, drain_seconds + STOP_MARGIN_S, uds, liveness_timeout_s)
         previous = {s: signal.signal(s, fleet.forward) for s in _FORWARDED}
         try:
             with closing(reserved) if reserved is not None else nullcontext():
@@ -148,12 +153,17 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
 class _Fleet:
     """The processes, their restarts, and the signals passed on to them."""
 
-    def __init__(self, argv: list[list[str]], group: GroupState, stop_timeout: float, uds: str | None) -> None:
+    def __init__(self, argv: list[list[str]], group: GroupState, stop_timeout: float, uds: str | None,
+                 liveness_timeout: float = 0.0) -> None:
         self.argv = argv
         self.group = group
         #: Seconds the processes get to exit after a stop before they are killed.
         self.stop_timeout = stop_timeout
         self.uds = uds
+        #: Seconds a serving process's heartbeat may stay unchanged before it is killed (0: never).
+        self.liveness_timeout = liveness_timeout
+        #: Per process: its last heartbeat count seen while serving, and when it was first seen.
+        self.heartbeats: dict[int, tuple[int, float]] = {}
         self.children: list[subprocess.Popen] = []
         self.started: list[float] = []
         #: Per process: whether it is on its first start, the one that decides whether the server starts.
@@ -221,6 +231,7 @@ class _Fleet:
                 if self.stopping:
                     break  # no restart, nor failed start, once the stop has come
                 if code is None:
+                    self._check_alive(i)
                     continue
                 if self.restart_at[i] is None:  # a death not seen before
                     served = self.group.state(i) != STARTING
@@ -231,6 +242,22 @@ class _Fleet:
                 elif time.monotonic() >= self.restart_at[i]:
                     self._restart(i)
             time.sleep(0.1)
+
+    def _check_alive(self, index: int) -> None:
+        """Kills process `index` (the next poll restarts it) when it has served without raising its
+        heartbeat for `liveness_timeout` seconds. Counted on this process's clock from the first
+        time a count was seen, so a process that just turned SERVING gets the whole timeout."""
+        if not self.liveness_timeout or self.group.state(index) != SERVING:
+            self.heartbeats.pop(index, None)
+            return
+        count, now = self.group.heartbeats(index), time.monotonic()
+        seen = self.heartbeats.get(index)
+        if seen is None or seen[0] != count:
+            self.heartbeats[index] = (count, now)
+        elif now - seen[1] > self.liveness_timeout:
+            _log.error("process_unresponsive", unresponsive=index, silent_s=round(now - seen[1], 1))
+            self.heartbeats.pop(index)
+            self.children[index].kill()
 
     def _schedule_restart(self, index: int, code: int, served: bool) -> None:
         """A process that served is started again RESTART_INTERVAL_S after its previous start; one

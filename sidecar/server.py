@@ -20,7 +20,7 @@ from router_adapter.router import IndexFactory
 from router_adapter.hashing import BlockHasher
 from sidecar import metrics, tracing
 from sidecar.backend import EncodeOptions, RendererSettings
-from sidecar.group import DRAINING, SERVING, GroupState
+from sidecar.group import DRAINING, HEARTBEAT_SECONDS, SERVING, GroupState
 from sidecar.factory import get_backend, get_hasher, get_index_factory
 from sidecar.config import ServerConfig
 from sidecar.errors import FailedPrecondition
@@ -250,6 +250,18 @@ class RunningServer:
             self.group.set_metrics_port(self.process_index, self.metrics_port or 0)
             self.group.set_state(self.process_index, state)
 
+    async def heartbeat(self) -> None:
+        """Raises this process's heartbeat count in its group slot every `HEARTBEAT_SECONDS` for as
+        long as the event loop turns: the parent kills a serving process whose count stops (a hung
+        or stopped loop answers nothing, while its slot still says SERVING; sidecar.processes)."""
+        if self.group is None or self.process_index is None:
+            return
+        beats = 0
+        while True:
+            beats += 1
+            self.group.set_heartbeats(self.process_index, beats)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
     @property
     def metrics_port(self) -> int | None:
         return self.metrics_address[1] if self.metrics_address else None
@@ -415,10 +427,12 @@ async def serve(config: ServerConfig) -> None:
         _announce(running, config)
         running.announce_state(SERVING)
         reloads = asyncio.create_task(_reload_on_hangups(running, signals))
+        heartbeat = asyncio.create_task(running.heartbeat())
         await signals.stop.wait()
         reloads.cancel()
         _log.info("draining", grace_seconds=config.drain_seconds, inflight=running.gate.inflight)
         cancelled = await running.drain(config.drain_seconds, config.drain_notice_seconds, lambda: signals.stops > 1)
+        heartbeat.cancel()
         _log.info("stopped", cancelled=cancelled)
     finally:
         signals.remove()

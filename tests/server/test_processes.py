@@ -259,6 +259,34 @@ def test_a_process_that_does_not_stop_is_killed(tmp_path: Path) -> None:
             pass
 
 
+def test_a_serving_process_whose_loop_stops_is_killed_and_restarted(tmp_path: Path) -> None:
+    """A process whose event loop stops turning (here stopped outright) still says SERVING in its
+    slot and still gets connections from the kernel, but answers nothing: once its heartbeat has not
+    moved for --liveness-timeout-s the parent kills it and restarts it like any process that died
+    after serving, and the group serves again. The process whose loop runs is left alone."""
+    parent, uds, log_path = start_group(tmp_path, "--liveness-timeout-s", "3")
+    hung = child_pid(parent.pid, 1)
+    try:
+        os.kill(hung, signal.SIGSTOP)
+        wait_restarted(log_path, 1)
+        unresponsive = [e for e in log_events(log_path) if e.get("event") == "process_unresponsive"]
+        assert [e["unresponsive"] for e in unresponsive] == [1], unresponsive
+        assert unresponsive[0]["silent_s"] >= 3, unresponsive
+        (exited,) = [e for e in log_events(log_path) if e.get("event") == "process_exited"]
+        assert (exited["exited"], exited["exit_code"], exited["served"]) == (1, -signal.SIGKILL, True), exited
+        wait_for(lambda: health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.SERVING,
+                 "the group did not turn SERVING again", log_path)
+        assert tokenize(f"unix:{uds}.1", "served again")
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(60) == 0, log_path.read_text()[-4000:]
+    finally:
+        stop(parent)
+        try:
+            os.kill(hung, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
 def test_a_stop_while_a_process_waits_to_restart_exits_0_and_removes_its_socket(tmp_path: Path) -> None:
     """SIGTERM while process 1 waits in its restart backoff (killed, then killed again while it
     restarted: the next start is 2 s after the previous one): the stop was asked for, so the parent
