@@ -102,6 +102,11 @@ class FeedOptions:
     #: A live replica drops a worker with no message for this long (a relay that died); None = never.
     silence_timeout_s: float | None = 300.0
     fetch_batch: int = 256
+    #: Bytes one pull may bring. Pulls ask for a count of messages, so a pull asks for at most this
+    #: many of the server's largest message (`max_payload`, 1 MiB by default, often raised to 8 MiB
+    #: or more): a pull's messages are all held at once, and 256 of 64 MiB would be 16 GiB. The
+    #: client's buffer for the subscription is twice this.
+    fetch_bytes: int = 256 << 20
 
 
 @dataclass
@@ -142,6 +147,8 @@ class ModelFeed:
     stream_created: float | None = None
     #: Messages skipped because their headers could not be read (not a relay's).
     malformed: int = 0
+    #: Consumers made again after a failure (a lost connection, messages dropped on the way).
+    consumer_restarts: int = 0
     workers: dict[str, WorkerCursor] = field(default_factory=dict)
 
 
@@ -256,6 +263,7 @@ class NatsFeed:
                 if feed.state == LIVE or feed.stream_seq > read_up_to:
                     delay = RESTART_DELAYS_S[0]  # it had been working: a new failure, not the same one again
                 feed.state = RECONNECTING
+                feed.consumer_restarts += 1
                 _log.warning("kv_nats_consumer_restart model=%s stream_seq=%d retry_in_s=%.1f error=%r",
                              feed.model, feed.stream_seq, delay, e)
                 await asyncio.sleep(delay)
@@ -271,15 +279,18 @@ class NatsFeed:
             inactive_threshold=60.0, mem_storage=True,
         )
         connection = self._connection
+        max_payload = getattr(self._nc, "max_payload", 0) or 1 << 20  # the server's INFO, or its default
+        most = max(1, self.options.fetch_bytes // max_payload)
         sub = await self._js.pull_subscribe(
             fanout.model_filter(self.options.prefix, feed.model), stream=self.options.stream, config=config,
+            pending_bytes_limit=2 * max(self.options.fetch_bytes, max_payload),
         )
         # The consumer numbers what it delivers 1, 2, ...; a number skipped is a message the client
         # dropped (its pending limits: a slow consumer) and, with no acks, never redelivered.
         delivered = 0
         idle_since = time.monotonic()
-        # How many messages to ask for: what the server said is still pending (at most `fetch_batch`),
-        # else one. A pull request for more than the stream has waits at the server until it has them
+        # How many messages to ask for: what the server said is still pending (at most `fetch_batch`,
+        # and `most`: see `fetch_bytes`), else one. A pull request for more than the stream has waits at the server until it has them
         # all or the request expires, which would hold every message of a live replica for up to the
         # fetch timeout; a request for one returns as soon as the next message is stored.
         batch = 1
@@ -315,7 +326,7 @@ class NatsFeed:
                     # loop) always sees the index exactly as of `feed.stream_seq`.
                     self._apply_ops(feed.model, ops)
                     await asyncio.sleep(0)
-                batch = max(1, min(self.options.fetch_batch, feed.pending))
+                batch = max(1, min(self.options.fetch_batch, most, feed.pending))
                 if feed.pending == 0 and feed.state == CATCHING_UP:
                     feed.state = LIVE
                     _log.info("kv_nats_live model=%s stream_seq=%d", feed.model, feed.stream_seq)

@@ -445,3 +445,34 @@ def test_a_consumer_whose_first_question_fails_is_let_go(monkeypatch: pytest.Mon
         with pytest.raises(asyncio.TimeoutError):
             asyncio.run(feed._consume(nats_feed.ModelFeed(MODEL)))
     assert len(made) == 3 and let_go == made
+
+
+def test_a_pull_asks_for_no_more_than_fetch_bytes_of_the_largest_messages(publisher: Publisher, replicas,  # noqa: ANN001
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pulls ask for a count of messages, and a pull's messages are all held at once: a count sized
+    for small messages (256) asked a server whose max_payload was raised for up to 256 of its
+    largest. A pull now asks for no more than `fetch_bytes` of the server's largest message (here 2
+    MiB of 1 MiB: two), and a backlog of 600 KB messages comes through whole, no consumer made
+    again."""
+    from nats.js.client import JetStreamContext
+
+    asked: list[int] = []
+    fetch = JetStreamContext.PullSubscription.fetch
+
+    async def counted(self, batch: int = 1, *args, **kwargs):  # noqa: ANN001, ANN002, ANN003, ANN202
+        asked.append(batch)
+        return await fetch(self, batch, *args, **kwargs)
+
+    monkeypatch.setattr(JetStreamContext.PullSubscription, "fetch", counted)
+    padding = b"x" * 600_000
+    for seq in range(24):
+        event = {"type": "BlockStored", "block_hashes": [1000 + seq], "parent_block_hash": None,
+                 "token_ids": tokens(seq), "block_size": BS, "lora_id": None, "medium": "GPU", "lora_name": None,
+                 "padding": padding}
+        publisher.publish("w0", msgspec.msgpack.encode([time.time(), [event], 0]), fanout.batch_headers("w0", 1, seq))
+    router, feed = replicas(fetch_bytes=2 << 20)
+    wait_until(lambda: live(feed) and blocks(router, "w0") == 24, 60, "the backlog to be read")
+    model = feed.models[MODEL]
+    assert (model.consumer_restarts, model.workers["w0"].gaps, model.workers["w0"].batches) == (0, 0, 24)
+    assert held(router, range(24)) == list(range(24))
+    assert max(asked) == 2, asked
