@@ -118,8 +118,7 @@ async def connect_until_stopped(url: str, stop: asyncio.Event, name: str, **call
         await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if not connecting.done():
-            connecting.cancel()
-            await asyncio.gather(connecting, return_exceptions=True)
+            await _cancel_connect(connecting)
             return None
         try:
             return connecting.result()
@@ -130,6 +129,18 @@ async def connect_until_stopped(url: str, stop: asyncio.Event, name: str, **call
                 return None
             except asyncio.TimeoutError:
                 pass
+
+
+async def _cancel_connect(connecting: asyncio.Task) -> None:
+    """Cancels a `nats.connect` task and waits for it to end. One cancel is not always enough: one
+    that comes as a connection attempt fails is lost (`asyncio.wait_for` in Python 3.11 returns the
+    attempt's own error instead, which the client catches and tries again), so it is cancelled
+    again until it ends. A connection made meanwhile is closed."""
+    while not connecting.done():
+        connecting.cancel()
+        await asyncio.wait({connecting}, timeout=0.05)
+    if not connecting.cancelled() and connecting.exception() is None:
+        await connecting.result().close()
 
 
 def next_epoch(previous: int | None) -> int:

@@ -592,6 +592,40 @@ def test_relay_stops_while_nats_is_unreachable() -> None:
     assert not thread.is_alive() and not relay.ready.is_set()
 
 
+def test_a_stop_ends_a_first_connection_that_loses_a_cancel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cancel that comes as a connection attempt fails is lost inside the client (Python 3.11's
+    `asyncio.wait_for` returns the attempt's error, and the client tries again): the stop waited for
+    the connecting task for ever (a relay did not stop within 15 s). Here the stand-in client loses
+    the first two cancels; the stop still ends the wait, and returns no connection."""
+    import nats
+
+    lost = []
+
+    async def connect(*args: object, **kwargs: object) -> None:
+        while True:
+            try:
+                await asyncio.sleep(0.01)
+            except asyncio.CancelledError:
+                if len(lost) == 2:
+                    raise
+                lost.append(True)
+
+    monkeypatch.setattr(nats, "connect", connect)
+
+    returned = []
+
+    async def scenario() -> None:
+        stop = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.1, stop.set)
+        returned.append(await fanout.connect_until_stopped("nats://127.0.0.1:1", stop, "test"))
+
+    thread = threading.Thread(target=lambda: asyncio.run(scenario()), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive(), "the stop did not end the wait"
+    assert returned == [None] and len(lost) == 2
+
+
 def test_chunks_of_a_snapshot_that_lost_a_race_are_swept(nats_server: NatsServer) -> None:
     """Two replicas writing a snapshot at once leave the loser's chunks behind, named by no object
     (the store's put purges only the chunks of the object it replaced). After its own put a
