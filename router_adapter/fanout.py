@@ -118,7 +118,9 @@ async def connect_until_stopped(url: str, stop: asyncio.Event, name: str, **call
         await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
         stopping.cancel()
         if not connecting.done():
-            await _cancel_connect(connecting)
+            await cancel_until_done(connecting)
+            if not connecting.cancelled() and connecting.exception() is None:
+                await connecting.result().close()  # made meanwhile
             return None
         try:
             return connecting.result()
@@ -131,16 +133,19 @@ async def connect_until_stopped(url: str, stop: asyncio.Event, name: str, **call
                 pass
 
 
-async def _cancel_connect(connecting: asyncio.Task) -> None:
-    """Cancels a `nats.connect` task and waits for it to end. One cancel is not always enough: one
-    that comes as a connection attempt fails is lost (`asyncio.wait_for` in Python 3.11 returns the
-    attempt's own error instead, which the client catches and tries again), so it is cancelled
-    again until it ends. A connection made meanwhile is closed."""
-    while not connecting.done():
-        connecting.cancel()
-        await asyncio.wait({connecting}, timeout=0.05)
-    if not connecting.cancelled() and connecting.exception() is None:
-        await connecting.result().close()
+async def cancel_until_done(*tasks: asyncio.Task) -> None:
+    """Cancels `tasks` and waits for them to end, cancelling again any that goes on. One cancel is
+    not always enough: one that comes as an inner `asyncio.wait_for` finishes is lost (Python 3.11
+    returns the inner call's result or error instead; the NATS client, given a failed connection
+    attempt, tries again). Their errors are retrieved (not logged as never retrieved)."""
+    left = set(tasks)
+    while left:
+        for task in left:
+            task.cancel()
+        _, left = await asyncio.wait(left, timeout=0.05)
+    for task in tasks:
+        if not task.cancelled():
+            task.exception()
 
 
 def next_epoch(previous: int | None) -> int:

@@ -223,9 +223,7 @@ class NatsFeed:
         try:
             await self._stop.wait()
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await fanout.cancel_until_done(*tasks)
             await self._nc.close()
 
     async def _setup(self) -> None:
