@@ -7,8 +7,10 @@
 //! A call is decided when its name is read: before that the text since the start marker is held,
 //! and if it turns out not to be a call object (bad JSON, no name, end of output) it is content,
 //! markers and all. Inside a list, `,` and `]` are framing; after the body, everything up to the
-//! end marker is framing (a format without one goes back to content). A start marker followed by
-//! anything but the body's first bracket is content.
+//! end marker is framing (a format without one goes back to content), except another object where
+//! the body is one object (Hermes' `<tool_call>{...}\n{...}</tool_call>`): it is read as another
+//! call, and if it turns out not to be one, as content up to the end marker (never dropped). A
+//! start marker followed by anything but the body's first bracket is content.
 
 use crate::parse::out::{Channel, Out};
 use crate::parse::text::{leading_ws, Markers, SegBuf};
@@ -74,11 +76,13 @@ enum State {
     },
     /// Reading an object not yet known to be a call: the first `prefix` bytes (marker, `[`,
     /// whitespace) are framing if it is one and content if not; `cursor` bytes read. `list`: an
-    /// element of a list.
+    /// element of a list. `again`: an object after the body in the same block (the prefix is
+    /// framing either way, and if it is no call it is content up to the end marker).
     Undecided {
         prefix: usize,
         cursor: usize,
         list: bool,
+        again: bool,
     },
     InCall {
         index: u32,
@@ -90,6 +94,8 @@ enum State {
     ListItem,
     /// After the body: framing through the end marker.
     AfterBody,
+    /// An object after the body that is no call: content up to the end marker (framing).
+    Stray,
 }
 
 /// The parser (see the module docs).
@@ -166,7 +172,8 @@ impl JsonBlock {
                 prefix,
                 cursor,
                 list,
-            } => self.undecided(prefix, cursor, list, input, out, end)?,
+                again,
+            } => self.undecided(prefix, cursor, list, again, input, out, end)?,
             State::InCall { index, list } => {
                 let event = self.call.stream(index, input, out, end)?;
                 self.state = if event == CallEvent::Done && list {
@@ -183,12 +190,17 @@ impl JsonBlock {
                     return None;
                 }
                 self.state = if after.starts_with('{') {
-                    self.begin(0, true)
+                    self.begin(0, true, false)
                 } else {
                     State::AfterBody
                 };
             }
             State::AfterBody => self.after_body(input, out, end)?,
+            State::Stray => {
+                let patterns = self.closing_patterns();
+                let index = out.route_until(input, &patterns, Channel::Content, end)?;
+                self.close_or_reopen(index, input, out);
+            }
         }
         Some(())
     }
@@ -202,12 +214,13 @@ impl JsonBlock {
         }
     }
 
-    fn begin(&mut self, prefix: usize, list: bool) -> State {
+    fn begin(&mut self, prefix: usize, list: bool, again: bool) -> State {
         self.call = JsonCall::shaped(self.spec.shape);
         State::Undecided {
             prefix,
             cursor: prefix,
             list,
+            again,
         }
     }
 
@@ -227,7 +240,7 @@ impl JsonBlock {
         if let Some(inner) = after.strip_prefix('[').filter(|_| lists) {
             let ws2 = leading_ws(inner);
             match inner[ws2..].chars().next() {
-                Some('{') => self.state = self.begin(marker + ws + 1 + ws2, true),
+                Some('{') => self.state = self.begin(marker + ws + 1 + ws2, true, false),
                 Some(']') => {
                     out.route(input, marker + ws + 1 + ws2 + 1, Channel::Framing);
                     self.state = State::AfterBody;
@@ -236,7 +249,7 @@ impl JsonBlock {
                 _ => self.not_a_call(marker, input, out),
             }
         } else if after.starts_with('{') && objects {
-            self.state = self.begin(marker + ws, false);
+            self.state = self.begin(marker + ws, false, false);
         } else if after.is_empty() && !end {
             return None;
         } else {
@@ -255,6 +268,7 @@ impl JsonBlock {
         prefix: usize,
         cursor: usize,
         list: bool,
+        again: bool,
         input: &mut SegBuf,
         out: &mut Out,
         end: bool,
@@ -273,8 +287,13 @@ impl JsonBlock {
                     prefix,
                     cursor,
                     list,
+                    again,
                 };
                 return None;
+            }
+            _ if again => {
+                out.route(input, prefix, Channel::Framing);
+                self.state = State::Stray;
             }
             // Not a call: what was held is content, and what follows is read as content.
             _ => self.not_a_call(prefix, input, out),
@@ -300,19 +319,39 @@ impl JsonBlock {
         Some(())
     }
 
-    /// Framing through the end marker; a new start marker (the end one missing) starts over.
+    /// Framing through the end marker; a new start marker (the end one missing) starts over. In a
+    /// one-object body, another object after whitespace is read as another call.
     fn after_body(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
-        let Some(close) = self.close.as_deref() else {
+        if self.close.is_none() {
             return self.trailer(input, out, end);
-        };
-        let mut patterns = vec![close];
-        patterns.extend(self.opens.iter().map(String::as_str));
+        }
+        let s = input.as_str();
+        let ws = leading_ws(s);
+        if self.spec.body == Body::Object && s[ws..].starts_with('{') {
+            self.state = self.begin(ws, false, true);
+            return Some(());
+        }
+        let patterns = self.closing_patterns();
         let index = out.route_until(input, &patterns, Channel::Framing, end)?;
+        self.close_or_reopen(index, input, out);
+        Some(())
+    }
+
+    /// The end marker, then the start markers (a new block with the end marker missing).
+    fn closing_patterns(&self) -> Vec<&str> {
+        let mut patterns: Vec<&str> = self.close.iter().map(String::as_str).collect();
+        patterns.extend(self.opens.iter().map(String::as_str));
+        patterns
+    }
+
+    /// At pattern `index` of `closing_patterns`: the end marker is framing; either way what
+    /// follows is read as content.
+    fn close_or_reopen(&mut self, index: usize, input: &mut SegBuf, out: &mut Out) {
         if index == 0 {
-            out.route(input, close.len(), Channel::Framing);
+            let close = self.close.as_ref().map_or(0, String::len);
+            out.route(input, close, Channel::Framing);
         }
         self.state = State::Content;
-        Some(())
     }
 }
 
