@@ -326,7 +326,7 @@ def check_attribution(result: Result, trace: dict, n_tokens: int) -> None:
         assert e1 <= s2, f"overlapping spans {spans}"
     covered = sum(e - s for s, e, _ in spans)
     assert covered <= len(source)
-    if result.finished and result.finish_reason != "stop" and result.error is None:
+    if result.finished and not result.matched_stop and result.error is None:
         assert covered == len(source), f"routed {covered} of {len(source)} bytes"
 
     # Characters the model wrote in the sentinel range are U+FFFD in the source (they cannot forge

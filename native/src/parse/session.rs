@@ -645,13 +645,16 @@ impl Session {
         }
         self.finished = true;
         if let Some(index) = stop {
-            delta.finish_reason = "stop";
             let strings = self.stop_strings.iter().filter(|s| !s.is_empty());
             delta.matched_stop = Some(strings.clone().nth(index).cloned().unwrap_or_default());
-        } else if self.out.all_calls_complete() {
-            // A call cut off by the end of the output is not a completed call: the engine's own
-            // reason (length) stands.
+        }
+        // Complete calls make it "tool_calls" whatever ended the output, a stop string included
+        // (vLLM's chat layer reports it so); a call cut off by the end of the output is not a
+        // completed call: the stop string's reason, or the engine's own (length), stands.
+        if self.out.all_calls_complete() {
             delta.finish_reason = "tool_calls";
+        } else if stop.is_some() {
+            delta.finish_reason = "stop";
         }
     }
 
