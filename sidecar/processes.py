@@ -67,6 +67,9 @@ MAX_RESTART_DELAY_S = 30.0
 #: After a stop, how much longer than the drain a process may take to exit before it is killed:
 #: one asked to stop while it loads its models drains once they are loaded.
 STOP_MARGIN_S = 10.0
+#: A gap longer than this between two looks at the heartbeats (normally 0.1 s apart) means this
+#: process did not run meanwhile: the heartbeats' silence is not counted against the processes.
+LOOK_GAP_S = 2.0
 _log = get_logger("sidecar.processes")
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
@@ -164,6 +167,8 @@ class _Fleet:
         self.liveness_timeout = liveness_timeout
         #: Per process: its last heartbeat count seen while serving, and when it was first seen.
         self.heartbeats: dict[int, tuple[int, float]] = {}
+        #: When this process last looked at the heartbeats (see `_check_alive`).
+        self.last_look = time.monotonic()
         self.children: list[subprocess.Popen] = []
         self.started: list[float] = []
         #: Per process: whether it is on its first start, the one that decides whether the server starts.
@@ -226,6 +231,7 @@ class _Fleet:
         while True:
             if self.stopping:
                 return self._stop()
+            self._heartbeats_seen_lately()
             for i, child in enumerate(self.children):
                 code = child.poll()
                 if self.stopping:
@@ -242,6 +248,15 @@ class _Fleet:
                 elif time.monotonic() >= self.restart_at[i]:
                     self._restart(i)
             time.sleep(0.1)
+
+    def _heartbeats_seen_lately(self) -> None:
+        """Forgets when the heartbeats last moved if this process has not looked for a while (it was
+        stopped, or the whole machine paused: a VM migrated, a host under swap): the processes
+        were frozen with it, and their silence is this process's own."""
+        now = time.monotonic()
+        if now - self.last_look > LOOK_GAP_S:
+            self.heartbeats.clear()
+        self.last_look = now
 
     def _check_alive(self, index: int) -> None:
         """Kills process `index` (the next poll restarts it) when it has served without raising its

@@ -287,6 +287,34 @@ def test_a_serving_process_whose_loop_stops_is_killed_and_restarted(tmp_path: Pa
             pass
 
 
+def test_a_pause_of_the_whole_group_kills_nothing(tmp_path: Path) -> None:
+    """When the parent was frozen with its processes (a VM paused, a host swapping; here all
+    SIGSTOPped for longer than the liveness timeout), the heartbeats' silence is the parent's own:
+    resumed first, it must not kill the processes for it."""
+    parent, uds, log_path = start_group(tmp_path, "--liveness-timeout-s", "3")
+    children = [child_pid(parent.pid, i) for i in range(PROCESSES)]
+    try:
+        for pid in [parent.pid, *children]:
+            os.kill(pid, signal.SIGSTOP)
+        time.sleep(5)
+        os.kill(parent.pid, signal.SIGCONT)
+        time.sleep(0.5)  # the parent looks at heartbeats that have not moved for 5.5 s
+        for pid in children:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(4)
+        assert not [e for e in log_events(log_path) if e.get("event") in ("process_unresponsive", "process_exited")]
+        assert health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.SERVING
+        parent.send_signal(signal.SIGTERM)
+        assert parent.wait(60) == 0, log_path.read_text()[-4000:]
+    finally:
+        for pid in [parent.pid, *children]:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        stop(parent)
+
+
 def test_a_stop_while_a_process_waits_to_restart_exits_0_and_removes_its_socket(tmp_path: Path) -> None:
     """SIGTERM while process 1 waits in its restart backoff (killed, then killed again while it
     restarted: the next start is 2 s after the previous one): the stop was asked for, so the parent
