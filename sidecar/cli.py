@@ -398,9 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="with --processes: a serving process whose event loop has not turned for S seconds (hung, "
                             "deadlocked, stopped) is killed and restarted; 0 = never (default 30)")
     serve.add_argument("--pin-loop-cpu", type=int, default=None, metavar="CPU",
-                       help="run the event loop and gRPC's threads on this CPU (process i of --processes on CPU+i), native "
-                            "workers on all the others' CPUs too: thread wake-ups across CPUs cost more than the work of a "
-                            "small request (docs/benchmarks.md, Multiplex vs vllm-rs); off by default")
+                       help="run the event loop and gRPC's threads on this CPU (process i of --processes on the i-th "
+                            "CPU after it), and the native workers on every CPU the process may use: on the 2-vCPU VM "
+                            "measured, thread wake-ups across CPUs cost more than the work of a small request "
+                            "(docs/benchmarks.md, Multiplex vs vllm-rs); off by default")
     serve.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--group-state", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--supervisor-pid", type=int, default=None, help=argparse.SUPPRESS)
