@@ -14,7 +14,7 @@ from typing import Sequence
 
 from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
 from sidecar import kv_nats
-from sidecar.flags import positive_int, seconds
+from sidecar.flags import DefaultsHelpFormatter, positive_int, seconds
 
 DEFAULT_TARGET = os.environ.get("SIDECAR_TARGET", "127.0.0.1:50051")
 
@@ -380,10 +380,10 @@ def _reload(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sidecar", description=__doc__)
+    parser = argparse.ArgumentParser(prog="sidecar", description=__doc__, formatter_class=DefaultsHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    serve = sub.add_parser("serve", help="run the gRPC server")
+    serve = sub.add_parser("serve", help="run the gRPC server", formatter_class=DefaultsHelpFormatter)
     serve.add_argument("--model", action="append", default=[], metavar="NAME=DIR[,key=value]",
                        help="host a model directory under NAME (repeatable); options: tool_parser=, "
                             "reasoning_parser=. Without any, the embedded Qwen3 tokenizer and template are served as 'qwen3'")
@@ -393,14 +393,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--processes", type=positive_int, default=1, metavar="N",
                        help="run N server processes on the same listeners: TCP port shared (SO_REUSEPORT), "
                             "Unix socket PATH as PATH.0 .. PATH.N-1, one /metrics adding them up, health for the group, "
-                            "a process that dies restarted (see sidecar/processes.py)")
+                            "a process that dies restarted; see sidecar/processes.py")
     serve.add_argument("--liveness-timeout-s", type=seconds, default=30.0, metavar="S",
                        help="with --processes: a serving process whose event loop has not turned for S seconds (hung, "
                             "deadlocked, stopped) is killed and restarted; 0 = never (default 30)")
     serve.add_argument("--pin-loop-cpu", type=int, default=None, metavar="CPU",
-                       help="run the event loop and gRPC's threads on this CPU (process i of --processes on CPU+i), native "
-                            "workers on all the others' CPUs too: thread wake-ups across CPUs cost more than the work of a "
-                            "small request (docs/benchmarks.md, Multiplex vs vllm-rs); off by default")
+                       help="run the event loop and gRPC's threads on this CPU (process i of --processes on the i-th "
+                            "CPU after it), and the native workers on every CPU the process may use: on the 2-vCPU VM "
+                            "measured, thread wake-ups across CPUs cost more than the work of a small request "
+                            "(docs/benchmarks.md, Multiplex vs vllm-rs); off by default")
     serve.add_argument("--process-index", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--group-state", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--supervisor-pid", type=int, default=None, help=argparse.SUPPRESS)
@@ -431,32 +432,33 @@ def build_parser() -> argparse.ArgumentParser:
                        help="chat template instruction budget per Render; a template that needs more fails")
     serve.add_argument("--max-message-mb", type=int, default=64, help="max gRPC message size, both ways")
     serve.add_argument("--workers", type=int, default=0, help="native worker threads (default: CPU count)")
-    serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker (a stream's messages, one per stream, are not refused)")
+    serve.add_argument("--max-queue", type=int, default=256, help="large calls allowed to wait for a worker; a stream's messages, one per stream, are not refused")
     serve.add_argument("--max-pending-calls", type=int, default=16384,
                        help="calls gRPC holds before the server takes them (a burst); past it gRPC refuses new "
-                            "calls with CANCELLED (gRPC's own default: 3000)")
+                            "calls with CANCELLED; gRPC's own bound is 3000")
     serve.add_argument("--max-connections", type=int, default=0,
-                       help="connections kept open at once; gRPC closes any past it (0: half the open-file limit)")
+                       help="connections kept open at once, gRPC closing any past it; 0 = half the open-file limit")
     serve.add_argument("--max-connection-idle-s", type=seconds, default=300.0,
-                       help="seconds a connection with no call in flight stays open (clients reconnect)")
+                       help="seconds a connection with no call in flight stays open; clients reconnect")
     serve.add_argument("--max-unsent-mb", type=int, default=512,
                        help="MB of unary responses that may wait for one connection's client to read them; past it "
-                            "its new unary calls get RESOURCE_EXHAUSTED (everyone's past 4 times it in all)")
+                            "its new unary calls get RESOURCE_EXHAUSTED, and everyone's past 4 times it in all")
     serve.add_argument("--drain-seconds", type=seconds, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
     serve.add_argument("--drain-notice-seconds", type=seconds, default=1.0,
-                       help="health answers NOT_SERVING for at least this long after SIGTERM (capped by --drain-seconds)")
+                       help="health answers NOT_SERVING for at least this long after SIGTERM, capped by --drain-seconds")
     serve.add_argument("--parse-max-requests", type=int, default=4096,
-                       help="ParseStream: open requests per stream (more is RESOURCE_EXHAUSTED)")
+                       help="ParseStream: open requests per stream; more is RESOURCE_EXHAUSTED")
     serve.add_argument("--parse-max-held-kb", type=int, default=1024,
                        help="ParseStream: KiB of undecided output one request may hold back")
     serve.add_argument("--parse-max-stream-held-mb", type=int, default=256,
                        help="ParseStream: MiB of undecided output all the requests of one stream may hold back "
-                            "together (the request whose step passes it is RESOURCE_EXHAUSTED)")
+                            "together; the request whose step passes it is RESOURCE_EXHAUSTED")
     serve.add_argument("--multiplex-max-inflight", type=int, default=4096,
-                       help="Multiplex: requests one stream may have waiting for their results (more are "
-                            "RESOURCE_EXHAUSTED, each on its own)")
-    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+                       help="Multiplex: requests one stream may have waiting for their results; more are "
+                            "RESOURCE_EXHAUSTED, each on its own")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
+                       help="least severity of the JSON log lines on stdout; info writes one line per RPC")
     _add_limit_flags(serve)
     serve.add_argument("--kv-events", action="append", default=[],
                        metavar="WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]",
@@ -472,7 +474,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--kv-max-blocks", type=int, default=4_000_000,
                        help="bound on indexed blocks per model; the oldest blocks of the largest worker go first")
     serve.add_argument("--kv-silence-timeout", type=seconds, default=300.0,
-                       help="seconds without KV events after which a worker's blocks are dropped (0 = never)")
+                       help="seconds without KV events after which a worker's blocks are dropped; 0 = never")
     serve.add_argument("--kv-max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
                        metavar="BYTES",
                        help="the largest KV-event message taken from an engine (libzmq's MAXMSGSIZE on its SUB "
@@ -483,7 +485,7 @@ def build_parser() -> argparse.ArgumentParser:
     kv_nats.add_relay_command(sub)
 
     def client(name: str, help_text: str) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_text)
+        p = sub.add_parser(name, help=help_text, formatter_class=DefaultsHelpFormatter)
         p.add_argument("--target", default=DEFAULT_TARGET,
                        help=f"server address: host:port or unix:/path (default {DEFAULT_TARGET}, env SIDECAR_TARGET)")
         p.add_argument("--json", action="store_true", help="print the response as JSON")
@@ -494,22 +496,23 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     tok = client("tokenize", "tokenize text (arguments, or stdin with '-')")
-    tok.add_argument("--model", default="qwen3")
+    tok.add_argument("--model", default="qwen3", help="model name on the server")
     tok.add_argument("--no-special-tokens", action="store_true", help="add_special_tokens = false")
     tok.add_argument("--offsets", action="store_true", help="also print character offsets")
     tok.add_argument("--tokens", action="store_true", help="also print token strings")
-    tok.add_argument("--max-length", type=int, default=0)
+    tok.add_argument("--max-length", type=int, default=0,
+                     help="truncate each encoding to at most this many tokens; 0 = no limit")
     tok.add_argument("text", nargs="*")
     tok.set_defaults(func=_tokenize)
 
     detok = client("detokenize", "turn token ids back into text")
-    detok.add_argument("--model", default="qwen3")
+    detok.add_argument("--model", default="qwen3", help="model name on the server")
     detok.add_argument("--keep-special-tokens", action="store_true", help="skip_special_tokens = false")
     detok.add_argument("ids", nargs="+", help="token ids, space or comma separated")
     detok.set_defaults(func=_detokenize)
 
     render = client("render", "render a chat request with the model's chat template (and tokenize it)")
-    render.add_argument("--model", default="qwen3")
+    render.add_argument("--model", default="qwen3", help="model name on the server")
     render.add_argument("messages", nargs="?", default="-",
                         help="file with a JSON array of messages or an OpenAI chat request body ('-' = stdin)")
     render.add_argument("--tools", metavar="FILE", help="JSON array of tools (overrides the body's)")

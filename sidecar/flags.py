@@ -1,5 +1,5 @@
-"""Argument types of the command line: each refuses a value it cannot run with, and argparse names
-the flag in the error."""
+"""Argument types of the command line (each refuses a value it cannot run with, and argparse names
+the flag in the error) and the help formatter its commands share."""
 
 from __future__ import annotations
 
@@ -20,3 +20,32 @@ def seconds(text: str) -> float:
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text}: must be a finite number of seconds >= 0")
     return value
+
+
+class DefaultsHelpFormatter(argparse.HelpFormatter):
+    """`--help` that shows each flag's default, so the command documents itself rather than leaving
+    the reader to find the value in the README or the code: "(default: X)" is appended to a help
+    text that does not already speak of a default, when there is one to show (not None, False, an
+    empty list or suppressed)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text.lower()
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or default == []
+            or not action.option_strings
+        ):
+            return text
+        if isinstance(default, float) and default.is_integer():
+            default = int(default)
+        # Help strings are %-formatted by argparse: a literal % in the value must survive that.
+        return f"{text} (default: {str(default).replace('%', '%%')})"
+
+
+class DefaultsRawDescriptionHelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultsHelpFormatter):
+    """The same, keeping the line breaks of a description or epilog written as a block (`serve`'s
+    fan-out example)."""

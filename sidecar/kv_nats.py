@@ -12,7 +12,7 @@ import sys
 
 from router_adapter import fanout
 from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
-from sidecar.flags import positive_int, seconds
+from sidecar.flags import DefaultsHelpFormatter, DefaultsRawDescriptionHelpFormatter, positive_int, seconds
 
 
 def _common(parser: argparse.ArgumentParser, prefix: str) -> None:
@@ -34,7 +34,7 @@ One replica can instead subscribe to every engine itself: --kv-events (repeatabl
 
 def add_serve_flags(serve: argparse.ArgumentParser) -> None:
     serve.epilog = SERVE_EPILOG
-    serve.formatter_class = argparse.RawDescriptionHelpFormatter
+    serve.formatter_class = DefaultsRawDescriptionHelpFormatter
     serve.add_argument("--kv-nats", default=None, metavar="nats://HOST:PORT",
                        help="read KV events from NATS JetStream (published by `sidecar kv-relay` beside each engine) "
                             "instead of subscribing to every engine: any number of replicas share one view, and a "
@@ -86,6 +86,7 @@ def models_from_args(args: argparse.Namespace) -> tuple[str, ...]:
 def add_relay_command(sub) -> None:  # noqa: ANN001 - argparse subparsers
     relay = sub.add_parser(
         "kv-relay", help="forward one engine's ZMQ KV events to NATS JetStream (run one beside each engine)",
+        formatter_class=DefaultsHelpFormatter,
         description="Subscribes to one engine's ZMQ KV-event publisher (sequence checks, replay on gaps, "
                     "restart detection) and publishes each batch to JetStream on SUBJECT.<model>.<worker>, where "
                     "`sidecar serve --kv-nats` replicas read it. Restarting it is harmless: it resumes from the "
@@ -96,12 +97,13 @@ def add_relay_command(sub) -> None:  # noqa: ANN001 - argparse subparsers
     relay.add_argument("--nats", required=True, metavar="nats://HOST:PORT", help="the NATS server (JetStream enabled)")
     _common(relay, "")
     relay.add_argument("--silence-timeout", type=seconds, default=300.0,
-                       help="seconds without events after which the worker is reset for every replica (0 = never)")
+                       help="seconds without events after which the worker is reset for every replica; 0 = never")
     relay.add_argument("--replay-timeout", type=seconds, default=2.0, help="seconds to wait for the replay socket")
     relay.add_argument("--max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="BYTES",
                        help="the largest message taken from the engine, as `sidecar serve --kv-max-message-size` "
                             "(default 64 MiB); a larger one is lost as a gap (a gap reset for the replicas)")
-    relay.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info")
+    relay.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
+                       help="least severity of the log lines on stdout")
     relay.set_defaults(func=run_relay)
 
 
