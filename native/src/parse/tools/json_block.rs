@@ -168,12 +168,7 @@ impl JsonBlock {
                 }
             }
             State::Opened { marker } => self.opened(marker, input, out, end)?,
-            State::Undecided {
-                prefix,
-                cursor,
-                list,
-                again,
-            } => self.undecided(prefix, cursor, list, again, input, out, end)?,
+            State::Undecided { .. } => self.undecided(input, out, end)?,
             State::InCall { index, list } => {
                 let event = self.call.stream(index, input, out, end)?;
                 self.state = if event == CallEvent::Done && list {
@@ -263,16 +258,17 @@ impl JsonBlock {
         self.state = State::Content;
     }
 
-    fn undecided(
-        &mut self,
-        prefix: usize,
-        cursor: usize,
-        list: bool,
-        again: bool,
-        input: &mut SegBuf,
-        out: &mut Out,
-        end: bool,
-    ) -> Option<()> {
+    /// The `Undecided` state's work (its fields are read from the state).
+    fn undecided(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
+        let State::Undecided {
+            prefix,
+            cursor,
+            list,
+            again,
+        } = self.state
+        else {
+            unreachable!("called in the Undecided state")
+        };
         let (n, event) = self.call.feed(&input.as_str()[cursor..]);
         let cursor = cursor + n;
         match event {
