@@ -12,6 +12,7 @@ pub mod compat;
 mod env;
 pub mod json;
 mod normalize;
+mod pydict;
 mod pyfilters;
 pub mod pyjson;
 mod pymethods;
@@ -555,11 +556,11 @@ pub(crate) fn to_value(json: Json) -> Value {
         Json::Float(f) => Value::from(f),
         Json::Str(s) => Value::from(s),
         Json::Array(items) => Value::from(items.into_iter().map(to_value).collect::<Vec<_>>()),
-        Json::Object(pairs) => Value::from_pairs(
+        Json::Object(pairs) => Value::from_object(pydict::PyDict(Value::from_pairs(
             pairs
                 .into_iter()
                 .map(|(k, v)| (Value::from(k), to_value(v))),
-        ),
+        ))),
     }
 }
 
