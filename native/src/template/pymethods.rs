@@ -1,6 +1,7 @@
 //! Python `str` methods where minijinja-contrib's `pycompat` follows Rust's rules instead of
 //! Python's: `.strip()`, `.lstrip()`, `.rstrip()` and `.split()` without an argument,
-//! `.splitlines()` and `.isspace()` (see `pystr`). Everything else goes on to `pycompat`.
+//! `.splitlines()`, `.isspace()` and `.title()` (see `pystr`). Everything else goes on to
+//! `pycompat`.
 
 use minijinja::value::{from_args, ValueKind};
 use minijinja::{Error, State, Value};
@@ -54,6 +55,7 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, 
                 .map(Value::from)
                 .collect()
         }),
+        "title" => from_args(args).map(|()| Value::from(pystr::title(s))),
         "isspace" => {
             from_args(args).map(|()| Value::from(!s.is_empty() && s.chars().all(pystr::is_space)))
         }

@@ -10,7 +10,7 @@
 
 use std::fmt::Write as _;
 
-use super::unicode_tables::{NOT_PRINTABLE, WORD};
+use super::unicode_tables::{CASED, CASE_IGNORABLE, NOT_PRINTABLE, TITLE, WORD};
 
 /// `str.isspace()`: Unicode White_Space plus U+001C..U+001F, which Python counts (as separators of
 /// the bidirectional class B/S) and Rust's `char::is_whitespace` does not.
@@ -136,6 +136,50 @@ pub fn word_count(s: &str) -> usize {
     count
 }
 
+fn is_cased(c: char) -> bool {
+    in_table(CASED, c)
+}
+
+fn is_case_ignorable(c: char) -> bool {
+    in_table(CASE_IGNORABLE, c)
+}
+
+/// `s.title()`: a character after a cased one is lowercased, any other titlecased (`ǆ` is `ǅ`,
+/// `ß` is `Ss`, where Rust has only uppercase). minijinja's `title` capitalizes after any
+/// non-alphanumeric character instead (`they're` vs Python's `They'Re`).
+pub fn title(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len());
+    let mut previous_cased = false;
+    for (i, &c) in chars.iter().enumerate() {
+        if previous_cased {
+            if c == '\u{3a3}' {
+                out.push(if final_sigma(&chars, i) { 'ς' } else { 'σ' });
+            } else {
+                out.extend(c.to_lowercase());
+            }
+        } else {
+            match TITLE.binary_search_by(|(k, _)| k.cmp(&c)) {
+                Ok(at) => out.push_str(TITLE[at].1),
+                Err(_) => out.extend(c.to_uppercase()),
+            }
+        }
+        previous_cased = is_cased(c);
+    }
+    out
+}
+
+/// Python's Final_Sigma test for the `Σ` at `i`: a cased character before it and none after it,
+/// looking through case-ignorable characters on both sides.
+fn final_sigma(chars: &[char], i: usize) -> bool {
+    let before = chars[..i].iter().rev().find(|c| !is_case_ignorable(**c));
+    if !before.is_some_and(|c| is_cased(*c)) {
+        return false;
+    }
+    let after = chars[i + 1..].iter().find(|c| !is_case_ignorable(**c));
+    !after.is_some_and(|c| is_cased(*c))
+}
+
 /// `repr(s)`: single quotes unless the text holds `'` and no `"`; backslash, the quote, `\t`,
 /// `\n`, `\r` escaped by name, other unprintable characters as `\xNN`, `\uNNNN` or `\UNNNNNNNN`.
 pub fn write_repr(s: &str, out: &mut String) {
@@ -214,6 +258,15 @@ mod tests {
         assert_eq!(word_count("hello, wörld_1 २ foo-bar"), 5);
         assert_eq!(word_count("नमस्ते"), 2);
         assert_eq!(word_count(" \u{1f} "), 0);
+    }
+
+    #[test]
+    fn title_is_pythons() {
+        assert_eq!(
+            title("ǆemal they're 1st ßa ﬁsh ΣΑΣ ΣΑΣ. ᾳb <b>x</b>"),
+            "ǅemal They'Re 1St Ssa Fish Σας Σας. ᾼb <B>X</B>"
+        );
+        assert_eq!(title("aΣ'b"), "Aσ'B");
     }
 
     #[test]
