@@ -15,6 +15,7 @@ use minijinja::value::{from_args, Kwargs, Rest, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, Value};
 
 use super::pyjson::{self, DumpOptions};
+use super::{pyfilters, pynum, pystr};
 
 /// The template's name inside its environment (it appears in error locations).
 pub const TEMPLATE_NAME: &str = "chat_template";
@@ -106,7 +107,7 @@ impl Drop for OutputLimitScope {
 pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment<'static>, Error> {
     let mut env = Environment::new();
     minijinja_contrib::add_to_environment(&mut env);
-    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.set_unknown_method_callback(super::pymethods::unknown_method_callback);
     let syntax = env
         .syntax()
         .to_builder()
@@ -121,6 +122,14 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.add_filter("tojson", tojson);
     env.add_filter("string", |value: &Value| Value::from(pyjson::py_str(value)));
     env.add_filter("indent", indent);
+    env.add_filter("trim", pyfilters::trim);
+    env.add_filter("wordcount", pyfilters::wordcount);
+    env.add_filter("dictsort", pyfilters::dictsort);
+    env.add_filter("sort", pyfilters::sort);
+    env.add_filter("escape", pyfilters::escape);
+    env.add_filter("e", pyfilters::escape);
+    env.add_filter("int", pynum::int);
+    env.add_filter("float", pynum::float);
     env.add_test("iterable", is_iterable);
     env.add_function("raise_exception", raise_exception);
     env.add_function(
@@ -261,7 +270,7 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     kwargs.assert_all_used()?;
     // Jinja2 appends a newline before splitting, so a trailing line break survives.
     let padded = format!("{text}\n");
-    let lines = py_splitlines(&padded);
+    let lines = pystr::splitlines(&padded, false);
     let mut out = String::with_capacity(text.len() + lines.len() * indention.len());
     if blank {
         out.push_str(&lines.join(&format!("\n{indention}")));
@@ -286,42 +295,6 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
         out.insert_str(0, &indention);
     }
     Ok(Value::from(out))
-}
-
-/// Python's `str.splitlines()`: splits at every Unicode line boundary, `\r\n` counting as one.
-fn py_splitlines(s: &str) -> Vec<&str> {
-    let mut lines = Vec::new();
-    let mut start = 0;
-    let mut chars = s.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        let is_break = matches!(
-            c,
-            '\n' | '\r'
-                | '\u{b}'
-                | '\u{c}'
-                | '\u{1c}'
-                | '\u{1d}'
-                | '\u{1e}'
-                | '\u{85}'
-                | '\u{2028}'
-                | '\u{2029}'
-        );
-        if is_break {
-            lines.push(&s[start..i]);
-            let mut end = i + c.len_utf8();
-            if c == '\r' {
-                if let Some(&(j, '\n')) = chars.peek() {
-                    chars.next();
-                    end = j + 1;
-                }
-            }
-            start = end;
-        }
-    }
-    if start < s.len() {
-        lines.push(&s[start..]);
-    }
-    lines
 }
 
 /// Jinja2's `iterable`: whatever Python can iterate. Unlike minijinja's, `none` is not.

@@ -12,7 +12,13 @@ pub mod compat;
 mod env;
 pub mod json;
 mod normalize;
+mod pydict;
+mod pyfilters;
 pub mod pyjson;
+mod pymethods;
+mod pynum;
+mod pystr;
+mod unicode_tables;
 
 use std::collections::VecDeque;
 use std::io;
@@ -522,7 +528,7 @@ fn tag_final_message(messages: &mut [Json], template: &CompiledTemplate) -> Resu
 /// message's own trailing whitespace is trimmed too.
 fn cut_at_continue_tag(text: &mut String, original: &str) -> Result<()> {
     let tag = CONTINUE_TAG.trim_end();
-    if !text.contains(py_strip(original)) || !text.contains(tag) {
+    if !text.contains(pystr::strip(original)) || !text.contains(tag) {
         return Err(Error::invalid_argument(
             "continue_final_message: the final message does not appear in the rendered prompt (the chat template \
              changes or drops it), so the prompt cannot end inside it",
@@ -532,23 +538,10 @@ fn cut_at_continue_tag(text: &mut String, original: &str) -> Result<()> {
     let keeps_spacing = text[at..].starts_with(CONTINUE_TAG);
     text.truncate(at);
     if !keeps_spacing {
-        let kept = py_rstrip(text).len();
+        let kept = pystr::rstrip(text).len();
         text.truncate(kept);
     }
     Ok(())
-}
-
-/// Python's `str.isspace`: Unicode White_Space plus the ASCII separators U+001C..U+001F.
-fn py_isspace(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
-}
-
-fn py_strip(s: &str) -> &str {
-    s.trim_matches(py_isspace)
-}
-
-fn py_rstrip(s: &str) -> &str {
-    s.trim_end_matches(py_isspace)
 }
 
 /// A parsed JSON value as the template sees it (maps keep their order).
@@ -563,11 +556,11 @@ pub(crate) fn to_value(json: Json) -> Value {
         Json::Float(f) => Value::from(f),
         Json::Str(s) => Value::from(s),
         Json::Array(items) => Value::from(items.into_iter().map(to_value).collect::<Vec<_>>()),
-        Json::Object(pairs) => Value::from_pairs(
+        Json::Object(pairs) => Value::from_object(pydict::PyDict(Value::from_pairs(
             pairs
                 .into_iter()
                 .map(|(k, v)| (Value::from(k), to_value(v))),
-        ),
+        ))),
     }
 }
 

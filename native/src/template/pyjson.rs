@@ -73,8 +73,7 @@ pub fn needs_python_str(value: &Value) -> bool {
     float_of(value).is_some() || matches!(value.kind(), ValueKind::Seq | ValueKind::Map)
 }
 
-/// Python's `repr`: strings quoted as minijinja (like Python) quotes them, floats as Python does,
-/// containers item by item.
+/// Python's `repr`: strings and floats as Python writes them, containers item by item.
 fn py_repr(value: &Value, out: &mut String, depth: usize) {
     if depth > MAX_DEPTH {
         out.push_str("...");
@@ -112,6 +111,9 @@ fn py_repr(value: &Value, out: &mut String, depth: usize) {
             }
             out.push('}');
         }
+        // minijinja quotes strings as Python does but writes unprintable characters raw; Python
+        // escapes them (`'\u200d'`), and Gemma 4 and Apriel print message lists with `{{ }}`.
+        ValueKind::String => super::pystr::write_repr(value.as_str().unwrap_or_default(), out),
         _ => {
             let _ = write!(out, "{value:?}");
         }

@@ -290,3 +290,35 @@ fn numbers_keep_their_value_through_to_the_template() {
         r#"{"z": 1, "a": 1.0, "big": 123456789012345678901234567890, "tiny": 1e-07, "huge": 1e+100}"#
     );
 }
+
+/// Command R+'s tool-use template reads an array's item schema as `json_spec.items`; Jinja2's
+/// getattr-first lookup gives the dict method there, so transformers writes `List[Union[]]`
+/// (expected output from transformers 5.24, tests/data/render/python_compat/cases.json has more).
+#[test]
+fn request_dicts_answer_method_names_with_methods() {
+    let t = templates(&[(
+        "default",
+        "{% for t in tools %}{% set p = t.function.parameters.properties.q %}\
+         {{ p.items is defined }}|{{ p['items'].type }}|{{ p.items.type is defined }}|\
+         {{ p.items()|list|length }}|{{ p.update is defined }}{% endfor %}",
+    )]);
+    let mut req = request(r#"[{"role": "user", "content": "x"}]"#);
+    req.tools_json = r#"[{"type": "function", "function": {"name": "f", "parameters": {"type": "object",
+        "properties": {"q": {"type": "array", "items": {"type": "string"}, "update": 1}}}}}]"#;
+    assert_eq!(t.render(&req).unwrap(), "True|string|False|3|False");
+}
+
+/// Python's whitespace reaches `|trim` (Llama 3 and Gemma 3 trim message content): U+001F goes.
+#[test]
+fn trim_uses_python_whitespace() {
+    let t = templates(&[(
+        "default",
+        "{% for m in messages %}[{{ m.content|trim }}]{{ m.content.split() }}{% endfor %}",
+    )]);
+    let text = t
+        .render(&request(
+            r#"[{"role": "user", "content": "\u001chello\u001f wor\u00a0ld"}]"#,
+        ))
+        .unwrap();
+    assert_eq!(text, "[hello\u{1f} wor\u{a0}ld]['hello', 'wor', 'ld']");
+}
