@@ -92,8 +92,11 @@ enum State {
     ListNext,
     /// In a list after `,`: the next element.
     ListItem,
-    /// After the body: framing through the end marker.
+    /// Right after the body: whitespace so far (framing); in a one-object body a `{` here starts
+    /// another object, anything else is `Trailing`.
     AfterBody,
+    /// After the body and something other than whitespace: framing through the end marker.
+    Trailing,
     /// An object after the body that is no call: content up to the end marker (framing).
     Stray,
 }
@@ -191,6 +194,11 @@ impl JsonBlock {
                 };
             }
             State::AfterBody => self.after_body(input, out, end)?,
+            State::Trailing => {
+                let patterns = self.closing_patterns();
+                let index = out.route_until(input, &patterns, Channel::Framing, end)?;
+                self.close_or_reopen(index, input, out);
+            }
             State::Stray => {
                 let patterns = self.closing_patterns();
                 let index = out.route_until(input, &patterns, Channel::Content, end)?;
@@ -315,21 +323,26 @@ impl JsonBlock {
         Some(())
     }
 
-    /// Framing through the end marker; a new start marker (the end one missing) starts over. In a
-    /// one-object body, another object after whitespace is read as another call.
+    /// Whitespace right after the body is framing; in a one-object body a `{` right after it
+    /// starts another object. Anything else goes to `Trailing`: framing through the end marker, or
+    /// a new start marker (the end one missing) starts over. A `{` after other text stays framing
+    /// (deciding it only right after the body keeps the result the same however the input is cut).
     fn after_body(&mut self, input: &mut SegBuf, out: &mut Out, end: bool) -> Option<()> {
         if self.close.is_none() {
             return self.trailer(input, out, end);
         }
-        let s = input.as_str();
-        let ws = leading_ws(s);
-        if self.spec.body == Body::Object && s[ws..].starts_with('{') {
-            self.state = self.begin(ws, false, true);
-            return Some(());
+        if self.spec.body == Body::Object {
+            let ws = leading_ws(input.as_str());
+            out.route(input, ws, Channel::Framing);
+            if input.is_empty() {
+                return None;
+            }
+            if input.as_str().starts_with('{') {
+                self.state = self.begin(0, false, true);
+                return Some(());
+            }
         }
-        let patterns = self.closing_patterns();
-        let index = out.route_until(input, &patterns, Channel::Framing, end)?;
-        self.close_or_reopen(index, input, out);
+        self.state = State::Trailing;
         Some(())
     }
 
