@@ -18,6 +18,7 @@ use minijinja::machinery::parse;
 use minijinja::syntax::SyntaxConfig;
 
 use super::normalize::ContentFormat;
+use super::pydict;
 
 /// Filters Jinja2 3.1 knows (`jinja2.filters.FILTERS`), plus transformers' `tojson`.
 const JINJA2_FILTERS: &[&str] = &[
@@ -132,6 +133,10 @@ pub struct Analysis {
     /// a loop of them is quadratic work fuel does not see (GigaChat3 with a tool `enum` of 2,057
     /// values: 18 ms for a 15 KB request). Its renders never run on the event loop.
     pub accumulates_lists: bool,
+    /// The template reads a dict method as an attribute without calling it (`x.items`): Jinja2
+    /// gives the method there, whatever keys `x` holds, so request dicts are given as
+    /// `PyDict` (`pydict.rs`), which costs every attribute read a dynamic lookup.
+    pub reads_dict_methods: bool,
 }
 
 /// Analyzes `source` (already passed through [`super::compat::rewrite`]). A source minijinja
@@ -142,6 +147,7 @@ pub fn analyze(source: &str) -> Analysis {
             content_format: ContentFormat::String,
             compile_error: None,
             accumulates_lists: false,
+            reads_dict_methods: false,
         };
     };
     let mut nodes = Nodes::default();
@@ -150,6 +156,7 @@ pub fn analyze(source: &str) -> Analysis {
         content_format: detect_content_format(&nodes).unwrap_or(ContentFormat::String),
         compile_error: nodes.compile_error,
         accumulates_lists: nodes.accumulates_lists,
+        reads_dict_methods: nodes.reads_dict_methods,
     }
 }
 
@@ -163,6 +170,8 @@ struct Nodes<'a, 'n> {
     compile_error: Option<String>,
     /// A `+` with a list literal on either side.
     accumulates_lists: bool,
+    /// `x.items` (and the other dict methods `pydict` answers) read, not called.
+    reads_dict_methods: bool,
 }
 
 /// Walks statements in Jinja2 `find_all` order. `soft` mirrors Jinja2's "soft frame": inside an
@@ -281,13 +290,22 @@ fn check_expr<'a, 'n>(expr: &'n Expr<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>)
             check_expr(&t.expr, soft, nodes);
             check_call_args(&t.args, soft, nodes);
         }
-        Expr::GetAttr(g) => check_expr(&g.expr, soft, nodes),
+        Expr::GetAttr(g) => {
+            if pydict::ATTRIBUTES.contains(&g.name) {
+                nodes.reads_dict_methods = true;
+            }
+            check_expr(&g.expr, soft, nodes)
+        }
         Expr::GetItem(g) => {
             check_expr(&g.expr, soft, nodes);
             check_expr(&g.subscript_expr, soft, nodes);
         }
         Expr::Call(c) => {
-            check_expr(&c.expr, soft, nodes);
+            match &c.expr {
+                // A method call (`x.items()`) reads the same under either lookup.
+                Expr::GetAttr(g) => check_expr(&g.expr, soft, nodes),
+                callee => check_expr(callee, soft, nodes),
+            }
             check_call_args(&c.args, soft, nodes);
         }
         Expr::List(l) => l.items.iter().for_each(|e| check_expr(e, soft, nodes)),
@@ -402,6 +420,21 @@ mod tests {
 
     fn format_of(src: &str) -> ContentFormat {
         analyze(src).content_format
+    }
+
+    #[test]
+    fn dict_methods_read_as_attributes() {
+        let reads = |src: &str| analyze(src).reads_dict_methods;
+        assert!(reads("{{ json_to_type(spec.items) }}"));
+        assert!(reads(
+            "{% macro f(j) %}{% if j.get %}x{% endif %}{% endmacro %}"
+        ));
+        assert!(reads("{{ x.pop }}"));
+        // Called, filtered or subscripted: the same under either lookup.
+        assert!(!reads(
+            "{% for k, v in x.items() %}{{ x.get('a') }}{% endfor %}"
+        ));
+        assert!(!reads("{{ x|items }}{{ x['items'] }}{{ m.content }}"));
     }
 
     #[test]

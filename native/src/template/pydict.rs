@@ -19,6 +19,20 @@ use minijinja::{Error, State, Value};
 #[derive(Debug)]
 pub struct PyDict(pub Value);
 
+/// The names whose `x.name` differs from `x["name"]` here (see [`super::analyze`]).
+pub(crate) const ATTRIBUTES: &[&str] = &[
+    "copy",
+    "fromkeys",
+    "get",
+    "items",
+    "keys",
+    "values",
+    "clear",
+    "pop",
+    "popitem",
+    "setdefault",
+    "update",
+];
 /// Methods the sandbox allows on a dict.
 const SAFE_METHODS: &[&str] = &["copy", "fromkeys", "get", "items", "keys", "values"];
 /// Methods the immutable sandbox hides (`modifies_known_mutable`).
