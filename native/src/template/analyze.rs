@@ -291,7 +291,7 @@ fn check_expr<'a, 'n>(expr: &'n Expr<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>)
             check_call_args(&t.args, soft, nodes);
         }
         Expr::GetAttr(g) => {
-            if pydict::ATTRIBUTES.contains(&g.name) {
+            if pydict::is_method_name(g.name) {
                 nodes.reads_dict_methods = true;
             }
             check_expr(&g.expr, soft, nodes)

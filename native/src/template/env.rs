@@ -233,25 +233,14 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
 /// Jinja2's `indent(s, width=4, first=False, blank=False)`. Unlike minijinja's, it keeps a trailing
 /// line break (`'{\n'|indent(4, first=true)` is `'    {\n'`), which Command R's template relies on.
 fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
-    let args = args.into_values();
-    let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
-    if positional.len() > 3 {
-        return Err(Error::new(
-            ErrorKind::TooManyArguments,
-            "indent takes at most 3 arguments",
-        ));
-    }
-    let param = |i: usize, name: &str| -> Result<Option<Value>, Error> {
-        let by_name: Option<Value> = kwargs.get(name)?;
-        Ok(positional.get(i).cloned().or(by_name))
-    };
+    let mut params = pyfilters::params("indent", &["width", "first", "blank"], args)?.into_iter();
     let Some(text) = value.as_str() else {
         return Err(Error::new(
             ErrorKind::InvalidOperation,
             format!("indent: expected a string, got {}", value.kind()),
         ));
     };
-    let indention = match param(0, "width")? {
+    let indention = match params.next().flatten() {
         None => "    ".to_string(),
         Some(w) if w.kind() == ValueKind::String => w.as_str().unwrap_or_default().to_string(),
         Some(w) => " ".repeat(
@@ -265,9 +254,8 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
                 .max(0) as usize,
         ),
     };
-    let first = param(1, "first")?.is_some_and(|v| v.is_true());
-    let blank = param(2, "blank")?.is_some_and(|v| v.is_true());
-    kwargs.assert_all_used()?;
+    let first = params.next().flatten().is_some_and(|v| v.is_true());
+    let blank = params.next().flatten().is_some_and(|v| v.is_true());
     // Jinja2 appends a newline before splitting, so a trailing line break survives.
     let padded = format!("{text}\n");
     let lines = pystr::splitlines(&padded, false);

@@ -19,20 +19,11 @@ use minijinja::{Error, State, Value};
 #[derive(Debug)]
 pub struct PyDict(pub Value);
 
-/// The names whose `x.name` differs from `x["name"]` here (see [`super::analyze`]).
-pub(crate) const ATTRIBUTES: &[&str] = &[
-    "copy",
-    "fromkeys",
-    "get",
-    "items",
-    "keys",
-    "values",
-    "clear",
-    "pop",
-    "popitem",
-    "setdefault",
-    "update",
-];
+/// Whether `x.name` differs from `x["name"]` on a [`PyDict`] (see `Analysis::reads_dict_methods`).
+pub(crate) fn is_method_name(name: &str) -> bool {
+    SAFE_METHODS.contains(&name) || MUTATING_METHODS.contains(&name)
+}
+
 /// Methods the sandbox allows on a dict.
 const SAFE_METHODS: &[&str] = &["copy", "fromkeys", "get", "items", "keys", "values"];
 /// Methods the immutable sandbox hides (`modifies_known_mutable`).
