@@ -64,8 +64,10 @@ class GroupState:
     def set_metrics_port(self, index: int, port: int) -> None:
         os.pwrite(self._fd, struct.pack("<I", port), index * _SLOT.size + 4)
 
-    def heartbeats(self, index: int) -> int:
-        return self._slot(index)[2]
+    def state_and_heartbeats(self, index: int) -> tuple[int, int]:
+        """Both from one read of the slot."""
+        state, _, count = self._slot(index)
+        return state, count
 
     def set_heartbeats(self, index: int, count: int) -> None:
         os.pwrite(self._fd, struct.pack("<I", count % 2**32), index * _SLOT.size + 8)

@@ -262,10 +262,13 @@ class _Fleet:
         """Kills process `index` (the next poll restarts it) when it has served without raising its
         heartbeat for `liveness_timeout` seconds. Counted on this process's clock from the first
         time a count was seen, so a process that just turned SERVING gets the whole timeout."""
-        if not self.liveness_timeout or self.group.state(index) != SERVING:
+        if not self.liveness_timeout:
+            return
+        state, count = self.group.state_and_heartbeats(index)
+        if state != SERVING:
             self.heartbeats.pop(index, None)
             return
-        count, now = self.group.heartbeats(index), time.monotonic()
+        now = time.monotonic()
         seen = self.heartbeats.get(index)
         if seen is None or seen[0] != count:
             self.heartbeats[index] = (count, now)

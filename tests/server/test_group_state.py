@@ -19,10 +19,11 @@ other = GroupState.open(path)
 group.set_state(0, SERVING); group.set_state(1, SERVING); group.set_metrics_port(1, 9100)
 assert other.all_serving() and other.metrics_port(1) == 9100
 group.set_heartbeats(1, 2**32 + 5)  # a count wraps; the slot's other words are untouched
-assert (other.heartbeats(0), other.heartbeats(1), other.state(1), other.metrics_port(1)) == (0, 5, SERVING, 9100)
+assert (other.state_and_heartbeats(0), other.state_and_heartbeats(1), other.metrics_port(1)) == \
+    ((SERVING, 0), (SERVING, 5), 9100)
 os.truncate(path, 0)
-assert (other.state(0), other.state(1), other.metrics_port(1), other.heartbeats(1), other.all_serving()) == \
-    (DOWN, DOWN, 0, 0, False)
+assert (other.state(0), other.state_and_heartbeats(1), other.metrics_port(1), other.all_serving()) == \
+    (DOWN, (DOWN, 0), 0, False)
 group.set_state(0, SERVING)  # writes go on (the file grows back word by word)
 assert other.state(0) == DOWN and not other.all_serving()  # slot 0 is only half there
 print("ok")

@@ -175,6 +175,15 @@ def kill_process_1_twice(parent: subprocess.Popen, log_path: Path) -> None:
     os.kill(pids[-1], signal.SIGKILL)
 
 
+def signal_if_alive(pids: list[int], signum: int = signal.SIGKILL) -> None:
+    """Sends `signum` to each of `pids` still running (cleanup after a test that may have failed)."""
+    for pid in pids:
+        try:
+            os.kill(pid, signum)
+        except ProcessLookupError:
+            pass
+
+
 def stop(parent: subprocess.Popen) -> None:
     if parent.poll() is None:
         parent.kill()
@@ -229,11 +238,7 @@ def test_processes_stop_when_the_parent_dies(tmp_path: Path) -> None:
         stop(parent)
         if again is not None:
             stop(again)
-        for pid in children:  # orphans left by a failure
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        signal_if_alive(children)  # orphans left by a failure
 
 
 def test_a_process_that_does_not_stop_is_killed(tmp_path: Path) -> None:
@@ -253,10 +258,7 @@ def test_a_process_that_does_not_stop_is_killed(tmp_path: Path) -> None:
         assert not any(Path(f"{uds}.{i}").exists() for i in range(PROCESSES))
     finally:
         stop(parent)
-        try:
-            os.kill(hung, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        signal_if_alive([hung])
 
 
 def test_a_serving_process_whose_loop_stops_is_killed_and_restarted(tmp_path: Path) -> None:
@@ -281,10 +283,7 @@ def test_a_serving_process_whose_loop_stops_is_killed_and_restarted(tmp_path: Pa
         assert parent.wait(60) == 0, log_path.read_text()[-4000:]
     finally:
         stop(parent)
-        try:
-            os.kill(hung, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        signal_if_alive([hung])
 
 
 def test_a_pause_of_the_whole_group_kills_nothing(tmp_path: Path) -> None:
@@ -307,11 +306,7 @@ def test_a_pause_of_the_whole_group_kills_nothing(tmp_path: Path) -> None:
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(60) == 0, log_path.read_text()[-4000:]
     finally:
-        for pid in [parent.pid, *children]:
-            try:
-                os.kill(pid, signal.SIGCONT)
-            except ProcessLookupError:
-                pass
+        signal_if_alive([parent.pid, *children], signal.SIGCONT)
         stop(parent)
 
 
