@@ -10,12 +10,13 @@ and to apply removals, as Dynamo, SMG and llm-d do. In *engine* mode (when the e
 is known) the key is the engine's published value itself, and a request is hashed with that spec.
 
 Memory is bounded: past `max_blocks` (all workers, all media) the oldest blocks of the largest
-worker are evicted, and at most `MAX_MEDIA` (8) media are registered, as in the native index (a
+worker are evicted (at most a quarter of it per pass, then the largest again), and at most `MAX_MEDIA` (8) media are registered, as in the native index (a
 store naming another is skipped). Thread-safe: one lock guards updates and scoring.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from bisect import bisect_right
@@ -41,6 +42,10 @@ SNAPSHOT_MAGIC = "sidecar-kv-prefix-index/1"
 #: an engine naming a new one per store grew the index for good, and past 64 the masks no longer
 #: fit a snapshot's integers.
 MAX_MEDIA = 8
+
+#: An eviction pass takes at most 1/4 (rounded up) of the largest worker's blocks (as the native
+#: index, native/src/index/core.rs).
+EVICTION_PASS_SHARE = 4
 
 #: Index keys of a request's or an event's full blocks.
 KeyFn = Callable[..., list[int]]
@@ -481,10 +486,18 @@ class PrefixIndex:
 
     def _evict(self) -> None:
         # Evict in chunks (1% of the bound) so a full index does not pay for eviction per block.
+        # A pass takes at most a quarter of the largest worker: in a fleet of many small workers a
+        # chunk is larger than one of them, and taking whole workers would leave them blind (their
+        # newest blocks gone, and the stores that follow orphaned). Largest first, ties to the
+        # worker registered first.
         target = self.max_blocks - max(1, self.max_blocks // 100)
-        while self._blocks > target:
-            w = max(self._workers.values(), key=lambda x: len(x.keys))
-            count = min(len(w.keys), self._blocks - target)
+        if self._blocks <= target:
+            return
+        largest = [(-len(w.keys), position, w) for position, w in enumerate(self._workers.values())]
+        heapq.heapify(largest)
+        while self._blocks > target and largest:
+            _, position, w = heapq.heappop(largest)
+            count = min(-(-len(w.keys) // EVICTION_PASS_SHARE), self._blocks - target)
             if count <= 0:
                 return
             oldest = []
@@ -503,6 +516,7 @@ class PrefixIndex:
                     m += 1
             self._blocks -= len(oldest)
             self.stats.evicted_blocks += len(oldest)
+            heapq.heappush(largest, (-len(w.keys), position, w))
 
 
 #: Workers a snapshot may hold, as the native index (native/src/index/snapshot.rs): far past a real

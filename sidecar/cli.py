@@ -472,7 +472,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="match MODEL's blocks on the engine's own hashes (e.g. vllm_sha256_cbor,seed=0) "
                             "instead of content keys recomputed from the events' token ids")
     serve.add_argument("--kv-max-blocks", type=int, default=4_000_000,
-                       help="bound on indexed blocks per model; the oldest blocks of the largest worker go first")
+                       help="bound on indexed blocks per model; past it, 1%% of the bound is evicted: the oldest blocks of the "
+                            "largest worker, at most a quarter of that worker at a time")
     serve.add_argument("--kv-silence-timeout", type=seconds, default=300.0,
                        help="seconds without KV events after which a worker's blocks are dropped; 0 = never")
     serve.add_argument("--kv-max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,

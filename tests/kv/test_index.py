@@ -180,6 +180,36 @@ def test_eviction_keeps_memory_bounded(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_eviction_trims_many_workers_rather_than_wiping_one(kind: str) -> None:
+    """A fleet at the bound: 200 workers of 20 blocks, a round (1% of 4,000) larger than any one of
+    them. Each pass takes at most a quarter of the largest worker, so every worker keeps its
+    newest sequence; taking a whole worker per pass left some blind, their newest blocks gone."""
+    index, sequences = fleet_past_the_bound(make_index(kind, BS, max_blocks=4000))
+    assert index.num_blocks <= 4000 and index.stats.evicted_blocks == 200 * 24 - index.num_blocks
+    for worker, seq in sequences[-200:]:
+        assert depths(index, seq)[worker] == 4, worker
+
+
+def fleet_past_the_bound(index: PrefixIndex) -> tuple[PrefixIndex, list[tuple[str, list[int]]]]:
+    """200 workers store six 4-block sequences each, round-robin; the sixth round passes the bound."""
+    sequences = []
+    for round_ in range(6):
+        for n in range(200):
+            seq = [(round_ * 1000 + n) * 100 + t for t in range(4 * BS)]
+            index.apply(f"w{n:03}", store(seq, 0, 4))
+            sequences.append((f"w{n:03}", seq))
+    return index, sequences
+
+
+def test_eviction_across_workers_is_the_same_in_both_indexes() -> None:
+    python, sequences = fleet_past_the_bound(make_index("native", BS, max_blocks=4000))
+    native, _ = fleet_past_the_bound(make_index("native-index", BS, max_blocks=4000))
+    assert python.stats == native.stats
+    for _, seq in sequences:
+        assert depths(python, seq) == depths(native, seq)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_engine_mode_matches_the_engines_hashes(kind: str) -> None:
     spec = HashSpec("vllm_sha256", BS, seed="0")
     index = make_index(kind, engine_spec=spec)

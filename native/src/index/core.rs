@@ -1,7 +1,8 @@
 //! The index state and its updates: the same semantics, step for step, as
 //! `router_adapter/index.py` (`_store`, `_remove`, `_clear`, `drop_worker`, `_evict`).
 
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap};
 
 use super::content::prefix_keys_into;
 use super::decode::{Batch, Event, Removed, Stored};
@@ -16,6 +17,12 @@ use crate::error::{Error, Result};
 /// Evicted entries collected before their holds are released (their key slots fetched
 /// `PREFETCH_AHEAD` entries ahead).
 const EVICTION_GROUP: usize = 64;
+/// An eviction pass takes at most 1/4 (rounded up) of the largest worker's blocks, then looks
+/// for the largest again. A round (1% of the bound) is larger than a whole worker in a fleet of
+/// many small ones, and taking whole workers left them blind: their newest blocks gone, and the
+/// stores that follow orphaned. A pass reads the worker's whole table: a pass that takes a
+/// quarter reads four slots per block it takes.
+const EVICTION_PASS_SHARE: usize = 4;
 /// How many blocks ahead of its use a table slot is prefetched. Prefetching a whole batch's slots
 /// first (64 blocks, four lines each, in two tables) asked for some 500 lines at once: the
 /// processor holds about a dozen misses in flight, and the prefetches waited in line for them,
@@ -367,19 +374,29 @@ impl Index {
     pub(super) fn evict(&mut self) {
         let max = self.options.max_blocks as i128;
         let target = max - (max / 100).max(1);
+        if (self.blocks as i128) <= target {
+            return;
+        }
+        // Largest first, ties to the worker registered first (the Python index's `max` over its
+        // dict). Only the evicted worker's size changes within a round, so a heap stays exact.
+        let mut largest: BinaryHeap<(usize, Reverse<u64>, u32)> = self
+            .workers
+            .iter()
+            .enumerate()
+            .filter_map(|(id, w)| w.as_ref().map(|w| (w.len(), Reverse(w.order), id as u32)))
+            .collect();
         while (self.blocks as i128) > target {
-            let largest = self
-                .workers
-                .iter()
-                .enumerate()
-                .filter_map(|(id, w)| w.as_ref().map(|w| (id as u32, w.len(), w.order)))
-                .max_by(|a, b| a.1.cmp(&b.1).then(b.2.cmp(&a.2)));
-            let Some((id, len, _)) = largest else { return };
-            let count = (len as i128).min(self.blocks as i128 - target);
+            let Some((len, order, id)) = largest.pop() else {
+                return;
+            };
+            let count =
+                (len.div_ceil(EVICTION_PASS_SHARE) as i128).min(self.blocks as i128 - target);
             if count <= 0 {
                 return;
             }
             self.evict_oldest(id, count as usize);
+            let left = self.workers[id as usize].as_ref().map_or(0, Worker::len);
+            largest.push((left, order, id));
         }
     }
 

@@ -94,7 +94,8 @@ pub struct Options {
     pub engine_spec: Option<HashSpec>,
     /// The spec as JSON (what a snapshot records).
     pub engine_spec_json: Option<String>,
-    /// Past this many entries the oldest blocks of the largest worker are evicted.
+    /// Past this many entries 1% of it is evicted: the oldest blocks of the largest worker, at
+    /// most a quarter of that worker per pass (`core::EVICTION_PASS_SHARE`).
     pub max_blocks: u64,
     /// The KV-cache group indexed (events of other groups are skipped).
     pub group_idx: i64,
