@@ -178,21 +178,25 @@ class PrefixIndex:
         return len(recent) / max(now - recent[0], 1e-9)
 
     def request_keys(
-        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = (),
+        lora_path: str = "",
     ) -> list[int]:
-        """The index keys of a request's full blocks."""
+        """The index keys of a request's full blocks. `lora_path` (the adapter's path as the engine
+        was given it, which vLLM >= 0.31 hashes) and `mm_items` count in engine mode only."""
         if self.block_size is None:
             return []
         if self.engine_spec is not None:
-            spec = replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, mm_items=tuple(mm_items))
+            spec = replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, lora_path=lora_path,
+                           mm_items=tuple(mm_items))
             return self.hasher.block_hashes(token_ids, spec)
         return self.hasher.prefix_keys(token_ids, self.block_size, lora_name, cache_salt)
 
     def score(
-        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = (),
+        lora_path: str = "",
     ) -> Score:
         """Each worker's consecutive matching blocks from the start of the request."""
-        keys = self.request_keys(token_ids, lora_name, cache_salt, mm_items)
+        keys = self.request_keys(token_ids, lora_name, cache_salt, mm_items, lora_path)
         return self.score_keys(keys)
 
     def score_keys(self, keys: list[int]) -> Score:

@@ -142,10 +142,10 @@ class KvRouter:
 
     def score(
         self, model: str, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "",
-        mm_items: Sequence[MmItem] = (),
+        mm_items: Sequence[MmItem] = (), lora_path: str = "",
     ) -> Score:
         """Each worker of `model` with its cached prefix of the request, best first."""
-        return self.index(model).score(token_ids, lora_name, cache_salt, mm_items)
+        return self.index(model).score(token_ids, lora_name, cache_salt, mm_items, lora_path)
 
     def source_stats(self) -> dict[str, SourceStats]:
         return self.subscriber.stats()

@@ -38,7 +38,7 @@ fn thread_cpu() -> (f64, f64) {
     (s(u.utime), s(u.stime))
 }
 
-use sidecar_native::index::{Encoding, Options, SharedIndex};
+use sidecar_native::index::{Encoding, Options, RequestFacts, SharedIndex};
 
 const BS: usize = 16;
 const SEQ_BLOCKS: usize = 64;
@@ -206,7 +206,9 @@ fn score(entries: usize, iterations: usize) {
             held += n;
         }
     }
-    let keys = index.request_keys(&prompt, "", "", &[]).unwrap();
+    let keys = index
+        .request_keys(&prompt, &RequestFacts::default())
+        .unwrap();
     let mut times = Vec::with_capacity(iterations);
     let mut best = 0;
     for _ in 0..iterations {
@@ -225,7 +227,11 @@ fn score(entries: usize, iterations: usize) {
     );
     let start = Instant::now();
     for _ in 0..iterations {
-        std::hint::black_box(index.request_keys(&prompt, "", "", &[]).unwrap());
+        std::hint::black_box(
+            index
+                .request_keys(&prompt, &RequestFacts::default())
+                .unwrap(),
+        );
     }
     println!(
         "request_keys: {:.1} us each",

@@ -92,7 +92,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 8
+#define SC_ABI_VERSION 9
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
@@ -917,8 +917,9 @@ int32_t sc_kv_index_restore(const struct sc_kv_index *index,
 
 /*
  The keys of a request's full blocks (content keys, or the engine's hashes in engine mode) as
- little-endian `uint64_t` values in `*out`. `mm_items_json`: a JSON array of `{"identifier",
- "offset", "length"}` or empty (engine mode only; content keys ignore it).
+ little-endian `uint64_t` values in `*out`. `lora_path`: the adapter's path as the engine was
+ given it (engine mode only: vLLM >= 0.31 hashes it). `mm_items_json`: a JSON array of
+ `{"identifier", "offset", "length"}` or empty (engine mode only; content keys ignore it).
 
  # Safety
  `index` must be a live handle; the other inputs are borrowed for the call; `out` and `err`
@@ -927,6 +928,7 @@ int32_t sc_kv_index_restore(const struct sc_kv_index *index,
 int32_t sc_kv_index_request_keys(const struct sc_kv_index *index,
                                  struct sc_ids ids,
                                  struct sc_str lora_name,
+                                 struct sc_str lora_path,
                                  struct sc_str cache_salt,
                                  struct sc_str mm_items_json,
                                  struct sc_bytes *out,
@@ -942,6 +944,7 @@ int32_t sc_kv_index_request_keys(const struct sc_kv_index *index,
 int32_t sc_kv_index_score(const struct sc_kv_index *index,
                           struct sc_ids ids,
                           struct sc_str lora_name,
+                          struct sc_str lora_path,
                           struct sc_str cache_salt,
                           struct sc_str mm_items_json,
                           struct sc_bytes *out,
@@ -961,6 +964,7 @@ int32_t sc_kv_index_score(const struct sc_kv_index *index,
 int32_t sc_kv_index_score_response(const struct sc_kv_index *index,
                                    struct sc_ids ids,
                                    struct sc_str lora_name,
+                                   struct sc_str lora_path,
                                    struct sc_str cache_salt,
                                    struct sc_str mm_items_json,
                                    const uint8_t *spec,

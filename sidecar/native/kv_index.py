@@ -168,7 +168,7 @@ class NativePrefixIndex:
             return call_out("double", lib.sc_kv_index_events_per_second, index, float(window_s))
 
     def _request_args(self, token_ids: Sequence[int], lora_name: str, cache_salt: str,
-                      mm_items: Sequence[MmItem]) -> tuple[Any, ...]:
+                      mm_items: Sequence[MmItem], lora_path: str) -> tuple[Any, ...]:
         mm = b""
         if mm_items and self.engine_spec is not None:
             # Validated here so that a bad item raises what the Python index raises.
@@ -176,35 +176,38 @@ class NativePrefixIndex:
             mm = json.dumps([asdict(m) for m in mm_items]).encode()
         ids = uint32_ids(token_ids)
         # The buffers must outlive the call: keep them in the tuple.
-        return ids, ids_arg(ids), str_arg(lora_name.encode()), str_arg(cache_salt.encode()), str_arg(mm)
+        return (ids, ids_arg(ids), str_arg(lora_name.encode()), str_arg(lora_path.encode()),
+                str_arg(cache_salt.encode()), str_arg(mm))
 
     def request_keys(
-        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = (),
+        lora_path: str = "",
     ) -> list[int]:
         """The index keys of a request's full blocks."""
-        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items)
+        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items, lora_path)
         with self._handle as index:
             raw = call_bytes(lib.sc_kv_index_request_keys, index, *args)
         return memoryview(raw).cast("Q").tolist() if raw else []
 
     def score(
-        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = ()
+        self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = (),
+        lora_path: str = "",
     ) -> Score:
         """Each worker's consecutive matching blocks from the start of the request."""
-        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items)
+        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items, lora_path)
         with self._handle as index:
             raw = call_bytes(lib.sc_kv_index_score, index, *args)
         return self._score(raw)
 
     def score_response(
         self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = (),
-        *, block_hash_spec: bytes = b"", fingerprint: str = "", warming: bool = False,
+        lora_path: str = "", *, block_hash_spec: bytes = b"", fingerprint: str = "", warming: bool = False,
     ) -> bytes:
         """`score` as a serialized `kv_router.ScoreResponse`, written natively (no Python object per
         worker or block hash): `num_tokens` is `len(token_ids)`; the caller gives what only it knows,
         `fingerprint`, `warming` and, for an engine-mode index, `block_hash_spec` (a serialized
         `BlockHashSpec`; content mode leaves the field out)."""
-        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items)
+        _, *args = self._request_args(token_ids, lora_name, cache_salt, mm_items, lora_path)
         spec = ffi.from_buffer(block_hash_spec) if block_hash_spec else ffi.NULL
         with self._handle as index:
             return call_bytes(lib.sc_kv_index_score_response, index, *args, spec, len(block_hash_spec),

@@ -80,7 +80,7 @@ class KvRouterServicer:
         check_token_ids(len(token_ids), self._runtime.config.max_token_ids, "token_ids")
         if hasattr(index, "score_response"):  # the native index writes the response's bytes itself
             return _native_response(router, index, request, token_ids, mm_items, "")
-        score = index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
+        score = index.score(token_ids, request.lora_name, request.cache_salt, mm_items, request.lora_path)
         return _response(router, index, score, len(token_ids), "").SerializeToString()
 
     def _target(self, request: kv.ScoreRequest) -> tuple[KvRouter, Any]:
@@ -156,7 +156,7 @@ class KvRouterServicer:
             token_ids = ids()
             if native:
                 return _native_response(router, index, request, token_ids, mm_items, fingerprint)
-            score = index.score(token_ids, request.lora_name, request.cache_salt, mm_items)
+            score = index.score(token_ids, request.lora_name, request.cache_salt, mm_items, request.lora_path)
             response = _response(router, index, score, len(token_ids), fingerprint)
             return response.SerializeToString() if as_bytes else response
 
@@ -228,8 +228,9 @@ def _native_response(router: KvRouter, index, request: kv.ScoreRequest, token_id
                      mm_items: tuple[MmItem, ...], fingerprint: str) -> bytes:
     """The response's bytes as the native index writes them (no Python object per worker or key)."""
     spec = _spec_bytes(index.engine_spec) if index.engine_spec is not None else b""
-    return index.score_response(token_ids, request.lora_name, request.cache_salt, mm_items, block_hash_spec=spec,
-                                fingerprint=fingerprint, warming=router.warming(_model_name(router, index)))
+    return index.score_response(token_ids, request.lora_name, request.cache_salt, mm_items, request.lora_path,
+                                block_hash_spec=spec, fingerprint=fingerprint,
+                                warming=router.warming(_model_name(router, index)))
 
 
 @functools.lru_cache(maxsize=64)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from sidecar.v1 import preprocessor_pb2 as sidecar_dot_v1_dot_preprocessor__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asidecar/v1/kv_router.proto\x12\nsidecar.v1\x1a\x1dsidecar/v1/preprocessor.proto\"\xbe\x02\n\x0cScoreRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x17\n\rmessages_json\x18\x03 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x04 \x01(\x0b\x32\x14.sidecar.v1.TokenIdsH\x00\x12\x11\n\tlora_name\x18\x05 \x01(\t\x12\x12\n\ncache_salt\x18\x06 \x01(\t\x12,\n\x08mm_items\x18\x07 \x03(\x0b\x32\x1a.sidecar.v1.MultimodalItem\x12\x1f\n\x12\x61\x64\x64_special_tokens\x18\x08 \x01(\x08H\x01\x88\x01\x01\x12\x12\n\ntools_json\x18\t \x01(\t\x12!\n\x19\x63hat_template_kwargs_json\x18\n \x01(\tB\x07\n\x05inputB\x15\n\x13_add_special_tokens\"\xbb\x01\n\x0bWorkerScore\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\x0e\n\x06\x62locks\x18\x02 \x01(\r\x12\x0e\n\x06tokens\x18\x03 \x01(\r\x12\x45\n\x10\x62locks_by_medium\x18\x04 \x03(\x0b\x32+.sidecar.v1.WorkerScore.BlocksByMediumEntry\x1a\x35\n\x13\x42locksByMediumEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xdf\x01\n\rScoreResponse\x12(\n\x07workers\x18\x01 \x03(\x0b\x32\x17.sidecar.v1.WorkerScore\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x04\x12\x12\n\nblock_size\x18\x03 \x01(\r\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x32\n\x0f\x62lock_hash_spec\x18\x05 \x01(\x0b\x32\x19.sidecar.v1.BlockHashSpec\x12\x12\n\nnum_tokens\x18\x06 \x01(\r\x12\x13\n\x0b\x66ingerprint\x18\x07 \x01(\t\x12\x0f\n\x07warming\x18\x08 \x01(\x08\"\x11\n\x0fKvStatusRequest\"\x8b\x02\n\x0eKvWorkerStatus\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12\x0e\n\x06\x62locks\x18\x04 \x01(\x04\x12\x0f\n\x07\x62\x61tches\x18\x05 \x01(\x04\x12\x15\n\rdecode_errors\x18\x06 \x01(\x04\x12\x0c\n\x04gaps\x18\x07 \x01(\x04\x12\x10\n\x08replayed\x18\x08 \x01(\x04\x12\x0e\n\x06resets\x18\t \x01(\x04\x12\x10\n\x08restarts\x18\n \x01(\x04\x12\x10\n\x08\x61ged_out\x18\x0b \x01(\x04\x12\x12\n\nduplicates\x18\x0c \x01(\x04\x12\x13\n\x0blag_seconds\x18\r \x01(\x01\x12\x13\n\x0b\x64isconnects\x18\x0e \x01(\x04\"\x88\x02\n\rKvModelStatus\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x12\n\nblock_size\x18\x03 \x01(\r\x12\x0e\n\x06\x62locks\x18\x04 \x01(\x04\x12\x0e\n\x06\x65vents\x18\x05 \x01(\x04\x12\x19\n\x11\x65vents_per_second\x18\x06 \x01(\x01\x12\x15\n\rorphan_blocks\x18\x07 \x01(\x04\x12\x16\n\x0e\x65victed_blocks\x18\x08 \x01(\x04\x12\x12\n\nfeed_state\x18\t \x01(\t\x12\x12\n\nstream_seq\x18\n \x01(\x04\x12\x16\n\x0estream_pending\x18\x0b \x01(\x04\x12\x1c\n\x14snapshot_age_seconds\x18\x0c \x01(\x01\"j\n\x10KvStatusResponse\x12)\n\x06models\x18\x01 \x03(\x0b\x32\x19.sidecar.v1.KvModelStatus\x12+\n\x07workers\x18\x02 \x03(\x0b\x32\x1a.sidecar.v1.KvWorkerStatus2\x8f\x01\n\x08KvRouter\x12<\n\x05Score\x12\x18.sidecar.v1.ScoreRequest\x1a\x19.sidecar.v1.ScoreResponse\x12\x45\n\x08KvStatus\x12\x1b.sidecar.v1.KvStatusRequest\x1a\x1c.sidecar.v1.KvStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asidecar/v1/kv_router.proto\x12\nsidecar.v1\x1a\x1dsidecar/v1/preprocessor.proto\"\xd1\x02\n\x0cScoreRequest\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0e\n\x04text\x18\x02 \x01(\tH\x00\x12\x17\n\rmessages_json\x18\x03 \x01(\tH\x00\x12)\n\ttoken_ids\x18\x04 \x01(\x0b\x32\x14.sidecar.v1.TokenIdsH\x00\x12\x11\n\tlora_name\x18\x05 \x01(\t\x12\x12\n\ncache_salt\x18\x06 \x01(\t\x12,\n\x08mm_items\x18\x07 \x03(\x0b\x32\x1a.sidecar.v1.MultimodalItem\x12\x1f\n\x12\x61\x64\x64_special_tokens\x18\x08 \x01(\x08H\x01\x88\x01\x01\x12\x12\n\ntools_json\x18\t \x01(\t\x12!\n\x19\x63hat_template_kwargs_json\x18\n \x01(\t\x12\x11\n\tlora_path\x18\x0b \x01(\tB\x07\n\x05inputB\x15\n\x13_add_special_tokens\"\xbb\x01\n\x0bWorkerScore\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\x0e\n\x06\x62locks\x18\x02 \x01(\r\x12\x0e\n\x06tokens\x18\x03 \x01(\r\x12\x45\n\x10\x62locks_by_medium\x18\x04 \x03(\x0b\x32+.sidecar.v1.WorkerScore.BlocksByMediumEntry\x1a\x35\n\x13\x42locksByMediumEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xdf\x01\n\rScoreResponse\x12(\n\x07workers\x18\x01 \x03(\x0b\x32\x17.sidecar.v1.WorkerScore\x12\x14\n\x0c\x62lock_hashes\x18\x02 \x03(\x04\x12\x12\n\nblock_size\x18\x03 \x01(\r\x12\x0c\n\x04mode\x18\x04 \x01(\t\x12\x32\n\x0f\x62lock_hash_spec\x18\x05 \x01(\x0b\x32\x19.sidecar.v1.BlockHashSpec\x12\x12\n\nnum_tokens\x18\x06 \x01(\r\x12\x13\n\x0b\x66ingerprint\x18\x07 \x01(\t\x12\x0f\n\x07warming\x18\x08 \x01(\x08\"\x11\n\x0fKvStatusRequest\"\x8b\x02\n\x0eKvWorkerStatus\x12\x0e\n\x06worker\x18\x01 \x01(\t\x12\r\n\x05model\x18\x02 \x01(\t\x12\x10\n\x08\x65ndpoint\x18\x03 \x01(\t\x12\x0e\n\x06\x62locks\x18\x04 \x01(\x04\x12\x0f\n\x07\x62\x61tches\x18\x05 \x01(\x04\x12\x15\n\rdecode_errors\x18\x06 \x01(\x04\x12\x0c\n\x04gaps\x18\x07 \x01(\x04\x12\x10\n\x08replayed\x18\x08 \x01(\x04\x12\x0e\n\x06resets\x18\t \x01(\x04\x12\x10\n\x08restarts\x18\n \x01(\x04\x12\x10\n\x08\x61ged_out\x18\x0b \x01(\x04\x12\x12\n\nduplicates\x18\x0c \x01(\x04\x12\x13\n\x0blag_seconds\x18\r \x01(\x01\x12\x13\n\x0b\x64isconnects\x18\x0e \x01(\x04\"\x88\x02\n\rKvModelStatus\x12\r\n\x05model\x18\x01 \x01(\t\x12\x0c\n\x04mode\x18\x02 \x01(\t\x12\x12\n\nblock_size\x18\x03 \x01(\r\x12\x0e\n\x06\x62locks\x18\x04 \x01(\x04\x12\x0e\n\x06\x65vents\x18\x05 \x01(\x04\x12\x19\n\x11\x65vents_per_second\x18\x06 \x01(\x01\x12\x15\n\rorphan_blocks\x18\x07 \x01(\x04\x12\x16\n\x0e\x65victed_blocks\x18\x08 \x01(\x04\x12\x12\n\nfeed_state\x18\t \x01(\t\x12\x12\n\nstream_seq\x18\n \x01(\x04\x12\x16\n\x0estream_pending\x18\x0b \x01(\x04\x12\x1c\n\x14snapshot_age_seconds\x18\x0c \x01(\x01\"j\n\x10KvStatusResponse\x12)\n\x06models\x18\x01 \x03(\x0b\x32\x19.sidecar.v1.KvModelStatus\x12+\n\x07workers\x18\x02 \x03(\x0b\x32\x1a.sidecar.v1.KvWorkerStatus2\x8f\x01\n\x08KvRouter\x12<\n\x05Score\x12\x18.sidecar.v1.ScoreRequest\x1a\x19.sidecar.v1.ScoreResponse\x12\x45\n\x08KvStatus\x12\x1b.sidecar.v1.KvStatusRequest\x1a\x1c.sidecar.v1.KvStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,21 +35,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKERSCORE_BLOCKSBYMEDIUMENTRY']._loaded_options = None
   _globals['_WORKERSCORE_BLOCKSBYMEDIUMENTRY']._serialized_options = b'8\001'
   _globals['_SCOREREQUEST']._serialized_start=74
-  _globals['_SCOREREQUEST']._serialized_end=392
-  _globals['_WORKERSCORE']._serialized_start=395
-  _globals['_WORKERSCORE']._serialized_end=582
-  _globals['_WORKERSCORE_BLOCKSBYMEDIUMENTRY']._serialized_start=529
-  _globals['_WORKERSCORE_BLOCKSBYMEDIUMENTRY']._serialized_end=582
-  _globals['_SCORERESPONSE']._serialized_start=585
-  _globals['_SCORERESPONSE']._serialized_end=808
-  _globals['_KVSTATUSREQUEST']._serialized_start=810
-  _globals['_KVSTATUSREQUEST']._serialized_end=827
-  _globals['_KVWORKERSTATUS']._serialized_start=830
-  _globals['_KVWORKERSTATUS']._serialized_end=1097
-  _globals['_KVMODELSTATUS']._serialized_start=1100
-  _globals['_KVMODELSTATUS']._serialized_end=1364
-  _globals['_KVSTATUSRESPONSE']._serialized_start=1366
-  _globals['_KVSTATUSRESPONSE']._serialized_end=1472
-  _globals['_KVROUTER']._serialized_start=1475
-  _globals['_KVROUTER']._serialized_end=1618
+  _globals['_SCOREREQUEST']._serialized_end=411
+  _globals['_WORKERSCORE']._serialized_start=414
+  _globals['_WORKERSCORE']._serialized_end=601
+  _globals['_WORKERSCORE_BLOCKSBYMEDIUMENTRY']._serialized_start=548
+  _globals['_WORKERSCORE_BLOCKSBYMEDIUMENTRY']._serialized_end=601
+  _globals['_SCORERESPONSE']._serialized_start=604
+  _globals['_SCORERESPONSE']._serialized_end=827
+  _globals['_KVSTATUSREQUEST']._serialized_start=829
+  _globals['_KVSTATUSREQUEST']._serialized_end=846
+  _globals['_KVWORKERSTATUS']._serialized_start=849
+  _globals['_KVWORKERSTATUS']._serialized_end=1116
+  _globals['_KVMODELSTATUS']._serialized_start=1119
+  _globals['_KVMODELSTATUS']._serialized_end=1383
+  _globals['_KVSTATUSRESPONSE']._serialized_start=1385
+  _globals['_KVSTATUSRESPONSE']._serialized_end=1491
+  _globals['_KVROUTER']._serialized_start=1494
+  _globals['_KVROUTER']._serialized_end=1637
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ScoreRequest(_message.Message):
-    __slots__ = ("model", "text", "messages_json", "token_ids", "lora_name", "cache_salt", "mm_items", "add_special_tokens", "tools_json", "chat_template_kwargs_json")
+    __slots__ = ("model", "text", "messages_json", "token_ids", "lora_name", "cache_salt", "mm_items", "add_special_tokens", "tools_json", "chat_template_kwargs_json", "lora_path")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     MESSAGES_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -19,6 +19,7 @@ class ScoreRequest(_message.Message):
     ADD_SPECIAL_TOKENS_FIELD_NUMBER: _ClassVar[int]
     TOOLS_JSON_FIELD_NUMBER: _ClassVar[int]
     CHAT_TEMPLATE_KWARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    LORA_PATH_FIELD_NUMBER: _ClassVar[int]
     model: str
     text: str
     messages_json: str
@@ -29,7 +30,8 @@ class ScoreRequest(_message.Message):
     add_special_tokens: bool
     tools_json: str
     chat_template_kwargs_json: str
-    def __init__(self, model: _Optional[str] = ..., text: _Optional[str] = ..., messages_json: _Optional[str] = ..., token_ids: _Optional[_Union[_preprocessor_pb2.TokenIds, _Mapping]] = ..., lora_name: _Optional[str] = ..., cache_salt: _Optional[str] = ..., mm_items: _Optional[_Iterable[_Union[_preprocessor_pb2.MultimodalItem, _Mapping]]] = ..., add_special_tokens: _Optional[bool] = ..., tools_json: _Optional[str] = ..., chat_template_kwargs_json: _Optional[str] = ...) -> None: ...
+    lora_path: str
+    def __init__(self, model: _Optional[str] = ..., text: _Optional[str] = ..., messages_json: _Optional[str] = ..., token_ids: _Optional[_Union[_preprocessor_pb2.TokenIds, _Mapping]] = ..., lora_name: _Optional[str] = ..., cache_salt: _Optional[str] = ..., mm_items: _Optional[_Iterable[_Union[_preprocessor_pb2.MultimodalItem, _Mapping]]] = ..., add_special_tokens: _Optional[bool] = ..., tools_json: _Optional[str] = ..., chat_template_kwargs_json: _Optional[str] = ..., lora_path: _Optional[str] = ...) -> None: ...
 
 class WorkerScore(_message.Message):
     __slots__ = ("worker", "blocks", "tokens", "blocks_by_medium")

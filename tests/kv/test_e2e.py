@@ -179,3 +179,32 @@ def test_kv_router_without_sources_is_failed_precondition(tmp_path: Path) -> Non
         assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     finally:
         stop_server(live)
+
+
+def test_engine_mode_scores_a_lora_request_by_its_adapters_path(
+    tmp_path: Path, engines: list[FakeEnginePublisher]
+) -> None:
+    """vLLM >= 0.31 hashes the adapter's path into every block: Score's `lora_path` reaches the
+    request's hashing on both paths (token ids, answered natively; text, through Python)."""
+    publisher = FakeEnginePublisher(engines[0].pub.context, replay=False)
+    live = start_server(tmp_path, "--kv-events", f"worker-a={publisher.endpoint},model=qwen3",
+                        "--kv-block-size", str(BS), "--kv-engine-hash", "qwen3=vllm_sha256_cbor,seed=0")
+    try:
+        publisher.wait_for_subscriber(30)
+        pre, router = stubs(live)
+        ids = list(pre.Tokenize(pb.TokenizeRequest(model="qwen3", texts=[TEXT])).encodings[0].token_ids)
+        n = len(ids) // BS
+        lora = {"lora_name": "sql", "lora_path": "/adapters/sql"}
+        hashes = _reference.block_hashes(ids, HashSpec("vllm_sha256_cbor", BS, seed="0", **lora))
+        publisher.publish([stored(hashes[:n], ids[: n * BS], BS, lora_name="sql")])
+
+        def depth(**request: object) -> int:
+            return router.Score(kv.ScoreRequest(model="qwen3", **request)).workers[0].blocks
+
+        by_ids = {"token_ids": pb.TokenIds(token_ids=ids)}
+        wait_until(lambda: depth(**by_ids, **lora) == n, what="the adapter's blocks")
+        assert depth(text=TEXT, add_special_tokens=False, **lora) == n
+        assert depth(**by_ids, lora_name="sql") == 0 and depth(text=TEXT, lora_name="sql") == 0
+    finally:
+        stop_server(live)
+        publisher.close()

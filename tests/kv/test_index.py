@@ -224,6 +224,21 @@ def test_engine_mode_matches_the_engines_hashes(kind: str) -> None:
     assert depths(index, TOKENS, cache_salt="t") == {"b": 2, "a": 0}
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_engine_mode_matches_a_lora_request_given_the_adapters_path(kind: str) -> None:
+    """vLLM >= 0.31 hashes ("lora", name, path) into every block of an adapter's request: the
+    request must name the path too (ScoreRequest.lora_path), or it matches nothing."""
+    spec = HashSpec("vllm_sha256_cbor", BS, seed="0")
+    index = make_index(kind, engine_spec=spec)
+    hashes = _reference.block_hashes(TOKENS, HashSpec("vllm_sha256_cbor", BS, seed="0", lora_name="sql",
+                                                      lora_path="/adapters/sql"))
+    index.apply("a", BlockStored(hashes[:5], None, [], BS, lora_name="sql"))
+    assert depths(index, TOKENS, lora_name="sql", lora_path="/adapters/sql") == {"a": 5}
+    assert depths(index, TOKENS, lora_name="sql") == {"a": 0}
+    assert depths(index, TOKENS, lora_name="sql", lora_path="/adapters/other") == {"a": 0}
+    assert index.request_keys(TOKENS, "sql", lora_path="/adapters/sql") == hashes
+
+
 def test_walk_equals_the_definition_on_random_holdings() -> None:
     """`_walk` (C-level lookups, visiting only drop-out points) against the plain definition: each
     active worker's count of leading keys it holds in any medium. Holdings here need not be

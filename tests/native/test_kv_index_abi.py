@@ -56,7 +56,7 @@ def test_happy_path_by_hand() -> None:
         empty, _ = arg(b"")
         out = ffi.new("sc_bytes *")
         err = ffi.new("sc_error **")
-        assert lib.sc_kv_index_score(index, {"ptr": ids, "len": 8}, empty, empty, empty, out, err) == lib.SC_STATUS_OK
+        assert lib.sc_kv_index_score(index, {"ptr": ids, "len": 8}, empty, empty, empty, empty, out, err) == lib.SC_STATUS_OK
         raw = ffi.unpack(ffi.cast("char *", out.ptr), out.len)
         lib.sc_bytes_free(out)
         block_size, keys, workers, media = (int.from_bytes(raw[i : i + 4], "little") for i in range(0, 16, 4))
@@ -77,9 +77,9 @@ def test_null_handle_is_invalid_argument_naming_it() -> None:
     calls = [
         lambda: lib.sc_kv_index_apply(ffi.NULL, empty, ffi.NULL, 0, 0, err),
         lambda: lib.sc_kv_index_drop_worker(ffi.NULL, empty, ffi.new("bool *"), err),
-        lambda: lib.sc_kv_index_score(ffi.NULL, {"ptr": ffi.NULL, "len": 0}, empty, empty, empty, out, err),
+        lambda: lib.sc_kv_index_score(ffi.NULL, {"ptr": ffi.NULL, "len": 0}, empty, empty, empty, empty, out, err),
         lambda: lib.sc_kv_index_score_keys(ffi.NULL, ffi.NULL, 0, out, err),
-        lambda: lib.sc_kv_index_request_keys(ffi.NULL, {"ptr": ffi.NULL, "len": 0}, empty, empty, empty, out, err),
+        lambda: lib.sc_kv_index_request_keys(ffi.NULL, {"ptr": ffi.NULL, "len": 0}, empty, empty, empty, empty, out, err),
         lambda: lib.sc_kv_index_status(ffi.NULL, ffi.new("sc_kv_status *"), err),
         lambda: lib.sc_kv_index_workers(ffi.NULL, out, err),
         lambda: lib.sc_kv_index_worker_blocks(ffi.NULL, empty, ffi.new("uint64_t *"), err),
@@ -158,12 +158,14 @@ def test_bad_payloads_workers_encodings_and_request_arguments() -> None:
         mm, keep = arg(b"[{}]")
         out = ffi.new("sc_bytes *")
         ids = {"ptr": ffi.NULL, "len": 0}
-        assert lib.sc_kv_index_score(index, ids, empty, empty, mm, out, err) == lib.SC_STATUS_ERROR
+        assert lib.sc_kv_index_score(index, ids, empty, empty, empty, mm, out, err) == lib.SC_STATUS_ERROR
         kind, message = take_error(err)
         assert kind == lib.SC_ERR_KIND_INVALID_ARGUMENT and message.startswith("mm_items: ")
         bad, keep2 = arg(b"\xc3")
-        assert lib.sc_kv_index_score(index, ids, bad, empty, empty, out, err) == lib.SC_STATUS_ERROR
+        assert lib.sc_kv_index_score(index, ids, bad, empty, empty, empty, out, err) == lib.SC_STATUS_ERROR
         assert take_error(err)[1] == "lora_name: not valid UTF-8 (at byte 0)"
+        assert lib.sc_kv_index_score(index, ids, empty, bad, empty, empty, out, err) == lib.SC_STATUS_ERROR
+        assert take_error(err)[1] == "lora_path: not valid UTF-8 (at byte 0)"
     finally:
         lib.sc_kv_index_free(index)
 
@@ -251,7 +253,7 @@ def _cycles(n: int) -> None:
         take_error(err)
         out = ffi.new("sc_bytes *")
         err = ffi.new("sc_error **")
-        assert lib.sc_kv_index_score(index, {"ptr": ids, "len": 8}, empty, empty, empty, out, err) == lib.SC_STATUS_OK
+        assert lib.sc_kv_index_score(index, {"ptr": ids, "len": 8}, empty, empty, empty, empty, out, err) == lib.SC_STATUS_OK
         lib.sc_bytes_free(out)
         assert lib.sc_kv_index_snapshot(index, out, err) == lib.SC_STATUS_OK
         lib.sc_bytes_free(out)

@@ -308,13 +308,13 @@ def test_score_fields(channel: grpc.Channel) -> None:
                        st.tuples(st.just("token_ids"), token_ids))
 
     @PROPERTY_SETTINGS
-    @given(model=models, which=inputs, lora=st.text(max_size=10), salt=st.text(max_size=10),
+    @given(model=models, which=inputs, lora=st.text(max_size=10), lora_path=st.text(max_size=10), salt=st.text(max_size=10),
            mm=st.lists(st.builds(pb.MultimodalItem, identifier=st.text(max_size=10), offset=st.integers(0, 2**64 - 1),
                                  length=st.integers(0, 2**64 - 1)), max_size=3),
            add_special=optional_bool, tools=tools_json, kwargs=kwargs_json)
-    def check(model, which, lora, salt, mm, add_special, tools, kwargs) -> None:  # noqa: ANN001
-        request = kv.ScoreRequest(model=model, lora_name=lora, cache_salt=salt, mm_items=mm, tools_json=tools,
-                                  chat_template_kwargs_json=kwargs)
+    def check(model, which, lora, lora_path, salt, mm, add_special, tools, kwargs) -> None:  # noqa: ANN001
+        request = kv.ScoreRequest(model=model, lora_name=lora, lora_path=lora_path, cache_salt=salt, mm_items=mm,
+                                  tools_json=tools, chat_template_kwargs_json=kwargs)
         set_optional(request, add_special_tokens=add_special)
         if which is not None:
             kind, value = which

@@ -23,7 +23,8 @@ MEDIA = ("GPU", "CPU", "CPU_PINNED", "DISK")
 
 
 def store(index, worker: str, blocks: int, medium: str, lora: str = "", salt: str = "") -> None:  # noqa: ANN001
-    keys = index.request_keys(PROMPT, lora, salt)[:blocks]
+    # The adapter's path counts in engine mode (vLLM >= 0.31 hashes it), not in content keys.
+    keys = index.request_keys(PROMPT, lora, salt, lora_path=f"/adapters/{lora}" if lora else "")[:blocks]
     event = BlockStored(keys, None, PROMPT[: blocks * BS], BS, medium=medium, lora_name=lora or None,
                         cache_salt=salt or None)
     index.apply_batch(worker, Batch(0.0, [event]))
@@ -59,22 +60,23 @@ def test_native_response_equals_the_python_response(mode: str, workers: int, med
     try:
         spec = _spec_bytes(index.engine_spec) if index.engine_spec is not None else b""
         requests = [
-            (PROMPT, "", "", ()),
-            (PROMPT[:0], "", "", ()),
-            (PROMPT[: BS * 3 + 1], "", "", ()),
-            (PROMPT[: BS * 12], "l", "", ()),
-            (PROMPT[: BS * 12], "l", "s", ()),
-            (PROMPT[: BS * 12], "", "s", ()),
+            (PROMPT, "", "", (), ""),
+            (PROMPT[:0], "", "", (), ""),
+            (PROMPT[: BS * 3 + 1], "", "", (), ""),
+            (PROMPT[: BS * 12], "l", "", (), ""),
+            (PROMPT[: BS * 12], "l", "", (), "/adapters/l"),
+            (PROMPT[: BS * 12], "l", "s", (), "/adapters/l"),
+            (PROMPT[: BS * 12], "", "s", (), ""),
         ]
         if mode == "engine":
-            requests.append((PROMPT[: BS * 8], "", "", (MmItem("img", 1, 2),)))
-        for ids, lora, salt, mm in requests:
+            requests.append((PROMPT[: BS * 8], "", "", (MmItem("img", 1, 2),), ""))
+        for ids, lora, salt, mm, path in requests:
             for warming, fingerprint in ((False, ""), (True, "fp-1")):
                 router = SimpleNamespace(indexes={"m": index}, warming=lambda _name, w=warming: w)
-                expected = _response(router, index, index.score(ids, lora, salt, mm), len(ids), fingerprint)
+                expected = _response(router, index, index.score(ids, lora, salt, mm, path), len(ids), fingerprint)
                 got = kv.ScoreResponse.FromString(index.score_response(
-                    ids, lora, salt, mm, block_hash_spec=spec, fingerprint=fingerprint, warming=warming))
-                assert got == expected, (len(ids), lora, salt, mm, warming)
+                    ids, lora, salt, mm, path, block_hash_spec=spec, fingerprint=fingerprint, warming=warming))
+                assert got == expected, (len(ids), lora, salt, mm, path, warming)
                 assert got.HasField("block_hash_spec") == (mode == "engine")
         # The data the comparison ran on is not all zeros.
         if workers:

@@ -9,15 +9,27 @@ use super::status::sc_error;
 use super::{guard, require_out, write_out};
 use crate::error::Error;
 use crate::hash::MmItem;
-use crate::index::ScoreTable;
+use crate::index::{RequestFacts, ScoreTable};
 use crate::wire;
 
 /// The request arguments shared by `sc_kv_index_request_keys` and `sc_kv_index_score`.
 struct Request<'a> {
     ids: &'a [u32],
     lora_name: &'a str,
+    lora_path: &'a str,
     cache_salt: &'a str,
     mm_items: Vec<MmItem>,
+}
+
+impl Request<'_> {
+    fn facts(&self) -> RequestFacts<'_> {
+        RequestFacts {
+            lora_name: self.lora_name,
+            lora_path: self.lora_path,
+            cache_salt: self.cache_salt,
+            mm_items: &self.mm_items,
+        }
+    }
 }
 
 /// # Safety
@@ -25,6 +37,7 @@ struct Request<'a> {
 unsafe fn read_request<'a>(
     ids: sc_ids,
     lora_name: sc_str,
+    lora_path: sc_str,
     cache_salt: sc_str,
     mm_items_json: sc_str,
 ) -> crate::Result<Request<'a>> {
@@ -32,6 +45,8 @@ unsafe fn read_request<'a>(
     let ids = unsafe { read_ids(ids, "token_ids")? };
     // SAFETY: as above.
     let lora_name = unsafe { read_str(lora_name, "lora_name")? };
+    // SAFETY: as above.
+    let lora_path = unsafe { read_str(lora_path, "lora_path")? };
     // SAFETY: as above.
     let cache_salt = unsafe { read_str(cache_salt, "cache_salt")? };
     // SAFETY: as above.
@@ -45,14 +60,16 @@ unsafe fn read_request<'a>(
     Ok(Request {
         ids,
         lora_name,
+        lora_path,
         cache_salt,
         mm_items,
     })
 }
 
 /// The keys of a request's full blocks (content keys, or the engine's hashes in engine mode) as
-/// little-endian `uint64_t` values in `*out`. `mm_items_json`: a JSON array of `{"identifier",
-/// "offset", "length"}` or empty (engine mode only; content keys ignore it).
+/// little-endian `uint64_t` values in `*out`. `lora_path`: the adapter's path as the engine was
+/// given it (engine mode only: vLLM >= 0.31 hashes it). `mm_items_json`: a JSON array of
+/// `{"identifier", "offset", "length"}` or empty (engine mode only; content keys ignore it).
 ///
 /// # Safety
 /// `index` must be a live handle; the other inputs are borrowed for the call; `out` and `err`
@@ -62,6 +79,7 @@ pub unsafe extern "C" fn sc_kv_index_request_keys(
     index: *const sc_kv_index,
     ids: sc_ids,
     lora_name: sc_str,
+    lora_path: sc_str,
     cache_salt: sc_str,
     mm_items_json: sc_str,
     out: *mut sc_bytes,
@@ -72,10 +90,8 @@ pub unsafe extern "C" fn sc_kv_index_request_keys(
         // SAFETY: the caller passes a live handle.
         let index = unsafe { read_handle(index, "index")? };
         // SAFETY: the caller lends the request arguments for the call.
-        let r = unsafe { read_request(ids, lora_name, cache_salt, mm_items_json)? };
-        let keys = index
-            .inner
-            .request_keys(r.ids, r.lora_name, r.cache_salt, &r.mm_items)?;
+        let r = unsafe { read_request(ids, lora_name, lora_path, cache_salt, mm_items_json)? };
+        let keys = index.inner.request_keys(r.ids, &r.facts())?;
         let bytes: Vec<u8> = keys.iter().flat_map(|k| k.to_le_bytes()).collect();
         // SAFETY: the caller promises `out` is writable.
         unsafe { write_out(out, sc_bytes::from_vec(bytes), "out") }
@@ -92,6 +108,7 @@ pub unsafe extern "C" fn sc_kv_index_score(
     index: *const sc_kv_index,
     ids: sc_ids,
     lora_name: sc_str,
+    lora_path: sc_str,
     cache_salt: sc_str,
     mm_items_json: sc_str,
     out: *mut sc_bytes,
@@ -102,10 +119,8 @@ pub unsafe extern "C" fn sc_kv_index_score(
         // SAFETY: the caller passes a live handle.
         let index = unsafe { read_handle(index, "index")? };
         // SAFETY: the caller lends the request arguments for the call.
-        let r = unsafe { read_request(ids, lora_name, cache_salt, mm_items_json)? };
-        let table = index
-            .inner
-            .score(r.ids, r.lora_name, r.cache_salt, &r.mm_items)?;
+        let r = unsafe { read_request(ids, lora_name, lora_path, cache_salt, mm_items_json)? };
+        let table = index.inner.score(r.ids, &r.facts())?;
         // SAFETY: the caller promises `out` is writable.
         unsafe { write_out(out, sc_bytes::from_vec(encode_score(&table)), "out") }
     })
@@ -126,6 +141,7 @@ pub unsafe extern "C" fn sc_kv_index_score_response(
     index: *const sc_kv_index,
     ids: sc_ids,
     lora_name: sc_str,
+    lora_path: sc_str,
     cache_salt: sc_str,
     mm_items_json: sc_str,
     spec: *const u8,
@@ -140,16 +156,14 @@ pub unsafe extern "C" fn sc_kv_index_score_response(
         // SAFETY: the caller passes a live handle.
         let index = unsafe { read_handle(index, "index")? };
         // SAFETY: the caller lends the request arguments for the call.
-        let r = unsafe { read_request(ids, lora_name, cache_salt, mm_items_json)? };
+        let r = unsafe { read_request(ids, lora_name, lora_path, cache_salt, mm_items_json)? };
         // SAFETY: as above.
         let spec = unsafe { read_slice(spec, spec_len, "block_hash_spec")? };
         // SAFETY: as above.
         let fingerprint = unsafe { read_str(fingerprint, "fingerprint")? };
         let num_tokens = u32::try_from(r.ids.len())
             .map_err(|_| Error::invalid_argument("token_ids: more than 2^32-1 ids"))?;
-        let table = index
-            .inner
-            .score(r.ids, r.lora_name, r.cache_salt, &r.mm_items)?;
+        let table = index.inner.score(r.ids, &r.facts())?;
         let mode = index.inner.mode();
         let fields = wire::ScoreFields {
             block_size: table.block_size,

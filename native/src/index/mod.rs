@@ -76,11 +76,11 @@ pub use self::core::Index;
 pub use content::prefix_keys;
 pub use decode::{decode_batch, decode_columns, Batch, Columns, Encoding, Event};
 
-pub use score::{ScoreTable, WorkerScore};
+pub use score::{RequestFacts, ScoreTable, WorkerScore};
 pub use table::take_released_bytes;
 
 use crate::error::{Error, Result};
-use crate::hash::{HashSpec, MmItem};
+use crate::hash::HashSpec;
 
 /// Default bound on (worker, block) entries (the Python index's default).
 pub(crate) const DEFAULT_MAX_BLOCKS: u64 = 4_000_000;
@@ -332,33 +332,14 @@ impl SharedIndex {
     }
 
     /// The keys of a request's full blocks (hashed without taking the lock).
-    pub fn request_keys(
-        &self,
-        tokens: &[u32],
-        lora_name: &str,
-        cache_salt: &str,
-        mm_items: &[MmItem],
-    ) -> Result<Vec<u64>> {
+    pub fn request_keys(&self, tokens: &[u32], facts: &RequestFacts) -> Result<Vec<u64>> {
         let block_size = Some(self.block_size.load(Ordering::Relaxed)).filter(|&b| b > 0);
-        score::request_keys(
-            self.engine_spec.as_ref(),
-            block_size,
-            tokens,
-            lora_name,
-            cache_salt,
-            mm_items,
-        )
+        score::request_keys(self.engine_spec.as_ref(), block_size, tokens, facts)
     }
 
     /// Each worker's cached prefix of a request, best first.
-    pub fn score(
-        &self,
-        tokens: &[u32],
-        lora_name: &str,
-        cache_salt: &str,
-        mm_items: &[MmItem],
-    ) -> Result<ScoreTable> {
-        let keys = self.request_keys(tokens, lora_name, cache_salt, mm_items)?;
+    pub fn score(&self, tokens: &[u32], facts: &RequestFacts) -> Result<ScoreTable> {
+        let keys = self.request_keys(tokens, facts)?;
         Ok(self.read().score_keys(keys))
     }
 

@@ -50,22 +50,28 @@ struct Shape {
     walks: usize,
 }
 
+/// What a request runs with, besides its tokens, that its blocks' keys depend on.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct RequestFacts<'a> {
+    /// The LoRA adapter's name; empty for the base model.
+    pub lora_name: &'a str,
+    /// The adapter's path as the engine was given it: vLLM >= 0.31 hashes it into every block
+    /// (engine mode only; content keys name the adapter by name).
+    pub lora_path: &'a str,
+    /// The cache salt; empty for none.
+    pub cache_salt: &'a str,
+    /// Multimodal items (engine mode only).
+    pub mm_items: &'a [MmItem],
+}
+
 impl Index {
     /// The keys of a request's full blocks: content keys, or the engine's hashes in engine mode.
-    pub fn request_keys(
-        &self,
-        tokens: &[u32],
-        lora_name: &str,
-        cache_salt: &str,
-        mm_items: &[MmItem],
-    ) -> Result<Vec<u64>> {
+    pub fn request_keys(&self, tokens: &[u32], facts: &RequestFacts) -> Result<Vec<u64>> {
         request_keys(
             self.options.engine_spec.as_ref(),
             self.block_size,
             tokens,
-            lora_name,
-            cache_salt,
-            mm_items,
+            facts,
         )
     }
 
@@ -235,21 +241,24 @@ pub fn request_keys(
     engine_spec: Option<&hash::HashSpec>,
     block_size: Option<u32>,
     tokens: &[u32],
-    lora_name: &str,
-    cache_salt: &str,
-    mm_items: &[MmItem],
+    facts: &RequestFacts,
 ) -> Result<Vec<u64>> {
     let Some(spec) = engine_spec else {
         return Ok(match block_size {
-            Some(bs) => {
-                super::content::prefix_keys(tokens, bs as usize, lora_name, cache_salt, None)
-            }
+            Some(bs) => super::content::prefix_keys(
+                tokens,
+                bs as usize,
+                facts.lora_name,
+                facts.cache_salt,
+                None,
+            ),
             None => Vec::new(),
         });
     };
     let mut spec = spec.clone();
-    spec.cache_salt = cache_salt.to_owned();
-    spec.lora_name = lora_name.to_owned();
-    spec.mm_items = mm_items.to_vec();
+    spec.cache_salt = facts.cache_salt.to_owned();
+    spec.lora_name = facts.lora_name.to_owned();
+    spec.lora_path = facts.lora_path.to_owned();
+    spec.mm_items = facts.mm_items.to_vec();
     Ok(hash::block_hashes(tokens, &spec)?.values)
 }

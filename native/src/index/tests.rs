@@ -138,7 +138,15 @@ fn content_index(max_blocks: u64) -> SharedIndex {
 }
 
 fn depths(index: &SharedIndex, tokens: &[u32], salt: &str) -> Vec<(String, u32)> {
-    let table = index.score(tokens, "", salt, &[]).unwrap();
+    let table = index
+        .score(
+            tokens,
+            &RequestFacts {
+                cache_salt: salt,
+                ..Default::default()
+            },
+        )
+        .unwrap();
     table
         .workers
         .into_iter()
@@ -293,7 +301,7 @@ fn stores_in_spans_match_the_whole_request_and_removals_are_per_medium() {
     index
         .apply("a", &removed(&hashes[1..2], "GPU"), Encoding::Engine)
         .unwrap();
-    let table = index.score(&t, "", "", &[]).unwrap();
+    let table = index.score(&t, &RequestFacts::default()).unwrap();
     assert_eq!(table.media, vec!["GPU", "CPU"]);
     assert_eq!(
         (table.workers[0].blocks, table.workers[0].by_medium.clone()),
@@ -377,7 +385,7 @@ fn engine_mode_keys_on_published_hashes() {
             Encoding::Engine,
         )
         .unwrap();
-    let table = index.score(&t, "", "", &[]).unwrap();
+    let table = index.score(&t, &RequestFacts::default()).unwrap();
     assert_eq!(table.keys, hashes);
     assert_eq!(table.workers[0].blocks, 5);
 }
@@ -439,8 +447,8 @@ fn snapshot_round_trip_gives_the_same_answers() {
     assert_eq!(copy.snapshot(), snapshot);
     for prompt in &prompts {
         assert_eq!(
-            copy.score(prompt, "", "", &[]).unwrap(),
-            index.score(prompt, "", "", &[]).unwrap()
+            copy.score(prompt, &RequestFacts::default()).unwrap(),
+            index.score(prompt, &RequestFacts::default()).unwrap()
         );
     }
     // The same operations continue identically on both (recency and eviction order kept).
@@ -484,7 +492,9 @@ fn scoring_while_applying_from_other_threads() {
             let (index, prompts) = (&index, &prompts);
             s.spawn(move || {
                 for i in 0..2000 {
-                    let table = index.score(&prompts[(i + t) % 8], "", "", &[]).unwrap();
+                    let table = index
+                        .score(&prompts[(i + t) % 8], &RequestFacts::default())
+                        .unwrap();
                     assert!(table.workers.windows(2).all(|w| w[0].blocks >= w[1].blocks));
                 }
             });

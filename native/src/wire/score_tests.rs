@@ -51,6 +51,7 @@ fn a_token_ids_request_is_split_into_its_ids_and_the_rest() {
     let request = pb::ScoreRequest {
         model: "m".into(),
         lora_name: "l".into(),
+        lora_path: "/adapters/l".into(),
         cache_salt: "s".into(),
         mm_items: vec![pb::MultimodalItem {
             identifier: "i".into(),
@@ -237,6 +238,7 @@ fn random_part(rng: &mut Rng) -> Vec<u8> {
     pb::ScoreRequest {
         model: rng.text(4),
         lora_name: rng.text(2),
+        lora_path: rng.text(2),
         cache_salt: rng.text(2),
         mm_items: (0..rng.below(2))
             .map(|_| pb::MultimodalItem {
