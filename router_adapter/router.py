@@ -35,6 +35,9 @@ class ModelOptions:
     block_size: int | None = None
     #: The engine's hash spec: when set, the index matches on the engine's own hashes.
     engine_spec: HashSpec | None = None
+    #: The KV-cache group whose stores are indexed (vLLM's `group_idx`): a hybrid model's
+    #: full-attention group; the others' blocks are sparse (sliding window, Mamba).
+    group_idx: int = 0
 
 
 class KvRouter:
@@ -66,7 +69,7 @@ class KvRouter:
         self.indexes: dict[str, PrefixIndex] = {
             name: index_factory(
                 opts.block_size if opts.engine_spec is None else None,
-                engine_spec=opts.engine_spec, max_blocks=max_blocks, hasher=hasher,
+                engine_spec=opts.engine_spec, max_blocks=max_blocks, hasher=hasher, group_idx=opts.group_idx,
             )
             for name, opts in models.items()
         }

@@ -180,8 +180,14 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
         if not sep or not algorithm:
             raise ValueError(f"--kv-engine-hash {text!r}: expected MODEL=ALGORITHM[,block_size=N][,seed=S]")
         engine_specs[name] = HashSpec(**fields)
+    groups = {}
+    for text in args.kv_group:
+        name, sep, value = text.partition("=")
+        if not sep or not name or not value.strip().isdigit():
+            raise ValueError(f"--kv-group {text!r}: expected MODEL=N (N >= 0)")
+        groups[name] = int(value)
     return KvConfig(  # validated there
-        sources=tuple(sources), block_size=args.kv_block_size or None, engine_specs=engine_specs,
+        sources=tuple(sources), block_size=args.kv_block_size or None, engine_specs=engine_specs, groups=groups,
         max_blocks=args.kv_max_blocks, silence_timeout_s=args.kv_silence_timeout,
         nats=kv_nats.feed_options_from_args(args), nats_models=kv_nats.models_from_args(args),
         replay_history=getattr(args, "kv_replay_history", False),
@@ -471,6 +477,10 @@ def build_parser() -> argparse.ArgumentParser:
                        metavar="MODEL=ALGORITHM[,block_size=N][,seed=S][,extra_keys=legacy]",
                        help="match MODEL's blocks on the engine's own hashes (e.g. vllm_sha256_cbor,seed=0) "
                             "instead of content keys recomputed from the events' token ids")
+    serve.add_argument("--kv-group", action="append", default=[], metavar="MODEL=N",
+                       help="index MODEL's blocks of the engine's KV-cache group N (vLLM's group_idx; default 0). "
+                            "A hybrid model (sliding-window or Mamba layers beside full attention) publishes one "
+                            "group per layer type; give the full-attention group's index (gpt-oss: 1)")
     serve.add_argument("--kv-max-blocks", type=int, default=4_000_000,
                        help="bound on indexed blocks per model; past it, 1%% of the bound is evicted: the oldest blocks of the "
                             "largest worker, at most a quarter of that worker at a time")

@@ -23,6 +23,8 @@ class KvConfig:
     block_size: int | None = None
     #: Model name -> engine HashSpec (`--kv-engine-hash`): that model's index matches engine hashes.
     engine_specs: dict[str, HashSpec] = field(default_factory=dict)
+    #: Model name -> the engine's KV-cache group whose blocks its index keeps (`--kv-group`; 0 when absent).
+    groups: dict[str, int] = field(default_factory=dict)
     #: Bound on indexed blocks per model (all workers and media).
     max_blocks: int = 4_000_000
     #: Seconds without a message after which a worker's state is dropped; 0 = never.
@@ -43,6 +45,9 @@ class KvConfig:
             raise ValueError("--kv-max-message-size: must be > 0")
         for spec in self.engine_specs.values():
             spec.validate()
+        for name, group in self.groups.items():
+            if not 0 <= group < 1 << 31:
+                raise ValueError(f"--kv-group {name}={group}: N must be in [0, 2^31)")
 
 
 @dataclass(frozen=True)

@@ -49,3 +49,33 @@ def test_max_message_size_of_serve_and_relay() -> None:
                                                           "--max-message-size", "-1"]):
         with pytest.raises(SystemExit):
             build_parser().parse_args(args)
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_kv_group_picks_the_group_each_models_index_keeps(backend: str) -> None:
+    """A hybrid model's engine publishes one KV-cache group per layer type; `--kv-group` names the
+    one to index (its full-attention group), per model; the others keep group 0."""
+    from router_adapter.events import BlockStored
+    from sidecar.config import ServerConfig
+    from sidecar.factory import get_hasher, get_index_factory
+    from sidecar.server import build_kv_router
+
+    config = parse("--kv-events", "a=tcp://127.0.0.1:5557,model=hybrid", "--kv-events", "b=tcp://127.0.0.1:5559,model=m",
+                   "--kv-block-size", "4", "--kv-group", "hybrid=1")
+    assert config.groups == {"hybrid": 1}
+    router = build_kv_router(ServerConfig(kv=config, backend=backend), get_hasher(backend), get_index_factory(backend))
+    try:
+        assert {name: index.group_idx for name, index in router.indexes.items()} == {"hybrid": 1, "m": 0}
+        tokens = list(range(8))
+        index = router.indexes["hybrid"]
+        for group in (0, 1):
+            index.apply("a", BlockStored([10 + group, 20 + group], None, tokens, 4, group_idx=group))
+        assert index.score(tokens).workers[0].blocks == 2 and index.stats.skipped_events == 1
+    finally:
+        router.stop()
+
+
+@pytest.mark.parametrize("value", ["hybrid", "hybrid=", "=1", "hybrid=-1", "hybrid=x", f"hybrid={1 << 31}"])
+def test_bad_kv_group_is_refused_naming_the_flag(value: str) -> None:
+    with pytest.raises(ValueError, match="--kv-group"):
+        parse("--kv-events", "a=tcp://127.0.0.1:5557", "--kv-group", value)
