@@ -83,7 +83,7 @@ def test_positional_arrays_with_trailing_fields() -> None:
 
 @pytest.mark.parametrize(
     "payload",
-    [b"", b"\xc1", _encode({"ts": 1}), _encode([1.0, "x"]), _encode([1.0, [{"type": "Nope"}]]),
+    [b"", b"\xc1", _encode({"ts": 1}), _encode([1.0, "x"]), _encode([1.0, [{"type": 3}]]),
      _encode([1.0, [{"type": "BlockStored", "block_hashes": ["s"]}]]), _encode([1.0, [["BlockRemoved"]]]),
      _encode([1.0, [{"type": "BlockRemoved", "block_hashes": [b"short"]}]])],
 )

@@ -423,7 +423,7 @@ def test_payload_mutations_are_refused_alike() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\xc1", ENCODE({"ts": 1}), ENCODE([1.0, "x"]), ENCODE([1.0, [{"type": "Nope"}]]),
+    [b"", b"\xc1", ENCODE({"ts": 1}), ENCODE([1.0, "x"]), ENCODE([1.0, [{"type": 3}]]),
      ENCODE([1.0, [{"type": "BlockStored", "block_hashes": ["s"]}]]), ENCODE([1.0, [["BlockRemoved"]]]),
      ENCODE([1.0, [{"type": "BlockRemoved", "block_hashes": [b"short"]}]]), ENCODE([True, []]),
      ENCODE([1.0, [], "rank"]), ENCODE([1.0, [{"block_hashes": [1]}]]), ENCODE([1.0, [["BlockStored", [1], None, [1]]]]),
