@@ -27,7 +27,8 @@ RECORDED = sorted(p.name.removesuffix(".msgpack") for p in DATA.glob("*.msgpack"
 
 
 def test_recordings_cover_both_encodings_and_hash_kinds() -> None:
-    assert {"vllm-0.33-int", "vllm-0.33-bytes", "vllm-0.23-int", "vllm-0.23-bytes", "sglang-int"} <= set(RECORDED)
+    assert {"vllm-0.33-int", "vllm-0.33-bytes", "vllm-0.23-int", "vllm-0.23-bytes", "sglang-int",
+            "sglang-eagle-int"} <= set(RECORDED)
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -42,6 +43,7 @@ def test_recorded_batches_decode_to_the_expected_events(name: str) -> None:
             assert [str(h) for h in event.block_hashes] == want["block_hashes"]
             assert (None if event.parent_block_hash is None else str(event.parent_block_hash)) == want["parent_block_hash"]
             assert event.token_ids == want["token_ids"]
+            assert event.bigram == want.get("bigram", False)
             assert event.block_size == want["block_size"]
             assert event.medium == want["medium"]
             assert event.lora_name == want["lora_name"]
@@ -230,3 +232,26 @@ def test_events_of_unknown_classes_are_left_out_and_counted(unknown: bytes) -> N
 def test_events_that_name_no_class_are_still_refused(event: bytes) -> None:
     python, native = _both(_batch_of(event, REMOVAL))
     assert isinstance(python, DecodeError) and isinstance(native, DecodeError)
+
+
+def test_sglang_eagle_recording_keys_like_its_plain_tokens() -> None:
+    """The bigram store SGLang's own publisher recorded (pages of [t_i, t_i+1] pairs): content mode
+    keys it as a request's plain tokens; its hashes are of the pairs (not what SGLang publishes for
+    the plain tokens), so engine mode skips it in both indexes."""
+    from router_adapter import _reference
+    from router_adapter.spec import HashSpec
+
+    payload = (DATA / "sglang-eagle-int.msgpack").read_bytes()
+    tokens = list(range(2000, 2064))
+    stored = decode_batch(payload).events[0]
+    spec = HashSpec("sglang_sha256", 16)
+    assert not set(stored.block_hashes) & {h & (2**64 - 1) for h in _reference.sglang_block_hashes(tokens, spec)}
+    for factory in (PrefixIndex, NativePrefixIndex):
+        content = factory(16)
+        content.apply_batch("w", decode_batch(payload))
+        # The batch removes the second node's two pages again.
+        assert [w.blocks for w in content.score(tokens + [1]).workers] == [2]
+        assert content.stats.blocks_stored == 4 and content.stats.blocks_removed == 2
+        engine = factory(16, engine_spec=spec)
+        engine.apply_batch("w", decode_batch(payload))
+        assert engine.stats.skipped_events == 1 and engine.num_blocks == 0

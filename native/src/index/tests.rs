@@ -172,7 +172,7 @@ fn recorded_engine_payloads_decode_to_the_expected_events() {
         }
         seen += 1;
     }
-    assert!(seen >= 5);
+    assert!(seen >= 6);
 }
 
 fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
@@ -206,6 +206,7 @@ fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
             assert_eq!(s.medium, want["medium"].as_str().unwrap());
             assert_eq!(s.lora_name, want["lora_name"].as_str().unwrap_or(""));
             assert_eq!(s.salt, want["cache_salt"].as_str().unwrap());
+            assert_eq!(s.bigram, want["bigram"].as_bool().unwrap_or(false));
         }
         Event::Removed(r) => {
             assert_eq!(want["type"], "BlockRemoved");
