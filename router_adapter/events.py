@@ -7,7 +7,14 @@ Accepted shapes (see shared/docs/kv-hashing.md sections 1.7 and 2):
 - block hashes are unsigned or signed 64-bit integers, or digest bytes (vLLM with
   `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`), all normalized to the unsigned 64-bit value the engine
   would publish as an integer (bytes: the last 8, big-endian; signed: two's complement);
-- fields this decoder does not know are ignored, so newer engines keep decoding.
+- a store's `token_ids` are ints, or all pairs `[t_i, t_i+1]` (SGLang with EAGLE speculative
+  decoding publishes *bigram* pages: `mem_cache/events.py` `record_store`); a bigram store is
+  normalized to the pairs' first elements (the page's own tokens) with `bigram=True`;
+- fields this decoder does not know are ignored, so newer engines keep decoding;
+- an event whose tag names no class this decoder knows (a newer engine's event type) is left out
+  and counted (`Batch.unknown_events`); the tag is the first `"type"` of a map (the keys before it
+  must be strings) or the first element of an array, a string. Anything else that is not an event
+  of a known class refuses the batch.
 
 `decode_batch(payload)` returns a `Batch` of `BlockStored` / `BlockRemoved` / `AllBlocksCleared`,
 or raises `DecodeError`.
@@ -59,6 +66,9 @@ class BlockStored(msgspec.Struct, gc=False):
     extra_keys: list[Any] | None = None
     group_idx: int | None = None
     locality: str | None = None
+    #: Published as bigram pairs (SGLang with EAGLE): `token_ids` are the pairs' first elements,
+    #: and the engine's block hashes cover the pairs (engine mode cannot reproduce them).
+    bigram: bool = False
 
 
 class BlockRemoved(msgspec.Struct, gc=False):
@@ -83,6 +93,9 @@ class Batch(msgspec.Struct, gc=False):
     ts: float
     events: list[Event]
     dp_rank: int | None = None
+    #: Events of a class this decoder does not know, left out of `events` (indexes count them as
+    #: skipped).
+    unknown_events: int = 0
 
 
 # --- wire shapes -------------------------------------------------------------------------------
@@ -148,9 +161,25 @@ class _WireBatch(msgspec.Struct, array_like=True, gc=False):
     dp_rank: int | None = None
 
 
+# A bigram store (SGLang with EAGLE): every token a pair. Tried only when the plain decoders
+# refuse an event, so that plain stores decode as fast as before and a list mixing ints and pairs
+# is refused by both.
+class _BigramMapStored(_MapStored, tag="BlockStored", tag_field="type"):
+    token_ids: list[tuple[int, int]] = []
+
+
+class _BigramArrayStored(_ArrayStored, tag="BlockStored", array_like=True):
+    token_ids: list[tuple[int, int]]
+
+
 _batch_decoder = msgspec.msgpack.Decoder(_WireBatch)
 _map_decoder = msgspec.msgpack.Decoder(Union[_MapStored, _MapRemoved, _MapCleared])
 _array_decoder = msgspec.msgpack.Decoder(Union[_ArrayStored, _ArrayRemoved, _ArrayCleared])
+# The same unions with the bigram store: tags are looked up as by the plain decoders.
+_bigram_map_decoder = msgspec.msgpack.Decoder(Union[_BigramMapStored, _MapRemoved, _MapCleared])
+_bigram_array_decoder = msgspec.msgpack.Decoder(Union[_BigramArrayStored, _ArrayRemoved, _ArrayCleared])
+#: The event classes this decoder knows, by tag.
+KNOWN_TAGS = frozenset({b"BlockStored", b"BlockRemoved", b"AllBlocksCleared"})
 
 
 def hash_value(h: HashValue) -> int:
@@ -169,12 +198,109 @@ def _is_map(raw: bytes) -> bool:
     return 0x80 <= first <= 0x8F or first in (0xDE, 0xDF)
 
 
+def _skip(raw: bytes, pos: int) -> int:
+    """The position after the msgpack value at `pos` (`raw` is well-formed: msgspec found its end)."""
+    pending = 1
+    while pending:
+        pending -= 1
+        m = raw[pos]
+        pos += 1
+        if m <= 0x7F or m >= 0xE0 or m in (0xC0, 0xC2, 0xC3):
+            continue
+        if 0x80 <= m <= 0x8F:
+            pending += 2 * (m & 0x0F)
+        elif 0x90 <= m <= 0x9F:
+            pending += m & 0x0F
+        elif 0xA0 <= m <= 0xBF:
+            pos += m & 0x1F
+        elif m in (0xCC, 0xD0):
+            pos += 1
+        elif m in (0xCD, 0xD1):
+            pos += 2
+        elif m in (0xCA, 0xCE, 0xD2):
+            pos += 4
+        elif m in (0xCB, 0xCF, 0xD3):
+            pos += 8
+        elif m in (0xC4, 0xD9):
+            pos += 1 + raw[pos]
+        elif m in (0xC5, 0xDA):
+            pos += 2 + int.from_bytes(raw[pos:pos + 2], "big")
+        elif m in (0xC6, 0xDB):
+            pos += 4 + int.from_bytes(raw[pos:pos + 4], "big")
+        elif m == 0xDC:
+            pending += int.from_bytes(raw[pos:pos + 2], "big")
+            pos += 2
+        elif m == 0xDD:
+            pending += int.from_bytes(raw[pos:pos + 4], "big")
+            pos += 4
+        elif m == 0xDE:
+            pending += 2 * int.from_bytes(raw[pos:pos + 2], "big")
+            pos += 2
+        elif m == 0xDF:
+            pending += 2 * int.from_bytes(raw[pos:pos + 4], "big")
+            pos += 4
+        elif 0xD4 <= m <= 0xD8:  # fixext 1, 2, 4, 8, 16: a type byte and the data
+            pos += 1 + (1 << (m - 0xD4))
+        elif m in (0xC7, 0xC8, 0xC9):  # ext 8, 16, 32: length, type byte, data
+            width = 1 << (m - 0xC7)
+            pos += width + 1 + int.from_bytes(raw[pos:pos + width], "big")
+        else:
+            raise ValueError(f"invalid opcode {m:#x}")
+    return pos
+
+
+def _str_at(raw: bytes, pos: int) -> tuple[bytes, int] | None:
+    """The bytes of the string at `pos` and the position after it; None for another type."""
+    m = raw[pos]
+    if 0xA0 <= m <= 0xBF:
+        n, pos = m & 0x1F, pos + 1
+    elif 0xD9 <= m <= 0xDB:
+        width = 1 << (m - 0xD9)
+        n, pos = int.from_bytes(raw[pos + 1:pos + 1 + width], "big"), pos + 1 + width
+    else:
+        return None
+    return raw[pos:pos + n], pos + n
+
+
+def _tag(raw: bytes) -> bytes | None:
+    """The tag of a (well-formed) event: the first `"type"` of a map whose keys before it are
+    strings, and whose value is a string; the first element of an array, a string. None otherwise."""
+    try:
+        m = raw[0]
+        if _is_map(raw):
+            if m <= 0x8F:
+                pairs, pos = m & 0x0F, 1
+            else:
+                width = 2 if m == 0xDE else 4
+                pairs, pos = int.from_bytes(raw[1:1 + width], "big"), 1 + width
+            for _ in range(pairs):
+                key = _str_at(raw, pos)
+                if key is None:
+                    return None
+                if key[0] == b"type":
+                    value = _str_at(raw, key[1])
+                    return None if value is None else value[0]
+                pos = _skip(raw, key[1])
+            return None
+        if 0x91 <= m <= 0x9F:
+            pos = 1
+        elif m in (0xDC, 0xDD) and int.from_bytes(raw[1:3 if m == 0xDC else 5], "big") > 0:
+            pos = 3 if m == 0xDC else 5
+        else:
+            return None
+        value = _str_at(raw, pos)
+        return None if value is None else value[0]
+    except (IndexError, ValueError):
+        return None
+
+
 def _normalize(wire: Any) -> Event:
     if isinstance(wire, (_MapStored, _ArrayStored)):
+        bigram = isinstance(wire, (_BigramMapStored, _BigramArrayStored))
         return BlockStored(
             block_hashes=[hash_value(h) for h in wire.block_hashes],
             parent_block_hash=None if wire.parent_block_hash is None else hash_value(wire.parent_block_hash),
-            token_ids=wire.token_ids,
+            token_ids=[pair[0] for pair in wire.token_ids] if bigram else wire.token_ids,
             block_size=wire.block_size,
             medium=wire.medium or DEFAULT_MEDIUM,
             lora_name=wire.lora_name,
@@ -182,6 +308,7 @@ def _normalize(wire: Any) -> Event:
             extra_keys=wire.extra_keys,
             group_idx=wire.group_idx,
             locality=wire.locality,
+            bigram=bigram,
         )
     if isinstance(wire, (_MapRemoved, _ArrayRemoved)):
         return BlockRemoved(
@@ -193,12 +320,22 @@ def _normalize(wire: Any) -> Event:
     return AllBlocksCleared()
 
 
-def decode_event(raw: bytes) -> Event:
-    """Decodes one event (map or positional array)."""
+def decode_event(raw: bytes) -> Event | None:
+    """Decodes one event (map or positional array); None for one whose tag names no class this
+    decoder knows (see the module docs)."""
+    is_map = _is_map(raw)
     try:
-        wire = (_map_decoder if _is_map(raw) else _array_decoder).decode(raw)
+        wire = (_map_decoder if is_map else _array_decoder).decode(raw)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
-        raise DecodeError(f"event: {e}") from None
+        try:
+            wire = (_bigram_map_decoder if is_map else _bigram_array_decoder).decode(raw)
+        except (msgspec.DecodeError, msgspec.ValidationError, RecursionError) as bigram_error:
+            tag = _tag(raw)
+            if tag is not None and tag not in KNOWN_TAGS:
+                return None
+            if str(e).endswith(("got `array` - at `$.token_ids[0]`", "got `array` - at `$[3][0]`")):
+                e = bigram_error  # a list of pairs, one of them malformed: what is wrong with it
+            raise DecodeError(f"event: {e}") from None
     except RecursionError:
         # msgspec decodes nested arrays and maps (an `extra_keys` value) recursively: a payload of
         # a kilobyte nested a thousand deep is malformed input, refused like any other (the
@@ -216,12 +353,17 @@ def decode_batch(payload: bytes) -> Batch:
     except RecursionError:  # as in `decode_event`
         raise DecodeError("batch: nested too deep") from None
     events = []
+    unknown = 0
     for i, raw in enumerate(wire.events):
         try:
-            events.append(decode_event(bytes(raw)))
+            event = decode_event(bytes(raw))
         except DecodeError as e:
             raise DecodeError(f"events[{i}]: {e}") from None
-    return Batch(ts=wire.ts, events=events, dp_rank=wire.dp_rank)
+        if event is None:
+            unknown += 1
+        else:
+            events.append(event)
+    return Batch(ts=wire.ts, events=events, dp_rank=wire.dp_rank, unknown_events=unknown)
 
 
 def cache_salt_of(event: BlockStored) -> str:

@@ -62,7 +62,8 @@ class IndexStats:
     orphan_blocks: int = 0
     #: Removals of blocks we never saw.
     unknown_removals: int = 0
-    #: Events not indexed because of their block size, group or locality.
+    #: Events not indexed: because of their block size, group, locality or medium, token ids that
+    #: cannot be hashed, bigram stores in engine mode, or a class the decoder does not know.
     skipped_events: int = 0
     evicted_blocks: int = 0
     worker_resets: int = 0
@@ -232,7 +233,9 @@ class PrefixIndex:
             for event in batch.events:
                 self._apply(w, event)
                 self._event_times.append(now)
-            self.stats.events += len(batch.events)
+            # Events of a class the decoder does not know: received, not applied.
+            self.stats.events += len(batch.events) + batch.unknown_events
+            self.stats.skipped_events += batch.unknown_events
             if self._blocks > self.max_blocks:
                 self._evict()
 
@@ -366,6 +369,11 @@ class PrefixIndex:
             return
         hashes = event.block_hashes
         if self.engine_spec is not None:
+            if event.bigram:
+                # SGLang with EAGLE hashes each page's token pairs: no request hashed with the
+                # spec could ever match these hashes (content keys of the first elements do).
+                self.stats.skipped_events += 1
+                return
             keys = hashes
         else:
             parent_key = None

@@ -438,6 +438,7 @@ class _ColumnStored(msgspec.Struct, gc=False):
     cache_salt: str | None
     group_idx: int | None
     locality: str | None
+    bigram: bool
 
 
 class _ColumnRemoved(msgspec.Struct, gc=False):
@@ -484,7 +485,7 @@ def _columns(batch: Batch) -> tuple[bytes, array, array] | None:
                 _extend_hashes(hashes, event.block_hashes)
                 events.append(_ColumnStored(
                     len(event.block_hashes), event.parent_block_hash, len(event.token_ids), event.block_size,
-                    event.medium, event.lora_name, event.cache_salt, event.group_idx, event.locality,
+                    event.medium, event.lora_name, event.cache_salt, event.group_idx, event.locality, event.bigram,
                 ))
             elif kind is BlockRemoved:
                 _extend_hashes(hashes, event.block_hashes)
@@ -493,7 +494,7 @@ def _columns(batch: Batch) -> tuple[bytes, array, array] | None:
                 events.append(_CLEARED)
             else:
                 return None
-        return _ENCODER.encode({"events": events}), hashes, tokens
+        return _ENCODER.encode({"events": events, "unknown_events": batch.unknown_events}), hashes, tokens
     except (TypeError, OverflowError, ValueError):
         return None
 
@@ -521,5 +522,5 @@ def _plain(batch: Batch) -> Batch:
         if isinstance(event, BlockStored) and event.extra_keys is not None:
             event = msgspec.structs.replace(event, extra_keys=None, cache_salt=cache_salt_of(event))
         events.append(event)
-    return Batch(ts=batch.ts, events=events, dp_rank=batch.dp_rank)
+    return Batch(ts=batch.ts, events=events, dp_rank=batch.dp_rank, unknown_events=batch.unknown_events)
 

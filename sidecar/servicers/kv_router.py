@@ -194,6 +194,7 @@ def _status(router: KvRouter) -> kv.KvStatusResponse:
             model=name, mode=index.mode, block_size=index.block_size or 0, blocks=index.num_blocks,
             events=index.stats.events, events_per_second=index.events_per_second(),
             orphan_blocks=index.stats.orphan_blocks, evicted_blocks=index.stats.evicted_blocks,
+            skipped_events=index.stats.skipped_events,
         )
     if router.feed is not None:
         _feed_status(router.feed, response)
@@ -274,6 +275,10 @@ class KvMetricsCollector(Collector):
         events = CounterMetricFamily("sidecar_kv_events", "KV events applied", labels=["model"])
         orphans = CounterMetricFamily("sidecar_kv_orphan_blocks", "Stored blocks with an unknown parent", labels=["model"])
         evicted = CounterMetricFamily("sidecar_kv_evicted_blocks", "Blocks evicted by the memory bound", labels=["model"])
+        skipped = CounterMetricFamily(
+            "sidecar_kv_skipped_events", "KV events received but not indexed (block size, group, locality, medium, "
+            "unhashable token ids, bigram stores in engine mode, event classes this version does not know)",
+            labels=["model"])
         for name, index in self._router.indexes.items():
             blocks.add_metric([name], index.num_blocks)
             workers.add_metric([name], len(index.workers))
@@ -281,6 +286,7 @@ class KvMetricsCollector(Collector):
             events.add_metric([name], index.stats.events)
             orphans.add_metric([name], index.stats.orphan_blocks)
             evicted.add_metric([name], index.stats.evicted_blocks)
+            skipped.add_metric([name], index.stats.skipped_events)
         decode = CounterMetricFamily("sidecar_kv_decode_errors", "KV-event payloads that failed to decode", labels=["worker"])
         gaps = CounterMetricFamily("sidecar_kv_sequence_gaps", "KV-event sequence gaps", labels=["worker"])
         resets = CounterMetricFamily("sidecar_kv_worker_resets", "Worker states dropped (restart, gap, silence)", labels=["worker"])
@@ -292,7 +298,7 @@ class KvMetricsCollector(Collector):
             gaps.add_metric([worker], st.gaps)
             resets.add_metric([worker], st.resets)
             disconnects.add_metric([worker], st.disconnects)
-        yield from (blocks, workers, rate, events, orphans, evicted, decode, gaps, resets, disconnects)
+        yield from (blocks, workers, rate, events, orphans, evicted, skipped, decode, gaps, resets, disconnects)
         if self._router.feed is not None:
             yield from _feed_metrics(self._router.feed)
 

@@ -12,14 +12,26 @@ of SGLang 0.5.23; only the class definitions run, not the publishers. Block hash
 the engines would publish for the scenario's tokens (computed with router_adapter's reference, which
 tests/data/kv/vectors.json checks against the engines): vLLM as unsigned 64-bit ints or as full
 digests (`VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0`), SGLang as signed int64.
+
+`sglang-eagle-int` (SGLang with EAGLE speculative decoding: bigram pages) is SGLang's publisher
+itself: `KVCacheEventRecorder` (`sglang/srt/mem_cache/events.py`: `record_store` with its
+"bigram pages expose tuples", `record_remove`, `enqueue`'s coalescing), `RadixKey`
+(`mem_cache/radix_cache.py`, `is_bigram=True` as `RadixCache` makes it when `is_eagle`), the node
+hash functions of `mem_cache/utils.py` and the namespace functions of
+`disaggregation/kv_events.py`, all extracted with `ast`, with `cpp_utils/hash_binding.cpp`
+compiled as tests/kv/generate_vectors.py does (needs pybind11, g++ and OpenSSL), run over stand-in
+radix nodes (two nodes of two pages each, the second a child of the first). Its expected
+`token_ids` are the pairs' first elements, with `"bigram": true`.
 """
 
 from __future__ import annotations
 
+import __future__
 import argparse
 import ast
 import json
 import sys
+import tempfile
 import types
 import zipfile
 from pathlib import Path
@@ -106,6 +118,87 @@ def scenario(m: types.ModuleType, engine: str, hash_kind: str) -> tuple[Any, lis
     return batch, [{"ts": batch.ts, "dp_rank": rank, "events": expected}]
 
 
+def load_definitions(source: str, names: set[str], namespace: dict[str, Any], filename: str) -> None:
+    """Executes the named top-level classes, functions and assignments of `source` in `namespace`
+    (annotations not evaluated: they name modules not loaded here)."""
+    keep = []
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.ClassDef, ast.FunctionDef)) and node.name in names:
+            keep.append(node)
+        elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in names for t in node.targets):
+            keep.append(node)
+    found = {getattr(n, "name", None) or getattr(n.targets[0], "id", None) for n in keep}
+    if names - found:
+        raise SystemExit(f"{filename}: not found: {sorted(names - found)}")
+    code = compile(ast.Module(body=keep, type_ignores=[]), filename, "exec",
+                   flags=__future__.annotations.compiler_flag, dont_inherit=True)
+    exec(code, namespace)  # noqa: S102 - the engine's own code, on purpose
+
+
+def sglang_eagle(wheel: Path, build: Path) -> tuple[bytes, dict]:
+    """A batch SGLang's own publisher records for an EAGLE (bigram) radix tree (see the module docs)."""
+    from tests.kv import generate_vectors
+
+    z = zipfile.ZipFile(wheel)
+    extension = generate_vectors.build_sglang_extension(z, build)
+    native = types.ModuleType("sglang_native_hash")
+    exec(compile(z.read("sglang/srt/mem_cache/cpp_utils/native_hash.py").decode(), "native_hash.py", "exec"),  # noqa: S102
+         native.__dict__)
+    native._load_native_hash_module = lambda: extension
+    import enum
+    import hashlib
+    from array import array
+
+    ns: dict[str, Any] = {"msgspec": msgspec, "Any": Any, "Optional": Optional, "Union": Union, "enum": enum,
+                          "hashlib": hashlib, "array": array, "get_native_hash": native.get_native_hash}
+    load_definitions(z.read("sglang/srt/disaggregation/kv_events.py").decode(),
+                     {"KVCacheEvent", "BlockStored", "BlockRemoved", "AllBlocksCleared", "EventBatch", "StorageMedium",
+                      "_NAMESPACE_SEED_TAG", "kv_event_namespace_seed", "namespaced_block_hash"}, ns,
+                     "sglang/srt/disaggregation/kv_events.py")
+    load_definitions(z.read("sglang/srt/mem_cache/utils.py").decode(),
+                     {"get_hash_str", "storage_namespace_seed", "get_storage_hash_str", "hash_str_to_int64",
+                      "compute_node_hash_values", "compute_node_event_hash_values"}, ns, "sglang/srt/mem_cache/utils.py")
+    load_definitions(z.read("sglang/srt/mem_cache/radix_cache.py").decode(), {"RadixKey"}, ns,
+                     "sglang/srt/mem_cache/radix_cache.py")
+    load_definitions(z.read("sglang/srt/mem_cache/events.py").decode(),
+                     {"_LORA_ID_LEN", "LoRANameTable", "KvEventLoraNames", "KVCacheEventRecorder"}, ns,
+                     "sglang/srt/mem_cache/events.py")
+
+    class Node:  # the fields of a radix TreeNode the recorder reads
+        def __init__(self, key: Any, parent: Any) -> None:
+            self.key, self.parent, self.hash_value, self.event_hash_value = key, parent, None, None
+
+    page = 16
+    raw = list(range(2000, 2000 + 4 * page + 1))  # 4 * page bigrams span one raw token more
+    whole = ns["RadixKey"](array("q", raw), is_bigram=True)
+    root = Node(ns["RadixKey"](array("q"), is_bigram=True), None)
+    root.hash_value = []
+    first = Node(whole[: 2 * page], root)
+    second = Node(whole[2 * page : 4 * page], first)
+    recorder = ns["KVCacheEventRecorder"](enabled=True, page_size=page)
+    recorder.record_store(first)
+    recorder.record_store(second)  # coalesced into the first store (its parent is the tail's last hash)
+    recorder.record_remove(second)
+    batch = ns["EventBatch"](ts=1700000000.5, events=recorder.take(), attn_dp_rank=0)
+
+    def value(h: int) -> str:
+        return str(h & ((1 << 64) - 1))
+
+    expected = []
+    for e in batch.events:
+        if isinstance(e, ns["BlockStored"]):
+            expected.append({
+                "type": "BlockStored", "block_hashes": [value(h) for h in e.block_hashes],
+                "parent_block_hash": None if e.parent_block_hash is None else value(e.parent_block_hash),
+                "token_ids": [pair[0] for pair in e.token_ids], "bigram": True, "block_size": e.block_size,
+                "medium": e.medium, "lora_name": e.lora_name, "cache_salt": "",
+            })
+        else:
+            expected.append({"type": "BlockRemoved", "block_hashes": [value(h) for h in e.block_hashes],
+                             "medium": e.medium})
+    return msgspec.msgpack.encode(batch), {"ts": batch.ts, "dp_rank": 0, "events": expected}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheels", type=Path, required=True)
@@ -129,6 +222,11 @@ def main() -> int:
             (OUT / f"{stem}.msgpack").write_bytes(encoder.encode(batch))
             (OUT / f"{stem}.expected.json").write_text(json.dumps(expected[0], indent=1) + "\n")
             print(f"wrote {stem}")
+    with tempfile.TemporaryDirectory() as build:
+        data, expected_eagle = sglang_eagle(wheels["sglang"][0], Path(build))
+    (OUT / "sglang-eagle-int.msgpack").write_bytes(data)
+    (OUT / "sglang-eagle-int.expected.json").write_text(json.dumps(expected_eagle, indent=1) + "\n")
+    print("wrote sglang-eagle-int")
     return 0
 
 

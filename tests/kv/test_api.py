@@ -39,3 +39,23 @@ def test_block_hashes_for_maps_every_proto_field() -> None:
     assert (spec.seed, spec.event_value, spec.vllm_extra_keys) == ("", "first8_be_signed_as_u64", "")
     dy = pb.BlockHashing(algorithm="dynamo_xxh3", block_size=4, namespace="n", sequence_hashes=True)
     assert block_hashes_for(router_adapter.REFERENCE_HASHER, tokens, dy)[1].event_value == "xxh3_64_sequence"
+
+
+def test_skipped_events_are_in_kv_status_and_metrics() -> None:
+    """Events received but not indexed (here a newer engine's event class) show in `KvStatus` and
+    as `sidecar_kv_skipped_events_total`, for either index."""
+    import msgspec
+
+    from router_adapter.router import KvRouter, ModelOptions
+    from router_adapter.index import PrefixIndex
+    from sidecar.native.kv_index import NativePrefixIndex
+    from sidecar.servicers.kv_router import KvMetricsCollector, _status
+
+    payload = msgspec.msgpack.encode([1.0, [{"type": "KVFuture"}, {"type": "AllBlocksCleared"}]])
+    for factory in (PrefixIndex, NativePrefixIndex):
+        router = KvRouter([], models={"m": ModelOptions(block_size=4)}, silence_timeout_s=None, index_factory=factory)
+        router.indexes["m"].apply_batch("w", router_adapter.decode_batch(payload))
+        row = _status(router).models[0]
+        assert (row.events, row.skipped_events) == (2, 1)
+        metrics = {m.name: m for m in KvMetricsCollector(router).collect()}
+        assert metrics["sidecar_kv_skipped_events"].samples[0].value == 1

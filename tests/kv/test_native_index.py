@@ -3,7 +3,8 @@ the differential reference: seeded random operation sequences (stores with paren
 re-stores, removals, clears, worker drops, eviction, LoRA, salts, multimodal items, several
 media, skipped block sizes, groups and remote blocks) in content and engine mode, each event
 published as raw engine payloads in every encoding (vLLM tagged maps and positional arrays,
-SGLang maps; hashes as unsigned, signed and bytes). After every step both indexes must give the
+SGLang maps, SGLang with EAGLE's bigram token pairs; hashes as unsigned, signed and bytes; now and
+then an event of a class the decoders do not know). After every step both indexes must give the
 same scores and statistics. Then: payload mutations are refused by both decoders alike, and
 snapshots round-trip."""
 
@@ -36,6 +37,7 @@ MEDIA = ["GPU", "CPU", "DISK"]
 LORAS = ["", "", "ad1"]
 SALTS = ["", "", "t1"]
 EVENTS = Path(__file__).resolve().parents[1] / "data" / "kv" / "events"
+ENCODINGS = ["vllm-map", "vllm-array", "sglang", "sglang-eagle"]
 ENCODE = msgspec.msgpack.encode
 
 
@@ -114,7 +116,7 @@ def wire(ev: object, encoding: str, hashes_as: str, rng: random.Random) -> objec
     """One event as the given engine version encodes it."""
     if isinstance(ev, Cleared):
         return ["AllBlocksCleared"] if encoding == "vllm-array" else {"type": "AllBlocksCleared"}
-    if encoding == "sglang":
+    if encoding.startswith("sglang"):
         hashes_as = "unsigned" if hashes_as == "bytes" else hashes_as  # SGLang publishes ints
     hashes = [hash_repr(h, hashes_as, rng) for h in ev.hashes]
     if isinstance(ev, Removed):
@@ -123,8 +125,11 @@ def wire(ev: object, encoding: str, hashes_as: str, rng: random.Random) -> objec
             return trimmed(["BlockRemoved"] + [v for _, v in fields], 2, rng)
         return {"type": "BlockRemoved", **{k: v for k, v in fields if v is not None or k == "medium"}}
     parent = None if ev.parent is None else hash_repr(ev.parent, hashes_as, rng)
-    if encoding == "sglang":
-        return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent, "token_ids": ev.tokens,
+    if encoding.startswith("sglang"):
+        # With EAGLE, SGLang publishes each token as the pair [t_i, t_i+1] (the last pair's second
+        # element the next page's first token, not in this store).
+        tokens = bigram_pairs(ev.tokens, rng) if encoding == "sglang-eagle" else ev.tokens
+        return {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": parent, "token_ids": tokens,
                 "block_size": ev.block_size, "lora_id": None, "medium": ev.medium or "GPU",
                 "cache_salt": ev.salt or None, "session_id": None, "lora_name": ev.lora or None}
     extra = extra_keys(ev, rng)
@@ -145,6 +150,20 @@ def wire(ev: object, encoding: str, hashes_as: str, rng: random.Random) -> objec
     return event
 
 
+def bigram_pairs(tokens: list[int], rng: random.Random) -> list[list[int]]:
+    """Tokens as SGLang's bigram pages publish them (`mem_cache/events.py` `record_store`)."""
+    following = tokens[1:] + [rng.randrange(1000)] if tokens else []
+    return [[t, n] for t, n in zip(tokens, following)]
+
+
+def unknown_event(encoding: str, rng: random.Random) -> object:
+    """An event of a class a newer engine might add: skipped by both decoders and counted."""
+    fields = {"block_hashes": [rng.getrandbits(64)], "detail": {"k": [1, b"x", None]}}
+    if encoding == "vllm-array":
+        return ["BlockMoved", *fields.values()][: rng.randrange(1, 4)]
+    return {"type": rng.choice(["BlockMoved", "KVFuture"]), **fields}
+
+
 def trimmed(arr: list, minimum: int, rng: random.Random) -> list:
     """A positional event without its trailing defaults (omit_defaults), maybe with fields from
     later versions appended."""
@@ -156,7 +175,10 @@ def trimmed(arr: list, minimum: int, rng: random.Random) -> list:
 
 
 def payload(events: list, encoding: str, hashes_as: str, rng: random.Random) -> bytes:
-    batch = [rng.random() * 1e9, [wire(e, encoding, hashes_as, rng) for e in events]]
+    wired = [wire(e, encoding, hashes_as, rng) for e in events]
+    if rng.random() < 0.05:
+        wired.insert(rng.randrange(len(wired) + 1), unknown_event(encoding, rng))
+    batch = [rng.random() * 1e9, wired]
     if rng.random() < 0.7:
         batch.append(rng.choice([0, 1, None]))
     return ENCODE(batch)
@@ -286,7 +308,7 @@ def test_native_index_equals_python_index(case: str) -> None:
             python.drop_worker(worker)
             native.drop_worker(worker)
         else:
-            data = payload(scenario.events(worker), rng.choice(["vllm-map", "vllm-array", "sglang"]),
+            data = payload(scenario.events(worker), rng.choice(ENCODINGS),
                            rng.choice(["unsigned", "signed", "bytes"]), rng)
             batch = decode_batch(data)
             python.apply_batch(worker, batch)
@@ -396,7 +418,7 @@ def test_payload_mutations_are_refused_alike() -> None:
     scenario = Scenario(rng, engine_mode=False)
     refused = accepted = 0
     for _ in range(250):
-        data = payload(scenario.events("w"), rng.choice(["vllm-map", "vllm-array", "sglang"]),
+        data = payload(scenario.events("w"), rng.choice(ENCODINGS),
                        rng.choice(["unsigned", "signed", "bytes"]), rng)
         for mutated in mutations(data, rng):
             native = NativePrefixIndex(BS)
@@ -423,7 +445,7 @@ def test_payload_mutations_are_refused_alike() -> None:
 
 @pytest.mark.parametrize(
     "data",
-    [b"", b"\xc1", ENCODE({"ts": 1}), ENCODE([1.0, "x"]), ENCODE([1.0, [{"type": "Nope"}]]),
+    [b"", b"\xc1", ENCODE({"ts": 1}), ENCODE([1.0, "x"]), ENCODE([1.0, [{"type": 3}]]),
      ENCODE([1.0, [{"type": "BlockStored", "block_hashes": ["s"]}]]), ENCODE([1.0, [["BlockRemoved"]]]),
      ENCODE([1.0, [{"type": "BlockRemoved", "block_hashes": [b"short"]}]]), ENCODE([True, []]),
      ENCODE([1.0, [], "rank"]), ENCODE([1.0, [{"block_hashes": [1]}]]), ENCODE([1.0, [["BlockStored", [1], None, [1]]]]),
@@ -452,7 +474,7 @@ def test_apply_payloads_equals_one_call_per_payload() -> None:
     items = []
     for _ in range(600):
         worker = rng.choice(WORKERS)
-        data = payload(scenario.events(worker), rng.choice(["vllm-map", "vllm-array", "sglang"]),
+        data = payload(scenario.events(worker), rng.choice(ENCODINGS),
                        rng.choice(["unsigned", "signed", "bytes"]), rng)
         items.append((worker, rng.choice(mutations(data, rng)) if rng.random() < 0.1 else data))
     expected = refused_one_at_a_time(one, items)
@@ -651,3 +673,70 @@ def test_engine_mode_validates_multimodal_items_like_the_python_index() -> None:
     with pytest.raises(InvalidArgument, match="token_ids"):
         NativePrefixIndex(BS).score([1, -1, 2, 3])
     assert replace(spec).block_size == BS
+
+
+def test_bigram_stores_score_like_plain_stores_of_the_same_sequence() -> None:
+    """SGLang with EAGLE (bigram pages): content mode keys the pairs' first elements, so a request's
+    plain token ids find them as they find a plain store's; engine mode skips them (SGLang hashes the
+    pairs), in both indexes and on every path into the native one."""
+    rng = random.Random("bigram")
+    tokens = [rng.randrange(150_000) for _ in range(6 * BS + 1)]
+    hashes = [rng.getrandbits(63) for _ in range(6)]
+
+    def batch(bigram: bool) -> bytes:
+        stores = []
+        for start, end in ((0, 2), (2, 6)):
+            page = tokens[start * BS : end * BS]
+            # A page's last pair reaches the first token of the next (SGLang's RadixKey slices share it).
+            ids = [[t, tokens[start * BS + i + 1]] for i, t in enumerate(page)] if bigram else page
+            stores.append({"type": "BlockStored", "block_hashes": hashes[start:end],
+                           "parent_block_hash": hashes[start - 1] if start else None, "token_ids": ids,
+                           "block_size": BS, "lora_id": None, "medium": "GPU"})
+        return ENCODE([1.0, stores, 0])
+
+    requests = [tokens, tokens[: 3 * BS + 1], tokens[:BS] + [7] * BS]
+    plain = PrefixIndex(BS)
+    plain.apply_batch("w", decode_batch(batch(False)))
+    expected = [plain.score(t) for t in requests]
+    assert expected[0].workers[0].blocks == 6 and expected[1].workers[0].blocks == 3
+    for apply in ("python", "payload", "columns", "normalized"):
+        python, native = PrefixIndex(BS), NativePrefixIndex(BS)
+        decoded = decode_batch(batch(True))
+        python.apply_batch("w", decoded)
+        if apply == "payload":
+            native.apply_payload("w", batch(True))
+        elif apply == "columns":
+            native.apply_batch("w", decoded)
+        else:
+            native._apply(  # the general (msgspec-encoded) path: what apply_batch takes for extra_keys
+                "w", ENCODE(_plain(decoded)), lib.SC_KV_PAYLOAD_NORMALIZED)
+        assert [python.score(t) for t in requests] == expected, apply
+        assert [native.score(t) for t in requests] == expected, apply
+        assert native.stats == python.stats == plain.stats, apply
+    spec = HashSpec("sglang_sha256", BS)
+    python, native = PrefixIndex(BS, engine_spec=spec), NativePrefixIndex(BS, engine_spec=spec)
+    python.apply_batch("w", decode_batch(batch(True)))
+    native.apply_payload("w", batch(True))
+    assert python.num_blocks == native.num_blocks == 0
+    assert python.stats == native.stats and python.stats.skipped_events == 2
+
+
+def test_an_unknown_event_class_does_not_hide_the_rest_of_the_batch() -> None:
+    """A newer engine's event among known ones: both indexes apply the rest (the removal too) and
+    count it as received and skipped, whichever path the batch takes into the native index."""
+    stored = {"type": "BlockStored", "block_hashes": [1, 2], "parent_block_hash": None,
+              "token_ids": list(range(2 * BS)), "block_size": BS}
+    later = [1.0, [{"type": "KVFuture", "x": [1]}, {"type": "BlockRemoved", "block_hashes": [2]},
+                   ["BlockMoved", [1]]]]
+    python = PrefixIndex(BS)
+    natives = {how: NativePrefixIndex(BS) for how in ("payload", "columns", "normalized")}
+    for data in (ENCODE([0.0, [stored]]), ENCODE(later)):
+        decoded = decode_batch(data)
+        python.apply_batch("w", decoded)
+        natives["payload"].apply_payload("w", data)
+        natives["columns"].apply_batch("w", decoded)
+        natives["normalized"]._apply("w", ENCODE(_plain(decoded)), lib.SC_KV_PAYLOAD_NORMALIZED)
+    assert python.stats.events == 4 and python.stats.skipped_events == 2 and python.stats.blocks_removed == 1
+    for how, native in natives.items():
+        assert native.stats == python.stats, how
+        assert native.score(list(range(2 * BS))) == python.score(list(range(2 * BS))), how

@@ -120,7 +120,9 @@ impl Index {
             self.request_worker_slots(id, batch, end + PREFETCH_AHEAD);
         }
         self.rate.record(now, batch.events.len());
-        self.stats.events += batch.events.len() as u64;
+        // Events of a class the decoder does not know: received, not applied.
+        self.stats.events += batch.events.len() as u64 + batch.unknown;
+        self.stats.skipped_events += batch.unknown;
         if self.blocks > self.options.max_blocks {
             self.evict();
         }
@@ -243,6 +245,12 @@ impl Index {
         let hashes = &batch.hashes[event.hashes.0..event.hashes.1];
         computed.clear();
         let keys: &[u64] = if self.options.engine_spec.is_some() {
+            if event.bigram {
+                // SGLang with EAGLE hashes each page's token pairs: no request hashed with the
+                // spec could match these (content keys of the first elements do).
+                self.stats.skipped_events += 1;
+                return;
+            }
             hashes
         } else if self.content_keys(id, event, batch, hashes.len(), computed) {
             computed

@@ -18,6 +18,16 @@
 //!
 //! Token ids are kept as `u32`; an event with a token id outside that range records where, and
 //! the index skips it when that token falls in a block it would hash (the Python index raises).
+//! A store's `token_ids` may instead be all pairs `[t_i, t_i+1]` (SGLang with EAGLE speculative
+//! decoding publishes bigram pages): the pairs' first elements are kept, and the store is marked
+//! [`Stored::bigram`]. The plain list is read first (the fast path); only a list whose first
+//! element is an array is read again as pairs, and a list mixing ints and pairs is refused.
+//!
+//! An event whose tag names no class this decoder knows (a newer engine's event type) is left
+//! out and counted ([`Batch::unknown`]): the tag is the first `"type"` of a map (keys before it
+//! strings, the value a string) or an array's first element, a string; the rest of such an event
+//! need only be well-formed. Everything else that is not an event of a known class refuses the
+//! batch.
 
 use super::msgpack::{Check, Kind, Reader};
 use crate::error::{Error, Result};
@@ -38,6 +48,8 @@ pub struct Batch<'a> {
     pub hashes: Vec<u64>,
     /// Token ids of every event, concatenated.
     pub tokens: Vec<u32>,
+    /// Events of a class this decoder does not know, left out of `events`.
+    pub unknown: u64,
 }
 
 /// One event.
@@ -74,6 +86,8 @@ pub struct Stored<'a> {
     pub group_idx: Option<i128>,
     /// Whether `locality` is `"REMOTE"`.
     pub remote: bool,
+    /// Published as bigram pairs (SGLang with EAGLE); `tokens` are the pairs' first elements.
+    pub bigram: bool,
 }
 
 /// A `BlockRemoved`.
@@ -174,13 +188,16 @@ enum Field {
     ExtraKeys,
     GroupIdx,
     Locality,
+    /// `events.BlockStored.bigram`: read in the normalized encodings only (an engine's event
+    /// with such a key has it skipped, as any field its class does not declare).
+    Bigram,
     /// Any other key (skipped).
     Other,
 }
 
 impl Field {
     #[cfg(test)]
-    const ALL: [Field; 11] = [
+    const ALL: [Field; 12] = [
         Field::BlockHashes,
         Field::ParentBlockHash,
         Field::TokenIds,
@@ -192,6 +209,7 @@ impl Field {
         Field::ExtraKeys,
         Field::GroupIdx,
         Field::Locality,
+        Field::Bigram,
     ];
 
     /// The field a key names: its length and first byte single out one candidate (no two names
@@ -210,6 +228,7 @@ impl Field {
             (10, Some(b'e')) => Field::ExtraKeys,
             (9, Some(b'g')) => Field::GroupIdx,
             (8, Some(b'l')) => Field::Locality,
+            (6, Some(b'b')) => Field::Bigram,
             _ => return Field::Other,
         };
         if same(key, candidate.name().as_bytes()) {
@@ -232,6 +251,7 @@ impl Field {
             Field::ExtraKeys => "extra_keys",
             Field::GroupIdx => "group_idx",
             Field::Locality => "locality",
+            Field::Bigram => "bigram",
             Field::Other => "",
         }
     }
@@ -253,6 +273,7 @@ struct Fields<'a> {
     short_parent: Option<usize>,
     tokens: Option<(usize, usize)>,
     wide_token: Option<usize>,
+    bigram: bool,
     block_size: Option<i128>,
     medium: Option<&'a str>,
     lora_name: Option<&'a str>,
@@ -338,8 +359,10 @@ fn wire_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()> {
     let events = events.ok_or_else(|| at_batch(expected("array", got, "$[1]")))?;
     batch.events.reserve(events.min(EVENTS_RESERVED));
     for i in 0..events {
-        let event = wire_event(r, batch).map_err(|e| e.context(format_args!("events[{i}]")))?;
-        batch.events.push(event);
+        match wire_event(r, batch).map_err(|e| e.context(format_args!("events[{i}]")))? {
+            Some(event) => batch.events.push(event),
+            None => batch.unknown += 1,
+        }
     }
     if n >= 3 {
         let got = r.peek().map_err(at_batch)?;
@@ -353,7 +376,8 @@ fn wire_batch<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<()> {
     Ok(())
 }
 
-fn wire_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
+/// One event; None for one of a class this decoder does not know (skipped, well-formed).
+fn wire_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Option<Event<'a>>> {
     match r.peek()? {
         Kind::Map => map_event(r, batch),
         Kind::Array => array_event(r, batch),
@@ -379,12 +403,18 @@ fn find_tag<'a>(r: &mut Reader<'a>, pairs: usize) -> Result<&'a [u8]> {
     ))
 }
 
-fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
+fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Option<Event<'a>>> {
     let pairs = r.map()?.unwrap_or(0);
     let start = r.pos();
     let tag = find_tag(r, pairs)?;
-    let class = Class::from_tag(tag).ok_or_else(|| invalid_tag(tag))?;
     r.seek(start);
+    let Some(class) = Class::from_tag(tag) else {
+        for _ in 0..pairs {
+            r.skip(Check::WellFormed)?;
+            r.skip(Check::WellFormed)?;
+        }
+        return Ok(None);
+    };
     let mut fields = Fields::default();
     for _ in 0..pairs {
         let got = r.peek()?;
@@ -399,13 +429,14 @@ fn map_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>>
             if !same(value, tag) {
                 return Err(invalid_tag(value));
             }
-        } else if let Some(field) = declared(class, Field::of(key)) {
+        } else if let Some(field) = declared(class, Field::of(key)).filter(|&f| f != Field::Bigram)
+        {
             read_field(r, batch, &mut fields, field, None, None)?;
         } else {
             r.skip(Check::WellFormed)?;
         }
     }
-    finish(class, fields, Encoding::Engine)
+    finish(class, fields, Encoding::Engine).map(Some)
 }
 
 fn invalid_tag(tag: &[u8]) -> Error {
@@ -452,7 +483,7 @@ const ARRAY_REMOVED: [Field; 4] = [
     Field::Locality,
 ];
 
-fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a>> {
+fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Option<Event<'a>>> {
     let n = r.array()?.unwrap_or(0);
     if n == 0 {
         return Err(Error::invalid_argument(
@@ -461,7 +492,12 @@ fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a
     }
     let got = r.peek()?;
     let tag = r.str_bytes()?.ok_or_else(|| expected("str", got, "$[0]"))?;
-    let class = Class::from_tag(tag).ok_or_else(|| invalid_tag(tag))?;
+    let Some(class) = Class::from_tag(tag) else {
+        for _ in 1..n {
+            r.skip(Check::WellFormed)?;
+        }
+        return Ok(None);
+    };
     let (names, required): (&[Field], usize) = match class {
         Class::Stored => (&ARRAY_STORED, 4),
         Class::Removed => (&ARRAY_REMOVED, 1),
@@ -480,7 +516,7 @@ fn array_event<'a>(r: &mut Reader<'a>, batch: &mut Batch<'a>) -> Result<Event<'a
             None => r.skip(Check::WellFormed)?,
         }
     }
-    finish(class, fields, Encoding::Engine)
+    finish(class, fields, Encoding::Engine).map(Some)
 }
 
 /// Reads one declared field into `fields`; `index` is the position in the array encoding.
@@ -507,6 +543,7 @@ fn read_field<'a>(
             let side = columns.map_or(&[][..], |c| c.tokens);
             fields.tokens = Some(take_column(r, &mut batch.tokens, side, &path)?);
             fields.wide_token = None;
+            fields.bigram = false;
         }
         Field::BlockHashes => {
             let (range, short) = hash_list(r, &mut batch.hashes, &path)?;
@@ -525,9 +562,13 @@ fn read_field<'a>(
             }
         }
         Field::TokenIds => {
-            let (range, wide) = token_list(r, &mut batch.tokens, &path)?;
+            let (range, wide, bigram) = token_list(r, &mut batch.tokens, &path)?;
             fields.tokens = Some(range);
             fields.wide_token = wide;
+            fields.bigram = bigram;
+        }
+        Field::Bigram => {
+            fields.bigram = r.bool()?.ok_or_else(|| expected("bool", got, &path()))?;
         }
         Field::BlockSize => {
             fields.block_size = Some(r.int()?.ok_or_else(|| expected("int", got, &path()))?);
@@ -651,18 +692,64 @@ fn hash_list(
     Ok(((start, out.len()), short))
 }
 
+/// A store's token ids: the range in `out`, the first id outside `u32` (relative), and whether
+/// the list was of bigram pairs (their first elements kept).
 fn token_list(
     r: &mut Reader<'_>,
     out: &mut Vec<u32>,
     path: &dyn Fn() -> String,
-) -> Result<(Range, Option<usize>)> {
+) -> Result<(Range, Option<usize>, bool)> {
     let got = r.peek()?;
     let n = r.array()?.ok_or_else(|| expected("array", got, &path()))?;
     let start = out.len();
     match r.u32_list(n, out)? {
-        Ok(wide) => Ok(((start, out.len()), wide)),
+        Ok(wide) => Ok(((start, out.len()), wide, false)),
+        // The reader stopped at the first element, an array: a bigram list (read again as one).
+        Err((0, Kind::Array)) => {
+            out.truncate(start);
+            let wide = bigram_list(r, n, out, path)?;
+            Ok(((start, out.len()), wide, true))
+        }
         Err((i, kind)) => Err(expected("int", kind, &format!("{}[{i}]", path()))),
     }
+}
+
+/// `n` pairs `[first, second]` of ints (msgspec's `list[tuple[int, int]]`): the first elements
+/// appended to `out` (0 for one outside `u32`, whose index is returned, as `u32_list` does).
+#[cold]
+fn bigram_list(
+    r: &mut Reader<'_>,
+    n: usize,
+    out: &mut Vec<u32>,
+    path: &dyn Fn() -> String,
+) -> Result<Option<usize>> {
+    let mut wide = None;
+    out.reserve(n);
+    for i in 0..n {
+        let got = r.peek()?;
+        let len = r
+            .array()?
+            .ok_or_else(|| expected("array", got, &format!("{}[{i}]", path())))?;
+        if len != 2 {
+            return Err(Error::invalid_argument(format!(
+                "expected `array` of length 2, got {len} - at `{}[{i}]`",
+                path()
+            )));
+        }
+        let got = r.peek()?;
+        let first = r
+            .int()?
+            .ok_or_else(|| expected("int", got, &format!("{}[{i}][0]", path())))?;
+        let got = r.peek()?;
+        if r.int()?.is_none() {
+            return Err(expected("int", got, &format!("{}[{i}][1]", path())));
+        }
+        out.push(u32::try_from(first).unwrap_or_else(|_| {
+            wide.get_or_insert(i);
+            0
+        }));
+    }
+    Ok(wide)
 }
 
 /// Checks `extra_keys` as msgspec decodes `list[Any]` and keeps the strings `cache_salt_of`
@@ -733,6 +820,7 @@ fn finish<'a>(class: Class, f: Fields<'a>, encoding: Encoding) -> Result<Event<'
         salt: cache_salt(&f, lora_name),
         group_idx: f.group_idx,
         remote,
+        bigram: f.bigram,
     }))
 }
 
@@ -766,6 +854,15 @@ fn normalized_batch<'a>(
         let key = r
             .str_bytes()?
             .ok_or_else(|| Error::invalid_argument("batch: expected string keys"))?;
+        if key == b"unknown_events" {
+            let got = r.peek()?;
+            let n = r
+                .int()?
+                .ok_or_else(|| expected("int", got, "$.unknown_events"))?;
+            batch.unknown = u64::try_from(n)
+                .map_err(|_| Error::invalid_argument("batch.unknown_events: negative"))?;
+            continue;
+        }
         if key != b"events" {
             r.skip(Check::WellFormed)?;
             continue;

@@ -346,6 +346,15 @@ impl<'a> Reader<'a> {
         Ok(false)
     }
 
+    /// A bool; `None` (nothing consumed) for another type.
+    #[inline]
+    pub fn bool(&mut self) -> Result<Option<bool>> {
+        match self.peek()? {
+            Kind::Bool => Ok(Some(self.byte()? == 0xc3)),
+            _ => Ok(None),
+        }
+    }
+
     /// An integer of either sign (as msgspec's `int`: not a bool, not a float).
     #[inline]
     pub fn int(&mut self) -> Result<Option<i128>> {

@@ -180,7 +180,7 @@ fn recorded_engine_payloads_decode_to_the_expected_events() {
         }
         seen += 1;
     }
-    assert!(seen >= 5);
+    assert!(seen >= 6);
 }
 
 fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
@@ -214,6 +214,7 @@ fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
             assert_eq!(s.medium, want["medium"].as_str().unwrap());
             assert_eq!(s.lora_name, want["lora_name"].as_str().unwrap_or(""));
             assert_eq!(s.salt, want["cache_salt"].as_str().unwrap());
+            assert_eq!(s.bigram, want["bigram"].as_bool().unwrap_or(false));
         }
         Event::Removed(r) => {
             assert_eq!(want["type"], "BlockRemoved");
@@ -241,7 +242,40 @@ fn malformed_payloads_are_refused() {
         bytes(&V::Arr(vec![V::Nil, V::Arr(vec![])])),
         bytes(&V::Arr(vec![
             V::Float(1.0),
-            V::Arr(vec![V::Map(vec![(V::Str("type"), V::Str("Nope"))])]),
+            V::Arr(vec![V::Map(vec![(V::Str("type"), V::Int(3))])]),
+        ])),
+        // A store whose token ids mix ints and bigram pairs, or with a pair of three.
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Map(vec![
+                (V::Str("type"), V::Str("BlockStored")),
+                (V::Str("block_hashes"), ints([1])),
+                (V::Str("token_ids"), V::Arr(vec![ints([1, 2]), V::Int(2)])),
+            ])]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Map(vec![
+                (V::Str("type"), V::Str("BlockStored")),
+                (V::Str("block_hashes"), ints([1])),
+                (V::Str("token_ids"), V::Arr(vec![V::Int(2), ints([1, 2])])),
+            ])]),
+        ])),
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Map(vec![
+                (V::Str("type"), V::Str("BlockStored")),
+                (V::Str("block_hashes"), ints([1])),
+                (V::Str("token_ids"), V::Arr(vec![ints([1, 2, 3])])),
+            ])]),
+        ])),
+        // An unknown class whose tag comes after a key that is not a string.
+        bytes(&V::Arr(vec![
+            V::Float(1.0),
+            V::Arr(vec![V::Map(vec![
+                (V::Int(1), V::Int(2)),
+                (V::Str("type"), V::Str("BlockFuture")),
+            ])]),
         ])),
         bytes(&V::Arr(vec![
             V::Float(1.0),
@@ -541,4 +575,117 @@ fn many_workers_share_keys_beyond_one_bitset_word() {
         .iter()
         .all(|(n, b)| *b as usize == 1 + n[1..].parse::<usize>().unwrap() % 8));
     assert_eq!(index.status().keys, 8);
+}
+
+/// `n` blocks of [`BS`] tokens from `first` on, published plain or as SGLang's bigram pages
+/// (`[t_i, t_i+1]`, the last pair's second element the next page's first token).
+fn sglang_store(hashes: &[u64], parent: Option<u64>, first: u32, bigram: bool) -> V {
+    let n = hashes.len() as u32 * BS;
+    let tokens = if bigram {
+        V::Arr(
+            (first..first + n)
+                .map(|t| ints([t as u64, t as u64 + 1]))
+                .collect(),
+        )
+    } else {
+        ints((first..first + n).map(|t| t as u64))
+    };
+    V::Map(vec![
+        (V::Str("type"), V::Str("BlockStored")),
+        (V::Str("block_hashes"), ints(hashes.iter().copied())),
+        (
+            V::Str("parent_block_hash"),
+            parent.map_or(V::Nil, |p| V::Int(p as i128)),
+        ),
+        (V::Str("token_ids"), tokens),
+        (V::Str("block_size"), V::Int(BS as i128)),
+        (V::Str("lora_id"), V::Nil),
+        (V::Str("medium"), V::Str("GPU")),
+    ])
+}
+
+fn batch_of(events: Vec<V>) -> Vec<u8> {
+    bytes(&V::Arr(vec![V::Float(1.0), V::Arr(events), V::Int(0)]))
+}
+
+#[test]
+fn bigram_stores_decode_to_the_first_elements_and_key_like_plain_ones() {
+    let payload = batch_of(vec![
+        sglang_store(&[11, 12], None, 100, true),
+        sglang_store(&[13], Some(12), 108, true),
+    ]);
+    let batch = decode_batch(&payload, Encoding::Engine).unwrap();
+    let Event::Stored(s) = &batch.events[0] else {
+        panic!("a store")
+    };
+    assert!(s.bigram);
+    assert_eq!(
+        batch.tokens[s.tokens.0..s.tokens.1],
+        (100..108).collect::<Vec<u32>>()[..]
+    );
+    // Content mode: the same keys as the plain store of the same sequence.
+    let bigram = content_index(100);
+    bigram.apply("w", &payload, Encoding::Engine).unwrap();
+    let plain = content_index(100);
+    let plain_payload = batch_of(vec![
+        sglang_store(&[11, 12], None, 100, false),
+        sglang_store(&[13], Some(12), 108, false),
+    ]);
+    plain.apply("w", &plain_payload, Encoding::Engine).unwrap();
+    let request: Vec<u32> = (100..113).collect();
+    assert_eq!(depths(&bigram, &request, ""), vec![("w".into(), 3)]);
+    assert_eq!(depths(&plain, &request, ""), depths(&bigram, &request, ""));
+    assert_eq!(bigram.status().stats, plain.status().stats);
+    // Engine mode: the engine hashed the pairs, which no spec reproduces; skipped, not refused.
+    let json = r#"{"algorithm": "sglang_sha256", "block_size": 4}"#;
+    let options = Options::from_json(&format!(r#"{{"engine_spec": {json}}}"#)).unwrap();
+    let engine = SharedIndex::new(options);
+    engine.apply("w", &payload, Encoding::Engine).unwrap();
+    let status = engine.status();
+    assert_eq!((status.blocks, status.stats.skipped_events), (0, 2));
+}
+
+#[test]
+fn events_of_unknown_classes_are_skipped_and_counted() {
+    let index = content_index(100);
+    index
+        .apply(
+            "w",
+            &batch_of(vec![sglang_store(&[11, 12], None, 100, false)]),
+            Encoding::Engine,
+        )
+        .unwrap();
+    let payload = batch_of(vec![
+        V::Map(vec![
+            (V::Str("type"), V::Str("BlockFuture")),
+            (
+                V::Str("payload"),
+                V::Map(vec![(V::Int(1), V::Bin(vec![1]))]),
+            ),
+        ]),
+        V::Arr(vec![V::Str("BlockNewer"), V::Int(1), V::Arr(vec![V::Nil])]),
+        V::Map(vec![
+            (V::Str("type"), V::Str("BlockRemoved")),
+            (V::Str("block_hashes"), ints([12])),
+        ]),
+    ]);
+    let batch = decode_batch(&payload, Encoding::Engine).unwrap();
+    assert_eq!((batch.events.len(), batch.unknown), (1, 2));
+    index.apply("w", &payload, Encoding::Engine).unwrap();
+    let status = index.status();
+    assert_eq!(status.stats.events, 4);
+    assert_eq!(status.stats.skipped_events, 2);
+    assert_eq!(status.stats.blocks_removed, 1);
+    assert_eq!(
+        depths(&index, &(100..108).collect::<Vec<_>>(), ""),
+        vec![("w".into(), 1)]
+    );
+    // An unknown event must still be well-formed: cut short (within its last value), refused.
+    let unknown = bytes(&V::Arr(vec![
+        V::Float(1.0),
+        V::Arr(vec![V::Arr(vec![V::Str("BlockNewer"), V::Bin(vec![1, 2])])]),
+    ]));
+    assert_eq!(decode_batch(&unknown, Encoding::Engine).unwrap().unknown, 1);
+    let cut = &unknown[..unknown.len() - 1];
+    assert!(decode_batch(cut, Encoding::Engine).is_err());
 }
