@@ -73,10 +73,14 @@ class Gate:
     """Admission of new calls and the count of calls in flight: a draining server closes it, refuses
     new calls, and waits (boundedly) for `inflight` to reach zero. Only touched on the event loop."""
 
-    __slots__ = ("open", "inflight", "_on_close", "unsent", "max_unsent", "_unsent_by_peer")
+    __slots__ = ("open", "inflight", "_on_close", "unsent", "max_unsent", "_unsent_by_peer", "max_response")
 
-    def __init__(self, max_unsent_bytes: int = 0) -> None:
+    def __init__(self, max_unsent_bytes: int = 0, max_response_bytes: int = 0) -> None:
         self.open = True
+        #: The largest unary response gRPC sends (`--max-message-mb`; 0: no bound here). gRPC
+        #: refuses a larger one itself, RESOURCE_EXHAUSTED "Sent message larger than max", after
+        #: the call was logged and counted OK: the wrappers check it first (`check_response`).
+        self.max_response = max_response_bytes
         self.inflight = 0
         self._on_close: set[Callable[[], None]] = set()
         #: Bytes of unary responses handed to gRPC whose call has not ended: a client that never
@@ -134,6 +138,19 @@ class Gate:
                 f"server busy: {self.unsent >> 20} MB of responses wait for their clients to read them "
                 f"({UNSENT_TOTAL_FACTOR} x --max-unsent-mb {self.max_unsent >> 20}); retry later")
 
+
+    def check_response(self, rpc: str, size: int) -> None:
+        """RESOURCE_EXHAUSTED naming `--max-message-mb` and both sizes when a unary response of
+        `size` bytes is more than gRPC will send (the wording of Multiplex's per-call check)."""
+        if self.max_response and size > self.max_response:
+            hint = " (fewer texts, no offsets or token strings)" if rpc in _TOKENIZER_RPCS else ""
+            raise ResourceExhausted(
+                f"{rpc}: the response is {size} bytes, over the server's message limit of {self.max_response} "
+                f"bytes (--max-message-mb); ask for less{hint}")
+
+
+#: The unary RPCs whose responses grow with the texts and what is asked of each.
+_TOKENIZER_RPCS = frozenset({"Tokenize", "Detokenize", "Render"})
 
 #: The gate of wrappers built without one (tests, tools): never closes.
 _ALWAYS_OPEN = Gate()
@@ -273,6 +290,8 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
             response = await handler(request, context, outcome.call)
             if request_type is not None:
                 response = _traced_stage("encode", encode, response) if traced else encode(response)
+            if isinstance(response, bytes):
+                gate.check_response(rpc, len(response))
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, model=model)
         except asyncio.CancelledError:
@@ -313,6 +332,7 @@ def raw_unary(rpc: str, handler: RawHandler,
             outcome.admit()
             gate.check_unsent(context)
             response = await handler(body, context, call)
+            gate.check_response(rpc, len(response))
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, request_id=call.request_id, model=call.model)
         except asyncio.CancelledError:

@@ -324,7 +324,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
             ("grpc.max_connection_idle_ms", int(config.max_connection_idle_s * 1000)),
         ]
     )
-    gate = Gate(config.max_unsent_bytes)
+    gate = Gate(config.max_unsent_bytes, config.max_message_bytes)
     reloader = Reloader(registry)
     kv_router = build_kv_router(config, hasher, get_index_factory(config.backend))
     handlers = [preprocessor_handler(runtime, gate), kv_router_handler(runtime, kv_router, gate)]

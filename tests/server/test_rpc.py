@@ -262,6 +262,39 @@ def test_a_closed_gate_refuses_new_calls_with_unavailable() -> None:
     assert gate.inflight == 0
 
 
+@pytest.mark.parametrize("decoded", [False, True])
+def test_a_response_larger_than_grpc_sends_is_resource_exhausted_logged_and_counted(log_lines,  # noqa: ANN001
+                                                                                  decoded: bool) -> None:
+    """gRPC refuses a response over --max-message-mb itself ("Sent message larger than max"), after
+    the wrapper had logged and counted the call OK: the wrapper checks the size first, and the call
+    is the RESOURCE_EXHAUSTED its client gets, naming the flag and both sizes."""
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    rpc_name = f"UnaryOversize{int(decoded)}"
+    gate = rpc.Gate(max_response_bytes=10)
+
+    async def raw(body, context, call):  # noqa: ANN001, ANN202
+        return body
+
+    async def message(request, context, call):  # noqa: ANN001, ANN202
+        return pb.ListModelsResponse(models=[pb.ModelInfo(name=request.model)])
+
+    wrapped = unary(rpc_name, message, pb.DetokenizeRequest, gate=gate) if decoded else raw_unary(rpc_name, raw, gate)
+    fits = pb.DetokenizeRequest(model="abcdef").SerializeToString() if decoded else b"x" * 10
+    over = pb.DetokenizeRequest(model="abcdefg").SerializeToString() if decoded else b"x" * 11
+    assert len(asyncio.run(wrapped(fits, FakeContext()))) == 10
+    context = FakeContext()
+    with pytest.raises(Aborted):
+        asyncio.run(wrapped(over, context))
+    assert context.aborted == (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"{rpc_name}: the response is 11 bytes, over the server's message limit of 10 bytes "
+                               "(--max-message-mb); ask for less")
+    assert gate.unsent == 0
+    assert _sample("sidecar_requests_total", rpc=rpc_name, code="RESOURCE_EXHAUSTED") == 1
+    assert _sample("sidecar_requests_total", rpc=rpc_name, code="OK") == 1
+    assert [line["code"] for line in log_lines() if line["event"] == "rpc"] == ["OK", "RESOURCE_EXHAUSTED"]
+
+
 def test_responses_clients_do_not_read_are_bounded_per_connection() -> None:
     """A unary response counts as unsent until its call ends (a client with an HTTP/2 window of 0
     never lets it end). A connection past the bound gets its new unary calls refused naming the
