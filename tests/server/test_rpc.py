@@ -185,6 +185,55 @@ def test_a_stream_the_client_abandons_is_recorded_as_cancelled(log_lines) -> Non
     assert (line["code"], line["messages"]) == ("CANCELLED", 1)
 
 
+def test_a_stream_the_server_stops_is_recorded_with_the_status_its_client_gets(log_lines) -> None:  # noqa: ANN001
+    """At the end of the drain gRPC cancels what is still running and the client gets UNAVAILABLE,
+    but a stream's request iterator just ends, as a client's half-close does: the stream was logged
+    and counted OK (and gRPC was asked to send an OK status on a cancelled call)."""
+    gate = rpc.Gate()
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield b"open"
+        gate.stop()  # the drain is over: the server stops, and gRPC ends the requests
+
+    async def run() -> list[bytes]:
+        return [answer async for answer in stream("StreamStopped", _echo(), gate)(requests(), context)]
+
+    context = FakeContext()
+    assert asyncio.run(run()) == [b"OPEN"]
+    assert context.aborted is None  # no status to send on a call gRPC cancelled
+    assert _sample("sidecar_requests_total", rpc="StreamStopped", code="UNAVAILABLE") == 1
+    assert _sample("sidecar_requests_total", rpc="StreamStopped", code="OK") == 0
+    (line,) = [line for line in log_lines() if line["event"] == "rpc"]
+    assert (line["code"], line["messages"], line["opened"]) == ("UNAVAILABLE", 1, 1)
+    assert "the server stopped" in line["error"] and "--drain-seconds" in line["error"]
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_cancelled_unary_call_is_cut_off_when_the_server_stopped_it(log_lines, stopped: bool) -> None:  # noqa: ANN001
+    """gRPC cancels a unary call both when its client goes away and when the server stops; in the
+    second case its client gets UNAVAILABLE, and the call is recorded so."""
+    gate = rpc.Gate()
+    name = f"UnaryCut{int(stopped)}"
+
+    async def slow(body, context, call):  # noqa: ANN001, ANN202
+        await asyncio.sleep(60)
+
+    async def run() -> None:
+        task = asyncio.create_task(raw_unary(name, slow, gate)(b"", FakeContext()))
+        await asyncio.sleep(0)
+        if stopped:
+            gate.stop()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    code = "UNAVAILABLE" if stopped else "CANCELLED"
+    assert _sample("sidecar_requests_total", rpc=name, code=code) == 1
+    (line,) = [line for line in log_lines() if line["event"] == "rpc"]
+    assert line["code"] == code
+
+
 def test_unary_maps_a_bug_to_internal_too(log_lines) -> None:  # noqa: ANN001
     async def broken(request, context, call):  # noqa: ANN001, ANN202
         raise KeyError("x")
