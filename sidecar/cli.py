@@ -14,7 +14,7 @@ from typing import Sequence
 
 from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
 from sidecar import kv_nats
-from sidecar.flags import DefaultsHelpFormatter, positive_int, seconds
+from sidecar.flags import DefaultsHelpFormatter, port, port_or_off, positive_int, seconds
 
 DEFAULT_TARGET = os.environ.get("SIDECAR_TARGET", "127.0.0.1:50051")
 
@@ -412,11 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--group-state", default=None, help=argparse.SUPPRESS)
     serve.add_argument("--supervisor-pid", type=int, default=None, help=argparse.SUPPRESS)
     serve.add_argument("--kv-replay-history", action="store_true", help=argparse.SUPPRESS)
-    serve.add_argument("--port", type=int, default=50051, help="TCP port; 0 = any free port, -1 = no TCP")
+    serve.add_argument("--port", type=port_or_off, default=50051, help="TCP port; 0 = any free port, -1 = no TCP")
     serve.add_argument("--uds", default=None, metavar="PATH", help="also listen on this Unix socket")
     serve.add_argument("--uds-mode", type=_octal_mode, default=0o600, metavar="MODE",
                        help="permission bits of the Unix socket, whatever the umask (default 600; 660 lets the group in)")
-    serve.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    serve.add_argument("--metrics-port", type=port, default=None,
+                       help="serve Prometheus /metrics on this port; 0 = any free port (logged at startup)")
     serve.add_argument("--metrics-host", default="127.0.0.1",
                        help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 for every interface)")
     serve.add_argument("--tls-cert", default=None, metavar="PEM", help="TLS on the TCP listener: certificate chain")

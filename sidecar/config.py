@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from router_adapter import HashSpec, Source
 from router_adapter.nats_feed import FeedOptions
 from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
+from sidecar.flags import MAX_PORT
 from sidecar.registry import ModelSpec
 
 
@@ -161,6 +162,11 @@ class ServerConfig:
         return max(1, self.connection_limit() // max(1, listeners))
 
     def __post_init__(self) -> None:
+        # The command line refuses these already (sidecar.flags); a config built in code is checked
+        # here too: gRPC bound a port past 65535 modulo 65536, and /metrics failed with OverflowError.
+        for flag, port in (("--port", self.port), ("--metrics-port", self.metrics_port)):
+            if port is not None and not 0 <= port <= MAX_PORT:
+                raise ValueError(f"{flag} {port}: must be a port in [0, {MAX_PORT}] (0: any free port)")
         if not 0 <= self.uds_mode <= 0o777:
             raise ValueError(f"--uds-mode {self.uds_mode:o}: expected permission bits such as 600 or 660")
         if (self.tls_cert is None) != (self.tls_key is None):

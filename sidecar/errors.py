@@ -120,6 +120,10 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
 #: How a call the client abandoned is recorded (metrics and log line; nobody receives it).
 CANCELLED: tuple[grpc.StatusCode, str] = (grpc.StatusCode.CANCELLED, "cancelled by the client")
+#: How a call still running when the server stops (the end of the drain) is recorded: gRPC cancels
+#: it, and its client gets UNAVAILABLE ("Cancelling all calls").
+CUT_BY_STOP: tuple[grpc.StatusCode, str] = (
+    grpc.StatusCode.UNAVAILABLE, "cut off: the server stopped (the end of --drain-seconds) with the call still running")
 
 
 def code_number(code: grpc.StatusCode) -> int:

@@ -13,6 +13,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+#: The highest TCP port: a larger one was bound modulo 65536 (`--port 70000` listened on 4464) or
+#: failed the start with a traceback (`--metrics-port 70000`: OverflowError from bind).
+MAX_PORT = 65535
+
+
+def port(text: str) -> int:
+    """A TCP port to listen on: 0 to 65535, 0 picking a free one (`--metrics-port`)."""
+    value = int(text)
+    if not 0 <= value <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"{text}: must be a port in [0, {MAX_PORT}] (0: any free port)")
+    return value
+
+
+def port_or_off(text: str) -> int:
+    """`port`, or -1 for none (`--port -1`: no TCP listener); another negative value was taken as
+    -1 without a word."""
+    value = int(text)
+    if not -1 <= value <= MAX_PORT:
+        raise argparse.ArgumentTypeError(
+            f"{text}: must be a port in [0, {MAX_PORT}] (0: any free port) or -1 (no TCP)")
+    return value
+
+
 def seconds(text: str) -> float:
     """A duration: a finite number of seconds, at least 0 (a negative silence timeout reset every
     worker before every batch; a negative retention failed deep in the NATS client)."""

@@ -26,6 +26,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -107,13 +108,18 @@ class LastScrapes:
 
 def merged(processes: list[list[Metric]]) -> str:
     """The text exposition of the processes' families with equal samples (name and labels) merged
-    (added up, or the highest kept: see the module's docstring), in the order first seen
-    (`_created` timestamps are left out)."""
-    families: dict[str, tuple[str, str]] = {}
-    samples: dict[str, dict[tuple, float]] = {}
+    (added up, or the highest kept: see the module's docstring), in the order first seen, written
+    as one process writes its own (`prometheus_client.generate_latest`: a counter's HELP and TYPE
+    name it with `_total`, as its samples do). `_created` timestamps are left out, with the gauge
+    families the text format puts them in."""
+    families: dict[str, Metric] = {}
+    samples: dict[str, dict[tuple, list]] = {}
     for process in processes:
         for family in process:
-            families.setdefault(family.name, (family.type, family.documentation))
+            if family.name.endswith("_created"):
+                continue  # the `_created` samples of a counter or histogram: each process's start time
+            if family.name not in families:
+                families[family.name] = Metric(family.name, family.documentation, family.type)
             add = family.type in _SUMMED_TYPES or family.name in SUMMED_GAUGES
             into = samples.setdefault(family.name, {})
             for sample in family.samples:
@@ -122,23 +128,27 @@ def merged(processes: list[list[Metric]]) -> str:
                 key = (sample.name, tuple(sorted(sample.labels.items())))
                 seen = into.get(key)
                 if seen is None:
-                    into[key] = sample.value
+                    into[key] = [sample.labels, sample.value]
                 elif add:
-                    into[key] = seen + sample.value
+                    seen[1] += sample.value
                 else:
-                    into[key] = max(seen, sample.value)
-    lines = []
-    for name, (kind, documentation) in families.items():
-        help_text = documentation.replace("\\", "\\\\").replace("\n", "\\n")
-        lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}"]
-        for (sample_name, labels), value in samples[name].items():
-            rendered = ",".join(f'{k}="{_escape(v)}"' for k, v in labels)
-            lines.append(f"{sample_name}{{{rendered}}} {value!r}" if rendered else f"{sample_name} {value!r}")
-    return "\n".join(lines) + "\n"
+                    seen[1] = max(seen[1], sample.value)
+    for name, family in families.items():
+        for (sample_name, _), (labels, value) in samples[name].items():
+            family.add_sample(sample_name, labels, value)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(list(families.values())))
+    return generate_latest(registry).decode()
 
 
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+class _Families:
+    """A collector of given families, for `generate_latest`."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
 
 
 def serve(group: GroupState, host: str, port: int) -> ThreadingHTTPServer:

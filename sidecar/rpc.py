@@ -26,8 +26,8 @@ import structlog
 from google.protobuf.message import DecodeError
 
 from sidecar import metrics, tracing
-from sidecar.errors import (CANCELLED, DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable, is_expected,
-                            status_of)
+from sidecar.errors import (CANCELLED, CUT_BY_STOP, DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable,
+                            is_expected, status_of)
 from sidecar.logs import get_logger, info_line
 
 _log = get_logger("sidecar.rpc")
@@ -73,10 +73,18 @@ class Gate:
     """Admission of new calls and the count of calls in flight: a draining server closes it, refuses
     new calls, and waits (boundedly) for `inflight` to reach zero. Only touched on the event loop."""
 
-    __slots__ = ("open", "inflight", "_on_close", "unsent", "max_unsent", "_unsent_by_peer")
+    __slots__ = ("open", "stopped", "inflight", "_on_close", "unsent", "max_unsent", "_unsent_by_peer", "max_response")
 
-    def __init__(self, max_unsent_bytes: int = 0) -> None:
+    def __init__(self, max_unsent_bytes: int = 0, max_response_bytes: int = 0) -> None:
         self.open = True
+        #: Set just before the server stops (the drain is over): gRPC then cancels the calls still
+        #: running, and their clients get UNAVAILABLE. A stream's request iterator just ends, as if
+        #: the client had half-closed, and such a stream was logged and counted OK.
+        self.stopped = False
+        #: The largest unary response gRPC sends (`--max-message-mb`; 0: no bound here). gRPC
+        #: refuses a larger one itself, RESOURCE_EXHAUSTED "Sent message larger than max", after
+        #: the call was logged and counted OK: the wrappers check it first (`check_response`).
+        self.max_response = max_response_bytes
         self.inflight = 0
         self._on_close: set[Callable[[], None]] = set()
         #: Bytes of unary responses handed to gRPC whose call has not ended: a client that never
@@ -100,6 +108,16 @@ class Gate:
         idle one does not hold the drain); returns what forgets it."""
         self._on_close.add(callback)
         return lambda: self._on_close.discard(callback)
+
+    def stop(self) -> None:
+        """The server is about to stop: calls that end from now on were cut off (`cut_status`)."""
+        self.open = False
+        self.stopped = True
+
+    def cut_status(self) -> tuple[grpc.StatusCode, str]:
+        """How a call that was cancelled, or a stream whose requests ended, is recorded: cut off by
+        the server's stop (what its client sees), or else cancelled by its client."""
+        return CUT_BY_STOP if self.stopped else CANCELLED
 
     def call_done(self, _context: object) -> None:
         """A call ended (its status sent or the call cancelled): the `add_done_callback` of each call."""
@@ -134,6 +152,19 @@ class Gate:
                 f"server busy: {self.unsent >> 20} MB of responses wait for their clients to read them "
                 f"({UNSENT_TOTAL_FACTOR} x --max-unsent-mb {self.max_unsent >> 20}); retry later")
 
+
+    def check_response(self, rpc: str, size: int) -> None:
+        """RESOURCE_EXHAUSTED naming `--max-message-mb` and both sizes when a unary response of
+        `size` bytes is more than gRPC will send (the wording of Multiplex's per-call check)."""
+        if self.max_response and size > self.max_response:
+            hint = " (fewer texts, no offsets or token strings)" if rpc in _TOKENIZER_RPCS else ""
+            raise ResourceExhausted(
+                f"{rpc}: the response is {size} bytes, over the server's message limit of {self.max_response} "
+                f"bytes (--max-message-mb); ask for less{hint}")
+
+
+#: The unary RPCs whose responses grow with the texts and what is asked of each.
+_TOKENIZER_RPCS = frozenset({"Tokenize", "Detokenize", "Render"})
 
 #: The gate of wrappers built without one (tests, tools): never closes.
 _ALWAYS_OPEN = Gate()
@@ -273,10 +304,12 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
             response = await handler(request, context, outcome.call)
             if request_type is not None:
                 response = _traced_stage("encode", encode, response) if traced else encode(response)
+            if isinstance(response, bytes):
+                gate.check_response(rpc, len(response))
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, model=model)
         except asyncio.CancelledError:
-            outcome.finish(CANCELLED, model=model)
+            outcome.finish(gate.cut_status(), model=model)
             raise
         context.set_trailing_metadata((("x-request-id", outcome.call.request_id),))
         outcome.finish(failure, model=model)
@@ -313,10 +346,11 @@ def raw_unary(rpc: str, handler: RawHandler,
             outcome.admit()
             gate.check_unsent(context)
             response = await handler(body, context, call)
+            gate.check_response(rpc, len(response))
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, request_id=call.request_id, model=call.model)
         except asyncio.CancelledError:
-            outcome.finish(CANCELLED, model=call.model)
+            outcome.finish(gate.cut_status(), model=call.model)
             raise
         context.set_trailing_metadata((("x-request-id", call.request_id),))
         outcome.finish(failure, model=call.model)
@@ -354,9 +388,15 @@ def stream(rpc: str, handler: StreamHandler,
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, messages=counts.messages)
         except (asyncio.CancelledError, GeneratorExit):
-            # The client went away mid-stream: recorded, then the cancellation goes on.
-            outcome.finish(CANCELLED, messages=counts.messages, opened=counts.opened, errors=counts.errors)
+            # The client went away mid-stream (or the server stopped): recorded, then the
+            # cancellation goes on.
+            outcome.finish(gate.cut_status(), messages=counts.messages, opened=counts.opened, errors=counts.errors)
             raise
+        if failure is None and gate.stopped:
+            # The requests ended because gRPC cancelled the call, not because the client half-closed:
+            # no status can be sent any more.
+            outcome.finish(CUT_BY_STOP, messages=counts.messages, opened=counts.opened, errors=counts.errors)
+            return
         outcome.finish(failure, messages=counts.messages, opened=counts.opened, errors=counts.errors)
         if failure is not None:
             await context.abort(*failure)

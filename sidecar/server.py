@@ -164,6 +164,8 @@ def kv_router_handler(runtime: Runtime, router, gate: Gate) -> grpc.GenericRpcHa
     )
 
 
+#: At most how long a stopping server waits for the calls gRPC cancelled to end (a few loop turns).
+SETTLE_SECONDS = 1.0
 #: How often a group health Watch looks at the siblings' states.
 GROUP_WATCH_SECONDS = 0.25
 
@@ -284,14 +286,15 @@ class RunningServer:
                 break
             await asyncio.sleep(0.02)
         cancelled = self.gate.inflight
-        await self.server.stop(0)
         await self.close()
         return cancelled
 
     async def close(self) -> None:
         """Stops everything the server started and removes its socket file; idempotent. Native calls
         still running on worker threads are abandoned (they cannot be interrupted from here)."""
+        self.gate.stop()  # what gRPC cancels now is logged and counted as cut off
         await self.server.stop(0)
+        await self._let_cancelled_calls_end()
         self.runtime.offloader.shutdown()
         if self.kv_router is not None:
             self.kv_router.stop()
@@ -299,6 +302,16 @@ class RunningServer:
         if self.unix_socket is not None:
             self.unix_socket.remove()
         tracing.shutdown()
+
+    async def _let_cancelled_calls_end(self) -> None:
+        """Gives the calls gRPC just cancelled the few loop turns their tasks take to end (boundedly):
+        one still pending when `asyncio.run` returns is cancelled there, and gRPC prints a bare
+        CancelledError traceback for it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SETTLE_SECONDS
+        while self.gate.inflight and loop.time() < deadline:
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0)  # gRPC's task around the call ends one turn after the call's own
 
 
 async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> RunningServer:
@@ -325,7 +338,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
             ("grpc.max_connection_idle_ms", int(config.max_connection_idle_s * 1000)),
         ]
     )
-    gate = Gate(config.max_unsent_bytes)
+    gate = Gate(config.max_unsent_bytes, config.max_message_bytes)
     reloader = Reloader(registry)
     kv_router = build_kv_router(config, hasher, get_index_factory(config.backend))
     handlers = [preprocessor_handler(runtime, gate), kv_router_handler(runtime, kv_router, gate)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from sidecar.cli import build_parser, main
+from sidecar.config import ServerConfig
 
 
 def test_serve_flags() -> None:
@@ -64,3 +65,35 @@ def test_a_duration_that_is_negative_or_not_finite_is_refused_naming_its_flag(
     assert exited.value.code == 2
     flag, value = argv[-2], argv[-1]
     assert f"argument {flag}: {value}: must be a finite number of seconds >= 0" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value", "allowed"), [
+    ("--port", "70000", "a port in [0, 65535] (0: any free port) or -1 (no TCP)"),  # listened on 70000 % 65536
+    ("--port", "65536", "a port in [0, 65535] (0: any free port) or -1 (no TCP)"),
+    ("--port", "-5", "a port in [0, 65535] (0: any free port) or -1 (no TCP)"),  # was taken as -1: no TCP
+    ("--metrics-port", "70000", "a port in [0, 65535] (0: any free port)"),  # OverflowError from bind
+    ("--metrics-port", "-1", "a port in [0, 65535] (0: any free port)"),
+])
+@pytest.mark.parametrize("processes", ["1", "2"])
+def test_a_port_out_of_range_stops_the_start_naming_its_flag(flag: str, value: str, allowed: str, processes: str,
+                                                            capsys: pytest.CaptureFixture[str]) -> None:
+    """Refused before anything binds, by one process or the parent of `--processes N`."""
+    with pytest.raises(SystemExit) as exited:
+        main(["serve", "--processes", processes, "--uds", "/nonexistent/never-bound.sock", flag, value])
+    assert exited.value.code == 2
+    assert f"argument {flag}: {value}: must be {allowed}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flag", "value"), [("--port", "-1"), ("--port", "0"), ("--port", "65535"),
+                                             ("--metrics-port", "0"), ("--metrics-port", "65535")])
+def test_the_ends_of_the_port_ranges_are_taken(flag: str, value: str) -> None:
+    args = build_parser().parse_args(["serve", flag, value])
+    assert getattr(args, flag.removeprefix("--").replace("-", "_")) == int(value)
+
+
+@pytest.mark.parametrize("field", ["port", "metrics_port"])
+@pytest.mark.parametrize("value", [-1, 65536])
+def test_a_config_built_in_code_refuses_a_port_out_of_range_too(field: str, value: int) -> None:
+    flag = "--" + field.replace("_", "-")
+    with pytest.raises(ValueError, match=f"^{flag} {value}: must be a port in \\[0, 65535\\]"):
+        ServerConfig(**{field: value})

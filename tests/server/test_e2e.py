@@ -241,6 +241,37 @@ def test_message_size_limit(reference_server: LiveServer) -> None:
     assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+def requests_total(server: LiveServer, rpc: str, code: str) -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    body = urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=5).read().decode()
+    return sum(s.value for f in text_string_to_metric_families(body) for s in f.samples
+               if s.name == "sidecar_requests_total" and s.labels == {"rpc": rpc, "code": code})
+
+
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_a_response_over_the_message_limit_is_refused_as_such(backend: str, reference_server: LiveServer,
+                                                                tmp_path: Path) -> None:
+    """A request within --max-message-mb whose response is not: gRPC refused to send it (the client
+    got RESOURCE_EXHAUSTED "Sent message larger than max") while the server logged and counted the
+    call OK. The server refuses it itself now, naming the flag and the sizes, and counts it so."""
+    server = reference_server if backend == "reference" else start_server(tmp_path, "--max-message-mb", "2")
+    try:
+        # 800 KB of text, about 400,000 tokens: with offsets and token strings several MB of response.
+        request = pb.TokenizeRequest(model="qwen3", texts=["x " * 400_000], return_offsets=True, return_tokens=True)
+        with pytest.raises(grpc.RpcError) as e:
+            stub(server.uds).Tokenize(request, metadata=(("x-request-id", f"oversize-{backend}"),), timeout=60)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert e.value.details().startswith("Tokenize: the response is "), e.value.details()
+        assert f"over the server's message limit of {2 << 20} bytes (--max-message-mb)" in e.value.details()
+        assert requests_total(server, "Tokenize", "RESOURCE_EXHAUSTED") >= 1
+        (line,) = [line for line in server.log_lines() if line.get("request_id") == f"oversize-{backend}"]
+        assert (line["code"], line["error"]) == ("RESOURCE_EXHAUSTED", e.value.details())
+    finally:
+        if server is not reference_server:
+            stop_server(server)
+
+
 def test_reflection_behind_a_flag(reference_server: LiveServer, live_server: LiveServer) -> None:
     from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 import pytest
+from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sidecar import group_metrics
@@ -189,3 +190,44 @@ def test_a_process_left_out_is_added_up_with_its_last_scrape_until_it_restarts(t
         server.shutdown()
         server.server_close()
         group.close()
+
+
+def headers(text: str) -> dict[str, list[str]]:
+    """The HELP and TYPE lines of a text exposition, by the family name they give."""
+    families: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.startswith(("# HELP ", "# TYPE ")):
+            families.setdefault(line.split(" ", 3)[2], []).append(line)
+    return families
+
+
+def without_created(text: str) -> str:
+    """An exposition without its `_created` families (HELP, TYPE and samples)."""
+    return "".join(line for line in text.splitlines(keepends=True)
+                   if not (line.split(" ", 3)[2] if line.startswith("# ") else line).split("{")[0].endswith("_created"))
+
+
+def test_the_merge_writes_every_family_as_one_process_writes_it() -> None:
+    """The parent's /metrics is served as `text/plain; version=0.0.4` like a process's own, so a
+    counter's HELP and TYPE must name it with `_total`, as its samples do: they named the parsed
+    family (`# TYPE sidecar_requests counter` above `sidecar_requests_total` samples, and the same
+    for process_cpu_seconds and python_gc_*), and the `_created` gauge families, left out, were
+    still written empty. One process merged alone is its own exposition, `_created` families aside;
+    two processes merged have the same families, written the same way."""
+    import importlib
+
+    from sidecar import metrics
+
+    importlib.import_module("sidecar.server")  # registers every metric the server has
+
+    metrics.REQUESTS.labels("Tokenize", "OK").inc()
+    metrics.LATENCY.labels("Tokenize").observe(0.001)
+    single = generate_latest(REGISTRY).decode()
+    one = list(text_string_to_metric_families(single))
+    assert "# TYPE sidecar_requests_total counter" in single and "sidecar_requests_created" in single
+    expected = without_created(single)
+    assert group_metrics.merged([one]) == expected
+    merged_two = headers(group_metrics.merged([one, one]))
+    for name, lines in headers(expected).items():
+        assert merged_two.pop(name) == lines, name
+    assert merged_two == {}

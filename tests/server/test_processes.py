@@ -62,9 +62,22 @@ def wait_for(condition, what: str, log_path: Path, seconds: float = 120) -> None
         time.sleep(0.05)
 
 
-def tokenize_total(metrics_address: str) -> float:
+def metrics_text(metrics_address: str) -> str:
     with urllib.request.urlopen(f"http://{metrics_address}/metrics", timeout=30) as response:
-        text = response.read().decode()
+        return response.read().decode()
+
+
+def family_headers(text: str) -> dict[str, list[str]]:
+    """The HELP and TYPE lines of an exposition by family name, `_created` families left out."""
+    families: dict[str, list[str]] = {}
+    for line in text.splitlines():
+        if line.startswith(("# HELP ", "# TYPE ")) and not (name := line.split(" ", 3)[2]).endswith("_created"):
+            families.setdefault(name, []).append(line)
+    return families
+
+
+def tokenize_total(metrics_address: str) -> float:
+    text = metrics_text(metrics_address)
     return sum(sample.value for family in text_string_to_metric_families(text) for sample in family.samples
                if sample.name == "sidecar_requests_total" and sample.labels == {"rpc": "Tokenize", "code": "OK"})
 
@@ -109,6 +122,14 @@ def test_processes_share_the_port_and_each_has_its_socket(tmp_path: Path) -> Non
         # One /metrics adds the processes up: every Tokenize above, whichever process answered it.
         (metrics,) = [e["address"] for e in log_events(log_path) if e.get("event") == "metrics_listening"]
         assert tokenize_total(metrics) == 1 + PROCESSES + CONNECTIONS
+        # ... and writes each family as a process's own endpoint does (`# TYPE sidecar_requests_total
+        # counter`, not `sidecar_requests`), without the `_created` families.
+        group, own = metrics_text(metrics), metrics_text(f"127.0.0.1:{listening[0]['metrics_port']}")
+        assert "_created" not in group
+        group_families = family_headers(group)
+        for name, lines in family_headers(own).items():
+            assert group_families.pop(name) == lines, name
+        assert set(group_families) == {"sidecar_processes_scraped", "sidecar_processes_unscraped"}
 
         # Health is the group's: process 1 killed, process 0 answers NOT_SERVING until 1 is back.
         assert health(f"unix:{uds}.0") == health_pb2.HealthCheckResponse.SERVING

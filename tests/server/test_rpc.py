@@ -185,6 +185,55 @@ def test_a_stream_the_client_abandons_is_recorded_as_cancelled(log_lines) -> Non
     assert (line["code"], line["messages"]) == ("CANCELLED", 1)
 
 
+def test_a_stream_the_server_stops_is_recorded_with_the_status_its_client_gets(log_lines) -> None:  # noqa: ANN001
+    """At the end of the drain gRPC cancels what is still running and the client gets UNAVAILABLE,
+    but a stream's request iterator just ends, as a client's half-close does: the stream was logged
+    and counted OK (and gRPC was asked to send an OK status on a cancelled call)."""
+    gate = rpc.Gate()
+
+    async def requests() -> AsyncIterator[bytes]:
+        yield b"open"
+        gate.stop()  # the drain is over: the server stops, and gRPC ends the requests
+
+    async def run() -> list[bytes]:
+        return [answer async for answer in stream("StreamStopped", _echo(), gate)(requests(), context)]
+
+    context = FakeContext()
+    assert asyncio.run(run()) == [b"OPEN"]
+    assert context.aborted is None  # no status to send on a call gRPC cancelled
+    assert _sample("sidecar_requests_total", rpc="StreamStopped", code="UNAVAILABLE") == 1
+    assert _sample("sidecar_requests_total", rpc="StreamStopped", code="OK") == 0
+    (line,) = [line for line in log_lines() if line["event"] == "rpc"]
+    assert (line["code"], line["messages"], line["opened"]) == ("UNAVAILABLE", 1, 1)
+    assert "the server stopped" in line["error"] and "--drain-seconds" in line["error"]
+
+
+@pytest.mark.parametrize("stopped", [False, True])
+def test_a_cancelled_unary_call_is_cut_off_when_the_server_stopped_it(log_lines, stopped: bool) -> None:  # noqa: ANN001
+    """gRPC cancels a unary call both when its client goes away and when the server stops; in the
+    second case its client gets UNAVAILABLE, and the call is recorded so."""
+    gate = rpc.Gate()
+    name = f"UnaryCut{int(stopped)}"
+
+    async def slow(body, context, call):  # noqa: ANN001, ANN202
+        await asyncio.sleep(60)
+
+    async def run() -> None:
+        task = asyncio.create_task(raw_unary(name, slow, gate)(b"", FakeContext()))
+        await asyncio.sleep(0)
+        if stopped:
+            gate.stop()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    code = "UNAVAILABLE" if stopped else "CANCELLED"
+    assert _sample("sidecar_requests_total", rpc=name, code=code) == 1
+    (line,) = [line for line in log_lines() if line["event"] == "rpc"]
+    assert line["code"] == code
+
+
 def test_unary_maps_a_bug_to_internal_too(log_lines) -> None:  # noqa: ANN001
     async def broken(request, context, call):  # noqa: ANN001, ANN202
         raise KeyError("x")
@@ -260,6 +309,39 @@ def test_a_closed_gate_refuses_new_calls_with_unavailable() -> None:
     assert context.aborted[0] == grpc.StatusCode.UNAVAILABLE and gate.inflight == 1  # until the status is sent
     context.end()
     assert gate.inflight == 0
+
+
+@pytest.mark.parametrize("decoded", [False, True])
+def test_a_response_larger_than_grpc_sends_is_resource_exhausted_logged_and_counted(log_lines,  # noqa: ANN001
+                                                                                  decoded: bool) -> None:
+    """gRPC refuses a response over --max-message-mb itself ("Sent message larger than max"), after
+    the wrapper had logged and counted the call OK: the wrapper checks the size first, and the call
+    is the RESOURCE_EXHAUSTED its client gets, naming the flag and both sizes."""
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    rpc_name = f"UnaryOversize{int(decoded)}"
+    gate = rpc.Gate(max_response_bytes=10)
+
+    async def raw(body, context, call):  # noqa: ANN001, ANN202
+        return body
+
+    async def message(request, context, call):  # noqa: ANN001, ANN202
+        return pb.ListModelsResponse(models=[pb.ModelInfo(name=request.model)])
+
+    wrapped = unary(rpc_name, message, pb.DetokenizeRequest, gate=gate) if decoded else raw_unary(rpc_name, raw, gate)
+    fits = pb.DetokenizeRequest(model="abcdef").SerializeToString() if decoded else b"x" * 10
+    over = pb.DetokenizeRequest(model="abcdefg").SerializeToString() if decoded else b"x" * 11
+    assert len(asyncio.run(wrapped(fits, FakeContext()))) == 10
+    context = FakeContext()
+    with pytest.raises(Aborted):
+        asyncio.run(wrapped(over, context))
+    assert context.aborted == (grpc.StatusCode.RESOURCE_EXHAUSTED,
+                               f"{rpc_name}: the response is 11 bytes, over the server's message limit of 10 bytes "
+                               "(--max-message-mb); ask for less")
+    assert gate.unsent == 0
+    assert _sample("sidecar_requests_total", rpc=rpc_name, code="RESOURCE_EXHAUSTED") == 1
+    assert _sample("sidecar_requests_total", rpc=rpc_name, code="OK") == 1
+    assert [line["code"] for line in log_lines() if line["event"] == "rpc"] == ["OK", "RESOURCE_EXHAUSTED"]
 
 
 def test_responses_clients_do_not_read_are_bounded_per_connection() -> None:
