@@ -43,6 +43,14 @@ def test_vectors_cover_every_algorithm_and_layout() -> None:
     seen = {(c["spec"]["algorithm"], c["spec"].get("extra_keys", "tagged")) for c in VECTORS}
     assert {a for a, _ in seen} == set(ALGORITHMS)
     assert ("vllm_sha256", "legacy") in seen and ("vllm_sha256", "tagged") in seen
+    lookahead = {(c["spec"]["algorithm"], c["spec"]["lookahead"]) for c in VECTORS if c["spec"].get("lookahead")}
+    assert lookahead == {(a, n) for a in ALGORITHMS[:4] for n in (1, 3)}
+    for n in (1, 3):
+        # With LoRA, salt and mm items together; and a last block with fewer than L followers.
+        assert any(c["spec"].get("lookahead") == n and c["spec"].get("mm_items") and c["spec"].get("lora_name")
+                   and c["spec"].get("cache_salt") for c in VECTORS)
+        assert any(c["spec"].get("lookahead") == n and c["tokens"]["count"] % c["spec"]["block_size"] < n
+                   for c in VECTORS)
 
 
 # --- native against reference on generated inputs --------------------------------------------
