@@ -37,5 +37,9 @@ def test_block_hashes_for_maps_every_proto_field() -> None:
     assert hashes == _reference.block_hashes(tokens, HashSpec("sglang_sha256", 4, sglang_extra_key="k",
                                                               sglang_event_format="dynamo"))
     assert (spec.seed, spec.event_value, spec.vllm_extra_keys) == ("", "first8_be_signed_as_u64", "")
+    look = pb.BlockHashing(algorithm="vllm_xxhash_cbor", block_size=4, seed="1", vllm_lookahead=3)
+    hashes, spec = block_hashes_for(get_hasher("native"), tokens, look)
+    assert hashes == _reference.block_hashes(tokens, HashSpec("vllm_xxhash_cbor", 4, seed="1", lookahead=3))
+    assert len(hashes) == 4 and spec.vllm_lookahead == 3
     dy = pb.BlockHashing(algorithm="dynamo_xxh3", block_size=4, namespace="n", sequence_hashes=True)
     assert block_hashes_for(router_adapter.REFERENCE_HASHER, tokens, dy)[1].event_value == "xxh3_64_sequence"
