@@ -43,3 +43,16 @@ def test_block_hashes_for_maps_every_proto_field() -> None:
     assert len(hashes) == 4 and spec.vllm_lookahead == 3
     dy = pb.BlockHashing(algorithm="dynamo_xxh3", block_size=4, namespace="n", sequence_hashes=True)
     assert block_hashes_for(router_adapter.REFERENCE_HASHER, tokens, dy)[1].event_value == "xxh3_64_sequence"
+
+
+def test_a_spec_without_lookahead_reads_as_before_the_field() -> None:
+    """A Python index's snapshot names its spec by repr, the native one's by to_json: a spec without
+    lookahead keeps the strings it had before the field existed, so earlier snapshots restore."""
+    plain = HashSpec("vllm_sha256", 16, seed="0")
+    assert "lookahead" not in repr(plain) and b"lookahead" not in plain.to_json()
+    assert repr(plain) == (
+        "HashSpec(algorithm='vllm_sha256', block_size=16, seed='0', cache_salt='', lora_name='', lora_path='', "
+        "extra_keys='tagged', namespace='', mm_items=(), sglang_extra_key='', sglang_event_format='default', "
+        "sequence_hashes=False)")
+    look = HashSpec("vllm_sha256", 16, seed="0", lookahead=1)
+    assert repr(look).endswith(", lookahead=1)") and b'"lookahead":1' in look.to_json() and look != plain
