@@ -52,20 +52,43 @@ def _fresh(s: str) -> str:
 
 
 def vllm_digests(tokens: Sequence[int], spec: HashSpec) -> list[bytes]:
-    """vLLM's chained block digests (full length) of the full blocks of `tokens`."""
+    """vLLM's chained block digests (full length) of the full blocks of `tokens` (with lookahead:
+    of the full blocks followed by at least `spec.lookahead` tokens)."""
     spec.validate()
     hash_fn = VLLM_HASH_FUNCTIONS[spec.algorithm]
     seed = DEFAULT_NONE_HASH_SEED if spec.seed is None else spec.seed
     parent = hash_fn(_fresh(seed))
     bs = spec.block_size
+    lookahead = spec.lookahead
     out = []
     mm_index = 0
-    for start in range(0, len(tokens) - bs + 1, bs):
+    for start in range(0, len(tokens) - lookahead - bs + 1, bs):
         end = start + bs
-        extra, mm_index = vllm_extra_keys(spec, start, end, mm_index)
+        if lookahead:
+            # `get_request_block_hasher` with num_hash_lookahead_tokens: the extra keys of the
+            # block and its lookahead tokens, then those tokens themselves.
+            extra, mm_index = vllm_lookahead_extra_keys(spec, start, end, end + lookahead, mm_index)
+            extra = (extra, *tokens[end : end + lookahead])
+        else:
+            extra, mm_index = vllm_extra_keys(spec, start, end, mm_index)
         parent = hash_fn((parent, tuple(tokens[start:end]), extra))
         out.append(parent)
     return out
+
+
+def vllm_lookahead_extra_keys(
+    spec: HashSpec, start: int, end: int, hash_end: int, mm_index: int
+) -> tuple[tuple | None, int]:
+    """`generate_lookahead_block_hash_extra_keys`: the extra keys of `[start, hash_end)` (multimodal
+    items overlapping the lookahead tokens count, at their offset from `start`), and the multimodal
+    cursor moved back to the first item that runs past `end`, as the next block may overlap it."""
+    extra, mm_index = vllm_extra_keys(spec, start, hash_end, mm_index)
+    while mm_index > 0:
+        item = spec.mm_items[mm_index - 1]
+        if item.offset + item.length <= end:
+            break
+        mm_index -= 1
+    return extra, mm_index
 
 
 def vllm_extra_keys(spec: HashSpec, start: int, end: int, mm_index: int) -> tuple[tuple | None, int]:

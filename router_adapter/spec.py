@@ -16,6 +16,9 @@ ALGORITHMS = ("vllm_sha256", "vllm_sha256_cbor", "vllm_xxhash", "vllm_xxhash_cbo
 VLLM_ALGORITHMS = ALGORITHMS[:4]
 #: vLLM >= 0.29: the NONE_HASH seed when PYTHONHASHSEED is unset (sha256 and sha256_cbor only).
 DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
+#: The most lookahead tokens a spec may ask for (vLLM's is 1, or num_speculative_tokens for a
+#: multi-module MTP drafter: a handful). Each block's hash pickles that many more ints.
+MAX_LOOKAHEAD = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +30,7 @@ class MmItem:
     length: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, repr=False)
 class HashSpec:
     """How to hash (see `BlockHashing` in protos/sidecar/v1/preprocessor.proto)."""
 
@@ -49,6 +52,11 @@ class HashSpec:
     sglang_event_format: str = "default"
     #: Dynamo: report SequenceHashes instead of local block hashes.
     sequence_hashes: bool = False
+    #: vLLM (>= 0.33, tagged layout): tokens after each block that its hash covers
+    #: (`num_hash_lookahead_tokens`: 1 with an EAGLE/EAGLE3/MTP drafter, num_speculative_tokens with
+    #: a multi-module MTP one, 0 without; see `BlockHashing.vllm_lookahead`). A block is hashed only
+    #: once that many tokens follow it, and its extra keys become `(E, *next_tokens)`.
+    lookahead: int = 0
 
     def validate(self) -> None:
         """Raises InvalidSpec naming the field when no engine could produce these hashes."""
@@ -69,6 +77,20 @@ class HashSpec:
             raise InvalidSpec(
                 f"block_hashing.sglang_event_format: expected 'default' or 'dynamo', got {self.sglang_event_format!r}"
             )
+        if not isinstance(self.lookahead, int) or isinstance(self.lookahead, bool) or self.lookahead < 0:
+            raise InvalidSpec(f"block_hashing.vllm_lookahead: must be an integer >= 0, got {self.lookahead!r}")
+        if self.lookahead:
+            if self.algorithm not in VLLM_ALGORITHMS:
+                raise InvalidSpec(
+                    f"block_hashing.vllm_lookahead: only vLLM's algorithms hash lookahead tokens, not {self.algorithm}"
+                )
+            if self.extra_keys != "tagged":
+                raise InvalidSpec(
+                    "block_hashing.vllm_lookahead: the legacy extra-key layout (vLLM 0.20 to 0.30) has no "
+                    "lookahead hashing; it needs the tagged layout"
+                )
+            if self.lookahead > MAX_LOOKAHEAD:
+                raise InvalidSpec(f"block_hashing.vllm_lookahead: {self.lookahead} is more than {MAX_LOOKAHEAD}")
         previous = 0
         for i, item in enumerate(self.mm_items):
             if not item.identifier:
@@ -100,8 +122,18 @@ class HashSpec:
             return "xxh3_64_sequence" if self.sequence_hashes else "xxh3_64_local"
         return "last8_be_unsigned"
 
+    def __repr__(self) -> str:
+        # The dataclass repr, leaving out `lookahead` when 0: a Python index's snapshot names its
+        # spec by this repr, so snapshots taken before the field existed still restore.
+        parts = [f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__
+                 if name != "lookahead" or self.lookahead]
+        return f"HashSpec({', '.join(parts)})"
+
     def to_json(self) -> bytes:
-        """The spec as the native core reads it."""
+        """The spec as the native core reads it (`lookahead` only when set, so a spec without it
+        reads the same as before the field existed, e.g. in index snapshots)."""
         data = asdict(self)
         data["mm_items"] = [asdict(m) for m in self.mm_items]
+        if not self.lookahead:
+            del data["lookahead"]
         return json.dumps(data, separators=(",", ":")).encode()

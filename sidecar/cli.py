@@ -173,12 +173,19 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
         fields: dict = {"algorithm": algorithm, "block_size": args.kv_block_size or 0}
         for pair in pairs:
             key, eq, value = pair.partition("=")
-            if not eq or key not in ("block_size", "seed", "extra_keys", "sglang_event_format"):
+            if not eq or key not in ("block_size", "seed", "extra_keys", "sglang_event_format", "lookahead"):
                 raise ValueError(f"--kv-engine-hash {text!r}: unknown option {pair!r}; known: block_size, seed, "
-                                 "extra_keys, sglang_event_format")
-            fields[key] = int(value) if key == "block_size" else value
+                                 "extra_keys, sglang_event_format, lookahead")
+            if key in ("block_size", "lookahead"):
+                try:
+                    fields[key] = int(value)
+                except ValueError:
+                    raise ValueError(f"--kv-engine-hash {text!r}: {key} must be an integer, got {value!r}") from None
+            else:
+                fields[key] = value
         if not sep or not algorithm:
-            raise ValueError(f"--kv-engine-hash {text!r}: expected MODEL=ALGORITHM[,block_size=N][,seed=S]")
+            raise ValueError(f"--kv-engine-hash {text!r}: expected MODEL=ALGORITHM[,block_size=N][,seed=S]"
+                             "[,lookahead=N]")
         engine_specs[name] = HashSpec(**fields)
     groups = {}
     for text in args.kv_group:
@@ -475,9 +482,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--kv-block-size", type=int, default=0,
                        help="tokens per KV block of the indexes (default: learned from the first event)")
     serve.add_argument("--kv-engine-hash", action="append", default=[],
-                       metavar="MODEL=ALGORITHM[,block_size=N][,seed=S][,extra_keys=legacy]",
+                       metavar="MODEL=ALGORITHM[,block_size=N][,seed=S][,extra_keys=legacy][,lookahead=N]",
                        help="match MODEL's blocks on the engine's own hashes (e.g. vllm_sha256_cbor,seed=0) "
-                            "instead of content keys recomputed from the events' token ids")
+                            "instead of content keys recomputed from the events' token ids; lookahead=N for "
+                            "vLLM >= 0.33 with prefix caching and an EAGLE/EAGLE3/MTP drafter (1; "
+                            "num_speculative_tokens for multi-module MTP; 0 with disable_lookahead_block_hashes "
+                            "or a KV connector)")
     serve.add_argument("--kv-group", action="append", default=[], metavar="MODEL=N",
                        help="index MODEL's blocks of the engine's KV-cache group N (vLLM's group_idx; default 0). "
                             "A hybrid model (sliding-window or Mamba layers beside full attention) publishes one "

@@ -29,6 +29,7 @@ def spec_from_proto(msg: pb.BlockHashing) -> HashSpec:
         sglang_extra_key=msg.sglang_extra_key,
         sglang_event_format=msg.sglang_event_format or "default",
         sequence_hashes=msg.sequence_hashes,
+        lookahead=msg.vllm_lookahead,
     )
     spec.validate()
     return spec
@@ -42,6 +43,7 @@ def spec_to_proto(spec: HashSpec) -> pb.BlockHashSpec:
         seed=spec.effective_seed,
         event_value=spec.event_value,
         vllm_extra_keys=spec.extra_keys if spec.algorithm.startswith("vllm_") else "",
+        vllm_lookahead=spec.lookahead,
     )
 
 

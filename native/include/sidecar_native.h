@@ -105,6 +105,12 @@
 #define DYNAMO_SEED 1337
 
 /*
+ The most lookahead tokens a spec may ask for (vLLM's is 1, or `num_speculative_tokens` for a
+ multi-module MTP drafter: a handful); each block's hash serializes that many more ints.
+ */
+#define MAX_LOOKAHEAD 256
+
+/*
  Prompt ids the decoder is primed with (the end of the prompt): enough for any decoder state
  (a partial character, a byte-fallback run, whether text has started).
  */
@@ -701,8 +707,9 @@ void sc_bytes_free(struct sc_bytes *buf);
 /*
  Hashes the full blocks of `ids` as the JSON `spec` says (fields of `HashSpec`: `algorithm`,
  `block_size`, `seed`, `cache_salt`, `lora_name`, `lora_path`, `extra_keys`, `namespace`,
- `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`) and writes one 64-bit
- value per block to `out`; `*written` receives the count. A malformed or unreproducible spec,
+ `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`, `lookahead`) and
+ writes one 64-bit value per block to `out` (with `lookahead` L > 0: per full block followed by
+ at least L tokens, so fewer); `*written` receives the count. A malformed or unreproducible spec,
  or `out_cap` smaller than the number of full blocks, fails with `SC_ERR_KIND_INVALID_ARGUMENT`.
  `cancel` is the call's cancellation flag (as in `sc_encode_options`) or NULL, checked every
  `HASH_CHECK_BLOCKS` blocks.

@@ -27,7 +27,7 @@ class MultimodalItem(_message.Message):
     def __init__(self, identifier: _Optional[str] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ...) -> None: ...
 
 class BlockHashing(_message.Message):
-    __slots__ = ("algorithm", "block_size", "seed", "cache_salt", "lora_name", "lora_path", "vllm_extra_keys", "namespace", "mm_items", "sglang_extra_key", "sglang_event_format", "sequence_hashes")
+    __slots__ = ("algorithm", "block_size", "seed", "cache_salt", "lora_name", "lora_path", "vllm_extra_keys", "namespace", "mm_items", "sglang_extra_key", "sglang_event_format", "sequence_hashes", "vllm_lookahead")
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
@@ -40,6 +40,7 @@ class BlockHashing(_message.Message):
     SGLANG_EXTRA_KEY_FIELD_NUMBER: _ClassVar[int]
     SGLANG_EVENT_FORMAT_FIELD_NUMBER: _ClassVar[int]
     SEQUENCE_HASHES_FIELD_NUMBER: _ClassVar[int]
+    VLLM_LOOKAHEAD_FIELD_NUMBER: _ClassVar[int]
     algorithm: str
     block_size: int
     seed: str
@@ -52,21 +53,24 @@ class BlockHashing(_message.Message):
     sglang_extra_key: str
     sglang_event_format: str
     sequence_hashes: bool
-    def __init__(self, algorithm: _Optional[str] = ..., block_size: _Optional[int] = ..., seed: _Optional[str] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ..., lora_path: _Optional[str] = ..., vllm_extra_keys: _Optional[str] = ..., namespace: _Optional[str] = ..., mm_items: _Optional[_Iterable[_Union[MultimodalItem, _Mapping]]] = ..., sglang_extra_key: _Optional[str] = ..., sglang_event_format: _Optional[str] = ..., sequence_hashes: _Optional[bool] = ...) -> None: ...
+    vllm_lookahead: int
+    def __init__(self, algorithm: _Optional[str] = ..., block_size: _Optional[int] = ..., seed: _Optional[str] = ..., cache_salt: _Optional[str] = ..., lora_name: _Optional[str] = ..., lora_path: _Optional[str] = ..., vllm_extra_keys: _Optional[str] = ..., namespace: _Optional[str] = ..., mm_items: _Optional[_Iterable[_Union[MultimodalItem, _Mapping]]] = ..., sglang_extra_key: _Optional[str] = ..., sglang_event_format: _Optional[str] = ..., sequence_hashes: _Optional[bool] = ..., vllm_lookahead: _Optional[int] = ...) -> None: ...
 
 class BlockHashSpec(_message.Message):
-    __slots__ = ("algorithm", "block_size", "seed", "event_value", "vllm_extra_keys")
+    __slots__ = ("algorithm", "block_size", "seed", "event_value", "vllm_extra_keys", "vllm_lookahead")
     ALGORITHM_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
     SEED_FIELD_NUMBER: _ClassVar[int]
     EVENT_VALUE_FIELD_NUMBER: _ClassVar[int]
     VLLM_EXTRA_KEYS_FIELD_NUMBER: _ClassVar[int]
+    VLLM_LOOKAHEAD_FIELD_NUMBER: _ClassVar[int]
     algorithm: str
     block_size: int
     seed: str
     event_value: str
     vllm_extra_keys: str
-    def __init__(self, algorithm: _Optional[str] = ..., block_size: _Optional[int] = ..., seed: _Optional[str] = ..., event_value: _Optional[str] = ..., vllm_extra_keys: _Optional[str] = ...) -> None: ...
+    vllm_lookahead: int
+    def __init__(self, algorithm: _Optional[str] = ..., block_size: _Optional[int] = ..., seed: _Optional[str] = ..., event_value: _Optional[str] = ..., vllm_extra_keys: _Optional[str] = ..., vllm_lookahead: _Optional[int] = ...) -> None: ...
 
 class TokenizeRequest(_message.Message):
     __slots__ = ("model", "texts", "add_special_tokens", "return_offsets", "return_tokens", "max_length", "truncation_side", "block_hashing")

@@ -2,8 +2,8 @@
 
 Token sequences come from a 64-bit LCG (so a case is a few numbers, not a long list) and cover
 small and large ids (up to 2^32 - 1, which pickle writes as LONG1), every algorithm, block sizes
-from 1 to 30000 (pickle frames of 64 KiB), seeds, salts, LoRA, multimodal items and both vLLM
-extra-key layouts.
+from 1 to 30000 (pickle frames of 64 KiB), seeds, salts, LoRA, multimodal items, both vLLM
+extra-key layouts and vLLM's lookahead hashing.
 """
 
 from __future__ import annotations
@@ -83,3 +83,30 @@ def vector_cases() -> Iterator[dict[str, Any]]:
                             "namespace": namespace}, 4 * bs + 3, 2**32)
             yield case({"algorithm": "dynamo_xxh3", "block_size": 16, "lora_name": lora,
                         "namespace": namespace, "mm_items": mm}, 96)
+    # vLLM >= 0.33 lookahead hashing (EAGLE-family: L = 1; multi-module MTP: L = speculative tokens).
+    # Lengths around block boundaries, so the last full block has fewer than L followers or
+    # exactly L; mm items that begin or end in a block's lookahead tokens.
+    look_mm = [
+        {"identifier": "b" * 64, "offset": 16, "length": 8},
+        {"identifier": "img-3", "offset": 30, "length": 3},
+        {"identifier": "img-4", "offset": 49, "length": 15},
+        {"identifier": "img-5", "offset": 65, "length": 1},
+    ]
+    for lookahead in (1, 3):
+        for algorithm in VLLM:
+            base = {"algorithm": algorithm, "block_size": 16, "seed": "0", "lookahead": lookahead}
+            for count in (64, 65, 66, 67):
+                yield case(base, count)
+            yield case({**base, "seed": None} if "sha256" in algorithm else base, 100, 2**32)
+            yield case({**base, "cache_salt": "tenant-a"}, 64 + lookahead)
+            yield case({**base, "lora_name": "adapter-x", "lora_path": "/loras/x"}, 63 + lookahead)
+            yield case({**base, "mm_items": look_mm}, 66)
+            yield case({**base, "mm_items": mm}, 96)
+            yield case({**base, "mm_items": look_mm, "lora_name": "ad", "lora_path": "/p", "cache_salt": "salt"},
+                       80 + lookahead)
+        for bs in (1, 3):  # lookahead tokens spanning whole blocks
+            yield case({"algorithm": "vllm_sha256", "block_size": bs, "seed": "0", "lookahead": lookahead,
+                        "mm_items": [{"identifier": "c" * 64, "offset": 2, "length": 4}], "cache_salt": "s"},
+                       5 * bs + 2)
+        yield case({"algorithm": "vllm_sha256", "block_size": 16, "seed": "0", "lookahead": lookahead},
+                   lookahead - 1)

@@ -15,7 +15,12 @@ repository):
   MM / prompt-embeds helpers), `get_request_block_hasher` and `maybe_convert_block_hash` are
   extracted with `ast` (annotations stripped) and executed against a stand-in `Request` carrying
   the case's tokens, LoRA request, cache salt and mm features. PYTHONHASHSEED is set or unset per
-  case before `init_none_hash`.
+  case before `init_none_hash`. Lookahead cases (vLLM 0.33.0 only) call
+  `get_request_block_hasher(block_size, hash_fn, lookahead)`, which also runs
+  `generate_lookahead_block_hash_extra_keys` and, on resumed requests,
+  `vllm/multimodal/utils.py:get_mm_features_in_window`; each is also hashed as the engine does it
+  while tokens arrive (prompts of 0, 1, n/2 and n-1 tokens, then one token at a time) and must
+  give the one-pass values.
 - SGLang 0.5.23: `cpp_utils/hash_binding.cpp` is compiled with pybind11 and OpenSSL and called
   through SGLang's own `native_hash.get_native_hash` / `utils.get_hash_str`; the salt prior,
   `hash_str_to_int64`, `kv_event_namespace_seed` and `namespaced_block_hash` are SGLang's own
@@ -84,7 +89,10 @@ def find_wheel(wheels: Path, prefix: str) -> Path | None:
 # --- vLLM --------------------------------------------------------------------------------------
 
 
-def vllm_hasher(wheel: Path) -> Callable[[list[int], Any], list[int]]:
+def vllm_hasher(wheel: Path, lookahead: bool = False) -> Callable[[list[int], Any], list[int]]:
+    """vLLM's request block hasher; `lookahead` (vLLM >= 0.33) also loads its lookahead hashing
+    (`generate_lookahead_block_hash_extra_keys`, and `get_mm_features_in_window`, which the hasher
+    calls when it resumes a request past its first block)."""
     z = zipfile.ZipFile(wheel)
     hashing = types.ModuleType("vllm_hashing")
     exec(compile(z.read("vllm/utils/hashing.py").decode(), f"{wheel.name}:vllm/utils/hashing.py", "exec"),
@@ -100,6 +108,11 @@ def vllm_hasher(wheel: Path) -> Callable[[list[int], Any], list[int]]:
         "xxhash": hashing.xxhash, "xxhash_cbor": hashing.xxhash_cbor, "BlockHash": lambda b: b,
         "Any": Any, "_NONE_HASH_SEED": None,
     }
+    if lookahead:
+        names.add("generate_lookahead_block_hash_extra_keys")
+        ns["bisect"] = __import__("bisect")
+        load_functions(z.read("vllm/multimodal/utils.py").decode(), {"get_mm_features_in_window"}, ns,
+                       f"{wheel.name}:vllm/multimodal/utils.py")
     load_functions(z.read("vllm/v1/core/kv_cache_utils.py").decode(), names, ns, f"{wheel.name}:kv_cache_utils.py")
 
     def run(tokens: list[int], spec: Any) -> list[int]:
@@ -114,17 +127,38 @@ def vllm_hasher(wheel: Path) -> Callable[[list[int], Any], list[int]]:
             os.environ.pop("PYTHONHASHSEED", None)
             if saved is not None:
                 os.environ["PYTHONHASHSEED"] = saved
-        request = SimpleNamespace(
-            block_hashes=[], num_tokens=len(tokens), all_token_ids=list(tokens),
-            mm_features=[
-                SimpleNamespace(identifier=m.identifier, mm_position=SimpleNamespace(offset=m.offset, length=m.length))
-                for m in spec.mm_items
-            ],
-            lora_request=SimpleNamespace(lora_name=spec.lora_name, lora_path=spec.lora_path, lora_int_id=1)
-            if spec.lora_name else None,
-            cache_salt=spec.cache_salt or None, prompt_embeds=None, _prompt_embeds_per_block_hashes={},
-        )
-        digests = ns["get_request_block_hasher"](spec.block_size, hash_fn)(request)
+        def request(prompt: list[int]) -> SimpleNamespace:
+            return SimpleNamespace(
+                block_hashes=[], num_tokens=len(prompt), all_token_ids=list(prompt),
+                mm_features=[
+                    SimpleNamespace(identifier=m.identifier,
+                                    mm_position=SimpleNamespace(offset=m.offset, length=m.length))
+                    for m in spec.mm_items
+                ],
+                lora_request=SimpleNamespace(lora_name=spec.lora_name, lora_path=spec.lora_path, lora_int_id=1)
+                if spec.lora_name else None,
+                cache_salt=spec.cache_salt or None, prompt_embeds=None, _prompt_embeds_per_block_hashes={},
+            )
+
+        if not spec.lookahead:
+            digests = ns["get_request_block_hasher"](spec.block_size, hash_fn)(request(tokens))
+            return [ns["maybe_convert_block_hash"](d) for d in digests]
+        if not lookahead:
+            raise SystemExit(f"{wheel.name}: no lookahead hashing")
+        hasher = ns["get_request_block_hasher"](spec.block_size, hash_fn, spec.lookahead)
+        digests = hasher(request(tokens))
+        # The engine hashes a request as its tokens arrive (the prompt, then each sampled token:
+        # `Request.append_output_token_ids`), resuming past its blocks with the mm cursor found by
+        # `get_mm_features_in_window`; the values must not depend on where the prompt ended.
+        for prompt_len in sorted({0, 1, len(tokens) // 2, len(tokens) - 1} & set(range(len(tokens)))):
+            r = request(tokens[:prompt_len])
+            r.block_hashes.extend(hasher(r))
+            for token in tokens[prompt_len:]:
+                r.all_token_ids.append(token)
+                r.num_tokens += 1
+                r.block_hashes.extend(hasher(r))
+            if r.block_hashes != digests:
+                raise SystemExit(f"vLLM's incremental lookahead hashes differ from one pass: {spec}")
         return [ns["maybe_convert_block_hash"](d) for d in digests]
 
     return run
@@ -228,7 +262,7 @@ def main() -> int:
         return 0
     with tempfile.TemporaryDirectory() as tmp:
         build = Path(tmp)
-        vllm_new, vllm_old = vllm_hasher(wheels["vllm033"]), vllm_hasher(wheels["vllm030"])
+        vllm_new, vllm_old = vllm_hasher(wheels["vllm033"], lookahead=True), vllm_hasher(wheels["vllm030"])
         runners = {"sglang": sglang_hasher(wheels["sglang"], build), "dynamo": dynamo_hasher(wheels["dynamo"], build)}
         cases = []
         for case in vector_cases():

@@ -37,6 +37,10 @@ def test_block_hashes_for_maps_every_proto_field() -> None:
     assert hashes == _reference.block_hashes(tokens, HashSpec("sglang_sha256", 4, sglang_extra_key="k",
                                                               sglang_event_format="dynamo"))
     assert (spec.seed, spec.event_value, spec.vllm_extra_keys) == ("", "first8_be_signed_as_u64", "")
+    look = pb.BlockHashing(algorithm="vllm_xxhash_cbor", block_size=4, seed="1", vllm_lookahead=3)
+    hashes, spec = block_hashes_for(get_hasher("native"), tokens, look)
+    assert hashes == _reference.block_hashes(tokens, HashSpec("vllm_xxhash_cbor", 4, seed="1", lookahead=3))
+    assert len(hashes) == 4 and spec.vllm_lookahead == 3
     dy = pb.BlockHashing(algorithm="dynamo_xxh3", block_size=4, namespace="n", sequence_hashes=True)
     assert block_hashes_for(router_adapter.REFERENCE_HASHER, tokens, dy)[1].event_value == "xxh3_64_sequence"
 
@@ -59,3 +63,16 @@ def test_skipped_events_are_in_kv_status_and_metrics() -> None:
         assert (row.events, row.skipped_events) == (2, 1)
         metrics = {m.name: m for m in KvMetricsCollector(router).collect()}
         assert metrics["sidecar_kv_skipped_events"].samples[0].value == 1
+
+
+def test_a_spec_without_lookahead_reads_as_before_the_field() -> None:
+    """A Python index's snapshot names its spec by repr, the native one's by to_json: a spec without
+    lookahead keeps the strings it had before the field existed, so earlier snapshots restore."""
+    plain = HashSpec("vllm_sha256", 16, seed="0")
+    assert "lookahead" not in repr(plain) and b"lookahead" not in plain.to_json()
+    assert repr(plain) == (
+        "HashSpec(algorithm='vllm_sha256', block_size=16, seed='0', cache_salt='', lora_name='', lora_path='', "
+        "extra_keys='tagged', namespace='', mm_items=(), sglang_extra_key='', sglang_event_format='default', "
+        "sequence_hashes=False)")
+    look = HashSpec("vllm_sha256", 16, seed="0", lookahead=1)
+    assert repr(look).endswith(", lookahead=1)") and b'"lookahead":1' in look.to_json() and look != plain

@@ -28,13 +28,30 @@ def test_sources_and_engine_hash() -> None:
     assert config.silence_timeout_s == 0
 
 
+def test_engine_hash_lookahead() -> None:
+    # vLLM >= 0.33 with an EAGLE/MTP drafter and prefix caching.
+    config = parse("--kv-events", "a=tcp://127.0.0.1:5557,model=m",
+                   "--kv-engine-hash", "m=vllm_sha256,block_size=16,seed=0,lookahead=3")
+    spec = config.engine_specs["m"]
+    assert (spec.algorithm, spec.block_size, spec.seed, spec.lookahead) == ("vllm_sha256", 16, "0", 3)
+    assert parse("--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_sha256,block_size=16").engine_specs[
+        "m"].lookahead == 0
+
+
 @pytest.mark.parametrize(
-    "args",
-    [["--kv-events", "a=nowhere"], ["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_sha256,color=1"],
-     ["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_xxhash,block_size=16"]],
+    ("args", "message"),
+    [(["--kv-events", "a=nowhere"], None),
+     (["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_sha256,color=1"], "unknown option"),
+     (["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_xxhash,block_size=16"], "block_hashing.seed"),
+     (["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_sha256,block_size=16,lookahead=x"],
+      "lookahead must be an integer"),
+     (["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_sha256,block_size=16,extra_keys=legacy,lookahead=1"],
+      "block_hashing.vllm_lookahead: the legacy"),
+     (["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=sglang_sha256,block_size=16,lookahead=1"],
+      "block_hashing.vllm_lookahead: only vLLM")],
 )
-def test_bad_flags_are_refused(args: list[str]) -> None:
-    with pytest.raises(ValueError):  # InvalidSpec is a ValueError
+def test_bad_flags_are_refused(args: list[str], message: str | None) -> None:
+    with pytest.raises(ValueError, match=message):  # InvalidSpec is a ValueError
         parse(*args)
 
 

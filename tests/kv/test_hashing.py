@@ -7,6 +7,7 @@ import itertools
 import json
 import random
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
@@ -42,6 +43,14 @@ def test_vectors_cover_every_algorithm_and_layout() -> None:
     seen = {(c["spec"]["algorithm"], c["spec"].get("extra_keys", "tagged")) for c in VECTORS}
     assert {a for a, _ in seen} == set(ALGORITHMS)
     assert ("vllm_sha256", "legacy") in seen and ("vllm_sha256", "tagged") in seen
+    lookahead = {(c["spec"]["algorithm"], c["spec"]["lookahead"]) for c in VECTORS if c["spec"].get("lookahead")}
+    assert lookahead == {(a, n) for a in ALGORITHMS[:4] for n in (1, 3)}
+    for n in (1, 3):
+        # With LoRA, salt and mm items together; and a last block with fewer than L followers.
+        assert any(c["spec"].get("lookahead") == n and c["spec"].get("mm_items") and c["spec"].get("lora_name")
+                   and c["spec"].get("cache_salt") for c in VECTORS)
+        assert any(c["spec"].get("lookahead") == n and c["tokens"]["count"] % c["spec"]["block_size"] < n
+                   for c in VECTORS)
 
 
 # --- native against reference on generated inputs --------------------------------------------
@@ -85,6 +94,33 @@ def test_native_matches_reference_on_generated_sequences(algorithm: str) -> None
         assert native.block_hashes(tokens, spec) == _reference.block_hashes(tokens, spec), spec
         compared += 1
     assert compared == 250
+
+
+@pytest.mark.parametrize("algorithm", ["vllm_sha256", "vllm_sha256_cbor", "vllm_xxhash", "vllm_xxhash_cbor"])
+def test_native_matches_reference_with_lookahead(algorithm: str) -> None:
+    # vLLM >= 0.33 with an EAGLE/MTP drafter: lookahead tokens (and the multimodal items they
+    # overlap) in every block's extra keys; blocks without `lookahead` followers are not hashed.
+    rng = random.Random(f"kv-lookahead-{algorithm}")
+    for i in range(250):
+        block_size = rng.choice([1, 2, 3, 4, 16, 17])
+        lookahead = rng.choice([1, 1, 2, 3, 5, 17, 256])
+        spec = replace(_random_spec(rng, algorithm, block_size), extra_keys="tagged", lookahead=lookahead)
+        tokens = lcg_tokens(i, rng.randrange(0, 6 * block_size + lookahead + 3), rng.choice([50, 2**31, 2**32]))
+        values = native.block_hashes(tokens, spec)
+        assert values == _reference.block_hashes(tokens, spec), spec
+        assert len(values) == max(0, len(tokens) - lookahead) // block_size
+
+
+def test_lookahead_changes_every_block_and_zero_is_the_plain_hash() -> None:
+    tokens = lcg_tokens(3, 64, 1000)
+    for hasher in (get_hasher("native"), get_hasher("reference")):
+        plain = hasher.block_hashes(tokens, HashSpec("vllm_sha256", 16))
+        assert hasher.block_hashes(tokens, HashSpec("vllm_sha256", 16, lookahead=0)) == plain
+        one = hasher.block_hashes(tokens, HashSpec("vllm_sha256", 16, lookahead=1))
+        assert len(one) == 3 and not set(one) & set(plain)
+        # The same prefix followed by another token: another hash for the last block only.
+        other = hasher.block_hashes(tokens[:48] + [tokens[48] + 1], HashSpec("vllm_sha256", 16, lookahead=1))
+        assert other[:2] == one[:2] and other[2] != one[2]
 
 
 @pytest.mark.parametrize("algorithm", ["vllm_sha256", "vllm_xxhash"])
@@ -137,6 +173,11 @@ BAD_SPECS = [
     # Past the engine's int64 positions: the reference hashed them, the native spec refused them.
     (HashSpec("vllm_sha256", 16, mm_items=(MmItem("a", (1 << 64) - 2, 5),)), "block_hashing.mm_items[0]: offset + length"),
     (HashSpec("dynamo_xxh3", 16, mm_items=(MmItem("a", 1 << 63, 0),)), "block_hashing.mm_items[0]: offset "),
+    (HashSpec("sglang_sha256", 16, lookahead=1), "block_hashing.vllm_lookahead: only vLLM"),
+    (HashSpec("dynamo_xxh3", 16, lookahead=1), "block_hashing.vllm_lookahead: only vLLM"),
+    # vLLM 0.20 to 0.30 (legacy extra keys) has no lookahead hashing.
+    (HashSpec("vllm_sha256", 16, extra_keys="legacy", lookahead=1), "block_hashing.vllm_lookahead: the legacy"),
+    (HashSpec("vllm_sha256", 16, lookahead=257), "block_hashing.vllm_lookahead: 257 is more than 256"),
 ]
 
 

@@ -3,6 +3,10 @@ Python index (with native and reference hashing) and the native one (sidecar.nat
 
 from __future__ import annotations
 
+import json
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
 from router_adapter import _reference
@@ -10,6 +14,7 @@ from router_adapter.events import AllBlocksCleared, BlockRemoved, BlockStored
 from router_adapter.index import PrefixIndex
 from router_adapter.spec import HashSpec
 from sidecar.factory import get_hasher, get_index_factory
+from tests.kv.cases import spec_of, tokens_of
 
 BS = 4
 TOKENS = list(range(100, 132))  # 8 blocks
@@ -237,6 +242,47 @@ def test_engine_mode_matches_a_lora_request_given_the_adapters_path(kind: str) -
     assert depths(index, TOKENS, lora_name="sql") == {"a": 0}
     assert depths(index, TOKENS, lora_name="sql", lora_path="/adapters/other") == {"a": 0}
     assert index.request_keys(TOKENS, "sql", lora_path="/adapters/sql") == hashes
+
+
+def _lookahead_vector(**want: object) -> dict:
+    """A vectors.json case of vLLM 0.33.0's own lookahead hashes (tests/kv/generate_vectors.py)."""
+    cases = json.loads((Path(__file__).resolve().parents[1] / "data" / "kv" / "vectors.json").read_text())["cases"]
+    return next(c for c in cases if c["spec"].get("lookahead") and all(
+        bool(c["spec"].get(k)) == v if isinstance(v, bool) else c["spec"].get(k) == v for k, v in want.items()))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("want", [
+    {"algorithm": "vllm_sha256", "lookahead": 1, "mm_items": False, "lora_name": False},
+    {"algorithm": "vllm_sha256_cbor", "lookahead": 3, "mm_items": True, "lora_name": True, "cache_salt": True},
+], ids=["L1", "L3-lora-mm-salt"])
+def test_engine_mode_matches_an_engine_hashing_with_lookahead(kind: str, want: dict) -> None:
+    """vLLM >= 0.33 with an EAGLE/EAGLE3/MTP drafter and prefix caching publishes lookahead hashes
+    (each block's hash covers the next L tokens): an index given the engine's lookahead matches the
+    stores the engine published (its own values, from vectors.json); one without matches nothing."""
+    case = _lookahead_vector(**want)
+    spec, tokens = spec_of(case), tokens_of(case)
+    published = [int(h) for h in case["hashes"]]
+    facts = {"lora_name": spec.lora_name, "lora_path": spec.lora_path, "cache_salt": spec.cache_salt,
+             "mm_items": spec.mm_items}
+    index = make_index(kind, engine_spec=replace(spec, lora_name="", lora_path="", cache_salt="", mm_items=()))
+    bs = spec.block_size
+    index.apply("a", BlockStored(published[:2], None, tokens[: 2 * bs], bs, lora_name=spec.lora_name or None))
+    index.apply("a", BlockStored(published[2:], published[1], tokens[2 * bs : len(published) * bs], bs,
+                                 lora_name=spec.lora_name or None))
+    index.apply("b", BlockStored(published[:1], None, tokens[:bs], bs, lora_name=spec.lora_name or None))
+    score = index.score(tokens, **facts)
+    assert score.block_hashes == published
+    assert [(w.worker, w.blocks) for w in score.workers] == [("a", len(published)), ("b", 1)]
+    # A shorter request: its last full block lacks L followers, so it has no key (nor in the engine).
+    shorter = len(published) * bs - 1
+    assert (shorter - spec.lookahead) // bs == len(published) - 1
+    assert depths(index, tokens[:shorter], **facts) == {"a": len(published) - 1, "b": 1}
+    # The same engine spec without the lookahead (as before `lookahead` existed) matches nothing.
+    plain = make_index(kind, engine_spec=replace(spec, lora_name="", lora_path="", cache_salt="", mm_items=(),
+                                                 lookahead=0))
+    plain.apply("a", BlockStored(published, None, tokens[: len(published) * bs], bs, lora_name=spec.lora_name or None))
+    assert depths(plain, tokens, **facts) == {"a": 0}
 
 
 def test_walk_equals_the_definition_on_random_holdings() -> None:

@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from sidecar.config import ServerConfig
-from sidecar.errors import SidecarError
+from sidecar.errors import SidecarError, status_of
 from sidecar.factory import get_hasher
 from sidecar.rpc import Call
 from sidecar.runtime import Offloader, Runtime
@@ -72,3 +72,43 @@ def test_the_raw_method_is_native_on_the_native_backend_only(runtime: Runtime, r
         raw_call(servicer, rpc, type(request)(model="nope").SerializeToString())
     assert refused.value.code == grpc.StatusCode.NOT_FOUND and "nope" in refused.value.message
     assert len(python_calls) == (0 if runtime.config.backend == "native" else 2)
+
+
+def test_lookahead_block_hashes_and_their_refusals_are_alike_on_both_paths(runtime: Runtime) -> None:
+    """`BlockHashing.vllm_lookahead` (vLLM >= 0.33 with an EAGLE/MTP drafter) read by the native
+    core's protobuf reader and by `sidecar.hashing`: same hashes, same spec, same refusals."""
+    from router_adapter import _reference
+    from router_adapter.spec import HashSpec
+
+    model = next(iter(runtime.registry)).name
+    servicer = TokenizeServicer(runtime)
+
+    def both(hashing: pb.BlockHashing) -> tuple[object, object]:
+        request = pb.TokenizeRequest(model=model, texts=["Hello world, " * 20], block_hashing=hashing)
+        out = []
+        for call in (lambda: pb.TokenizeResponse.FromString(raw_call(servicer, "Tokenize", request.SerializeToString())),
+                     lambda: pb.TokenizeResponse.FromString(asyncio.run(servicer.Tokenize(request, None, Call(
+                         "Tokenize", "test", None))))):
+            try:
+                out.append(call())
+            except Exception as e:  # noqa: BLE001 - the status each path answers with
+                out.append(status_of(e))
+        return out[0], out[1]
+
+    for lookahead in (1, 3):
+        raw, python = both(pb.BlockHashing(algorithm="vllm_sha256", block_size=4, seed="0", lora_name="l",
+                                           vllm_lookahead=lookahead))
+        assert raw == python
+        ids = list(raw.encodings[0].token_ids)
+        expected = _reference.block_hashes(ids, HashSpec("vllm_sha256", 4, seed="0", lora_name="l", lookahead=lookahead))
+        assert list(raw.encodings[0].block_hashes) == expected and len(expected) == (len(ids) - lookahead) // 4
+        assert raw.block_hash_spec.vllm_lookahead == lookahead
+    for bad, message in [
+        (pb.BlockHashing(algorithm="vllm_sha256", block_size=4, vllm_extra_keys="legacy", vllm_lookahead=1),
+         "block_hashing.vllm_lookahead: the legacy"),
+        (pb.BlockHashing(algorithm="sglang_sha256", block_size=4, vllm_lookahead=1), "block_hashing.vllm_lookahead: only"),
+        (pb.BlockHashing(algorithm="vllm_sha256", block_size=4, vllm_lookahead=2**32 - 1),
+         "block_hashing.vllm_lookahead: 4294967295 is more than 256"),
+    ]:
+        raw, python = both(bad)
+        assert raw == python and raw[0] == grpc.StatusCode.INVALID_ARGUMENT and raw[1].startswith(message), raw

@@ -13,8 +13,9 @@ use crate::hash::{self, HashSpec};
 
 /// Hashes the full blocks of `ids` as the JSON `spec` says (fields of `HashSpec`: `algorithm`,
 /// `block_size`, `seed`, `cache_salt`, `lora_name`, `lora_path`, `extra_keys`, `namespace`,
-/// `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`) and writes one 64-bit
-/// value per block to `out`; `*written` receives the count. A malformed or unreproducible spec,
+/// `mm_items`, `sglang_extra_key`, `sglang_event_format`, `sequence_hashes`, `lookahead`) and
+/// writes one 64-bit value per block to `out` (with `lookahead` L > 0: per full block followed by
+/// at least L tokens, so fewer); `*written` receives the count. A malformed or unreproducible spec,
 /// or `out_cap` smaller than the number of full blocks, fails with `SC_ERR_KIND_INVALID_ARGUMENT`.
 /// `cancel` is the call's cancellation flag (as in `sc_encode_options`) or NULL, checked every
 /// `HASH_CHECK_BLOCKS` blocks.

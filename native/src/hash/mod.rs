@@ -30,7 +30,7 @@ pub use dynamo::{
     DYNAMO_SEED,
 };
 pub use pickle::dumps as pickle_dumps;
-pub use spec::{Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat};
+pub use spec::{Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat, MAX_LOOKAHEAD};
 pub use value::Value;
 
 use crate::cancel::Cancel;

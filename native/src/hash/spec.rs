@@ -4,6 +4,10 @@ use serde::Deserialize;
 
 use crate::error::{Error, Result};
 
+/// The most lookahead tokens a spec may ask for (vLLM's is 1, or `num_speculative_tokens` for a
+/// multi-module MTP drafter: a handful); each block's hash serializes that many more ints.
+pub const MAX_LOOKAHEAD: u32 = 256;
+
 /// The engine algorithm (see the table in [`super`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -139,6 +143,11 @@ pub struct HashSpec {
     /// Dynamo: report the SequenceHash chain instead of the local block hashes.
     #[serde(default)]
     pub sequence_hashes: bool,
+    /// vLLM (>= 0.33, tagged layout): tokens after each block that its hash covers
+    /// (`num_hash_lookahead_tokens`); a block is hashed once that many tokens follow it, with the
+    /// extra keys `(E, *next_tokens)`. 0 = none.
+    #[serde(default)]
+    pub lookahead: u32,
 }
 
 impl HashSpec {
@@ -163,7 +172,7 @@ impl HashSpec {
             + self.sglang_extra_key.len()
             + self.lora_name.len()
             + self.lora_path.len();
-        let per_block = 4 * block_size + 4 + repeated;
+        let per_block = 4 * block_size + 4 + repeated + 4 * self.lookahead as usize;
         let items: usize = self
             .mm_items
             .iter()
@@ -205,6 +214,7 @@ impl HashSpec {
             sglang_extra_key: String::new(),
             sglang_event_format: SglangEventFormat::Default,
             sequence_hashes: false,
+            lookahead: 0,
         }
     }
 
@@ -225,6 +235,26 @@ impl HashSpec {
                  hashes cannot be reproduced; give the engine's PYTHONHASHSEED",
                 self.algorithm.name()
             )));
+        }
+        if self.lookahead > 0 {
+            if !self.algorithm.is_vllm() {
+                return Err(Error::invalid_argument(format!(
+                    "block_hashing.vllm_lookahead: only vLLM's algorithms hash lookahead tokens, not {}",
+                    self.algorithm.name()
+                )));
+            }
+            if self.extra_keys != ExtraKeyLayout::Tagged {
+                return Err(Error::invalid_argument(
+                    "block_hashing.vllm_lookahead: the legacy extra-key layout (vLLM 0.20 to 0.30) has no \
+                     lookahead hashing; it needs the tagged layout",
+                ));
+            }
+            if self.lookahead > MAX_LOOKAHEAD {
+                return Err(Error::invalid_argument(format!(
+                    "block_hashing.vllm_lookahead: {} is more than {MAX_LOOKAHEAD}",
+                    self.lookahead
+                )));
+            }
         }
         let mut previous = 0;
         for (i, item) in self.mm_items.iter().enumerate() {

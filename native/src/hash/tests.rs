@@ -138,6 +138,52 @@ fn unreproducible_and_malformed_specs_are_refused() {
 }
 
 #[test]
+fn lookahead_is_refused_where_no_engine_hashes_it() {
+    let refused = |spec: &HashSpec| {
+        block_hashes(&range(32), spec)
+            .unwrap_err()
+            .message()
+            .to_owned()
+    };
+    for algorithm in [Algorithm::SglangSha256, Algorithm::DynamoXxh3] {
+        let mut spec = HashSpec::new(algorithm, 16);
+        spec.lookahead = 1;
+        assert!(refused(&spec).starts_with("block_hashing.vllm_lookahead: only vLLM"));
+    }
+    let mut spec = HashSpec::new(Algorithm::VllmSha256, 16);
+    spec.lookahead = 1;
+    spec.extra_keys = ExtraKeyLayout::Legacy;
+    assert!(refused(&spec).contains("legacy extra-key layout"));
+    spec.extra_keys = ExtraKeyLayout::Tagged;
+    spec.lookahead = MAX_LOOKAHEAD + 1;
+    assert!(refused(&spec).starts_with("block_hashing.vllm_lookahead: 257 is more than 256"));
+    spec.lookahead = MAX_LOOKAHEAD;
+    assert!(block_hashes(&range(300), &spec).is_ok());
+}
+
+#[test]
+fn vllm_lookahead_matches_vllm_033() {
+    // vLLM 0.33.0's own `get_request_block_hasher(16, sha256, 1)` (no PYTHONHASHSEED) on
+    // 1000..1050: 3 full blocks followed by a token, and 2 tokens left over.
+    let mut spec = HashSpec::new(Algorithm::VllmSha256, 16);
+    spec.lookahead = 1;
+    let tokens: Vec<u32> = (1000..1050).collect();
+    assert_eq!(
+        block_hashes(&tokens, &spec).unwrap().values,
+        [
+            7873546650229310708,
+            5501495429211893581,
+            16531834048226911516
+        ]
+    );
+    // A block is hashed only once `lookahead` tokens follow it.
+    assert_eq!(block_hashes(&tokens[..48], &spec).unwrap().values.len(), 2);
+    spec.lookahead = 3;
+    assert_eq!(block_hashes(&tokens[..50], &spec).unwrap().values.len(), 2);
+    assert_eq!(block_hashes(&tokens[..2], &spec).unwrap().values.len(), 0);
+}
+
+#[test]
 fn the_effective_seed_is_reported() {
     let spec = HashSpec::new(Algorithm::VllmSha256Cbor, 16);
     assert_eq!(

@@ -3,6 +3,11 @@
 //! `h_i = H(serialize((h_{i-1}, tuple(block_i_tokens), extra_keys_i)))` with `h_{-1} = NONE_HASH =
 //! H(serialize(seed_string))`; H is SHA-256 or XXH3-128 and serialize is pickle (protocol 5) or
 //! canonical CBOR. The published 64-bit value is the last 8 digest bytes, big-endian.
+//!
+//! With lookahead (vLLM >= 0.33, `num_hash_lookahead_tokens` L > 0) only the blocks followed by at
+//! least L tokens are hashed, and `extra_keys_i` becomes `(E_i, *next_L_tokens)`, where `E_i` is
+//! the usual extra keys (or None) over the block *and* its lookahead tokens
+//! (`generate_lookahead_block_hash_extra_keys`).
 
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::xxh3_128;
@@ -42,15 +47,20 @@ pub(super) fn block_hashes(
     let mut parent = [0u8; 32];
     let mut parent_len = hasher.finish(&mut parent);
     let bs = spec.block_size as usize;
-    let blocks = tokens.len() / bs;
+    let lookahead = spec.lookahead as usize;
+    // With lookahead, a block is hashed once `lookahead` tokens follow it.
+    let hashed = &tokens[..tokens.len().saturating_sub(lookahead)];
+    let blocks = hashed.len() / bs;
     let mut values = Vec::with_capacity(blocks);
     let mut mm = MmCursor::default();
     let plain = spec.lora_name.is_empty() && spec.mm_items.is_empty() && spec.cache_salt.is_empty();
     let mut every = Every::new(super::HASH_CHECK_BLOCKS);
-    for (i, block) in tokens.chunks_exact(bs).enumerate() {
+    for (i, block) in hashed.chunks_exact(bs).enumerate() {
         every.tick(cancel)?;
         let (start, end) = (i * bs, (i + 1) * bs);
-        let extra = if plain {
+        let extra = if lookahead > 0 {
+            lookahead_extra_keys(spec, tokens, start, end, end + lookahead, &mut mm)
+        } else if plain {
             Value::None
         } else {
             extra_keys(spec, start, end, &mut mm)
@@ -142,6 +152,36 @@ fn extra_keys<'a>(spec: &'a HashSpec, start: usize, end: usize, mm: &mut MmCurso
     } else {
         Value::Tuple(keys)
     }
+}
+
+/// `get_request_block_hasher`'s extra keys with lookahead: `(E, *tokens[end..hash_end])`, where
+/// `E` is [`extra_keys`] of `[start, hash_end)` (items overlapping the lookahead tokens count, at
+/// their offset from `start`); then `generate_lookahead_block_hash_extra_keys` moves the multimodal
+/// cursor back to the first item that runs past `end`, which the next block may overlap too.
+fn lookahead_extra_keys<'a>(
+    spec: &'a HashSpec,
+    tokens: &[u32],
+    start: usize,
+    end: usize,
+    hash_end: usize,
+    mm: &mut MmCursor,
+) -> Value<'a> {
+    let window = extra_keys(spec, start, hash_end, mm);
+    while mm.index > 0 {
+        let item = &spec.mm_items[mm.index - 1];
+        if item.offset + item.length <= end as u64 {
+            break;
+        }
+        mm.index -= 1;
+    }
+    let mut keys = Vec::with_capacity(1 + hash_end - end);
+    keys.push(window);
+    keys.extend(
+        tokens[end..hash_end]
+            .iter()
+            .map(|&t| Value::Int(i64::from(t))),
+    );
+    Value::Tuple(keys)
 }
 
 /// vLLM's `_gen_mm_extra_hash_keys`: the items whose placeholder run overlaps the block, with their

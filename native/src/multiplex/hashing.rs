@@ -64,6 +64,7 @@ pub(super) fn spec_from_proto(msg: &pb::BlockHashing) -> Result<HashSpec> {
     spec.namespace.clone_from(&msg.namespace);
     spec.sglang_extra_key.clone_from(&msg.sglang_extra_key);
     spec.sequence_hashes = msg.sequence_hashes;
+    spec.lookahead = msg.vllm_lookahead;
     spec.mm_items = msg
         .mm_items
         .iter()
@@ -96,5 +97,6 @@ pub(super) fn spec_to_proto(spec: &HashSpec) -> pb::BlockHashSpec {
         seed,
         event_value: spec.algorithm.event_value(spec.sequence_hashes).to_string(),
         vllm_extra_keys: extra_keys.to_string(),
+        vllm_lookahead: spec.lookahead,
     }
 }

@@ -58,6 +58,7 @@ fn every_field_decodes_as_prost_reads_it() {
         seed: "0".into(),
         event_value: "last8_be_unsigned".into(),
         vllm_extra_keys: "tagged".into(),
+        vllm_lookahead: 1,
     }
     .encode_to_vec();
     for round in 0..300 {
