@@ -11,7 +11,9 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::carrier::CallFuture;
 use crate::carrier::{Carrier, UnaryCarrier};
-use crate::connection::{Connection, Connections, Settings, RECONNECT_BACKOFF};
+use crate::connection::{
+    bounded, Connection, Connections, Settings, MAX_TIMEOUT, RECONNECT_BACKOFF,
+};
 use crate::fleet::{discover, Fleet, Member};
 use crate::multiplex::{MultiplexSettings, StreamCarrier};
 use crate::parse_stream::ParseStream;
@@ -41,30 +43,32 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// Default deadline of every unary call (default 10 s; `None` = no deadline). A handle from
+    /// Default deadline of every unary call (default 10 s; `None` = no deadline, as is a timeout
+    /// too long for gRPC's `grpc-timeout`, such as `Duration::MAX`). A handle from
     /// [`Client::with_timeout`] overrides it per call.
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
+        self.timeout = bounded(timeout);
         self
     }
 
     /// How long dialing may take (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = timeout.min(MAX_TIMEOUT);
         self
     }
 
     /// Deadline of the health check made before a channel is reused after a failure (default 2 s,
     /// or less when the call's own deadline is nearer).
     pub fn health_timeout(mut self, timeout: Duration) -> Self {
-        self.health_timeout = timeout;
+        self.health_timeout = timeout.min(MAX_TIMEOUT);
         self
     }
 
-    /// The service name the health check asks about. By default `""` (the whole server), and for
-    /// each process of a `--processes N` server found behind `unix:PATH`,
-    /// [`PROCESS_HEALTH_SERVICE`] (that process alone: the other names answer for the group, so a
-    /// restarting sibling would make a live process look down). The sidecar also answers
+    /// The service name the health check asks about. By default [`PROCESS_HEALTH_SERVICE`]: the
+    /// process this connection reached, alone (every other name of a `--processes N` server
+    /// answers for the group, so a restarting sibling would make a live process look down; over
+    /// TCP the kernel picks the process, and the connection stays with it). A server that does not
+    /// know that name (older) is asked about `""` instead. The sidecar also answers `""`,
     /// `sidecar.v1.Preprocessor`, `sidecar.v1.KvRouter` and each model's name.
     pub fn health_service(mut self, service: impl Into<String>) -> Self {
         self.health_service = Some(service.into());
@@ -147,11 +151,6 @@ impl ClientBuilder {
     fn members(&self) -> Result<(Target, Vec<Member>), Error> {
         let target: Target = self.target.parse()?;
         let processes = discover(&target);
-        let default_service = if processes.len() > 1 || processes.first() != Some(&target) {
-            PROCESS_HEALTH_SERVICE
-        } else {
-            ""
-        };
         let mut members = Vec::new();
         for process in processes {
             let settings = Settings {
@@ -161,7 +160,8 @@ impl ClientBuilder {
                 health_service: self
                     .health_service
                     .clone()
-                    .unwrap_or_else(|| default_service.to_string()),
+                    .unwrap_or_else(|| PROCESS_HEALTH_SERVICE.to_string()),
+                health_fallback: self.health_service.is_none(),
                 max_message_bytes: self.max_message_bytes,
                 retry_unavailable: self.retry_unavailable,
                 reconnect_backoff: RECONNECT_BACKOFF,
@@ -235,6 +235,7 @@ fn default_multiplex() -> MultiplexSettings {
         max_request_bytes: 256 << 10,
         max_queued_calls: 8192,
         max_queued_bytes: 32 << 20,
+        stalled_after: crate::multiplex::QUEUE_STALLED_AFTER,
     }
 }
 
@@ -271,11 +272,13 @@ impl Client {
 
     /// The same client with another deadline for the calls made through the returned handle
     /// (unary calls and the streams it opens); `client.with_timeout(d).tokenize(r)` is a per-call
-    /// deadline. The deadline travels as `grpc-timeout` and is enforced here as well.
+    /// deadline. The deadline travels as `grpc-timeout` and is enforced here as well. A timeout
+    /// longer than `grpc-timeout` can carry (about 11,400 years; `Duration::MAX`) is no deadline.
     pub fn with_timeout(&self, timeout: Duration) -> Client {
+        let timeout = bounded(Some(timeout));
         Client {
-            timeout: Some(timeout),
-            stream_timeout: Some(timeout),
+            timeout,
+            stream_timeout: timeout,
             ..self.clone()
         }
     }
@@ -461,7 +464,182 @@ mod on {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_server;
+    use crate::fake_server::{self, Reply};
+    use prost::Message;
+
+    fn tokenize(text_len: usize) -> TokenizeRequest {
+        TokenizeRequest {
+            model: "m".into(),
+            texts: vec!["x".repeat(text_len)],
+            ..Default::default()
+        }
+    }
+
+    /// Health SERVING for every service; Tokenize answered with a 4 KB fingerprint; Multiplex
+    /// unknown; ParseStream answers each message with an empty response.
+    fn plain_server(rpc: &str) -> Reply {
+        match rpc {
+            "/grpc.health.v1.Health/Check" => fake_server::serving(),
+            "/sidecar.v1.Preprocessor/Tokenize" => Reply::Message(
+                TokenizeResponse {
+                    fingerprint: "f".repeat(4000),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            ),
+            "/sidecar.v1.Preprocessor/ParseStream" => Reply::Stream(|_, _| Vec::new()),
+            _ => Reply::Status(Code::Unimplemented),
+        }
+    }
+
+    /// A request over the client's own `max_message_bytes` is refused before it is sent, with
+    /// RESOURCE_EXHAUSTED naming both sizes; it is not a broken connection (no retry, no
+    /// reconnect), on every path: unary, multiplexed, a ParseStream message (the stream goes on).
+    #[test]
+    fn a_request_over_the_clients_limit_is_not_sent() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("client-oversize.sock");
+            fake_server::grpc(&path, plain_server);
+            let target = format!("unix:{}", path.display());
+            for multiplex in [false, true] {
+                let client = Client::builder(target.as_str())
+                    .max_message_bytes(10_000)
+                    .multiplex(multiplex)
+                    .connect()
+                    .await
+                    .unwrap();
+                for _ in 0..3 {
+                    let error = client.tokenize(tokenize(20_000)).await.unwrap_err();
+                    assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+                    assert!(error.message().contains("20007 bytes"), "{error}");
+                    assert!(error.message().contains("10000 bytes"), "{error}");
+                }
+                assert_eq!(client.reconnects(), 0);
+                client.tokenize(tokenize(10)).await.unwrap();
+            }
+            let client = Client::builder(target.as_str())
+                .max_message_bytes(10_000)
+                .build()
+                .unwrap();
+            let mut stream = client.parse_stream().await.unwrap();
+            let big = crate::v1::OpenRequest {
+                request_id: "r".into(),
+                tools_json: "x".repeat(20_000),
+                ..Default::default()
+            };
+            let error = stream.open(big).await.unwrap_err();
+            assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+            let small = crate::v1::OpenRequest {
+                request_id: "r".into(),
+                ..Default::default()
+            };
+            stream.open(small).await.unwrap();
+            assert_eq!(client.reconnects(), 0);
+        });
+    }
+
+    /// A response over the client's `max_message_bytes` is RESOURCE_EXHAUSTED (tonic says
+    /// OUT_OF_RANGE), as the Python client and the README say, and no reconnect.
+    #[test]
+    fn a_response_over_the_clients_limit_is_resource_exhausted() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("client-big-answer.sock");
+            fake_server::grpc(&path, plain_server);
+            let client = Client::builder(format!("unix:{}", path.display()))
+                .max_message_bytes(1000)
+                .connect()
+                .await
+                .unwrap();
+            let error = client.tokenize(tokenize(10)).await.unwrap_err();
+            assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+            assert!(error.message().contains("max_message_bytes"), "{error}");
+            assert_eq!(client.reconnects(), 0);
+        });
+    }
+
+    /// Timeouts longer than `grpc-timeout` can carry are no deadline (tonic panicked: "duration
+    /// is unrealistically large"), for unary calls, multiplexed calls and streams alike.
+    #[test]
+    fn timeouts_too_long_for_grpc_are_no_deadline() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("client-long-timeouts.sock");
+            fake_server::grpc(&path, plain_server);
+            let target = format!("unix:{}", path.display());
+            for long in [Duration::from_secs(1 << 40), Duration::MAX] {
+                for multiplex in [false, true] {
+                    let client = Client::builder(target.as_str())
+                        .multiplex(multiplex)
+                        .timeout(Some(long))
+                        .connect_timeout(long)
+                        .health_timeout(long)
+                        .build()
+                        .unwrap();
+                    client.tokenize(tokenize(10)).await.unwrap();
+                    client
+                        .with_timeout(long)
+                        .tokenize(tokenize(10))
+                        .await
+                        .unwrap();
+                    let status = client.with_timeout(long).health("").await.unwrap();
+                    assert_eq!(status, ServingStatus::Serving);
+                    let mut stream = client.with_timeout(long).parse_stream().await.unwrap();
+                    stream.open(Default::default()).await.unwrap();
+                }
+            }
+        });
+    }
+
+    /// The reconnect health check asks about this connection's own process
+    /// (`sidecar.process`): a `--processes N` server answers NOT_SERVING for `""` while a sibling
+    /// restarts, and that must not fail a TCP client whose process is fine. A server that does
+    /// not know `sidecar.process` (NOT_FOUND) is asked about `""`.
+    #[test]
+    fn the_health_check_asks_about_the_process() {
+        fake_server::runtime().block_on(async {
+            let sibling_down = fake_server::socket_path("client-health-group.sock");
+            fake_server::grpc(&sibling_down, |rpc| match rpc {
+                "/grpc.health.v1.Health/Check" => Reply::Unary(|request| {
+                    let service = HealthCheckRequest::decode(request).unwrap().service;
+                    let status = match service.as_str() {
+                        PROCESS_HEALTH_SERVICE => ServingStatus::Serving,
+                        _ => ServingStatus::NotServing,
+                    };
+                    let response = HealthCheckResponse {
+                        status: status as i32,
+                    };
+                    Reply::Message(response.encode_to_vec())
+                }),
+                _ => Reply::Status(Code::Unimplemented),
+            });
+            Client::connect(format!("unix:{}", sibling_down.display()))
+                .await
+                .unwrap();
+            let older = fake_server::socket_path("client-health-older.sock");
+            fake_server::grpc(&older, |rpc| match rpc {
+                "/grpc.health.v1.Health/Check" => Reply::Unary(|request| {
+                    match HealthCheckRequest::decode(request)
+                        .unwrap()
+                        .service
+                        .as_str()
+                    {
+                        "" => fake_server::serving(),
+                        _ => Reply::Status(Code::NotFound),
+                    }
+                }),
+                _ => Reply::Status(Code::Unimplemented),
+            });
+            Client::connect(format!("unix:{}", older.display()))
+                .await
+                .unwrap();
+            // A service the caller chose is asked about as it is.
+            let error = Client::builder(format!("unix:{}", older.display()))
+                .health_service("no.such.Service")
+                .connect()
+                .await
+                .unwrap_err();
+            assert_eq!(error.code(), Code::NotFound, "{error}");
+        });
+    }
 
     /// A `PATH.N` socket left by a crashed `--processes` run (nothing listens on it any more)
     /// next to a live process: `connect` uses the live one, and names the stale one when it is

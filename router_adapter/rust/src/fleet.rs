@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use crate::carrier::{CallFuture, Carrier};
-use crate::connection::Connections;
+use crate::connection::{deadline_after, Connections};
 use crate::target::Target;
 
 /// How often at most a skipped (suspect) member gets a background health check.
@@ -202,8 +202,7 @@ impl Fleet {
         if self.members.len() == 1 {
             return call(&self.members[first], message, timeout).await;
         }
-        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let deadline = deadline_after(timeout);
         let failure = match call(&self.members[first], message.clone(), timeout).await {
             Err(status) if status.code() == Code::Unavailable => status,
             other => return other,

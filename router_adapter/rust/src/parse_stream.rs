@@ -14,7 +14,9 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
 
-use crate::connection::{with_timeout, Connection, Connections};
+use crate::connection::{
+    bounded, check_size, deadline_after, with_timeout, Connection, Connections,
+};
 use crate::v1::parse_stream_request::Kind;
 use crate::v1::{CancelRequest, OpenRequest, ParseStreamRequest, ParseStreamResponse, Step};
 use crate::Error;
@@ -40,6 +42,7 @@ pub struct ParseStream {
     connection: Arc<Connection>,
     deadline: Option<Instant>,
     in_flight: usize,
+    max_message_bytes: usize,
 }
 
 impl std::fmt::Debug for ParseStream {
@@ -55,9 +58,11 @@ impl ParseStream {
         connections: Arc<Connections>,
         timeout: Option<Duration>,
     ) -> Result<ParseStream, Error> {
-        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // A timeout longer than MAX_TIMEOUT (Duration::MAX) is no deadline, not a panic.
+        let timeout = bounded(timeout);
+        let deadline = deadline_after(timeout);
         let connection = connections.ready(deadline).await?;
+        let max_message_bytes = connections.settings.max_message_bytes;
         // Room for a decode step of every running request to be queued while the last is sent.
         let (sender, receiver) = mpsc::channel(64);
         let mut client = connection.preprocessor.clone();
@@ -69,13 +74,19 @@ impl ParseStream {
             connection,
             deadline,
             in_flight: 0,
+            max_message_bytes,
         })
     }
 
     /// Queues one message; its answer comes from a later [`recv`](Self::recv), in send order.
     /// Waits while the queue is full (the server reads slower than the engine sends), at most
-    /// until the stream's deadline.
+    /// until the stream's deadline. A message larger than the client's `max_message_bytes` is not
+    /// sent (RESOURCE_EXHAUSTED; the stream goes on).
     pub async fn send(&mut self, message: ParseStreamRequest) -> Result<(), Error> {
+        check_size(
+            prost::Message::encoded_len(&message),
+            self.max_message_bytes,
+        )?;
         let sender = self.outbound.as_ref().ok_or_else(|| {
             Status::failed_precondition("parse stream: already closed for sending")
         })?;
