@@ -14,7 +14,7 @@ use crate::carrier::{Carrier, UnaryCarrier};
 use crate::connection::{
     bounded, Connection, Connections, Settings, MAX_TIMEOUT, RECONNECT_BACKOFF,
 };
-use crate::fleet::{discover, Fleet, Member};
+use crate::fleet::{discover, scan, Discovery, Fleet, MakeMember, Member};
 use crate::multiplex::{MultiplexSettings, StreamCarrier};
 use crate::parse_stream::ParseStream;
 use crate::target::Target;
@@ -132,63 +132,83 @@ impl ClientBuilder {
 
     /// The client, without dialing: the first call connects. Must run inside a tokio runtime.
     /// A `unix:PATH` target whose `PATH` does not exist but `PATH.0`, `PATH.1`, ... do (a server
-    /// with `--processes N`) gets one channel per process socket found now.
+    /// with `--processes N`) gets one channel per process socket found now; the sockets are
+    /// looked at again at the first call, after failures and periodically (see
+    /// [`Client::processes`]).
     pub fn build(self) -> Result<Client, Error> {
-        let (target, members) = self.members()?;
-        Ok(self.client(target, members))
+        let target: Target = self.target.parse()?;
+        let members = self.members(discover(&target))?;
+        Ok(self.client(target, members, false))
     }
 
-    fn client(&self, target: Target, members: Vec<Member>) -> Client {
+    fn client(&self, target: Target, members: Vec<Member>, scanned: bool) -> Client {
+        let discovery = match &target {
+            Target::Unix(base) => {
+                let builder = self.clone();
+                let make: MakeMember = Box::new(move |process| builder.member(process).ok());
+                Some(Discovery::new(base.clone(), make, scanned))
+            }
+            Target::Tcp(_) => None,
+        };
         Client {
-            fleet: Arc::new(Fleet::new(members)),
+            fleet: Arc::new(Fleet::new(members, discovery)),
             target: Arc::new(target),
             timeout: self.timeout,
             stream_timeout: None,
         }
     }
 
-    /// The target and one member per server process found behind it.
-    fn members(&self) -> Result<(Target, Vec<Member>), Error> {
-        let target: Target = self.target.parse()?;
-        let processes = discover(&target);
-        let mut members = Vec::new();
-        for process in processes {
-            let settings = Settings {
-                target: process,
-                connect_timeout: self.connect_timeout,
-                health_timeout: self.health_timeout,
-                health_service: self
-                    .health_service
-                    .clone()
-                    .unwrap_or_else(|| PROCESS_HEALTH_SERVICE.to_string()),
-                health_fallback: self.health_service.is_none(),
-                max_message_bytes: self.max_message_bytes,
-                retry_unavailable: self.retry_unavailable,
-                reconnect_backoff: RECONNECT_BACKOFF,
-            };
-            let connections = Arc::new(Connections::new(settings)?);
-            let carrier: Arc<dyn Carrier> = if self.multiplex {
-                Arc::new(StreamCarrier::new(
-                    connections.clone(),
-                    self.multiplex_settings.clone(),
-                ))
-            } else {
-                Arc::new(UnaryCarrier {
-                    connections: connections.clone(),
-                })
-            };
-            members.push(Member::new(connections, carrier));
-        }
-        Ok((target, members))
+    /// One member per server process socket.
+    fn members(&self, processes: Vec<Target>) -> Result<Vec<Member>, Error> {
+        processes
+            .into_iter()
+            .map(|process| self.member(process))
+            .collect()
+    }
+
+    /// The member of one server process: its connection and what carries its calls.
+    fn member(&self, process: Target) -> Result<Member, Error> {
+        let settings = Settings {
+            target: process,
+            connect_timeout: self.connect_timeout,
+            health_timeout: self.health_timeout,
+            health_service: self
+                .health_service
+                .clone()
+                .unwrap_or_else(|| PROCESS_HEALTH_SERVICE.to_string()),
+            health_fallback: self.health_service.is_none(),
+            max_message_bytes: self.max_message_bytes,
+            retry_unavailable: self.retry_unavailable,
+            reconnect_backoff: RECONNECT_BACKOFF,
+        };
+        let connections = Arc::new(Connections::new(settings)?);
+        let carrier: Arc<dyn Carrier> = if self.multiplex {
+            Arc::new(StreamCarrier::new(
+                connections.clone(),
+                self.multiplex_settings.clone(),
+            ))
+        } else {
+            Arc::new(UnaryCarrier {
+                connections: connections.clone(),
+            })
+        };
+        Ok(Member::new(connections, carrier))
     }
 
     /// The client, after a health check of every server process has answered SERVING.
     ///
     /// Of a `--processes N` server's sockets, one that refuses connections is left out (with a
     /// `tracing` warning): a `PATH.N` left behind by an earlier run whose process is gone must not
-    /// stop the client from using the live ones. When none answers, the error names each socket.
+    /// stop the client from using the live ones, and a `PATH` that refuses connections does not
+    /// hide `PATH.N` next to it. When none answers, the error names each socket. A process left
+    /// out joins once its socket answers (the client looks again, see [`Client::processes`]).
     pub async fn connect(self) -> Result<Client, Error> {
-        let (target, members) = self.members()?;
+        let target: Target = self.target.parse()?;
+        let processes = match &target {
+            Target::Unix(base) => scan(base, &[]).await,
+            Target::Tcp(_) => None,
+        };
+        let members = self.members(processes.unwrap_or_else(|| discover(&target)))?;
         let several = members.len() > 1;
         let mut live = Vec::new();
         let mut refused = Vec::new();
@@ -225,7 +245,7 @@ impl ClientBuilder {
         for why in &refused {
             tracing::warn!("sidecar client: left out a server process socket: {why}");
         }
-        Ok(self.client(target, live))
+        Ok(self.client(target, live, true))
     }
 }
 
@@ -297,10 +317,12 @@ impl Client {
         &self.target
     }
 
-    /// The server processes this client spreads its calls over (1 unless the target is the base
-    /// path of a `--processes N` server's sockets).
+    /// The server processes this client spreads its calls over now (1 unless the target is the
+    /// base path of a `--processes N` server's sockets). For a `unix:PATH` target the sockets are
+    /// looked at again at the first call, after a call failed UNAVAILABLE (at most every 250 ms)
+    /// and at intervals doubling from 250 ms to 30 s, so the number follows the server.
     pub fn processes(&self) -> usize {
-        self.fleet.members.len()
+        self.fleet.members().len()
     }
 
     /// How many times a channel was re-established after a failure, i.e. answered a health check
@@ -367,7 +389,7 @@ impl Client {
     /// next healthy server process. It has no deadline unless this handle came from
     /// [`Client::with_timeout`].
     pub async fn parse_stream(&self) -> Result<ParseStream, Error> {
-        let member = &self.fleet.members[self.fleet.pick()];
+        let member = self.fleet.member().await;
         ParseStream::start(member.connections.clone(), self.stream_timeout).await
     }
 }
@@ -658,6 +680,65 @@ mod tests {
             fake_server::grpc(&live, |_| fake_server::serving());
             let client = Client::connect(target.as_str()).await.unwrap();
             assert_eq!(client.processes(), 1);
+        });
+    }
+
+    /// A client built before its `--processes 2` server started finds the process sockets at
+    /// its first call (it was stuck with `PATH` itself, which does not exist, forever).
+    #[test]
+    fn a_client_built_before_the_server_finds_its_processes() {
+        fake_server::runtime().block_on(async {
+            let base = fake_server::socket_path("early.sock");
+            let client = Client::builder(format!("unix:{}", base.display()))
+                .build()
+                .unwrap();
+            assert_eq!(client.processes(), 1);
+            for index in 0..2 {
+                let process = fake_server::socket_path(&format!("early.sock.{index}"));
+                fake_server::grpc(&process, plain_server);
+            }
+            client.tokenize(tokenize(10)).await.unwrap();
+            assert_eq!(client.processes(), 2);
+        });
+    }
+
+    /// A `PATH` socket left by a crashed single-process server (nothing listens on it) does not
+    /// hide the live `PATH.0`, for `connect` and for `build` alike.
+    #[test]
+    fn a_stale_base_socket_does_not_hide_the_process_sockets() {
+        fake_server::runtime().block_on(async {
+            let base = fake_server::socket_path("shadow.sock");
+            drop(std::os::unix::net::UnixListener::bind(&base).unwrap());
+            let live = fake_server::socket_path("shadow.sock.0");
+            fake_server::grpc(&live, plain_server);
+            let target = format!("unix:{}", base.display());
+            let client = Client::connect(target.as_str()).await.unwrap();
+            client.tokenize(tokenize(10)).await.unwrap();
+            let client = Client::builder(target.as_str()).build().unwrap();
+            client.tokenize(tokenize(10)).await.unwrap();
+            assert_eq!(client.processes(), 1);
+        });
+    }
+
+    /// A process that refused connections when `connect` ran (restarting) is left out, and
+    /// joins once its socket answers.
+    #[test]
+    fn a_process_left_out_at_connect_joins_later() {
+        fake_server::runtime().block_on(async {
+            let base = fake_server::socket_path("later.sock");
+            let live = fake_server::socket_path("later.sock.0");
+            let restarting = fake_server::socket_path("later.sock.1");
+            drop(std::os::unix::net::UnixListener::bind(&restarting).unwrap());
+            fake_server::grpc(&live, plain_server);
+            let client = Client::connect(format!("unix:{}", base.display()))
+                .await
+                .unwrap();
+            assert_eq!(client.processes(), 1);
+            let restarted = fake_server::socket_path("later.sock.1");
+            fake_server::grpc(&restarted, plain_server);
+            tokio::time::sleep(crate::fleet::RESCAN.0 + Duration::from_millis(50)).await;
+            client.tokenize(tokenize(10)).await.unwrap();
+            assert_eq!(client.processes(), 2);
         });
     }
 }
