@@ -41,7 +41,11 @@ pub struct ParseStream {
     responses: Responses,
     connection: Arc<Connection>,
     deadline: Option<Instant>,
+    /// Messages sent whose answers have not been read.
     in_flight: usize,
+    /// Of those, the oldest ones, answers of lock-step calls whose futures were dropped: read
+    /// and discarded by the next read.
+    abandoned: usize,
     max_message_bytes: usize,
 }
 
@@ -74,6 +78,7 @@ impl ParseStream {
             connection,
             deadline,
             in_flight: 0,
+            abandoned: 0,
             max_message_bytes,
         })
     }
@@ -110,7 +115,22 @@ impl ParseStream {
     }
 
     /// The answer to the oldest unanswered message; `None` once the server has closed the stream.
+    /// The answers of lock-step calls whose futures were dropped before their answer came (a
+    /// `tokio::time::timeout` around `step`) are read and discarded first.
     pub async fn recv(&mut self) -> Result<Option<ParseStreamResponse>, Error> {
+        while self.abandoned > 0 {
+            if self.recv_one().await?.is_none() {
+                self.abandoned = 0;
+                return Ok(None);
+            }
+            self.abandoned -= 1;
+        }
+        self.recv_one().await
+    }
+
+    /// The next answer on the wire. Cancel-safe: an answer is either taken (and counted) or left
+    /// for the next read.
+    async fn recv_one(&mut self) -> Result<Option<ParseStreamResponse>, Error> {
         let result = self.read().await;
         if let Err(status) = &result {
             if status.code() == Code::Unavailable {
@@ -153,25 +173,36 @@ impl ParseStream {
         }
     }
 
-    /// Sends one message and returns its answer (lock-step). Nothing may be in flight.
+    /// Sends one message and returns its answer (lock-step). Nothing may be in flight but the
+    /// answers of earlier lock-step calls whose futures were dropped (a timeout around `step`):
+    /// those are read and discarded first, so dropping a call leaves the stream usable and in
+    /// step (what the server did with the dropped call's message stands).
     pub async fn call(
         &mut self,
         message: ParseStreamRequest,
     ) -> Result<ParseStreamResponse, Error> {
-        if self.in_flight > 0 {
+        let pipelined = self.in_flight - self.abandoned;
+        if pipelined > 0 {
             return Err(Status::failed_precondition(format!(
-                "parse stream: {} pipelined answers not read yet",
-                self.in_flight
+                "parse stream: {pipelined} pipelined answers not read yet"
             ))
             .into());
         }
         self.send(message).await?;
-        match self.recv().await? {
-            Some(response) => Ok(response),
-            None => Err(Status::unavailable(
-                "parse stream: the server closed the stream without answering",
-            )
-            .into()),
+        // Counted as abandoned until it is read, in case this future is dropped meanwhile.
+        self.abandoned += 1;
+        loop {
+            let Some(response) = self.recv_one().await? else {
+                self.abandoned = 0;
+                return Err(Status::unavailable(
+                    "parse stream: the server closed the stream without answering",
+                )
+                .into());
+            };
+            self.abandoned -= 1;
+            if self.abandoned == 0 {
+                return Ok(response);
+            }
         }
     }
 
@@ -305,6 +336,52 @@ mod tests {
             let error = read.unwrap_err();
             assert_eq!(error.code(), Code::Unavailable, "{error}");
             assert!(stream.connection.is_suspect());
+        });
+    }
+
+    /// Polls a call once (it sends its message; its answer cannot have come: no other task has
+    /// run) and drops it, as a timeout around it does; whether it was still waiting.
+    fn dropped_before_its_answer<F: std::future::Future>(call: F) -> bool {
+        let mut call = std::pin::pin!(call);
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        call.as_mut().poll(&mut context).is_pending()
+    }
+
+    /// A lock-step call whose future is dropped before its answer (a timeout around `step`)
+    /// does not leave the stream one answer behind: the next call discards that answer and gets
+    /// its own (it failed with "1 pipelined answers not read yet" forever).
+    #[test]
+    fn a_dropped_step_leaves_the_stream_in_step() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("ps-dropped-step.sock");
+            fake_server::grpc(&path, |_| {
+                // The n-th message's answer names n.
+                Reply::Stream(|n, _| {
+                    let delta = crate::v1::RequestDelta {
+                        request_id: n.to_string(),
+                        ..Default::default()
+                    };
+                    prost::Message::encode_to_vec(&ParseStreamResponse {
+                        deltas: vec![delta],
+                    })
+                })
+            });
+            let client = Client::builder(format!("unix:{}", path.display()))
+                .build()
+                .unwrap();
+            let mut stream = client.parse_stream().await.unwrap();
+            let answered = |response: ParseStreamResponse| response.deltas[0].request_id.clone();
+            let step = || Step::default();
+            assert!(dropped_before_its_answer(stream.step(step())));
+            assert_eq!(answered(stream.step(step()).await.unwrap()), "2");
+            for _ in 0..2 {
+                assert!(dropped_before_its_answer(stream.step(step())));
+            }
+            assert_eq!(answered(stream.step(step()).await.unwrap()), "5");
+            stream.send(open_message(0, 0)).await.unwrap();
+            assert_eq!(answered(stream.recv().await.unwrap().unwrap()), "6");
+            assert!(stream.finish().await.unwrap().is_empty());
         });
     }
 }
