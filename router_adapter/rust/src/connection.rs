@@ -70,6 +70,8 @@ pub(crate) struct Connection {
     pub preprocessor: PreprocessorClient<Channel>,
     pub kv_router: KvRouterClient<Channel>,
     pub health: HealthClient<Channel>,
+    /// The client's `max_message_bytes` (the generated clients' limits).
+    pub max_message_bytes: usize,
     /// A call on this channel failed as if the server were gone: check health before reusing it.
     suspect: AtomicBool,
 }
@@ -92,6 +94,7 @@ impl Connection {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
             health: HealthClient::new(channel),
+            max_message_bytes: max,
             suspect: AtomicBool::new(false),
         })
     }

@@ -343,7 +343,15 @@ impl MuxStream {
                 }
             }),
         };
-        let mut client = connection.preprocessor.clone();
+        // One message carries the results of many calls, cut by the server at its own
+        // `--max-message-mb`, which may be above this client's `max_message_bytes`: the client's
+        // limit is about one response, so it applies to each result (in `read`), not to the
+        // message; the server's limit bounds the message.
+        let mut client = connection
+            .preprocessor
+            .clone()
+            .max_decoding_message_size(usize::MAX);
+        let max_result_bytes = connection.max_message_bytes;
         let reader_state = state.clone();
         let reader_waiting = waiting.clone();
         let reader_connection = connection.clone();
@@ -351,7 +359,8 @@ impl MuxStream {
             let ended = match client.multiplex(Request::new(outbound)).await {
                 Ok(response) => {
                     supported.store(true, Ordering::Relaxed);
-                    read(response.into_inner(), &reader_state, &reader_waiting).await
+                    let inbound = response.into_inner();
+                    read(inbound, &reader_state, &reader_waiting, max_result_bytes).await
                 }
                 Err(status) => {
                     let status = local_failure(status);
@@ -437,6 +446,7 @@ async fn read(
     mut inbound: tonic::Streaming<MultiplexResponse>,
     state: &Mutex<State>,
     waiting: &AtomicUsize,
+    max_result_bytes: usize,
 ) -> Status {
     loop {
         match inbound.message().await {
@@ -447,9 +457,12 @@ async fn read(
                         continue; // answered already (cancelled)
                     };
                     waiting.fetch_sub(1, Ordering::Relaxed);
-                    let outcome = result.result.ok_or_else(|| {
-                        Status::internal("multiplex: the server sent a result with nothing in it")
-                    });
+                    let outcome = match result.result {
+                        None => Err(Status::internal(
+                            "multiplex: the server sent a result with nothing in it",
+                        )),
+                        Some(outcome) => within_limit(outcome, max_result_bytes),
+                    };
                     let _ = waiter.send(outcome);
                 }
             }
@@ -457,6 +470,24 @@ async fn read(
             Err(status) => return local_failure(status),
         }
     }
+}
+
+/// The result, or RESOURCE_EXHAUSTED when its response is larger than the client's
+/// `max_message_bytes` (as the unary call's response would be refused).
+fn within_limit(outcome: Outcome, max: usize) -> Result<Outcome, Status> {
+    let len = match &outcome {
+        Outcome::Tokenize(r) => r.encoded_len(),
+        Outcome::Detokenize(r) => r.encoded_len(),
+        Outcome::Render(r) => r.encoded_len(),
+        Outcome::Error(_) => 0,
+    };
+    if len > max {
+        return Err(Status::resource_exhausted(format!(
+            "the response is larger than the client's limit (ClientBuilder::max_message_bytes): \
+             found {len} bytes, the limit is: {max} bytes"
+        )));
+    }
+    Ok(outcome)
 }
 
 fn fail_all(state: &Mutex<State>, status: Status) {
@@ -686,6 +717,66 @@ mod tests {
                 assert_eq!(response.fingerprint, "mux");
             }
             assert!(carrier.slots.iter().all(|slot| lock(slot).is_some()));
+        });
+    }
+
+    /// Calls in flight together, answered in one message larger than the client's
+    /// `max_message_bytes` (the server cuts its messages at its own, larger, limit): each call
+    /// gets its result (the message ended the stream for every call on it, OUT_OF_RANGE, where
+    /// the same calls made unary succeeded); a result over the limit fails its own call only.
+    #[test]
+    fn results_coalesced_past_the_clients_limit_reach_their_calls() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("mux-coalesced.sock");
+            fake_server::grpc(&path, |rpc| match rpc {
+                "/grpc.health.v1.Health/Check" => fake_server::serving(),
+                // Each call's answer has a fingerprint twice as long as the text it tokenizes.
+                "/sidecar.v1.Preprocessor/Multiplex" => Reply::Stream(|_, message| {
+                    let request = crate::v1::MultiplexRequest::decode(message).unwrap();
+                    let results = request
+                        .calls
+                        .into_iter()
+                        .map(|call| {
+                            let Some(Call::Tokenize(tokenize)) = call.request else {
+                                unreachable!()
+                            };
+                            let response = TokenizeResponse {
+                                fingerprint: tokenize.texts[0].repeat(2),
+                                ..Default::default()
+                            };
+                            crate::v1::MultiplexResult {
+                                id: call.id,
+                                result: Some(Outcome::Tokenize(response)),
+                            }
+                        })
+                        .collect();
+                    MultiplexResponse { results }.encode_to_vec()
+                }),
+                _ => Reply::Status(Code::Unimplemented),
+            });
+            let client = crate::Client::builder(format!("unix:{}", path.display()))
+                .multiplex(true)
+                .streams(1)
+                .max_message_bytes(2_000)
+                .build()
+                .unwrap();
+            let calls: Vec<_> = [600, 600, 600, 600, 600, 600, 600, 1_900]
+                .into_iter()
+                .map(|len| {
+                    let client = client.clone();
+                    tokio::spawn(async move { client.tokenize(tokenize(len)).await })
+                })
+                .collect();
+            let mut outcomes = Vec::new();
+            for call in calls {
+                outcomes.push(call.await.unwrap());
+            }
+            for outcome in &outcomes[..7] {
+                assert_eq!(outcome.as_ref().unwrap().fingerprint.len(), 1_200);
+            }
+            let error = outcomes[7].as_ref().unwrap_err();
+            assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+            assert!(error.message().contains("max_message_bytes"), "{error}");
         });
     }
 }
