@@ -11,8 +11,10 @@ use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
 use crate::carrier::CallFuture;
 use crate::carrier::{Carrier, UnaryCarrier};
-use crate::connection::{Connection, Connections, Settings, RECONNECT_BACKOFF};
-use crate::fleet::{discover, Fleet, Member};
+use crate::connection::{
+    bounded, Connection, Connections, Settings, MAX_TIMEOUT, RECONNECT_BACKOFF,
+};
+use crate::fleet::{discover, scan, Discovery, Fleet, MakeMember, Member};
 use crate::multiplex::{MultiplexSettings, StreamCarrier};
 use crate::parse_stream::ParseStream;
 use crate::target::Target;
@@ -41,30 +43,32 @@ pub struct ClientBuilder {
 }
 
 impl ClientBuilder {
-    /// Default deadline of every unary call (default 10 s; `None` = no deadline). A handle from
+    /// Default deadline of every unary call (default 10 s; `None` = no deadline, as is a timeout
+    /// too long for gRPC's `grpc-timeout`, such as `Duration::MAX`). A handle from
     /// [`Client::with_timeout`] overrides it per call.
     pub fn timeout(mut self, timeout: Option<Duration>) -> Self {
-        self.timeout = timeout;
+        self.timeout = bounded(timeout);
         self
     }
 
     /// How long dialing may take (default 5 s).
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
-        self.connect_timeout = timeout;
+        self.connect_timeout = timeout.min(MAX_TIMEOUT);
         self
     }
 
     /// Deadline of the health check made before a channel is reused after a failure (default 2 s,
     /// or less when the call's own deadline is nearer).
     pub fn health_timeout(mut self, timeout: Duration) -> Self {
-        self.health_timeout = timeout;
+        self.health_timeout = timeout.min(MAX_TIMEOUT);
         self
     }
 
-    /// The service name the health check asks about. By default `""` (the whole server), and for
-    /// each process of a `--processes N` server found behind `unix:PATH`,
-    /// [`PROCESS_HEALTH_SERVICE`] (that process alone: the other names answer for the group, so a
-    /// restarting sibling would make a live process look down). The sidecar also answers
+    /// The service name the health check asks about. By default [`PROCESS_HEALTH_SERVICE`]: the
+    /// process this connection reached, alone (every other name of a `--processes N` server
+    /// answers for the group, so a restarting sibling would make a live process look down; over
+    /// TCP the kernel picks the process, and the connection stays with it). A server that does not
+    /// know that name (older) is asked about `""` instead. The sidecar also answers `""`,
     /// `sidecar.v1.Preprocessor`, `sidecar.v1.KvRouter` and each model's name.
     pub fn health_service(mut self, service: impl Into<String>) -> Self {
         self.health_service = Some(service.into());
@@ -128,67 +132,83 @@ impl ClientBuilder {
 
     /// The client, without dialing: the first call connects. Must run inside a tokio runtime.
     /// A `unix:PATH` target whose `PATH` does not exist but `PATH.0`, `PATH.1`, ... do (a server
-    /// with `--processes N`) gets one channel per process socket found now.
+    /// with `--processes N`) gets one channel per process socket found now; the sockets are
+    /// looked at again at the first call, after failures and periodically (see
+    /// [`Client::processes`]).
     pub fn build(self) -> Result<Client, Error> {
-        let (target, members) = self.members()?;
-        Ok(self.client(target, members))
+        let target: Target = self.target.parse()?;
+        let members = self.members(discover(&target))?;
+        Ok(self.client(target, members, false))
     }
 
-    fn client(&self, target: Target, members: Vec<Member>) -> Client {
+    fn client(&self, target: Target, members: Vec<Member>, scanned: bool) -> Client {
+        let discovery = match &target {
+            Target::Unix(base) => {
+                let builder = self.clone();
+                let make: MakeMember = Box::new(move |process| builder.member(process).ok());
+                Some(Discovery::new(base.clone(), make, scanned))
+            }
+            Target::Tcp(_) => None,
+        };
         Client {
-            fleet: Arc::new(Fleet::new(members)),
+            fleet: Arc::new(Fleet::new(members, discovery)),
             target: Arc::new(target),
             timeout: self.timeout,
             stream_timeout: None,
         }
     }
 
-    /// The target and one member per server process found behind it.
-    fn members(&self) -> Result<(Target, Vec<Member>), Error> {
-        let target: Target = self.target.parse()?;
-        let processes = discover(&target);
-        let default_service = if processes.len() > 1 || processes.first() != Some(&target) {
-            PROCESS_HEALTH_SERVICE
-        } else {
-            ""
+    /// One member per server process socket.
+    fn members(&self, processes: Vec<Target>) -> Result<Vec<Member>, Error> {
+        processes
+            .into_iter()
+            .map(|process| self.member(process))
+            .collect()
+    }
+
+    /// The member of one server process: its connection and what carries its calls.
+    fn member(&self, process: Target) -> Result<Member, Error> {
+        let settings = Settings {
+            target: process,
+            connect_timeout: self.connect_timeout,
+            health_timeout: self.health_timeout,
+            health_service: self
+                .health_service
+                .clone()
+                .unwrap_or_else(|| PROCESS_HEALTH_SERVICE.to_string()),
+            health_fallback: self.health_service.is_none(),
+            max_message_bytes: self.max_message_bytes,
+            retry_unavailable: self.retry_unavailable,
+            reconnect_backoff: RECONNECT_BACKOFF,
         };
-        let mut members = Vec::new();
-        for process in processes {
-            let settings = Settings {
-                target: process,
-                connect_timeout: self.connect_timeout,
-                health_timeout: self.health_timeout,
-                health_service: self
-                    .health_service
-                    .clone()
-                    .unwrap_or_else(|| default_service.to_string()),
-                max_message_bytes: self.max_message_bytes,
-                retry_unavailable: self.retry_unavailable,
-                reconnect_backoff: RECONNECT_BACKOFF,
-            };
-            let connections = Arc::new(Connections::new(settings)?);
-            let carrier: Arc<dyn Carrier> = if self.multiplex {
-                Arc::new(StreamCarrier::new(
-                    connections.clone(),
-                    self.multiplex_settings.clone(),
-                ))
-            } else {
-                Arc::new(UnaryCarrier {
-                    connections: connections.clone(),
-                })
-            };
-            members.push(Member::new(connections, carrier));
-        }
-        Ok((target, members))
+        let connections = Arc::new(Connections::new(settings)?);
+        let carrier: Arc<dyn Carrier> = if self.multiplex {
+            Arc::new(StreamCarrier::new(
+                connections.clone(),
+                self.multiplex_settings.clone(),
+            ))
+        } else {
+            Arc::new(UnaryCarrier {
+                connections: connections.clone(),
+            })
+        };
+        Ok(Member::new(connections, carrier))
     }
 
     /// The client, after a health check of every server process has answered SERVING.
     ///
     /// Of a `--processes N` server's sockets, one that refuses connections is left out (with a
     /// `tracing` warning): a `PATH.N` left behind by an earlier run whose process is gone must not
-    /// stop the client from using the live ones. When none answers, the error names each socket.
+    /// stop the client from using the live ones, and a `PATH` that refuses connections does not
+    /// hide `PATH.N` next to it. When none answers, the error names each socket. A process left
+    /// out joins once its socket answers (the client looks again, see [`Client::processes`]).
     pub async fn connect(self) -> Result<Client, Error> {
-        let (target, members) = self.members()?;
+        let target: Target = self.target.parse()?;
+        let processes = match &target {
+            Target::Unix(base) => scan(base, &[]).await,
+            Target::Tcp(_) => None,
+        };
+        let members = self.members(processes.unwrap_or_else(|| discover(&target)))?;
         let several = members.len() > 1;
         let mut live = Vec::new();
         let mut refused = Vec::new();
@@ -225,7 +245,7 @@ impl ClientBuilder {
         for why in &refused {
             tracing::warn!("sidecar client: left out a server process socket: {why}");
         }
-        Ok(self.client(target, live))
+        Ok(self.client(target, live, true))
     }
 }
 
@@ -235,6 +255,7 @@ fn default_multiplex() -> MultiplexSettings {
         max_request_bytes: 256 << 10,
         max_queued_calls: 8192,
         max_queued_bytes: 32 << 20,
+        stalled_after: crate::multiplex::QUEUE_STALLED_AFTER,
     }
 }
 
@@ -271,11 +292,13 @@ impl Client {
 
     /// The same client with another deadline for the calls made through the returned handle
     /// (unary calls and the streams it opens); `client.with_timeout(d).tokenize(r)` is a per-call
-    /// deadline. The deadline travels as `grpc-timeout` and is enforced here as well.
+    /// deadline. The deadline travels as `grpc-timeout` and is enforced here as well. A timeout
+    /// longer than `grpc-timeout` can carry (about 11,400 years; `Duration::MAX`) is no deadline.
     pub fn with_timeout(&self, timeout: Duration) -> Client {
+        let timeout = bounded(Some(timeout));
         Client {
-            timeout: Some(timeout),
-            stream_timeout: Some(timeout),
+            timeout,
+            stream_timeout: timeout,
             ..self.clone()
         }
     }
@@ -294,10 +317,12 @@ impl Client {
         &self.target
     }
 
-    /// The server processes this client spreads its calls over (1 unless the target is the base
-    /// path of a `--processes N` server's sockets).
+    /// The server processes this client spreads its calls over now (1 unless the target is the
+    /// base path of a `--processes N` server's sockets). For a `unix:PATH` target the sockets are
+    /// looked at again at the first call, after a call failed UNAVAILABLE (at most every 250 ms)
+    /// and at intervals doubling from 250 ms to 30 s, so the number follows the server.
     pub fn processes(&self) -> usize {
-        self.fleet.members.len()
+        self.fleet.members().len()
     }
 
     /// How many times a channel was re-established after a failure, i.e. answered a health check
@@ -364,7 +389,7 @@ impl Client {
     /// next healthy server process. It has no deadline unless this handle came from
     /// [`Client::with_timeout`].
     pub async fn parse_stream(&self) -> Result<ParseStream, Error> {
-        let member = &self.fleet.members[self.fleet.pick()];
+        let member = self.fleet.member().await;
         ParseStream::start(member.connections.clone(), self.stream_timeout).await
     }
 }
@@ -461,7 +486,182 @@ mod on {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake_server;
+    use crate::fake_server::{self, Reply};
+    use prost::Message;
+
+    fn tokenize(text_len: usize) -> TokenizeRequest {
+        TokenizeRequest {
+            model: "m".into(),
+            texts: vec!["x".repeat(text_len)],
+            ..Default::default()
+        }
+    }
+
+    /// Health SERVING for every service; Tokenize answered with a 4 KB fingerprint; Multiplex
+    /// unknown; ParseStream answers each message with an empty response.
+    fn plain_server(rpc: &str) -> Reply {
+        match rpc {
+            "/grpc.health.v1.Health/Check" => fake_server::serving(),
+            "/sidecar.v1.Preprocessor/Tokenize" => Reply::Message(
+                TokenizeResponse {
+                    fingerprint: "f".repeat(4000),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            ),
+            "/sidecar.v1.Preprocessor/ParseStream" => Reply::Stream(|_, _| Vec::new()),
+            _ => Reply::Status(Code::Unimplemented),
+        }
+    }
+
+    /// A request over the client's own `max_message_bytes` is refused before it is sent, with
+    /// RESOURCE_EXHAUSTED naming both sizes; it is not a broken connection (no retry, no
+    /// reconnect), on every path: unary, multiplexed, a ParseStream message (the stream goes on).
+    #[test]
+    fn a_request_over_the_clients_limit_is_not_sent() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("client-oversize.sock");
+            fake_server::grpc(&path, plain_server);
+            let target = format!("unix:{}", path.display());
+            for multiplex in [false, true] {
+                let client = Client::builder(target.as_str())
+                    .max_message_bytes(10_000)
+                    .multiplex(multiplex)
+                    .connect()
+                    .await
+                    .unwrap();
+                for _ in 0..3 {
+                    let error = client.tokenize(tokenize(20_000)).await.unwrap_err();
+                    assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+                    assert!(error.message().contains("20007 bytes"), "{error}");
+                    assert!(error.message().contains("10000 bytes"), "{error}");
+                }
+                assert_eq!(client.reconnects(), 0);
+                client.tokenize(tokenize(10)).await.unwrap();
+            }
+            let client = Client::builder(target.as_str())
+                .max_message_bytes(10_000)
+                .build()
+                .unwrap();
+            let mut stream = client.parse_stream().await.unwrap();
+            let big = crate::v1::OpenRequest {
+                request_id: "r".into(),
+                tools_json: "x".repeat(20_000),
+                ..Default::default()
+            };
+            let error = stream.open(big).await.unwrap_err();
+            assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+            let small = crate::v1::OpenRequest {
+                request_id: "r".into(),
+                ..Default::default()
+            };
+            stream.open(small).await.unwrap();
+            assert_eq!(client.reconnects(), 0);
+        });
+    }
+
+    /// A response over the client's `max_message_bytes` is RESOURCE_EXHAUSTED (tonic says
+    /// OUT_OF_RANGE), as the Python client and the README say, and no reconnect.
+    #[test]
+    fn a_response_over_the_clients_limit_is_resource_exhausted() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("client-big-answer.sock");
+            fake_server::grpc(&path, plain_server);
+            let client = Client::builder(format!("unix:{}", path.display()))
+                .max_message_bytes(1000)
+                .connect()
+                .await
+                .unwrap();
+            let error = client.tokenize(tokenize(10)).await.unwrap_err();
+            assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+            assert!(error.message().contains("max_message_bytes"), "{error}");
+            assert_eq!(client.reconnects(), 0);
+        });
+    }
+
+    /// Timeouts longer than `grpc-timeout` can carry are no deadline (tonic panicked: "duration
+    /// is unrealistically large"), for unary calls, multiplexed calls and streams alike.
+    #[test]
+    fn timeouts_too_long_for_grpc_are_no_deadline() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("client-long-timeouts.sock");
+            fake_server::grpc(&path, plain_server);
+            let target = format!("unix:{}", path.display());
+            for long in [Duration::from_secs(1 << 40), Duration::MAX] {
+                for multiplex in [false, true] {
+                    let client = Client::builder(target.as_str())
+                        .multiplex(multiplex)
+                        .timeout(Some(long))
+                        .connect_timeout(long)
+                        .health_timeout(long)
+                        .build()
+                        .unwrap();
+                    client.tokenize(tokenize(10)).await.unwrap();
+                    client
+                        .with_timeout(long)
+                        .tokenize(tokenize(10))
+                        .await
+                        .unwrap();
+                    let status = client.with_timeout(long).health("").await.unwrap();
+                    assert_eq!(status, ServingStatus::Serving);
+                    let mut stream = client.with_timeout(long).parse_stream().await.unwrap();
+                    stream.open(Default::default()).await.unwrap();
+                }
+            }
+        });
+    }
+
+    /// The reconnect health check asks about this connection's own process
+    /// (`sidecar.process`): a `--processes N` server answers NOT_SERVING for `""` while a sibling
+    /// restarts, and that must not fail a TCP client whose process is fine. A server that does
+    /// not know `sidecar.process` (NOT_FOUND) is asked about `""`.
+    #[test]
+    fn the_health_check_asks_about_the_process() {
+        fake_server::runtime().block_on(async {
+            let sibling_down = fake_server::socket_path("client-health-group.sock");
+            fake_server::grpc(&sibling_down, |rpc| match rpc {
+                "/grpc.health.v1.Health/Check" => Reply::Unary(|request| {
+                    let service = HealthCheckRequest::decode(request).unwrap().service;
+                    let status = match service.as_str() {
+                        PROCESS_HEALTH_SERVICE => ServingStatus::Serving,
+                        _ => ServingStatus::NotServing,
+                    };
+                    let response = HealthCheckResponse {
+                        status: status as i32,
+                    };
+                    Reply::Message(response.encode_to_vec())
+                }),
+                _ => Reply::Status(Code::Unimplemented),
+            });
+            Client::connect(format!("unix:{}", sibling_down.display()))
+                .await
+                .unwrap();
+            let older = fake_server::socket_path("client-health-older.sock");
+            fake_server::grpc(&older, |rpc| match rpc {
+                "/grpc.health.v1.Health/Check" => Reply::Unary(|request| {
+                    match HealthCheckRequest::decode(request)
+                        .unwrap()
+                        .service
+                        .as_str()
+                    {
+                        "" => fake_server::serving(),
+                        _ => Reply::Status(Code::NotFound),
+                    }
+                }),
+                _ => Reply::Status(Code::Unimplemented),
+            });
+            Client::connect(format!("unix:{}", older.display()))
+                .await
+                .unwrap();
+            // A service the caller chose is asked about as it is.
+            let error = Client::builder(format!("unix:{}", older.display()))
+                .health_service("no.such.Service")
+                .connect()
+                .await
+                .unwrap_err();
+            assert_eq!(error.code(), Code::NotFound, "{error}");
+        });
+    }
 
     /// A `PATH.N` socket left by a crashed `--processes` run (nothing listens on it any more)
     /// next to a live process: `connect` uses the live one, and names the stale one when it is
@@ -480,6 +680,65 @@ mod tests {
             fake_server::grpc(&live, |_| fake_server::serving());
             let client = Client::connect(target.as_str()).await.unwrap();
             assert_eq!(client.processes(), 1);
+        });
+    }
+
+    /// A client built before its `--processes 2` server started finds the process sockets at
+    /// its first call (it was stuck with `PATH` itself, which does not exist, forever).
+    #[test]
+    fn a_client_built_before_the_server_finds_its_processes() {
+        fake_server::runtime().block_on(async {
+            let base = fake_server::socket_path("early.sock");
+            let client = Client::builder(format!("unix:{}", base.display()))
+                .build()
+                .unwrap();
+            assert_eq!(client.processes(), 1);
+            for index in 0..2 {
+                let process = fake_server::socket_path(&format!("early.sock.{index}"));
+                fake_server::grpc(&process, plain_server);
+            }
+            client.tokenize(tokenize(10)).await.unwrap();
+            assert_eq!(client.processes(), 2);
+        });
+    }
+
+    /// A `PATH` socket left by a crashed single-process server (nothing listens on it) does not
+    /// hide the live `PATH.0`, for `connect` and for `build` alike.
+    #[test]
+    fn a_stale_base_socket_does_not_hide_the_process_sockets() {
+        fake_server::runtime().block_on(async {
+            let base = fake_server::socket_path("shadow.sock");
+            drop(std::os::unix::net::UnixListener::bind(&base).unwrap());
+            let live = fake_server::socket_path("shadow.sock.0");
+            fake_server::grpc(&live, plain_server);
+            let target = format!("unix:{}", base.display());
+            let client = Client::connect(target.as_str()).await.unwrap();
+            client.tokenize(tokenize(10)).await.unwrap();
+            let client = Client::builder(target.as_str()).build().unwrap();
+            client.tokenize(tokenize(10)).await.unwrap();
+            assert_eq!(client.processes(), 1);
+        });
+    }
+
+    /// A process that refused connections when `connect` ran (restarting) is left out, and
+    /// joins once its socket answers.
+    #[test]
+    fn a_process_left_out_at_connect_joins_later() {
+        fake_server::runtime().block_on(async {
+            let base = fake_server::socket_path("later.sock");
+            let live = fake_server::socket_path("later.sock.0");
+            let restarting = fake_server::socket_path("later.sock.1");
+            drop(std::os::unix::net::UnixListener::bind(&restarting).unwrap());
+            fake_server::grpc(&live, plain_server);
+            let client = Client::connect(format!("unix:{}", base.display()))
+                .await
+                .unwrap();
+            assert_eq!(client.processes(), 1);
+            let restarted = fake_server::socket_path("later.sock.1");
+            fake_server::grpc(&restarted, plain_server);
+            tokio::time::sleep(crate::fleet::RESCAN.0 + Duration::from_millis(50)).await;
+            client.tokenize(tokenize(10)).await.unwrap();
+            assert_eq!(client.processes(), 2);
         });
     }
 }

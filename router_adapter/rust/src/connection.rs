@@ -33,10 +33,30 @@ pub(crate) struct Settings {
     pub connect_timeout: Duration,
     pub health_timeout: Duration,
     pub health_service: String,
+    /// When `health_service` is unknown to the server (NOT_FOUND: a server older than
+    /// [`crate::PROCESS_HEALTH_SERVICE`]), ask about `""` instead (the default service only, not
+    /// one the caller chose).
+    pub health_fallback: bool,
     pub max_message_bytes: usize,
     pub retry_unavailable: bool,
     /// The first and the longest wait after a failed reconnect.
     pub reconnect_backoff: (Duration, Duration),
+}
+
+/// The longest deadline a call can carry: `grpc-timeout` has at most 8 digits, of hours at most
+/// (about 11,400 years), and tonic panics on a longer one. A longer timeout (`Duration::MAX`
+/// included) means no deadline, wherever a timeout is applied ([`bounded`], [`deadline_after`]).
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(99_999_999 * 3600);
+
+/// `timeout`, or None (no deadline) when it is longer than [`MAX_TIMEOUT`].
+pub(crate) fn bounded(timeout: Option<Duration>) -> Option<Duration> {
+    timeout.filter(|t| *t <= MAX_TIMEOUT)
+}
+
+/// The instant `timeout` from now; None (no deadline) for no timeout or one longer than
+/// [`MAX_TIMEOUT`].
+pub(crate) fn deadline_after(timeout: Option<Duration>) -> Option<Instant> {
+    bounded(timeout).and_then(|t| Instant::now().checked_add(t))
 }
 
 /// `Settings::reconnect_backoff` of every client (the tests shorten or lengthen it).
@@ -50,6 +70,8 @@ pub(crate) struct Connection {
     pub preprocessor: PreprocessorClient<Channel>,
     pub kv_router: KvRouterClient<Channel>,
     pub health: HealthClient<Channel>,
+    /// The client's `max_message_bytes` (the generated clients' limits).
+    pub max_message_bytes: usize,
     /// A call on this channel failed as if the server were gone: check health before reusing it.
     suspect: AtomicBool,
 }
@@ -72,6 +94,7 @@ impl Connection {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
             health: HealthClient::new(channel),
+            max_message_bytes: max,
             suspect: AtomicBool::new(false),
         })
     }
@@ -98,6 +121,8 @@ pub(crate) struct Connections {
     reestablished: AtomicU64,
     /// Held while one caller re-creates and checks the channel; the others wait and share its result.
     recovering: tokio::sync::Mutex<Recovery>,
+    /// The server answered NOT_FOUND for `settings.health_service`: checks ask about `""`.
+    health_unknown: AtomicBool,
 }
 
 /// How the last reconnect went, and when the next may be tried.
@@ -122,6 +147,7 @@ impl Connections {
                 backoff: settings.reconnect_backoff.0,
             }),
             settings,
+            health_unknown: AtomicBool::new(false),
         })
     }
 
@@ -219,6 +245,8 @@ impl Connections {
     }
 
     /// `grpc.health.v1.Health/Check` of the configured service on `connection`: Ok when SERVING.
+    /// A server that does not know the default per-process service (NOT_FOUND) is asked about
+    /// `""` instead, from then on.
     pub async fn check(
         &self,
         connection: &Connection,
@@ -226,15 +254,27 @@ impl Connections {
     ) -> Result<(), Status> {
         let limit = Instant::now() + self.settings.health_timeout;
         let deadline = Some(deadline.map_or(limit, |d| d.min(limit)));
-        let mut health = connection.health.clone();
-        let service = self.settings.health_service.clone();
-        let response = within(deadline, |timeout| async move {
-            health
-                .check(with_timeout(HealthCheckRequest { service }, timeout))
-                .await
-                .map(tonic::Response::into_inner)
-        })
-        .await?;
+        let ask = |service: String| {
+            let mut health = connection.health.clone();
+            within(deadline, |timeout| async move {
+                health
+                    .check(with_timeout(HealthCheckRequest { service }, timeout))
+                    .await
+                    .map(tonic::Response::into_inner)
+            })
+        };
+        let fallback = self.settings.health_fallback;
+        let response = if fallback && self.health_unknown.load(Ordering::Relaxed) {
+            ask(String::new()).await?
+        } else {
+            match ask(self.settings.health_service.clone()).await {
+                Err(status) if fallback && status.code() == Code::NotFound => {
+                    self.health_unknown.store(true, Ordering::Relaxed);
+                    ask(String::new()).await?
+                }
+                other => other?,
+            }
+        };
         match ServingStatus::try_from(response.status) {
             Ok(ServingStatus::Serving) => Ok(()),
             other => Err(Status::unavailable(format!(
@@ -246,7 +286,9 @@ impl Connections {
 
     /// Runs an idempotent unary call: on UNAVAILABLE the channel is re-established, checked, and
     /// the call made once more, all within the same deadline. `message` is cloned for the retry
-    /// only when retries are on.
+    /// only when retries are on. A message larger than `max_message_bytes` is not sent:
+    /// RESOURCE_EXHAUSTED at once (tonic would reset the HTTP/2 stream, which looks like a broken
+    /// connection).
     pub async fn unary<M, T, F, Fut>(
         &self,
         timeout: Option<Duration>,
@@ -254,12 +296,12 @@ impl Connections {
         call: F,
     ) -> Result<T, Status>
     where
-        M: Clone,
+        M: Clone + prost::Message,
         F: Fn(Arc<Connection>, Request<M>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        check_size(message.encoded_len(), self.settings.max_message_bytes)?;
+        let deadline = deadline_after(timeout);
         let spare = self.settings.retry_unavailable.then(|| message.clone());
         let connection = self.ready(deadline).await?;
         let first = within(deadline, |timeout| {
@@ -291,10 +333,23 @@ impl Connections {
     }
 }
 
-/// A request carrying the remaining time as its `grpc-timeout`.
+/// RESOURCE_EXHAUSTED when a request of `len` bytes is over the client's `max_message_bytes`
+/// (as gRPC's other clients report a message over their limit).
+pub(crate) fn check_size(len: usize, max: usize) -> Result<(), Status> {
+    if len <= max {
+        return Ok(());
+    }
+    Err(Status::resource_exhausted(format!(
+        "the request is {len} bytes, larger than the client's limit of {max} bytes \
+         (ClientBuilder::max_message_bytes); it was not sent"
+    )))
+}
+
+/// A request carrying the remaining time as its `grpc-timeout` (none when longer than
+/// [`MAX_TIMEOUT`]).
 pub(crate) fn with_timeout<M>(message: M, timeout: Option<Duration>) -> Request<M> {
     let mut request = Request::new(message);
-    if let Some(timeout) = timeout {
+    if let Some(timeout) = bounded(timeout) {
         request.set_timeout(timeout);
     }
     request
@@ -328,12 +383,24 @@ where
 /// UNKNOWN with the transport's error as the source: a `transport::Error` (connect, write to a
 /// server that has gone), or, when the server dies during a call, the `hyper::Error` ("error
 /// reading a body from connection", "connection closed before message completed"), `h2::Error`
-/// or `io::Error` (connection reset) of the read. The server's own statuses carry no source and
-/// pass unchanged.
+/// or `io::Error` (connection reset) of the read. A response over the client's
+/// `max_message_bytes` (tonic: OUT_OF_RANGE "decoded message length too large") is
+/// RESOURCE_EXHAUSTED, as gRPC's other clients report it. The server's own statuses carry no
+/// source and pass unchanged.
 pub(crate) fn local_failure(status: Status) -> Status {
     let causes = || std::iter::successors(std::error::Error::source(&status), |e| e.source());
     if causes().any(|e| e.is::<tonic::TimeoutExpired>()) {
         return deadline_passed();
+    }
+    if status.code() == Code::OutOfRange
+        && status
+            .message()
+            .starts_with("Error, decoded message length too large")
+    {
+        return Status::resource_exhausted(format!(
+            "the response is larger than the client's limit (ClientBuilder::max_message_bytes): {}",
+            status.message()
+        ));
     }
     if status.code() == Code::Unavailable {
         return status;
@@ -386,6 +453,7 @@ mod tests {
             connect_timeout: Duration::from_secs(5),
             health_timeout: Duration::from_secs(5),
             health_service: String::new(),
+            health_fallback: false,
             max_message_bytes: 1 << 20,
             retry_unavailable: true,
             reconnect_backoff: (backoff, backoff),

@@ -23,6 +23,11 @@ pub(crate) enum Reply {
     Hang,
     /// Response headers, then the connection is closed under the call (a server killed mid-call).
     DieAfterHeaders,
+    /// Reads the request's message, then answers as the function says of its bytes.
+    Unary(fn(&[u8]) -> Reply),
+    /// A streaming call: each request message in turn (numbered from 1) is answered by one
+    /// response message, the function's bytes of it; OK once the client half-closes.
+    Stream(fn(usize, &[u8]) -> Vec<u8>),
 }
 
 /// A current-thread runtime with IO and timers, as the client needs.
@@ -77,11 +82,18 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
         let Some(Ok((request, mut respond))) = accepted else {
             return;
         };
-        let answer = reply(request.uri().path());
+        let mut answer = reply(request.uri().path());
         let die = die.clone();
         tokio::spawn(async move {
             // Keep the request body open until the answer is out (a real server reads it).
-            let _body = request.into_body();
+            let mut body = request.into_body();
+            let mut buffer = Vec::new();
+            if let Reply::Unary(by_request) = answer {
+                let Some(message) = read_message(&mut body, &mut buffer).await else {
+                    return;
+                };
+                answer = by_request(&message);
+            }
             let head = |status: Option<Code>| {
                 let mut response = Response::builder()
                     .status(200)
@@ -99,10 +111,7 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
                     let Ok(mut stream) = respond.send_response(head(None), false) else {
                         return;
                     };
-                    let mut frame = vec![0];
-                    frame.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
-                    frame.extend_from_slice(&bytes);
-                    let _ = stream.send_data(Bytes::from(frame), false);
+                    let _ = stream.send_data(frame(&bytes), false);
                     let mut trailers = HeaderMap::new();
                     trailers.insert("grpc-status", "0".parse().expect("header"));
                     let _ = stream.send_trailers(trailers);
@@ -111,6 +120,20 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
                     let _stream = respond.send_response(head(None), false);
                     std::future::pending::<()>().await;
                 }
+                Reply::Stream(respond_to) => {
+                    let Ok(mut stream) = respond.send_response(head(None), false) else {
+                        return;
+                    };
+                    let mut n = 0;
+                    while let Some(message) = read_message(&mut body, &mut buffer).await {
+                        n += 1;
+                        let _ = stream.send_data(frame(&respond_to(n, &message)), false);
+                    }
+                    let mut trailers = HeaderMap::new();
+                    trailers.insert("grpc-status", "0".parse().expect("header"));
+                    let _ = stream.send_trailers(trailers);
+                }
+                Reply::Unary(_) => unreachable!("answered above"),
                 Reply::DieAfterHeaders => {
                     let _stream = respond.send_response(head(None), false);
                     // Let the connection task write the headers out before it is dropped.
@@ -119,5 +142,30 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
                 }
             }
         });
+    }
+}
+
+/// One gRPC message frame (uncompressed).
+fn frame(bytes: &[u8]) -> Bytes {
+    let mut frame = vec![0];
+    frame.extend_from_slice(&(bytes.len() as u32).to_be_bytes());
+    frame.extend_from_slice(bytes);
+    Bytes::from(frame)
+}
+
+/// The next gRPC message of a request body (`buffer` keeps what was read past it); None at its end.
+async fn read_message(body: &mut h2::RecvStream, buffer: &mut Vec<u8>) -> Option<Vec<u8>> {
+    loop {
+        if buffer.len() >= 5 {
+            let len = u32::from_be_bytes(buffer[1..5].try_into().expect("4 bytes")) as usize;
+            if buffer.len() >= 5 + len {
+                let message = buffer[5..5 + len].to_vec();
+                buffer.drain(..5 + len);
+                return Some(message);
+            }
+        }
+        let data = std::future::poll_fn(|cx| body.poll_data(cx)).await?.ok()?;
+        let _ = body.flow_control().release_capacity(data.len());
+        buffer.extend_from_slice(&data);
     }
 }

@@ -3,9 +3,14 @@
 //! connections to one Unix socket over several processes, as SO_REUSEPORT does for TCP).
 //!
 //! Given `unix:PATH`, the client uses `PATH` when that socket exists; otherwise it lists the
-//! directory once, when it is built, and takes every `PATH.<digits>` as one process (in index
-//! order; none found: `PATH` itself, dialed lazily as usual). A TCP target is one member: the
-//! kernel spreads its connections, and one HTTP/2 connection stays with one process.
+//! directory and takes every `PATH.<digits>` as one process (in index order; none found: `PATH`
+//! itself, dialed lazily as usual). It looks again ([`Fleet::refresh`]) at its first call, after
+//! a call failed UNAVAILABLE (at most every 250 ms) and at intervals doubling up to 30 s: sockets
+//! that appeared and accept a connection join (a server started after the client was built, a
+//! process that was restarting when `connect` ran), members whose socket is gone leave, and a
+//! `PATH` that refuses connections (left by an earlier single-process run) gives way to the
+//! `PATH.N` next to it. A TCP target is one member: the kernel spreads its connections, and one
+//! HTTP/2 connection stays with one process.
 //!
 //! Each process is a [`Member`] with its own channel, reconnect state and (with multiplex on) its
 //! own pool of streams). Calls go round robin over the members whose channel is not suspect
@@ -17,15 +22,15 @@
 //! one within its deadline (every Tokenize, Detokenize, Render and unary call is idempotent).
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
 use crate::carrier::{CallFuture, Carrier};
-use crate::connection::Connections;
+use crate::connection::{deadline_after, Connections};
 use crate::target::Target;
 
 /// How often at most a skipped (suspect) member gets a background health check.
@@ -127,31 +132,213 @@ impl Member {
 /// A call on one member: the message and the time left.
 pub(crate) type OnMember<M, T> = for<'m> fn(&'m Member, M, Option<Duration>) -> CallFuture<'m, T>;
 
+/// Makes the member of one process socket (the client's settings).
+pub(crate) type MakeMember = Box<dyn Fn(Target) -> Option<Member> + Send + Sync>;
+
+/// The shortest and the longest wait between two looks at the process sockets.
+pub(crate) const RESCAN: (Duration, Duration) =
+    (Duration::from_millis(250), Duration::from_secs(30));
+
+/// Looks at the process sockets behind a `unix:PATH` target again (see [`Fleet::refresh`]).
+pub(crate) struct Discovery {
+    base: PathBuf,
+    make: MakeMember,
+    scan: Mutex<Scan>,
+    scanning: AtomicBool,
+}
+
+impl std::fmt::Debug for Discovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Discovery")
+            .field("base", &self.base)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug)]
+struct Scan {
+    /// When the sockets were last looked at (None: not since the client was built).
+    last: Option<Instant>,
+    /// Wait after `last` before the next look (doubles while nothing changes).
+    interval: Duration,
+}
+
+impl Discovery {
+    /// `scanned`: the sockets were just looked at (with probes, as `connect` does).
+    pub fn new(base: PathBuf, make: MakeMember, scanned: bool) -> Discovery {
+        Discovery {
+            base,
+            make,
+            scan: Mutex::new(Scan {
+                last: scanned.then(Instant::now),
+                interval: RESCAN.0,
+            }),
+            scanning: AtomicBool::new(false),
+        }
+    }
+}
+
+/// Resets `scanning` when a look is over, or its future dropped.
+struct Scanning<'a>(&'a AtomicBool);
+
+impl Drop for Scanning<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Whether nothing accepts a connection on the socket at `path` (none there, or a socket left by
+/// a process that is gone). A connection that takes longer than 100 ms (the listen backlog full)
+/// counts as an answer.
+async fn refuses(path: &Path) -> bool {
+    let dial = tokio::net::UnixStream::connect(path);
+    matches!(
+        tokio::time::timeout(Duration::from_millis(100), dial).await,
+        Ok(Err(_))
+    )
+}
+
+/// The process sockets behind `base` that answer, or that are members already (`current`; their
+/// own health checks deal with a process that is down): `base` itself when it answers or there
+/// is no `base.<digits>`, else every `base.<digits>` (a `base` left by an earlier single-process
+/// run does not hide them). None when nothing answers (the caller keeps what it has).
+pub(crate) async fn scan(base: &Path, current: &[Target]) -> Option<Vec<Target>> {
+    let numbered = process_sockets(base);
+    let whole = Target::Unix(base.to_path_buf());
+    let candidates = if numbered.is_empty() || (base.exists() && !refuses(base).await) {
+        vec![whole]
+    } else {
+        numbered.into_iter().map(Target::Unix).collect()
+    };
+    let mut found = Vec::new();
+    for candidate in candidates {
+        let Target::Unix(path) = &candidate else {
+            continue;
+        };
+        if current.contains(&candidate) || !refuses(path).await {
+            found.push(candidate);
+        }
+    }
+    (!found.is_empty()).then_some(found)
+}
+
 /// The members of one server and the round robin over them.
 #[derive(Debug)]
 pub(crate) struct Fleet {
-    pub members: Vec<Member>,
+    members: RwLock<Arc<Vec<Arc<Member>>>>,
     next: AtomicUsize,
+    /// For a `unix:PATH` target: how to look for its process sockets again.
+    discovery: Option<Discovery>,
+    /// Reconnects of members no longer in the fleet.
+    retired_reconnects: AtomicU64,
 }
 
 impl Fleet {
-    pub fn new(members: Vec<Member>) -> Fleet {
+    pub fn new(members: Vec<Member>, discovery: Option<Discovery>) -> Fleet {
         assert!(!members.is_empty(), "a fleet has at least one member");
         Fleet {
-            members,
+            members: RwLock::new(Arc::new(members.into_iter().map(Arc::new).collect())),
             next: AtomicUsize::new(0),
+            discovery,
+            retired_reconnects: AtomicU64::new(0),
         }
     }
 
-    /// The next healthy member after round robin, other than `except`; suspect members on the
-    /// way get a background probe. None when no other member is healthy.
-    fn healthy_after(&self, start: usize, except: Option<usize>) -> Option<usize> {
-        let n = self.members.len();
+    /// The members now (the set changes when the process sockets do).
+    pub fn members(&self) -> Arc<Vec<Arc<Member>>> {
+        self.members
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Looks at the process sockets again when it is time: at most every 250 ms after a call
+    /// failed UNAVAILABLE (`failed`), else at intervals doubling from 250 ms to 30 s while
+    /// nothing changes (and at the first call of a client that was built without looking).
+    /// A socket that appeared and answers becomes a member (a process that was restarting when
+    /// the client connected, a server started after the client was built), a member whose
+    /// socket is gone leaves, a `PATH` that refuses gives way to the `PATH.N` next to it.
+    pub async fn refresh(&self, failed: bool) {
+        let Some(discovery) = &self.discovery else {
+            return;
+        };
+        {
+            let mut scan = discovery
+                .scan
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if failed {
+                scan.interval = RESCAN.0;
+            }
+            if scan
+                .last
+                .is_some_and(|last| Instant::now() < last + scan.interval)
+            {
+                return;
+            }
+            if discovery.scanning.swap(true, Ordering::AcqRel) {
+                return;
+            }
+            scan.last = Some(Instant::now());
+        }
+        let _scanning = Scanning(&discovery.scanning);
+        let current = self.members();
+        let targets: Vec<Target> = current
+            .iter()
+            .map(|m| m.connections.settings.target.clone())
+            .collect();
+        let changed = match scan(&discovery.base, &targets).await {
+            Some(found) if found != targets => {
+                let members: Vec<Arc<Member>> = found
+                    .into_iter()
+                    .filter_map(|target| match targets.iter().position(|t| *t == target) {
+                        Some(i) => Some(current[i].clone()),
+                        None => (discovery.make)(target).map(Arc::new),
+                    })
+                    .collect();
+                let gone: u64 = current
+                    .iter()
+                    .filter(|m| !members.iter().any(|kept| Arc::ptr_eq(m, kept)))
+                    .map(|m| m.connections.reconnects())
+                    .sum();
+                if members.is_empty() {
+                    false
+                } else {
+                    self.retired_reconnects.fetch_add(gone, Ordering::Relaxed);
+                    *self
+                        .members
+                        .write()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = Arc::new(members);
+                    true
+                }
+            }
+            _ => false,
+        };
+        let mut scan = discovery
+            .scan
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        scan.last = Some(Instant::now());
+        scan.interval = if changed || failed {
+            RESCAN.0
+        } else {
+            (scan.interval * 2).min(RESCAN.1)
+        };
+    }
+
+    /// The next healthy member of `members` after round robin, other than `except`; suspect
+    /// members on the way get a background probe. None when no other member is healthy.
+    fn healthy_after(
+        members: &[Arc<Member>],
+        start: usize,
+        except: Option<&Arc<Member>>,
+    ) -> Option<usize> {
+        let n = members.len();
         (0..n).map(|k| (start + k) % n).find(|&i| {
-            if Some(i) == except {
+            let member = &members[i];
+            if except.is_some_and(|e| Arc::ptr_eq(e, member)) {
                 return false;
             }
-            let member = &self.members[i];
             if member.healthy() {
                 return true;
             }
@@ -160,26 +347,26 @@ impl Fleet {
         })
     }
 
-    /// The member for the next call: among the healthy ones, the least busy when their carriers
-    /// say (multiplex: a call joins a message being gathered rather than splitting it, else goes
-    /// where fewest calls wait), round robin otherwise and between equals; when none is healthy,
-    /// the next in turn (its own reconnect then runs inline).
-    pub fn pick(&self) -> usize {
-        let n = self.members.len();
+    /// The member of `members` for the next call: among the healthy ones, the least busy when
+    /// their carriers say (multiplex: fewest calls held by its least busy stream), round robin
+    /// otherwise and between equals; when none is healthy, the next in turn (its own reconnect
+    /// then runs inline).
+    pub fn pick(&self, members: &[Arc<Member>]) -> usize {
+        let n = members.len();
         if n == 1 {
             return 0;
         }
         let start = self.next.fetch_add(1, Ordering::Relaxed) % n;
-        let Some(first) = self.healthy_after(start, None) else {
+        let Some(first) = Self::healthy_after(members, start, None) else {
             return start;
         };
-        let Some(mut least) = self.members[first].carrier.load() else {
+        let Some(mut least) = members[first].carrier.load() else {
             return first;
         };
         let mut best = first;
         for k in 1..n {
             let i = (first + k) % n;
-            let member = &self.members[i];
+            let member = &members[i];
             if !member.healthy() {
                 continue;
             }
@@ -190,25 +377,35 @@ impl Fleet {
         best
     }
 
-    /// Runs `call` on a picked member; on UNAVAILABLE, once more on another healthy member within
-    /// the deadline (`timeout` from now).
+    /// The member for a stream (after looking at the process sockets when it is time).
+    pub async fn member(&self) -> Arc<Member> {
+        self.refresh(false).await;
+        let members = self.members();
+        members[self.pick(&members)].clone()
+    }
+
+    /// Runs `call` on a picked member; on UNAVAILABLE, once more on another healthy member
+    /// (after looking at the process sockets again) within the deadline (`timeout` from now).
     pub async fn call<M: Clone, T>(
         &self,
         message: M,
         timeout: Option<Duration>,
         call: OnMember<M, T>,
     ) -> Result<T, Status> {
-        let first = self.pick();
-        if self.members.len() == 1 {
-            return call(&self.members[first], message, timeout).await;
+        self.refresh(false).await;
+        let members = self.members();
+        let first = self.pick(&members);
+        if members.len() == 1 && self.discovery.is_none() {
+            return call(&members[first], message, timeout).await;
         }
-        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        let failure = match call(&self.members[first], message.clone(), timeout).await {
+        let deadline = deadline_after(timeout);
+        let failure = match call(&members[first], message.clone(), timeout).await {
             Err(status) if status.code() == Code::Unavailable => status,
             other => return other,
         };
-        let Some(other) = self.healthy_after(first + 1, Some(first)) else {
+        self.refresh(true).await;
+        let now = self.members();
+        let Some(other) = Self::healthy_after(&now, self.pick(&now), Some(&members[first])) else {
             return Err(failure);
         };
         let left = match deadline {
@@ -221,15 +418,17 @@ impl Fleet {
                 Some(left)
             }
         };
-        call(&self.members[other], message, left).await
+        call(&now[other], message, left).await
     }
 
-    /// Channels re-established after failures, over every member.
+    /// Channels re-established after failures, over every member (past ones included).
     pub fn reconnects(&self) -> u64 {
-        self.members
-            .iter()
-            .map(|m| m.connections.reconnects())
-            .sum()
+        self.retired_reconnects.load(Ordering::Relaxed)
+            + self
+                .members()
+                .iter()
+                .map(|m| m.connections.reconnects())
+                .sum::<u64>()
     }
 }
 

@@ -7,7 +7,8 @@
 //!
 //! A server started with `sidecar serve --processes N --uds PATH` listens on `PATH.0` ...
 //! `PATH.{N-1}`, one socket per process: `unix:PATH` then finds them all (when `PATH` itself does
-//! not exist, every `PATH.<digits>` in its directory when the client is built), keeps one channel
+//! not exist or refuses connections, every `PATH.<digits>` in its directory, looked at again after
+//! failures and periodically, so the set follows the server), keeps one channel
 //! (and one multiplex pool) per process and spreads calls round robin over those that are healthy;
 //! a process whose call failed UNAVAILABLE is skipped, health-checked in the background and used
 //! again once it answers SERVING, and the failed call is made once more on another process.

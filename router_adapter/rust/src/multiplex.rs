@@ -31,7 +31,7 @@ use tokio::time::Instant;
 use tonic::{Code, Request, Status};
 
 use crate::carrier::{CallFuture, Carrier, UnaryCarrier};
-use crate::connection::{local_failure, Connection, Connections};
+use crate::connection::{deadline_after, local_failure, Connection, Connections};
 use crate::mux_queue::{wire_len, Coalesce, Limits, Queue};
 use crate::v1::multiplex_call::Request as Call;
 use crate::v1::multiplex_result::Result as Outcome;
@@ -39,6 +39,11 @@ use crate::v1::{
     DetokenizeRequest, DetokenizeResponse, MultiplexCall, MultiplexResponse, RenderRequest,
     RenderResponse, TokenizeRequest, TokenizeResponse,
 };
+
+/// How long a stream's queue may hold calls past its bounds while the server takes no message:
+/// longer, and the server is taken to have stopped reading (a server that is reading takes a
+/// message every few milliseconds, however long the queue).
+pub(crate) const QUEUE_STALLED_AFTER: Duration = Duration::from_secs(1);
 
 /// How the pool behaves (set through `ClientBuilder`).
 #[derive(Debug, Clone)]
@@ -51,6 +56,8 @@ pub(crate) struct MultiplexSettings {
     pub max_queued_calls: usize,
     /// Their bytes.
     pub max_queued_bytes: usize,
+    /// The bounds above refuse calls once the stream has taken no message for this long.
+    pub stalled_after: Duration,
 }
 
 /// Carries calls on a pool of Multiplex streams (see the module docs).
@@ -60,6 +67,8 @@ pub(crate) struct StreamCarrier {
     unary: UnaryCarrier,
     settings: MultiplexSettings,
     slots: Vec<Mutex<Option<Arc<MuxStream>>>>,
+    /// Where the search for the least busy stream starts (round robin between equals).
+    next_slot: AtomicUsize,
     next_id: AtomicU64,
     /// The server has no Multiplex (UNIMPLEMENTED, or FAILED_PRECONDITION on a backend without
     /// it): every call goes unary from then on.
@@ -70,8 +79,13 @@ pub(crate) struct StreamCarrier {
 }
 
 impl StreamCarrier {
-    pub fn new(connections: Arc<Connections>, settings: MultiplexSettings) -> Self {
+    pub fn new(connections: Arc<Connections>, mut settings: MultiplexSettings) -> Self {
         let streams = settings.streams.max(1);
+        // A message over the client's own limit would end the stream: larger requests go unary
+        // (where they are refused before they are sent), and messages close before it.
+        settings.max_request_bytes = settings
+            .max_request_bytes
+            .min(connections.settings.max_message_bytes);
         StreamCarrier {
             unary: UnaryCarrier {
                 connections: connections.clone(),
@@ -79,29 +93,32 @@ impl StreamCarrier {
             connections,
             settings,
             slots: (0..streams).map(|_| Mutex::new(None)).collect(),
+            next_slot: AtomicUsize::new(0),
             next_id: AtomicU64::new(1),
             unsupported: Arc::new(AtomicBool::new(false)),
             supported: Arc::new(AtomicBool::new(false)),
         }
     }
 
-    /// How busy a slot is for a new call: 0 when its stream has calls queued and not yet sent
-    /// (a new call joins their message), else 1 + the calls waiting for results.
+    /// How busy a slot is for a new call: the calls its stream holds, queued or sent and not
+    /// answered yet (0 without a usable stream: the call opens one).
     fn slot_load(slot: &Mutex<Option<Arc<MuxStream>>>) -> usize {
         match lock(slot).as_ref().filter(|s| s.usable()) {
-            Some(stream) if stream.queue.calls() > 0 => 0,
-            Some(stream) => 1 + stream.waiting.load(Ordering::Relaxed),
-            None => 1,
+            Some(stream) => stream.waiting.load(Ordering::Relaxed),
+            None => 0,
         }
     }
 
-    /// The stream a call goes on: one that has calls queued and not yet sent (so calls made at
-    /// the same moment share a message), else the one with the fewest calls waiting; a slot
-    /// without a live stream gets one (on a health-checked connection).
+    /// The stream a call goes on: the one holding the fewest calls (queued or in flight), the
+    /// next in turn between equals, so a burst is spread over every stream of the pool and each
+    /// stream still gathers the calls queued on it into one message; a slot without a live
+    /// stream gets one (on a health-checked connection).
     async fn stream(&self, deadline: Option<Instant>) -> Result<Arc<MuxStream>, Status> {
+        let n = self.slots.len();
+        let start = self.next_slot.fetch_add(1, Ordering::Relaxed) % n;
         let mut best: Option<(usize, usize)> = None;
-        for (i, slot) in self.slots.iter().enumerate() {
-            let load = Self::slot_load(slot);
+        for i in (0..n).map(|k| (start + k) % n) {
+            let load = Self::slot_load(&self.slots[i]);
             if best.is_none_or(|(_, least)| load < least) {
                 best = Some((i, load));
             }
@@ -124,8 +141,7 @@ impl StreamCarrier {
     /// Sends one call and waits for its outcome: once more on UNAVAILABLE (as unary calls
     /// do), by the unary path when the server turns out to have no Multiplex.
     async fn call(&self, call: Call, timeout: Option<Duration>) -> Result<Outcome, Status> {
-        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        let deadline = deadline_after(timeout);
         // Kept for a retry, and, until a stream has opened, for the unary path: whether the
         // server has Multiplex is only known then, even with retries off.
         let keep =
@@ -289,7 +305,7 @@ struct State {
 #[derive(Debug)]
 struct MuxStream {
     queue: Arc<Queue>,
-    /// Calls sent and waiting for their result.
+    /// Calls registered and not answered yet: queued, or sent and waiting for their result.
     waiting: Arc<AtomicUsize>,
     state: Arc<Mutex<State>>,
     connection: Arc<Connection>,
@@ -314,6 +330,7 @@ impl MuxStream {
             max_calls: settings.max_queued_calls,
             max_bytes: settings.max_queued_bytes,
             max_batch_bytes: settings.max_request_bytes,
+            stalled_after: settings.stalled_after,
         });
         let (expired_state, expired_waiting) = (state.clone(), waiting.clone());
         let outbound = Coalesce {
@@ -326,7 +343,15 @@ impl MuxStream {
                 }
             }),
         };
-        let mut client = connection.preprocessor.clone();
+        // One message carries the results of many calls, cut by the server at its own
+        // `--max-message-mb`, which may be above this client's `max_message_bytes`: the client's
+        // limit is about one response, so it applies to each result (in `read`), not to the
+        // message; the server's limit bounds the message.
+        let mut client = connection
+            .preprocessor
+            .clone()
+            .max_decoding_message_size(usize::MAX);
+        let max_result_bytes = connection.max_message_bytes;
         let reader_state = state.clone();
         let reader_waiting = waiting.clone();
         let reader_connection = connection.clone();
@@ -334,7 +359,8 @@ impl MuxStream {
             let ended = match client.multiplex(Request::new(outbound)).await {
                 Ok(response) => {
                     supported.store(true, Ordering::Relaxed);
-                    read(response.into_inner(), &reader_state, &reader_waiting).await
+                    let inbound = response.into_inner();
+                    read(inbound, &reader_state, &reader_waiting, max_result_bytes).await
                 }
                 Err(status) => {
                     let status = local_failure(status);
@@ -420,6 +446,7 @@ async fn read(
     mut inbound: tonic::Streaming<MultiplexResponse>,
     state: &Mutex<State>,
     waiting: &AtomicUsize,
+    max_result_bytes: usize,
 ) -> Status {
     loop {
         match inbound.message().await {
@@ -430,9 +457,12 @@ async fn read(
                         continue; // answered already (cancelled)
                     };
                     waiting.fetch_sub(1, Ordering::Relaxed);
-                    let outcome = result.result.ok_or_else(|| {
-                        Status::internal("multiplex: the server sent a result with nothing in it")
-                    });
+                    let outcome = match result.result {
+                        None => Err(Status::internal(
+                            "multiplex: the server sent a result with nothing in it",
+                        )),
+                        Some(outcome) => within_limit(outcome, max_result_bytes),
+                    };
                     let _ = waiter.send(outcome);
                 }
             }
@@ -440,6 +470,24 @@ async fn read(
             Err(status) => return local_failure(status),
         }
     }
+}
+
+/// The result, or RESOURCE_EXHAUSTED when its response is larger than the client's
+/// `max_message_bytes` (as the unary call's response would be refused).
+fn within_limit(outcome: Outcome, max: usize) -> Result<Outcome, Status> {
+    let len = match &outcome {
+        Outcome::Tokenize(r) => r.encoded_len(),
+        Outcome::Detokenize(r) => r.encoded_len(),
+        Outcome::Render(r) => r.encoded_len(),
+        Outcome::Error(_) => 0,
+    };
+    if len > max {
+        return Err(Status::resource_exhausted(format!(
+            "the response is larger than the client's limit (ClientBuilder::max_message_bytes): \
+             found {len} bytes, the limit is: {max} bytes"
+        )));
+    }
+    Ok(outcome)
 }
 
 fn fail_all(state: &Mutex<State>, status: Status) {
@@ -485,21 +533,32 @@ mod tests {
 
     /// A one-stream carrier to the fake server at `path`.
     fn carrier(path: &std::path::Path, retry: bool, max_queued_bytes: usize) -> StreamCarrier {
+        carrier_of(path, retry, max_queued_bytes, 1)
+    }
+
+    fn carrier_of(
+        path: &std::path::Path,
+        retry: bool,
+        max_queued_bytes: usize,
+        streams: usize,
+    ) -> StreamCarrier {
         let settings = Settings {
             target: format!("unix:{}", path.display()).parse().unwrap(),
             connect_timeout: Duration::from_secs(5),
             health_timeout: Duration::from_secs(2),
             health_service: String::new(),
+            health_fallback: false,
             max_message_bytes: 4 << 20,
             retry_unavailable: retry,
             reconnect_backoff: crate::connection::RECONNECT_BACKOFF,
         };
         let connections = Arc::new(Connections::new(settings).unwrap());
         let limits = MultiplexSettings {
-            streams: 1,
+            streams,
             max_request_bytes: 256 << 10,
             max_queued_calls: 1000,
             max_queued_bytes,
+            stalled_after: QUEUE_STALLED_AFTER,
         };
         StreamCarrier::new(connections, limits)
     }
@@ -567,13 +626,21 @@ mod tests {
             let path = fake_server::socket_path("mux-hangs.sock");
             fake_server::grpc(&path, |_| Reply::Hang);
             let carrier = Arc::new(carrier(&path, true, 1 << 20));
-            let calls: Vec<_> = (0..40)
-                .map(|_| {
-                    let carrier = carrier.clone();
-                    let timeout = Some(Duration::from_secs(2));
-                    tokio::spawn(async move { carrier.tokenize(tokenize(100_000), timeout).await })
-                })
-                .collect();
+            let spawn = |n: usize, timeout: Duration| -> Vec<_> {
+                (0..n)
+                    .map(|_| {
+                        let carrier = carrier.clone();
+                        tokio::spawn(async move {
+                            carrier.tokenize(tokenize(100_000), Some(timeout)).await
+                        })
+                    })
+                    .collect()
+            };
+            // Queued past the bound: the stream has not been waiting long.
+            let first = spawn(12, Duration::from_secs(5));
+            tokio::time::sleep(QUEUE_STALLED_AFTER + Duration::from_millis(200)).await;
+            // The server has taken nothing for longer than QUEUE_STALLED_AFTER: refused.
+            let calls = spawn(40, Duration::from_secs(2));
             let mut refused = 0;
             for call in calls {
                 let outcome = tokio::time::timeout(Duration::from_secs(30), call)
@@ -589,14 +656,127 @@ mod tests {
                     code => assert_eq!(code, Code::DeadlineExceeded, "{error}"),
                 }
             }
-            // 1 MiB holds 10 of the 100 KB calls (and the HTTP/2 window a part of one more).
-            assert!(refused >= 25, "{refused} of 40 refused");
+            // Those of the 12 that the HTTP/2 window has not taken (about 1 MiB) still wait: the
+            // later calls are refused but for the room the taken ones left.
+            assert!(refused >= 30, "{refused} of 40 refused");
+            for call in first {
+                let error = call.await.unwrap().unwrap_err();
+                assert_eq!(error.code(), Code::DeadlineExceeded, "{error}");
+            }
             let stream = lock(&carrier.slots[0]).clone().expect("the stream");
             assert_eq!(
                 stream.queue.calls(),
                 0,
                 "calls that gave up are still queued"
             );
+        });
+    }
+
+    /// A Multiplex server that answers every call of each message at once.
+    fn answering_server(rpc: &str) -> Reply {
+        match rpc {
+            "/grpc.health.v1.Health/Check" => fake_server::serving(),
+            "/sidecar.v1.Preprocessor/Multiplex" => Reply::Stream(|_, message| {
+                let request = crate::v1::MultiplexRequest::decode(message).unwrap();
+                let results = request
+                    .calls
+                    .iter()
+                    .map(|call| crate::v1::MultiplexResult {
+                        id: call.id,
+                        result: Some(Outcome::Tokenize(TokenizeResponse {
+                            fingerprint: "mux".into(),
+                            ..Default::default()
+                        })),
+                    })
+                    .collect();
+                MultiplexResponse { results }.encode_to_vec()
+            }),
+            _ => Reply::Status(Code::Unimplemented),
+        }
+    }
+
+    /// A burst far over a stream's queue bound, against a server that takes and answers every
+    /// message: no call fails, and the calls are spread over every stream of the pool (a new
+    /// call went to the stream with calls queued, so a burst piled onto one stream and hit its
+    /// bound while the other sat unused).
+    #[test]
+    fn a_burst_is_spread_over_the_streams_and_not_refused() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("mux-burst.sock");
+            fake_server::grpc(&path, answering_server);
+            let carrier = Arc::new(carrier_of(&path, true, 64 << 10, 2));
+            let calls: Vec<_> = (0..400)
+                .map(|_| {
+                    let carrier = carrier.clone();
+                    let timeout = Some(Duration::from_secs(30));
+                    tokio::spawn(async move { carrier.tokenize(tokenize(2_000), timeout).await })
+                })
+                .collect();
+            for call in calls {
+                let response = call.await.unwrap().unwrap();
+                assert_eq!(response.fingerprint, "mux");
+            }
+            assert!(carrier.slots.iter().all(|slot| lock(slot).is_some()));
+        });
+    }
+
+    /// Calls in flight together, answered in one message larger than the client's
+    /// `max_message_bytes` (the server cuts its messages at its own, larger, limit): each call
+    /// gets its result (the message ended the stream for every call on it, OUT_OF_RANGE, where
+    /// the same calls made unary succeeded); a result over the limit fails its own call only.
+    #[test]
+    fn results_coalesced_past_the_clients_limit_reach_their_calls() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("mux-coalesced.sock");
+            fake_server::grpc(&path, |rpc| match rpc {
+                "/grpc.health.v1.Health/Check" => fake_server::serving(),
+                // Each call's answer has a fingerprint twice as long as the text it tokenizes.
+                "/sidecar.v1.Preprocessor/Multiplex" => Reply::Stream(|_, message| {
+                    let request = crate::v1::MultiplexRequest::decode(message).unwrap();
+                    let results = request
+                        .calls
+                        .into_iter()
+                        .map(|call| {
+                            let Some(Call::Tokenize(tokenize)) = call.request else {
+                                unreachable!()
+                            };
+                            let response = TokenizeResponse {
+                                fingerprint: tokenize.texts[0].repeat(2),
+                                ..Default::default()
+                            };
+                            crate::v1::MultiplexResult {
+                                id: call.id,
+                                result: Some(Outcome::Tokenize(response)),
+                            }
+                        })
+                        .collect();
+                    MultiplexResponse { results }.encode_to_vec()
+                }),
+                _ => Reply::Status(Code::Unimplemented),
+            });
+            let client = crate::Client::builder(format!("unix:{}", path.display()))
+                .multiplex(true)
+                .streams(1)
+                .max_message_bytes(2_000)
+                .build()
+                .unwrap();
+            let calls: Vec<_> = [600, 600, 600, 600, 600, 600, 600, 1_900]
+                .into_iter()
+                .map(|len| {
+                    let client = client.clone();
+                    tokio::spawn(async move { client.tokenize(tokenize(len)).await })
+                })
+                .collect();
+            let mut outcomes = Vec::new();
+            for call in calls {
+                outcomes.push(call.await.unwrap());
+            }
+            for outcome in &outcomes[..7] {
+                assert_eq!(outcome.as_ref().unwrap().fingerprint.len(), 1_200);
+            }
+            let error = outcomes[7].as_ref().unwrap_err();
+            assert_eq!(error.code(), Code::ResourceExhausted, "{error}");
+            assert!(error.message().contains("max_message_bytes"), "{error}");
         });
     }
 }

@@ -4,7 +4,10 @@
 //!
 //! The queue is bounded (calls and bytes) because tonic only asks for a message when the
 //! connection can take it: a server that stopped reading (hung, overloaded) would otherwise let
-//! it grow with the call rate. A call that gives up before a message carries it is taken back
+//! it grow with the call rate. The bound is for such a server only: it refuses calls once the
+//! stream has taken no message for [`Limits::stalled_after`] while calls waited. A burst against
+//! a server that is reading (tonic takes a message every few milliseconds) may queue past it, as
+//! the same calls made unary would all be in flight at once. A call that gives up before a message carries it is taken back
 //! out (it costs no memory and the server never runs it), and one whose deadline has passed by
 //! the time its message is built is dropped; the time left (`timeout_us`) is measured then too,
 //! not when the call was queued.
@@ -13,6 +16,7 @@ use std::collections::VecDeque;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
+use std::time::Duration;
 
 use prost::Message;
 use tokio::time::Instant;
@@ -39,6 +43,9 @@ pub(crate) struct Limits {
     pub max_bytes: usize,
     /// A message is closed once its calls reach this many bytes.
     pub max_batch_bytes: usize,
+    /// `max_calls` and `max_bytes` refuse calls only when no message has been taken for this
+    /// long while calls waited (the server stopped reading), not during a burst it is taking.
+    pub stalled_after: Duration,
 }
 
 enum Entry {
@@ -58,6 +65,8 @@ struct Inner {
     bytes: usize,
     waker: Option<Waker>,
     closed: bool,
+    /// When a message was last taken, or calls began to wait (the queue was empty before).
+    progress: Option<Instant>,
 }
 
 /// The queue of one stream, shared by its calls and its [`Coalesce`].
@@ -88,16 +97,30 @@ impl Queue {
         let len = wire_len(call.encoded_len());
         let mut inner = self.lock();
         let limits = &self.limits;
+        let now = Instant::now();
         // One call always fits, however large, so a small byte limit cannot refuse everything.
-        if inner.calls > 0
-            && (inner.calls >= limits.max_calls || inner.bytes + len > limits.max_bytes)
-        {
+        let over = inner.calls > 0
+            && (inner.calls >= limits.max_calls || inner.bytes + len > limits.max_bytes);
+        let stalled = inner
+            .progress
+            .is_none_or(|at| now.saturating_duration_since(at) >= limits.stalled_after);
+        if over && stalled {
             return Err(Status::resource_exhausted(format!(
-                "multiplex: {} calls ({} bytes) already wait for the server to take them, the \
-                 limit is {} calls and {} bytes (ClientBuilder::multiplex_max_queued_calls, \
-                 multiplex_max_queued_bytes); the server is not keeping up or not answering",
-                inner.calls, inner.bytes, limits.max_calls, limits.max_bytes
+                "multiplex: {} calls ({} bytes) already wait for the server to take them and it \
+                 has taken none for {} ms, the limit is {} calls and {} bytes \
+                 (ClientBuilder::multiplex_max_queued_calls, multiplex_max_queued_bytes); the \
+                 server is not keeping up or not answering",
+                inner.calls,
+                inner.bytes,
+                inner
+                    .progress
+                    .map_or(0, |at| now.saturating_duration_since(at).as_millis()),
+                limits.max_calls,
+                limits.max_bytes
             )));
+        }
+        if inner.calls == 0 {
+            inner.progress = Some(now);
         }
         inner.calls += 1;
         inner.bytes += len;
@@ -193,6 +216,9 @@ impl Queue {
             size += len;
             message.calls.push(*call);
         }
+        if !message.calls.is_empty() {
+            inner.progress = Some(now);
+        }
         (message, expired)
     }
 }
@@ -240,7 +266,6 @@ impl Stream for Coalesce {
 #[cfg(test)]
 mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::Duration;
 
     use super::*;
     use crate::v1::multiplex_call::Request as Call;
@@ -262,6 +287,7 @@ mod tests {
             max_calls: 100,
             max_bytes: 1 << 20,
             max_batch_bytes: 1 << 20,
+            stalled_after: Duration::ZERO,
         }
     }
 
@@ -315,6 +341,34 @@ mod tests {
         queue.push_call(call(0, 30_000), None).unwrap();
         let refused = queue.push_call(call(1, 30_000), None).unwrap_err();
         assert!(refused.message().contains("multiplex_max_queued_bytes"));
+    }
+
+    /// The bound refuses calls only once the server has taken nothing for `stalled_after`: a
+    /// burst larger than the bound against a server that takes messages is queued.
+    #[test]
+    fn the_bound_applies_once_the_server_stopped_taking_messages() {
+        let queue = Queue::new(Limits {
+            max_calls: 3,
+            stalled_after: Duration::from_millis(200),
+            ..limits()
+        });
+        for id in 0..10 {
+            queue.push_call(call(id, 10), None).unwrap(); // calls began to wait just now
+        }
+        let (message, _) = queue.take();
+        assert_eq!(message.calls.len(), 10);
+        for id in 10..20 {
+            queue.push_call(call(id, 10), None).unwrap(); // a message was taken just now
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        let refused = queue.push_call(call(20, 10), None).unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+        assert!(
+            refused.message().contains("has taken none for"),
+            "{refused}"
+        );
+        queue.take();
+        queue.push_call(call(21, 10), None).unwrap();
     }
 
     #[test]

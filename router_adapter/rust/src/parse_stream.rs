@@ -14,7 +14,9 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Code, Status, Streaming};
 
-use crate::connection::{with_timeout, Connection, Connections};
+use crate::connection::{
+    bounded, check_size, deadline_after, with_timeout, Connection, Connections,
+};
 use crate::v1::parse_stream_request::Kind;
 use crate::v1::{CancelRequest, OpenRequest, ParseStreamRequest, ParseStreamResponse, Step};
 use crate::Error;
@@ -39,7 +41,12 @@ pub struct ParseStream {
     responses: Responses,
     connection: Arc<Connection>,
     deadline: Option<Instant>,
+    /// Messages sent whose answers have not been read.
     in_flight: usize,
+    /// Of those, the oldest ones, answers of lock-step calls whose futures were dropped: read
+    /// and discarded by the next read.
+    abandoned: usize,
+    max_message_bytes: usize,
 }
 
 impl std::fmt::Debug for ParseStream {
@@ -55,9 +62,11 @@ impl ParseStream {
         connections: Arc<Connections>,
         timeout: Option<Duration>,
     ) -> Result<ParseStream, Error> {
-        // A timeout too long to be an instant (Duration::MAX) is no deadline, not a panic.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // A timeout longer than MAX_TIMEOUT (Duration::MAX) is no deadline, not a panic.
+        let timeout = bounded(timeout);
+        let deadline = deadline_after(timeout);
         let connection = connections.ready(deadline).await?;
+        let max_message_bytes = connections.settings.max_message_bytes;
         // Room for a decode step of every running request to be queued while the last is sent.
         let (sender, receiver) = mpsc::channel(64);
         let mut client = connection.preprocessor.clone();
@@ -69,13 +78,20 @@ impl ParseStream {
             connection,
             deadline,
             in_flight: 0,
+            abandoned: 0,
+            max_message_bytes,
         })
     }
 
     /// Queues one message; its answer comes from a later [`recv`](Self::recv), in send order.
     /// Waits while the queue is full (the server reads slower than the engine sends), at most
-    /// until the stream's deadline.
+    /// until the stream's deadline. A message larger than the client's `max_message_bytes` is not
+    /// sent (RESOURCE_EXHAUSTED; the stream goes on).
     pub async fn send(&mut self, message: ParseStreamRequest) -> Result<(), Error> {
+        check_size(
+            prost::Message::encoded_len(&message),
+            self.max_message_bytes,
+        )?;
         let sender = self.outbound.as_ref().ok_or_else(|| {
             Status::failed_precondition("parse stream: already closed for sending")
         })?;
@@ -99,7 +115,22 @@ impl ParseStream {
     }
 
     /// The answer to the oldest unanswered message; `None` once the server has closed the stream.
+    /// The answers of lock-step calls whose futures were dropped before their answer came (a
+    /// `tokio::time::timeout` around `step`) are read and discarded first.
     pub async fn recv(&mut self) -> Result<Option<ParseStreamResponse>, Error> {
+        while self.abandoned > 0 {
+            if self.recv_one().await?.is_none() {
+                self.abandoned = 0;
+                return Ok(None);
+            }
+            self.abandoned -= 1;
+        }
+        self.recv_one().await
+    }
+
+    /// The next answer on the wire. Cancel-safe: an answer is either taken (and counted) or left
+    /// for the next read.
+    async fn recv_one(&mut self) -> Result<Option<ParseStreamResponse>, Error> {
         let result = self.read().await;
         if let Err(status) = &result {
             if status.code() == Code::Unavailable {
@@ -142,25 +173,36 @@ impl ParseStream {
         }
     }
 
-    /// Sends one message and returns its answer (lock-step). Nothing may be in flight.
+    /// Sends one message and returns its answer (lock-step). Nothing may be in flight but the
+    /// answers of earlier lock-step calls whose futures were dropped (a timeout around `step`):
+    /// those are read and discarded first, so dropping a call leaves the stream usable and in
+    /// step (what the server did with the dropped call's message stands).
     pub async fn call(
         &mut self,
         message: ParseStreamRequest,
     ) -> Result<ParseStreamResponse, Error> {
-        if self.in_flight > 0 {
+        let pipelined = self.in_flight - self.abandoned;
+        if pipelined > 0 {
             return Err(Status::failed_precondition(format!(
-                "parse stream: {} pipelined answers not read yet",
-                self.in_flight
+                "parse stream: {pipelined} pipelined answers not read yet"
             ))
             .into());
         }
         self.send(message).await?;
-        match self.recv().await? {
-            Some(response) => Ok(response),
-            None => Err(Status::unavailable(
-                "parse stream: the server closed the stream without answering",
-            )
-            .into()),
+        // Counted as abandoned until it is read, in case this future is dropped meanwhile.
+        self.abandoned += 1;
+        loop {
+            let Some(response) = self.recv_one().await? else {
+                self.abandoned = 0;
+                return Err(Status::unavailable(
+                    "parse stream: the server closed the stream without answering",
+                )
+                .into());
+            };
+            self.abandoned -= 1;
+            if self.abandoned == 0 {
+                return Ok(response);
+            }
         }
     }
 
@@ -294,6 +336,52 @@ mod tests {
             let error = read.unwrap_err();
             assert_eq!(error.code(), Code::Unavailable, "{error}");
             assert!(stream.connection.is_suspect());
+        });
+    }
+
+    /// Polls a call once (it sends its message; its answer cannot have come: no other task has
+    /// run) and drops it, as a timeout around it does; whether it was still waiting.
+    fn dropped_before_its_answer<F: std::future::Future>(call: F) -> bool {
+        let mut call = std::pin::pin!(call);
+        let waker = std::task::Waker::noop();
+        let mut context = std::task::Context::from_waker(waker);
+        call.as_mut().poll(&mut context).is_pending()
+    }
+
+    /// A lock-step call whose future is dropped before its answer (a timeout around `step`)
+    /// does not leave the stream one answer behind: the next call discards that answer and gets
+    /// its own (it failed with "1 pipelined answers not read yet" forever).
+    #[test]
+    fn a_dropped_step_leaves_the_stream_in_step() {
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("ps-dropped-step.sock");
+            fake_server::grpc(&path, |_| {
+                // The n-th message's answer names n.
+                Reply::Stream(|n, _| {
+                    let delta = crate::v1::RequestDelta {
+                        request_id: n.to_string(),
+                        ..Default::default()
+                    };
+                    prost::Message::encode_to_vec(&ParseStreamResponse {
+                        deltas: vec![delta],
+                    })
+                })
+            });
+            let client = Client::builder(format!("unix:{}", path.display()))
+                .build()
+                .unwrap();
+            let mut stream = client.parse_stream().await.unwrap();
+            let answered = |response: ParseStreamResponse| response.deltas[0].request_id.clone();
+            let step = || Step::default();
+            assert!(dropped_before_its_answer(stream.step(step())));
+            assert_eq!(answered(stream.step(step()).await.unwrap()), "2");
+            for _ in 0..2 {
+                assert!(dropped_before_its_answer(stream.step(step())));
+            }
+            assert_eq!(answered(stream.step(step()).await.unwrap()), "5");
+            stream.send(open_message(0, 0)).await.unwrap();
+            assert_eq!(answered(stream.recv().await.unwrap().unwrap()), "6");
+            assert!(stream.finish().await.unwrap().is_empty());
         });
     }
 }

@@ -1,6 +1,6 @@
 //! Interop driver: exercises every RPC of a running sidecar through `sidecar_client` (what a Rust
 //! router would write), checks each outcome, and prints every request and response as JSON lines
-//! so `tests/e2e/test_rust_client.py` can replay them with the Python client and compare.
+//! so `tests/client/test_rust_client.py` can replay them with the Python client and compare.
 //!
 //! ```text
 //! sidecar-interop --target unix:/tmp/s.sock [--kv-target HOST:PORT --kv-text TEXT] [--reconnect]
