@@ -305,7 +305,16 @@ impl Index {
             self.stats.skipped_events += 1;
             return false;
         }
-        prefix_keys_into(&tokens[..used], bs, event.lora_name, salt, parent_key, keys);
+        let mm = &batch.mm[event.mm.0..event.mm.1];
+        prefix_keys_into(
+            &tokens[..used],
+            bs,
+            event.lora_name,
+            salt,
+            parent_key,
+            mm,
+            keys,
+        );
         true
     }
 

@@ -19,6 +19,7 @@
 //! Token ids are kept as `u32`; an event with a token id outside that range records where, and
 //! the index skips it when that token falls in a block it would hash (the Python index raises).
 
+use super::content::MmKey;
 use super::msgpack::{Check, Kind, Reader};
 use crate::error::{Error, Result};
 
@@ -38,6 +39,8 @@ pub struct Batch<'a> {
     pub hashes: Vec<u64>,
     /// Token ids of every event, concatenated.
     pub tokens: Vec<u32>,
+    /// Multimodal keys of every store, concatenated (see [`Stored::mm`]).
+    pub mm: Vec<MmKey>,
 }
 
 /// One event.
@@ -70,6 +73,9 @@ pub struct Stored<'a> {
     pub lora_name: &'a str,
     /// The cache salt of a store that starts a sequence (`events.cache_salt_of`).
     pub salt: &'a str,
+    /// Range of `Batch::mm`: the `[identifier, offset]` pairs of each block's `extra_keys`
+    /// (`events.mm_keys_of`), by block.
+    pub mm: (usize, usize),
     /// The KV-cache group; None when not published.
     pub group_idx: Option<i128>,
     /// Whether `locality` is `"REMOTE"`.
@@ -258,6 +264,7 @@ struct Fields<'a> {
     lora_name: Option<&'a str>,
     cache_salt: Option<&'a str>,
     salt_hints: Option<SaltHints<'a>>,
+    mm: Option<(usize, usize)>,
     group_idx: Option<i128>,
     locality: Option<&'a str>,
 }
@@ -563,11 +570,18 @@ fn read_field<'a>(
         }
         Field::ExtraKeys => {
             fields.salt_hints = None;
+            // A field given twice: the last one counts (the event's keys are the last in
+            // `batch.mm`, and are replaced).
+            if let Some((start, _)) = fields.mm.take() {
+                batch.mm.truncate(start);
+            }
             if !r.nil()? {
                 if got != Kind::Array {
                     return Err(expected("array | null", got, &path()));
                 }
-                fields.salt_hints = Some(extra_keys(r)?);
+                let start = batch.mm.len();
+                fields.salt_hints = Some(extra_keys(r, &mut batch.mm)?);
+                fields.mm = Some((start, batch.mm.len()));
             }
         }
         Field::Other => r.skip(Check::Any)?,
@@ -665,31 +679,53 @@ fn token_list(
     }
 }
 
-/// Checks `extra_keys` as msgspec decodes `list[Any]` and keeps the strings `cache_salt_of`
-/// reads: the string elements of the first element when that is an array.
-fn extra_keys<'a>(r: &mut Reader<'a>) -> Result<SaltHints<'a>> {
+/// Checks `extra_keys` as msgspec decodes `list[Any]`, keeps the strings `cache_salt_of` reads
+/// (the string elements of the first element when that is an array) and appends to `mm` the
+/// multimodal keys `events.mm_keys_of` reads: in element i (block i) when it is an array, each
+/// element that is a 2-array of a string and an integer (vLLM's untagged `(identifier, offset)`).
+/// Bare strings are no multimodal key (see `mm_keys_of`).
+fn extra_keys<'a>(r: &mut Reader<'a>, mm: &mut Vec<MmKey>) -> Result<SaltHints<'a>> {
     let n = r.array()?.unwrap_or(0);
     let mut hints = SaltHints::default();
     for i in 0..n {
-        if i > 0 || r.peek()? != Kind::Array {
+        if r.peek()? != Kind::Array {
             r.skip(Check::Any)?;
             continue;
         }
         let inner = r.array()?.unwrap_or(0);
         for _ in 0..inner {
-            match r.text()? {
-                Some(s) => {
+            match r.peek()? {
+                Kind::Str if i == 0 => {
+                    let s = r.text()?.unwrap_or_default();
                     if hints.count == 0 {
                         hints.first = s;
                     }
                     hints.last = s;
                     hints.count += 1;
                 }
-                None => r.skip(Check::Any)?,
+                Kind::Array => mm_pair(r, i, mm)?,
+                _ => r.skip(Check::Any)?,
             }
         }
     }
     Ok(hints)
+}
+
+/// One array element of block `block`'s extra keys: a multimodal key when it is
+/// `[identifier, offset]`, else only checked (as `Any`).
+fn mm_pair(r: &mut Reader<'_>, block: usize, mm: &mut Vec<MmKey>) -> Result<()> {
+    let at = r.pos();
+    if r.array()? == Some(2) && r.peek()? == Kind::Str {
+        let identifier = r.text()?.unwrap_or_default();
+        if r.peek()? == Kind::Int {
+            let offset = r.int()?.unwrap_or_default();
+            // More blocks than 2^32 would take more than 4 GiB of payload.
+            mm.push(MmKey::new(block as u32, identifier, offset));
+            return Ok(());
+        }
+    }
+    r.seek(at);
+    r.skip(Check::Any)
 }
 
 /// Builds the event from its fields: required fields, short digests, and normalization.
@@ -731,6 +767,7 @@ fn finish<'a>(class: Class, f: Fields<'a>, encoding: Encoding) -> Result<Event<'
         medium,
         lora_name,
         salt: cache_salt(&f, lora_name),
+        mm: f.mm.unwrap_or_default(),
         group_idx: f.group_idx,
         remote,
     }))
