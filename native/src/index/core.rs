@@ -305,7 +305,7 @@ impl Index {
             self.stats.skipped_events += 1;
             return false;
         }
-        let mm = &batch.mm[event.mm.0..event.mm.1];
+        let mm = &batch.mm[event.mm.0 as usize..event.mm.1 as usize];
         prefix_keys_into(
             &tokens[..used],
             bs,

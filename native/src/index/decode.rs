@@ -74,8 +74,9 @@ pub struct Stored<'a> {
     /// The cache salt of a store that starts a sequence (`events.cache_salt_of`).
     pub salt: &'a str,
     /// Range of `Batch::mm`: the `[identifier, offset]` pairs of each block's `extra_keys`
-    /// (`events.mm_keys_of`), by block.
-    pub mm: (usize, usize),
+    /// (`events.mm_keys_of`), by block. (32-bit: a pair takes 4 bytes of payload at least, and
+    /// 32 bits keep the event the size it was.)
+    pub mm: (u32, u32),
     /// The KV-cache group; None when not published.
     pub group_idx: Option<i128>,
     /// Whether `locality` is `"REMOTE"`.
@@ -264,7 +265,8 @@ struct Fields<'a> {
     lora_name: Option<&'a str>,
     cache_salt: Option<&'a str>,
     salt_hints: Option<SaltHints<'a>>,
-    mm: Option<(usize, usize)>,
+    /// Range of `Batch::mm` (empty: none).
+    mm: (u32, u32),
     group_idx: Option<i128>,
     locality: Option<&'a str>,
 }
@@ -568,22 +570,7 @@ fn read_field<'a>(
                 _ => fields.locality = value,
             }
         }
-        Field::ExtraKeys => {
-            fields.salt_hints = None;
-            // A field given twice: the last one counts (the event's keys are the last in
-            // `batch.mm`, and are replaced).
-            if let Some((start, _)) = fields.mm.take() {
-                batch.mm.truncate(start);
-            }
-            if !r.nil()? {
-                if got != Kind::Array {
-                    return Err(expected("array | null", got, &path()));
-                }
-                let start = batch.mm.len();
-                fields.salt_hints = Some(extra_keys(r, &mut batch.mm)?);
-                fields.mm = Some((start, batch.mm.len()));
-            }
-        }
+        Field::ExtraKeys => extra_keys_field(r, batch, fields, got, &path)?,
         Field::Other => r.skip(Check::Any)?,
     }
     Ok(())
@@ -679,6 +666,36 @@ fn token_list(
     }
 }
 
+/// Reads `extra_keys` into `fields` and `batch.mm` (out of line: most events have none, and the
+/// other fields' reads stay as compact as they were).
+#[inline(never)]
+fn extra_keys_field<'a>(
+    r: &mut Reader<'a>,
+    batch: &mut Batch<'a>,
+    fields: &mut Fields<'a>,
+    got: Kind,
+    path: &dyn Fn() -> String,
+) -> Result<()> {
+    fields.salt_hints = None;
+    // A field given twice: the last one counts (the event's keys are the last in `batch.mm`, and
+    // are replaced).
+    if fields.mm.1 > fields.mm.0 {
+        batch.mm.truncate(fields.mm.0 as usize);
+    }
+    let start = batch.mm.len() as u32;
+    fields.mm = (start, start);
+    if !r.nil()? {
+        if got != Kind::Array {
+            return Err(expected("array | null", got, &path()));
+        }
+        fields.salt_hints = Some(extra_keys(r, &mut batch.mm)?);
+        let end = u32::try_from(batch.mm.len())
+            .map_err(|_| Error::invalid_argument("extra_keys: more than 2^32 multimodal keys"))?;
+        fields.mm = (start, end);
+    }
+    Ok(())
+}
+
 /// Checks `extra_keys` as msgspec decodes `list[Any]`, keeps the strings `cache_salt_of` reads
 /// (the string elements of the first element when that is an array) and appends to `mm` the
 /// multimodal keys `events.mm_keys_of` reads: in element i (block i) when it is an array, each
@@ -767,7 +784,7 @@ fn finish<'a>(class: Class, f: Fields<'a>, encoding: Encoding) -> Result<Event<'
         medium,
         lora_name,
         salt: cache_salt(&f, lora_name),
-        mm: f.mm.unwrap_or_default(),
+        mm: f.mm,
         group_idx: f.group_idx,
         remote,
     }))

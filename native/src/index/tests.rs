@@ -216,7 +216,7 @@ fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
                     want_mm.push(MmKey::new(block as u32, id, offset as i128));
                 }
             }
-            assert_eq!(batch.mm[s.mm.0..s.mm.1], want_mm[..]);
+            assert_eq!(batch.mm[s.mm.0 as usize..s.mm.1 as usize], want_mm[..]);
         }
         Event::Removed(r) => {
             assert_eq!(want["type"], "BlockRemoved");
@@ -278,7 +278,7 @@ fn extra_keys_pairs_are_each_blocks_multimodal_keys() {
         .events
         .iter()
         .map(|e| match e {
-            Event::Stored(s) => &batch.mm[s.mm.0..s.mm.1],
+            Event::Stored(s) => &batch.mm[s.mm.0 as usize..s.mm.1 as usize],
             _ => unreachable!(),
         })
         .collect();
