@@ -228,17 +228,55 @@ def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
     return dynamo_sequence_hashes(local) if spec.sequence_hashes else local
 
 
+#: A block's multimodal keys in the index's content keys: (identifier, offset) pairs, vLLM's
+#: `("mm", identifier, offset)` without the tag (the offset of the item relative to the block start).
+MmKeys = Sequence[tuple[str, int]]
+
+
 def prefix_keys(tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "",
-                parent: int | None = None) -> list[int]:
+                parent: int | None = None, mm_keys: Sequence[MmKeys | None] = ()) -> list[int]:
     """The index's content keys: Dynamo local hashes chained into SequenceHashes after `parent`.
 
     The LoRA name seeds every block; the namespace (the cache salt) only the first block of a
     sequence, as vLLM does with the salt, so a store event that continues a sequence (which does not
-    repeat the salt) gets the same keys as the whole request.
+    repeat the salt) gets the same keys as the whole request. `mm_keys[i]` are block i's multimodal
+    keys (`block_mm_keys`, `events.mm_keys_of`): a block with some hashes them after its tokens
+    (`content_block_bytes`), so another image under the same placeholder tokens is another key; a
+    block with none keeps the key it had before multimodal keys were hashed.
     """
     check_token_ids(tokens)
     local = dynamo_local_hashes(tokens, HashSpec("dynamo_xxh3", block_size, lora_name=lora_name))
     if parent is None and namespace and local:
         first = HashSpec("dynamo_xxh3", block_size, lora_name=lora_name, namespace=namespace)
         local[0] = dynamo_local_hashes(tokens[:block_size], first)[0]
+    for i, keys in enumerate(mm_keys[: len(local)]):
+        if keys:
+            seed = dynamo_block_seed(lora_name, namespace if i == 0 and parent is None else "")
+            block = tokens[i * block_size : (i + 1) * block_size]
+            local[i] = xxhash.xxh3_64_intdigest(content_block_bytes(block, keys), seed=seed)
     return dynamo_sequence_hashes(local, parent)
+
+
+def content_block_bytes(block: Sequence[int], mm_keys: MmKeys) -> bytes:
+    """What a content key hashes for a block with multimodal keys: its token ids (u32 little-endian,
+    as every block), then per key the XXH3-64 of the identifier's UTF-8 and the offset, both u64
+    little-endian (the offset's two's complement: it is negative for an item that began in an
+    earlier block). The tokens have a fixed length, so the bytes of a block without keys are the
+    bytes it always had."""
+    data = struct.pack(f"<{len(block)}I", *block)
+    for identifier, offset in mm_keys:
+        data += struct.pack("<QQ", xxhash.xxh3_64_intdigest(identifier.encode()), offset & _MASK64)
+    return data
+
+
+def block_mm_keys(items: Sequence[MmItem], blocks: int, block_size: int) -> list[list[tuple[str, int]]]:
+    """Each of the first `blocks` blocks' multimodal keys by vLLM's rule (`_mm_keys`, what vLLM
+    hashes and publishes in a store's `extra_keys`); empty without items."""
+    if not items:
+        return []
+    out = []
+    index = 0
+    for start in range(0, blocks * block_size, block_size):
+        keys, index = _mm_keys(items, start, start + block_size, index)
+        out.append(keys)
+    return out

@@ -383,3 +383,32 @@ def cache_salt_of(event: BlockStored) -> str:
     if event.lora_name and strings and strings[0] == event.lora_name:
         strings = strings[1:]
     return strings[-1] if strings else ""
+
+
+def mm_keys_of(event: BlockStored) -> list[list[tuple[str, int]]]:
+    """Each block's multimodal keys, from vLLM's untagged per-block `extra_keys`
+    (`to_event_extra_keys`): the elements of `extra_keys[i]` that are `[identifier, offset]` pairs
+    (a string and an integer), in order, for block i. Empty when there are none (SGLang, vLLM
+    without images).
+
+    Other elements are not multimodal keys: bare strings (the LoRA name, the cache salt) and
+    bytes (prompt-embeds digests). Older vLLM hashed an item by its bare identifier (0.15 does, and
+    publishes no `extra_keys`): a bare identifier is a string like the LoRA name and the salt,
+    cannot be told from them, and is ignored, so such blocks keep their text-only keys (a request
+    with an image may then match a worker that holds another image, as before this rule).
+    """
+    extra = event.extra_keys
+    if not extra:
+        return []
+    out: list[list[tuple[str, int]]] = []
+    found = False
+    for keys in extra:
+        pairs: list[tuple[str, int]] = []
+        if isinstance(keys, (list, tuple)):
+            for key in keys:
+                if (isinstance(key, (list, tuple)) and len(key) == 2 and type(key[0]) is str
+                        and type(key[1]) is int):
+                    pairs.append((key[0], key[1]))
+        found = found or bool(pairs)
+        out.append(pairs)
+    return out if found else []

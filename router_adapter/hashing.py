@@ -17,7 +17,11 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from router_adapter import _reference
+from router_adapter._reference import MmKeys, block_mm_keys
 from router_adapter.spec import HashSpec
+
+__all__ = ["BlockHasher", "MmKeys", "REFERENCE_HASHER", "ReferenceHasher", "block_hashes", "block_mm_keys",
+           "prefix_keys"]
 
 
 class BlockHasher(Protocol):
@@ -33,9 +37,10 @@ class BlockHasher(Protocol):
 
     def prefix_keys(
         self, tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "",
-        parent: int | None = None,
+        parent: int | None = None, mm_keys: Sequence[MmKeys | None] = (),
     ) -> list[int]:
-        """The index's content keys of the full blocks of `tokens`, chained after `parent`."""
+        """The index's content keys of the full blocks of `tokens`, chained after `parent`;
+        `mm_keys[i]` are block i's multimodal (identifier, offset) keys (`_reference.prefix_keys`)."""
         ...
 
 
@@ -49,9 +54,9 @@ class ReferenceHasher:
 
     def prefix_keys(
         self, tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "",
-        parent: int | None = None,
+        parent: int | None = None, mm_keys: Sequence[MmKeys | None] = (),
     ) -> list[int]:
-        return _reference.prefix_keys(tokens, block_size, lora_name, namespace, parent)
+        return _reference.prefix_keys(tokens, block_size, lora_name, namespace, parent, mm_keys)
 
 
 REFERENCE_HASHER: BlockHasher = ReferenceHasher()
@@ -63,7 +68,8 @@ def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
 
 
 def prefix_keys(
-    tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "", parent: int | None = None
+    tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "", parent: int | None = None,
+    mm_keys: Sequence[MmKeys | None] = (),
 ) -> list[int]:
     """`REFERENCE_HASHER.prefix_keys`."""
-    return _reference.prefix_keys(tokens, block_size, lora_name, namespace, parent)
+    return _reference.prefix_keys(tokens, block_size, lora_name, namespace, parent, mm_keys)

@@ -3,7 +3,12 @@
 Keys. In the default *content* mode every block is keyed by our own content hash: the XXH3
 SequenceHash (Dynamo's scheme) of the block's tokens (from the event's `token_ids`), chained from
 its parent's key, with the LoRA name mixed into every block's seed and the cache salt into the
-first block's (an event continuing a sequence does not repeat the salt). Such keys do not
+first block's (an event continuing a sequence does not repeat the salt). A block that multimodal
+items overlap also hashes their (identifier, offset) keys after its tokens: from an event, the
+`[identifier, offset]` pairs of the block's `extra_keys` (`events.mm_keys_of`); from a request, the
+same pairs computed from its `mm_items` by vLLM's rule (`hashing.block_mm_keys`). So a prompt
+cached with one image does not match the same placeholder tokens with another, from the first
+block the image overlaps on; blocks without such keys keep their text-only keys. Such keys do not
 depend on the engine's hash algorithm, seed or version, and a key identifies a whole prefix, so a
 flat map suffices. The engine's own hash is kept per worker only to find a stored block's parent
 and to apply removals, as Dynamo, SMG and llm-d do. In *engine* mode (when the engine's hash spec
@@ -30,8 +35,8 @@ from typing import Callable, Sequence
 import msgspec
 
 from router_adapter.errors import InvalidTokens
-from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, Event, cache_salt_of
-from router_adapter.hashing import REFERENCE_HASHER, BlockHasher
+from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, Event, cache_salt_of, mm_keys_of
+from router_adapter.hashing import REFERENCE_HASHER, BlockHasher, block_mm_keys
 from router_adapter.spec import HashSpec, MmItem
 
 #: Marks a `PrefixIndex.snapshot` (format version 1).
@@ -190,7 +195,12 @@ class PrefixIndex:
             spec = replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, lora_path=lora_path,
                            mm_items=tuple(mm_items))
             return self.hasher.block_hashes(token_ids, spec)
-        return self.hasher.prefix_keys(token_ids, self.block_size, lora_name, cache_salt)
+        if not mm_items:
+            return self.hasher.prefix_keys(token_ids, self.block_size, lora_name, cache_salt)
+        # Validated as in engine mode (vLLM's rule walks items sorted by offset).
+        HashSpec("dynamo_xxh3", self.block_size, mm_items=tuple(mm_items)).validate()
+        mm_keys = block_mm_keys(mm_items, len(token_ids) // self.block_size, self.block_size)
+        return self.hasher.prefix_keys(token_ids, self.block_size, lora_name, cache_salt, mm_keys=mm_keys)
 
     def score(
         self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = (),
@@ -387,8 +397,13 @@ class PrefixIndex:
                 salt = cache_salt_of(event)
             bs = self.block_size
             tokens = event.token_ids[: len(hashes) * bs]
+            mm_keys = mm_keys_of(event)
             try:
-                keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key)
+                if mm_keys:
+                    keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key,
+                                                   mm_keys=mm_keys[: len(hashes)])
+                else:
+                    keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key)
             except InvalidTokens:
                 # Ids no tokenizer has (negative, past 2^32): the event cannot be keyed. Skipped,
                 # as the native index skips it, and the rest of the batch applied.

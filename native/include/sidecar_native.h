@@ -92,7 +92,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 9
+#define SC_ABI_VERSION 10
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
@@ -730,10 +730,13 @@ int32_t sc_block_hashes(struct sc_str spec,
 /*
  The router adapter index's own content keys (see `hash::prefix_keys`): Dynamo-style SequenceHash
  keys of the full blocks of `ids`, chained after `parent` (`has_parent` false = sequence start).
+ `mm_keys_json`: empty, or a JSON array with per block of `ids` null or an array of its
+ multimodal keys as `[identifier, offset]` (the offset an integer in -2^63..2^64, taken as 64
+ bits), in order.
 
  # Safety
- `ids`, `lora_name` and `namespace` are borrowed for the call; `out` must be valid for `out_cap`
- writes; `written` and `err` must be NULL or valid for writes.
+ `ids`, `lora_name`, `namespace` and `mm_keys_json` are borrowed for the call; `out` must be
+ valid for `out_cap` writes; `written` and `err` must be NULL or valid for writes.
  */
 int32_t sc_prefix_keys(struct sc_ids ids,
                        uint32_t block_size,
@@ -741,6 +744,7 @@ int32_t sc_prefix_keys(struct sc_ids ids,
                        struct sc_str namespace_,
                        bool has_parent,
                        uint64_t parent,
+                       struct sc_str mm_keys_json,
                        uint64_t *out,
                        uintptr_t out_cap,
                        uintptr_t *written,

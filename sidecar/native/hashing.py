@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Sequence
 
+from router_adapter.hashing import MmKeys
 from router_adapter.spec import HashSpec
 from sidecar.native._calls import cancel_arg, ids_arg, str_arg, uint32_ids
 from sidecar.native._errors import raise_for_status
@@ -38,12 +40,17 @@ def block_hashes(tokens: Sequence[int], spec: HashSpec) -> list[int]:
 
 
 def prefix_keys(
-    tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "", parent: int | None = None
+    tokens: Sequence[int], block_size: int, lora_name: str = "", namespace: str = "", parent: int | None = None,
+    mm_keys: Sequence[MmKeys | None] = (),
 ) -> list[int]:
-    """Dynamo-style SequenceHash keys of the full blocks of `tokens`, continuing after `parent`."""
+    """Dynamo-style SequenceHash keys of the full blocks of `tokens`, continuing after `parent`;
+    `mm_keys[i]` are block i's multimodal (identifier, offset) keys (`router_adapter.hashing`)."""
     arr = uint32_ids(tokens)
     count = len(arr) // block_size if block_size > 0 else 0
+    mm = b""
+    if any(mm_keys):
+        mm = json.dumps([[[i, o] for i, o in keys] if keys else None for keys in mm_keys]).encode()
     return _hashes(
         lib.sc_prefix_keys, count, ids_arg(arr), block_size, str_arg(lora_name.encode()), str_arg(namespace.encode()),
-        parent is not None, parent or 0,
+        parent is not None, parent or 0, str_arg(mm),
     )

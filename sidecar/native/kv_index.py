@@ -33,6 +33,7 @@ from router_adapter.events import (
     Event,
     apply_each,
     cache_salt_of,
+    mm_keys_of,
 )
 from router_adapter.hashing import BlockHasher
 from router_adapter.index import IndexStats, Score, WorkerScore
@@ -170,9 +171,12 @@ class NativePrefixIndex:
     def _request_args(self, token_ids: Sequence[int], lora_name: str, cache_salt: str,
                       mm_items: Sequence[MmItem], lora_path: str) -> tuple[Any, ...]:
         mm = b""
-        if mm_items and self.engine_spec is not None:
+        if mm_items:
             # Validated here so that a bad item raises what the Python index raises.
-            replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, mm_items=tuple(mm_items)).validate()
+            if self.engine_spec is not None:
+                replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, mm_items=tuple(mm_items)).validate()
+            else:
+                HashSpec("dynamo_xxh3", 1, mm_items=tuple(mm_items)).validate()
             mm = json.dumps([asdict(m) for m in mm_items]).encode()
         ids = uint32_ids(token_ids)
         # The buffers must outlive the call: keep them in the tuple.
@@ -471,7 +475,7 @@ def _columns(batch: Batch) -> tuple[bytes, array, array] | None:
     """`batch` as `sc_kv_index_apply_columns` takes it: a header of the events' other fields, and
     every event's hashes and token ids appended to two arrays (`array.fromlist`: no integer is
     encoded or copied one at a time in Python). None when an event needs the general path:
-    `extra_keys` (read natively for the salt), a token id outside uint32 (skipped natively, where
+    `extra_keys` (read natively for the salt and the multimodal keys), a token id outside uint32 (skipped natively, where
     it falls), or anything the arrays cannot hold (the general path raises what it raises)."""
     events: list[Any] = []
     hashes, tokens = array("Q"), array("I")
@@ -516,11 +520,13 @@ def _joined(items: Sequence[tuple[str, Any]]) -> tuple[bytes, array, bytes, arra
 
 def _plain(batch: Batch) -> Batch:
     """The batch with what msgspec cannot encode reduced to what the index reads: a store's
-    `extra_keys` (arbitrary objects) become its cache salt."""
+    `extra_keys` (arbitrary objects) become its cache salt and its blocks' multimodal keys (their
+    offsets as the 64 bits the keys hash)."""
     events: list[Event] = []
     for event in batch.events:
         if isinstance(event, BlockStored) and event.extra_keys is not None:
-            event = msgspec.structs.replace(event, extra_keys=None, cache_salt=cache_salt_of(event))
+            mm = [[[identifier, offset & _U64] for identifier, offset in keys] for keys in mm_keys_of(event)]
+            event = msgspec.structs.replace(event, extra_keys=mm or None, cache_salt=cache_salt_of(event))
         events.append(event)
     return Batch(ts=batch.ts, events=events, dp_rank=batch.dp_rank, unknown_events=batch.unknown_events)
 

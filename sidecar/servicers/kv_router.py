@@ -184,6 +184,10 @@ def _mm_items(request: kv.ScoreRequest) -> tuple[MmItem, ...]:
             # (`block_hashing.mm_items`).
             raise InvalidArgument(f"mm_items[{i}]: offset + length ({item.offset} + {item.length}) passes 2^64, "
                                   "or offset passes 2^63")
+        if i and item.offset < mm_items[i - 1].offset:
+            # Both modes key blocks by the engine's walk over the items in order (content mode
+            # too since it keys images); the indexes refuse it naming `block_hashing.mm_items`.
+            raise InvalidArgument(f"mm_items[{i}].offset: items must be sorted by offset (as the engine keeps them)")
     return mm_items
 
 

@@ -22,6 +22,12 @@ hash functions of `mem_cache/utils.py` and the namespace functions of
 compiled as tests/kv/generate_vectors.py does (needs pybind11, g++ and OpenSSL), run over stand-in
 radix nodes (two nodes of two pages each, the second a child of the first). Its expected
 `token_ids` are the pairs' first elements, with `"bigram": true`.
+
+`vllm-0.33-mm`: stores of a prompt with images, whose `extra_keys` are vLLM 0.33.0's own: its
+`generate_block_hash_extra_keys` (with the LoRA / multimodal / prompt-embeds helpers) and
+`to_event_extra_keys` are extracted from `vllm/v1/core/kv_cache_utils.py` with `ast` (as
+generate_vectors.py does) and run per block as `BlockPool.cache_full_blocks` runs them, against a
+stand-in `Request` carrying the prompt's mm features, LoRA request and cache salt.
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
 from router_adapter import _reference  # noqa: E402
-from router_adapter.spec import HashSpec  # noqa: E402
+from router_adapter.spec import HashSpec, MmItem  # noqa: E402
+from tests.kv.generate_vectors import load_functions  # noqa: E402
 
 OUT = REPO / "tests" / "data" / "kv" / "events"
 CLASSES = {"EventBatch", "KVCacheEvent", "BlockStored", "BlockRemoved", "AllBlocksCleared", "KVEventBatch"}
@@ -199,6 +206,77 @@ def sglang_eagle(wheel: Path, build: Path) -> tuple[bytes, dict]:
     return msgspec.msgpack.encode(batch), {"ts": batch.ts, "dp_rank": 0, "events": expected}
 
 
+#: The multimodal prompt: text | image (2 blocks) | text, a small image at offset 4 of the last block.
+MM_BS = 16
+MM_PAD = 151655
+MM_TOKENS = list(range(1000, 1016)) + [MM_PAD] * 32 + list(range(2000, 2004)) + [MM_PAD] * 8 + list(range(3000, 3004))
+MM_X, MM_Y, MM_Z = "a" * 64, "b" * 64, "c" * 64
+
+
+def mm_items(image: str) -> tuple[MmItem, ...]:
+    return (MmItem(image, 16, 32), MmItem(MM_Z, 52, 8))
+
+
+def vllm_event_extra_keys(wheel: Path) -> Any:
+    """`(spec, first_block, end_block) -> (the blocks' extra keys, the store's extra_keys)`, by vLLM's
+    own code: the tagged keys it hashes and the untagged ones it publishes."""
+    names = {"_gen_mm_extra_hash_keys", "_gen_lora_extra_hash_keys", "_gen_prompt_embeds_extra_hash_keys",
+             "generate_block_hash_extra_keys", "to_event_extra_keys"}
+    ns: dict[str, Any] = {"Any": Any}
+    load_functions(zipfile.ZipFile(wheel).read("vllm/v1/core/kv_cache_utils.py").decode(), names, ns,
+                   f"{wheel.name}:kv_cache_utils.py")
+
+    def run(spec: HashSpec, first: int, end: int) -> Any:
+        request = types.SimpleNamespace(
+            mm_features=[types.SimpleNamespace(identifier=m.identifier,
+                                               mm_position=types.SimpleNamespace(offset=m.offset, length=m.length))
+                         for m in spec.mm_items],
+            lora_request=types.SimpleNamespace(lora_name=spec.lora_name, lora_path=spec.lora_path, lora_int_id=1)
+            if spec.lora_name else None,
+            cache_salt=spec.cache_salt or None, prompt_embeds=None, _prompt_embeds_per_block_hashes={},
+        )
+        # BlockPool.cache_full_blocks: one entry per block stored, the mm index carried from 0.
+        keys, mm_index = [], 0
+        for i in range(first, end):
+            extra, mm_index = ns["generate_block_hash_extra_keys"](request, i * spec.block_size,
+                                                                   (i + 1) * spec.block_size, mm_index)
+            keys.append(extra)
+        return keys, ns["to_event_extra_keys"](keys)
+
+    return run
+
+
+def mm_scenario(m: types.ModuleType, extra_keys_of: Any, hash_kind: str) -> tuple[Any, dict]:
+    """Two workers' worth of stores of one prompt: with images X and Z under LoRA "ad" and salt
+    "tenant" (two spans of the sequence), and with images Y and Z (one span)."""
+    convert = (lambda d: d) if hash_kind == "bytes" else _reference.vllm_event_value
+    a = HashSpec("vllm_sha256", MM_BS, cache_salt="tenant", lora_name="ad", lora_path="/ad", mm_items=mm_items(MM_X))
+    b = HashSpec("vllm_sha256", MM_BS, mm_items=mm_items(MM_Y))
+    ha = [convert(d) for d in _reference.vllm_digests(MM_TOKENS, a)]
+    hb = [convert(d) for d in _reference.vllm_digests(MM_TOKENS, b)]
+    spans = [(a, ha, 0, 2, "ad"), (a, ha, 2, 4, "ad"), (b, hb, 0, 4, None)]
+    events = [
+        m.BlockStored(block_hashes=h[first:end], parent_block_hash=h[first - 1] if first else None,
+                      token_ids=MM_TOKENS[first * MM_BS : end * MM_BS], block_size=MM_BS, lora_id=1 if lora else None,
+                      medium="GPU", lora_name=lora, extra_keys=extra_keys_of(spec, first, end)[1], group_idx=0)
+        for spec, h, first, end, lora in spans
+    ]
+    batch = m.EventBatch(ts=1700000000.5, events=events, data_parallel_rank=None)
+
+    def value(h: Any) -> str:
+        return str(int.from_bytes(h[-8:], "big") if isinstance(h, bytes) else h & ((1 << 64) - 1))
+
+    expected = [{
+        "type": "BlockStored", "block_hashes": [value(h) for h in e.block_hashes],
+        "parent_block_hash": None if e.parent_block_hash is None else value(e.parent_block_hash),
+        "token_ids": e.token_ids, "block_size": e.block_size, "medium": e.medium, "lora_name": e.lora_name,
+        "cache_salt": "tenant" if e.lora_name and e.parent_block_hash is None else "",
+        # Each block's multimodal keys: the ("mm", identifier, offset) keys vLLM hashed for it.
+        "mm_keys": [[[k[1], k[2]] for k in (keys or ()) if k[0] == "mm"] for keys in extra_keys_of(spec, first, end)[0]],
+    } for e, (spec, _, first, end, _) in zip(events, spans)]
+    return batch, {"ts": batch.ts, "dp_rank": None, "events": expected}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--wheels", type=Path, required=True)
@@ -227,6 +305,13 @@ def main() -> int:
     (OUT / "sglang-eagle-int.msgpack").write_bytes(data)
     (OUT / "sglang-eagle-int.expected.json").write_text(json.dumps(expected_eagle, indent=1) + "\n")
     print("wrote sglang-eagle-int")
+    extra_keys_of = vllm_event_extra_keys(wheels["vllm-0.33"][0])
+    for kind in ["int", "bytes"]:
+        batch, expected = mm_scenario(modules["vllm-0.33"], extra_keys_of, kind)
+        stem = f"vllm-0.33-mm-{kind}"
+        (OUT / f"{stem}.msgpack").write_bytes(encoder.encode(batch))
+        (OUT / f"{stem}.expected.json").write_text(json.dumps(expected, indent=1) + "\n")
+        print(f"wrote {stem}")
     return 0
 
 

@@ -17,6 +17,7 @@ from router_adapter.events import (
     cache_salt_of,
     decode_batch,
     hash_value,
+    mm_keys_of,
 )
 from router_adapter.index import PrefixIndex
 from router_adapter.router import KvRouter, ModelOptions
@@ -28,7 +29,7 @@ RECORDED = sorted(p.name.removesuffix(".msgpack") for p in DATA.glob("*.msgpack"
 
 def test_recordings_cover_both_encodings_and_hash_kinds() -> None:
     assert {"vllm-0.33-int", "vllm-0.33-bytes", "vllm-0.23-int", "vllm-0.23-bytes", "sglang-int",
-            "sglang-eagle-int"} <= set(RECORDED)
+            "sglang-eagle-int", "vllm-0.33-mm-int", "vllm-0.33-mm-bytes"} <= set(RECORDED)
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -48,6 +49,7 @@ def test_recorded_batches_decode_to_the_expected_events(name: str) -> None:
             assert event.medium == want["medium"]
             assert event.lora_name == want["lora_name"]
             assert cache_salt_of(event) == want["cache_salt"]
+            assert [[list(k) for k in keys] for keys in mm_keys_of(event)] == want.get("mm_keys", [])
         elif isinstance(event, BlockRemoved):
             assert [str(h) for h in event.block_hashes] == want["block_hashes"]
             assert event.medium == want["medium"]
@@ -98,6 +100,19 @@ def test_hash_value_normalization() -> None:
     assert hash_value(-1) == 2**64 - 1
     assert hash_value(2**63) == 2**63
     assert hash_value(bytes(range(32))) == int.from_bytes(bytes(range(24, 32)), "big")
+
+
+def test_multimodal_key_extraction_rules() -> None:
+    """Block i's `[identifier, offset]` pairs, in order; bare strings (LoRA name, salt, a legacy bare
+    identifier), bytes, booleans and other shapes are not multimodal keys."""
+    def stored(extra):  # noqa: ANN001, ANN202
+        return BlockStored([1, 2, 3], None, list(range(48)), 16, lora_name="ad", extra_keys=extra)
+
+    assert mm_keys_of(stored(None)) == mm_keys_of(stored([None, ("ad",)])) == []
+    assert mm_keys_of(stored([("ad", ["x", 3], "salt", ("y", -2)), None, ["ad", ["x", -13]]])) == [
+        [("x", 3), ("y", -2)], [], [("x", -13)]]
+    assert mm_keys_of(stored([["img-bare", "salt"], [b"embeds", ["x", True], ["x", 1, 2], [1, "x"], ["x", 1.0],
+                                                   [["x", 1]]]])) == []
 
 
 def test_salt_extraction_rules() -> None:

@@ -152,6 +152,11 @@ def test_refusals_are_the_python_paths(servicer: KvRouterServicer) -> None:
         (kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=[1]),
                          mm_items=[pb.MultimodalItem(identifier="img", offset=2**63, length=0)]),
          grpc.StatusCode.INVALID_ARGUMENT),
+        # Items out of order: content keys now walk them as the engine does, and refuse them.
+        (kv.ScoreRequest(model=MODEL, token_ids=pb.TokenIds(token_ids=[1]),
+                         mm_items=[pb.MultimodalItem(identifier="b", offset=5, length=1),
+                                   pb.MultimodalItem(identifier="a", offset=1, length=1)]),
+         grpc.StatusCode.INVALID_ARGUMENT),
         (kv.ScoreRequest(model=MODEL), grpc.StatusCode.INVALID_ARGUMENT),
     ]:
         with pytest.raises(SidecarError) as expected:

@@ -10,6 +10,7 @@ use super::{guard, write_out};
 use crate::cancel::Cancel;
 use crate::error::Error;
 use crate::hash::{self, HashSpec};
+use crate::index::MmKey;
 
 /// Hashes the full blocks of `ids` as the JSON `spec` says (fields of `HashSpec`: `algorithm`,
 /// `block_size`, `seed`, `cache_salt`, `lora_name`, `lora_path`, `extra_keys`, `namespace`,
@@ -55,10 +56,13 @@ pub unsafe extern "C" fn sc_block_hashes(
 
 /// The router adapter index's own content keys (see `hash::prefix_keys`): Dynamo-style SequenceHash
 /// keys of the full blocks of `ids`, chained after `parent` (`has_parent` false = sequence start).
+/// `mm_keys_json`: empty, or a JSON array with per block of `ids` null or an array of its
+/// multimodal keys as `[identifier, offset]` (the offset an integer in -2^63..2^64, taken as 64
+/// bits), in order.
 ///
 /// # Safety
-/// `ids`, `lora_name` and `namespace` are borrowed for the call; `out` must be valid for `out_cap`
-/// writes; `written` and `err` must be NULL or valid for writes.
+/// `ids`, `lora_name`, `namespace` and `mm_keys_json` are borrowed for the call; `out` must be
+/// valid for `out_cap` writes; `written` and `err` must be NULL or valid for writes.
 #[no_mangle]
 pub unsafe extern "C" fn sc_prefix_keys(
     ids: sc_ids,
@@ -67,6 +71,7 @@ pub unsafe extern "C" fn sc_prefix_keys(
     namespace: sc_str,
     has_parent: bool,
     parent: u64,
+    mm_keys_json: sc_str,
     out: *mut u64,
     out_cap: usize,
     written: *mut usize,
@@ -79,18 +84,45 @@ pub unsafe extern "C" fn sc_prefix_keys(
         let lora_name = unsafe { read_str(lora_name, "lora_name")? };
         // SAFETY: as above.
         let namespace = unsafe { read_str(namespace, "namespace")? };
+        // SAFETY: as above.
+        let mm_text = unsafe { read_str(mm_keys_json, "mm_keys")? };
+        let mm = mm_keys(mm_text)?;
         let keys = hash::prefix_keys(
             ids,
             block_size,
             lora_name,
             namespace,
             has_parent.then_some(parent),
+            &mm,
         )?;
         // SAFETY: the caller promises `out` holds `out_cap` writable values.
         unsafe { write_values(&keys, out, out_cap)? };
         // SAFETY: the caller promises `written` is NULL or writable.
         unsafe { write_out(written, keys.len(), "written") }
     })
+}
+
+/// The per-block multimodal keys of `sc_prefix_keys`.
+fn mm_keys(text: &str) -> crate::Result<Vec<MmKey>> {
+    if text.trim().is_empty() {
+        return Ok(Vec::new());
+    }
+    let blocks: Vec<Option<Vec<(String, i128)>>> =
+        serde_json::from_str(text).map_err(|e| Error::invalid_argument(format!("mm_keys: {e}")))?;
+    let mut out = Vec::new();
+    for (block, keys) in blocks.iter().enumerate() {
+        for (identifier, offset) in keys.iter().flatten() {
+            if !(i64::MIN as i128..=u64::MAX as i128).contains(offset) {
+                return Err(Error::invalid_argument(format!(
+                    "mm_keys[{block}]: offset {offset} is not a 64-bit integer"
+                )));
+            }
+            let block = u32::try_from(block)
+                .map_err(|_| Error::invalid_argument("mm_keys: more than 2^32 blocks"))?;
+            out.push(MmKey::new(block, identifier, *offset));
+        }
+    }
+    Ok(out)
 }
 
 /// # Safety

@@ -30,8 +30,12 @@ pub use dynamo::{
     DYNAMO_SEED,
 };
 pub use pickle::dumps as pickle_dumps;
-pub use spec::{Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat, MAX_LOOKAHEAD};
+pub use spec::{
+    validate_mm_items, Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat,
+    MAX_LOOKAHEAD,
+};
 pub use value::Value;
+pub(crate) use vllm::block_mm_keys;
 
 use crate::cancel::Cancel;
 use crate::error::Result;
@@ -91,23 +95,26 @@ pub fn block_hashes_cancellable(
 
 /// The router adapter index's own content keys: Dynamo-style local block hashes of the full blocks
 /// of `ids` (LoRA name mixed into every block's seed; the namespace, i.e. the cache salt, into the
-/// first block of a sequence only, so it reaches later blocks through the chain as in vLLM)
-/// chained into SequenceHashes after `parent` (None = sequence start).
+/// first block of a sequence only, so it reaches later blocks through the chain as in vLLM; a
+/// block's multimodal keys `mm` after its tokens) chained into SequenceHashes after `parent`
+/// (None = sequence start). The index's own function ([`crate::index::prefix_keys`]).
 pub fn prefix_keys(
     ids: &[u32],
     block_size: u32,
     lora_name: &str,
     namespace: &str,
     parent: Option<u64>,
+    mm: &[crate::index::MmKey],
 ) -> Result<Vec<u64>> {
     if block_size == 0 {
         return Err(crate::Error::invalid_argument("block_size: must be > 0"));
     }
-    let bs = block_size as usize;
-    let mut local = local_block_hashes(ids, bs, dynamo_block_seed(lora_name, ""), &[]);
-    if parent.is_none() && !namespace.is_empty() && !local.is_empty() {
-        local[0] =
-            local_block_hashes(&ids[..bs], bs, dynamo_block_seed(lora_name, namespace), &[])[0];
-    }
-    Ok(sequence_hashes(parent, &local))
+    Ok(crate::index::prefix_keys(
+        ids,
+        block_size as usize,
+        lora_name,
+        namespace,
+        parent,
+        mm,
+    ))
 }

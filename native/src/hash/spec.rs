@@ -256,25 +256,31 @@ impl HashSpec {
                 )));
             }
         }
-        let mut previous = 0;
-        for (i, item) in self.mm_items.iter().enumerate() {
-            if item.identifier.is_empty() {
-                return Err(Error::invalid_argument(format!(
-                    "block_hashing.mm_items[{i}].identifier: empty"
-                )));
-            }
-            if item.offset < previous {
-                return Err(Error::invalid_argument(format!(
-                    "block_hashing.mm_items[{i}].offset: items must be sorted by offset (as the engine keeps them)"
-                )));
-            }
-            if item.offset.checked_add(item.length).is_none() || item.offset > i64::MAX as u64 {
-                return Err(Error::invalid_argument(format!(
-                    "block_hashing.mm_items[{i}]: offset + length overflows"
-                )));
-            }
-            previous = item.offset;
-        }
-        Ok(())
+        validate_mm_items(&self.mm_items)
     }
+}
+
+/// Refuses multimodal items no engine could have: an empty identifier, items out of offset order
+/// (vLLM's walk over them assumes the order), a run past the engine's positions.
+pub fn validate_mm_items(items: &[MmItem]) -> Result<()> {
+    let mut previous = 0;
+    for (i, item) in items.iter().enumerate() {
+        if item.identifier.is_empty() {
+            return Err(Error::invalid_argument(format!(
+                "block_hashing.mm_items[{i}].identifier: empty"
+            )));
+        }
+        if item.offset < previous {
+            return Err(Error::invalid_argument(format!(
+                "block_hashing.mm_items[{i}].offset: items must be sorted by offset (as the engine keeps them)"
+            )));
+        }
+        if item.offset.checked_add(item.length).is_none() || item.offset > i64::MAX as u64 {
+            return Err(Error::invalid_argument(format!(
+                "block_hashing.mm_items[{i}]: offset + length overflows"
+            )));
+        }
+        previous = item.offset;
+    }
+    Ok(())
 }

@@ -184,6 +184,28 @@ fn lookahead_extra_keys<'a>(
     Value::Tuple(keys)
 }
 
+/// The multimodal keys of the first `blocks` blocks by vLLM's rule ([`mm_keys`], what vLLM hashes
+/// and publishes in a store's `extra_keys`), as `(block, identifier, offset)` in block order.
+pub(crate) fn block_mm_keys(
+    items: &[MmItem],
+    blocks: usize,
+    block_size: usize,
+) -> Vec<(usize, &str, i64)> {
+    let mut out = Vec::new();
+    if items.is_empty() {
+        return out;
+    }
+    let mut cursor = MmCursor::default();
+    for block in 0..blocks {
+        let start = (block * block_size) as u64;
+        let end = start + block_size as u64;
+        for (identifier, offset) in mm_keys(items, start, end, &mut cursor) {
+            out.push((block, identifier, offset));
+        }
+    }
+    out
+}
+
 /// vLLM's `_gen_mm_extra_hash_keys`: the items whose placeholder run overlaps the block, with their
 /// offset relative to the block start (negative for an item that began in an earlier block).
 fn mm_keys<'a>(

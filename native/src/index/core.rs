@@ -313,7 +313,16 @@ impl Index {
             self.stats.skipped_events += 1;
             return false;
         }
-        prefix_keys_into(&tokens[..used], bs, event.lora_name, salt, parent_key, keys);
+        let mm = &batch.mm[event.mm.0 as usize..event.mm.1 as usize];
+        prefix_keys_into(
+            &tokens[..used],
+            bs,
+            event.lora_name,
+            salt,
+            parent_key,
+            mm,
+            keys,
+        );
         true
     }
 

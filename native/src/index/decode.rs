@@ -29,6 +29,7 @@
 //! need only be well-formed. Everything else that is not an event of a known class refuses the
 //! batch.
 
+use super::content::MmKey;
 use super::msgpack::{Check, Kind, Reader};
 use crate::error::{Error, Result};
 
@@ -50,6 +51,8 @@ pub struct Batch<'a> {
     pub tokens: Vec<u32>,
     /// Events of a class this decoder does not know, left out of `events`.
     pub unknown: u64,
+    /// Multimodal keys of every store, concatenated (see [`Stored::mm`]).
+    pub mm: Vec<MmKey>,
 }
 
 /// One event.
@@ -82,6 +85,10 @@ pub struct Stored<'a> {
     pub lora_name: &'a str,
     /// The cache salt of a store that starts a sequence (`events.cache_salt_of`).
     pub salt: &'a str,
+    /// Range of `Batch::mm`: the `[identifier, offset]` pairs of each block's `extra_keys`
+    /// (`events.mm_keys_of`), by block. (32-bit: a pair takes 4 bytes of payload at least, and
+    /// 32 bits keep the event the size it was.)
+    pub mm: (u32, u32),
     /// The KV-cache group; None when not published.
     pub group_idx: Option<i128>,
     /// Whether `locality` is `"REMOTE"`.
@@ -279,6 +286,8 @@ struct Fields<'a> {
     lora_name: Option<&'a str>,
     cache_salt: Option<&'a str>,
     salt_hints: Option<SaltHints<'a>>,
+    /// Range of `Batch::mm` (empty: none).
+    mm: (u32, u32),
     group_idx: Option<i128>,
     locality: Option<&'a str>,
 }
@@ -602,15 +611,7 @@ fn read_field<'a>(
                 _ => fields.locality = value,
             }
         }
-        Field::ExtraKeys => {
-            fields.salt_hints = None;
-            if !r.nil()? {
-                if got != Kind::Array {
-                    return Err(expected("array | null", got, &path()));
-                }
-                fields.salt_hints = Some(extra_keys(r)?);
-            }
-        }
+        Field::ExtraKeys => extra_keys_field(r, batch, fields, got, &path)?,
         Field::Other => r.skip(Check::Any)?,
     }
     Ok(())
@@ -752,31 +753,83 @@ fn bigram_list(
     Ok(wide)
 }
 
-/// Checks `extra_keys` as msgspec decodes `list[Any]` and keeps the strings `cache_salt_of`
-/// reads: the string elements of the first element when that is an array.
-fn extra_keys<'a>(r: &mut Reader<'a>) -> Result<SaltHints<'a>> {
+/// Reads `extra_keys` into `fields` and `batch.mm` (out of line: most events have none, and the
+/// other fields' reads stay as compact as they were).
+#[inline(never)]
+fn extra_keys_field<'a>(
+    r: &mut Reader<'a>,
+    batch: &mut Batch<'a>,
+    fields: &mut Fields<'a>,
+    got: Kind,
+    path: &dyn Fn() -> String,
+) -> Result<()> {
+    fields.salt_hints = None;
+    // A field given twice: the last one counts (the event's keys are the last in `batch.mm`, and
+    // are replaced).
+    if fields.mm.1 > fields.mm.0 {
+        batch.mm.truncate(fields.mm.0 as usize);
+    }
+    let start = batch.mm.len() as u32;
+    fields.mm = (start, start);
+    if !r.nil()? {
+        if got != Kind::Array {
+            return Err(expected("array | null", got, &path()));
+        }
+        fields.salt_hints = Some(extra_keys(r, &mut batch.mm)?);
+        let end = u32::try_from(batch.mm.len())
+            .map_err(|_| Error::invalid_argument("extra_keys: more than 2^32 multimodal keys"))?;
+        fields.mm = (start, end);
+    }
+    Ok(())
+}
+
+/// Checks `extra_keys` as msgspec decodes `list[Any]`, keeps the strings `cache_salt_of` reads
+/// (the string elements of the first element when that is an array) and appends to `mm` the
+/// multimodal keys `events.mm_keys_of` reads: in element i (block i) when it is an array, each
+/// element that is a 2-array of a string and an integer (vLLM's untagged `(identifier, offset)`).
+/// Bare strings are no multimodal key (see `mm_keys_of`).
+fn extra_keys<'a>(r: &mut Reader<'a>, mm: &mut Vec<MmKey>) -> Result<SaltHints<'a>> {
     let n = r.array()?.unwrap_or(0);
     let mut hints = SaltHints::default();
     for i in 0..n {
-        if i > 0 || r.peek()? != Kind::Array {
+        if r.peek()? != Kind::Array {
             r.skip(Check::Any)?;
             continue;
         }
         let inner = r.array()?.unwrap_or(0);
         for _ in 0..inner {
-            match r.text()? {
-                Some(s) => {
+            match r.peek()? {
+                Kind::Str if i == 0 => {
+                    let s = r.text()?.unwrap_or_default();
                     if hints.count == 0 {
                         hints.first = s;
                     }
                     hints.last = s;
                     hints.count += 1;
                 }
-                None => r.skip(Check::Any)?,
+                Kind::Array => mm_pair(r, i, mm)?,
+                _ => r.skip(Check::Any)?,
             }
         }
     }
     Ok(hints)
+}
+
+/// One array element of block `block`'s extra keys: a multimodal key when it is
+/// `[identifier, offset]`, else only checked (as `Any`).
+fn mm_pair(r: &mut Reader<'_>, block: usize, mm: &mut Vec<MmKey>) -> Result<()> {
+    let at = r.pos();
+    if r.array()? == Some(2) && r.peek()? == Kind::Str {
+        let identifier = r.text()?.unwrap_or_default();
+        if r.peek()? == Kind::Int {
+            let offset = r.int()?.unwrap_or_default();
+            // More blocks than 2^32 would take more than 4 GiB of payload.
+            mm.push(MmKey::new(block as u32, identifier, offset));
+            return Ok(());
+        }
+    }
+    r.seek(at);
+    r.skip(Check::Any)
 }
 
 /// Builds the event from its fields: required fields, short digests, and normalization.
@@ -818,6 +871,7 @@ fn finish<'a>(class: Class, f: Fields<'a>, encoding: Encoding) -> Result<Event<'
         medium,
         lora_name,
         salt: cache_salt(&f, lora_name),
+        mm: f.mm,
         group_idx: f.group_idx,
         remote,
         bigram: f.bigram,

@@ -1,9 +1,9 @@
 //! The KV prefix index: engine KV events in, "which worker holds the longest prefix of this
 //! request" out. The same semantics as `router_adapter/index.py` (the differential reference in
-//! tests): content and engine key modes, media, LoRA and salt, parents, removals, clears, the
-//! `max_blocks` bound, worker drops, and the same statistics; plus its own MessagePack decoding
-//! of the engines' payloads ([`decode`]) so a batch goes from bytes to index with no
-//! per-event object on the Python side.
+//! tests): content and engine key modes, media, LoRA, salt and multimodal keys, parents,
+//! removals, clears, the `max_blocks` bound, worker drops, and the same statistics; plus its own
+//! MessagePack decoding of the engines' payloads ([`decode`]) so a batch goes from bytes to index
+//! with no per-event object on the Python side.
 //!
 //! # Data layout, and why
 //!
@@ -73,7 +73,7 @@ use std::time::Instant;
 use serde::Deserialize;
 
 pub use self::core::Index;
-pub use content::prefix_keys;
+pub use content::{prefix_keys, MmKey};
 pub use decode::{decode_batch, decode_columns, Batch, Columns, Encoding, Event};
 
 pub use score::{RequestFacts, ScoreTable, WorkerScore};

@@ -7,6 +7,7 @@
 //! lookups are done a chunk at a time ahead of the walk: they do not depend on each other, so
 //! the processor overlaps their cache misses instead of waiting for each in turn.
 
+use super::content::MmKey;
 use super::core::Index;
 use super::holders::{Holders, MultiRecord};
 use super::table::mix;
@@ -60,7 +61,7 @@ pub struct RequestFacts<'a> {
     pub lora_path: &'a str,
     /// The cache salt; empty for none.
     pub cache_salt: &'a str,
-    /// Multimodal items (engine mode only).
+    /// Multimodal items: the engine hashes them into the blocks they overlap, and so do content keys.
     pub mm_items: &'a [MmItem],
 }
 
@@ -244,16 +245,24 @@ pub fn request_keys(
     facts: &RequestFacts,
 ) -> Result<Vec<u64>> {
     let Some(spec) = engine_spec else {
-        return Ok(match block_size {
-            Some(bs) => super::content::prefix_keys(
-                tokens,
-                bs as usize,
-                facts.lora_name,
-                facts.cache_salt,
-                None,
-            ),
-            None => Vec::new(),
-        });
+        let Some(bs) = block_size else {
+            return Ok(Vec::new());
+        };
+        let bs = bs as usize;
+        // A block's multimodal keys by the engine's rule: what a store of the same prompt carries.
+        hash::validate_mm_items(facts.mm_items)?;
+        let mm: Vec<MmKey> = hash::block_mm_keys(facts.mm_items, tokens.len() / bs, bs)
+            .into_iter()
+            .map(|(block, identifier, offset)| MmKey::new(block as u32, identifier, offset as i128))
+            .collect();
+        return Ok(super::content::prefix_keys(
+            tokens,
+            bs,
+            facts.lora_name,
+            facts.cache_salt,
+            None,
+            &mm,
+        ));
     };
     let mut spec = spec.clone();
     spec.cache_salt = facts.cache_salt.to_owned();

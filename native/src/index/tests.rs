@@ -5,12 +5,13 @@ use std::path::Path;
 
 use super::decode::{decode_batch, Encoding, Event};
 use super::*;
-use crate::hash::{Algorithm, HashSpec};
+use crate::hash::{Algorithm, HashSpec, MmItem};
 
 /// A MessagePack writer for building payloads in tests.
 #[derive(Clone, Debug)]
 enum V {
     Nil,
+    Bool(bool),
     Int(i128),
     Float(f64),
     Str(&'static str),
@@ -22,6 +23,7 @@ enum V {
 fn encode(v: &V, out: &mut Vec<u8>) {
     match v {
         V::Nil => out.push(0xc0),
+        V::Bool(b) => out.push(if *b { 0xc3 } else { 0xc2 }),
         V::Int(i) if *i >= 0 => {
             out.push(0xcf);
             out.extend_from_slice(&(*i as u64).to_be_bytes());
@@ -215,6 +217,15 @@ fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
             assert_eq!(s.lora_name, want["lora_name"].as_str().unwrap_or(""));
             assert_eq!(s.salt, want["cache_salt"].as_str().unwrap());
             assert_eq!(s.bigram, want["bigram"].as_bool().unwrap_or(false));
+            // Each block's `[identifier, offset]` pairs (recordings without images name none).
+            let mut want_mm = Vec::new();
+            for (block, keys) in want["mm_keys"].as_array().into_iter().flatten().enumerate() {
+                for pair in keys.as_array().unwrap() {
+                    let (id, offset) = (pair[0].as_str().unwrap(), pair[1].as_i64().unwrap());
+                    want_mm.push(MmKey::new(block as u32, id, offset as i128));
+                }
+            }
+            assert_eq!(batch.mm[s.mm.0 as usize..s.mm.1 as usize], want_mm[..]);
         }
         Event::Removed(r) => {
             assert_eq!(want["type"], "BlockRemoved");
@@ -222,6 +233,119 @@ fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
             assert_eq!(r.medium, want["medium"].as_str().unwrap());
         }
         Event::Cleared => assert_eq!(want["type"], "AllBlocksCleared"),
+    }
+}
+
+#[test]
+fn extra_keys_pairs_are_each_blocks_multimodal_keys() {
+    // As `events.mm_keys_of`: block i's `[str, int]` pairs in order; bare strings (LoRA name,
+    // salt, a legacy bare identifier), bytes, booleans, other lengths and nesting are not.
+    let pair = |id: &'static str, offset: i128| V::Arr(vec![V::Str(id), V::Int(offset)]);
+    let store = |extra: V| {
+        V::Map(vec![
+            (V::Str("type"), V::Str("BlockStored")),
+            (V::Str("block_hashes"), ints([1, 2, 3])),
+            (V::Str("token_ids"), ints(0..12)),
+            (V::Str("block_size"), V::Int(4)),
+            (V::Str("lora_name"), V::Str("ad")),
+            (V::Str("extra_keys"), extra),
+        ])
+    };
+    let first = store(V::Arr(vec![
+        V::Arr(vec![
+            V::Str("ad"),
+            pair("x", 3),
+            V::Str("salt"),
+            pair("y", -2),
+        ]),
+        V::Nil,
+        V::Arr(vec![V::Str("ad"), pair("x", u64::MAX as i128)]),
+    ]));
+    let ignored = store(V::Arr(vec![V::Arr(vec![
+        V::Str("bare-id"),
+        V::Bin(b"embeds".to_vec()),
+        V::Arr(vec![V::Str("x"), V::Bool(true)]),
+        V::Arr(vec![V::Str("x"), V::Int(1), V::Int(2)]),
+        V::Arr(vec![V::Int(1), V::Str("x")]),
+        V::Arr(vec![V::Str("x"), V::Float(1.0)]),
+        V::Arr(vec![pair("x", 1)]),
+    ])]));
+    // A field given twice: the last one counts.
+    let mut twice = store(V::Arr(vec![V::Arr(vec![pair("gone", 0)])]));
+    if let V::Map(fields) = &mut twice {
+        fields.push((
+            V::Str("extra_keys"),
+            V::Arr(vec![V::Nil, V::Arr(vec![pair("z", 0)])]),
+        ));
+    }
+    let payload = bytes(&V::Arr(vec![
+        V::Float(1.0),
+        V::Arr(vec![first, ignored, twice]),
+    ]));
+    let batch = decode_batch(&payload, Encoding::Engine).unwrap();
+    let keys: Vec<&[MmKey]> = batch
+        .events
+        .iter()
+        .map(|e| match e {
+            Event::Stored(s) => &batch.mm[s.mm.0 as usize..s.mm.1 as usize],
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(
+        keys[0],
+        [
+            MmKey::new(0, "x", 3),
+            MmKey::new(0, "y", -2),
+            MmKey::new(2, "x", u64::MAX as i128)
+        ]
+    );
+    assert!(keys[1].is_empty());
+    assert_eq!(keys[2], [MmKey::new(1, "z", 0)]);
+    assert_eq!(batch.mm.len(), 4);
+    let Event::Stored(s) = &batch.events[0] else {
+        unreachable!()
+    };
+    assert_eq!(s.salt, "salt");
+}
+
+#[test]
+fn content_keys_tell_images_apart() {
+    // Blocks 1 and 2 hold image x (stored) or y (requested): the text block before matches.
+    let index = content_index(1000);
+    let tokens = tokens();
+    let hashes = vllm_hashes(&tokens, "");
+    let pair = |offset: i128| V::Arr(vec![V::Arr(vec![V::Str("x"), V::Int(offset)])]);
+    let event = V::Map(vec![
+        (V::Str("type"), V::Str("BlockStored")),
+        (V::Str("block_hashes"), ints(hashes[..4].iter().copied())),
+        (
+            V::Str("token_ids"),
+            ints(tokens[..16].iter().map(|&t| t as u64)),
+        ),
+        (V::Str("block_size"), V::Int(BS as i128)),
+        (
+            V::Str("extra_keys"),
+            V::Arr(vec![V::Nil, pair(0), pair(-4), V::Nil]),
+        ),
+    ]);
+    let payload = bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![event])]));
+    index.apply("w", &payload, Encoding::Engine).unwrap();
+    let item = |id: &str| MmItem {
+        identifier: id.to_owned(),
+        offset: 4,
+        length: 8,
+    };
+    for (items, depth) in [(vec![item("x")], 4), (vec![item("y")], 1), (vec![], 1)] {
+        let table = index
+            .score(
+                &tokens[..16],
+                &RequestFacts {
+                    mm_items: &items,
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(table.workers[0].blocks, depth, "{items:?}");
     }
 }
 
