@@ -396,6 +396,13 @@ class PrefixIndex:
             else:
                 salt = cache_salt_of(event)
             bs = self.block_size
+            if len(event.token_ids) // bs > len(hashes):
+                # More full blocks of tokens than hashes: the engine left blocks out (a hybrid
+                # model's sliding-window or Mamba group stores sparse blocks), and the event does
+                # not say which, so no hash's tokens are known. Skipped, not keyed by the wrong
+                # tokens; `--kv-group` names the full-attention group.
+                self.stats.skipped_events += 1
+                return
             tokens = event.token_ids[: len(hashes) * bs]
             mm_keys = mm_keys_of(event)
             try:

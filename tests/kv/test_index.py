@@ -338,3 +338,18 @@ def test_the_event_rate_is_read_while_events_are_applied(kind: str) -> None:
         done.set()
         applier.join()
         sys.setswitchinterval(interval)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_store_of_sparse_blocks_is_skipped_not_misattributed(kind: str) -> None:
+    """A hybrid model's sliding-window (or Mamba) group: vLLM 0.33's `BlockPool.cache_full_blocks`
+    publishes `token_ids` for the whole range but leaves null or masked blocks out of
+    `block_hashes`, without saying which. Keying the hashes by the first blocks' tokens attached
+    wrong content keys; the store is skipped and counted instead. The full group is indexed."""
+    index = make_index(kind, BS, group_idx=1)
+    tokens = TOKENS[: 4 * BS]
+    index.apply("a", BlockStored([1, 2], None, tokens, BS, group_idx=1))  # blocks 2 and 3 only
+    assert index.num_blocks == 0 and index.stats.skipped_events == 1
+    assert depths(index, tokens) == {"a": 0}
+    index.apply("a", BlockStored([11, 12, 13, 14], None, tokens, BS, group_idx=1))
+    assert depths(index, tokens) == {"a": 4} and index.stats.skipped_events == 1

@@ -308,6 +308,12 @@ impl Index {
         };
         let bs = self.block_size.expect("checked by the caller") as usize;
         let tokens = &batch.tokens[event.tokens.0..event.tokens.1];
+        if tokens.len() / bs > n {
+            // More full blocks of tokens than hashes: the engine left blocks out (a hybrid model's
+            // sliding-window or Mamba group), and the event does not say which (as the Python index).
+            self.stats.skipped_events += 1;
+            return false;
+        }
         let used = tokens.len().min(n.saturating_mul(bs));
         if event.wide_token.is_some_and(|i| i < used) {
             self.stats.skipped_events += 1;
