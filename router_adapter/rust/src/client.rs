@@ -1,5 +1,5 @@
-//! The typed client: one method per RPC of `sidecar.v1.Preprocessor`, `sidecar.v1.KvRouter` and
-//! `grpc.health.v1.Health`.
+//! The typed client: one method per RPC of `sidecar.v1.Preprocessor`, `sidecar.v1.KvRouter`,
+//! `sidecar.v1.Admin` and `grpc.health.v1.Health`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,7 +20,8 @@ use crate::parse_stream::ParseStream;
 use crate::target::Target;
 use crate::v1::{
     DetokenizeRequest, DetokenizeResponse, KvStatusRequest, KvStatusResponse, ListModelsRequest,
-    ListModelsResponse, RenderRequest, RenderResponse, ScoreRequest, ScoreResponse,
+    ListModelsResponse, ListParsersRequest, ListParsersResponse, ReloadModelsRequest,
+    ReloadModelsResponse, RenderRequest, RenderResponse, ScoreRequest, ScoreResponse,
     TokenizeRequest, TokenizeResponse,
 };
 use crate::Error;
@@ -360,6 +361,15 @@ impl Client {
             .await?)
     }
 
+    /// `Preprocessor/ListParsers`: the tool and reasoning parsers this server knows, their
+    /// aliases and markers, and the engine versions whose names are covered.
+    pub async fn list_parsers(&self) -> Result<ListParsersResponse, Error> {
+        Ok(self
+            .fleet
+            .call(ListParsersRequest {}, self.timeout, on::list_parsers)
+            .await?)
+    }
+
     /// `KvRouter/Score`: every known worker of a model by its cached prefix of the request.
     /// FAILED_PRECONDITION when the server runs without `--kv-events`.
     pub async fn score(&self, request: ScoreRequest) -> Result<ScoreResponse, Error> {
@@ -371,6 +381,20 @@ impl Client {
         Ok(self
             .fleet
             .call(KvStatusRequest {}, self.timeout, on::kv_status)
+            .await?)
+    }
+
+    /// `Admin/ReloadModels`: reloads the model directories whose files changed (all hosted models
+    /// when `request.models` is empty; `force` reloads unchanged ones too). Served only by a server
+    /// started with `sidecar serve --enable-admin` (UNIMPLEMENTED otherwise); an unknown model is
+    /// NOT_FOUND. Of a `--processes N` server it reaches one process, as every call does.
+    pub async fn reload_models(
+        &self,
+        request: ReloadModelsRequest,
+    ) -> Result<ReloadModelsResponse, Error> {
+        Ok(self
+            .fleet
+            .call(request, self.timeout, on::reload_models)
             .await?)
     }
 
@@ -433,6 +457,40 @@ mod on {
                     c.preprocessor
                         .clone()
                         .list_models(r)
+                        .await
+                        .map(Response::into_inner)
+                }),
+        )
+    }
+
+    pub fn list_parsers(
+        m: &Member,
+        r: ListParsersRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, ListParsersResponse> {
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.preprocessor
+                        .clone()
+                        .list_parsers(r)
+                        .await
+                        .map(Response::into_inner)
+                }),
+        )
+    }
+
+    pub fn reload_models(
+        m: &Member,
+        r: ReloadModelsRequest,
+        t: Option<Duration>,
+    ) -> CallFuture<'_, ReloadModelsResponse> {
+        Box::pin(
+            m.connections
+                .unary(t, r, |c: Arc<Connection>, r| async move {
+                    c.admin
+                        .clone()
+                        .reload_models(r)
                         .await
                         .map(Response::into_inner)
                 }),

@@ -23,6 +23,7 @@ use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::target::Target;
+use crate::v1::admin_client::AdminClient;
 use crate::v1::kv_router_client::KvRouterClient;
 use crate::v1::preprocessor_client::PreprocessorClient;
 
@@ -69,6 +70,7 @@ pub(crate) struct Connection {
     pub generation: u64,
     pub preprocessor: PreprocessorClient<Channel>,
     pub kv_router: KvRouterClient<Channel>,
+    pub admin: AdminClient<Channel>,
     pub health: HealthClient<Channel>,
     /// The client's `max_message_bytes` (the generated clients' limits).
     pub max_message_bytes: usize,
@@ -91,6 +93,9 @@ impl Connection {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
             kv_router: KvRouterClient::new(channel.clone())
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+            admin: AdminClient::new(channel.clone())
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
             health: HealthClient::new(channel),

@@ -44,7 +44,7 @@ pub use target::Target;
 /// gRPC status codes, as carried by [`Error::code`].
 pub use tonic::{Code, Status};
 
-/// Messages and generated tonic clients of `sidecar.v1` (`Preprocessor`, `KvRouter`), with the
+/// Messages and generated tonic clients of `sidecar.v1` (`Preprocessor`, `KvRouter`, `Admin`), with the
 /// field documentation of the `.proto` files.
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {
