@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
-use tonic::{Code, Request, Status};
+use tonic::{Code, Extensions, Request, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
@@ -305,12 +306,31 @@ impl Connections {
         F: Fn(Arc<Connection>, Request<M>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
+        self.unary_with(timeout, message, None, call).await
+    }
+
+    /// [`unary`](Self::unary) with the caller's metadata on the request (and on its retry).
+    pub async fn unary_with<M, T, F, Fut>(
+        &self,
+        timeout: Option<Duration>,
+        message: M,
+        metadata: Option<&MetadataMap>,
+        call: F,
+    ) -> Result<T, Status>
+    where
+        M: Clone + prost::Message,
+        F: Fn(Arc<Connection>, Request<M>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
         check_size(message.encoded_len(), self.settings.max_message_bytes)?;
         let deadline = deadline_after(timeout);
         let spare = self.settings.retry_unavailable.then(|| message.clone());
         let connection = self.ready(deadline).await?;
         let first = within(deadline, |timeout| {
-            call(connection.clone(), with_timeout(message, timeout))
+            call(
+                connection.clone(),
+                with_metadata(message, timeout, metadata),
+            )
         })
         .await;
         let failure = match first {
@@ -332,7 +352,7 @@ impl Connections {
             }
         };
         within(deadline, |timeout| {
-            call(connection, with_timeout(message, timeout))
+            call(connection, with_metadata(message, timeout, metadata))
         })
         .await
     }
@@ -353,7 +373,20 @@ pub(crate) fn check_size(len: usize, max: usize) -> Result<(), Status> {
 /// A request carrying the remaining time as its `grpc-timeout` (none when longer than
 /// [`MAX_TIMEOUT`]).
 pub(crate) fn with_timeout<M>(message: M, timeout: Option<Duration>) -> Request<M> {
-    let mut request = Request::new(message);
+    with_metadata(message, timeout, None)
+}
+
+/// A request carrying `metadata` (the caller's own entries, e.g. `x-request-id`) and the
+/// remaining time as its `grpc-timeout`.
+pub(crate) fn with_metadata<M>(
+    message: M,
+    timeout: Option<Duration>,
+    metadata: Option<&MetadataMap>,
+) -> Request<M> {
+    let mut request = match metadata {
+        Some(metadata) => Request::from_parts(metadata.clone(), Extensions::default(), message),
+        None => Request::new(message),
+    };
     if let Some(timeout) = bounded(timeout) {
         request.set_timeout(timeout);
     }

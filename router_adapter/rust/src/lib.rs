@@ -32,6 +32,7 @@ mod error;
 #[cfg(test)]
 mod fake_server;
 mod fleet;
+mod metadata;
 mod multiplex;
 mod mux_queue;
 mod parse_stream;
@@ -39,8 +40,11 @@ mod target;
 
 pub use client::{Client, ClientBuilder, PROCESS_HEALTH_SERVICE};
 pub use error::{code_name, Error};
+pub use metadata::{ResponseMeta, REQUEST_ID};
 pub use parse_stream::ParseStream;
 pub use target::Target;
+/// gRPC metadata, as [`ResponseMeta::metadata`] and a [`Status`] carry it.
+pub use tonic::metadata::MetadataMap;
 /// gRPC status codes, as carried by [`Error::code`].
 pub use tonic::{Code, Status};
 
