@@ -5,6 +5,11 @@
 //! Unix-socket or TCP targets, per-call deadlines, reconnect with a health check after a failure,
 //! and one error type carrying the gRPC status.
 //!
+//! Per-call metadata: [`Client::with_request_id`] (`x-request-id`, under which the server logs the
+//! call) and [`Client::with_metadata`] (e.g. `traceparent`) return a handle whose calls carry it;
+//! the id the server echoes is read with the `*_with_meta` methods ([`ResponseMeta`]) or, on an
+//! error, [`Error::request_id`].
+//!
 //! A server started with `sidecar serve --processes N --uds PATH` listens on `PATH.0` ...
 //! `PATH.{N-1}`, one socket per process: `unix:PATH` then finds them all (when `PATH` itself does
 //! not exist or refuses connections, every `PATH.<digits>` in its directory, looked at again after
