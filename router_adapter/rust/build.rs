@@ -9,6 +9,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let files = [
         protos.join("sidecar/v1/preprocessor.proto"),
         protos.join("sidecar/v1/kv_router.proto"),
+        protos.join("sidecar/v1/admin.proto"),
     ];
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());

@@ -1,8 +1,9 @@
 """The Rust client crate (`router_adapter/rust`) against the real server.
 
-Its interop driver (`sidecar-interop`) calls every RPC of both services and the health service
-through the crate's typed API, with an error of each kind, a ParseStream carrying several requests
-at once, and a server restart (health-aware reconnect), and the Preprocessor cases plus many
+Its interop driver (`sidecar-interop`) calls every RPC of the three services (Admin: the server runs
+with `--enable-admin`) and the health service through the crate's typed API, with an error of each
+kind, a ParseStream carrying several requests at once, calls carrying `x-request-id` (whose echo it
+checks), and a server restart (health-aware reconnect), and the Preprocessor cases plus many
 concurrent calls once more through a client built with `multiplex(true)` (Tokenize, Detokenize and
 Render on a pool of Multiplex streams); it checks each outcome itself and prints every request and
 response as protobuf bytes. Each request is then replayed here with the Python
@@ -28,14 +29,16 @@ from tests.conftest import IN_CI, REPO, LiveServer, start_server, stop_server  #
 from tests.kv.publisher import FakeEnginePublisher, stored, wait_until  # noqa: E402
 from router_adapter import _reference  # noqa: E402
 from router_adapter.spec import HashSpec  # noqa: E402
+from sidecar.v1 import admin_pb2 as admin  # noqa: E402
 from sidecar.v1 import kv_router_pb2 as kv  # noqa: E402
 from sidecar.v1 import preprocessor_pb2 as pb  # noqa: E402
 
 pytestmark = pytest.mark.e2e
 
 BINARY = Path(os.environ.get("SIDECAR_INTEROP_BIN", REPO / "router_adapter/rust/target/release/sidecar-interop"))
-#: The limits the driver's RESOURCE_EXHAUSTED cases rely on.
-MAIN_ARGS = ("--max-message-mb", "1", "--parse-max-requests", "4")
+#: The limits the driver's RESOURCE_EXHAUSTED cases rely on, and the Admin service its
+#: ReloadModels cases call.
+MAIN_ARGS = ("--max-message-mb", "1", "--parse-max-requests", "4", "--enable-admin")
 KV_TEXT = "A router asks which worker already holds this prompt's prefix. " * 12
 BLOCK_SIZE = 16
 #: The Rust client's default `multiplex_max_request_bytes`: larger requests take the unary path.
@@ -47,9 +50,11 @@ METHODS = {
     "Detokenize": ("/sidecar.v1.Preprocessor/Detokenize", pb.DetokenizeRequest, pb.DetokenizeResponse),
     "Render": ("/sidecar.v1.Preprocessor/Render", pb.RenderRequest, pb.RenderResponse),
     "ListModels": ("/sidecar.v1.Preprocessor/ListModels", pb.ListModelsRequest, pb.ListModelsResponse),
+    "ListParsers": ("/sidecar.v1.Preprocessor/ListParsers", pb.ListParsersRequest, pb.ListParsersResponse),
     "ParseStream": ("/sidecar.v1.Preprocessor/ParseStream", pb.ParseStreamRequest, pb.ParseStreamResponse),
     "Score": ("/sidecar.v1.KvRouter/Score", kv.ScoreRequest, kv.ScoreResponse),
     "KvStatus": ("/sidecar.v1.KvRouter/KvStatus", kv.KvStatusRequest, kv.KvStatusResponse),
+    "ReloadModels": ("/sidecar.v1.Admin/ReloadModels", admin.ReloadModelsRequest, admin.ReloadModelsResponse),
     "Check": ("/grpc.health.v1.Health/Check", health_pb2.HealthCheckRequest, health_pb2.HealthCheckResponse),
 }
 
@@ -158,6 +163,9 @@ def _comparable(response: object) -> object:
     if isinstance(response, kv.KvStatusResponse):
         for model in response.models:
             model.events_per_second = 0  # a rate over the last 10 s: moves between the two calls
+    if isinstance(response, admin.ReloadModelsResponse):
+        for model in response.models:
+            model.seconds = 0  # how long the fingerprint took
     return response
 
 
@@ -194,6 +202,18 @@ def test_rust_client_matches_python_client(tmp_path: Path, kv_server: LiveServer
     assert {"OK", "INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED",
             "UNAVAILABLE"} <= codes
     assert compared == sum(r["compare"] for r in records) >= 25
+    # The request ids the driver sent came back (in the trailers of a success and of an error, with
+    # Multiplex on too), and are the ids the server logged those calls under; a call without one got
+    # the server's own.
+    tagged = [r for r in records if "request_id_sent" in r]
+    sent = {r["request_id_sent"] for r in tagged if r["request_id_sent"]}
+    assert sent == {"interop-ok-1", "interop-error-2", "interop-mux-3"}, tagged
+    for record in tagged:
+        assert record["request_id_echoed"] == (record["request_id_sent"] or record["request_id_echoed"]), record
+        assert record["request_id_echoed"], record
+    logged = {e["request_id"]: e for e in first_log if e.get("event") == "rpc" and e.get("request_id") in sent}
+    assert set(logged) == sent, sorted(logged)
+    assert logged["interop-error-2"]["code"] == "NOT_FOUND" and logged["interop-ok-1"]["code"] == "OK"
     # The multiplexed client's Tokenize, Detokenize and Render calls really travelled on Multiplex
     # streams (requests over its 256 KiB bound go unary by design), and were compared above.
     multiplexed = [r for r in records if r.get("carrier") == "multiplex" and r["method"] in ("Tokenize", "Detokenize", "Render")

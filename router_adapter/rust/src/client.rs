@@ -1,11 +1,14 @@
-//! The typed client: one method per RPC of `sidecar.v1.Preprocessor`, `sidecar.v1.KvRouter` and
-//! `grpc.health.v1.Health`.
+//! The typed client: one method per RPC of `sidecar.v1.Preprocessor`, `sidecar.v1.KvRouter`,
+//! `sidecar.v1.Admin` and `grpc.health.v1.Health`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
-use tonic::{Code, Response, Status};
+use tonic::metadata::MetadataMap;
+use tonic::{Code, Request, Response, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 
@@ -15,12 +18,14 @@ use crate::connection::{
     bounded, Connection, Connections, Settings, MAX_TIMEOUT, RECONNECT_BACKOFF,
 };
 use crate::fleet::{discover, scan, Discovery, Fleet, MakeMember, Member};
+use crate::metadata::{entry, ResponseMeta, REQUEST_ID};
 use crate::multiplex::{MultiplexSettings, StreamCarrier};
 use crate::parse_stream::ParseStream;
 use crate::target::Target;
 use crate::v1::{
     DetokenizeRequest, DetokenizeResponse, KvStatusRequest, KvStatusResponse, ListModelsRequest,
-    ListModelsResponse, RenderRequest, RenderResponse, ScoreRequest, ScoreResponse,
+    ListModelsResponse, ListParsersRequest, ListParsersResponse, ReloadModelsRequest,
+    ReloadModelsResponse, RenderRequest, RenderResponse, ScoreRequest, ScoreResponse,
     TokenizeRequest, TokenizeResponse,
 };
 use crate::Error;
@@ -155,6 +160,7 @@ impl ClientBuilder {
             target: Arc::new(target),
             timeout: self.timeout,
             stream_timeout: None,
+            metadata: None,
         }
     }
 
@@ -267,6 +273,8 @@ pub struct Client {
     target: Arc<Target>,
     timeout: Option<Duration>,
     stream_timeout: Option<Duration>,
+    /// The caller's metadata sent with every call of this handle ([`Client::with_metadata`]).
+    metadata: Option<Arc<MetadataMap>>,
 }
 
 impl Client {
@@ -312,6 +320,35 @@ impl Client {
         }
     }
 
+    /// The same client, whose calls through the returned handle (unary calls and the streams it
+    /// opens) carry `key: value` as gRPC metadata, besides what this handle already carries (the
+    /// same key is replaced). For what the server reads: `x-request-id` (see
+    /// [`with_request_id`](Self::with_request_id)), and `traceparent` / `tracestate` (W3C trace
+    /// context: the server's span continues the caller's trace when it runs with
+    /// `--otlp-endpoint`). INVALID_ARGUMENT for a key that is not an ASCII metadata key
+    /// (`-bin` keys included) or is gRPC's own (`grpc-*`, `te`, `content-type`, `user-agent`), and
+    /// for a value that is not printable ASCII.
+    ///
+    /// Calls with metadata travel as one unary RPC each even when the client was built with
+    /// [`ClientBuilder::multiplex`]: a call on a Multiplex stream has no metadata of its own.
+    pub fn with_metadata(&self, key: &str, value: &str) -> Result<Client, Error> {
+        let (key, value) = entry(key, value)?;
+        let mut metadata = self.metadata.as_deref().cloned().unwrap_or_default();
+        metadata.insert(key, value);
+        Ok(Client {
+            metadata: Some(Arc::new(metadata)),
+            ..self.clone()
+        })
+    }
+
+    /// [`with_metadata`](Self::with_metadata)`("x-request-id", id)`: the server logs the calls
+    /// under this id (and names it in their trace spans) instead of one it makes, and echoes it
+    /// back (see the `*_with_meta` methods and [`Error::request_id`]). The server takes at most
+    /// 128 characters of printable ASCII; it replaces a longer or unprintable id by its own.
+    pub fn with_request_id(&self, id: &str) -> Result<Client, Error> {
+        self.with_metadata(REQUEST_ID, id)
+    }
+
     /// Where this client connects.
     pub fn target(&self) -> &Target {
         &self.target
@@ -333,12 +370,36 @@ impl Client {
 
     /// `Preprocessor/Render`: chat template and tokenization in one call.
     pub async fn render(&self, request: RenderRequest) -> Result<RenderResponse, Error> {
+        if self.metadata.is_some() {
+            return Ok(self.unary(request, rpc::render).await?.0);
+        }
         Ok(self.fleet.call(request, self.timeout, on::render).await?)
+    }
+
+    /// [`render`](Self::render), with what the server sent back besides the response (its
+    /// `x-request-id`). Always one unary RPC, also with [`ClientBuilder::multiplex`] on (a
+    /// Multiplex stream's calls have no metadata of their own); so are all `*_with_meta` calls.
+    pub async fn render_with_meta(
+        &self,
+        request: RenderRequest,
+    ) -> Result<(RenderResponse, ResponseMeta), Error> {
+        self.unary(request, rpc::render).await
     }
 
     /// `Preprocessor/Tokenize`: a batch of texts to token ids.
     pub async fn tokenize(&self, request: TokenizeRequest) -> Result<TokenizeResponse, Error> {
+        if self.metadata.is_some() {
+            return Ok(self.unary(request, rpc::tokenize).await?.0);
+        }
         Ok(self.fleet.call(request, self.timeout, on::tokenize).await?)
+    }
+
+    /// [`tokenize`](Self::tokenize), with what the server sent back besides the response.
+    pub async fn tokenize_with_meta(
+        &self,
+        request: TokenizeRequest,
+    ) -> Result<(TokenizeResponse, ResponseMeta), Error> {
+        self.unary(request, rpc::tokenize).await
     }
 
     /// `Preprocessor/Detokenize`: a batch of id sequences to text.
@@ -346,32 +407,88 @@ impl Client {
         &self,
         request: DetokenizeRequest,
     ) -> Result<DetokenizeResponse, Error> {
+        if self.metadata.is_some() {
+            return Ok(self.unary(request, rpc::detokenize).await?.0);
+        }
         Ok(self
             .fleet
             .call(request, self.timeout, on::detokenize)
             .await?)
     }
 
+    /// [`detokenize`](Self::detokenize), with what the server sent back besides the response.
+    pub async fn detokenize_with_meta(
+        &self,
+        request: DetokenizeRequest,
+    ) -> Result<(DetokenizeResponse, ResponseMeta), Error> {
+        self.unary(request, rpc::detokenize).await
+    }
+
     /// `Preprocessor/ListModels`: the hosted models, their fingerprints and defaults.
     pub async fn list_models(&self) -> Result<ListModelsResponse, Error> {
-        Ok(self
-            .fleet
-            .call(ListModelsRequest {}, self.timeout, on::list_models)
-            .await?)
+        Ok(self.list_models_with_meta().await?.0)
+    }
+
+    /// [`list_models`](Self::list_models), with what the server sent back besides the response.
+    pub async fn list_models_with_meta(&self) -> Result<(ListModelsResponse, ResponseMeta), Error> {
+        self.unary(ListModelsRequest {}, rpc::list_models).await
+    }
+
+    /// `Preprocessor/ListParsers`: the tool and reasoning parsers this server knows, their
+    /// aliases and markers, and the engine versions whose names are covered.
+    pub async fn list_parsers(&self) -> Result<ListParsersResponse, Error> {
+        Ok(self.list_parsers_with_meta().await?.0)
+    }
+
+    /// [`list_parsers`](Self::list_parsers), with what the server sent back besides the response.
+    pub async fn list_parsers_with_meta(
+        &self,
+    ) -> Result<(ListParsersResponse, ResponseMeta), Error> {
+        self.unary(ListParsersRequest {}, rpc::list_parsers).await
     }
 
     /// `KvRouter/Score`: every known worker of a model by its cached prefix of the request.
     /// FAILED_PRECONDITION when the server runs without `--kv-events`.
     pub async fn score(&self, request: ScoreRequest) -> Result<ScoreResponse, Error> {
-        Ok(self.fleet.call(request, self.timeout, on::score).await?)
+        Ok(self.score_with_meta(request).await?.0)
+    }
+
+    /// [`score`](Self::score), with what the server sent back besides the response.
+    pub async fn score_with_meta(
+        &self,
+        request: ScoreRequest,
+    ) -> Result<(ScoreResponse, ResponseMeta), Error> {
+        self.unary(request, rpc::score).await
     }
 
     /// `KvRouter/KvStatus`: what the prefix indexes hold and how the event sources are doing.
     pub async fn kv_status(&self) -> Result<KvStatusResponse, Error> {
-        Ok(self
-            .fleet
-            .call(KvStatusRequest {}, self.timeout, on::kv_status)
-            .await?)
+        Ok(self.kv_status_with_meta().await?.0)
+    }
+
+    /// [`kv_status`](Self::kv_status), with what the server sent back besides the response.
+    pub async fn kv_status_with_meta(&self) -> Result<(KvStatusResponse, ResponseMeta), Error> {
+        self.unary(KvStatusRequest {}, rpc::kv_status).await
+    }
+
+    /// `Admin/ReloadModels`: reloads the model directories whose files changed (all hosted models
+    /// when `request.models` is empty; `force` reloads unchanged ones too). Served only by a server
+    /// started with `sidecar serve --enable-admin` (UNIMPLEMENTED otherwise); an unknown model is
+    /// NOT_FOUND. Of a `--processes N` server it reaches one process, as every call does.
+    pub async fn reload_models(
+        &self,
+        request: ReloadModelsRequest,
+    ) -> Result<ReloadModelsResponse, Error> {
+        Ok(self.reload_models_with_meta(request).await?.0)
+    }
+
+    /// [`reload_models`](Self::reload_models), with what the server sent back besides the
+    /// response.
+    pub async fn reload_models_with_meta(
+        &self,
+        request: ReloadModelsRequest,
+    ) -> Result<(ReloadModelsResponse, ResponseMeta), Error> {
+        self.unary(request, rpc::reload_models).await
     }
 
     /// `grpc.health.v1.Health/Check` of `service` (`""` = the whole server; every process of a
@@ -381,8 +498,26 @@ impl Client {
         let request = HealthCheckRequest {
             service: service.to_string(),
         };
-        let response = self.fleet.call(request, self.timeout, on::health).await?;
+        let (response, _) = self.unary(request, rpc::health).await?;
         Ok(ServingStatus::try_from(response.status).unwrap_or(ServingStatus::Unknown))
+    }
+
+    /// One unary RPC (never on a Multiplex stream) carrying this handle's metadata, on a picked
+    /// server process (see [`Fleet::call`]).
+    async fn unary<M, T>(&self, message: M, rpc: Rpc<M, T>) -> Result<(T, ResponseMeta), Error>
+    where
+        M: Clone + prost::Message + Send + 'static,
+        T: Send + 'static,
+    {
+        let sent = Sent {
+            message,
+            metadata: self.metadata.clone(),
+            rpc,
+        };
+        Ok(self
+            .fleet
+            .call(sent, self.timeout, on::sent::<M, T>)
+            .await?)
     }
 
     /// `Preprocessor/ParseStream`: opens the bidirectional stream (see [`ParseStream`]) on the
@@ -390,7 +525,12 @@ impl Client {
     /// [`Client::with_timeout`].
     pub async fn parse_stream(&self) -> Result<ParseStream, Error> {
         let member = self.fleet.member().await;
-        ParseStream::start(member.connections.clone(), self.stream_timeout).await
+        ParseStream::start(
+            member.connections.clone(),
+            self.stream_timeout,
+            self.metadata.as_deref(),
+        )
+        .await
     }
 }
 
@@ -422,65 +562,116 @@ mod on {
         m.carrier.render(r, t)
     }
 
-    pub fn list_models(
+    /// A unary RPC with the caller's metadata; its answer with the response's metadata.
+    pub fn sent<M, T>(
         m: &Member,
-        r: ListModelsRequest,
+        sent: Sent<M, T>,
         t: Option<Duration>,
-    ) -> CallFuture<'_, ListModelsResponse> {
-        Box::pin(
-            m.connections
-                .unary(t, r, |c: Arc<Connection>, r| async move {
-                    c.preprocessor
-                        .clone()
-                        .list_models(r)
-                        .await
-                        .map(Response::into_inner)
-                }),
-        )
+    ) -> CallFuture<'_, (T, ResponseMeta)>
+    where
+        M: Clone + prost::Message + Send + 'static,
+        T: Send + 'static,
+    {
+        let Sent {
+            message,
+            metadata,
+            rpc,
+        } = sent;
+        Box::pin(async move {
+            let response = m
+                .connections
+                .unary_with(t, message, metadata.as_deref(), rpc)
+                .await?;
+            let (metadata, message, _) = response.into_parts();
+            Ok((message, ResponseMeta::new(metadata)))
+        })
+    }
+}
+
+/// A generated client's call of one RPC.
+type RpcFuture<T> = Pin<Box<dyn Future<Output = Result<Response<T>, Status>> + Send>>;
+type Rpc<M, T> = fn(Arc<Connection>, Request<M>) -> RpcFuture<T>;
+
+/// A unary call's message, the metadata it carries and its RPC (what [`on::sent`] makes).
+struct Sent<M, T> {
+    message: M,
+    metadata: Option<Arc<MetadataMap>>,
+    rpc: Rpc<M, T>,
+}
+
+impl<M: Clone, T> Clone for Sent<M, T> {
+    fn clone(&self) -> Self {
+        Sent {
+            message: self.message.clone(),
+            metadata: self.metadata.clone(),
+            rpc: self.rpc,
+        }
+    }
+}
+
+/// The unary RPCs on one connection.
+mod rpc {
+    use super::*;
+
+    macro_rules! rpc {
+        ($name:ident, $service:ident, $method:ident, $request:ty, $response:ty) => {
+            pub fn $name(c: Arc<Connection>, r: Request<$request>) -> RpcFuture<$response> {
+                Box::pin(async move { c.$service.clone().$method(r).await })
+            }
+        };
     }
 
-    pub fn score(
-        m: &Member,
-        r: ScoreRequest,
-        t: Option<Duration>,
-    ) -> CallFuture<'_, ScoreResponse> {
-        Box::pin(
-            m.connections
-                .unary(t, r, |c: Arc<Connection>, r| async move {
-                    c.kv_router.clone().score(r).await.map(Response::into_inner)
-                }),
-        )
-    }
-
-    pub fn kv_status(
-        m: &Member,
-        r: KvStatusRequest,
-        t: Option<Duration>,
-    ) -> CallFuture<'_, KvStatusResponse> {
-        Box::pin(
-            m.connections
-                .unary(t, r, |c: Arc<Connection>, r| async move {
-                    c.kv_router
-                        .clone()
-                        .kv_status(r)
-                        .await
-                        .map(Response::into_inner)
-                }),
-        )
-    }
-
-    pub fn health(
-        m: &Member,
-        r: HealthCheckRequest,
-        t: Option<Duration>,
-    ) -> CallFuture<'_, HealthCheckResponse> {
-        Box::pin(
-            m.connections
-                .unary(t, r, |c: Arc<Connection>, r| async move {
-                    c.health.clone().check(r).await.map(Response::into_inner)
-                }),
-        )
-    }
+    rpc!(render, preprocessor, render, RenderRequest, RenderResponse);
+    rpc!(
+        tokenize,
+        preprocessor,
+        tokenize,
+        TokenizeRequest,
+        TokenizeResponse
+    );
+    rpc!(
+        detokenize,
+        preprocessor,
+        detokenize,
+        DetokenizeRequest,
+        DetokenizeResponse
+    );
+    rpc!(
+        list_models,
+        preprocessor,
+        list_models,
+        ListModelsRequest,
+        ListModelsResponse
+    );
+    rpc!(
+        list_parsers,
+        preprocessor,
+        list_parsers,
+        ListParsersRequest,
+        ListParsersResponse
+    );
+    rpc!(score, kv_router, score, ScoreRequest, ScoreResponse);
+    rpc!(
+        kv_status,
+        kv_router,
+        kv_status,
+        KvStatusRequest,
+        KvStatusResponse
+    );
+    rpc!(
+        reload_models,
+        admin,
+        reload_models,
+        ReloadModelsRequest,
+        ReloadModelsResponse
+    );
+    rpc!(
+        health,
+        health,
+        check,
+        HealthCheckRequest,
+        HealthCheckResponse
+    );
 }
 
 #[cfg(test)]
@@ -660,6 +851,75 @@ mod tests {
                 .await
                 .unwrap_err();
             assert_eq!(error.code(), Code::NotFound, "{error}");
+        });
+    }
+
+    /// Metadata of a `with_request_id` / `with_metadata` handle reaches the server on every
+    /// kind of call, and the echoed `x-request-id` is read back: from the trailers of a success
+    /// (`*_with_meta`) and from the status of an error. With Multiplex on, such calls go unary (the
+    /// fake's Multiplex hangs: a call on it would miss its deadline).
+    #[test]
+    fn per_call_metadata_is_sent_and_the_request_id_read_back() {
+        fn server(rpc: &str) -> Reply {
+            match rpc {
+                "/grpc.health.v1.Health/Check" => fake_server::serving(),
+                "/sidecar.v1.Preprocessor/Multiplex" => Reply::Hang,
+                "/sidecar.v1.Preprocessor/Tokenize" => {
+                    Reply::Message(TokenizeResponse::default().encode_to_vec())
+                }
+                "/sidecar.v1.Preprocessor/ListParsers" => {
+                    Reply::Message(ListParsersResponse::default().encode_to_vec())
+                }
+                "/sidecar.v1.Admin/ReloadModels" => Reply::Status(Code::NotFound),
+                _ => Reply::Status(Code::Unimplemented),
+            }
+        }
+        fake_server::runtime().block_on(async {
+            let path = fake_server::socket_path("client-metadata.sock");
+            fake_server::grpc(&path, server);
+            let target = format!("unix:{}", path.display());
+            let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+            for multiplex in [false, true] {
+                let client = Client::builder(target.as_str())
+                    .multiplex(multiplex)
+                    .timeout(Some(Duration::from_secs(2)))
+                    .connect()
+                    .await
+                    .unwrap();
+                let tagged = client
+                    .with_request_id("req-1")
+                    .unwrap()
+                    .with_metadata("traceparent", trace)
+                    .unwrap();
+                let (_, meta) = tagged.tokenize_with_meta(tokenize(10)).await.unwrap();
+                assert_eq!(meta.request_id(), Some("req-1"));
+                assert_eq!(meta.metadata().get("traceparent").unwrap(), trace);
+                tagged.tokenize(tokenize(10)).await.unwrap();
+                // The same key is replaced, not added.
+                let retagged = tagged.with_request_id("req-2").unwrap();
+                let (_, meta) = retagged.list_parsers_with_meta().await.unwrap();
+                assert_eq!(meta.request_id(), Some("req-2"));
+                assert_eq!(meta.metadata().get_all(REQUEST_ID).iter().count(), 1);
+                let error = tagged.reload_models(Default::default()).await.unwrap_err();
+                assert_eq!(error.code(), Code::NotFound, "{error}");
+                assert_eq!(error.request_id(), Some("req-1"));
+                // Without metadata nothing is echoed by this fake; the plain methods are as before.
+                let (_, meta) = client.tokenize_with_meta(tokenize(10)).await.unwrap();
+                assert_eq!(meta.request_id(), None);
+                client.list_parsers().await.unwrap();
+            }
+            let client = Client::builder(target.as_str()).build().unwrap();
+            for (key, value) in [
+                ("x-trace-bin", "a"),
+                ("grpc-timeout", "1S"),
+                ("content-type", "text/plain"),
+                ("bad key", "a"),
+                ("x-request-id", "caf\u{e9}"),
+                ("x-request-id", "a\nb"),
+            ] {
+                let error = client.with_metadata(key, value).unwrap_err();
+                assert_eq!(error.code(), Code::InvalidArgument, "{key}: {error}");
+            }
         });
     }
 

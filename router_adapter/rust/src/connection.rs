@@ -16,13 +16,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
-use tonic::{Code, Request, Status};
+use tonic::{Code, Extensions, Request, Status};
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use crate::target::Target;
+use crate::v1::admin_client::AdminClient;
 use crate::v1::kv_router_client::KvRouterClient;
 use crate::v1::preprocessor_client::PreprocessorClient;
 
@@ -69,6 +71,7 @@ pub(crate) struct Connection {
     pub generation: u64,
     pub preprocessor: PreprocessorClient<Channel>,
     pub kv_router: KvRouterClient<Channel>,
+    pub admin: AdminClient<Channel>,
     pub health: HealthClient<Channel>,
     /// The client's `max_message_bytes` (the generated clients' limits).
     pub max_message_bytes: usize,
@@ -91,6 +94,9 @@ impl Connection {
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
             kv_router: KvRouterClient::new(channel.clone())
+                .max_decoding_message_size(max)
+                .max_encoding_message_size(max),
+            admin: AdminClient::new(channel.clone())
                 .max_decoding_message_size(max)
                 .max_encoding_message_size(max),
             health: HealthClient::new(channel),
@@ -300,12 +306,31 @@ impl Connections {
         F: Fn(Arc<Connection>, Request<M>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
+        self.unary_with(timeout, message, None, call).await
+    }
+
+    /// [`unary`](Self::unary) with the caller's metadata on the request (and on its retry).
+    pub async fn unary_with<M, T, F, Fut>(
+        &self,
+        timeout: Option<Duration>,
+        message: M,
+        metadata: Option<&MetadataMap>,
+        call: F,
+    ) -> Result<T, Status>
+    where
+        M: Clone + prost::Message,
+        F: Fn(Arc<Connection>, Request<M>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
         check_size(message.encoded_len(), self.settings.max_message_bytes)?;
         let deadline = deadline_after(timeout);
         let spare = self.settings.retry_unavailable.then(|| message.clone());
         let connection = self.ready(deadline).await?;
         let first = within(deadline, |timeout| {
-            call(connection.clone(), with_timeout(message, timeout))
+            call(
+                connection.clone(),
+                with_metadata(message, timeout, metadata),
+            )
         })
         .await;
         let failure = match first {
@@ -327,7 +352,7 @@ impl Connections {
             }
         };
         within(deadline, |timeout| {
-            call(connection, with_timeout(message, timeout))
+            call(connection, with_metadata(message, timeout, metadata))
         })
         .await
     }
@@ -348,7 +373,20 @@ pub(crate) fn check_size(len: usize, max: usize) -> Result<(), Status> {
 /// A request carrying the remaining time as its `grpc-timeout` (none when longer than
 /// [`MAX_TIMEOUT`]).
 pub(crate) fn with_timeout<M>(message: M, timeout: Option<Duration>) -> Request<M> {
-    let mut request = Request::new(message);
+    with_metadata(message, timeout, None)
+}
+
+/// A request carrying `metadata` (the caller's own entries, e.g. `x-request-id`) and the
+/// remaining time as its `grpc-timeout`.
+pub(crate) fn with_metadata<M>(
+    message: M,
+    timeout: Option<Duration>,
+    metadata: Option<&MetadataMap>,
+) -> Request<M> {
+    let mut request = match metadata {
+        Some(metadata) => Request::from_parts(metadata.clone(), Extensions::default(), message),
+        None => Request::new(message),
+    };
     if let Some(timeout) = bounded(timeout) {
         request.set_timeout(timeout);
     }

@@ -34,6 +34,15 @@ impl Error {
         }
     }
 
+    /// The request id the server echoed with its error (`x-request-id` of the status's
+    /// metadata): the caller's own (see [`crate::Client::with_request_id`]) or the one the
+    /// server made, under which it logged the call. None for errors the server did not send
+    /// (no connection, the client's deadline, a request over the client's limit) and for calls
+    /// it refused before running them (an RPC it does not serve: UNIMPLEMENTED).
+    pub fn request_id(&self) -> Option<&str> {
+        crate::metadata::request_id(self.status()?.metadata())
+    }
+
     /// The status, when there is one.
     pub fn status(&self) -> Option<&Status> {
         match self {

@@ -83,6 +83,7 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
             return;
         };
         let mut answer = reply(request.uri().path());
+        let echoed = echoed(request.headers());
         let die = die.clone();
         tokio::spawn(async move {
             // Keep the request body open until the answer is out (a real server reads it).
@@ -100,6 +101,9 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
                     .header("content-type", "application/grpc");
                 if let Some(code) = status {
                     response = response.header("grpc-status", (code as i32).to_string());
+                    for (key, value) in &echoed {
+                        response = response.header(key, value);
+                    }
                 }
                 response.body(()).expect("response head")
             };
@@ -114,6 +118,7 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
                     let _ = stream.send_data(frame(&bytes), false);
                     let mut trailers = HeaderMap::new();
                     trailers.insert("grpc-status", "0".parse().expect("header"));
+                    trailers.extend(echoed.clone());
                     let _ = stream.send_trailers(trailers);
                 }
                 Reply::Hang => {
@@ -131,6 +136,7 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
                     }
                     let mut trailers = HeaderMap::new();
                     trailers.insert("grpc-status", "0".parse().expect("header"));
+                    trailers.extend(echoed.clone());
                     let _ = stream.send_trailers(trailers);
                 }
                 Reply::Unary(_) => unreachable!("answered above"),
@@ -143,6 +149,19 @@ async fn serve_connection(socket: tokio::net::UnixStream, reply: fn(&str) -> Rep
             }
         });
     }
+}
+
+/// The request headers every answer sends back in its trailers (in a trailers-only answer, its
+/// headers): `x-request-id`, as the real server echoes it, and `traceparent`, so that a test sees
+/// what the client sent.
+fn echoed(headers: &HeaderMap) -> HeaderMap {
+    let mut echoed = HeaderMap::new();
+    for key in ["x-request-id", "traceparent"] {
+        if let Some(value) = headers.get(key) {
+            echoed.insert(key, value.clone());
+        }
+    }
+    echoed
 }
 
 /// One gRPC message frame (uncompressed).

@@ -5,6 +5,11 @@
 //! Unix-socket or TCP targets, per-call deadlines, reconnect with a health check after a failure,
 //! and one error type carrying the gRPC status.
 //!
+//! Per-call metadata: [`Client::with_request_id`] (`x-request-id`, under which the server logs the
+//! call) and [`Client::with_metadata`] (e.g. `traceparent`) return a handle whose calls carry it;
+//! the id the server echoes is read with the `*_with_meta` methods ([`ResponseMeta`]) or, on an
+//! error, [`Error::request_id`].
+//!
 //! A server started with `sidecar serve --processes N --uds PATH` listens on `PATH.0` ...
 //! `PATH.{N-1}`, one socket per process: `unix:PATH` then finds them all (when `PATH` itself does
 //! not exist or refuses connections, every `PATH.<digits>` in its directory, looked at again after
@@ -32,6 +37,7 @@ mod error;
 #[cfg(test)]
 mod fake_server;
 mod fleet;
+mod metadata;
 mod multiplex;
 mod mux_queue;
 mod parse_stream;
@@ -39,12 +45,15 @@ mod target;
 
 pub use client::{Client, ClientBuilder, PROCESS_HEALTH_SERVICE};
 pub use error::{code_name, Error};
+pub use metadata::{ResponseMeta, REQUEST_ID};
 pub use parse_stream::ParseStream;
 pub use target::Target;
+/// gRPC metadata, as [`ResponseMeta::metadata`] and a [`Status`] carry it.
+pub use tonic::metadata::MetadataMap;
 /// gRPC status codes, as carried by [`Error::code`].
 pub use tonic::{Code, Status};
 
-/// Messages and generated tonic clients of `sidecar.v1` (`Preprocessor`, `KvRouter`), with the
+/// Messages and generated tonic clients of `sidecar.v1` (`Preprocessor`, `KvRouter`, `Admin`), with the
 /// field documentation of the `.proto` files.
 #[allow(missing_docs, clippy::all)]
 pub mod v1 {

@@ -12,10 +12,11 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::MetadataMap;
 use tonic::{Code, Status, Streaming};
 
 use crate::connection::{
-    bounded, check_size, deadline_after, with_timeout, Connection, Connections,
+    bounded, check_size, deadline_after, with_metadata, Connection, Connections,
 };
 use crate::v1::parse_stream_request::Kind;
 use crate::v1::{CancelRequest, OpenRequest, ParseStreamRequest, ParseStreamResponse, Step};
@@ -61,6 +62,7 @@ impl ParseStream {
     pub(crate) async fn start(
         connections: Arc<Connections>,
         timeout: Option<Duration>,
+        metadata: Option<&MetadataMap>,
     ) -> Result<ParseStream, Error> {
         // A timeout longer than MAX_TIMEOUT (Duration::MAX) is no deadline, not a panic.
         let timeout = bounded(timeout);
@@ -70,7 +72,7 @@ impl ParseStream {
         // Room for a decode step of every running request to be queued while the last is sent.
         let (sender, receiver) = mpsc::channel(64);
         let mut client = connection.preprocessor.clone();
-        let request = with_timeout(ReceiverStream::new(receiver), timeout);
+        let request = with_metadata(ReceiverStream::new(receiver), timeout, metadata);
         let opening: Opening = tokio::spawn(async move { client.parse_stream(request).await });
         Ok(ParseStream {
             outbound: Some(sender),

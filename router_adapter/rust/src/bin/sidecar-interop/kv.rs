@@ -77,4 +77,23 @@ pub async fn run(rec: &mut Recorder, client: &Client, model: &str, text: &str) {
         |_| client.kv_status(),
     )
     .await;
+    // This server runs without --enable-admin: no Admin service, and no request id echoed for a
+    // call it did not run.
+    let tagged = client
+        .with_request_id("interop-no-admin")
+        .expect("a valid id");
+    let outcome = tagged.reload_models(Default::default()).await;
+    let echoed = outcome.as_ref().err().and_then(|e| e.request_id());
+    rec.check("reload models: admin off", echoed.is_none(), || {
+        format!("echoed {echoed:?}")
+    });
+    rec.record(
+        Case::err(
+            "reload models: admin off",
+            "ReloadModels",
+            Code::Unimplemented,
+        ),
+        &[],
+        outcome,
+    );
 }

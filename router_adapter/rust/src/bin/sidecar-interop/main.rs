@@ -1,12 +1,14 @@
-//! Interop driver: exercises every RPC of a running sidecar through `sidecar_client` (what a Rust
-//! router would write), checks each outcome, and prints every request and response as JSON lines
-//! so `tests/client/test_rust_client.py` can replay them with the Python client and compare.
+//! Interop driver: exercises every RPC of a running sidecar (Preprocessor, KvRouter, Admin, health)
+//! through `sidecar_client` (what a Rust router would write), checks each outcome (and the
+//! `x-request-id` the server echoes), and prints every request and response as JSON lines so
+//! `tests/client/test_rust_client.py` can replay them with the Python client and compare.
 //!
 //! ```text
 //! sidecar-interop --target unix:/tmp/s.sock [--kv-target HOST:PORT --kv-text TEXT] [--reconnect]
 //! ```
 //! `--target` must run with `--max-message-mb 1 --parse-max-requests 4` (the RESOURCE_EXHAUSTED
-//! cases rely on them) and without `--kv-events` (the FAILED_PRECONDITION case of KvRouter);
+//! cases rely on them), with `--enable-admin` (the Admin cases) and without `--kv-events` (the
+//! FAILED_PRECONDITION case of KvRouter);
 //! `--kv-target` with `--kv-events` and events for `--kv-text` already applied. `--reconnect`
 //! then asks on stdout for the server to be stopped and restarted (answered by a line on stdin)
 //! and checks that calls fail with UNAVAILABLE while it is down and succeed once it is back.
@@ -14,12 +16,14 @@
 //! `sidecar-interop --fleet N --target unix:PATH` runs only the scenario of a server with
 //! `--processes N` (see `fleet.rs`).
 
+mod admin;
 mod fleet;
 mod kv;
 mod parse;
 mod preprocessor;
 mod reconnect;
 mod record;
+mod request_id;
 
 use std::process::ExitCode;
 
@@ -67,6 +71,8 @@ async fn run(args: Args) -> Result<Recorder, sidecar_client::Error> {
     }
     let client = Client::connect(&args.target).await?;
     let model = preprocessor::run(&mut recorder, &client).await;
+    admin::run(&mut recorder, &client).await;
+    request_id::run(&mut recorder, &client, &args.target, &model).await;
     multiplexed(&mut recorder, &args.target).await?;
     parse::run(&mut recorder, &client, &model).await?;
     if let Some(kv_target) = &args.kv_target {

@@ -35,6 +35,27 @@ pub async fn run(rec: &mut Recorder, client: &Client) -> String {
     let model = models
         .and_then(|m| m.models.first().map(|m| m.name.clone()))
         .unwrap_or_else(|| "qwen3".into());
+    let parsers = rec
+        .unary(
+            Case::ok("list parsers", "ListParsers"),
+            sidecar_client::v1::ListParsersRequest {},
+            |_| client.list_parsers(),
+        )
+        .await;
+    if let Some(parsers) = parsers {
+        let kinds = |kind: &str| parsers.parsers.iter().filter(|p| p.kind == kind).count();
+        rec.check(
+            "list parsers",
+            kinds("tool") > 0 && kinds("reasoning") > 0 && !parsers.engines.is_empty(),
+            || {
+                format!(
+                    "{} parsers, engines {:?}",
+                    parsers.parsers.len(),
+                    parsers.engines
+                )
+            },
+        );
+    }
     tokenize_and_back(rec, client, &model).await;
     render(rec, client, &model).await;
     errors(rec, client, &model).await;

@@ -101,11 +101,25 @@ impl Recorder {
         request: &[u8],
         outcome: Result<R, Error>,
     ) -> Option<R> {
+        self.record_with(case, request, outcome, json!({}))
+    }
+
+    /// [`record`](Self::record) with more fields in the record (`extra`, an object).
+    pub fn record_with<R: Message>(
+        &mut self,
+        case: Case,
+        request: &[u8],
+        outcome: Result<R, Error>,
+        extra: Value,
+    ) -> Option<R> {
         let mut record = json!({
             "case": case.name, "target": self.target, "carrier": self.carrier, "method": case.method,
             "request": hex(request), "expected": code_name(case.expected), "compare": case.compare,
             "timeout_ms": case.timeout.map(|t| t.as_secs_f64() * 1e3),
         });
+        if let (Value::Object(record), Value::Object(extra)) = (&mut record, extra) {
+            record.extend(extra);
+        }
         match &outcome {
             Ok(response) => record["response"] = json!(hex(&response.encode_to_vec())),
             Err(error) => record["error"] = error_json(error),
