@@ -1,9 +1,11 @@
 """Writes the seed corpora of the fuzz targets (native/fuzz/corpus/<target>/) from the project's
 own test data, so every target starts from real cases: tests/data/parse (the hand-written parser
 cases), tests/data/render (the conversation set and normalization cases), tests/data/tokenize
-(the tokenizer corpus) and the chat templates of ../shared/models.
+(the tokenizer corpus), tests/data/kv/events (recorded engine KV-event payloads) and the chat
+templates of ../shared/models.
 
-Run from the repository root with the project's venv: `.venv/bin/python native/fuzz/make_seeds.py`.
+Run from the repository root with the project's venv: `.venv/bin/python native/fuzz/make_seeds.py`
+(optionally followed by target names: only their folders are rewritten).
 The layouts are documented in native/fuzz/src/<target>.rs; the parser and model lists are read
 from the Rust sources so that the index bytes stay right when a list grows. Re-running replaces
 the seed folders (libFuzzer's own finds go to target/fuzz-corpus/, never here). The parser lists
@@ -198,14 +200,52 @@ def detok_seeds() -> list[bytes]:
     return seeds
 
 
+KV_SEP = b"\xc1|\xc1"  # kv_events.rs SEP
+
+
+def kv_event_seeds() -> list[bytes]:
+    """kv_events: `flags snapshot_at` then payloads separated by KV_SEP (see kv_events.rs). Every
+    recording alone under a few flag sets, all of them in one sequence (two and four workers,
+    snapshot midway), and the same in the normalized encoding (flags bit 3) as router_adapter
+    writes it."""
+    import msgspec
+
+    from router_adapter import events
+
+    recordings = [p.read_bytes() for p in sorted((DATA / "kv" / "events").glob("*.msgpack"))]
+    normalized = [msgspec.msgpack.encode(events.decode_batch(r)) for r in recordings]
+    seeds = []
+    for n, payload in enumerate(recordings):
+        # Block size 16 (as recorded) with 1 and 2 workers, learned, eviction, 4-token blocks.
+        for flags in (0x00, 0x10, 0x01, 0x04, 0x02):
+            alg = (n % 4) << 6
+            seeds.append(bytes([flags | alg, n]) + payload)
+        seeds.append(bytes([0x08, n]) + normalized[n])
+        # A payload twice: re-stores, and a snapshot between them.
+        seeds.append(bytes([0x10, 1]) + payload + KV_SEP + payload)
+    for flags, batches in ((0x10, recordings), (0x34, recordings), (0x18, normalized)):
+        seeds.append(bytes([flags, len(batches) // 2]) + KV_SEP.join(batches))
+    return seeds
+
+
 def main() -> None:
-    cases = parse_cases()
-    write("parse_session", [s for i, c in enumerate(cases) if (s := session_seed(c, i % 256))])
-    write("parse_wire", wire_seeds(cases))
-    write("json_args", json_seeds(cases))
-    write("detok", detok_seeds())
-    write("render", render_seeds())
-    write("template_source", template_seeds())
+    """Every target's seeds, or only those of the targets named on the command line."""
+    only = set(sys.argv[1:])
+    cases = parse_cases() if not only or only & {"parse_session", "parse_wire", "json_args"} else []
+    writers = {
+        "parse_session": lambda: [s for i, c in enumerate(cases) if (s := session_seed(c, i % 256))],
+        "parse_wire": lambda: wire_seeds(cases),
+        "json_args": lambda: json_seeds(cases),
+        "detok": detok_seeds,
+        "render": render_seeds,
+        "template_source": template_seeds,
+        "kv_events": kv_event_seeds,
+    }
+    unknown = only - writers.keys()
+    assert not unknown, f"unknown targets: {sorted(unknown)}"
+    for target, seeds in writers.items():
+        if not only or target in only:
+            write(target, seeds())
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 pub mod detok;
 pub mod input;
 pub mod json_args;
+pub mod kv_events;
 pub mod models;
 pub mod parse_session;
 pub mod parse_wire;
@@ -19,9 +20,7 @@ pub mod template_source;
 /// A target's entry point.
 pub type Target = fn(&[u8]);
 
-/// Every target: name and entry point. `kv_events` joins when the KV-event decoder moves into the
-/// native core (`native/src/index`): arbitrary bytes as a msgpack event batch, checked for a clean
-/// error or a batch whose re-encoding decodes to the same events.
+/// Every target: name and entry point.
 pub const TARGETS: &[(&str, Target)] = &[
     ("parse_session", parse_session::run),
     ("parse_wire", parse_wire::run),
@@ -29,6 +28,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("detok", detok::run),
     ("render", render::run),
     ("template_source", template_source::run),
+    ("kv_events", kv_events::run),
 ];
 
 /// Loads what `target` needs (models, compiled templates) before libFuzzer starts timing inputs,

@@ -200,7 +200,8 @@ fn every_target_is_replayed() {
             "json_args",
             "detok",
             "render",
-            "template_source"
+            "template_source",
+            "kv_events"
         ]
     );
 }
@@ -233,4 +234,9 @@ fn render() {
 #[test]
 fn template_source() {
     replay("template_source");
+}
+
+#[test]
+fn kv_events() {
+    replay("kv_events");
 }
