@@ -11,7 +11,7 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use minijinja::value::{from_args, Kwargs, Rest, ValueKind, ValueOrKwargs};
+use minijinja::value::{Rest, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, Value};
 
 use super::pyjson::{self, DumpOptions};
@@ -161,29 +161,14 @@ fn python_formatter(out: &mut Output, state: &mut State, value: &Value) -> Resul
 }
 
 /// transformers' `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`:
-/// positional arguments fill those parameters in order, as they do in Python.
+/// positional arguments fill those parameters in order, as they do in Python
+/// ([`pyfilters::params`]).
 fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
-    let args = args.into_values();
-    let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
-    if positional.len() > 4 {
-        return Err(Error::new(
-            ErrorKind::TooManyArguments,
-            "tojson takes at most 4 arguments",
-        ));
-    }
-    let param = |i: usize, name: &str| -> Result<Option<Value>, Error> {
-        let by_name: Option<Value> = kwargs.get(name)?;
-        match (positional.get(i), by_name) {
-            (Some(_), Some(_)) => Err(Error::new(
-                ErrorKind::InvalidOperation,
-                format!("tojson got multiple values for argument '{name}'"),
-            )),
-            (Some(v), None) => Ok(Some(v.clone())),
-            (None, v) => Ok(v),
-        }
-    };
-    let ensure_ascii = param(0, "ensure_ascii")?.is_some_and(|v| v.is_true());
-    let indent = match param(1, "indent")? {
+    let names = ["ensure_ascii", "indent", "separators", "sort_keys"];
+    let mut p = pyfilters::params("tojson", &names, args)?.into_iter();
+    let mut param = || p.next().flatten();
+    let ensure_ascii = param().is_some_and(|v| v.is_true());
+    let indent = match param() {
         None => None,
         Some(v) if v.is_none() => None,
         Some(v) if v.kind() == ValueKind::String => {
@@ -200,7 +185,7 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
             }
         },
     };
-    let separators = match param(2, "separators")? {
+    let separators = match param() {
         None => None,
         Some(v) if v.is_none() => None,
         Some(v) => {
@@ -219,8 +204,7 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
             }
         }
     };
-    let sort_keys = param(3, "sort_keys")?.is_some_and(|v| v.is_true());
-    kwargs.assert_all_used()?;
+    let sort_keys = param().is_some_and(|v| v.is_true());
     let opts = DumpOptions {
         ensure_ascii,
         indent,
@@ -386,6 +370,26 @@ mod tests {
         assert_eq!(
             render("[{{ 'a\nb'|indent('> ', true) }}]", ctx).unwrap(),
             "[> a\n> b]"
+        );
+    }
+
+    #[test]
+    fn an_argument_given_twice_is_an_error() {
+        // Python: TypeError: do_trim() got multiple values for argument 'chars'.
+        for (src, name) in [
+            ("{{ ' x '|trim(' ', chars=' ') }}", "trim"),
+            ("{{ 'a'|indent(2, width=4) }}", "indent"),
+            ("{{ 1|tojson(true, ensure_ascii=false) }}", "tojson"),
+        ] {
+            let err = render(src, Value::UNDEFINED).unwrap_err();
+            assert!(
+                err.to_string().contains(&format!("{name}() got multiple values for argument")),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            render("{{ 'a\nb'|indent(2, first=true) }}", Value::UNDEFINED).unwrap(),
+            "  a\n  b"
         );
     }
 

@@ -10,7 +10,9 @@ use minijinja::{Error, ErrorKind, State, Value};
 
 use super::{pyjson, pystr};
 
-/// Positional-or-keyword parameters, as a Python function takes them.
+/// Positional-or-keyword parameters, as a Python function takes them: positional arguments fill
+/// `names` in order, keywords fill any of them, and an argument given both ways is an error
+/// (Python's `TypeError: f() got multiple values for argument 'x'`).
 pub fn params(
     filter: &str,
     names: &[&str],
@@ -27,7 +29,16 @@ pub fn params(
     let mut out = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
         let by_name: Option<Value> = kwargs.get(name)?;
-        out.push(positional.get(i).cloned().or(by_name));
+        out.push(match (positional.get(i), by_name) {
+            (Some(_), Some(_)) => {
+                return Err(Error::new(
+                    ErrorKind::InvalidOperation,
+                    format!("{filter}() got multiple values for argument '{name}'"),
+                ))
+            }
+            (Some(v), None) => Some(v.clone()),
+            (None, v) => v,
+        });
     }
     kwargs.assert_all_used()?;
     Ok(out)
