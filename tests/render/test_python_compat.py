@@ -87,3 +87,57 @@ def test_str_rules_match_python_on_random_text(renderer) -> None:  # noqa: ANN00
             chat_template=template, allow_request_template=True, return_text=True, return_token_ids=False,
         )
         assert renderer.render(opts).text.split("\x02") == [f(s) for _, f in parts], repr(s)
+
+
+def render_one(renderer, template: str, variables: dict) -> str | None:  # noqa: ANN001
+    """The rendered text, or None when the render failed with INVALID_ARGUMENT."""
+    opts = RenderOptions(
+        messages_json='[{"role": "user", "content": "x"}]', chat_template_kwargs_json=json.dumps(variables),
+        chat_template=template, allow_request_template=True, return_text=True, return_token_ids=False,
+    )
+    try:
+        return renderer.render(opts).text
+    except InvalidArgument:
+        return None
+
+
+def python_or_none(f) -> str | None:  # noqa: ANN001
+    try:
+        return f()
+    except Exception:  # noqa: BLE001 - any failure is a failed render
+        return None
+
+
+FORMAT_NUMBERS = [0, 7, -42, 255, 10**20, -(2**70), 3.0, -2.5, 0.5, 1e-7, 123456.789, 1e22, -0.0, 2.675, 1e300,
+                  float("inf"), float("nan"), True, False, 65]
+FORMAT_OTHERS = ["", "é", "ab c", "x'y", "z", None, [1, "a"], {"k": 1.5}]
+
+
+def random_format_spec(rng: random.Random) -> tuple[str, list]:
+    """A `%` spec and arguments for it (of a fitting type most of the time)."""
+    width = rng.choice(["", "", str(rng.randint(0, 12)), "*"])
+    precision = rng.choice(["", "", "." + str(rng.randint(0, 8)), ".", ".*"])
+    conversion = rng.choice("sdiuoxXeEfFgGcra%")
+    spec = "%" + "".join(rng.sample("-+ #0", rng.randint(0, 3))) + width + precision + conversion
+    if spec == "%%":
+        return spec, []
+    args = [rng.randint(-3, 12) for _ in range(spec.count("*"))]
+    pool = FORMAT_NUMBERS if conversion in "diuoxXeEfFgGc" and rng.random() < 0.8 else FORMAT_NUMBERS + FORMAT_OTHERS
+    return spec, args + [rng.choice(pool)]
+
+
+def test_format_matches_python_percent_on_random_specs(renderer) -> None:  # noqa: ANN001
+    """Jinja2's `format` is `str % args`: Python's `%` itself is the reference."""
+    rng = random.Random(7)
+    for _ in range(500):
+        text, args = "", []
+        for _ in range(rng.randint(1, 3)):
+            spec, spec_args = random_format_spec(rng)
+            text += rng.choice(["", "a", " "]) + spec
+            args += spec_args
+        if rng.random() < 0.1:
+            args = args[1:] if rng.random() < 0.5 else args + [1]
+        names = [f"a{i}" for i in range(len(args))]
+        template = "{{ f|format(%s) }}" % ", ".join(names)
+        got = render_one(renderer, template, {"f": text, **dict(zip(names, args))})
+        assert got == python_or_none(lambda: text % tuple(args)), (text, args)

@@ -94,6 +94,20 @@ pub fn output_limit() -> usize {
     OUTPUT_LIMIT.with(|limit| limit.get())
 }
 
+/// Fails with [`OutputLimitReached`] when a filter's result of `len` bytes alone would pass the
+/// render's output limit: it could never be written, and building it could exhaust memory
+/// (`'x'|center(10**9)`, `'%*d'|format(10**9, 1)`).
+pub fn check_result_size(filter: &str, len: usize) -> Result<(), Error> {
+    if len > output_limit() {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{filter}: the result passes the rendered prompt's output limit"),
+        )
+        .with_source(OutputLimitReached));
+    }
+    Ok(())
+}
+
 /// Restores the previous output limit when dropped.
 pub struct OutputLimitScope(usize);
 
@@ -128,6 +142,7 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.add_filter("sort", pyfilters::sort);
     env.add_filter("escape", pyfilters::escape);
     env.add_filter("e", pyfilters::escape);
+    env.add_filter("format", pyfilters::format);
     env.add_filter("int", pynum::int);
     env.add_filter("float", pynum::float);
     env.add_test("iterable", is_iterable);
@@ -227,22 +242,25 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let indention = match params.next().flatten() {
         None => "    ".to_string(),
         Some(w) if w.kind() == ValueKind::String => w.as_str().unwrap_or_default().to_string(),
-        Some(w) => " ".repeat(
-            i64::try_from(w)
+        Some(w) => {
+            let width = i64::try_from(w)
                 .map_err(|_| {
                     Error::new(
                         ErrorKind::InvalidOperation,
                         "indent: width must be an int or a string",
                     )
                 })?
-                .max(0) as usize,
-        ),
+                .max(0) as usize;
+            check_result_size("indent", width)?;
+            " ".repeat(width)
+        }
     };
     let first = params.next().flatten().is_some_and(|v| v.is_true());
     let blank = params.next().flatten().is_some_and(|v| v.is_true());
     // Jinja2 appends a newline before splitting, so a trailing line break survives.
     let padded = format!("{text}\n");
     let lines = pystr::splitlines(&padded, false);
+    check_result_size("indent", text.len() + lines.len() * indention.len())?;
     let mut out = String::with_capacity(text.len() + lines.len() * indention.len());
     if blank {
         out.push_str(&lines.join(&format!("\n{indention}")));
@@ -383,7 +401,8 @@ mod tests {
         ] {
             let err = render(src, Value::UNDEFINED).unwrap_err();
             assert!(
-                err.to_string().contains(&format!("{name}() got multiple values for argument")),
+                err.to_string()
+                    .contains(&format!("{name}() got multiple values for argument")),
                 "{err}"
             );
         }

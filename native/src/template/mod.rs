@@ -14,6 +14,7 @@ pub mod json;
 mod normalize;
 mod pydict;
 mod pyfilters;
+mod pyformat;
 pub mod pyjson;
 mod pymethods;
 mod pynum;

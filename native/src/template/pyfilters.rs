@@ -1,13 +1,15 @@
 //! Jinja2 filters whose minijinja versions answer differently: `trim` and `wordcount` (Python's
 //! whitespace and `\w`), `dictsort` and `sort` (Jinja2 compares `str.lower()` values, minijinja
 //! Unicode case folding, so `ß` sorts as `ss`), and `escape` (markupsafe writes `&#39;` and
-//! `&#34;`, minijinja `&#x27;` and `&quot;`, and escapes `/` too).
+//! `&#34;`, minijinja `&#x27;` and `&quot;`, and escapes `/` too), and `format` (Python's `%`,
+//! see `pyformat`).
 
 use std::cmp::Ordering;
 
 use minijinja::value::{from_args, Kwargs, Rest, ValueKind, ValueOrKwargs};
 use minijinja::{Error, ErrorKind, State, Value};
 
+use super::pyformat::{self, Operand};
 use super::{pyjson, pystr};
 
 /// Positional-or-keyword parameters, as a Python function takes them: positional arguments fill
@@ -216,4 +218,36 @@ pub fn sort(state: &State, value: &Value, args: Rest<ValueOrKwargs>) -> Result<V
         keyed.push((key, item));
     }
     Ok(Value::from(sorted(keyed, reverse)))
+}
+
+/// `do_format(value, *args, **kwargs)`: `soft_str(value) % (kwargs or args)` (see `pyformat`).
+pub fn format(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
+    let args = args.into_values();
+    let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
+    let names: Vec<String> = kwargs.args().map(str::to_string).collect();
+    let text = soft_str(value);
+    let out = if names.is_empty() {
+        pyformat::format(
+            &text,
+            &Operand {
+                positional,
+                mapping: None,
+            },
+        )?
+    } else {
+        if !positional.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "can't handle positional and keyword arguments at the same time",
+            ));
+        }
+        let mut pairs = Vec::with_capacity(names.len());
+        for name in names {
+            let v: Value = kwargs.get(&name)?;
+            pairs.push((Value::from(name), v));
+        }
+        let mapping = Value::from_pairs(pairs);
+        pyformat::format(&text, &Operand::single(&mapping))?
+    };
+    Ok(Value::from(out))
 }
