@@ -15,7 +15,7 @@ use minijinja::value::{Rest, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, Value};
 
 use super::pyjson::{self, DumpOptions};
-use super::{pyfilters, pynum, pystr};
+use super::{pydict, pyfilters, pynum, pystr, pytests};
 
 /// The template's name inside its environment (it appears in error locations).
 pub const TEMPLATE_NAME: &str = "chat_template";
@@ -108,6 +108,13 @@ pub fn check_result_size(filter: &str, len: usize) -> Result<(), Error> {
     Ok(())
 }
 
+/// Filters, tests and globals minijinja (and minijinja-contrib) define and Jinja2 does not. A
+/// template that calls one inside an `if` compiles in Jinja2 and fails when the branch runs
+/// (outside an `if` the analysis refuses the template); without them minijinja fails the same way.
+const NOT_JINJA2_FILTERS: &[&str] = &["split", "lines", "bool", "chain", "zip", "pluralize"];
+const NOT_JINJA2_TESTS: &[&str] = &["startingwith", "endingwith", "int", "safe"];
+const NOT_JINJA2_GLOBALS: &[&str] = &["debug"];
+
 /// Restores the previous output limit when dropped.
 pub struct OutputLimitScope(usize);
 
@@ -133,6 +140,15 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.set_fuel(Some(limits.fuel));
     env.set_recursion_limit(limits.recursion);
     env.set_formatter(python_formatter);
+    for name in NOT_JINJA2_FILTERS {
+        env.remove_filter(name);
+    }
+    for name in NOT_JINJA2_TESTS {
+        env.remove_test(name);
+    }
+    for name in NOT_JINJA2_GLOBALS {
+        env.remove_global(name);
+    }
     env.add_filter("tojson", tojson);
     env.add_filter("string", |value: &Value| Value::from(pyjson::py_str(value)));
     env.add_filter("indent", indent);
@@ -140,12 +156,23 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.add_filter("wordcount", pyfilters::wordcount);
     env.add_filter("dictsort", pyfilters::dictsort);
     env.add_filter("sort", pyfilters::sort);
+    env.add_filter("format", pyfilters::format);
     env.add_filter("escape", pyfilters::escape);
     env.add_filter("e", pyfilters::escape);
-    env.add_filter("format", pyfilters::format);
     env.add_filter("int", pynum::int);
     env.add_filter("float", pynum::float);
-    env.add_test("iterable", is_iterable);
+    env.add_test("iterable", pytests::is_iterable);
+    env.add_test("callable", pytests::is_callable);
+    env.add_test("sequence", pytests::is_sequence);
+    env.add_test("mapping", pytests::is_mapping);
+    env.add_test("lower", pytests::is_lower);
+    env.add_test("upper", pytests::is_upper);
+    env.add_test("odd", pytests::is_odd);
+    env.add_test("even", pytests::is_even);
+    env.add_test("divisibleby", pytests::is_divisibleby);
+    env.add_function("cycler", Cycler::value);
+    env.add_global("dict", pydict::template_dict());
+    env.add_function("namespace", pydict::namespace);
     env.add_function("raise_exception", raise_exception);
     env.add_function(
         super::compat::NONE_ITERATION_FUNCTION,
@@ -287,9 +314,66 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     Ok(Value::from(out))
 }
 
-/// Jinja2's `iterable`: whatever Python can iterate. Unlike minijinja's, `none` is not.
-fn is_iterable(value: &Value) -> bool {
-    !value.is_none() && value.try_iter().is_ok()
+/// Jinja2's `cycler(*items)`: `next()` returns the items in turn, `reset()` starts over,
+/// `current` is the item `next()` returns. minijinja-contrib's takes one list (`cycler('a', 'b')`
+/// failed) and has no `reset` or `current`.
+#[derive(Debug)]
+pub struct Cycler {
+    items: Vec<Value>,
+    pos: std::sync::atomic::AtomicUsize,
+}
+
+impl Cycler {
+    /// `cycler(*items)`: a new cycler, as a template value.
+    fn value(items: Rest<Value>) -> Result<Value, Error> {
+        if items.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "at least one item has to be provided",
+            ));
+        }
+        Ok(Value::from_object(Cycler {
+            items: items.0,
+            pos: Default::default(),
+        }))
+    }
+
+    fn current(&self) -> Value {
+        self.items[self.pos.load(std::sync::atomic::Ordering::Relaxed)].clone()
+    }
+}
+
+impl minijinja::value::Object for Cycler {
+    fn repr(self: &Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Plain
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        (key.as_str() == Some("current")).then(|| self.current())
+    }
+
+    fn call_method(
+        self: &Arc<Self>,
+        _state: &mut State<'_, '_>,
+        method: &str,
+        args: &[Value],
+    ) -> Result<Value, Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let () = minijinja::value::from_args(args)?;
+        match method {
+            "next" => {
+                let current = self.current();
+                let pos = self.pos.load(Relaxed);
+                self.pos.store((pos + 1) % self.items.len(), Relaxed);
+                Ok(current)
+            }
+            "reset" => {
+                self.pos.store(0, Relaxed);
+                Ok(Value::from(()))
+            }
+            _ => Err(Error::from(ErrorKind::UnknownMethod)),
+        }
+    }
 }
 
 fn raise_exception(message: Value) -> Result<Value, Error> {

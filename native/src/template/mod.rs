@@ -19,6 +19,7 @@ pub mod pyjson;
 mod pymethods;
 mod pynum;
 mod pystr;
+mod pytests;
 mod unicode_tables;
 
 use std::collections::VecDeque;

@@ -9,11 +9,19 @@
 //! and filters with `attribute=` (minijinja reads those through the same lookup as `x.name`, Jinja2
 //! through `x[name]` first) now see the method for these names too. Dicts the template builds
 //! itself (`{...}`, `dict()`) are minijinja's and keep reading the key.
+//!
+//! Also transformers' `dict` and `namespace` globals: `dict(*args, **kwargs)` and
+//! `dict.fromkeys(keys, value)` as Python builds them (minijinja's `dict` takes keywords and one
+//! mapping only, so `dict([('a', 1)])` failed), and a `namespace(...)` refusing attribute names
+//! that start with `_` (transformers' `TemplateNamespace`, a sandbox rule).
 
 use std::sync::Arc;
 
-use minijinja::value::{Enumerator, Object, ObjectExt, ObjectRepr};
-use minijinja::{Error, State, Value};
+use minijinja::value::{
+    from_args, ArgType, Enumerator, Kwargs, Object, ObjectExt, ObjectRepr, Rest, ValueKind,
+    ValueOrKwargs,
+};
+use minijinja::{Error, ErrorKind, State, Value};
 
 /// A mapping from the request (messages, tools, documents, kwargs).
 #[derive(Debug)]
@@ -22,6 +30,15 @@ pub struct PyDict(pub Value);
 /// Whether `x.name` differs from `x["name"]` on a [`PyDict`] (see `Analysis::reads_dict_methods`).
 pub(crate) fn is_method_name(name: &str) -> bool {
     SAFE_METHODS.contains(&name) || MUTATING_METHODS.contains(&name)
+}
+
+/// Whether `value` is a Python dict: a mapping from the request (a plain map or a [`PyDict`]) or
+/// one the template built (`{...}`, `dict()`). A `namespace()`, also a map to minijinja, is not.
+pub(crate) fn is_dict(value: &Value) -> bool {
+    value
+        .downcast_object_ref::<indexmap::IndexMap<Value, Value>>()
+        .is_some()
+        || value.downcast_object_ref::<PyDict>().is_some()
 }
 
 /// Methods the sandbox allows on a dict.
@@ -86,4 +103,118 @@ impl Object for BoundMethod {
         // Python adds the object's address, which no prompt can match anyway.
         write!(f, "<built-in method {} of dict object>", self.name)
     }
+}
+
+fn type_error(message: impl Into<String>) -> Error {
+    Error::new(ErrorKind::InvalidOperation, message.into())
+}
+
+/// A dict key: Python refuses lists and dicts (unhashable).
+fn hashable(key: Value) -> Result<Value, Error> {
+    match key.kind() {
+        ValueKind::Map => Err(type_error("unhashable type: 'dict'")),
+        ValueKind::Seq if !key.is_tuple() => Err(type_error("unhashable type: 'list'")),
+        _ => Ok(key),
+    }
+}
+
+/// `dict(*args, **kwargs)`: a mapping's items or an iterable of pairs, then the keywords; a
+/// repeated key keeps its first position and its last value.
+fn build_dict(args: &[Value]) -> Result<Value, Error> {
+    let (positional, kwargs): (&[Value], Kwargs) = from_args(args)?;
+    if positional.len() > 1 {
+        return Err(type_error(format!(
+            "dict expected at most 1 argument, got {}",
+            positional.len()
+        )));
+    }
+    let mut pairs: Vec<(Value, Value)> = Vec::new();
+    if let Some(source) = positional.first() {
+        match source.kind() {
+            ValueKind::Map if is_dict(source) => {
+                for key in source.try_iter()? {
+                    let value = source.get_item(&key)?;
+                    pairs.push((key, value));
+                }
+            }
+            ValueKind::Undefined | ValueKind::Seq | ValueKind::Iterable | ValueKind::String => {
+                for (i, item) in source.try_iter()?.enumerate() {
+                    let parts: Vec<Value> = item.try_iter()?.collect();
+                    match <[Value; 2]>::try_from(parts) {
+                        Ok([k, v]) => pairs.push((hashable(k)?, v)),
+                        Err(parts) => {
+                            return Err(type_error(format!(
+                            "dictionary update sequence element #{i} has length {}; 2 is required",
+                            parts.len()
+                        )))
+                        }
+                    }
+                }
+            }
+            _ => {
+                return Err(type_error(format!(
+                    "'{}' object is not iterable",
+                    source.kind()
+                )))
+            }
+        }
+    }
+    for name in kwargs.args() {
+        let value: Value = kwargs.get(name)?;
+        pairs.push((Value::from(name), value));
+    }
+    Ok(Value::from_pairs(pairs))
+}
+
+/// transformers' `TemplateDict`: the `dict` global, callable, with `fromkeys`.
+#[derive(Debug)]
+struct TemplateDict;
+
+impl Object for TemplateDict {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Plain
+    }
+
+    fn call(self: &Arc<Self>, _state: &mut State<'_, '_>, args: &[Value]) -> Result<Value, Error> {
+        build_dict(args)
+    }
+
+    fn call_method(
+        self: &Arc<Self>,
+        _state: &mut State<'_, '_>,
+        method: &str,
+        args: &[Value],
+    ) -> Result<Value, Error> {
+        if method != "fromkeys" {
+            return Err(Error::from(ErrorKind::UnknownMethod));
+        }
+        // `dict.fromkeys(iterable, value=None, /)`.
+        let (keys, value): (&Value, Option<&Value>) = from_args(args)?;
+        let value = value.cloned().unwrap_or(Value::from(()));
+        let mut pairs = Vec::new();
+        for key in keys.try_iter()? {
+            pairs.push((hashable(key)?, value.clone()));
+        }
+        Ok(Value::from_pairs(pairs))
+    }
+}
+
+/// The `dict` global.
+pub fn template_dict() -> Value {
+    Value::from_object(TemplateDict)
+}
+
+/// transformers' `namespace(*args, **kwargs)`: the attributes `dict()` would build; a name
+/// starting with `_` is refused (transformers raises SecurityError).
+pub fn namespace(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
+    let attrs = build_dict(&args.into_values())?;
+    for key in attrs.try_iter()? {
+        if let Some(name) = key.as_str().filter(|n| n.starts_with('_')) {
+            return Err(type_error(format!(
+                "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '{name}'"
+            )));
+        }
+    }
+    let defaults = <ValueOrKwargs as ArgType>::from_value(Some(&attrs))?;
+    minijinja::functions::namespace(Some(defaults))
 }
