@@ -141,3 +141,55 @@ def test_format_matches_python_percent_on_random_specs(renderer) -> None:  # noq
         template = "{{ f|format(%s) }}" % ", ".join(names)
         got = render_one(renderer, template, {"f": text, **dict(zip(names, args))})
         assert got == python_or_none(lambda: text % tuple(args)), (text, args)
+
+
+WRAP_ALPHABET = ["a", "b", "é", "1", " ", " ", "  ", "-", "--", ",", ".", "!", "\n", "\t", "\u3000", "ab-cd", "well-known"]
+
+
+def test_wordwrap_matches_jinja2_on_random_text(renderer) -> None:  # noqa: ANN001
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment()
+    template = "{{ s|wordwrap(w, b, none, h) }}"
+    jinja = env.from_string(template)
+    rng = random.Random(3)
+    for _ in range(300):
+        variables = {
+            "s": "".join(rng.choice(WRAP_ALPHABET) for _ in range(rng.randint(0, 30))),
+            "w": rng.randint(1, 12), "b": rng.random() < 0.7, "h": rng.random() < 0.7,
+        }
+        assert render_one(renderer, template, variables) == jinja.render(**variables), variables
+
+
+def random_value(rng: random.Random, depth: int = 0):  # noqa: ANN201
+    kind = rng.randint(0, 9 if depth < 3 else 4)
+    if kind <= 1:
+        return rng.choice([0, -3, 1.5, 1e-7, None, True])
+    if kind <= 4:
+        return " ".join("w" * rng.randint(1, 12) for _ in range(rng.randint(0, 14))) + rng.choice(["", "\n", " "])
+    if kind <= 7:
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 6))]
+    return {rng.choice("bcaé") + "k" * rng.randint(0, 20): random_value(rng, depth + 1) for _ in range(rng.randint(0, 6))}
+
+
+def test_pprint_matches_pformat_on_random_values(renderer) -> None:  # noqa: ANN001
+    import pprint
+
+    rng = random.Random(5)
+    for _ in range(200):
+        v = random_value(rng)
+        assert render_one(renderer, "{{ v|pprint }}", {"v": v}) == pprint.pformat(v), v
+
+
+STRIP_ALPHABET = ["<", ">", "<!--", "-->", "&", "&amp;", "&amp", "&lt", "&#", "&#x", "x", "3", "9", ";", "not", "in", " ", "\n", "é", "b", "-"]
+
+
+def test_striptags_matches_markupsafe_on_random_text(renderer) -> None:  # noqa: ANN001
+    from markupsafe import Markup
+
+    rng = random.Random(9)
+    texts = ["".join(rng.choice(STRIP_ALPHABET) for _ in range(rng.randint(0, 20))) for _ in range(300)]
+    template = "\x02".join("{{ t[%d]|striptags }}" % i for i in range(len(texts)))
+    got = render_one(renderer, template, {"t": texts})
+    assert got is not None
+    assert got.split("\x02") == [Markup(t).striptags() for t in texts]

@@ -15,7 +15,7 @@ use minijinja::value::{Rest, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, Value};
 
 use super::pyjson::{self, DumpOptions};
-use super::{pydict, pyfilters, pynum, pystr, pytests};
+use super::{pydict, pyfilters, pyhtml, pynum, pystr, pytests, textwrap};
 
 /// The template's name inside its environment (it appears in error locations).
 pub const TEMPLATE_NAME: &str = "chat_template";
@@ -156,9 +156,22 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.add_filter("wordcount", pyfilters::wordcount);
     env.add_filter("dictsort", pyfilters::dictsort);
     env.add_filter("sort", pyfilters::sort);
+    env.add_filter("unique", pyfilters::unique);
+    env.add_filter("default", pyfilters::default);
+    env.add_filter("d", pyfilters::default);
+    env.add_filter("attr", pyfilters::attr);
+    env.add_filter("center", pyfilters::center);
+    env.add_filter("truncate", pyfilters::truncate);
+    env.add_filter("filesizeformat", pyfilters::filesizeformat);
     env.add_filter("format", pyfilters::format);
-    env.add_filter("escape", pyfilters::escape);
-    env.add_filter("e", pyfilters::escape);
+    env.add_filter("pprint", super::pprint::pprint);
+    env.add_filter("wordwrap", textwrap::wordwrap);
+    env.add_filter("escape", pyhtml::escape);
+    env.add_filter("e", pyhtml::escape);
+    env.add_filter("forceescape", pyhtml::forceescape);
+    env.add_filter("striptags", pyhtml::striptags);
+    env.add_filter("xmlattr", pyhtml::xmlattr);
+    env.add_filter("urlencode", pyhtml::urlencode);
     env.add_filter("int", pynum::int);
     env.add_filter("float", pynum::float);
     env.add_test("iterable", pytests::is_iterable);

@@ -57,10 +57,10 @@ impl Object for PyDict {
 
     fn get_value_by_str(self: &Arc<Self>, key: &str) -> Option<Value> {
         if let Some(name) = SAFE_METHODS.iter().find(|m| **m == key) {
-            return Some(Value::from_object(BoundMethod {
-                receiver: Value::from_dyn_object(self.clone()),
+            return Some(BoundMethod::value(
+                Value::from_dyn_object(self.clone()),
                 name,
-            }));
+            ));
         }
         if MUTATING_METHODS.contains(&key) {
             return None;
@@ -80,11 +80,27 @@ impl Object for PyDict {
     }
 }
 
+/// `getattr(d, name)` on a dict: its method, or undefined (for keys and for the methods the
+/// sandbox hides).
+pub(crate) fn dict_method(dict: &Value, name: &str) -> Value {
+    match SAFE_METHODS.iter().find(|m| **m == name) {
+        Some(m) => BoundMethod::value(dict.clone(), m),
+        None => Value::UNDEFINED,
+    }
+}
+
 /// `x.items` without the call: calling it calls the method.
 #[derive(Debug)]
 pub struct BoundMethod {
     receiver: Value,
     name: &'static str,
+}
+
+impl BoundMethod {
+    /// `receiver.name` as a value; calling it calls `receiver.name(...)`.
+    pub(crate) fn value(receiver: Value, name: &'static str) -> Value {
+        Value::from_object(BoundMethod { receiver, name })
+    }
 }
 
 impl Object for BoundMethod {
@@ -101,7 +117,12 @@ impl Object for BoundMethod {
         Self: Sized + 'static,
     {
         // Python adds the object's address, which no prompt can match anyway.
-        write!(f, "<built-in method {} of dict object>", self.name)
+        let owner = match self.receiver.kind() {
+            minijinja::value::ValueKind::String => "str",
+            minijinja::value::ValueKind::Seq => "list",
+            _ => "dict",
+        };
+        write!(f, "<built-in method {} of {owner} object>", self.name)
     }
 }
 

@@ -64,7 +64,7 @@ fn truncate(f: f64) -> Result<Value, Error> {
 }
 
 /// `float(value)` where Python accepts it: numbers, bools, and strings in Python's float syntax.
-fn to_float(value: &Value) -> Option<f64> {
+pub(super) fn to_float(value: &Value) -> Option<f64> {
     match value.kind() {
         ValueKind::Bool => Some(value.is_true() as i64 as f64),
         ValueKind::Number => f64::try_from(value.clone()).ok(),

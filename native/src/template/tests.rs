@@ -340,3 +340,31 @@ fn trim_uses_python_whitespace() {
         .unwrap();
     assert_eq!(text, "[hello\u{1f} wor\u{a0}ld]['hello', 'wor', 'ld']");
 }
+
+#[test]
+fn filters_refuse_results_past_the_output_limit_before_building_them() {
+    // Each would allocate gigabytes before the output writer could refuse the first byte.
+    let small = Limits {
+        max_output_bytes: 10_000,
+        ..Limits::default()
+    };
+    for source in [
+        "{{ 'x'|center(10**9) }}",
+        "{{ '%*d'|format(10**9, 1) }}",
+        "{{ '%.1000000000f'|format(1.5) }}",
+        "{{ 'a\nb'|indent(10**9) }}",
+        "{{ ('a ' * 4000)|wordwrap(1, wrapstring='-' * 4000) }}",
+        "{{ range(3000)|list|pprint }}",
+    ] {
+        let t = ChatTemplates::new(
+            vec![("default".into(), source.into())],
+            vec![],
+            small,
+            Clock::Now,
+        );
+        let err = t
+            .render(&request(r#"[{"role": "user", "content": "x"}]"#))
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ResourceExhausted, "{source}: {err}");
+    }
+}
