@@ -18,8 +18,7 @@
 use std::sync::Arc;
 
 use minijinja::value::{
-    from_args, ArgType, Enumerator, Kwargs, Object, ObjectExt, ObjectRepr, Rest, ValueKind,
-    ValueOrKwargs,
+    from_args, ArgType, Enumerator, Kwargs, Object, ObjectExt, ObjectRepr, ValueKind, ValueOrKwargs,
 };
 use minijinja::{Error, ErrorKind, State, Value};
 
@@ -226,16 +225,58 @@ pub fn template_dict() -> Value {
 }
 
 /// transformers' `namespace(*args, **kwargs)`: the attributes `dict()` would build; a name
-/// starting with `_` is refused (transformers raises SecurityError).
-pub fn namespace(args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
-    let attrs = build_dict(&args.into_values())?;
-    for key in attrs.try_iter()? {
-        if let Some(name) = key.as_str().filter(|n| n.starts_with('_')) {
-            return Err(type_error(format!(
-                "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '{name}'"
-            )));
+/// starting with `_` is refused (transformers raises SecurityError). Templates create namespaces
+/// in loops, so the usual forms (keywords only, or one mapping) go to minijinja's `namespace` as
+/// they are, without building a dict first.
+pub fn namespace(
+    first: Option<ValueOrKwargs>,
+    second: Option<ValueOrKwargs>,
+) -> Result<Value, Error> {
+    match (first, second) {
+        (None, _) => minijinja::functions::namespace(None),
+        (Some(one), None) if one.kind() == ValueKind::Map => {
+            refuse_private_names(&one)?;
+            minijinja::functions::namespace(Some(one))
+        }
+        (Some(a), b) => {
+            let mut args = vec![a.into_value()];
+            args.extend(b.map(ValueOrKwargs::into_value));
+            let attrs = build_dict(&args)?;
+            refuse_private_names(&attrs)?;
+            let defaults = <ValueOrKwargs as ArgType>::from_value(Some(&attrs))?;
+            minijinja::functions::namespace(Some(defaults))
         }
     }
-    let defaults = <ValueOrKwargs as ArgType>::from_value(Some(&attrs))?;
-    minijinja::functions::namespace(Some(defaults))
+}
+
+fn refuse_private_names(attrs: &Value) -> Result<(), Error> {
+    match private_name(attrs)? {
+        Some(name) => Err(type_error(format!(
+            "Chat templates cannot store underscore-prefixed attributes on a namespace, but got '{name}'"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// The first key of `attrs` that starts with `_`. Keywords and dicts are read in place: a key
+/// iterator would allocate on every `namespace()` call.
+fn private_name(attrs: &Value) -> Result<Option<String>, Error> {
+    let private = |k: &str| k.starts_with('_');
+    if attrs.is_kwargs() {
+        let kwargs = <Kwargs as ArgType>::from_value(Some(attrs))?;
+        return Ok(kwargs.args().find(|k| private(k)).map(str::to_string));
+    }
+    if let Some(PyDict(inner)) = attrs.downcast_object_ref::<PyDict>() {
+        return private_name(inner);
+    }
+    if let Some(map) = attrs.downcast_object_ref::<indexmap::IndexMap<Value, Value>>() {
+        let found = map.keys().find_map(|k| k.as_str().filter(|k| private(k)));
+        return Ok(found.map(str::to_string));
+    }
+    for key in attrs.try_iter()? {
+        if let Some(name) = key.as_str().filter(|k| private(k)) {
+            return Ok(Some(name.to_string()));
+        }
+    }
+    Ok(None)
 }
