@@ -1,7 +1,8 @@
 """Python rules the native renderer reimplements (str whitespace and line breaks, `repr` of strings,
-`dictsort`/`sort` ordering, `int`/`float`, `escape`), checked on the snippets of
-tests/data/render/python_compat/cases.json against what transformers rendered for them
-(tests/render/generate_python_compat.py)."""
+`dictsort`/`sort` ordering, `int`/`float`, `escape`, line breaks in the source, Jinja2's filters,
+tests and globals), checked on the snippets of tests/data/render/python_compat/cases.json against
+what transformers rendered for them (tests/render/generate_python_compat.py), and `str` methods,
+`format`, `wordwrap`, `pprint` and `striptags` against Python itself on random input."""
 
 from __future__ import annotations
 
