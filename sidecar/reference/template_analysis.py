@@ -6,8 +6,9 @@ parser (the native side walks minijinja's syntax tree for the same answers, see
   a variable named `content`), where the message is a loop variable over `messages` or over a
   variable assigned from it; "string" otherwise, and when vLLM's own checks would fail;
 - whether Jinja2 compiles the template at all (unknown filters and tests are compile errors);
-- the source rewrites both backends apply (see native/src/template/compat.rs for why): the
-  `{% generation %}` tag minijinja lacks, and the guard that makes a `for` loop over `none` fail as
+- the source rewrites both backends apply (see native/src/template/compat.rs for why): line breaks
+  as Jinja2's lexer reads them (`\r\n` and `\r` as `\n`), the `{% generation %}` tag minijinja
+  lacks, and the guard that makes a `for` loop over `none` fail as
   it does in Python.
 """
 
@@ -26,7 +27,11 @@ _GENERATION_TAG = re.compile(r"\{%([-+]?)[ \t\n\r\f]*(endgeneration|generation)[
 
 
 def rewrite(source: str) -> str:
-    """`{% generation %}` / `{% endgeneration %}` -> `{% if true %}` / `{% endif %}`, keeping `-`/`+`."""
+    """`\\r\\n` and `\\r` -> `\\n` (Jinja2's lexer does it to the whole source, literals and raw
+    blocks included); `{% generation %}` / `{% endgeneration %}` -> `{% if true %}` / `{% endif %}`,
+    keeping `-`/`+`."""
+    if "\r" in source:
+        source = source.replace("\r\n", "\n").replace("\r", "\n")
     if "generation" not in source:
         return source
 

@@ -5,7 +5,8 @@ tests/data/render/python_compat/cases.json, into its `expected` fields.
 
 Each case is a template (with `chat_template_kwargs` as its variables) that exercises one Python
 rule the native renderer reimplements: `str` whitespace and line breaks, `repr` of strings in
-lists, `dictsort`/`sort` ordering, `int`/`float` conversion, `escape`, dict attributes. transformers'
+lists, `dictsort`/`sort` ordering, `int`/`float` conversion, `escape`, dict attributes, line breaks
+in the template source, Jinja2's filters, tests and globals, arguments given twice. transformers'
 `render_jinja_template` renders it on one user message, as `apply_chat_template(tokenize=False)`
 does; a failure is recorded as `error` (the exception's type).
 """

@@ -1,7 +1,8 @@
 """Python rules the native renderer reimplements (str whitespace and line breaks, `repr` of strings,
-`dictsort`/`sort` ordering, `int`/`float`, `escape`), checked on the snippets of
-tests/data/render/python_compat/cases.json against what transformers rendered for them
-(tests/render/generate_python_compat.py)."""
+`dictsort`/`sort` ordering, `int`/`float`, `escape`, line breaks in the source, Jinja2's filters,
+tests and globals), checked on the snippets of tests/data/render/python_compat/cases.json against
+what transformers rendered for them (tests/render/generate_python_compat.py), and `str` methods,
+`format`, `wordwrap`, `pprint` and `striptags` against Python itself on random input."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 import tests.render.support as rs
 from sidecar.backend import RenderOptions
-from sidecar.errors import SidecarError
+from sidecar.errors import InvalidArgument
 
 pytestmark = pytest.mark.parity
 
@@ -25,18 +26,38 @@ def renderer():  # noqa: ANN201
     return rs.bare_renderer("native")
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
-def test_native_renders_what_transformers_renders(renderer, case: dict) -> None:  # noqa: ANN001
+@pytest.fixture(scope="module")
+def reference():  # noqa: ANN201
+    return rs.bare_renderer("reference")
+
+
+def check_case(renderer, case: dict) -> None:  # noqa: ANN001
     opts = RenderOptions(
         messages_json='[{"role": "user", "content": "x"}]',
         chat_template_kwargs_json=json.dumps(case["variables"], ensure_ascii=False),
         chat_template=case["template"], allow_request_template=True, return_text=True, return_token_ids=False,
     )
     if "error" in case:
-        with pytest.raises(SidecarError):
+        # A template that fails in Jinja2 fails the request as a bad argument, as template errors do.
+        with pytest.raises(InvalidArgument):
             renderer.render(opts)
     else:
         assert renderer.render(opts).text == case["expected"]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["name"] for c in CASES])
+def test_native_renders_what_transformers_renders(renderer, case: dict) -> None:  # noqa: ANN001
+    check_case(renderer, case)
+
+
+#: Cases whose rule is a source rewrite, which the reference backend applies too (the other rules
+#: are native only, see COMPATIBILITY.md "Reference backend limits").
+REFERENCE_CASES = [c for c in CASES if c["name"].startswith("newlines_")]
+
+
+@pytest.mark.parametrize("case", REFERENCE_CASES, ids=[c["name"] for c in REFERENCE_CASES])
+def test_reference_renders_what_transformers_renders(reference, case: dict) -> None:  # noqa: ANN001
+    check_case(reference, case)
 
 
 ALPHABET = " \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f\x85\xa0\u1680\u2028\u2029\u3000\u200b\u200d\ufeff\xad\U000f0000ab_Aé'\"\\ǆßΣσﬁᾳ٣ʰ-."
@@ -67,3 +88,109 @@ def test_str_rules_match_python_on_random_text(renderer) -> None:  # noqa: ANN00
             chat_template=template, allow_request_template=True, return_text=True, return_token_ids=False,
         )
         assert renderer.render(opts).text.split("\x02") == [f(s) for _, f in parts], repr(s)
+
+
+def render_one(renderer, template: str, variables: dict) -> str | None:  # noqa: ANN001
+    """The rendered text, or None when the render failed with INVALID_ARGUMENT."""
+    opts = RenderOptions(
+        messages_json='[{"role": "user", "content": "x"}]', chat_template_kwargs_json=json.dumps(variables),
+        chat_template=template, allow_request_template=True, return_text=True, return_token_ids=False,
+    )
+    try:
+        return renderer.render(opts).text
+    except InvalidArgument:
+        return None
+
+
+def python_or_none(f) -> str | None:  # noqa: ANN001
+    try:
+        return f()
+    except Exception:  # noqa: BLE001 - any failure is a failed render
+        return None
+
+
+FORMAT_NUMBERS = [0, 7, -42, 255, 10**20, -(2**70), 3.0, -2.5, 0.5, 1e-7, 123456.789, 1e22, -0.0, 2.675, 1e300,
+                  float("inf"), float("nan"), True, False, 65]
+FORMAT_OTHERS = ["", "é", "ab c", "x'y", "z", None, [1, "a"], {"k": 1.5}]
+
+
+def random_format_spec(rng: random.Random) -> tuple[str, list]:
+    """A `%` spec and arguments for it (of a fitting type most of the time)."""
+    width = rng.choice(["", "", str(rng.randint(0, 12)), "*"])
+    precision = rng.choice(["", "", "." + str(rng.randint(0, 8)), ".", ".*"])
+    conversion = rng.choice("sdiuoxXeEfFgGcra%")
+    spec = "%" + "".join(rng.sample("-+ #0", rng.randint(0, 3))) + width + precision + conversion
+    if spec == "%%":
+        return spec, []
+    args = [rng.randint(-3, 12) for _ in range(spec.count("*"))]
+    pool = FORMAT_NUMBERS if conversion in "diuoxXeEfFgGc" and rng.random() < 0.8 else FORMAT_NUMBERS + FORMAT_OTHERS
+    return spec, args + [rng.choice(pool)]
+
+
+def test_format_matches_python_percent_on_random_specs(renderer) -> None:  # noqa: ANN001
+    """Jinja2's `format` is `str % args`: Python's `%` itself is the reference."""
+    rng = random.Random(7)
+    for _ in range(500):
+        text, args = "", []
+        for _ in range(rng.randint(1, 3)):
+            spec, spec_args = random_format_spec(rng)
+            text += rng.choice(["", "a", " "]) + spec
+            args += spec_args
+        if rng.random() < 0.1:
+            args = args[1:] if rng.random() < 0.5 else args + [1]
+        names = [f"a{i}" for i in range(len(args))]
+        template = "{{ f|format(%s) }}" % ", ".join(names)
+        got = render_one(renderer, template, {"f": text, **dict(zip(names, args))})
+        assert got == python_or_none(lambda: text % tuple(args)), (text, args)
+
+
+WRAP_ALPHABET = ["a", "b", "é", "1", " ", " ", "  ", "-", "--", ",", ".", "!", "\n", "\t", "\u3000", "ab-cd", "well-known"]
+
+
+def test_wordwrap_matches_jinja2_on_random_text(renderer) -> None:  # noqa: ANN001
+    import jinja2.sandbox
+
+    env = jinja2.sandbox.ImmutableSandboxedEnvironment()
+    template = "{{ s|wordwrap(w, b, none, h) }}"
+    jinja = env.from_string(template)
+    rng = random.Random(3)
+    for _ in range(300):
+        variables = {
+            "s": "".join(rng.choice(WRAP_ALPHABET) for _ in range(rng.randint(0, 30))),
+            "w": rng.randint(1, 12), "b": rng.random() < 0.7, "h": rng.random() < 0.7,
+        }
+        assert render_one(renderer, template, variables) == jinja.render(**variables), variables
+
+
+def random_value(rng: random.Random, depth: int = 0):  # noqa: ANN201
+    kind = rng.randint(0, 9 if depth < 3 else 4)
+    if kind <= 1:
+        return rng.choice([0, -3, 1.5, 1e-7, None, True])
+    if kind <= 4:
+        return " ".join("w" * rng.randint(1, 12) for _ in range(rng.randint(0, 14))) + rng.choice(["", "\n", " "])
+    if kind <= 7:
+        return [random_value(rng, depth + 1) for _ in range(rng.randint(0, 6))]
+    return {rng.choice("bcaé") + "k" * rng.randint(0, 20): random_value(rng, depth + 1) for _ in range(rng.randint(0, 6))}
+
+
+def test_pprint_matches_pformat_on_random_values(renderer) -> None:  # noqa: ANN001
+    import pprint
+
+    rng = random.Random(5)
+    for _ in range(200):
+        v = random_value(rng)
+        assert render_one(renderer, "{{ v|pprint }}", {"v": v}) == pprint.pformat(v), v
+
+
+STRIP_ALPHABET = ["<", ">", "<!--", "-->", "&", "&amp;", "&amp", "&lt", "&#", "&#x", "x", "3", "9", ";", "not", "in", " ", "\n", "é", "b", "-"]
+
+
+def test_striptags_matches_markupsafe_on_random_text(renderer) -> None:  # noqa: ANN001
+    from markupsafe import Markup
+
+    rng = random.Random(9)
+    texts = ["".join(rng.choice(STRIP_ALPHABET) for _ in range(rng.randint(0, 20))) for _ in range(300)]
+    template = "\x02".join("{{ t[%d]|striptags }}" % i for i in range(len(texts)))
+    got = render_one(renderer, template, {"t": texts})
+    assert got is not None
+    assert got.split("\x02") == [Markup(t).striptags() for t in texts]

@@ -3,6 +3,13 @@
 //! (`sidecar/reference/template_analysis.py`); a test checks both produce the same text for every
 //! template in ../shared/models.
 //!
+//! Line breaks: Jinja2's lexer splits the whole source at `\r\n`, `\r` and `\n` and joins it with
+//! `\n` before it reads a token, so template text, string literals, raw blocks and tags all see
+//! `\n` (an escaped `'\r'` in a literal is decoded later and stays a carriage return). minijinja
+//! keeps the source's bytes: a template saved with Windows line endings rendered `\r\n` where
+//! transformers writes `\n`, and lstrip_blocks did not strip after a lone `\r`. The source is
+//! normalized the same way first; it is left alone (borrowed) when it holds no `\r`.
+//!
 //! `{% generation %}...{% endgeneration %}`: transformers registers this tag to find the assistant's
 //! tokens for training masks; rendering just emits the body. Templates that use it: LFM2.5,
 //! poolside Laguna, and others in llama.cpp's collection. The tag pair becomes
@@ -21,8 +28,28 @@ use std::borrow::Cow;
 /// The function the loop guard calls when a loop runs over `none`; it fails like Python does.
 pub const NONE_ITERATION_FUNCTION: &str = "sidecar_none_is_not_iterable";
 
-/// Rewrites `source` when it needs it; borrows it unchanged otherwise.
+/// Rewrites `source` when it needs it (line breaks, then generation blocks); borrows it unchanged
+/// otherwise.
 pub fn rewrite(source: &str) -> Cow<'_, str> {
+    match normalize_newlines(source) {
+        Cow::Borrowed(s) => generation_blocks(s),
+        Cow::Owned(s) => match generation_blocks(&s) {
+            Cow::Owned(rewritten) => Cow::Owned(rewritten),
+            Cow::Borrowed(_) => Cow::Owned(s),
+        },
+    }
+}
+
+/// `\r\n` and a lone `\r` as `\n`, as Jinja2's lexer reads the source (see the module docs).
+pub fn normalize_newlines(source: &str) -> Cow<'_, str> {
+    if memchr::memchr(b'\r', source.as_bytes()).is_none() {
+        return Cow::Borrowed(source);
+    }
+    Cow::Owned(source.replace("\r\n", "\n").replace('\r', "\n"))
+}
+
+/// `{% generation %}`/`{% endgeneration %}` as `{% if true %}`/`{% endif %}` (see the module docs).
+fn generation_blocks(source: &str) -> Cow<'_, str> {
     if !source.contains("generation") {
         return Cow::Borrowed(source);
     }
@@ -273,6 +300,21 @@ mod tests {
             "{{ add_generation_prompt }}{% generations %}"
         );
         assert!(matches!(rewrite("{% if x %}{% endif %}"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn normalizes_line_breaks_as_jinja2_reads_them() {
+        // Everywhere in the source, literals and raw blocks included; an escaped `\r` is not a
+        // line break in the source.
+        assert_eq!(
+            rewrite("a\r\nb\rc\n{{ 'x\r\ny' ~ '\\r' }}{% raw %}\r\r\n{% endraw %}"),
+            "a\nb\nc\n{{ 'x\ny' ~ '\\r' }}{% raw %}\n\n{% endraw %}"
+        );
+        assert_eq!(
+            rewrite("{% generation %}\r\n{% endgeneration %}"),
+            "{% if true %}\n{% endif %}"
+        );
+        assert!(matches!(rewrite("a\nb\u{2028}c\u{85}"), Cow::Borrowed(_)));
     }
 
     #[test]

@@ -11,11 +11,11 @@
 use std::fmt::Write as _;
 use std::sync::Arc;
 
-use minijinja::value::{from_args, Kwargs, Rest, ValueKind, ValueOrKwargs};
+use minijinja::value::{Rest, ValueKind, ValueOrKwargs};
 use minijinja::{AutoEscape, Environment, Error, ErrorKind, Output, State, Value};
 
 use super::pyjson::{self, DumpOptions};
-use super::{pyfilters, pynum, pystr};
+use super::{pydict, pyfilters, pyhtml, pynum, pystr, pytests, textwrap};
 
 /// The template's name inside its environment (it appears in error locations).
 pub const TEMPLATE_NAME: &str = "chat_template";
@@ -94,6 +94,27 @@ pub fn output_limit() -> usize {
     OUTPUT_LIMIT.with(|limit| limit.get())
 }
 
+/// Fails with [`OutputLimitReached`] when a filter's result of `len` bytes alone would pass the
+/// render's output limit: it could never be written, and building it could exhaust memory
+/// (`'x'|center(10**9)`, `'%*d'|format(10**9, 1)`).
+pub fn check_result_size(filter: &str, len: usize) -> Result<(), Error> {
+    if len > output_limit() {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("{filter}: the result passes the rendered prompt's output limit"),
+        )
+        .with_source(OutputLimitReached));
+    }
+    Ok(())
+}
+
+/// Filters, tests and globals minijinja (and minijinja-contrib) define and Jinja2 does not. A
+/// template that calls one inside an `if` compiles in Jinja2 and fails when the branch runs
+/// (outside an `if` the analysis refuses the template); without them minijinja fails the same way.
+const NOT_JINJA2_FILTERS: &[&str] = &["split", "lines", "bool", "chain", "zip", "pluralize"];
+const NOT_JINJA2_TESTS: &[&str] = &["startingwith", "endingwith", "int", "safe"];
+const NOT_JINJA2_GLOBALS: &[&str] = &["debug"];
+
 /// Restores the previous output limit when dropped.
 pub struct OutputLimitScope(usize);
 
@@ -119,6 +140,15 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.set_fuel(Some(limits.fuel));
     env.set_recursion_limit(limits.recursion);
     env.set_formatter(python_formatter);
+    for name in NOT_JINJA2_FILTERS {
+        env.remove_filter(name);
+    }
+    for name in NOT_JINJA2_TESTS {
+        env.remove_test(name);
+    }
+    for name in NOT_JINJA2_GLOBALS {
+        env.remove_global(name);
+    }
     env.add_filter("tojson", tojson);
     env.add_filter("string", |value: &Value| Value::from(pyjson::py_str(value)));
     env.add_filter("indent", indent);
@@ -126,11 +156,36 @@ pub fn build(source: String, limits: Limits, clock: Clock) -> Result<Environment
     env.add_filter("wordcount", pyfilters::wordcount);
     env.add_filter("dictsort", pyfilters::dictsort);
     env.add_filter("sort", pyfilters::sort);
-    env.add_filter("escape", pyfilters::escape);
-    env.add_filter("e", pyfilters::escape);
+    env.add_filter("unique", pyfilters::unique);
+    env.add_filter("default", pyfilters::default);
+    env.add_filter("d", pyfilters::default);
+    env.add_filter("attr", pyfilters::attr);
+    env.add_filter("center", pyfilters::center);
+    env.add_filter("truncate", pyfilters::truncate);
+    env.add_filter("filesizeformat", pyfilters::filesizeformat);
+    env.add_filter("format", pyfilters::format);
+    env.add_filter("pprint", super::pprint::pprint);
+    env.add_filter("wordwrap", textwrap::wordwrap);
+    env.add_filter("escape", pyhtml::escape);
+    env.add_filter("e", pyhtml::escape);
+    env.add_filter("forceescape", pyhtml::forceescape);
+    env.add_filter("striptags", pyhtml::striptags);
+    env.add_filter("xmlattr", pyhtml::xmlattr);
+    env.add_filter("urlencode", pyhtml::urlencode);
     env.add_filter("int", pynum::int);
     env.add_filter("float", pynum::float);
-    env.add_test("iterable", is_iterable);
+    env.add_test("iterable", pytests::is_iterable);
+    env.add_test("callable", pytests::is_callable);
+    env.add_test("sequence", pytests::is_sequence);
+    env.add_test("mapping", pytests::is_mapping);
+    env.add_test("lower", pytests::is_lower);
+    env.add_test("upper", pytests::is_upper);
+    env.add_test("odd", pytests::is_odd);
+    env.add_test("even", pytests::is_even);
+    env.add_test("divisibleby", pytests::is_divisibleby);
+    env.add_function("cycler", Cycler::value);
+    env.add_global("dict", pydict::template_dict());
+    env.add_function("namespace", pydict::namespace);
     env.add_function("raise_exception", raise_exception);
     env.add_function(
         super::compat::NONE_ITERATION_FUNCTION,
@@ -161,29 +216,14 @@ fn python_formatter(out: &mut Output, state: &mut State, value: &Value) -> Resul
 }
 
 /// transformers' `tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False)`:
-/// positional arguments fill those parameters in order, as they do in Python.
+/// positional arguments fill those parameters in order, as they do in Python
+/// ([`pyfilters::params`]).
 fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
-    let args = args.into_values();
-    let (positional, kwargs): (&[Value], Kwargs) = from_args(&args)?;
-    if positional.len() > 4 {
-        return Err(Error::new(
-            ErrorKind::TooManyArguments,
-            "tojson takes at most 4 arguments",
-        ));
-    }
-    let param = |i: usize, name: &str| -> Result<Option<Value>, Error> {
-        let by_name: Option<Value> = kwargs.get(name)?;
-        match (positional.get(i), by_name) {
-            (Some(_), Some(_)) => Err(Error::new(
-                ErrorKind::InvalidOperation,
-                format!("tojson got multiple values for argument '{name}'"),
-            )),
-            (Some(v), None) => Ok(Some(v.clone())),
-            (None, v) => Ok(v),
-        }
-    };
-    let ensure_ascii = param(0, "ensure_ascii")?.is_some_and(|v| v.is_true());
-    let indent = match param(1, "indent")? {
+    let names = ["ensure_ascii", "indent", "separators", "sort_keys"];
+    let mut p = pyfilters::params("tojson", &names, args)?.into_iter();
+    let mut param = || p.next().flatten();
+    let ensure_ascii = param().is_some_and(|v| v.is_true());
+    let indent = match param() {
         None => None,
         Some(v) if v.is_none() => None,
         Some(v) if v.kind() == ValueKind::String => {
@@ -200,7 +240,7 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
             }
         },
     };
-    let separators = match param(2, "separators")? {
+    let separators = match param() {
         None => None,
         Some(v) if v.is_none() => None,
         Some(v) => {
@@ -219,8 +259,7 @@ fn tojson(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
             }
         }
     };
-    let sort_keys = param(3, "sort_keys")?.is_some_and(|v| v.is_true());
-    kwargs.assert_all_used()?;
+    let sort_keys = param().is_some_and(|v| v.is_true());
     let opts = DumpOptions {
         ensure_ascii,
         indent,
@@ -243,22 +282,25 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     let indention = match params.next().flatten() {
         None => "    ".to_string(),
         Some(w) if w.kind() == ValueKind::String => w.as_str().unwrap_or_default().to_string(),
-        Some(w) => " ".repeat(
-            i64::try_from(w)
+        Some(w) => {
+            let width = i64::try_from(w)
                 .map_err(|_| {
                     Error::new(
                         ErrorKind::InvalidOperation,
                         "indent: width must be an int or a string",
                     )
                 })?
-                .max(0) as usize,
-        ),
+                .max(0) as usize;
+            check_result_size("indent", width)?;
+            " ".repeat(width)
+        }
     };
     let first = params.next().flatten().is_some_and(|v| v.is_true());
     let blank = params.next().flatten().is_some_and(|v| v.is_true());
     // Jinja2 appends a newline before splitting, so a trailing line break survives.
     let padded = format!("{text}\n");
     let lines = pystr::splitlines(&padded, false);
+    check_result_size("indent", text.len() + lines.len() * indention.len())?;
     let mut out = String::with_capacity(text.len() + lines.len() * indention.len());
     if blank {
         out.push_str(&lines.join(&format!("\n{indention}")));
@@ -285,9 +327,66 @@ fn indent(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
     Ok(Value::from(out))
 }
 
-/// Jinja2's `iterable`: whatever Python can iterate. Unlike minijinja's, `none` is not.
-fn is_iterable(value: &Value) -> bool {
-    !value.is_none() && value.try_iter().is_ok()
+/// Jinja2's `cycler(*items)`: `next()` returns the items in turn, `reset()` starts over,
+/// `current` is the item `next()` returns. minijinja-contrib's takes one list (`cycler('a', 'b')`
+/// failed) and has no `reset` or `current`.
+#[derive(Debug)]
+pub struct Cycler {
+    items: Vec<Value>,
+    pos: std::sync::atomic::AtomicUsize,
+}
+
+impl Cycler {
+    /// `cycler(*items)`: a new cycler, as a template value.
+    fn value(items: Rest<Value>) -> Result<Value, Error> {
+        if items.is_empty() {
+            return Err(Error::new(
+                ErrorKind::InvalidOperation,
+                "at least one item has to be provided",
+            ));
+        }
+        Ok(Value::from_object(Cycler {
+            items: items.0,
+            pos: Default::default(),
+        }))
+    }
+
+    fn current(&self) -> Value {
+        self.items[self.pos.load(std::sync::atomic::Ordering::Relaxed)].clone()
+    }
+}
+
+impl minijinja::value::Object for Cycler {
+    fn repr(self: &Arc<Self>) -> minijinja::value::ObjectRepr {
+        minijinja::value::ObjectRepr::Plain
+    }
+
+    fn get_value(self: &Arc<Self>, key: &Value) -> Option<Value> {
+        (key.as_str() == Some("current")).then(|| self.current())
+    }
+
+    fn call_method(
+        self: &Arc<Self>,
+        _state: &mut State<'_, '_>,
+        method: &str,
+        args: &[Value],
+    ) -> Result<Value, Error> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let () = minijinja::value::from_args(args)?;
+        match method {
+            "next" => {
+                let current = self.current();
+                let pos = self.pos.load(Relaxed);
+                self.pos.store((pos + 1) % self.items.len(), Relaxed);
+                Ok(current)
+            }
+            "reset" => {
+                self.pos.store(0, Relaxed);
+                Ok(Value::from(()))
+            }
+            _ => Err(Error::from(ErrorKind::UnknownMethod)),
+        }
+    }
 }
 
 fn raise_exception(message: Value) -> Result<Value, Error> {
@@ -386,6 +485,27 @@ mod tests {
         assert_eq!(
             render("[{{ 'a\nb'|indent('> ', true) }}]", ctx).unwrap(),
             "[> a\n> b]"
+        );
+    }
+
+    #[test]
+    fn an_argument_given_twice_is_an_error() {
+        // Python: TypeError: do_trim() got multiple values for argument 'chars'.
+        for (src, name) in [
+            ("{{ ' x '|trim(' ', chars=' ') }}", "trim"),
+            ("{{ 'a'|indent(2, width=4) }}", "indent"),
+            ("{{ 1|tojson(true, ensure_ascii=false) }}", "tojson"),
+        ] {
+            let err = render(src, Value::UNDEFINED).unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains(&format!("{name}() got multiple values for argument")),
+                "{err}"
+            );
+        }
+        assert_eq!(
+            render("{{ 'a\nb'|indent(2, first=true) }}", Value::UNDEFINED).unwrap(),
+            "  a\n  b"
         );
     }
 

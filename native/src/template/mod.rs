@@ -10,14 +10,20 @@
 mod analyze;
 pub mod compat;
 mod env;
+mod html_entities;
 pub mod json;
 mod normalize;
+mod pprint;
 mod pydict;
 mod pyfilters;
+mod pyformat;
+mod pyhtml;
 pub mod pyjson;
 mod pymethods;
 mod pynum;
 mod pystr;
+mod pytests;
+mod textwrap;
 mod unicode_tables;
 
 use std::collections::VecDeque;

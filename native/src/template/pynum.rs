@@ -22,8 +22,13 @@ pub fn int(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
                 None => Some(10),
                 Some(b) => i64::try_from(b.clone()).ok(),
             };
-            base.and_then(|b| parse_int(value.as_str().unwrap_or_default(), b))
-                .map(Value::from)
+            let text = value.as_str().unwrap_or_default();
+            match base.map(|b| parse_int(text, b)) {
+                Some(Ok(n)) => n.map(Value::from),
+                // An integer literal Python reads exactly: the float fallback would round it.
+                Some(Err(TooLarge)) => return Err(too_large(text)),
+                None => None,
+            }
         }
         ValueKind::Bool => Some(Value::from(value.is_true() as i64)),
         ValueKind::Number if value.is_integer() => Some(value.clone()),
@@ -49,22 +54,33 @@ pub fn float(value: &Value, args: Rest<ValueOrKwargs>) -> Result<Value, Error> {
 
 /// `int(f)` for a finite float: truncated toward zero.
 fn truncate(f: f64) -> Result<Value, Error> {
+    // i128 holds [-2^127, 2^127); both bounds are exact as floats.
+    const TWO_127: f64 = 170_141_183_460_469_231_731_687_303_715_884_105_728.0;
     let t = f.trunc();
     if t.abs() < 9.2e18 {
         Ok(Value::from(t as i64))
-    } else if t.abs() < 1.7e38 {
+    } else if (-TWO_127..TWO_127).contains(&t) {
         Ok(Value::from(t as i128))
     } else {
-        // Python would make an exact integer of any size; minijinja's stop at 128 bits.
-        Err(Error::new(
-            ErrorKind::InvalidOperation,
-            "int: the value is too large",
-        ))
+        // Python makes the exact integer (`int(1e300)` has 301 digits); minijinja's integers stop
+        // at 128 bits, and a number that only prints right would go wrong in arithmetic and
+        // comparisons. No template has needed one, so this stays an error.
+        Err(too_large(&format!("{f:e}")))
     }
 }
 
+/// An integer literal past 128 bits.
+struct TooLarge;
+
+fn too_large(what: &str) -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("int: {what} does not fit in 128 bits (Python would make the exact integer)"),
+    )
+}
+
 /// `float(value)` where Python accepts it: numbers, bools, and strings in Python's float syntax.
-fn to_float(value: &Value) -> Option<f64> {
+pub(super) fn to_float(value: &Value) -> Option<f64> {
     match value.kind() {
         ValueKind::Bool => Some(value.is_true() as i64 as f64),
         ValueKind::Number => f64::try_from(value.clone()).ok(),
@@ -127,10 +143,11 @@ fn parse_float(s: &str) -> Option<f64> {
 
 /// Python's `int(str, base)`: whitespace around, a sign, the base's prefix (`0x`, `0o`, `0b`;
 /// required to pick the base when it is 0), digits with single `_` between them (and after a
-/// prefix). Base 0 refuses leading zeros in a decimal number, as Python does.
-fn parse_int(s: &str, base: i64) -> Option<i128> {
+/// prefix). Base 0 refuses leading zeros in a decimal number, as Python does. `Ok(None)` for text
+/// that is no integer literal, [`TooLarge`] for one past 128 bits.
+fn parse_int(s: &str, base: i64) -> Result<Option<i128>, TooLarge> {
     if base != 0 && !(2..=36).contains(&base) {
-        return None;
+        return Ok(None);
     }
     let s = ascii_number(s);
     let s = s.as_str();
@@ -160,16 +177,23 @@ fn parse_int(s: &str, base: i64) -> Option<i128> {
         digits
     };
     let is_digit = |c: u8| (c as char).is_digit(base);
-    let clean = without_underscores(digits, is_digit)?;
+    let Some(clean) = without_underscores(digits, is_digit) else {
+        return Ok(None);
+    };
     if clean.is_empty() || !clean.bytes().all(is_digit) {
-        return None;
+        return Ok(None);
     }
     // Base 0 reads `012` as an error (an octal literal without its prefix); `0` and `00` pass.
     if auto && prefixed.is_none() && clean.starts_with('0') && clean.bytes().any(|c| c != b'0') {
-        return None;
+        return Ok(None);
     }
-    let n = i128::from_str_radix(&clean, base).ok()?;
-    Some(if negative { -n } else { n })
+    // Digits that `from_str_radix` refuses now can only be too many: i128::MIN's magnitude is one
+    // past i128::MAX, so it is read with its sign.
+    let signed = if negative { format!("-{clean}") } else { clean };
+    match i128::from_str_radix(&signed, base) {
+        Ok(n) => Ok(Some(n)),
+        Err(_) => Err(TooLarge),
+    }
 }
 
 #[cfg(test)]
@@ -204,8 +228,46 @@ mod tests {
             ("012", 10, Some(12)),
         ];
         for &(s, base, want) in cases {
-            assert_eq!(parse_int(s, base), want, "int({s:?}, {base})");
+            assert_eq!(
+                parse_int(s, base).ok().flatten(),
+                want,
+                "int({s:?}, {base})"
+            );
         }
+    }
+
+    #[test]
+    fn integers_past_128_bits_fail_cleanly() {
+        let env = minijinja::Environment::new();
+        let mut env = env;
+        env.add_filter("int", int);
+        let render = |src: &str| env.render_str(src, ());
+        // int(1e38) and int(-1.7e38) fit: exact, as Python's int(float) is (values from CPython 3.11).
+        assert_eq!(
+            render("{{ '1e38'|int }}|{{ -1.7e38|int }}").unwrap(),
+            "99999999999999997748809823456034029568|-169999999999999998061923293023115935744"
+        );
+        for src in [
+            "{{ '1e300'|int }}",
+            "{{ '-1e300'|int }}",
+            "{{ 1e300|int }}",
+            "{{ '170141183460469231731687303715884105728'|int }}",
+            "{{ '-170141183460469231731687303715884105729'|int }}",
+            "{{ ('f' * 40)|int(base=16) }}",
+            "{{ ('9' * 50)|int(7) }}",
+        ] {
+            let err = render(src).unwrap_err();
+            assert_eq!(err.kind(), ErrorKind::InvalidOperation, "{src}");
+            assert!(
+                err.to_string().contains("does not fit in 128 bits"),
+                "{src}: {err}"
+            );
+        }
+        // At the edge: i128::MIN and i128::MAX parse exactly.
+        assert_eq!(
+            render("{{ '-170141183460469231731687303715884105728'|int }}").unwrap(),
+            "-170141183460469231731687303715884105728"
+        );
     }
 
     #[test]

@@ -136,6 +136,29 @@ pub fn word_count(s: &str) -> usize {
     count
 }
 
+/// `s.islower()`: a cased character, and no uppercase or titlecase one.
+pub fn is_lower(s: &str) -> bool {
+    all_cased_are(s, char::is_lowercase)
+}
+
+/// `s.isupper()`: a cased character, and no lowercase or titlecase one.
+pub fn is_upper(s: &str) -> bool {
+    all_cased_are(s, char::is_uppercase)
+}
+
+/// Whether `s` has a cased character and `want` holds for each (cased is Lowercase, Uppercase or
+/// titlecase; the table is CPython's, the Lowercase/Uppercase properties Rust's).
+fn all_cased_are(s: &str, want: fn(char) -> bool) -> bool {
+    let mut cased = false;
+    for c in s.chars().filter(|&c| is_cased(c)) {
+        if !want(c) {
+            return false;
+        }
+        cased = true;
+    }
+    cased
+}
+
 fn is_cased(c: char) -> bool {
     in_table(CASED, c)
 }

@@ -103,6 +103,24 @@ fn template_selection() {
 }
 
 #[test]
+fn line_breaks_are_normalized_but_request_templates_are_cached_by_their_text() {
+    // Jinja2 reads `\r\n` and `\r` in the source as `\n` (compat::normalize_newlines).
+    let t = templates(&[("default", "{% if true %}\r\nA\r\n{% endif %}\rB\r\n")]);
+    let mut req = request(r#"[{"role": "user", "content": "x"}]"#);
+    assert_eq!(t.render(&req).unwrap(), "A\nB");
+    req.allow_source = true;
+    let sources = ["{{ 'x' }}\r\ny", "{{ 'x' }}\ny", "{{ 'x' }}\ry"];
+    for source in sources {
+        req.chat_template = Some(source);
+        assert_eq!(t.render(&req).unwrap(), "x\ny", "{source:?}");
+    }
+    // A request template's identity is its text as sent: three entries, most recent first.
+    let cache = t.request_templates.lock().unwrap();
+    let keys: Vec<&str> = cache.iter().map(|(s, _)| s.as_str()).collect();
+    assert_eq!(keys, [sources[2], sources[1], sources[0]]);
+}
+
+#[test]
 fn raise_exception_message_reaches_the_caller() {
     let t = templates(&[(
         "default",
@@ -321,4 +339,32 @@ fn trim_uses_python_whitespace() {
         ))
         .unwrap();
     assert_eq!(text, "[hello\u{1f} wor\u{a0}ld]['hello', 'wor', 'ld']");
+}
+
+#[test]
+fn filters_refuse_results_past_the_output_limit_before_building_them() {
+    // Each would allocate gigabytes before the output writer could refuse the first byte.
+    let small = Limits {
+        max_output_bytes: 10_000,
+        ..Limits::default()
+    };
+    for source in [
+        "{{ 'x'|center(10**9) }}",
+        "{{ '%*d'|format(10**9, 1) }}",
+        "{{ '%.1000000000f'|format(1.5) }}",
+        "{{ 'a\nb'|indent(10**9) }}",
+        "{{ ('a ' * 4000)|wordwrap(1, wrapstring='-' * 4000) }}",
+        "{{ range(3000)|list|pprint }}",
+    ] {
+        let t = ChatTemplates::new(
+            vec![("default".into(), source.into())],
+            vec![],
+            small,
+            Clock::Now,
+        );
+        let err = t
+            .render(&request(r#"[{"role": "user", "content": "x"}]"#))
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::ResourceExhausted, "{source}: {err}");
+    }
 }
