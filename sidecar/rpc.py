@@ -152,7 +152,6 @@ class Gate:
                 f"server busy: {self.unsent >> 20} MB of responses wait for their clients to read them "
                 f"({UNSENT_TOTAL_FACTOR} x --max-unsent-mb {self.max_unsent >> 20}); retry later")
 
-
     def check_response(self, rpc: str, size: int) -> None:
         """RESOURCE_EXHAUSTED naming `--max-message-mb` and both sizes when a unary response of
         `size` bytes is more than gRPC will send (the wording of Multiplex's per-call check)."""
