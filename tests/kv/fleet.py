@@ -63,7 +63,6 @@ def cleared_event(fmt: str):  # noqa: ANN201
 class SimEngine:
     def __init__(self, ctx: zmq.Context, worker: str, fmt: str, reference: PrefixIndex, rng: random.Random) -> None:
         self.pub = FakeEnginePublisher(ctx, engine="sglang" if fmt == "sglang" else "vllm")
-        self.pub.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # every (re)subscription is seen
         self.worker = worker
         self.fmt = fmt
         self.reference = reference

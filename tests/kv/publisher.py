@@ -22,8 +22,11 @@ class FakeEnginePublisher:
         # The frames before seq in a replay answer: vLLM sends the topic there, SGLang nothing.
         self._before_seq = [topic] if engine == "vllm" else []
         # XPUB behaves as PUB for the subscriber and lets the test wait for its subscription, so no
-        # message is lost to ZMQ's slow-joiner window.
+        # message is lost to ZMQ's slow-joiner window. Verbose, because a restarted subscriber may
+        # subscribe before ZMQ has dropped the stopped one: the topic is then still held, and a
+        # plain XPUB passes no message up (a test waiting for it timed out in CI).
         self.pub = ctx.socket(zmq.XPUB)
+        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
         self.pub.setsockopt(zmq.LINGER, 0)
         self.pub.setsockopt(zmq.SNDHWM, send_hwm)
         port = self.pub.bind_to_random_port("tcp://127.0.0.1")

@@ -110,7 +110,6 @@ def test_a_message_over_the_size_bound_is_a_counted_disconnection(
 
     _, router = stubs(server)
     b = engines[1]
-    b.pub.setsockopt(zmq.XPUB_VERBOSE, 1)  # the subscription made again is passed on
 
     def metrics() -> str:
         return urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics", timeout=10).read().decode()

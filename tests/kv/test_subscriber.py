@@ -204,7 +204,6 @@ def test_a_message_over_the_size_bound_is_a_counted_disconnection_and_a_gap(ctx:
     replay socket, bound alike, cannot bring it either, so it is a gap reset. The disconnection is
     counted, so the cause of the gap shows."""
     pub = FakeEnginePublisher(ctx)
-    pub.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
     seen: list[object] = []
     sub = Subscriber([Source("a", pub.endpoint, pub.replay_endpoint)],
                      lambda worker, batch: seen.append(batch.events[0].block_hashes[0]),
