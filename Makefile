@@ -114,8 +114,9 @@ fuzz: $(CARGO_FUZZ) ## Coverage-guided libFuzzer run (cargo-fuzz), FUZZ_SECONDS 
 soak: build ## Mixed load against a real server for SOAK_SECONDS (default 600); report in bench/soak.md
 	$(PY) -m bench.soak --seconds $${SOAK_SECONDS:-600} --out bench/soak.md
 
+# --durations: every CI log names the slowest tests, which is where CI's 20 minutes go.
 test-python: setup native-testing rust-client ## pytest: unit, C-ABI contract, parity, end to end (with the Rust client)
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
 
 bench: setup native-testing rust-client ## Benchmarks; results go to bench/results.md (quoted by the README)
 	$(PY) -m bench.run --out bench/results.md
