@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import signal
 import sys
 
@@ -112,10 +111,7 @@ def run_relay(args: argparse.Namespace) -> int:
     from router_adapter.subscriber import Source
     from sidecar import logs
 
-    logs.configure(args.log_level)
-    # The relay's own lines come from the router adapter's stdlib loggers.
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stdout,
-                        format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure(args.log_level)  # the relay's own lines, from the router adapter, included
     try:
         require_nats_client("kv-relay")
         source = Source.parse(args.kv_events)

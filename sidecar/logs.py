@@ -32,6 +32,32 @@ def configure(level: str = "info", stream=sys.stdout) -> None:  # noqa: ANN001 -
         logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=True,
     )
+    # The router adapter is a library (usable without the server) and logs through the standard
+    # library; without a handler its warnings went to stderr as bare text and its info lines
+    # nowhere. Under the server and the relay they are the same JSON lines as the rest.
+    adapter = logging.getLogger("router_adapter")
+    for handler in [h for h in adapter.handlers if isinstance(h, _StdlibToJson)]:
+        adapter.removeHandler(handler)
+    adapter.addHandler(_StdlibToJson())
+    adapter.setLevel(_LEVELS[level])
+
+
+class _StdlibToJson(logging.Handler):
+    """Writes a standard-library record through structlog: the router adapter's messages start
+    with their event name (`kv_events_disconnected worker=w0 ...`), so that is `event`, the rest
+    `detail`, and the logger's name `logger`."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            event, _, detail = record.getMessage().partition(" ")
+            fields: dict[str, object] = {"logger": record.name}
+            if detail:
+                fields["detail"] = detail
+            if record.exc_info:
+                fields["exc_info"] = record.exc_info
+            get_logger(record.name).log(record.levelno, event, **fields)
+        except Exception:  # noqa: BLE001 - logging must not raise into the caller
+            self.handleError(record)
 
 
 #: Where `info_line` writes (None: info lines are filtered out); set by `configure`.

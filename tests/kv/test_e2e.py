@@ -105,7 +105,8 @@ def test_score_after_real_events(server: LiveServer, engines: list[FakeEnginePub
 def test_a_message_over_the_size_bound_is_a_counted_disconnection(
         server: LiveServer, engines: list[FakeEnginePublisher]) -> None:
     """`--kv-max-message-size` bounds what the server takes from an engine: a larger batch drops
-    the connection (made again) and is lost as a gap, counted as a disconnection (metric and KvStatus)."""
+    the connection (made again) and is lost as a gap, counted as a disconnection (metric and KvStatus)
+    and logged."""
     import urllib.request
 
     _, router = stubs(server)
@@ -131,6 +132,9 @@ def test_a_message_over_the_size_bound_is_a_counted_disconnection(
     wait_until(lambda: row().batches == batches + 2, what="the batch after it")
     assert row().gaps == gaps + 1
     assert row().disconnects == 1
+    # Logged as the server's other lines are (a JSON line), not as bare text on stderr.
+    (line,) = [e for e in server.log_lines() if e.get("event") == "kv_events_disconnected"]
+    assert line["level"] == "warning" and line["detail"].startswith("worker=worker-b ")
 
 
 def test_score_errors(server: LiveServer) -> None:
