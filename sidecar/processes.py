@@ -136,7 +136,9 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
                 metrics_server = group_metrics.serve(group, metrics_host, metrics_port)
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-            _log.info("metrics_listening", address=f"{metrics_host}:{metrics_server.server_address[1]}")
+            address = f"{metrics_host}:{metrics_server.server_address[1]}"
+            _log.info("metrics_listening", address=address)
+            print(f"sidecar: metrics of the {processes} processes on {address}/metrics", file=sys.stderr, flush=True)
         argv = [child_argv(serve_argv, i, port, uds, metrics_port, group.path) for i in range(processes)]
         fleet = _Fleet(argv, group, drain_seconds + STOP_MARGIN_S, uds, liveness_timeout_s)
         previous = {s: signal.signal(s, fleet.forward) for s in _FORWARDED}

@@ -117,9 +117,10 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
     )
 
 
-def admin_handler(reloader: Reloader, gate: Gate) -> grpc.GenericRpcHandler:
-    """The `sidecar.v1.Admin` service (`--enable-admin`)."""
-    servicer = AdminServicer(reloader)
+def admin_handler(reloader: Reloader, gate: Gate, in_group: bool = False) -> grpc.GenericRpcHandler:
+    """The `sidecar.v1.Admin` service (`--enable-admin`). In a process of `--processes N`, a reload
+    also asks the parent for a SIGHUP to every process, so that none keeps serving the old files."""
+    servicer = AdminServicer(reloader, (lambda: os.kill(os.getppid(), signal.SIGHUP)) if in_group else None)
     return grpc.method_handlers_generic_handler(
         ADMIN_SERVICE_NAME,
         {"ReloadModels": unary_handler("ReloadModels", servicer.ReloadModels, admin_pb.ReloadModelsRequest, gate)},
@@ -343,7 +344,7 @@ async def start(config: ServerConfig, registry: ModelRegistry | None = None) -> 
     kv_router = build_kv_router(config, hasher, get_index_factory(config.backend))
     handlers = [preprocessor_handler(runtime, gate), kv_router_handler(runtime, kv_router, gate)]
     if config.enable_admin:
-        handlers.append(admin_handler(reloader, gate))
+        handlers.append(admin_handler(reloader, gate, in_group=config.group_state is not None))
     server.add_generic_rpc_handlers(handlers)
     group = GroupState.open(config.group_state) if config.group_state else None
     health_servicer = GroupHealthServicer(group) if group is not None else health.aio.HealthServicer()
@@ -457,12 +458,16 @@ async def serve(config: ServerConfig) -> None:
 def _announce(running: RunningServer, config: ServerConfig) -> None:
     models = [m.name for m in running.runtime.registry]
     metrics_address = f"{running.metrics_address[0]}:{running.metrics_address[1]}" if running.metrics_address else None
+    # One of `--processes N`: its own endpoint is a private one the parent adds up, and the port
+    # to scrape is the parent's (`metrics_listening`); named apart so nobody scrapes one process.
+    prefix = "process_" if config.group_state is not None else ""
     _log.info(
-        "listening", addresses=running.addresses, metrics_port=running.metrics_port, metrics_address=metrics_address,
+        "listening", addresses=running.addresses, **{f"{prefix}metrics_port": running.metrics_port,
+                                                     f"{prefix}metrics_address": metrics_address},
         backend=config.backend, hasher=running.runtime.hasher.name, models=models, tls=config.tls_cert is not None,
         mutual_tls=config.tls_client_ca is not None, admin=config.enable_admin, tracing=tracing.enabled(),
     )
-    metrics_note = f", metrics on {metrics_address}/metrics" if metrics_address else ""
+    metrics_note = f", metrics on {metrics_address}/metrics" if metrics_address and not prefix else ""
     print(f"sidecar: serving {', '.join(models)} on {', '.join(running.addresses)}{metrics_note}", file=sys.stderr,
           flush=True)
 

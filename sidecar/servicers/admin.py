@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Callable
+
 import grpc
 
 from sidecar.reload import FAILED, RELOADED, SKIPPED, UNCHANGED, Reloader, ReloadResult
@@ -24,11 +26,16 @@ def reload_proto(result: ReloadResult) -> admin.ModelReload:
 
 
 class AdminServicer:
-    def __init__(self, reloader: Reloader) -> None:
+    def __init__(self, reloader: Reloader, reload_siblings: Callable[[], None] | None = None) -> None:
+        """`reload_siblings`: in a process of `--processes N`, asks every process for the SIGHUP
+        reload (the answer is this process's; the others reload their changed files alike)."""
         self._reloader = reloader
+        self._reload_siblings = reload_siblings
 
     async def ReloadModels(
         self, request: admin.ReloadModelsRequest, context: grpc.aio.ServicerContext, call: Call
     ) -> admin.ReloadModelsResponse:
         results = await self._reloader.reload(list(request.models), request.force)
+        if self._reload_siblings is not None and any(r.outcome == RELOADED for r in results):
+            self._reload_siblings()
         return admin.ReloadModelsResponse(models=[reload_proto(r) for r in results])

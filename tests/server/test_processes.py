@@ -124,7 +124,12 @@ def test_processes_share_the_port_and_each_has_its_socket(tmp_path: Path) -> Non
         assert tokenize_total(metrics) == 1 + PROCESSES + CONNECTIONS
         # ... and writes each family as a process's own endpoint does (`# TYPE sidecar_requests_total
         # counter`, not `sidecar_requests`), without the `_created` families.
-        group, own = metrics_text(metrics), metrics_text(f"127.0.0.1:{listening[0]['metrics_port']}")
+        # A process's own endpoint is named as such, so that nobody scrapes one process for the sum;
+        # the plain-text lines name the group's.
+        assert all("metrics_port" not in e for e in listening)
+        assert f"metrics of the {PROCESSES} processes on {metrics}/metrics" in log_path.read_text()
+        assert "/metrics" not in "".join(line for line in log_path.read_text().splitlines() if "sidecar: serving" in line)
+        group, own = metrics_text(metrics), metrics_text(f"127.0.0.1:{listening[0]['process_metrics_port']}")
         assert "_created" not in group
         group_families = family_headers(group)
         for name, lines in family_headers(own).items():
@@ -232,6 +237,32 @@ def test_a_process_killed_while_it_restarts_is_restarted_again(tmp_path: Path) -
         assert not any(e.get("event") == "process_failed_to_start" for e in log_events(log_path))
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(60) == 0
+    finally:
+        stop(parent)
+
+
+def test_an_admin_reload_on_one_process_reloads_every_process(tmp_path: Path) -> None:
+    """`Admin.ReloadModels` reaches the process that answers it; that process then asks the parent
+    for the SIGHUP every process takes, so no process keeps serving the old template."""
+    from sidecar.v1 import admin_pb2, admin_pb2_grpc
+    from tests.server.test_reload import copy_embedded_model, replace_file
+
+    model = copy_embedded_model(tmp_path / "model")
+    parent, uds, log_path = start_group(tmp_path, "--model", f"m={model}", "--enable-admin")
+    try:
+        def fingerprint(index: int) -> str:
+            with grpc.insecure_channel(f"unix:{uds}.{index}") as channel:
+                (m,) = pb_grpc.PreprocessorStub(channel).ListModels(pb.ListModelsRequest(), timeout=30).models
+            return m.fingerprint
+
+        before = fingerprint(1)
+        replace_file(model / "chat_template.jinja", "{% for m in messages %}{{ m.content }}{% endfor %}")
+        with grpc.insecure_channel(f"unix:{uds}.0") as channel:
+            answer = admin_pb2_grpc.AdminStub(channel).ReloadModels(admin_pb2.ReloadModelsRequest(), timeout=120)
+        (reloaded,) = answer.models
+        assert reloaded.outcome == admin_pb2.ModelReload.OUTCOME_RELOADED and reloaded.fingerprint != before
+        assert fingerprint(0) == reloaded.fingerprint
+        wait_for(lambda: fingerprint(1) == reloaded.fingerprint, "process 1 kept the old template", log_path)
     finally:
         stop(parent)
 
