@@ -461,7 +461,12 @@ class NatsFeed:
         while start < len(ops):
             if ops[start][0] == _RESET:
                 _, worker, reason = ops[start]
-                router.feed_reset(model, worker, reason)
+                try:
+                    router.feed_reset(model, worker, reason)
+                except Exception:  # noqa: BLE001 - logged with its traceback; the stream reads on
+                    # Raised on, it would restart the consumer past the rest of the slice (planned,
+                    # so `stream_seq` is already beyond it): those messages would be lost for good.
+                    _log.exception("kv_nats_reset_failed model=%s worker=%s reason=%s", model, worker, reason)
                 start += 1
                 continue
             end = start

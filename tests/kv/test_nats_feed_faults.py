@@ -508,6 +508,30 @@ def test_a_replica_back_from_an_outage_waits_a_timeout_for_the_relays(nats_serve
     assert held(router, range(0, 4)) == [1, 2]
 
 
+def test_a_failed_reset_leaves_the_rest_of_its_slice_applied(publisher: Publisher, replicas,  # noqa: ANN001
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping a worker that fails (a bug, memory) raised out of the slice, whose messages were
+    all planned (the stream sequence past them): the consumer, made again from there, never
+    applied the messages after the reset."""
+    publisher.batches("w0", 1, range(1, 4))
+    publisher.reset("w0", 2, "restart")
+    publisher.batches("w0", 2, range(1, 4), first_block=10)
+    failures = []
+
+    def feed_reset(self, model: str, worker: str, reason: str) -> None:  # noqa: ANN001
+        if not failures:
+            failures.append(reason)
+            raise MemoryError("dropping the worker")
+        original(self, model, worker, reason)
+
+    original = KvRouter.feed_reset
+    monkeypatch.setattr(KvRouter, "feed_reset", feed_reset)
+    router, feed = replicas()  # catching up: the seven messages in one pull
+    wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == 7, 30, "the replica to catch up")
+    assert failures == ["relay_restart"]
+    assert held(router, range(10, 14)) == [11, 12, 13]
+
+
 def test_a_snapshot_keeps_the_workers_engine_clocks(publisher: Publisher, replicas) -> None:  # noqa: ANN001
     """A replica starting from a snapshot judges the silence before each worker's next message by
     the relay's clock as one that read the whole stream: the snapshot carries the last one."""
