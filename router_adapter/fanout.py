@@ -15,6 +15,10 @@ model name is `_`. Each message carries headers:
 - `Sidecar-Digest`: on a relay's reset after a batch, that batch's `payload_digest`
   (`router_adapter.subscriber`), with which a restarted relay tells the engine that published it
   from one that restarted since (a batch carries its payload itself);
+- `Sidecar-Engine-Clock`: on a relay's batch or reset, the relay's clock when it took the message
+  from the engine (seconds). It advances only while the relay waits for the engine, not while a
+  publish waits for NATS, so the difference between two consecutive messages of a worker is how
+  long the engine was silent in between, whatever the NATS outages; its value is no wall-clock time;
 - `Nats-Msg-Id`: `<worker>.<epoch>.<seq>` for a batch and `<worker>.<epoch>.reset` for a reset, so a
   batch published twice (a relay that retries or restarts) is stored once by JetStream within its
   duplicate window, and a replica skips it anyway (a batch of the current epoch at or below the last
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import string
 import time
 from typing import Any
@@ -56,6 +61,8 @@ DIGEST = "Sidecar-Digest"
 #: Of a reset a replica publishes for a silent worker: applied only while the worker's last batch
 #: is still this one (a batch stored before the reset makes it moot, on every replica alike).
 IF_LAST = "Sidecar-If-Last"
+#: Of a relay's message: its engine clock (see `engine_clock`).
+ENGINE_CLOCK = "Sidecar-Engine-Clock"
 
 BATCH = "batch"
 RESET = "reset"
@@ -81,6 +88,16 @@ def model_filter(prefix: str, model: str) -> str:
 
 def batch_headers(worker: str, epoch: int, seq: int) -> dict[str, str]:
     return {KIND: BATCH, EPOCH: str(epoch), SEQ: str(seq), MSG_ID: f"{subject_token(worker)}.{epoch}.{seq}"}
+
+
+def engine_clock(headers: dict[str, str]) -> float | None:
+    """A message's `ENGINE_CLOCK`; None without one (an older relay's message, a replica's reset)
+    or with one that is not a finite number (then judged as without)."""
+    try:
+        clock = float(headers[ENGINE_CLOCK])
+    except (KeyError, ValueError):
+        return None
+    return clock if math.isfinite(clock) else None
 
 
 def reset_headers(worker: str, epoch: int, reason: str, seq: int | None = None,

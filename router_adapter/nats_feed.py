@@ -117,6 +117,8 @@ class WorkerCursor:
     last_seq: int | None = None
     #: JetStream time of the worker's last message (seconds since 1970).
     last_time: float = 0.0
+    #: The relay's engine clock (`fanout.ENGINE_CLOCK`) of the worker's last message that had one.
+    engine_clock: float | None = None
     #: Seconds from the last message's storing in JetStream to its application here.
     lag_s: float = 0.0
     batches: int = 0
@@ -167,6 +169,11 @@ class NatsFeed:
         self._store = None
         #: Bumped on every reconnection: a consumer made before it is made again.
         self._connection = 0
+        #: When the connection was last made (seconds since 1970): a live replica judges no worker
+        #: silent for less than the timeout since, so the relays, reconnected too, have the time to
+        #: publish what they held through an outage (the stream then shows whether the engine was
+        #: silent, by the relay's clock).
+        self._connected_at = time.time()
 
     # --- reading (any thread) ---------------------------------------------------------------------
 
@@ -210,6 +217,7 @@ class NatsFeed:
 
         async def reconnected() -> None:
             self._connection += 1
+            self._connected_at = time.time()
 
         self._nc = await fanout.connect_until_stopped(
             self.options.nats_url, self._stop, "sidecar-kv-feed",
@@ -217,6 +225,7 @@ class NatsFeed:
         )
         if self._nc is None:
             return
+        self._connected_at = time.time()
         self._js = self._nc.jetstream()
         tasks = [asyncio.create_task(self._run_model(feed)) for feed in self.models.values()]
         tasks.append(asyncio.create_task(self._housekeeping()))
@@ -398,12 +407,23 @@ class NatsFeed:
             return
         cursor = feed.workers.setdefault(worker, WorkerCursor())
         previous_time, cursor.last_time = cursor.last_time, meta.timestamp.timestamp()
+        previous_clock, clock = cursor.engine_clock, fanout.engine_clock(headers)
+        if clock is not None:
+            cursor.engine_clock = clock
         silence = self.options.silence_timeout_s
-        if silence and cursor.last_seq is not None and cursor.last_time - previous_time > silence:
-            # The silence `_age_out` acts on when live, judged by the stream's own times here so a
-            # replica catching up (which does not age out) ends with the view of one that was live.
-            cursor.aged_out += 1
-            ops.append(self._reset_op(worker, cursor, "silent"))
+        if silence and not is_reset and cursor.last_seq is not None:
+            # The silence `_age_out` acts on when live, judged from the messages here so a replica
+            # catching up (which does not age out) ends with the view of one that was live. By the
+            # relay's engine clock: the stream's times would take a NATS outage, through which the
+            # relay held the engine's batches, for silence. An older relay's message has no clock.
+            # (A reset drops the worker anyway: checked too, a relay's `silent` one counted twice.)
+            if clock is not None and previous_clock is not None:
+                quiet = clock - previous_clock
+            else:
+                quiet = cursor.last_time - previous_time
+            if quiet > silence:
+                cursor.aged_out += 1
+                ops.append(self._reset_op(worker, cursor, "silent"))
         if is_reset:
             if if_last is not None and (cursor.epoch != epoch or cursor.last_seq != if_last):
                 return  # a replica's silent reset that a later batch (or reset) made moot
@@ -441,7 +461,12 @@ class NatsFeed:
         while start < len(ops):
             if ops[start][0] == _RESET:
                 _, worker, reason = ops[start]
-                router.feed_reset(model, worker, reason)
+                try:
+                    router.feed_reset(model, worker, reason)
+                except Exception:  # noqa: BLE001 - logged with its traceback; the stream reads on
+                    # Raised on, it would restart the consumer past the rest of the slice (planned,
+                    # so `stream_seq` is already beyond it): those messages would be lost for good.
+                    _log.exception("kv_nats_reset_failed model=%s worker=%s reason=%s", model, worker, reason)
                 start += 1
                 continue
             end = start
@@ -639,12 +664,15 @@ class NatsFeed:
         under one message id, so the stream holds one."""
         silence = self.options.silence_timeout_s
         now = time.time()
+        # Nothing came while the connection was lost: the silence is counted from its return.
+        since = self._connected_at
         for feed in self.models.values():
             self._forget_empty_cursors(feed, now)
             if not silence or feed.state != LIVE or feed.pending:
-                continue  # a backlog is not silence (the stream's times judge it, in `_plan`)
+                continue  # a backlog is not silence (the relays' clocks judge it, in `_plan`)
             for worker, cursor in list(feed.workers.items()):
-                if cursor.last_seq is not None and cursor.epoch is not None and now - cursor.last_time > silence:
+                if (cursor.last_seq is not None and cursor.epoch is not None
+                        and now - max(cursor.last_time, since) > silence):
                     headers = fanout.silent_reset_headers(worker, cursor.epoch, cursor.last_seq)
                     try:
                         await self._js.publish(fanout.subject(self.options.prefix, feed.model, worker), b"",
@@ -691,6 +719,8 @@ class NatsFeed:
             "created": time.time(),
             "index_kind": type(index).__name__,
             "workers": {w: (c.epoch, c.last_seq, c.last_time) for w, c in feed.workers.items()},
+            # Apart from "workers", whose lists a replica before them reads as three items exactly.
+            "engine_clocks": {w: c.engine_clock for w, c in feed.workers.items() if c.engine_clock is not None},
         }
         data = build_snapshot(meta, index.snapshot())
         description = json.dumps({"stream_seq": meta["stream_seq"], "created": meta["created"]})
@@ -745,11 +775,14 @@ def _cursors(meta: dict) -> dict[str, WorkerCursor]:
         raise ValueError(f"unreadable (created {meta['created']!r})")
     if not isinstance(meta["workers"], dict):
         raise ValueError("unreadable (workers is not an object)")
+    clocks = meta.get("engine_clocks", {})  # absent from an earlier replica's snapshot
+    if not (isinstance(clocks, dict) and all(_finite(c) for c in clocks.values())):
+        raise ValueError("unreadable (engine_clocks)")
     cursors = {}
     for worker, (epoch, seq, last_time) in meta["workers"].items():
         if not ((epoch is None or _u64(epoch)) and (seq is None or _u64(seq)) and _finite(last_time)):
             raise ValueError(f"unreadable (the cursor of worker {worker!r})")
-        cursors[worker] = WorkerCursor(epoch, seq, last_time)
+        cursors[worker] = WorkerCursor(epoch, seq, last_time, clocks.get(worker))
     return cursors
 
 

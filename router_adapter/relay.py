@@ -16,7 +16,9 @@ batches under the old epoch on top of the old engine's blocks).
 
 Publishing waits for JetStream's acknowledgement and retries with the same message id until it is
 stored: the ZMQ socket buffers meanwhile (up to its high-water mark; beyond that the loss is a gap
-like any other).
+like any other). Every message carries the relay's engine clock (`fanout.ENGINE_CLOCK`), which
+stands still while a publish waits: replicas judge a worker's silence by it, so batches that waited
+out a NATS outage in the socket do not pass for an engine that went silent.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import time
 from dataclasses import dataclass
 
 from router_adapter import fanout
@@ -73,6 +76,11 @@ class Relay:
         self._last_payload: bytes | None = None
         self._last_digest: str | None = None
         self.epoch: int | None = None
+        #: The engine clock (`fanout.ENGINE_CLOCK`) of the last message published (None: none yet,
+        #: the first one reads the wall clock), and when (monotonic) the relay was ready for the
+        #: engine's next message after it: the clock moves on only from then.
+        self._clock: float | None = None
+        self._ready_at = time.monotonic()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
         self._stopped: asyncio.Event | None = None
@@ -132,6 +140,13 @@ class Relay:
             self.epoch = fanout.next_epoch(None)
             return None
         headers = last.headers or {}
+        clock = fanout.engine_clock(headers)
+        if clock is not None and last.time is not None:
+            # The clock goes on from the last message, counting the time since it was stored: a
+            # relay that was down (and a live replica that saw nothing meanwhile) is silence, as
+            # the replicas judge it; its offset from the wall clock is kept, not a jump.
+            self._clock = clock + max(0.0, time.time() - last.time.timestamp())
+            self._ready_at = time.monotonic()
         try:
             self.epoch = int(headers.get(fanout.EPOCH, "0")) or fanout.next_epoch(None)
             # A batch's sequence number, or the one a reset carries (the last batch before it:
@@ -178,7 +193,10 @@ class Relay:
         self._publish_blocking(b"", fanout.reset_headers(worker, self.epoch, reason, self._last_seq, self._digest()))
 
     def _publish_blocking(self, payload: bytes, headers: dict[str, str]) -> bool:
-        """False when the message is larger than the server accepts."""
+        """False when the message is larger than the server accepts. Stamps the engine clock."""
+        now = time.monotonic()
+        clock = time.time() if self._clock is None else self._clock + (now - self._ready_at)
+        headers[fanout.ENGINE_CLOCK] = f"{clock:.3f}"
         future = asyncio.run_coroutine_threadsafe(self._publish(payload, headers), self._loop)
         try:
             return future.result()
@@ -186,6 +204,11 @@ class Relay:
             if not self._stopping.is_set():
                 raise
             return True
+        finally:
+            # The time this publish waited (a NATS outage: the engine's batches queue in the
+            # socket) is not the engine's silence: the clock resumes only once the relay is ready
+            # for the next message.
+            self._clock, self._ready_at = clock, time.monotonic()
 
     def _header_bytes(self, headers: dict[str, str]) -> int:
         """The size of the header block NATS sends with a JetStream publish of `headers`: a

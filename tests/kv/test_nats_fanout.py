@@ -36,7 +36,7 @@ from sidecar.v1 import preprocessor_pb2 as pb
 from tests.conftest import REPO, start_server, stop_server
 from tests.kv.fleet import BS, FORMATS, SimEngine, requests, score_rows, stored_event
 from tests.kv.nats_server import NatsServer, free_port
-from tests.kv.publisher import FakeEnginePublisher, wait_until
+from tests.kv.publisher import FakeEnginePublisher, stored, wait_until
 
 MODEL = "m.v1"  # a dot: subject tokens are encoded
 
@@ -85,7 +85,8 @@ def wait_for_subscription(xpub: zmq.Socket, timeout: float = 60.0) -> None:
     raise TimeoutError("no relay subscribed")
 
 
-def replica(url: str, snapshot_period_s: float = 0.0, native: bool = False) -> tuple[KvRouter, NatsFeed]:
+def replica(url: str, snapshot_period_s: float = 0.0, native: bool = False,
+            silence_timeout_s: float | None = None) -> tuple[KvRouter, NatsFeed]:
     """A replica in this process, with the Python index or the native one (which the feed hands the
     engine's payloads undecoded, and whose snapshots only native replicas load)."""
     extra = {}
@@ -94,7 +95,7 @@ def replica(url: str, snapshot_period_s: float = 0.0, native: bool = False) -> t
 
         extra["index_factory"] = NativePrefixIndex
     router = KvRouter([], models={MODEL: ModelOptions(block_size=BS)}, **extra)
-    feed = NatsFeed(router, FeedOptions(url, snapshot_period_s=snapshot_period_s, silence_timeout_s=None))
+    feed = NatsFeed(router, FeedOptions(url, snapshot_period_s=snapshot_period_s, silence_timeout_s=silence_timeout_s))
     router.attach_feed(feed)
     router.start()
     return router, feed
@@ -657,3 +658,140 @@ def test_chunks_of_a_snapshot_that_lost_a_race_are_swept(nats_server: NatsServer
         assert meta["stream"] == fanout.DEFAULT_STREAM
     finally:
         router.stop()
+
+
+def publish_blocks_for(engine: FakeEnginePublisher, seconds: float) -> None:
+    """A busy engine: a batch storing a block of its own every 0.2 s for `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        block = engine.seq
+        engine.publish([stored([1000 + block], list(range(block * BS, (block + 1) * BS)), BS)])
+        time.sleep(0.2)
+
+
+def test_a_nats_outage_longer_than_the_silence_timeout_drops_nothing(nats_server: NatsServer) -> None:
+    """The relay holds a busy engine's batches in its socket through a NATS outage and publishes
+    them all after it: no gap, no reset. The replicas judged silence by the batches' JetStream
+    times, which the outage set further apart than the timeout, and dropped the worker (every
+    block stored before the outage) on every replica, a replica catching up later alike. The
+    relay's engine clock stands still while it waits for NATS, and goes on across a relay restart
+    (here right after the outage, when the clock is behind the wall clock by the outage)."""
+    silence = 2.0
+    ctx = zmq.Context()
+    engine = FakeEnginePublisher(ctx, send_hwm=0)
+    source = Source("w0", engine.endpoint, engine.replay_endpoint, model=MODEL)
+    relays: list[tuple[Relay, threading.Thread]] = []
+    routers: list[KvRouter] = []
+
+    def start_relay() -> Relay:
+        return start_relay_thread(Relay(source, RelayOptions(nats_server.url, silence_timeout_s=silence)), relays)
+
+    def start_replica() -> NatsFeed:
+        router, feed = replica(nats_server.url, silence_timeout_s=silence)
+        routers.append(router)
+        return feed
+
+    def applied_all(feed: NatsFeed) -> bool:
+        cursor = feed.models[MODEL].workers.get("w0")
+        return feed.models[MODEL].state == LIVE and cursor is not None and cursor.last_seq == engine.seq - 1
+
+    try:
+        first = start_relay()
+        wait_for_subscription(engine.pub)
+        live = start_replica()
+        wait_until(lambda: live.models[MODEL].state == LIVE, 30, "the replica to go live")
+        publish_blocks_for(engine, 1.0)
+        nats_server.stop()
+        publish_blocks_for(engine, 2 * silence)
+        nats_server.start()
+        publish_blocks_for(engine, 1.0)
+        wait_until(lambda: applied_all(live), 60, "the batches held through the outage")
+        stop_relay_threads(relays)
+        second = start_relay()
+        wait_for_subscription(engine.pub)
+        publish_blocks_for(engine, 0.6)
+        wait_until(lambda: applied_all(live), 60, "the batches after the relay's restart")
+        assert (first.stats.resets, second.stats.resets) == (0, 0)
+        later = start_replica()
+        wait_until(lambda: applied_all(later), 60, "a replica catching up")
+        for feed, router in zip([live, later], routers):
+            cursor = feed.models[MODEL].workers["w0"]
+            assert (cursor.aged_out, cursor.resets, cursor.gaps) == (0, 0, 0)
+            assert router.index(MODEL).worker_blocks("w0") == engine.seq
+    finally:
+        stop_relay_threads(relays)
+        for router in routers:
+            router.stop()
+        engine.close()
+        ctx.term()
+
+
+def test_a_relay_down_longer_than_the_silence_timeout_still_drops_its_worker(nats_server: NatsServer) -> None:
+    """What the engine clock must not hide: a relay that was down (here with an idle engine)
+    longer than the timeout. A live replica drops the worker by its clock (a `silent` reset in the
+    stream); without one live, a replica reading the stream later drops it at the relay's next
+    batch, whose clock goes on from the last message across the restart."""
+    silence = 1.0
+    ctx = zmq.Context()
+    engine = FakeEnginePublisher(ctx, send_hwm=0)
+    source = Source("w0", engine.endpoint, engine.replay_endpoint, model=MODEL)
+    relays: list[tuple[Relay, threading.Thread]] = []
+    router = None
+
+    def start_relay() -> Relay:
+        relay = start_relay_thread(Relay(source, RelayOptions(nats_server.url, silence_timeout_s=None)), relays)
+        wait_for_subscription(engine.pub)
+        return relay
+
+    try:
+        relay = start_relay()
+        publish_blocks_for(engine, 0.6)
+        wait_until(lambda: relay.stats.published == engine.seq, 30, "the first batches")
+        stop_relay_threads(relays)
+        time.sleep(2 * silence)
+        relay = start_relay()
+        before = engine.seq
+        publish_blocks_for(engine, 0.2)
+        wait_until(lambda: relay.stats.published == engine.seq - before, 30, "the batch after the restart")
+        router, feed = replica(nats_server.url, silence_timeout_s=silence)
+        wait_until(lambda: feed.models[MODEL].state == LIVE and feed.models[MODEL].workers["w0"].last_seq
+                   == engine.seq - 1, 30, "the replica to catch up")
+        assert feed.models[MODEL].workers["w0"].aged_out == 1
+        assert router.index(MODEL).worker_blocks("w0") == engine.seq - before
+    finally:
+        stop_relay_threads(relays)
+        if router is not None:
+            router.stop()
+        engine.close()
+        ctx.term()
+
+
+def test_a_relays_silent_reset_is_counted_once(nats_server: NatsServer) -> None:
+    """An idle engine's relay publishes one `silent` reset. With the replicas' timeout equal to the
+    relay's (both 300 s by default), the reset came more than the timeout after the worker's last
+    batch: it was counted as a silence of the stream and again as the relay's reset (aged_out and
+    resets 2 on every replica; a direct subscriber counts 1)."""
+    silence = 1.0
+    ctx = zmq.Context()
+    engine = FakeEnginePublisher(ctx, send_hwm=0)
+    source = Source("w0", engine.endpoint, engine.replay_endpoint, model=MODEL)
+    relays: list[tuple[Relay, threading.Thread]] = []
+    router = None
+    try:
+        relay = start_relay_thread(Relay(source, RelayOptions(nats_server.url, silence_timeout_s=silence)), relays)
+        wait_for_subscription(engine.pub)
+        publish_blocks_for(engine, 0.1)
+        wait_until(lambda: relay.stats.resets == 1, 30, "the relay's silent reset")
+        # Read afterwards (catching up): a live replica's own clock would race the relay's.
+        router, feed = replica(nats_server.url, silence_timeout_s=silence)
+        wait_until(lambda: feed.models[MODEL].state == LIVE and feed.models[MODEL].stream_seq == 2, 30,
+                   "the batch and the reset")
+        cursor = feed.models[MODEL].workers["w0"]
+        assert (cursor.aged_out, cursor.resets) == (1, 1)
+        assert router.index(MODEL).worker_blocks("w0") == 0
+    finally:
+        stop_relay_threads(relays)
+        if router is not None:
+            router.stop()
+        engine.close()
+        ctx.term()

@@ -235,6 +235,7 @@ HUGE = 10 ** 400
     _snapshot_meta(workers={"w0": [1, 3, float("nan")]}),
     _snapshot_meta(created=HUGE), _snapshot_meta(workers={"w0": [1, 3, HUGE]}),
     _snapshot_meta(stream_seq=1 << 64), _snapshot_meta(workers={"w0": [1, -3, time.time()]}),
+    _snapshot_meta(engine_clocks={"w0": HUGE}), _snapshot_meta(engine_clocks=[1.5]),
     # A digest that is a number: `.split` on it raised.
     _object_meta(digest=5, size=0, chunks=0),
     # A chunks' id that is no subject token (the client or the server refuses the pull), a count
@@ -476,3 +477,69 @@ def test_a_pull_asks_for_no_more_than_fetch_bytes_of_the_largest_messages(publis
     assert (model.consumer_restarts, model.workers["w0"].gaps, model.workers["w0"].batches) == (0, 0, 24)
     assert held(router, range(24)) == list(range(24))
     assert max(asked) == 2, asked
+
+
+def test_a_replica_back_from_an_outage_waits_a_timeout_for_the_relays(nats_server: NatsServer, publisher: Publisher,
+                                                                     replicas) -> None:  # noqa: ANN001
+    """After a NATS outage longer than the timeout a live replica saw every worker silent by its
+    clock (the last message's stream time) as soon as it was back, and published their `silent`
+    resets before the relays, back too, had published what they held meanwhile. Here the relay's
+    batch comes a while after the replica is live again, well inside the timeout of its return,
+    its engine clock just after the last one's (the engine was never silent)."""
+    silence = 6.0
+    router, feed = replicas(silence_timeout_s=silence)
+    wait_until(lambda: live(feed), 30, "the replica to go live")
+    clock = time.time()
+    publisher.publish("w0", stored(1), {**fanout.batch_headers("w0", 1, 1), fanout.ENGINE_CLOCK: f"{clock:.3f}"})
+    wait_until(lambda: blocks(router, "w0") == 1, 30, "the first batch")
+    nats_server.stop()
+    time.sleep(silence + 1.0)
+    nats_server.start()
+    wait_until(lambda: feed._connection >= 1 and live(feed), 60, "the replica to be back and live")
+    time.sleep(2.5)  # the replica's age-out ran twice meanwhile
+    relay = Publisher(nats_server.url)  # as a relay reconnected: a connection of its own
+    try:
+        relay.publish("w0", stored(2), {**fanout.batch_headers("w0", 1, 2), fanout.ENGINE_CLOCK: f"{clock + 0.2:.3f}"})
+    finally:
+        relay.close()
+    wait_until(lambda: feed.models[MODEL].workers["w0"].last_seq == 2, 30, "the relay's batch")
+    cursor = feed.models[MODEL].workers["w0"]
+    assert (cursor.aged_out, cursor.resets) == (0, 0)
+    assert held(router, range(0, 4)) == [1, 2]
+
+
+def test_a_failed_reset_leaves_the_rest_of_its_slice_applied(publisher: Publisher, replicas,  # noqa: ANN001
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Dropping a worker that fails (a bug, memory) raised out of the slice, whose messages were
+    all planned (the stream sequence past them): the consumer, made again from there, never
+    applied the messages after the reset."""
+    publisher.batches("w0", 1, range(1, 4))
+    publisher.reset("w0", 2, "restart")
+    publisher.batches("w0", 2, range(1, 4), first_block=10)
+    failures = []
+
+    def feed_reset(self, model: str, worker: str, reason: str) -> None:  # noqa: ANN001
+        if not failures:
+            failures.append(reason)
+            raise MemoryError("dropping the worker")
+        original(self, model, worker, reason)
+
+    original = KvRouter.feed_reset
+    monkeypatch.setattr(KvRouter, "feed_reset", feed_reset)
+    router, feed = replicas()  # catching up: the seven messages in one pull
+    wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == 7, 30, "the replica to catch up")
+    assert failures == ["relay_restart"]
+    assert held(router, range(10, 14)) == [11, 12, 13]
+
+
+def test_a_snapshot_keeps_the_workers_engine_clocks(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """A replica starting from a snapshot judges the silence before each worker's next message by
+    the relay's clock as one that read the whole stream: the snapshot carries the last one."""
+    for seq in range(1, 4):
+        publisher.publish("w0", stored(seq), {**fanout.batch_headers("w0", 1, seq), fanout.ENGINE_CLOCK: f"{seq}.5"})
+    a, feed_a = replicas()
+    wait_until(lambda: live(feed_a) and blocks(a, "w0") == 3, 30, "replica a to go live")
+    assert feed_a.snapshot_now(MODEL)
+    b, feed_b = replicas()
+    wait_until(lambda: live(feed_b), 30, "replica b to go live")
+    assert feed_b.models[MODEL].snapshot_time is not None and feed_b.models[MODEL].workers["w0"].engine_clock == 3.5
