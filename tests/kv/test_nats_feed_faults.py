@@ -476,3 +476,44 @@ def test_a_pull_asks_for_no_more_than_fetch_bytes_of_the_largest_messages(publis
     assert (model.consumer_restarts, model.workers["w0"].gaps, model.workers["w0"].batches) == (0, 0, 24)
     assert held(router, range(24)) == list(range(24))
     assert max(asked) == 2, asked
+
+
+def test_a_worker_whose_first_batches_are_gone_from_the_stream_is_counted_as_a_gap(
+    publisher: Publisher, replicas, caplog: pytest.LogCaptureFixture,  # noqa: ANN001
+) -> None:
+    """A replica that reads the stream from a start whose first messages were deleted (retention;
+    a purge here) applied a worker's first batch read as if it were the worker's first ever: the
+    blocks of the deleted batches were missing from its view for good while it reported live with
+    no gap, no reset and nothing logged but `kv_nats_no_snapshot`. A worker whose first message
+    read starts its epoch (a relay's reset) lost nothing and is not counted."""
+    publisher.batches("w0", 1, range(1, 6))              # stream 1-5
+    publisher.reset("w1", 7, "restart")                  # stream 6: w1's epoch starts here, kept
+    publisher.batches("w1", 7, range(1, 3), first_block=20)
+    assert publisher.run(publisher.js.purge_stream(fanout.DEFAULT_STREAM, seq=4))  # keeps 4 on
+    caplog.set_level("WARNING", logger="router_adapter.nats_feed")
+    router, feed = replicas()
+    wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == 8, 30, "the feed to read what is left")
+    model = feed.models[MODEL]
+    w0, w1 = model.workers["w0"], model.workers["w1"]
+    assert (w0.gaps, w0.resets, w1.gaps, w1.resets) == (1, 1, 0, 1)  # w1's one reset is its relay's
+    assert held(router, range(0, 30)) == [4, 5, 21, 22]  # what a gap leaves: the batches after it
+    assert "kv_nats_messages_gone model=m stream_seq=0 first_seq=4" in caplog.text
+    assert "kv_nats_gap_after_messages_gone model=m worker=w0" in caplog.text
+    assert "kv_nats_gap_after_messages_gone model=m worker=w1" not in caplog.text
+
+
+def test_a_worker_whose_messages_after_the_snapshot_are_gone_is_counted_as_a_gap(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """The same past a snapshot older than the retention: w0's reset and first batches of a new
+    epoch are gone, and its next batch read was applied after a `new_epoch` reset, uncounted."""
+    a, feed_a = replicas()
+    publisher.batches("w0", 1, range(1, 3))
+    wait_until(lambda: feed_a.models[MODEL].stream_seq == 2, 30, "replica a to read w0's batches")
+    assert feed_a.snapshot_now(MODEL)
+    publisher.reset("w0", 2, "restart")                             # stream 3
+    publisher.batches("w0", 2, range(1, 4), first_block=10)         # stream 4-6
+    assert publisher.run(publisher.js.purge_stream(fanout.DEFAULT_STREAM, seq=5))
+    b, feed_b = replicas()
+    wait_until(lambda: live(feed_b) and feed_b.models[MODEL].stream_seq == 6, 30, "replica b to read on")
+    w0 = feed_b.models[MODEL].workers["w0"]
+    assert (feed_b.models[MODEL].snapshot_time is not None, w0.gaps, w0.resets) == (True, 1, 1)
+    assert held(b, range(0, 20)) == [12, 13]
