@@ -14,7 +14,8 @@ server's loop). Per model of the router it:
    decodes and applies each in one call with the GIL released, so a Score (on the server's
    threads) waits for one message's application at most. A pull's messages are applied in slices
    of at most `APPLY_SLICE`, with a turn of this loop between two slices;
-3. is *catching up* until the consumer reports nothing pending, then *live*. After a lost connection
+3. is *catching up* until the consumer reports nothing pending, then *live*; a live replica with
+   more than `BEHIND_PENDING` messages pending is catching up again. After a lost connection
    it reconnects and re-reads from the last applied stream sequence + 1 (catching up again); a
    stream that was deleted and made again meanwhile (or a nats-server restarted without its store)
    is a new incarnation: the model's view is dropped and the new stream read from its start;
@@ -85,6 +86,12 @@ RESTART_DELAYS_S = (0.5, 30.0)
 #: touched. Two replicas writing at once each purge only the chunks of the object they replaced,
 #: which leaves the chunks of the one that lost the race behind (a whole snapshot each time).
 ORPHAN_CHUNK_AGE_S = 300.0
+
+#: A live replica with more of a model's messages than this pending after a pull is behind: it
+#: reports `catching_up` (Score flagged `warming`) until nothing is pending again. A replica keeping
+#: up has at most about a pull's worth pending (up to 256); the gap between this bound and none keeps
+#: the state from flapping with every pull.
+BEHIND_PENDING = 1000
 
 _APPLY = 0
 _RESET = 1
@@ -335,6 +342,12 @@ class NatsFeed:
                 if feed.pending == 0 and feed.state == CATCHING_UP:
                     feed.state = LIVE
                     _log.info("kv_nats_live model=%s stream_seq=%d", feed.model, feed.stream_seq)
+                elif feed.pending > BEHIND_PENDING and feed.state == LIVE:
+                    # Live means nothing pending: a burst (a relay flushing what it buffered through
+                    # an outage) or a replica starved of CPU can leave it far behind the stream.
+                    feed.state = CATCHING_UP
+                    _log.warning("kv_nats_behind model=%s stream_seq=%d pending=%d: catching up (Score warming) "
+                                 "until nothing is pending", feed.model, feed.stream_seq, feed.pending)
         finally:
             try:
                 await sub.unsubscribe()

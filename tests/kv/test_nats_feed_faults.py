@@ -517,3 +517,35 @@ def test_a_worker_whose_messages_after_the_snapshot_are_gone_is_counted_as_a_gap
     w0 = feed_b.models[MODEL].workers["w0"]
     assert (feed_b.models[MODEL].snapshot_time is not None, w0.gaps, w0.resets) == (True, 1, 1)
     assert held(b, range(0, 20)) == [12, 13]
+
+
+def test_a_live_replica_far_behind_the_stream_reports_catching_up(publisher: Publisher, replicas,  # noqa: ANN001
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Live stayed live (Score not flagged warming) with thousands of messages pending: the state
+    went back from live only on a reconnection. A burst past `BEHIND_PENDING` (a relay flushing
+    what it buffered through an outage) is reported once, until nothing is pending again."""
+    caplog.set_level("INFO", logger="router_adapter.nats_feed")
+    router, feed = replicas()
+    wait_until(lambda: live(feed), 30, "the feed to go live")
+    applying = router.feed_payloads
+
+    def slowly(model: str, items: list) -> list:  # a replica short of CPU: 1 ms a message
+        time.sleep(0.001 * len(items))
+        return applying(model, items)
+
+    router.feed_payloads = slowly
+    burst = 3 * nats_feed.BEHIND_PENDING // 2
+    subject = fanout.subject(fanout.DEFAULT_PREFIX, MODEL, "w0")
+
+    async def publish_burst() -> None:  # core publishes, not waiting for acks: faster than it applies
+        for seq in range(1, burst + 1):
+            await publisher.nc.publish(subject, stored(seq % 50), headers=fanout.batch_headers("w0", 1, seq))
+        await publisher.nc.flush()
+
+    publisher.run(publish_burst())
+    wait_until(lambda: feed.models[MODEL].state == nats_feed.CATCHING_UP and router.warming(MODEL), 30,
+               "the replica to report it is behind")
+    wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == burst, 60, "the replica to catch up")
+    assert not router.warming(MODEL) and feed.models[MODEL].workers["w0"].batches == burst
+    assert caplog.text.count("kv_nats_behind model=m") == 1
+    assert caplog.text.count("kv_nats_live model=m") == 1  # once caught up (not flapping)
