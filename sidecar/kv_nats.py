@@ -92,8 +92,9 @@ def add_relay_command(sub) -> None:  # noqa: ANN001 - argparse subparsers
                     "`sidecar serve --kv-nats` replicas read it. Restarting it is harmless: it resumes from the "
                     "last batch it published and JetStream drops what it publishes twice.",
     )
-    relay.add_argument("--kv-events", required=True, metavar="WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]",
-                       help="the engine's publisher, as for `sidecar serve --kv-events`")
+    relay.add_argument("--kv-events", required=True, metavar="WORKER=ENDPOINT[,replay=ENDPOINT],model=NAME[,topic=T]",
+                       help="the engine's publisher, as for `sidecar serve --kv-events`; model= is required (the "
+                            "replicas read the subjects of their models)")
     relay.add_argument("--nats", required=True, metavar="nats://HOST:PORT", help="the NATS server (JetStream enabled)")
     _common(relay, "")
     relay.add_argument("--silence-timeout", type=seconds, default=300.0,
@@ -112,16 +113,21 @@ def run_relay(args: argparse.Namespace) -> int:
     from router_adapter.subscriber import Source
     from sidecar import logs
 
+    try:
+        require_nats_client("kv-relay")
+        source = Source.parse(args.kv_events)
+        if not source.model:
+            # `serve --kv-events` reads the empty model as the one hosted model; a relay's subject
+            # would be `<prefix>._.<worker>`, which no replica reads (they read their models' names).
+            raise ValueError(f"--kv-events {args.kv_events!r}: kv-relay needs model=NAME (the model the replicas "
+                             f"read, as `serve --kv-nats-model` or `--model` names it)")
+    except ValueError as e:
+        print(f"sidecar: {e}", file=sys.stderr)
+        return 2
     logs.configure(args.log_level)
     # The relay's own lines come from the router adapter's stdlib loggers.
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stdout,
                         format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    try:
-        require_nats_client("kv-relay")
-        source = Source.parse(args.kv_events)
-    except ValueError as e:
-        print(f"sidecar: {e}", file=sys.stderr)
-        return 2
     relay = Relay(source, RelayOptions(
         nats_url=args.nats, prefix=args.prefix, stream=args.stream, retention_s=args.retention,
         silence_timeout_s=args.silence_timeout or None, replay_timeout_s=args.replay_timeout,

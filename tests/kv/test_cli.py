@@ -96,3 +96,13 @@ def test_kv_group_picks_the_group_each_models_index_keeps(backend: str) -> None:
 def test_bad_kv_group_is_refused_naming_the_flag(value: str) -> None:
     with pytest.raises(ValueError, match="--kv-group"):
         parse("--kv-events", "a=tcp://127.0.0.1:5557", "--kv-group", value)
+
+
+def test_a_relay_without_model_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without model= a relay published on `sidecar.kv._.w0`, which no replica reads (they read their
+    models' subjects), and nothing said so: replicas stayed live with no worker."""
+    from sidecar.cli import main
+
+    assert main(["kv-relay", "--kv-events", "w0=tcp://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sidecar: --kv-events 'w0=tcp://127.0.0.1:1': kv-relay needs model=NAME"), err
