@@ -549,3 +549,28 @@ def test_a_live_replica_far_behind_the_stream_reports_catching_up(publisher: Pub
     assert not router.warming(MODEL) and feed.models[MODEL].workers["w0"].batches == burst
     assert caplog.text.count("kv_nats_behind model=m") == 1
     assert caplog.text.count("kv_nats_live model=m") == 1  # once caught up (not flapping)
+
+
+def test_kv_status_and_metrics_show_what_the_feed_counts(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """Malformed messages and consumer restarts were counted per model but shown nowhere, and the
+    gaps and resets of workers fed from the stream only in KvStatus: `sidecar_kv_sequence_gaps` and
+    `sidecar_kv_worker_resets` covered direct sources only."""
+    from sidecar.servicers.kv_router import KvMetricsCollector, _status
+
+    publisher.batches("w0", 1, range(1, 3))
+    publisher.publish("w0", b"x", {"Sidecar-Kind": "batch"})  # no epoch: not a relay's
+    publisher.batches("w0", 1, range(4, 5))                     # seq 3 lost: a gap
+    router, feed = replicas()
+    wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == 4, 30, "the feed to read the four")
+    feed.models[MODEL].consumer_restarts = 2  # as `_run_model` counts them
+    status = _status(router)
+    row = status.models[0]
+    assert (row.malformed_messages, row.consumer_restarts) == (1, 2)
+    assert [(w.worker, w.gaps, w.resets) for w in status.workers] == [("w0", 1, 1)]
+    metrics = {m.name: {tuple(s.labels.values()): s.value for s in m.samples}
+               for m in KvMetricsCollector(router).collect()}
+    assert metrics["sidecar_kv_sequence_gaps"][("w0",)] == 1
+    assert metrics["sidecar_kv_worker_resets"][("w0",)] == 1
+    assert metrics["sidecar_kv_decode_errors"][("w0",)] == 0
+    assert metrics["sidecar_kv_nats_malformed_messages"][(MODEL,)] == 1
+    assert metrics["sidecar_kv_nats_consumer_restarts"][(MODEL,)] == 2
