@@ -14,7 +14,8 @@ server's loop). Per model of the router it:
    decodes and applies each in one call with the GIL released, so a Score (on the server's
    threads) waits for one message's application at most. A pull's messages are applied in slices
    of at most `APPLY_SLICE`, with a turn of this loop between two slices;
-3. is *catching up* until the consumer reports nothing pending, then *live*. After a lost connection
+3. is *catching up* until the consumer reports nothing pending, then *live*; a live replica with
+   more than `BEHIND_PENDING` messages pending is catching up again. After a lost connection
    it reconnects and re-reads from the last applied stream sequence + 1 (catching up again); a
    stream that was deleted and made again meanwhile (or a nats-server restarted without its store)
    is a new incarnation: the model's view is dropped and the new stream read from its start;
@@ -86,6 +87,12 @@ RESTART_DELAYS_S = (0.5, 30.0)
 #: which leaves the chunks of the one that lost the race behind (a whole snapshot each time).
 ORPHAN_CHUNK_AGE_S = 300.0
 
+#: A live replica with more of a model's messages than this pending after a pull is behind: it
+#: reports `catching_up` (Score flagged `warming`) until nothing is pending again. A replica keeping
+#: up has at most about a pull's worth pending (up to 256); the gap between this bound and none keeps
+#: the state from flapping with every pull.
+BEHIND_PENDING = 1000
+
 _APPLY = 0
 _RESET = 1
 
@@ -152,6 +159,11 @@ class ModelFeed:
     #: Consumers made again after a failure (a lost connection, messages dropped on the way).
     consumer_restarts: int = 0
     workers: dict[str, WorkerCursor] = field(default_factory=dict)
+    #: The stream's first sequence when it had deleted messages this view never read (retention,
+    #: limits, a purge): 0 when none were. Each worker's first message read since is checked by
+    #: `_check_after_loss`; `checked_after_loss` holds the workers whose was.
+    lost_before: int = 0
+    checked_after_loss: set[str] = field(default_factory=set)
 
 
 class NatsFeed:
@@ -328,6 +340,8 @@ class NatsFeed:
                             self._apply_ops(feed.model, ops)
                             raise ConsumerGap(f"consumer delivered message {msg.metadata.sequence.consumer}, "
                                               f"expected {delivered}: messages were dropped on the way")
+                        if feed.lost_before and msg.metadata.sequence.stream > feed.stream_seq:
+                            self._check_after_loss(feed, msg, ops)
                         self._plan(feed, msg, ops)
                     # Planned and applied with no await in between: a snapshot (another task of this
                     # loop) always sees the index exactly as of `feed.stream_seq`.
@@ -337,6 +351,12 @@ class NatsFeed:
                 if feed.pending == 0 and feed.state == CATCHING_UP:
                     feed.state = LIVE
                     _log.info("kv_nats_live model=%s stream_seq=%d", feed.model, feed.stream_seq)
+                elif feed.pending > BEHIND_PENDING and feed.state == LIVE:
+                    # Live means nothing pending: a burst (a relay flushing what it buffered through
+                    # an outage) or a replica starved of CPU can leave it far behind the stream.
+                    feed.state = CATCHING_UP
+                    _log.warning("kv_nats_behind model=%s stream_seq=%d pending=%d: catching up (Score warming) "
+                                 "until nothing is pending", feed.model, feed.stream_seq, feed.pending)
         finally:
             try:
                 await sub.unsubscribe()
@@ -364,7 +384,16 @@ class NatsFeed:
                 self.router.feed_reset(feed.model, worker, "stream_replaced")
             feed.workers = {}
             feed.stream_seq = 0
+            feed.lost_before = 0  # what the old stream lost went with the view
         feed.stream_created = created
+        if info.state.first_seq > feed.stream_seq + 1:
+            # The consumer starts at the first message left: those in between, which this view has
+            # not applied, are gone, and their workers may miss blocks the engines still hold.
+            _log.warning("kv_nats_messages_gone model=%s stream_seq=%d first_seq=%d: the stream no longer holds "
+                         "the messages in between (retention); each worker whose first message read is not the "
+                         "start of its epoch is counted as a gap", feed.model, feed.stream_seq, info.state.first_seq)
+            feed.lost_before = info.state.first_seq
+            feed.checked_after_loss = set()
 
     @staticmethod
     async def _check_consumer(sub, feed: ModelFeed) -> None:  # noqa: ANN001 - nats PullSubscription
@@ -375,6 +404,48 @@ class NatsFeed:
             feed.pending = (await sub.consumer_info()).num_pending
         except (asyncio.TimeoutError, TimeoutError):
             pass
+
+    def _check_after_loss(self, feed: ModelFeed, msg, ops: list[tuple]) -> None:  # noqa: ANN001 - nats Msg
+        """A worker's first message read after deleted messages (`ModelFeed.lost_before`): unless it
+        starts an epoch (a relay's reset, which drops the worker whatever came before) or continues
+        the worker's cursor (the next sequence number of its epoch), batches of the worker may have
+        been among the deleted ones, and their blocks are missing from this view for good while
+        replicas that read them hold them. Counted as a gap (and its reset) as `_plan` counts a
+        jump in the sequence, so `KvStatus` and the metrics show it. A relay that started with no
+        history publishes its epoch's first batch with nothing before it, which cannot be told from
+        a later one: that worker is counted too."""
+        worker = fanout.token_name(msg.subject.rsplit(".", 1)[-1])
+        if worker in feed.checked_after_loss:
+            return
+        headers = msg.headers or {}
+        cursor = feed.workers.get(worker)
+        try:
+            kind, epoch = headers.get(fanout.KIND), int(headers[fanout.EPOCH])
+            if kind == fanout.RESET:
+                if_last = headers.get(fanout.IF_LAST)
+                # A replica's `silent` reset applies only after the batch it names (`_plan`): when
+                # this view cannot tell, the worker's next message decides.
+                if if_last is None or (cursor is not None and (cursor.epoch, cursor.last_seq) == (epoch, int(if_last))):
+                    feed.checked_after_loss.add(worker)
+                return
+            seq = int(headers[fanout.SEQ])
+        except (ValueError, KeyError):
+            return  # not a relay's message: `_plan` counts it, the worker's next message decides
+        if kind != fanout.BATCH:
+            return
+        if cursor is not None and cursor.epoch == epoch and cursor.last_seq is not None:
+            if seq <= cursor.last_seq:
+                return  # a duplicate `_plan` skips: the next message decides
+            feed.checked_after_loss.add(worker)
+            return  # the next batch of the cursor's epoch, or a jump `_plan` counts as a gap
+        feed.checked_after_loss.add(worker)
+        cursor = feed.workers.setdefault(worker, WorkerCursor())
+        cursor.gaps += 1
+        ops.append(self._reset_op(worker, cursor, "gap"))
+        # The batch's epoch adopted: `_plan` applies it after this reset, not after another one.
+        cursor.epoch = epoch
+        _log.warning("kv_nats_gap_after_messages_gone model=%s worker=%s stream_seq=%d first_seq=%d epoch=%d seq=%d",
+                     feed.model, worker, msg.metadata.sequence.stream, feed.lost_before, epoch, seq)
 
     def _plan(self, feed: ModelFeed, msg, ops: list[tuple]) -> None:  # noqa: ANN001 - nats Msg
         """The per-worker rules for one message (headers and sequence numbers only): appends what

@@ -11,7 +11,7 @@ import sys
 
 from router_adapter import fanout
 from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
-from sidecar.flags import DefaultsHelpFormatter, DefaultsRawDescriptionHelpFormatter, positive_int, seconds
+from sidecar.flags import DefaultsHelpFormatter, DefaultsRawDescriptionHelpFormatter, port, positive_int, seconds
 
 
 def _common(parser: argparse.ArgumentParser, prefix: str) -> None:
@@ -91,8 +91,9 @@ def add_relay_command(sub) -> None:  # noqa: ANN001 - argparse subparsers
                     "`sidecar serve --kv-nats` replicas read it. Restarting it is harmless: it resumes from the "
                     "last batch it published and JetStream drops what it publishes twice.",
     )
-    relay.add_argument("--kv-events", required=True, metavar="WORKER=ENDPOINT[,replay=ENDPOINT][,model=NAME][,topic=T]",
-                       help="the engine's publisher, as for `sidecar serve --kv-events`")
+    relay.add_argument("--kv-events", required=True, metavar="WORKER=ENDPOINT[,replay=ENDPOINT],model=NAME[,topic=T]",
+                       help="the engine's publisher, as for `sidecar serve --kv-events`; model= is required (the "
+                            "replicas read the subjects of their models)")
     relay.add_argument("--nats", required=True, metavar="nats://HOST:PORT", help="the NATS server (JetStream enabled)")
     _common(relay, "")
     relay.add_argument("--silence-timeout", type=seconds, default=300.0,
@@ -101,6 +102,11 @@ def add_relay_command(sub) -> None:  # noqa: ANN001 - argparse subparsers
     relay.add_argument("--max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES, metavar="BYTES",
                        help="the largest message taken from the engine, as `sidecar serve --kv-max-message-size` "
                             "(default 64 MiB); a larger one is lost as a gap (a gap reset for the replicas)")
+    relay.add_argument("--metrics-port", type=port, default=None,
+                       help="serve Prometheus /metrics (the relay's counters) on this port; 0 = any free port "
+                            "(logged at startup)")
+    relay.add_argument("--metrics-host", default="127.0.0.1",
+                       help="address /metrics listens on (default 127.0.0.1; 0.0.0.0 for every interface)")
     relay.add_argument("--log-level", choices=["debug", "info", "warning", "error"], default="info",
                        help="least severity of the log lines on stdout")
     relay.set_defaults(func=run_relay)
@@ -111,18 +117,32 @@ def run_relay(args: argparse.Namespace) -> int:
     from router_adapter.subscriber import Source
     from sidecar import logs
 
-    logs.configure(args.log_level)  # the relay's own lines, from the router adapter, included
     try:
         require_nats_client("kv-relay")
         source = Source.parse(args.kv_events)
+        if not source.model:
+            # `serve --kv-events` reads the empty model as the one hosted model; a relay's subject
+            # would be `<prefix>._.<worker>`, which no replica reads (they read their models' names).
+            raise ValueError(f"--kv-events {args.kv_events!r}: kv-relay needs model=NAME (the model the replicas "
+                             f"read, as `serve --kv-nats-model` or `--model` names it)")
     except ValueError as e:
         print(f"sidecar: {e}", file=sys.stderr)
         return 2
+    logs.configure(args.log_level)  # the relay's own lines, from the router adapter, included
     relay = Relay(source, RelayOptions(
         nats_url=args.nats, prefix=args.prefix, stream=args.stream, retention_s=args.retention,
         silence_timeout_s=args.silence_timeout or None, replay_timeout_s=args.replay_timeout,
         max_message_bytes=args.max_message_size,
     ))
+
+    if args.metrics_port is not None:
+        try:
+            host, bound = serve_relay_metrics(relay, args.metrics_host, args.metrics_port)
+        except OSError as e:
+            print(f"sidecar: --metrics-host/--metrics-port {args.metrics_host}:{args.metrics_port}: {e.strerror}",
+                  file=sys.stderr)
+            return 2
+        logs.get_logger("sidecar.kv_relay").info("kv_relay_metrics", address=f"{host}:{bound}")
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -136,3 +156,33 @@ def run_relay(args: argparse.Namespace) -> int:
         print(f"sidecar: {e}", file=sys.stderr)
         return 2
     return 0
+
+
+def serve_relay_metrics(relay, host: str, port: int) -> tuple[str, int]:  # noqa: ANN001 - router_adapter.relay.Relay
+    """Serves `relay`'s counters (`RelayStats`) on /metrics at `host`:`port`, from a registry of
+    their own (the server's request metrics mean nothing here); returns the bound address."""
+    from prometheus_client import CollectorRegistry
+    from prometheus_client.core import CounterMetricFamily
+
+    from sidecar import metrics
+
+    class RelayCollector:
+        def collect(self):  # noqa: ANN202
+            labels = [relay.source.model, relay.source.worker]
+            stats = relay.stats
+            for name, value, meaning in (
+                ("published", stats.published, "Messages (batches and resets) stored in JetStream"),
+                ("duplicates", stats.duplicates, "Publishes JetStream acknowledged as duplicates (same message id)"),
+                ("resets", stats.resets, "Resets published (engine restart, gap the replay socket could not fill, "
+                                         "silence, batch too large)"),
+                ("retries", stats.retries, "Publish attempts retried (NATS unreachable, no acknowledgement)"),
+                ("too_large", stats.too_large, "Batches over the server's max_payload or the stream's max_msg_size, "
+                                               "each replaced by a gap reset"),
+            ):
+                family = CounterMetricFamily(f"sidecar_kv_relay_{name}", meaning, labels=["model", "worker"])
+                family.add_metric(labels, value)
+                yield family
+
+    registry = CollectorRegistry()
+    registry.register(RelayCollector())
+    return metrics.serve_http(port, host, registry)

@@ -171,9 +171,9 @@ def stage_meter(rpc: str, stage: str, loop_only: bool = False):  # noqa: ANN201 
     return LoopHistogram.of((rpc, stage), histogram) if loop_only else histogram
 
 
-def serve_http(port: int, host: str = "127.0.0.1") -> tuple[str, int]:
-    """Starts the /metrics endpoint on `host` (loopback unless told otherwise); returns the bound
-    address (the port is useful with port 0)."""
-    server, _thread = start_http_server(port, addr=host)
+def serve_http(port: int, host: str = "127.0.0.1", registry=REGISTRY) -> tuple[str, int]:  # noqa: ANN001
+    """Starts the /metrics endpoint of `registry` on `host` (loopback unless told otherwise);
+    returns the bound address (the port is useful with port 0)."""
+    server, _thread = start_http_server(port, addr=host, registry=registry)
     bound_host, bound_port = server.server_address[:2]
     return str(bound_host), int(bound_port)

@@ -257,6 +257,7 @@ def _feed_status(feed, response: kv.KvStatusResponse) -> None:  # noqa: ANN001 -
         if row is not None:
             row.feed_state, row.stream_seq, row.stream_pending = model_feed.state, model_feed.stream_seq, model_feed.pending
             row.snapshot_age_seconds = now - model_feed.snapshot_time if model_feed.snapshot_time else -1.0
+            row.malformed_messages, row.consumer_restarts = model_feed.malformed, model_feed.consumer_restarts
         index = feed.router.indexes[name]
         for worker, c in sorted(list(model_feed.workers.items())):
             response.workers.add(
@@ -297,11 +298,21 @@ class KvMetricsCollector(Collector):
         disconnects = CounterMetricFamily(
             "sidecar_kv_disconnects", "Connections to the engine's KV-event publisher lost (it went away, or sent a "
             "message over --kv-max-message-size)", labels=["worker"])
-        for worker, st in self._router.source_stats().items():
+        stats = self._router.source_stats()
+        for worker, st in stats.items():
             decode.add_metric([worker], st.decode_errors)
             gaps.add_metric([worker], st.gaps)
             resets.add_metric([worker], st.resets)
             disconnects.add_metric([worker], st.disconnects)
+        if self._router.feed is not None:
+            # Workers fed from the stream count the same events in their cursors (worker names are
+            # unique across models; one also subscribed to directly keeps its direct counts).
+            for model_feed in list(self._router.feed.models.values()):
+                for worker, c in list(model_feed.workers.items()):  # the feed thread may add one meanwhile
+                    if worker not in stats:
+                        decode.add_metric([worker], c.decode_errors)
+                        gaps.add_metric([worker], c.gaps)
+                        resets.add_metric([worker], c.resets)
         yield from (blocks, workers, rate, events, orphans, evicted, skipped, decode, gaps, resets, disconnects)
         if self._router.feed is not None:
             yield from _feed_metrics(self._router.feed)
@@ -320,18 +331,24 @@ def _feed_metrics(feed) -> Iterator:  # noqa: ANN001 - router_adapter.nats_feed.
     lag = GaugeMetricFamily("sidecar_kv_nats_lag_seconds", "Seconds from the worker's last message reaching "
                             "JetStream to its application here", labels=["model", "worker"])
     dups = CounterMetricFamily("sidecar_kv_nats_duplicates", "Batches skipped as already applied", labels=["model", "worker"])
+    malformed = CounterMetricFamily("sidecar_kv_nats_malformed_messages", "Messages skipped because their headers "
+                                    "are not a relay's", labels=["model"])
+    restarts = CounterMetricFamily("sidecar_kv_nats_consumer_restarts", "Consumers made again after a failure (a "
+                                   "lost connection, messages dropped on the way)", labels=["model"])
     now = time.time()
     for name, model_feed in feed.models.items():
         for s in STATES:
             state.add_metric([name, s], 1.0 if model_feed.state == s else 0.0)
         seq.add_metric([name], model_feed.stream_seq)
+        malformed.add_metric([name], model_feed.malformed)
+        restarts.add_metric([name], model_feed.consumer_restarts)
         pending.add_metric([name], model_feed.pending)
         if model_feed.snapshot_time:
             age.add_metric([name], now - model_feed.snapshot_time)
         for worker, c in list(model_feed.workers.items()):  # the feed thread may add one meanwhile
             lag.add_metric([name, worker], c.lag_s)
             dups.add_metric([name, worker], c.duplicates)
-    return [state, seq, pending, age, lag, dups]
+    return [state, seq, pending, age, lag, dups, malformed, restarts]
 
 
 def register_metrics(router: KvRouter) -> None:

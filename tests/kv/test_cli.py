@@ -96,3 +96,38 @@ def test_kv_group_picks_the_group_each_models_index_keeps(backend: str) -> None:
 def test_bad_kv_group_is_refused_naming_the_flag(value: str) -> None:
     with pytest.raises(ValueError, match="--kv-group"):
         parse("--kv-events", "a=tcp://127.0.0.1:5557", "--kv-group", value)
+
+
+def test_a_relay_without_model_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without model= a relay published on `sidecar.kv._.w0`, which no replica reads (they read their
+    models' subjects), and nothing said so: replicas stayed live with no worker."""
+    from sidecar.cli import main
+
+    assert main(["kv-relay", "--kv-events", "w0=tcp://127.0.0.1:1", "--nats", "nats://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("sidecar: --kv-events 'w0=tcp://127.0.0.1:1': kv-relay needs model=NAME"), err
+
+
+def test_relay_metrics_port_serves_its_counters() -> None:
+    """`sidecar kv-relay` exported nothing: published, retried, reset and too-large batches were
+    counted (RelayStats) but no operator could see them."""
+    import urllib.request
+
+    from router_adapter import Source
+    from router_adapter.relay import Relay, RelayOptions
+    from sidecar.kv_nats import serve_relay_metrics
+
+    args = build_parser().parse_args(["kv-relay", "--kv-events", "w0=tcp://127.0.0.1:1,model=m", "--nats", "n",
+                                      "--metrics-port", "0"])
+    assert (args.metrics_port, args.metrics_host) == (0, "127.0.0.1")
+    relay = Relay(Source.parse("w0=tcp://127.0.0.1:1,model=m"), RelayOptions("nats://127.0.0.1:1"))
+    host, port = serve_relay_metrics(relay, "127.0.0.1", 0)
+    relay.stats.published, relay.stats.retries, relay.stats.resets, relay.stats.too_large = 7, 2, 1, 1
+    text = urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10).read().decode()
+    for line in ('sidecar_kv_relay_published_total{model="m",worker="w0"} 7.0',
+                 'sidecar_kv_relay_retries_total{model="m",worker="w0"} 2.0',
+                 'sidecar_kv_relay_resets_total{model="m",worker="w0"} 1.0',
+                 'sidecar_kv_relay_too_large_total{model="m",worker="w0"} 1.0',
+                 'sidecar_kv_relay_duplicates_total{model="m",worker="w0"} 0.0'):
+        assert line in text.splitlines(), line
+    assert "sidecar_requests_total" not in text  # the server's metrics mean nothing for a relay

@@ -543,3 +543,101 @@ def test_a_snapshot_keeps_the_workers_engine_clocks(publisher: Publisher, replic
     b, feed_b = replicas()
     wait_until(lambda: live(feed_b), 30, "replica b to go live")
     assert feed_b.models[MODEL].snapshot_time is not None and feed_b.models[MODEL].workers["w0"].engine_clock == 3.5
+
+
+def test_a_worker_whose_first_batches_are_gone_from_the_stream_is_counted_as_a_gap(
+    publisher: Publisher, replicas, caplog: pytest.LogCaptureFixture,  # noqa: ANN001
+) -> None:
+    """A replica that reads the stream from a start whose first messages were deleted (retention;
+    a purge here) applied a worker's first batch read as if it were the worker's first ever: the
+    blocks of the deleted batches were missing from its view for good while it reported live with
+    no gap, no reset and nothing logged but `kv_nats_no_snapshot`. A worker whose first message
+    read starts its epoch (a relay's reset) lost nothing and is not counted."""
+    publisher.batches("w0", 1, range(1, 6))              # stream 1-5
+    publisher.reset("w1", 7, "restart")                  # stream 6: w1's epoch starts here, kept
+    publisher.batches("w1", 7, range(1, 3), first_block=20)
+    assert publisher.run(publisher.js.purge_stream(fanout.DEFAULT_STREAM, seq=4))  # keeps 4 on
+    caplog.set_level("WARNING", logger="router_adapter.nats_feed")
+    router, feed = replicas()
+    wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == 8, 30, "the feed to read what is left")
+    model = feed.models[MODEL]
+    w0, w1 = model.workers["w0"], model.workers["w1"]
+    assert (w0.gaps, w0.resets, w1.gaps, w1.resets) == (1, 1, 0, 1)  # w1's one reset is its relay's
+    assert held(router, range(0, 30)) == [4, 5, 21, 22]  # what a gap leaves: the batches after it
+    assert "kv_nats_messages_gone model=m stream_seq=0 first_seq=4" in caplog.text
+    assert "kv_nats_gap_after_messages_gone model=m worker=w0" in caplog.text
+    assert "kv_nats_gap_after_messages_gone model=m worker=w1" not in caplog.text
+
+
+def test_a_worker_whose_messages_after_the_snapshot_are_gone_is_counted_as_a_gap(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """The same past a snapshot older than the retention: w0's reset and first batches of a new
+    epoch are gone, and its next batch read was applied after a `new_epoch` reset, uncounted."""
+    a, feed_a = replicas()
+    publisher.batches("w0", 1, range(1, 3))
+    wait_until(lambda: feed_a.models[MODEL].stream_seq == 2, 30, "replica a to read w0's batches")
+    assert feed_a.snapshot_now(MODEL)
+    publisher.reset("w0", 2, "restart")                             # stream 3
+    publisher.batches("w0", 2, range(1, 4), first_block=10)         # stream 4-6
+    assert publisher.run(publisher.js.purge_stream(fanout.DEFAULT_STREAM, seq=5))
+    b, feed_b = replicas()
+    wait_until(lambda: live(feed_b) and feed_b.models[MODEL].stream_seq == 6, 30, "replica b to read on")
+    w0 = feed_b.models[MODEL].workers["w0"]
+    assert (feed_b.models[MODEL].snapshot_time is not None, w0.gaps, w0.resets) == (True, 1, 1)
+    assert held(b, range(0, 20)) == [12, 13]
+
+
+def test_a_live_replica_far_behind_the_stream_reports_catching_up(publisher: Publisher, replicas,  # noqa: ANN001
+                                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """Live stayed live (Score not flagged warming) with thousands of messages pending: the state
+    went back from live only on a reconnection. A burst past `BEHIND_PENDING` (a relay flushing
+    what it buffered through an outage) is reported once, until nothing is pending again."""
+    caplog.set_level("INFO", logger="router_adapter.nats_feed")
+    router, feed = replicas()
+    wait_until(lambda: live(feed), 30, "the feed to go live")
+    applying = router.feed_payloads
+
+    def slowly(model: str, items: list) -> list:  # a replica short of CPU: 1 ms a message
+        time.sleep(0.001 * len(items))
+        return applying(model, items)
+
+    router.feed_payloads = slowly
+    burst = 3 * nats_feed.BEHIND_PENDING // 2
+    subject = fanout.subject(fanout.DEFAULT_PREFIX, MODEL, "w0")
+
+    async def publish_burst() -> None:  # core publishes, not waiting for acks: faster than it applies
+        for seq in range(1, burst + 1):
+            await publisher.nc.publish(subject, stored(seq % 50), headers=fanout.batch_headers("w0", 1, seq))
+        await publisher.nc.flush()
+
+    publisher.run(publish_burst())
+    wait_until(lambda: feed.models[MODEL].state == nats_feed.CATCHING_UP and router.warming(MODEL), 30,
+               "the replica to report it is behind")
+    wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == burst, 60, "the replica to catch up")
+    assert not router.warming(MODEL) and feed.models[MODEL].workers["w0"].batches == burst
+    assert caplog.text.count("kv_nats_behind model=m") == 1
+    assert caplog.text.count("kv_nats_live model=m") == 1  # once caught up (not flapping)
+
+
+def test_kv_status_and_metrics_show_what_the_feed_counts(publisher: Publisher, replicas) -> None:  # noqa: ANN001
+    """Malformed messages and consumer restarts were counted per model but shown nowhere, and the
+    gaps and resets of workers fed from the stream only in KvStatus: `sidecar_kv_sequence_gaps` and
+    `sidecar_kv_worker_resets` covered direct sources only."""
+    from sidecar.servicers.kv_router import KvMetricsCollector, _status
+
+    publisher.batches("w0", 1, range(1, 3))
+    publisher.publish("w0", b"x", {"Sidecar-Kind": "batch"})  # no epoch: not a relay's
+    publisher.batches("w0", 1, range(4, 5))                     # seq 3 lost: a gap
+    router, feed = replicas()
+    wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == 4, 30, "the feed to read the four")
+    feed.models[MODEL].consumer_restarts = 2  # as `_run_model` counts them
+    status = _status(router)
+    row = status.models[0]
+    assert (row.malformed_messages, row.consumer_restarts) == (1, 2)
+    assert [(w.worker, w.gaps, w.resets) for w in status.workers] == [("w0", 1, 1)]
+    metrics = {m.name: {tuple(s.labels.values()): s.value for s in m.samples}
+               for m in KvMetricsCollector(router).collect()}
+    assert metrics["sidecar_kv_sequence_gaps"][("w0",)] == 1
+    assert metrics["sidecar_kv_worker_resets"][("w0",)] == 1
+    assert metrics["sidecar_kv_decode_errors"][("w0",)] == 0
+    assert metrics["sidecar_kv_nats_malformed_messages"][(MODEL,)] == 1
+    assert metrics["sidecar_kv_nats_consumer_restarts"][(MODEL,)] == 2
