@@ -186,6 +186,10 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
         if not sep or not algorithm:
             raise ValueError(f"--kv-engine-hash {text!r}: expected MODEL=ALGORITHM[,block_size=N][,seed=S]"
                              "[,lookahead=N]")
+        if fields["block_size"] <= 0:
+            # A request's engine hashes are computed block by block: nothing to learn them from.
+            raise ValueError(f"--kv-engine-hash {text!r}: needs block_size=N (or --kv-block-size N), the "
+                             "engine's tokens per KV block")
         engine_specs[name] = HashSpec(**fields)
     groups = {}
     for text in args.kv_group:
@@ -483,8 +487,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="tokens per KV block of the indexes (default: learned from the first event)")
     serve.add_argument("--kv-engine-hash", action="append", default=[],
                        metavar="MODEL=ALGORITHM[,block_size=N][,seed=S][,extra_keys=legacy][,lookahead=N]",
-                       help="match MODEL's blocks on the engine's own hashes (e.g. vllm_sha256_cbor,seed=0) "
-                            "instead of content keys recomputed from the events' token ids; lookahead=N for "
+                       help="match MODEL's blocks on the engine's own hashes (e.g. "
+                            "qwen3=vllm_sha256_cbor,block_size=16,seed=0) instead of content keys recomputed from "
+                            "the events' token ids; block_size= (or --kv-block-size) is required here; "
+                            "sglang_event_format=dynamo for SGLang publishing Dynamo's event format; lookahead=N for "
                             "vLLM >= 0.33 with prefix caching and an EAGLE/EAGLE3/MTP drafter (1; "
                             "num_speculative_tokens for multi-module MTP; 0 with disable_lookahead_block_hashes "
                             "or a KV connector)")

@@ -48,7 +48,10 @@ def test_engine_hash_lookahead() -> None:
      (["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_sha256,block_size=16,extra_keys=legacy,lookahead=1"],
       "block_hashing.vllm_lookahead: the legacy"),
      (["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=sglang_sha256,block_size=16,lookahead=1"],
-      "block_hashing.vllm_lookahead: only vLLM")],
+      "block_hashing.vllm_lookahead: only vLLM"),
+     # Requests are hashed block by block, so engine mode cannot wait to learn the size from events.
+     (["--kv-events", "a=tcp://h:1", "--kv-engine-hash", "m=vllm_sha256_cbor,seed=0"],
+      r"--kv-engine-hash 'm=vllm_sha256_cbor,seed=0': needs block_size=N \(or --kv-block-size N\)")],
 )
 def test_bad_flags_are_refused(args: list[str], message: str | None) -> None:
     with pytest.raises(ValueError, match=message):  # InvalidSpec is a ValueError
