@@ -48,8 +48,21 @@ class ModelSpec:
             if not eq or key not in MODEL_OPTION_KEYS:
                 raise InvalidArgument(f"--model {text!r}: unknown option {pair!r}; known: {', '.join(MODEL_OPTION_KEYS)}")
             options[key] = value
+        _check_parser_names(text, options)
         path = Path(directory).expanduser()
         return cls(name, path, options, source=str(path))
+
+
+def _check_parser_names(text: str, options: dict[str, str]) -> None:
+    """An unknown parser name would start fine and fail every ParseStream open that relies on the
+    model's default: it is refused at startup instead."""
+    from sidecar import parsers
+
+    for kind in ("tool", "reasoning"):
+        name = options.get(f"{kind}_parser")
+        if name and name != "none" and parsers.find(kind, name) is None:
+            known = ", ".join(sorted(p.name for p in parsers.of_kind(kind)))
+            raise InvalidArgument(f"--model {text!r}: unknown {kind} parser {name!r}; known: none, {known}")
 
 
 def embedded_spec() -> ModelSpec:

@@ -18,7 +18,9 @@ def test_model_spec_parses_name_dir_and_options() -> None:
     assert (spec.name, spec.directory, spec.options) == ("m", Path("/models/x"), {"tool_parser": "hermes", "reasoning_parser": "qwen3"})
 
 
-@pytest.mark.parametrize("text", ["noequals", "=dir", "name=", "m=/x,colour=blue", "m=/x,tool_parser"])
+@pytest.mark.parametrize("text", ["noequals", "=dir", "name=", "m=/x,colour=blue", "m=/x,tool_parser",
+                                  # a parser name ParseStream would refuse on every open relying on it
+                                  "m=/x,tool_parser=bogus", "m=/x,reasoning_parser=hermes"])
 def test_model_spec_rejects_malformed(text: str) -> None:
     with pytest.raises(InvalidArgument, match="--model"):
         ModelSpec.parse(text)
