@@ -135,7 +135,8 @@ def limits_from_args(args: argparse.Namespace) -> dict:
 
 def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
     limits = serve.add_argument_group(
-        "per-request limits", "each is a RESOURCE_EXHAUSTED naming the field and the flag when a request exceeds it")
+        "per-request limits", "each is a RESOURCE_EXHAUSTED naming the flag (and the field, where one field "
+        "exceeds it; --max-word-chars names where the run starts) when a request exceeds it")
     limits.add_argument("--max-text-chars", type=int, default=64 << 20,
                         help="characters in one text (Tokenize, Score text); default 64 Mi")
     limits.add_argument("--max-word-chars", type=int, default=100_000,
@@ -151,7 +152,8 @@ def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-stop-bytes", type=int, default=256 * 1024,
                         help="ParseStream: total UTF-8 bytes of one request's stop strings; default 256 KiB")
     limits.add_argument("--max-kwargs-bytes", type=int, default=1 << 20,
-                        help="chat_template_kwargs_json of one request (Render, Score, ParseStream); default 1 MiB")
+                        help="characters of chat_template_kwargs_json in one request (Render, Score, ParseStream; a "
+                             "character is at most 4 bytes); default 1 Mi")
     limits.add_argument("--huge-kb", type=int, default=1024,
                         help="calls reading more than this run in their own lane of at most half the workers, so "
                              "huge requests never hold every worker; default 1024")
