@@ -1175,7 +1175,8 @@ uintptr_t sc_parse_mux_len(const struct sc_parse_mux *mux);
  `reasoning_parser`, `tools_json`, `chat_template_kwargs_json`, `skip_special_tokens`, `stop`,
  `include_stop_str_in_output`, `max_held_bytes`, `trace`, `id_seed`); parser names must already
  be resolved (empty or `none` = no parser). Errors: `INVALID_ARGUMENT` (unknown parser, bad JSON,
- duplicate id, prompt id outside the vocabulary), `RESOURCE_EXHAUSTED` (too many open requests).
+ duplicate id, which also ends the request open under it, as its answer says; prompt id outside
+ the vocabulary), `RESOURCE_EXHAUSTED` (too many open requests).
 
  # Safety
  `mux` and `model` must be live handles (a concurrent call on the same mux fails with

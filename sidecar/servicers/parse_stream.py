@@ -36,11 +36,18 @@ except ImportError:  # no native library (a reference-only install, whose backen
 _log = get_logger("sidecar.parse_stream")
 
 
-def error_delta(request_id: str, error: SidecarError) -> bytes:
-    """A `ParseStreamResponse` holding one failed request."""
+def error_delta(request_id: str, error: SidecarError, note: str = "") -> bytes:
+    """A `ParseStreamResponse` holding one failed request (`note` is added to its message)."""
     code, message = status_proto_fields(error)
-    delta = pb.RequestDelta(request_id=request_id, finished=True, error=pb.Status(code=code, message=message))
+    delta = pb.RequestDelta(request_id=request_id, finished=True, error=pb.Status(code=code, message=message + note))
     return pb.ParseStreamResponse(deltas=[delta]).SerializeToString()
+
+
+def end_request(mux: ParseMux, request_id: str) -> bool:
+    """Frees the request open under `request_id`, if any (as a cancel does); whether there was one."""
+    before = len(mux)
+    mux.handle(pb.ParseStreamRequest(cancel=pb.CancelRequest(request_id=request_id)).SerializeToString())
+    return len(mux) < before
 
 
 class ParseStreamServicer:
@@ -105,15 +112,18 @@ class ParseStreamServicer:
         except Exception:  # noqa: BLE001 - protobuf raises DecodeError; native already parsed it
             counts.errors += 1
             return error_delta("", InvalidArgument("open: malformed OpenRequest"))
-        if refused is not None:  # a prompt id above 2^32-1 (protobuf would have truncated it)
-            counts.errors += 1
-            return error_delta(request.request_id, refused)
         try:
+            if refused is not None:  # a prompt id above 2^32-1 (protobuf would have truncated it)
+                raise refused
             self._open_checked(mux, request, prompt_ids)
         except SidecarError as e:
             counts.errors += 1
             _log.info("parse_open_failed", parse_request_id=request.request_id[:200], model=request.model, error=e.message)
-            return error_delta(request.request_id, e)
+            # The answer says request `request_id` is finished and freed: a request still open
+            # under that id ends here too (a duplicate open is ended by the mux itself, which says
+            # so; this covers the refusals that come first: an unknown model, a bad option).
+            ended = bool(request.request_id) and end_request(mux, request.request_id)
+            return error_delta(request.request_id, e, "; the request open under this id is ended too" if ended else "")
         counts.opened += 1
         return b""
 

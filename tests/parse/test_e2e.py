@@ -150,6 +150,47 @@ def test_request_errors_do_not_end_the_stream(server: LiveServer) -> None:
     assert not answers[4].deltas
 
 
+def test_an_open_reusing_the_id_of_an_open_request_ends_that_request(server: LiveServer) -> None:
+    # An error delta says its request is finished and freed. An open refused under the id of a
+    # request still open (a duplicate, or refused for another reason first: an unknown model) ends
+    # that request too, so the answer is true: later steps for it are FAILED_PRECONDITION, and the
+    # id may be opened again.
+    def open_(rid: str, model: str = "qwen3") -> pb.ParseStreamRequest:
+        return pb.ParseStreamRequest(open=pb.OpenRequest(request_id=rid, model=model, tool_parser="none",
+                                                         reasoning_parser="none"))
+
+    def step(rid: str, text: str, finished: bool = False) -> pb.ParseStreamRequest:
+        return pb.ParseStreamRequest(step=pb.Step(items=[pb.StepTokens(
+            request_id=rid, token_ids=encode("qwen3", text), finished=finished)]))
+
+    async def scenario() -> list[pb.ParseStreamResponse]:
+        async with grpc.aio.insecure_channel(server.uds) as channel:
+            call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+            answers = []
+            for message in [open_("a"), step("a", "Hello"), open_("a"), step("a", " world"),
+                            open_("b"), open_("b", "no-such-model"), step("b", "x"),
+                            open_("a"), step("a", "again", True)]:
+                await call.write(message)
+                answers.append(await call.read())
+            await call.done_writing()
+            return answers
+
+    answers = asyncio.run(scenario())
+    assert not answers[0].deltas and answers[1].deltas[0].content == "Hello"
+    (refused,) = answers[2].deltas
+    invalid = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert (refused.request_id, refused.finished, refused.error.code) == ("a", True, invalid)
+    assert "already open" in refused.error.message and "ended too" in refused.error.message
+    (late,) = answers[3].deltas
+    assert (late.request_id, late.content, late.error.code) == ("a", "", grpc.StatusCode.FAILED_PRECONDITION.value[0])
+    (missing,) = answers[5].deltas
+    assert (missing.request_id, missing.finished, missing.error.code) == ("b", True, grpc.StatusCode.NOT_FOUND.value[0])
+    assert answers[6].deltas[0].error.code == grpc.StatusCode.FAILED_PRECONDITION.value[0]
+    assert not answers[7].deltas
+    (again,) = answers[8].deltas
+    assert (again.content, again.finished, again.HasField("error")) == ("again", True, False)
+
+
 def test_an_open_with_a_prompt_id_above_32_bits_is_refused_by_name(server: LiveServer) -> None:
     # Prompt ids are decoded natively off the event loop; a varint of 2^32 (which protobuf would
     # truncate to token 0) refuses that request, naming the position and the request, and the

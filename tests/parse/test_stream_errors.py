@@ -108,8 +108,13 @@ def test_open_errors(env) -> None:  # noqa: ANN001
     with pytest.raises(InvalidArgument, match="request_id"):
         mux.open(model, "", "fp", ParseOpenConfig(), [])
     mux.open(model, "a", "fp", ParseOpenConfig(), [])
-    with pytest.raises(InvalidArgument, match="already open"):
+    # The refusal is an error delta for "a", which says "a" is finished and freed: the open "a"
+    # ends with it, and its id may be opened again.
+    with pytest.raises(InvalidArgument, match="already open on this stream; that request is ended too"):
         mux.open(model, "a", "fp", ParseOpenConfig(), [])
+    assert len(mux) == 0
+    assert step(mux, [("a", encode("qwen3", "Hi"), False)])["a"].error.code == 9
+    mux.open(model, "a", "fp", ParseOpenConfig(), [])
     mux.open(model, "b", "fp", ParseOpenConfig(), [])
     mux.open(model, "c", "fp", ParseOpenConfig(), [])
     with pytest.raises(ResourceExhausted, match=r"open requests, the limit \(--parse-max-requests\)"):

@@ -69,8 +69,23 @@ impl StopFilter {
         text: &str,
         base: u64,
         end: bool,
+        emit: impl FnMut(&str, u64),
+    ) -> Option<StopMatch> {
+        self.feed_seen(text, text, base, end, emit)
+    }
+
+    /// [`StopFilter::feed`] matching the stop strings against `seen` instead of `text`: the same
+    /// length, and the same bytes except where the caller stands some characters in for others
+    /// (the parse session's escaped noncharacters); `text` is what is released.
+    pub fn feed_seen(
+        &mut self,
+        text: &str,
+        seen: &str,
+        base: u64,
+        end: bool,
         mut emit: impl FnMut(&str, u64),
     ) -> Option<StopMatch> {
+        debug_assert_eq!(text.len(), seen.len());
         let Some(automaton) = &self.automaton else {
             emit(text, base);
             return None;
@@ -80,7 +95,7 @@ impl StopFilter {
         }
         self.held.push_str(text);
         self.scanned = base;
-        for &byte in text.as_bytes() {
+        for &byte in seen.as_bytes() {
             self.state = automaton.next(self.state, byte);
             self.scanned += 1;
             if let Some(index) = automaton.longest_match(self.state) {

@@ -143,8 +143,13 @@ impl Mux {
             )));
         }
         if self.entries.contains_key(&opts.request_id) {
+            // The refusal is answered as an error delta for this id, which says the request is
+            // finished and freed: the open one ends with it, or it would go on under an id its
+            // client was told is done.
+            self.retire(&opts.request_id);
             return Err(Error::invalid_argument(format!(
-                "open.request_id: {} is already open on this stream",
+                "open.request_id: {} is already open on this stream; that request is ended too \
+                 (an id may be opened again once its request finished)",
                 shown(&opts.request_id)
             )));
         }

@@ -2,10 +2,13 @@
 //! turn the raw text values of XML-style formats (`qwen3_coder`, GLM, MiniMax) into typed JSON.
 //!
 //! Conversion, given the parameter's allowed types, tries in this order: `null` (the text
-//! `null` in any case, no whitespace around it), integer (`[+-]?digits`), number (a JSON number, allowing a leading `+`, a bare leading
-//! or trailing `.`), boolean (`true`/`false` in any case, `1`/`0`), object and array (JSON text of
-//! that kind), string; when none applies the value stays a string. A parameter without a known
-//! type is a string. A failed conversion never drops the call.
+//! `null` in any case, no whitespace around it), integer (what Python's `int()` reads), number
+//! (what Python's `float()` reads, when finite: written as an integer when integral, else as
+//! Python writes the float), boolean (`true`/`false` in any case, `1`/`0`), object and array (JSON
+//! text of that kind), string; when none applies the value stays a string. A parameter without a
+//! known type is a string. A failed conversion never drops the call. This is vLLM's
+//! `coerce_to_schema_type`, which its `qwen3_coder`, `glm47` and `minimax_m2` parsers share, except
+//! that vLLM's last resort (`json.loads` of a value no declared type took) is not taken.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -14,6 +17,8 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::parse::json::{canonical, push_json_string, valid_number};
+use crate::template::pyjson::float_repr;
+use crate::template::pynum::{ascii_number, parse_float, without_underscores};
 
 /// A set of JSON-schema types.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -184,17 +189,18 @@ pub(crate) fn coerce(value: &str, types: TypeSet) -> String {
             return "null".into();
         }
         if types.has(TypeSet::INTEGER) {
-            if let Some(i) = integer(t) {
+            if let Some(i) = integer(value) {
                 return i;
             }
         }
         if types.has(TypeSet::NUMBER) {
-            if let Some(n) = number(t) {
+            if let Some(n) = python_number(value) {
                 return n;
             }
         }
         if types.has(TypeSet::BOOLEAN) {
-            match t.to_ascii_lowercase().as_str() {
+            // vLLM: `value.lower().strip()`, and `str.strip()` is Python's whitespace.
+            match value.trim_matches(py_space).to_ascii_lowercase().as_str() {
                 "true" | "1" => return "true".into(),
                 "false" | "0" => return "false".into(),
                 _ => {}
@@ -215,12 +221,21 @@ pub(crate) fn coerce(value: &str, types: TypeSet) -> String {
     out
 }
 
-fn integer(t: &str) -> Option<String> {
+/// Python's `str.isspace`, which `str.strip()` removes.
+fn py_space(c: char) -> bool {
+    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+}
+
+/// `int(value)` as JSON: whitespace around, a sign, `_` between digits, digits of any script, any
+/// length (Python's integers have no bound, so the digits are kept as text).
+fn integer(value: &str) -> Option<String> {
+    let t = ascii_number(value);
     let (negative, digits) = match t.as_bytes().first()? {
         b'-' => (true, &t[1..]),
         b'+' => (false, &t[1..]),
-        _ => (false, t),
+        _ => (false, t.as_str()),
     };
+    let digits = without_underscores(digits, |b| b.is_ascii_digit())?;
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -235,6 +250,22 @@ fn integer(t: &str) -> Option<String> {
 /// A number literal as JSON (a leading `+`, a bare `.5` or `1.` allowed), or `None`.
 pub(crate) fn coerce_number(t: &str) -> Option<String> {
     number(t)
+}
+
+/// `float(value)` as vLLM writes it, or `None` when Python cannot read it or the result is not
+/// finite (JSON has no infinity or NaN). An integral value is written as `int(value)` would be:
+/// every digit of the double (`1e22` is `10000000000000000000000`), `-0.0` as `0`; any other as
+/// `repr(float)` (`0.001`, `1e-05`).
+fn python_number(value: &str) -> Option<String> {
+    let f = parse_float(value).filter(|f| f.is_finite())?;
+    Some(if f == 0.0 {
+        "0".to_string()
+    } else if f.fract() == 0.0 {
+        // Fixed notation with no fraction digits prints a double's exact value.
+        format!("{f:.0}")
+    } else {
+        float_repr(f)
+    })
 }
 
 fn number(t: &str) -> Option<String> {
@@ -272,7 +303,7 @@ mod tests {
         assert_eq!(coerce("03106", types(&["string"])), "\"03106\"");
         assert_eq!(coerce("03106", types(&["integer"])), "3106");
         assert_eq!(coerce(" 5 ", types(&["number"])), "5");
-        assert_eq!(coerce("1.", types(&["number"])), "1.0");
+        assert_eq!(coerce("1.", types(&["number"])), "1");
         assert_eq!(coerce(".5", types(&["float"])), "0.5");
         assert_eq!(coerce("140.0", types(&["integer"])), "\"140.0\"");
         assert_eq!(coerce("True", types(&["boolean"])), "true");
@@ -282,5 +313,50 @@ mod tests {
         assert_eq!(coerce("{\"a\":1}", types(&["array"])), "\"{\\\"a\\\":1}\"");
         assert_eq!(coerce("inf", types(&["number"])), "\"inf\"");
         assert_eq!(coerce("x\ny", TypeSet::default()), "\"x\\ny\"");
+    }
+
+    /// Expected texts: `json.dumps` of vLLM's `coerce_to_schema_type(value, [type])` (Python 3.12:
+    /// `int(v)`; `float(v)`, kept as the string when not finite, `int(f)` when integral).
+    #[test]
+    fn numbers_and_integers_are_read_as_python_reads_them() {
+        let cases = [
+            ("number", "03106", "3106"),
+            ("number", "00.5", "0.5"),
+            ("number", "1e400", "\"1e400\""),
+            ("number", "-1e999", "\"-1e999\""),
+            ("number", "1_000", "1000"),
+            ("number", "1e5", "100000"),
+            ("number", "1E-5", "1e-05"),
+            ("number", "0.1", "0.1"),
+            ("number", "2.50", "2.5"),
+            ("number", "+.5", "0.5"),
+            ("number", "-0", "0"),
+            ("number", "-0.0", "0"),
+            ("number", "-2.0", "-2"),
+            ("number", "1e22", "10000000000000000000000"),
+            ("number", "1e300", "1000000000000000052504760255204420248704468581108159154915854115511802457988908195786371375080447864043704443832883878176942523235360430575644792184786706982848387200926575803737830233794788090059368953234970799945081119038967640880074652742780142494579258788820056842838115669472196386865459400540160"),
+            ("number", "123456789012345678", "123456789012345680"),
+            ("number", "1e-400", "0"),
+            ("number", "\u{a0}7\u{3000}", "7"),
+            ("number", "\u{663}.\u{665}", "3.5"),
+            ("number", "inf", "\"inf\""),
+            ("number", "-Infinity", "\"-Infinity\""),
+            ("number", "nan", "\"nan\""),
+            ("number", "1__0", "\"1__0\""),
+            ("number", "_1", "\"_1\""),
+            ("number", "0x10", "\"0x10\""),
+            ("number", "1\u{1c}", "\"1\\u001c\""),
+            ("integer", "1_000", "1000"),
+            ("integer", " +7 ", "7"),
+            ("integer", "-007", "-7"),
+            ("integer", "\u{663}\u{661}", "31"),
+            ("integer", "123456789012345678901234567890", "123456789012345678901234567890"),
+            ("integer", "1_", "\"1_\""),
+            ("integer", "1.0", "\"1.0\""),
+        ];
+        for (ty, value, want) in cases {
+            assert_eq!(coerce(value, types(&[ty])), want, "{ty} {value:?}");
+        }
+        assert_eq!(coerce(" TRUE\u{1c}", types(&["boolean"])), "true");
     }
 }

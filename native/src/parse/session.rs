@@ -18,7 +18,7 @@ use crate::parse::reasoning::ThinkSplitter;
 use crate::parse::registry::{self, Build, IdStyle, Kind, Parser, WholeBuild};
 use crate::parse::rtpl::TemplateStage;
 use crate::parse::schema::Tools;
-use crate::parse::text::{escape_literals, Markers, SegBuf};
+use crate::parse::text::{escape_literals, restore_literals, Markers, SegBuf};
 use crate::parse::{Passthrough, Stage};
 
 /// Prompt ids the decoder is primed with (the end of the prompt): enough for any decoder state
@@ -506,11 +506,18 @@ impl Session {
         }
         self.check_known(ids)?;
         let mut sink = std::mem::take(&mut self.sink);
+        let escaped_before = self.out.literals.len();
         self.decode(ids, end, &mut sink);
+        // Stop strings match what the model wrote (vLLM searches the decoded text), not the
+        // U+FFFD that stands in for a noncharacter in the parsers' input.
+        let seen = restore_literals(&sink.text, sink.base, &self.out.literals[escaped_before..]);
         let buf1 = &mut self.buf1;
-        let matched = self.stop.feed(&sink.text, sink.base, end, |text, offset| {
-            buf1.push(text, offset)
-        });
+        let matched = self
+            .stop
+            .feed_seen(&sink.text, &seen, sink.base, end, |text, offset| {
+                buf1.push(text, offset)
+            });
+        drop(seen);
         self.sink = sink;
         let done = end || matched.is_some();
         self.run_stages(done, false);

@@ -6,6 +6,8 @@
 //! (U+FDD0 + marker index), so no generated text can spell it. A marker the vocabulary lacks is
 //! matched by its text. Parsers search for both the same way, as patterns.
 
+use std::borrow::Cow;
+
 use crate::parse::json::is_sentinel;
 
 /// Replaces every noncharacter U+FDD0..U+FDEF in `text[from..]` (characters the model wrote: the
@@ -34,6 +36,26 @@ pub(crate) fn escape_literals(
         text.replace_range(at..at + c.len_utf8(), "\u{FFFD}");
         literals.push((base + at as u64, c));
     }
+}
+
+/// `text` (at stream offset `base`) with the characters [`escape_literals`] replaced in it put
+/// back (`literals`: those it recorded for this text): what the model wrote, for stop strings,
+/// which match the decoded text as vLLM's do. The byte offsets are `text`'s.
+pub(crate) fn restore_literals<'a>(
+    text: &'a str,
+    base: u64,
+    literals: &[(u64, char)],
+) -> Cow<'a, str> {
+    if literals.is_empty() {
+        return Cow::Borrowed(text);
+    }
+    let mut out = text.to_string();
+    for &(offset, c) in literals {
+        let at = (offset - base) as usize;
+        // Same UTF-8 length as the U+FFFD it replaces, so no later offset moves.
+        out.replace_range(at..at + c.len_utf8(), c.encode_utf8(&mut [0; 4]));
+    }
+    Cow::Owned(out)
 }
 
 /// A buffer of parser input: text plus the stream offset of each contiguous segment.

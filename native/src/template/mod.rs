@@ -20,7 +20,8 @@ mod pyformat;
 mod pyhtml;
 pub mod pyjson;
 mod pymethods;
-mod pynum;
+// `int()` and `float()` text rules, also how typed tool-call values are read (`parse::schema`).
+pub(crate) mod pynum;
 mod pystr;
 mod pytests;
 mod textwrap;

@@ -92,7 +92,7 @@ pub(super) fn to_float(value: &Value) -> Option<f64> {
 /// The text `int()` and `float()` parse: decimal digits of any script as ASCII, surrounding
 /// whitespace removed. Their whitespace is Unicode White_Space (Rust's `trim`): unlike
 /// `str.strip()`, they refuse U+001C..U+001F.
-fn ascii_number(s: &str) -> String {
+pub(crate) fn ascii_number(s: &str) -> String {
     s.trim()
         .chars()
         .map(|c| {
@@ -111,7 +111,7 @@ fn ascii_number(s: &str) -> String {
 }
 
 /// `_` is allowed only between two digits (Python's `digitpart`); it is removed.
-fn without_underscores(s: &str, is_digit: impl Fn(u8) -> bool) -> Option<String> {
+pub(crate) fn without_underscores(s: &str, is_digit: impl Fn(u8) -> bool) -> Option<String> {
     let b = s.as_bytes();
     for (i, &c) in b.iter().enumerate() {
         if c == b'_' && !(i > 0 && is_digit(b[i - 1]) && b.get(i + 1).is_some_and(|&n| is_digit(n)))
@@ -124,7 +124,7 @@ fn without_underscores(s: &str, is_digit: impl Fn(u8) -> bool) -> Option<String>
 
 /// Python's `float(str)`: whitespace around, a sign, digits with `_` between them, a point, an
 /// exponent, or `inf`/`infinity`/`nan` in any case.
-fn parse_float(s: &str) -> Option<f64> {
+pub(crate) fn parse_float(s: &str) -> Option<f64> {
     let s = ascii_number(s);
     let s = s.as_str();
     let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
