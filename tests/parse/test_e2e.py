@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 import urllib.request
 
@@ -80,8 +81,14 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     models = require_shared_models()
     tmp = tmp_path_factory.mktemp("parse-e2e")
     with_template = model_dir(derived_model("qwen3", [], RESPONSE_TEMPLATE))
+    padded = tmp / "qwen3-padded"  # a checkpoint's config.json: 151,936 output rows for 151,669 ids
+    padded.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(models / "qwen3" / name, padded / name)
+    (padded / "config.json").write_text(json.dumps({"vocab_size": 151_936}), encoding="utf-8")
     live = start_server(tmp, "--model", f"qwen3={models / 'qwen3'}", "--model", f"gpt2={models / 'gpt2'}",
-                        "--model", f"qwen3rt={with_template}", "--parse-max-requests", "200")
+                        "--model", f"qwen3rt={with_template}", "--model", f"qwen3pad={padded}",
+                        "--parse-max-requests", "200")
     yield live
     stop_server(live)
 
@@ -312,3 +319,39 @@ def test_hf_parses_with_the_response_template_the_model_was_loaded_with(server: 
     assert (result.content, result.reasoning) == ("Hi ", "plan")
     assert [(c["name"], json.loads(c["arguments"])) for c in result.calls.values()] == [("f", {"n": 7})]
     assert result.finish_reason == "tool_calls"
+
+
+# ---- padded vocabularies -------------------------------------------------------------------------
+
+
+def test_padded_ids_decode_to_nothing_over_grpc(server: LiveServer) -> None:
+    """A model whose config.json has more output rows than its tokenizer has ids: ListModels reports
+    both, and an id in the gap (one vLLM can sample) is empty text in ParseStream and Detokenize;
+    past the output size it is refused as before."""
+    hello, gap, world, past = 9707, 151_700, 1879, 151_936
+    with grpc.insecure_channel(server.uds) as channel:
+        stub = preprocessor_pb2_grpc.PreprocessorStub(channel)
+        listed = {m.name: m for m in stub.ListModels(pb.ListModelsRequest()).models}
+        assert (listed["qwen3pad"].vocab_size, listed["qwen3pad"].model_vocab_size) == (151_669, 151_936)
+        assert (listed["qwen3"].vocab_size, listed["qwen3"].model_vocab_size) == (151_669, 0)
+        texts = stub.Detokenize(pb.DetokenizeRequest(model="qwen3pad", sequences=[
+            pb.TokenIds(token_ids=[hello, gap, world]), pb.TokenIds(token_ids=[gap])])).texts
+        assert list(texts) == ["Hello world", ""]
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Detokenize(pb.DetokenizeRequest(model="qwen3pad", sequences=[pb.TokenIds(token_ids=[hello, past])]))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details() == ("sequences[0]: token_ids[1]: id 151936 is not in the vocabulary (size "
+                                           "151669) nor below the model's output size (151936)")
+        with pytest.raises(grpc.RpcError) as unpadded:
+            stub.Detokenize(pb.DetokenizeRequest(model="qwen3", sequences=[pb.TokenIds(token_ids=[gap])]))
+        assert unpadded.value.details() == "sequences[0]: token_ids[0]: id 151700 is not in the vocabulary (size 151669)"
+
+    base = {"model": "qwen3", "served_model": "qwen3pad", "tool_parser": "none", "reasoning_parser": "none"}
+    cases = {"gap": {**base, "output_ids": [hello, gap, world]},
+             "past": {**base, "output_ids": [hello, past, world], "end": True}}
+    results = asyncio.run(engine(server.uds, cases))
+    assert (results["gap"].content, results["gap"].error, results["gap"].completion_tokens) == ("Hello world", None, 3)
+    assert results["past"].content == "Hello" and results["past"].finished
+    assert results["past"].error == (grpc.StatusCode.INVALID_ARGUMENT.value[0], "step.items: token_ids[0]: id 151936 "
+                                     "is not in the vocabulary (size 151669) nor below the model's output size (151936)")
+
