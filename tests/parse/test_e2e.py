@@ -15,7 +15,7 @@ import pytest
 from sidecar import parsers
 from tests.conftest import REPO, LiveServer, derived_model, model_dir, require_shared_models, start_server, stop_server
 from tests.parse.harness import (
-    Result, absorb, check_delta_shape, check_expected, encode, load_cases, output_ids, prompt_ids,
+    Result, absorb, check_delta_shape, check_expected, encode, hf_tokenizer, load_cases, output_ids, prompt_ids,
 )
 from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc
@@ -88,7 +88,7 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     (padded / "config.json").write_text(json.dumps({"vocab_size": 151_936}), encoding="utf-8")
     live = start_server(tmp, "--model", f"qwen3={models / 'qwen3'}", "--model", f"gpt2={models / 'gpt2'}",
                         "--model", f"qwen3rt={with_template}", "--model", f"qwen3pad={padded}",
-                        "--parse-max-requests", "200")
+                        "--model", f"llama3={models / 'llama3'}", "--parse-max-requests", "200")
     yield live
     stop_server(live)
 
@@ -355,3 +355,84 @@ def test_padded_ids_decode_to_nothing_over_grpc(server: LiveServer) -> None:
     assert results["past"].error == (grpc.StatusCode.INVALID_ARGUMENT.value[0], "step.items: token_ids[0]: id 151936 "
                                      "is not in the vocabulary (size 151669) nor below the model's output size (151936)")
 
+
+# ---- the model's default tool parser applies to requests with tools ------------------------------
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+QUOTED_CALL = 'Hermes format looks like this: <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def test_the_default_tool_parser_runs_only_for_requests_with_tools(server: LiveServer) -> None:
+    """vLLM and SGLang parse tool calls only for a request that has tools: without `tools_json`
+    (or with an empty array) and no parser named, text that quotes the call syntax is content; with
+    tools the model's default (hermes) reads it; a named parser reads it with or without tools.
+    Reasoning is split either way."""
+    no_think = {"enable_thinking": False}
+    case = {"model": "qwen3", "output": QUOTED_CALL, "kwargs": no_think}
+    cases = {
+        "no-tools": case,
+        "empty-array": {**case, "tools_json": "[ ]"},
+        "tools": {**case, "tools": WEATHER},
+        "named": {**case, "tool_parser": "hermes"},
+        "reasoning": {"model": "qwen3", "output": "<think>hmm</think>" + QUOTED_CALL},
+    }
+    results = asyncio.run(engine(server.uds, {rid: c for rid, c in cases.items() if "tools_json" not in c}))
+    results["empty-array"] = asyncio.run(engine_with_tools_json(server.uds, cases["empty-array"], "[ ]"))
+    called = [("get_weather", {"city": "Paris"})]
+    for rid in ("no-tools", "empty-array", "reasoning"):
+        result = results[rid]
+        assert (result.content, result.calls, result.finish_reason) == (QUOTED_CALL, {}, ""), rid
+    assert results["reasoning"].reasoning == "hmm"
+    for rid in ("tools", "named"):
+        result = results[rid]
+        assert result.content == "Hermes format looks like this: ", rid
+        assert [(c["name"], json.loads(c["arguments"])) for c in result.calls.values()] == called, rid
+        assert result.finish_reason == "tool_calls", rid
+
+
+async def engine_with_tools_json(target: str, case: dict, tools_json: str) -> Result:
+    """One case opened with `tools_json` as given (text the case's `tools` cannot spell)."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+        opened = open_request("r", case, case.get("served_model", case["model"]))
+        opened.open.tools_json = tools_json
+        await call.write(opened)
+        assert not (await call.read()).deltas
+        result = Result()
+        await call.write(pb.ParseStreamRequest(step=pb.Step(items=[
+            pb.StepTokens(request_id="r", token_ids=output_ids(case), finished=True)])))
+        for d in (await call.read()).deltas:
+            absorb(result, d)
+        await call.done_writing()
+        return result
+
+
+def test_a_json_answer_without_tools_streams_as_it_is_generated(server: LiveServer) -> None:
+    """Llama 3's default (llama3_json) reads an untagged JSON object at the start as a call, so it
+    holds the object back until it closes; without tools nothing is a call and the text streams,
+    however long the answer (held back, ~1 MiB was RESOURCE_EXHAUSTED)."""
+    ids = encode("llama3", '{"name": "Alice", "bio": "') + encode("llama3", " lorem") * 300 + encode("llama3", '"}')
+
+    async def scenario(tools_json: str) -> list[pb.ParseStreamResponse]:
+        async with grpc.aio.insecure_channel(server.uds) as channel:
+            call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+            await call.write(pb.ParseStreamRequest(open=pb.OpenRequest(request_id="r", model="llama3",
+                                                                       tools_json=tools_json)))
+            assert not (await call.read()).deltas
+            answers = []
+            for k, token in enumerate(ids):
+                await call.write(pb.ParseStreamRequest(step=pb.Step(items=[
+                    pb.StepTokens(request_id="r", token_ids=[token], finished=k == len(ids) - 1)])))
+                answers.append(await call.read())
+            await call.done_writing()
+            return answers
+
+    answers = asyncio.run(scenario(""))
+    streamed = [k for k, a in enumerate(answers) if any(d.content for d in a.deltas)]
+    assert streamed[0] < 10 and len(streamed) > len(ids) // 2
+    assert "".join(d.content for a in answers for d in a.deltas) == hf_tokenizer("llama3").decode(ids)
+    assert not any(d.tool_calls for a in answers for d in a.deltas)
+    # With tools the model's parser holds the object back until it closes, as before.
+    with_tools = asyncio.run(scenario(json.dumps(WEATHER)))
+    assert not any(d.content or d.tool_calls for a in with_tools[:-1] for d in a.deltas)
