@@ -132,6 +132,9 @@ class Tokenizer(Protocol):
     #: "tokenizer.json" or "tiktoken".
     format: str
     vocab_size: int
+    #: Rows of the model's output layer, 0 when unknown: ids below it that the vocabulary does not
+    #: define decode to nothing (an engine can sample them), others are refused.
+    output_size: int
     added_tokens: list[AddedToken]
 
     def encode_batch(self, texts: Sequence[str], opts: EncodeOptions) -> list[Encoding]:
@@ -141,7 +144,8 @@ class Tokenizer(Protocol):
     def decode_batch(
         self, seqs: Sequence[Sequence[int]], skip_special_tokens: bool, timeout_s: float | None = None
     ) -> list[str]:
-        """Decodes id sequences; an unknown id is InvalidArgument naming sequence and position."""
+        """Decodes id sequences; an id outside the vocabulary and the output size is InvalidArgument
+        naming sequence and position."""
         ...
 
 
@@ -257,8 +261,9 @@ class Backend(Protocol):
 
     name: str
 
-    def load_tokenizer(self, model_dir: Path) -> Tokenizer:
-        """Loads the tokenizer of a model directory."""
+    def load_tokenizer(self, model_dir: Path, output_size: int = 0) -> Tokenizer:
+        """Loads the tokenizer of a model directory, for a model with `output_size` output rows
+        (0 = unknown)."""
         ...
 
     def load_renderer(

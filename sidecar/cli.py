@@ -405,7 +405,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the gRPC server", formatter_class=DefaultsHelpFormatter)
     serve.add_argument("--model", action="append", default=[], metavar="NAME=DIR[,key=value]",
                        help="host a model directory under NAME (repeatable); options: tool_parser=, "
-                            "reasoning_parser=. Without any, the embedded Qwen3 tokenizer and template are served as 'qwen3'")
+                            "reasoning_parser=, vocab_size= (the model's output rows when DIR has no config.json "
+                            "saying it; 0 = unknown). Without any, the embedded Qwen3 tokenizer and template are served as 'qwen3'")
     serve.add_argument("--backend", choices=["native", "reference"], default="native",
                        help="native: the Rust core (default); reference: pure Python on PyPI tokenizers")
     serve.add_argument("--host", default="127.0.0.1", help="TCP listen address (default 127.0.0.1)")

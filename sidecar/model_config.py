@@ -2,8 +2,9 @@
 
 Reads `tokenizer_config.json` (special tokens, `add_bos_token`, `model_max_length`, chat templates),
 `chat_template.jinja` / `chat_template.json` / `additional_chat_templates/*.jinja` (which win over the
-config's template, as in transformers) and `generation_config.json` (extra EOS ids). Both backends
-use this one reader, so they agree on the inputs to rendering.
+config's template, as in transformers), `generation_config.json` (extra EOS ids) and `config.json`
+(the model's output size, `vocab_size`). Both backends use this one reader, so they agree on the
+inputs to rendering and on the ids they decode.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from sidecar.errors import FailedPrecondition, NotFound
 
 #: Values above this are "no limit" placeholders (transformers writes 1e30 when it has none).
 _MAX_SANE_MODEL_LENGTH = 1 << 40
+
+#: The largest output size a model can declare: ids are uint32 on the wire.
+MAX_OUTPUT_SIZE = 1 << 32
 
 #: Token-role keys of tokenizer_config.json that templates see as variables.
 SPECIAL_TOKEN_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
@@ -51,6 +55,9 @@ class ModelConfig:
     chat_templates: dict[str, str]
     generation_eos_ids: tuple[int, ...]
     model_max_length: int
+    #: Rows of the model's output layer (`config.json` `text_config.vocab_size` for a model that
+    #: nests its language model's config, else `vocab_size`); 0 when the directory does not say.
+    output_size: int = 0
     #: Files whose content changes outputs, for the fingerprint.
     files: tuple[Path, ...] = field(default=())
 
@@ -93,7 +100,21 @@ class ModelConfig:
             if (directory / name).is_file():
                 files.append(directory / name)
         files.extend(sorted(directory.glob("*.tiktoken")))
-        return cls(directory, config, special, templates, eos_ids, max_len, tuple(files))
+        model_path = directory / "config.json"
+        output_size = _output_size(_read_json(model_path)) if model_path.is_file() else 0
+        return cls(directory, config, special, templates, eos_ids, max_len, output_size, tuple(files))
+
+
+def _output_size(model_config: dict[str, Any]) -> int:
+    """`vocab_size` of a model's config.json: the engines size the output layer by it, and it can be
+    larger than the tokenizer's ids (padded for the hardware), so the engine can sample an id the
+    tokenizer does not define. A config with a `text_config` (multimodal models) describes its
+    language model there, and vLLM reads the size from it; 0 when neither says."""
+    for scope in (model_config.get("text_config"), model_config):
+        value = scope.get("vocab_size") if isinstance(scope, dict) else None
+        if isinstance(value, int) and not isinstance(value, bool) and 0 < value <= MAX_OUTPUT_SIZE:
+            return value
+    return 0
 
 
 def _chat_templates(directory: Path, config: dict[str, Any], files: list[Path]) -> dict[str, str]:

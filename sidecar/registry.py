@@ -15,15 +15,16 @@ from typing import Any, Iterator
 from sidecar.backend import Backend, ParseModel, Renderer, RendererSettings, Tokenizer
 from sidecar.chat_template import renderer_inputs
 from sidecar.errors import InvalidArgument, NotFound
-from sidecar.model_config import ModelConfig
+from sidecar.model_config import MAX_OUTPUT_SIZE, ModelConfig
 from sidecar.parse_defaults import ParseDefaults, parse_defaults
 
 #: Name of the model served when no `--model` is given.
 EMBEDDED_MODEL_NAME = "qwen3"
 _EMBEDDED_DIR = Path(__file__).resolve().parent / "embedded" / "qwen3"
 
-#: Options accepted after the directory in `--model NAME=DIR,key=value,...`.
-MODEL_OPTION_KEYS = ("tool_parser", "reasoning_parser")
+#: Options accepted after the directory in `--model NAME=DIR,key=value,...`. `vocab_size` is the
+#: model's output size where its directory has no config.json saying it (0 = unknown).
+MODEL_OPTION_KEYS = ("tool_parser", "reasoning_parser", "vocab_size")
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class ModelSpec:
             key, eq, value = pair.partition("=")
             if not eq or key not in MODEL_OPTION_KEYS:
                 raise InvalidArgument(f"--model {text!r}: unknown option {pair!r}; known: {', '.join(MODEL_OPTION_KEYS)}")
+            if key == "vocab_size" and not (value.isascii() and value.isdigit() and int(value) <= MAX_OUTPUT_SIZE):
+                raise InvalidArgument(f"--model {text!r}: vocab_size={value!r}: expected an integer in [0, 2^32]")
             options[key] = value
         _check_parser_names(text, options)
         path = Path(directory).expanduser()
@@ -97,6 +100,12 @@ def _fingerprint_defaults(spec: ModelSpec) -> dict[str, Any]:
     return {"options": spec.options, "add_special_tokens": {"tokenize": True, "render": False}}
 
 
+def output_size(spec: ModelSpec, config: ModelConfig) -> int:
+    """The model's output size: the `vocab_size=` option, else its config.json's; 0 = unknown."""
+    option = spec.options.get("vocab_size")
+    return int(option) if option is not None else config.output_size
+
+
 def compute_fingerprint(config: ModelConfig, defaults: dict[str, Any]) -> str:
     """`sha256:` + digest over every output-relevant file and default.
 
@@ -106,6 +115,11 @@ def compute_fingerprint(config: ModelConfig, defaults: dict[str, Any]) -> str:
     h = hashlib.sha256(b"sidecar.v1\0")
     for path in config.files:
         h.update(path.name.encode() + b"\0" + hashlib.sha256(path.read_bytes()).digest())
+    # The output size decides which ids decode (padded rows) or are refused. Only config.json's
+    # `vocab_size` is hashed, not the whole file (it holds much that changes no output); left out
+    # when absent so the fingerprints of directories without one stay as they were.
+    if config.output_size:
+        h.update(b"output_size\0" + str(config.output_size).encode())
     h.update(json.dumps(defaults, sort_keys=True).encode())
     return "sha256:" + h.hexdigest()[:32]
 
@@ -175,7 +189,7 @@ class ModelRegistry:
     def build(self, spec: ModelSpec) -> Model:
         """Loads a model without registering it (a reload builds the new one beside the old)."""
         config = ModelConfig.from_dir(spec.directory)
-        tokenizer = self.backend.load_tokenizer(spec.directory)
+        tokenizer = self.backend.load_tokenizer(spec.directory, output_size(spec, config))
         defaults = _fingerprint_defaults(spec)
         templates, variables = renderer_inputs(config)
         # Built here, not on the first ParseStream open: it takes ~100 ms per model natively and

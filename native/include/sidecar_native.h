@@ -92,7 +92,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 10
+#define SC_ABI_VERSION 11
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
@@ -1133,8 +1133,9 @@ void sc_parse_model_free(struct sc_parse_model *model);
 
 /*
  Describes the parse data as JSON: `decoder` (`byte_level`, `sentencepiece`, `generic`),
- `vocab_size`, `tool_parsers`, `reasoning_parsers`, `response_template` (`state`: `absent`,
- `invalid` with `error`, or `ready`; its `fields`).
+ `vocab_size`, `output_size` (the tokenizer's option; 0 = unknown), `tool_parsers`,
+ `reasoning_parsers`, `response_template` (`state`: `absent`, `invalid` with `error`, or
+ `ready`; its `fields`).
 
  # Safety
  `model` must be a live handle; `out` and `err` NULL or writable.
@@ -1367,12 +1368,17 @@ int32_t sc_parse_bench(const struct sc_parse_model *model,
 
 /*
  Loads the tokenizer of a model directory (`tokenizer.json`, or a tiktoken file plus
- `tokenizer_config.json`).
+ `tokenizer_config.json`). `options_json`: `{"output_size": n}` (the model's output rows, from
+ its `config.json`; ids below it that the tokenizer does not define decode to nothing) or empty.
 
  # Safety
- `dir` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
+ `dir` and `options_json` are borrowed for the call; `out` and `err` must be NULL or valid for
+ writes.
  */
-int32_t sc_tokenizer_new(struct sc_str dir, struct sc_tokenizer **out, struct sc_error **err);
+int32_t sc_tokenizer_new(struct sc_str dir,
+                         struct sc_str options_json,
+                         struct sc_tokenizer **out,
+                         struct sc_error **err);
 
 /*
  Frees a tokenizer. NULL is a no-op.
@@ -1383,8 +1389,9 @@ int32_t sc_tokenizer_new(struct sc_str dir, struct sc_tokenizer **out, struct sc
 void sc_tokenizer_free(struct sc_tokenizer *tok);
 
 /*
- Describes the tokenizer as JSON: `vocab_size`, `encoder`, `fast_rejection`, `format`,
- `num_special_tokens_to_add`, `added_tokens` (`[{id, content, special}]`).
+ Describes the tokenizer as JSON: `vocab_size`, `output_size` (0 = unknown), `encoder`,
+ `fast_rejection`, `format`, `num_special_tokens_to_add`, `added_tokens`
+ (`[{id, content, special}]`).
 
  # Safety
  `tok` must be a live handle; `out` and `err` must be NULL or valid for writes.

@@ -1,7 +1,8 @@
-//! Settings that enter the core as JSON text from the server (a renderer's templates and limits, a
-//! parse model's options, a stream's limits, a request's parse configuration, a hashing spec):
-//! each is read once, where it enters, into a struct that refuses unknown fields, so a misspelled
-//! or stale field is an error naming the argument rather than a silently ignored value.
+//! Settings that enter the core as JSON text from the server (a tokenizer's options, a renderer's
+//! templates and limits, a parse model's options, a stream's limits, a request's parse
+//! configuration, a hashing spec): each is read once, where it enters, into a struct that refuses
+//! unknown fields, so a misspelled or stale field is an error naming the argument rather than a
+//! silently ignored value.
 
 use serde::de::DeserializeOwned;
 

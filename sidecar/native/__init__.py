@@ -25,8 +25,8 @@ class NativeBackend:
 
     name = "native"
 
-    def load_tokenizer(self, model_dir: Path) -> NativeTokenizer:
-        return NativeTokenizer.from_dir(model_dir)
+    def load_tokenizer(self, model_dir: Path, output_size: int = 0) -> NativeTokenizer:
+        return NativeTokenizer.from_dir(model_dir, output_size)
 
     def load_renderer(
         self, templates: list[tuple[str, str]], variables: list[tuple[str, str]], tokenizer: NativeTokenizer,

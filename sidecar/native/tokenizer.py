@@ -23,14 +23,17 @@ class NativeTokenizer:
         self.fast_rejection: str | None = info["fast_rejection"]
         self.format: str = info["format"]
         self.vocab_size: int = info["vocab_size"]
+        self.output_size: int = info["output_size"]
         self.num_special_tokens_to_add: int = info["num_special_tokens_to_add"]
         self.added_tokens = [AddedToken(t["id"], t["content"], t["special"]) for t in info["added_tokens"]]
 
     @classmethod
-    def from_dir(cls, model_dir: Path | str) -> NativeTokenizer:
-        """Loads `tokenizer.json` (or a tiktoken file) from a model directory."""
+    def from_dir(cls, model_dir: Path | str, output_size: int = 0) -> NativeTokenizer:
+        """Loads `tokenizer.json` (or a tiktoken file) from a model directory, for a model with
+        `output_size` output rows (0 = unknown)."""
         path = str(model_dir).encode()
-        return cls(call_out("sc_tokenizer *", lib.sc_tokenizer_new, str_arg(path)))
+        options = json.dumps({"output_size": output_size}).encode() if output_size else b""
+        return cls(call_out("sc_tokenizer *", lib.sc_tokenizer_new, str_arg(path), str_arg(options)))
 
     @property
     def handle(self) -> Handle:

@@ -32,8 +32,8 @@ class ReferenceBackend:
 
     name = "reference"
 
-    def load_tokenizer(self, model_dir: Path) -> ReferenceTokenizer:
-        return ReferenceTokenizer.from_dir(model_dir)
+    def load_tokenizer(self, model_dir: Path, output_size: int = 0) -> ReferenceTokenizer:
+        return ReferenceTokenizer.from_dir(model_dir, output_size)
 
     def load_renderer(
         self, templates: list[tuple[str, str]], variables: list[tuple[str, str]], tokenizer: ReferenceTokenizer,

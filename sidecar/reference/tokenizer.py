@@ -39,7 +39,7 @@ class ReferenceTokenizer:
 
     encoder = "tokenizers-python"
 
-    def __init__(self, json_text: str, fmt: str) -> None:
+    def __init__(self, json_text: str, fmt: str, output_size: int = 0) -> None:
         try:
             self._tok = tokenizers.Tokenizer.from_str(json_text)
         except Exception as e:  # noqa: BLE001 - the package raises bare Exception
@@ -51,6 +51,7 @@ class ReferenceTokenizer:
         vocab = self._tok.get_vocab(with_added_tokens=True)
         self.vocab_size = max(vocab.values()) + 1 if vocab else 0
         self._known = set(vocab.values())
+        self.output_size = output_size
         self.added_tokens = sorted(
             (AddedToken(i, t.content, t.special) for i, t in self._tok.get_added_tokens_decoder().items()),
             key=lambda t: t.id,
@@ -60,9 +61,9 @@ class ReferenceTokenizer:
         self._truncating: tokenizers.Tokenizer | None = None
 
     @classmethod
-    def from_dir(cls, model_dir: Path | str) -> ReferenceTokenizer:
+    def from_dir(cls, model_dir: Path | str, output_size: int = 0) -> ReferenceTokenizer:
         text, fmt = _load_json_text(Path(model_dir))
-        return cls(text, fmt)
+        return cls(text, fmt, output_size)
 
     def encode_batch(self, texts: Sequence[str], opts: EncodeOptions) -> list[Encoding]:
         deadline = None if opts.timeout_s is None else time.monotonic() + opts.timeout_s
@@ -111,10 +112,13 @@ class ReferenceTokenizer:
             for pos, token_id in enumerate(seq):
                 if not isinstance(token_id, int) or token_id < 0 or token_id >= 2**32:
                     raise InvalidArgument(f"sequences[{i}]: token ids must be integers in [0, 2^32): {token_id!r}")
-                if token_id not in self._known:
+                # Below the model's output size, an id the vocabulary does not define is output an
+                # engine can sample (a padded row); `decode` drops it.
+                if token_id not in self._known and token_id >= self.output_size:
+                    beyond = f" nor below the model's output size ({self.output_size})" if self.output_size else ""
                     raise InvalidArgument(
                         f"sequences[{i}]: token_ids[{pos}]: id {token_id} is not in the vocabulary "
-                        f"(size {self.vocab_size})"
+                        f"(size {self.vocab_size}){beyond}"
                     )
             out.append(self._tok.decode(list(seq), skip_special_tokens=skip_special_tokens))
         return out

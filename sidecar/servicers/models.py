@@ -16,6 +16,7 @@ def model_info(model: Model) -> pb.ModelInfo:
         name=model.name,
         fingerprint=model.fingerprint,
         vocab_size=tok.vocab_size,
+        model_vocab_size=tok.output_size,
         special_tokens=[pb.SpecialToken(id=t.id, content=t.content) for t in tok.added_tokens if t.special],
         stop_token_ids=model.stop_token_ids,
         bos_token=model.config.bos_token or "",

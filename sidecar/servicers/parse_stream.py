@@ -14,6 +14,7 @@ RESOURCE_EXHAUSTED. Cancel and the end of the stream free the requests' state.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import AsyncIterator, Sequence
 
@@ -132,15 +133,35 @@ class ParseStreamServicer:
         if model.parse_model is None:
             raise FailedPrecondition(f"model: {model.name!r} has no parsing data on this backend")
         check_open_limits(request, self._runtime.config, len(prompt_ids))
-        check_defaults(request, model.name, model.parse_defaults)
-        config = open_config(request, model.parse_defaults, self._limits)
+        defaults = defaults_for(request, model.parse_defaults)
+        check_defaults(request, model.name, defaults)
+        config = open_config(request, defaults, self._limits)
         mux.open(model.parse_model, request.request_id, model.fingerprint, config, prompt_ids)
 
 
+def defaults_for(request: pb.OpenRequest, defaults: ParseDefaults) -> ParseDefaults:
+    """The model's defaults as they apply to `request`: without tools, no default tool parser. vLLM
+    runs its tool parser only for a request with tools (and `tool_choice` auto or unset), SGLang
+    only with tools too; the model's parser on a request without tools would hold back JSON-mode
+    answers (`llama3_json`) and turn quoted call syntax into calls (`hermes`). A parser the request
+    names runs either way: engines that do not pass `tools_json` keep what they asked for."""
+    if not defaults.tool_parser or has_tools(request.tools_json):
+        return defaults
+    return dataclasses.replace(defaults, tool_parser="")
+
+
+def has_tools(tools_json: str) -> bool:
+    """Whether `tools_json` declares tools: not empty (blank, as the core reads it) nor an empty
+    JSON array. Anything else counts, malformed text included (the core refuses it)."""
+    text = tools_json.strip()
+    return bool(text) and not (text[0] == "[" and text[-1] == "]" and not text[1:-1].strip(" \t\n\r"))
+
+
 def check_defaults(request: pb.OpenRequest, model: str, defaults: ParseDefaults) -> None:
-    """A request that names no parser gets the model's default; one recognised from the model's
-    template that this server does not implement yet is refused here, saying where it came from
-    (the native core refuses explicitly named ones, from the same registry)."""
+    """A request that names no parser gets the model's default (`defaults_for`: the tool parser
+    only when it has tools); one recognised from the model's template that this server does not
+    implement yet is refused here, saying where it came from (the native core refuses explicitly
+    named ones, from the same registry)."""
     for kind, named, default in (("tool", request.tool_parser, defaults.tool_parser),
                                  ("reasoning", request.reasoning_parser, defaults.reasoning_parser)):
         row = parsers.find(kind, default) if default and not named else None

@@ -351,7 +351,7 @@ class SpecialToken(_message.Message):
     def __init__(self, id: _Optional[int] = ..., content: _Optional[str] = ...) -> None: ...
 
 class ModelInfo(_message.Message):
-    __slots__ = ("name", "fingerprint", "vocab_size", "special_tokens", "stop_token_ids", "bos_token", "eos_token", "default_tool_parser", "default_reasoning_parser", "chat_templates", "encoder", "tokenizer_format", "backend", "model_max_length", "source")
+    __slots__ = ("name", "fingerprint", "vocab_size", "special_tokens", "stop_token_ids", "bos_token", "eos_token", "default_tool_parser", "default_reasoning_parser", "chat_templates", "encoder", "tokenizer_format", "backend", "model_max_length", "source", "model_vocab_size")
     NAME_FIELD_NUMBER: _ClassVar[int]
     FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -367,6 +367,7 @@ class ModelInfo(_message.Message):
     BACKEND_FIELD_NUMBER: _ClassVar[int]
     MODEL_MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
     SOURCE_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VOCAB_SIZE_FIELD_NUMBER: _ClassVar[int]
     name: str
     fingerprint: str
     vocab_size: int
@@ -382,7 +383,8 @@ class ModelInfo(_message.Message):
     backend: str
     model_max_length: int
     source: str
-    def __init__(self, name: _Optional[str] = ..., fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., special_tokens: _Optional[_Iterable[_Union[SpecialToken, _Mapping]]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., bos_token: _Optional[str] = ..., eos_token: _Optional[str] = ..., default_tool_parser: _Optional[str] = ..., default_reasoning_parser: _Optional[str] = ..., chat_templates: _Optional[_Iterable[str]] = ..., encoder: _Optional[str] = ..., tokenizer_format: _Optional[str] = ..., backend: _Optional[str] = ..., model_max_length: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
+    model_vocab_size: int
+    def __init__(self, name: _Optional[str] = ..., fingerprint: _Optional[str] = ..., vocab_size: _Optional[int] = ..., special_tokens: _Optional[_Iterable[_Union[SpecialToken, _Mapping]]] = ..., stop_token_ids: _Optional[_Iterable[int]] = ..., bos_token: _Optional[str] = ..., eos_token: _Optional[str] = ..., default_tool_parser: _Optional[str] = ..., default_reasoning_parser: _Optional[str] = ..., chat_templates: _Optional[_Iterable[str]] = ..., encoder: _Optional[str] = ..., tokenizer_format: _Optional[str] = ..., backend: _Optional[str] = ..., model_max_length: _Optional[int] = ..., source: _Optional[str] = ..., model_vocab_size: _Optional[int] = ...) -> None: ...
 
 class ListModelsResponse(_message.Message):
     __slots__ = ("models",)

@@ -172,16 +172,24 @@ def test_null_err_pointer_still_reports_status() -> None:
 def test_error_kinds() -> None:
     out = ffi.new("sc_tokenizer **")
     err = ffi.new("sc_error **")
+    no_options = {"ptr": ffi.NULL, "len": 0}
     s, keep = c_str(b"/definitely/not/a/model")
-    assert lib.sc_tokenizer_new(s, out, err) == lib.SC_STATUS_ERROR
+    assert lib.sc_tokenizer_new(s, no_options, out, err) == lib.SC_STATUS_ERROR
     kind, message = take_error(err)
     assert kind == lib.SC_ERR_KIND_NOT_FOUND and "/definitely/not/a/model" in message
     s, keep = c_str(b"{not json")
     assert lib.sc_tokenizer_from_json(s, out, err) == lib.SC_STATUS_ERROR
     assert take_error(err)[0] == lib.SC_ERR_KIND_FAILED_PRECONDITION
     s, keep = c_str(b"\xc3\x28")
-    assert lib.sc_tokenizer_new(s, out, err) == lib.SC_STATUS_ERROR
+    assert lib.sc_tokenizer_new(s, no_options, out, err) == lib.SC_STATUS_ERROR
     assert take_error(err) == (lib.SC_ERR_KIND_INVALID_ARGUMENT, "dir: not valid UTF-8 (at byte 0)")
+    # Tokenizer options are read before the directory; a misspelled one is refused by name.
+    s, keep = c_str(b"/definitely/not/a/model")
+    for options, says in [(b'{"output_sise": 5}', "unknown field `output_sise`"), (b'{"output_size": -1}', "-1")]:
+        o, keep_o = c_str(options)
+        assert lib.sc_tokenizer_new(s, o, out, err) == lib.SC_STATUS_ERROR
+        kind, message = take_error(err)
+        assert kind == lib.SC_ERR_KIND_INVALID_ARGUMENT and message.startswith("options_json: ") and says in message
     tok = new_toy()
     try:
         ids = ffi.new("uint32_t[]", [2, 999])

@@ -71,7 +71,7 @@ def test_free_waits_for_the_call_in_flight(tokenizer) -> None:  # noqa: ANN001
     # The mechanism itself, observed: the free callback runs after the call returned, not at close().
     events: list[str] = []
     path = str(materialize_embedded()).encode()
-    ptr = call_out("sc_tokenizer *", lib.sc_tokenizer_new, str_arg(path))
+    ptr = call_out("sc_tokenizer *", lib.sc_tokenizer_new, str_arg(path), str_arg(b""))
     handle = Handle(ptr, lambda p: (events.append("freed"), lib.sc_tokenizer_free(p)), "tokenizer")
     data = LONG_TEXT.encode()
     items = ffi.new("sc_str[]", 1)

@@ -90,3 +90,27 @@ def test_a_model_with_only_a_response_template_defaults_to_hf() -> None:
         directory = model_dir(derived_model("gpt2", [], template)) if template else require_shared_models() / "gpt2"
         loaded = registry.load(ModelSpec(f"m{len(registry)}", directory))
         assert loaded.parse_defaults == ParseDefaults(*expected), template
+
+
+#: tools_json -> whether it declares tools (a malformed value counts: the core refuses it by name).
+TOOLS_JSON = [("", False), ("  \n", False), ("[]", False), (" [ \n\t] ", False),
+              ('[{"type": "function", "function": {"name": "f"}}]', True), ("[{}]", True), ("{}", True),
+              ("not json", True), ("[", True)]
+
+
+@pytest.mark.parametrize(("tools_json", "declared"), TOOLS_JSON)
+def test_the_default_tool_parser_applies_only_to_requests_with_tools(tools_json: str, declared: bool) -> None:
+    """vLLM runs its tool parser only for a request with tools (SGLang too); a parser the request
+    names runs either way, and the reasoning default is untouched."""
+    from sidecar.backend import ParseLimits
+    from sidecar.servicers.parse_stream import defaults_for, open_config
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    def resolved(request: pb.OpenRequest) -> tuple[str, str]:
+        config = open_config(request, defaults_for(request, ParseDefaults("hermes", "qwen3")), ParseLimits())
+        return config.tool_parser, config.reasoning_parser
+
+    assert resolved(pb.OpenRequest(tools_json=tools_json)) == ("hermes" if declared else "", "qwen3")
+    assert resolved(pb.OpenRequest(tools_json=tools_json, tool_parser="llama3_json")) == ("llama3_json", "qwen3")
+    assert resolved(pb.OpenRequest(tools_json=tools_json, reasoning_parser="none")) == (
+        "hermes" if declared else "", "none")

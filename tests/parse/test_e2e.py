@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import time
 import urllib.request
 
@@ -14,7 +15,7 @@ import pytest
 from sidecar import parsers
 from tests.conftest import REPO, LiveServer, derived_model, model_dir, require_shared_models, start_server, stop_server
 from tests.parse.harness import (
-    Result, absorb, check_delta_shape, check_expected, encode, load_cases, output_ids, prompt_ids,
+    Result, absorb, check_delta_shape, check_expected, encode, hf_tokenizer, load_cases, output_ids, prompt_ids,
 )
 from sidecar.v1 import preprocessor_pb2 as pb
 from sidecar.v1 import preprocessor_pb2_grpc
@@ -80,8 +81,14 @@ def server(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
     models = require_shared_models()
     tmp = tmp_path_factory.mktemp("parse-e2e")
     with_template = model_dir(derived_model("qwen3", [], RESPONSE_TEMPLATE))
+    padded = tmp / "qwen3-padded"  # a checkpoint's config.json: 151,936 output rows for 151,669 ids
+    padded.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy(models / "qwen3" / name, padded / name)
+    (padded / "config.json").write_text(json.dumps({"vocab_size": 151_936}), encoding="utf-8")
     live = start_server(tmp, "--model", f"qwen3={models / 'qwen3'}", "--model", f"gpt2={models / 'gpt2'}",
-                        "--model", f"qwen3rt={with_template}", "--parse-max-requests", "200")
+                        "--model", f"qwen3rt={with_template}", "--model", f"qwen3pad={padded}",
+                        "--model", f"llama3={models / 'llama3'}", "--parse-max-requests", "200")
     yield live
     stop_server(live)
 
@@ -353,3 +360,120 @@ def test_hf_parses_with_the_response_template_the_model_was_loaded_with(server: 
     assert (result.content, result.reasoning) == ("Hi ", "plan")
     assert [(c["name"], json.loads(c["arguments"])) for c in result.calls.values()] == [("f", {"n": 7})]
     assert result.finish_reason == "tool_calls"
+
+
+# ---- padded vocabularies -------------------------------------------------------------------------
+
+
+def test_padded_ids_decode_to_nothing_over_grpc(server: LiveServer) -> None:
+    """A model whose config.json has more output rows than its tokenizer has ids: ListModels reports
+    both, and an id in the gap (one vLLM can sample) is empty text in ParseStream and Detokenize;
+    past the output size it is refused as before."""
+    hello, gap, world, past = 9707, 151_700, 1879, 151_936
+    with grpc.insecure_channel(server.uds) as channel:
+        stub = preprocessor_pb2_grpc.PreprocessorStub(channel)
+        listed = {m.name: m for m in stub.ListModels(pb.ListModelsRequest()).models}
+        assert (listed["qwen3pad"].vocab_size, listed["qwen3pad"].model_vocab_size) == (151_669, 151_936)
+        assert (listed["qwen3"].vocab_size, listed["qwen3"].model_vocab_size) == (151_669, 0)
+        texts = stub.Detokenize(pb.DetokenizeRequest(model="qwen3pad", sequences=[
+            pb.TokenIds(token_ids=[hello, gap, world]), pb.TokenIds(token_ids=[gap])])).texts
+        assert list(texts) == ["Hello world", ""]
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.Detokenize(pb.DetokenizeRequest(model="qwen3pad", sequences=[pb.TokenIds(token_ids=[hello, past])]))
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert refused.value.details() == ("sequences[0]: token_ids[1]: id 151936 is not in the vocabulary (size "
+                                           "151669) nor below the model's output size (151936)")
+        with pytest.raises(grpc.RpcError) as unpadded:
+            stub.Detokenize(pb.DetokenizeRequest(model="qwen3", sequences=[pb.TokenIds(token_ids=[gap])]))
+        assert unpadded.value.details() == "sequences[0]: token_ids[0]: id 151700 is not in the vocabulary (size 151669)"
+
+    base = {"model": "qwen3", "served_model": "qwen3pad", "tool_parser": "none", "reasoning_parser": "none"}
+    cases = {"gap": {**base, "output_ids": [hello, gap, world]},
+             "past": {**base, "output_ids": [hello, past, world], "end": True}}
+    results = asyncio.run(engine(server.uds, cases))
+    assert (results["gap"].content, results["gap"].error, results["gap"].completion_tokens) == ("Hello world", None, 3)
+    assert results["past"].content == "Hello" and results["past"].finished
+    assert results["past"].error == (grpc.StatusCode.INVALID_ARGUMENT.value[0], "step.items: token_ids[0]: id 151936 "
+                                     "is not in the vocabulary (size 151669) nor below the model's output size (151936)")
+
+
+# ---- the model's default tool parser applies to requests with tools ------------------------------
+
+WEATHER = [{"type": "function", "function": {"name": "get_weather", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}}}}}]
+QUOTED_CALL = 'Hermes format looks like this: <tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'
+
+
+def test_the_default_tool_parser_runs_only_for_requests_with_tools(server: LiveServer) -> None:
+    """vLLM and SGLang parse tool calls only for a request that has tools: without `tools_json`
+    (or with an empty array) and no parser named, text that quotes the call syntax is content; with
+    tools the model's default (hermes) reads it; a named parser reads it with or without tools.
+    Reasoning is split either way."""
+    no_think = {"enable_thinking": False}
+    case = {"model": "qwen3", "output": QUOTED_CALL, "kwargs": no_think}
+    cases = {
+        "no-tools": case,
+        "empty-array": {**case, "tools_json": "[ ]"},
+        "tools": {**case, "tools": WEATHER},
+        "named": {**case, "tool_parser": "hermes"},
+        "reasoning": {"model": "qwen3", "output": "<think>hmm</think>" + QUOTED_CALL},
+    }
+    results = asyncio.run(engine(server.uds, {rid: c for rid, c in cases.items() if "tools_json" not in c}))
+    results["empty-array"] = asyncio.run(engine_with_tools_json(server.uds, cases["empty-array"], "[ ]"))
+    called = [("get_weather", {"city": "Paris"})]
+    for rid in ("no-tools", "empty-array", "reasoning"):
+        result = results[rid]
+        assert (result.content, result.calls, result.finish_reason) == (QUOTED_CALL, {}, ""), rid
+    assert results["reasoning"].reasoning == "hmm"
+    for rid in ("tools", "named"):
+        result = results[rid]
+        assert result.content == "Hermes format looks like this: ", rid
+        assert [(c["name"], json.loads(c["arguments"])) for c in result.calls.values()] == called, rid
+        assert result.finish_reason == "tool_calls", rid
+
+
+async def engine_with_tools_json(target: str, case: dict, tools_json: str) -> Result:
+    """One case opened with `tools_json` as given (text the case's `tools` cannot spell)."""
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+        opened = open_request("r", case, case.get("served_model", case["model"]))
+        opened.open.tools_json = tools_json
+        await call.write(opened)
+        assert not (await call.read()).deltas
+        result = Result()
+        await call.write(pb.ParseStreamRequest(step=pb.Step(items=[
+            pb.StepTokens(request_id="r", token_ids=output_ids(case), finished=True)])))
+        for d in (await call.read()).deltas:
+            absorb(result, d)
+        await call.done_writing()
+        return result
+
+
+def test_a_json_answer_without_tools_streams_as_it_is_generated(server: LiveServer) -> None:
+    """Llama 3's default (llama3_json) reads an untagged JSON object at the start as a call, so it
+    holds the object back until it closes; without tools nothing is a call and the text streams,
+    however long the answer (held back, ~1 MiB was RESOURCE_EXHAUSTED)."""
+    ids = encode("llama3", '{"name": "Alice", "bio": "') + encode("llama3", " lorem") * 300 + encode("llama3", '"}')
+
+    async def scenario(tools_json: str) -> list[pb.ParseStreamResponse]:
+        async with grpc.aio.insecure_channel(server.uds) as channel:
+            call = preprocessor_pb2_grpc.PreprocessorStub(channel).ParseStream()
+            await call.write(pb.ParseStreamRequest(open=pb.OpenRequest(request_id="r", model="llama3",
+                                                                       tools_json=tools_json)))
+            assert not (await call.read()).deltas
+            answers = []
+            for k, token in enumerate(ids):
+                await call.write(pb.ParseStreamRequest(step=pb.Step(items=[
+                    pb.StepTokens(request_id="r", token_ids=[token], finished=k == len(ids) - 1)])))
+                answers.append(await call.read())
+            await call.done_writing()
+            return answers
+
+    answers = asyncio.run(scenario(""))
+    streamed = [k for k, a in enumerate(answers) if any(d.content for d in a.deltas)]
+    assert streamed[0] < 10 and len(streamed) > len(ids) // 2
+    assert "".join(d.content for a in answers for d in a.deltas) == hf_tokenizer("llama3").decode(ids)
+    assert not any(d.tool_calls for a in answers for d in a.deltas)
+    # With tools the model's parser holds the object back until it closes, as before.
+    with_tools = asyncio.run(scenario(json.dumps(WEATHER)))
+    assert not any(d.content or d.tool_calls for a in with_tools[:-1] for d in a.deltas)

@@ -145,10 +145,19 @@ impl Detokenizer {
         self.pending.len() + self.generic.held_bytes()
     }
 
-    /// Feeds one output token (`seq` numbers tokens for anchors). The id must be known.
+    /// Feeds one output token (`seq` numbers tokens for anchors). An id the vocabulary does not
+    /// define (a padded output row) contributes nothing.
     pub fn push(&mut self, id: u32, seq: u64, out: &mut TextSink) {
         let table = Arc::clone(&self.table);
         match &*table {
+            // `decode` drops such an id before its decoder runs, like a skipped special token: it
+            // does not end a byte-fallback run or take the start of the text from a `Strip`
+            // decoder. (The window decoder's `decode` drops it by itself.)
+            DecodeTable::ByteLevel(_) | DecodeTable::SentencePiece { .. }
+                if !table.is_known(id) =>
+            {
+                self.zero_width(seq, out)
+            }
             DecodeTable::ByteLevel(t) => self.push_byte_level(t, id, seq, out),
             DecodeTable::SentencePiece { pieces, .. } => {
                 self.push_sentencepiece(pieces, id, seq, out)

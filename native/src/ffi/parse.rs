@@ -97,8 +97,9 @@ pub unsafe extern "C" fn sc_parse_model_free(model: *mut sc_parse_model) {
 }
 
 /// Describes the parse data as JSON: `decoder` (`byte_level`, `sentencepiece`, `generic`),
-/// `vocab_size`, `tool_parsers`, `reasoning_parsers`, `response_template` (`state`: `absent`,
-/// `invalid` with `error`, or `ready`; its `fields`).
+/// `vocab_size`, `output_size` (the tokenizer's option; 0 = unknown), `tool_parsers`,
+/// `reasoning_parsers`, `response_template` (`state`: `absent`, `invalid` with `error`, or
+/// `ready`; its `fields`).
 ///
 /// # Safety
 /// `model` must be a live handle; `out` and `err` NULL or writable.

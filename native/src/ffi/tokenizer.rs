@@ -10,7 +10,8 @@ use super::buf::{
 use super::status::sc_error;
 use super::{guard, require_out, write_out};
 use crate::cancel::Cancel;
-use crate::tokenizer::{EncodeOptions, Tokenizer, TruncationSide};
+use crate::settings::from_json_or_default;
+use crate::tokenizer::{EncodeOptions, Tokenizer, TokenizerOptions, TruncationSide};
 
 /// A loaded tokenizer; immutable, shareable across threads. Free with `sc_tokenizer_free`.
 pub struct sc_tokenizer {
@@ -101,20 +102,26 @@ pub struct sc_texts {
 }
 
 /// Loads the tokenizer of a model directory (`tokenizer.json`, or a tiktoken file plus
-/// `tokenizer_config.json`).
+/// `tokenizer_config.json`). `options_json`: `{"output_size": n}` (the model's output rows, from
+/// its `config.json`; ids below it that the tokenizer does not define decode to nothing) or empty.
 ///
 /// # Safety
-/// `dir` is borrowed for the call; `out` and `err` must be NULL or valid for writes.
+/// `dir` and `options_json` are borrowed for the call; `out` and `err` must be NULL or valid for
+/// writes.
 #[no_mangle]
 pub unsafe extern "C" fn sc_tokenizer_new(
     dir: sc_str,
+    options_json: sc_str,
     out: *mut *mut sc_tokenizer,
     err: *mut *mut sc_error,
 ) -> i32 {
     guard(err, || {
         // SAFETY: the caller lends `dir` for the call.
         let dir = unsafe { read_str(dir, "dir")? };
-        let tokenizer = Tokenizer::from_dir(Path::new(dir))?;
+        // SAFETY: as above.
+        let options = unsafe { read_str(options_json, "options_json")? };
+        let options: TokenizerOptions = from_json_or_default(options, "options_json")?;
+        let tokenizer = Tokenizer::from_dir(Path::new(dir))?.with_options(&options);
         // SAFETY: the caller promises `out` is NULL or writable.
         unsafe { write_handle(out, sc_tokenizer::new(tokenizer)) }
     })
@@ -130,8 +137,9 @@ pub unsafe extern "C" fn sc_tokenizer_free(tok: *mut sc_tokenizer) {
     unsafe { free_handle(tok) }
 }
 
-/// Describes the tokenizer as JSON: `vocab_size`, `encoder`, `fast_rejection`, `format`,
-/// `num_special_tokens_to_add`, `added_tokens` (`[{id, content, special}]`).
+/// Describes the tokenizer as JSON: `vocab_size`, `output_size` (0 = unknown), `encoder`,
+/// `fast_rejection`, `format`, `num_special_tokens_to_add`, `added_tokens`
+/// (`[{id, content, special}]`).
 ///
 /// # Safety
 /// `tok` must be a live handle; `out` and `err` must be NULL or valid for writes.

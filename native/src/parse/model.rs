@@ -31,6 +31,9 @@ pub struct ParseModel {
     token_suffix: String,
     /// The model's response template (`hf`, `beam`).
     pub(crate) template: ModelTemplate,
+    /// The tokenizer's [`Tokenizer::output_size`]: ids below it that the vocabulary does not
+    /// define are output the engine can sample, decoded to nothing.
+    output_size: usize,
 }
 
 impl ParseModel {
@@ -55,6 +58,7 @@ impl ParseModel {
             added,
             token_suffix,
             template: ModelTemplate::Absent,
+            output_size: tok.output_size(),
         })
     }
 
@@ -68,12 +72,24 @@ impl ParseModel {
         self.table.vocab_size()
     }
 
+    /// Whether a request may carry `id`: a vocabulary id, or one below the model's output size
+    /// (see [`Tokenizer::accepts_id`]).
+    pub(crate) fn accepts(&self, id: u32) -> bool {
+        self.table.is_known(id) || (id as usize) < self.output_size
+    }
+
+    /// Why `id` is refused (the message after the field).
+    pub(crate) fn refusal(&self, id: u32) -> String {
+        crate::tokenizer::unknown_id(id, self.vocab_size(), self.output_size)
+    }
+
     /// What the server reports about the parse data (JSON): `decoder`, `vocab_size`,
-    /// `tool_parsers`, `reasoning_parsers`.
+    /// `output_size` (0 = unknown), `tool_parsers`, `reasoning_parsers`.
     pub fn info(&self) -> serde_json::Value {
         serde_json::json!({
             "decoder": self.decoder_family(),
             "vocab_size": self.vocab_size(),
+            "output_size": self.output_size,
             "tool_parsers": crate::parse::tool_parsers(),
             "reasoning_parsers": crate::parse::reasoning_parsers(),
             "response_template": self.template.info(),

@@ -285,13 +285,11 @@ impl Session {
                 "stop[{i}]: holds a noncharacter U+FDD0..U+FDEF, which the parser reserves for marker tokens"
             )));
         }
-        for (i, &id) in prompt.iter().enumerate() {
-            if !model.table.is_known(id) {
-                return Err(Error::invalid_argument(format!(
-                    "prompt_token_ids[{i}]: id {id} is not in the vocabulary (size {})",
-                    model.vocab_size()
-                )));
-            }
+        if let Some(i) = prompt.iter().position(|&id| !model.accepts(id)) {
+            return Err(Error::invalid_argument(format!(
+                "prompt_token_ids[{i}]: {}",
+                model.refusal(prompt[i])
+            )));
         }
         // vLLM's response-template parser reads special tokens as text (it turns skipping off).
         let skip = cfg.skip_special_tokens && !plan.template;
@@ -571,14 +569,14 @@ impl Session {
         self.attribute_step(done);
     }
 
-    /// Refuses an id outside the vocabulary, naming its position in `ids`.
+    /// Refuses an id the model cannot output (outside the vocabulary and its output size), naming
+    /// its position in `ids`.
     fn check_known(&self, ids: &[u32]) -> Result<()> {
-        match ids.iter().position(|&id| !self.detok.is_known(id)) {
+        match ids.iter().position(|&id| !self.model.accepts(id)) {
             None => Ok(()),
             Some(i) => Err(Error::invalid_argument(format!(
-                "token_ids[{i}]: id {} is not in the vocabulary (size {})",
-                ids[i],
-                self.model.vocab_size()
+                "token_ids[{i}]: {}",
+                self.model.refusal(ids[i])
             ))),
         }
     }

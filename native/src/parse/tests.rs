@@ -226,6 +226,60 @@ fn a_long_step_fed_in_checked_parts_equals_small_steps() {
 }
 
 #[test]
+fn padded_output_ids_add_no_text_and_ids_past_the_output_size_fail_the_request() {
+    let Some(tok) = shared_model("qwen3") else {
+        return;
+    };
+    // Qwen3 checkpoints: 151,936 output rows for the tokenizer's 151,669 ids.
+    let tok = tok.with_options(&crate::tokenizer::TokenizerOptions {
+        output_size: 151_936,
+    });
+    let model = Arc::new(ParseModel::new(&tok, false).expect("model"));
+    let cfg = SessionConfig {
+        tool_parser: "none".into(),
+        reasoning_parser: "none".into(),
+        ..SessionConfig::default()
+    };
+    let gap = [151_669u32, 151_700, 151_935];
+    // One token per byte of "漢" (the first two bytes alone are no character), padded ids between.
+    let mut ids = Vec::new();
+    for (i, b) in "漢".bytes().enumerate() {
+        ids.push(gap[i]);
+        ids.push(tok.token_to_id(&byte_level_char(b)).expect("byte token"));
+    }
+    ids.extend(encode(&tok, " ok"));
+    let mut s = Session::new(Arc::clone(&model), &cfg, &[9707, 151_800]).expect("session");
+    let mut text = String::new();
+    for (i, id) in ids.iter().enumerate() {
+        let d = s.feed(&[*id], i + 1 == ids.len()).expect("feed");
+        text.push_str(&d.content);
+        if i + 1 == ids.len() {
+            assert_eq!(d.completion_tokens, ids.len() as u32);
+        }
+    }
+    assert_eq!(text, "漢 ok");
+    let mut s = Session::new(model, &cfg, &[]).expect("session");
+    let err = s.feed(&[9707, 151_936], false).unwrap_err();
+    assert_eq!(
+        err.message(),
+        "token_ids[1]: id 151936 is not in the vocabulary (size 151669) nor below the model's \
+         output size (151936)"
+    );
+}
+
+/// The byte-level (GPT-2) vocabulary's character for byte `b`.
+fn byte_level_char(b: u8) -> String {
+    let printable = |b: u8| (b'!'..=b'~').contains(&b) || (0xA1..=0xAC).contains(&b) || b >= 0xAE;
+    let shifted = (0..b).filter(|&x| !printable(x)).count() as u32;
+    let c = if printable(b) {
+        u32::from(b)
+    } else {
+        256 + shifted
+    };
+    char::from_u32(c).expect("char").to_string()
+}
+
+#[test]
 fn a_long_step_names_a_bad_id_by_its_place_in_the_step_and_stops_when_cancelled() {
     let Some((mut s, _)) = session("", "", "") else {
         return;

@@ -82,6 +82,19 @@ pub struct AddedToken {
     pub special: bool,
 }
 
+/// Why an id is refused: `id N is not in the vocabulary (size V)`, and when the model's output
+/// size is known, that the id is not below it either. Callers prefix the field.
+pub(crate) fn unknown_id(id: u32, vocab_size: usize, output_size: usize) -> String {
+    if output_size == 0 {
+        format!("id {id} is not in the vocabulary (size {vocab_size})")
+    } else {
+        format!(
+            "id {id} is not in the vocabulary (size {vocab_size}) nor below the model's output size \
+             ({output_size})"
+        )
+    }
+}
+
 /// A loaded tokenizer (see the module docs).
 pub struct Tokenizer {
     hf: tokenizers::Tokenizer,
@@ -101,6 +114,18 @@ pub struct Tokenizer {
     boundaries: segments::Boundaries,
     /// Where long texts may be cut so that an encode can stop between pieces.
     chunker: Chunker,
+    /// Rows of the model's output layer (its `config.json` `vocab_size`), 0 when unknown. Models
+    /// pad it past the tokenizer's ids (Qwen: 151,936 rows for 151,669 ids) and an engine can
+    /// sample an id in the gap; see [`Tokenizer::accepts_id`].
+    output_size: usize,
+}
+
+/// How a tokenizer is loaded beyond its files (JSON from the server; empty = the defaults).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TokenizerOptions {
+    /// The model's output size (see [`Tokenizer::output_size`]); 0 = unknown.
+    pub output_size: u64,
 }
 
 /// Encoding cost per byte relative to the fast encoder on a byte-level vocabulary (see
@@ -218,7 +243,14 @@ impl Tokenizer {
             special_suffix,
             known_ids,
             added_tokens,
+            output_size: 0,
         })
+    }
+
+    /// Applies `options` to a loaded tokenizer.
+    pub fn with_options(mut self, options: &TokenizerOptions) -> Self {
+        self.output_size = usize::try_from(options.output_size).unwrap_or(usize::MAX);
+        self
     }
 
     /// The encoder id-only encodes use: `"fastokens"` or `"tokenizers"`.
@@ -243,6 +275,11 @@ impl Tokenizer {
     /// Vocabulary size including added tokens (one more than the largest id).
     pub fn vocab_size(&self) -> usize {
         self.known_ids.len()
+    }
+
+    /// Rows of the model's output layer, 0 when unknown (see [`Tokenizer::accepts_id`]).
+    pub fn output_size(&self) -> usize {
+        self.output_size
     }
 
     /// The added tokens, by id.
@@ -280,7 +317,7 @@ impl Tokenizer {
         self.special_prefix.len() + self.special_suffix.len()
     }
 
-    /// What the server reports about the tokenizer (JSON): `vocab_size`, `encoder`,
+    /// What the server reports about the tokenizer (JSON): `vocab_size`, `output_size`, `encoder`,
     /// `fast_rejection`, `format`, `num_special_tokens_to_add`, `added_tokens`
     /// (`[{id, content, special}]`).
     pub fn info(&self) -> serde_json::Value {
@@ -291,6 +328,7 @@ impl Tokenizer {
             .collect();
         serde_json::json!({
             "vocab_size": self.vocab_size(),
+            "output_size": self.output_size(),
             "encoder": self.encoder(),
             "fast_rejection": self.fast_rejection(),
             "format": self.format().name(),
@@ -578,17 +616,15 @@ impl Tokenizer {
         }
     }
 
-    /// Checks that every id has a vocabulary entry; the error names the position.
+    /// Checks that every id is one [`Tokenizer::accepts_id`] takes; the error names the position.
     pub fn check_ids(&self, ids: &[u32]) -> Result<()> {
-        for (pos, &id) in ids.iter().enumerate() {
-            if !self.is_known_id(id) {
-                return Err(Error::invalid_argument(format!(
-                    "token_ids[{pos}]: id {id} is not in the vocabulary (size {})",
-                    self.vocab_size()
-                )));
-            }
+        match ids.iter().position(|&id| !self.accepts_id(id)) {
+            None => Ok(()),
+            Some(pos) => Err(Error::invalid_argument(format!(
+                "token_ids[{pos}]: {}",
+                unknown_id(ids[pos], self.vocab_size(), self.output_size)
+            ))),
         }
-        Ok(())
     }
 
     /// Whether `id` has a vocabulary entry.
@@ -596,7 +632,15 @@ impl Tokenizer {
         self.known_ids.get(id as usize).copied().unwrap_or(false)
     }
 
-    /// Decodes ids to text as Hugging Face `decode` does. Unknown ids are an error.
+    /// Whether `id` may be decoded: a vocabulary id, or an id the model can output that the
+    /// tokenizer does not define (below [`Tokenizer::output_size`]), which decodes to nothing as
+    /// Hugging Face `decode` drops ids it has no entry for.
+    pub fn accepts_id(&self, id: u32) -> bool {
+        self.is_known_id(id) || (id as usize) < self.output_size
+    }
+
+    /// Decodes ids to text as Hugging Face `decode` does. Ids [`Tokenizer::accepts_id`] refuses
+    /// are an error.
     pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
         self.decode_cancellable(ids, skip_special_tokens, &Cancel::default())
     }
@@ -610,12 +654,22 @@ impl Tokenizer {
         cancel: &Cancel<'_>,
     ) -> Result<String> {
         self.check_ids(ids)?;
+        // `decode` drops ids without an entry before its decoder runs (so one does not end a
+        // byte-fallback run); the tables index by id, so they never see one.
+        let defined: std::borrow::Cow<'_, [u32]> = if ids.iter().all(|&id| self.is_known_id(id)) {
+            ids.into()
+        } else {
+            ids.iter()
+                .copied()
+                .filter(|&id| self.is_known_id(id))
+                .collect()
+        };
         if let Some(pieces) = &self.pieces {
-            return pieces.decode(ids, skip_special_tokens, cancel);
+            return pieces.decode(&defined, skip_special_tokens, cancel);
         }
         cancel.check()?;
         self.hf
-            .decode(ids, skip_special_tokens)
+            .decode(&defined, skip_special_tokens)
             .map_err(|e| Error::internal(format!("decoder failed: {e}")))
     }
 

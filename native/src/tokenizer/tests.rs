@@ -136,6 +136,30 @@ fn unknown_ids_are_named_by_position() {
 }
 
 #[test]
+fn ids_below_the_output_size_decode_to_nothing_and_past_it_are_refused() {
+    // The toy vocabulary defines ids 0..9; its model has 16 output rows (a padded embedding).
+    let t = toy().with_options(&TokenizerOptions { output_size: 16 });
+    assert_eq!(t.output_size(), 16);
+    for skip in [true, false] {
+        assert_eq!(
+            t.decode(&[9, 2, 15, 4, 12], skip).unwrap(),
+            t.decode(&[2, 4], skip).unwrap()
+        );
+    }
+    let err = t.decode(&[2, 16], true).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::InvalidArgument);
+    assert_eq!(
+        err.message(),
+        "token_ids[1]: id 16 is not in the vocabulary (size 9) nor below the model's output size (16)"
+    );
+    // Without an output size, every id past the vocabulary is refused, as before.
+    assert_eq!(
+        toy().decode(&[9], true).unwrap_err().message(),
+        "token_ids[0]: id 9 is not in the vocabulary (size 9)"
+    );
+}
+
+#[test]
 fn decode_skips_special_tokens_on_request() {
     let t = toy();
     assert_eq!(t.decode(&[6, 2, 4, 7], true).unwrap(), "ab ab");
