@@ -19,6 +19,9 @@ DEFAULT_NONE_HASH_SEED = "vllm-none-hash"
 #: The most lookahead tokens a spec may ask for (vLLM's is 1, or num_speculative_tokens for a
 #: multi-module MTP drafter: a handful). Each block's hash pickles that many more ints.
 MAX_LOOKAHEAD = 256
+#: The largest block a spec may name (engines use 16 to a few hundred tokens): a caller's number
+#: must not size a hashing buffer (the native core's SGLang page buffer is 4 bytes per token).
+MAX_BLOCK_SIZE = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +69,8 @@ class HashSpec:
             )
         if not isinstance(self.block_size, int) or self.block_size <= 0:
             raise InvalidSpec("block_hashing.block_size: must be > 0")
+        if self.block_size > MAX_BLOCK_SIZE:
+            raise InvalidSpec(f"block_hashing.block_size: {self.block_size} is more than {MAX_BLOCK_SIZE}")
         if self.algorithm in ("vllm_xxhash", "vllm_xxhash_cbor") and self.seed is None:
             raise InvalidSpec(
                 f"block_hashing.seed: {self.algorithm} without PYTHONHASHSEED uses a random per-process seed in "

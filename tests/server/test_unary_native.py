@@ -109,6 +109,11 @@ def test_lookahead_block_hashes_and_their_refusals_are_alike_on_both_paths(runti
         (pb.BlockHashing(algorithm="sglang_sha256", block_size=4, vllm_lookahead=1), "block_hashing.vllm_lookahead: only"),
         (pb.BlockHashing(algorithm="vllm_sha256", block_size=4, vllm_lookahead=2**32 - 1),
          "block_hashing.vllm_lookahead: 4294967295 is more than 256"),
+        # A block size used to size SGLang's page buffer before any token was read: 16 GiB, and a
+        # failed allocation aborts the process.
+        (pb.BlockHashing(algorithm="sglang_sha256", block_size=2**32 - 1),
+         "block_hashing.block_size: 4294967295 is more than 65536"),
+        (pb.BlockHashing(algorithm="dynamo_xxh3", block_size=65537), "block_hashing.block_size: 65537 is more than"),
     ]:
         raw, python = both(bad)
         assert raw == python and raw[0] == grpc.StatusCode.INVALID_ARGUMENT and raw[1].startswith(message), raw

@@ -31,8 +31,8 @@ pub use dynamo::{
 };
 pub use pickle::dumps as pickle_dumps;
 pub use spec::{
-    validate_mm_items, Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat,
-    MAX_LOOKAHEAD,
+    check_block_size, validate_mm_items, Algorithm, ExtraKeyLayout, HashSpec, MmItem,
+    SglangEventFormat, MAX_BLOCK_SIZE, MAX_LOOKAHEAD,
 };
 pub use value::Value;
 pub(crate) use vllm::block_mm_keys;

@@ -8,6 +8,26 @@ use crate::error::{Error, Result};
 /// multi-module MTP drafter: a handful); each block's hash serializes that many more ints.
 pub const MAX_LOOKAHEAD: u32 = 256;
 
+/// The largest block a spec may name. Engines use 16 to a few hundred tokens; the bound keeps a
+/// caller's number from sizing a hashing buffer (SGLang's page buffer is 4 bytes per token, so
+/// 2^32 - 1 asked for 16 GiB, and a failed allocation aborts the process).
+pub const MAX_BLOCK_SIZE: u32 = 1 << 16;
+
+/// Refuses a block size of 0 or over [`MAX_BLOCK_SIZE`], naming the field.
+pub fn check_block_size(block_size: u32) -> Result<()> {
+    if block_size == 0 {
+        return Err(Error::invalid_argument(
+            "block_hashing.block_size: must be > 0",
+        ));
+    }
+    if block_size > MAX_BLOCK_SIZE {
+        return Err(Error::invalid_argument(format!(
+            "block_hashing.block_size: {block_size} is more than {MAX_BLOCK_SIZE}"
+        )));
+    }
+    Ok(())
+}
+
 /// The engine algorithm (see the table in [`super`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -220,11 +240,7 @@ impl HashSpec {
 
     /// Refuses specs no engine could have produced hashes for, naming the field.
     pub fn validate(&self) -> Result<()> {
-        if self.block_size == 0 {
-            return Err(Error::invalid_argument(
-                "block_hashing.block_size: must be > 0",
-            ));
-        }
+        check_block_size(self.block_size)?;
         if matches!(
             self.algorithm,
             Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor

@@ -4,7 +4,9 @@
 //! a request fails alike on both transports.
 
 use crate::error::{Error, Result};
-use crate::hash::{Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat};
+use crate::hash::{
+    check_block_size, Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat,
+};
 use crate::wire::pb;
 
 use super::py_repr;
@@ -27,11 +29,7 @@ pub(super) fn spec_from_proto(msg: &pb::BlockHashing) -> Result<HashSpec> {
         })?;
     let mut spec = HashSpec::new(algorithm, msg.block_size);
     spec.seed = msg.seed.clone();
-    if msg.block_size == 0 {
-        return Err(Error::invalid_argument(
-            "block_hashing.block_size: must be > 0",
-        ));
-    }
+    check_block_size(msg.block_size)?;
     // The seed rule is the core's own check (same message); run it before the layout checks, in
     // the unary path's order.
     if matches!(algorithm, Algorithm::VllmXxhash | Algorithm::VllmXxhashCbor) && spec.seed.is_none()
