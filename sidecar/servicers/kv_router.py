@@ -160,6 +160,10 @@ class KvRouterServicer:
             response = _response(router, index, score, len(token_ids), fingerprint)
             return response.SerializeToString() if as_bytes else response
 
+        if kind == "messages_json":
+            # Never inline: a template's prompt can be many times its request (mistral-nemo's
+            # 13.6 KB became 723K characters, 10 ms on the loop), as on Render's Python path.
+            cost = max(cost, config.inline_bytes + 1)
         return await self._runtime.offloader.run(work, cost, call.rpc)
 
     async def KvStatus(self, request: kv.KvStatusRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.KvStatusResponse:

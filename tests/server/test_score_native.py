@@ -246,3 +246,28 @@ def test_kv_status_reads_the_index_on_a_worker(servicer: KvRouterServicer, monke
     # queue: monitoring answers when the server is busy.
     assert runs == [(True, False)]
     assert [(m.model, m.blocks) for m in status.models] == [(MODEL, 2048 + 5)]
+
+
+def test_a_small_score_by_messages_renders_off_the_loop(servicer: KvRouterServicer) -> None:
+    """A template's prompt can be many times its request (mistral-nemo's: a 13.6 KB request rendered
+    723K characters, 10 ms on the loop per Score): a Score of `messages_json` renders on a worker
+    whatever its size, as Render's Python path does."""
+    import threading
+
+    loop_thread = threading.current_thread()
+    rendered_on: list[bool] = []
+    renderer = servicer._runtime.registry.get(MODEL).renderer
+    real = renderer.render
+
+    def recording(opts):  # noqa: ANN001, ANN202
+        rendered_on.append(threading.current_thread() is loop_thread)
+        return real(opts)
+
+    renderer.render = recording  # type: ignore[method-assign]
+    try:
+        body = kv.ScoreRequest(model=MODEL, messages_json='[{"role": "user", "content": "Hi"}]').SerializeToString()
+        assert len(body) < servicer._runtime.config.inline_bytes
+        assert raw_score(servicer, body).workers is not None
+    finally:
+        del renderer.render
+    assert rendered_on == [False]
