@@ -222,18 +222,22 @@ def _normalize_tool_calls(message: dict, i: int) -> None:
         field = f"messages[{i}].tool_calls[{j}]"
         if not isinstance(call, dict):
             raise InvalidArgument(f"{field}: expected an object, got {type_name(call)}")
+        if "type" in call and call["type"] != "function":
+            raise InvalidArgument(f'{field}.type: expected "function", got {_shown(call["type"])}')
         if "function" not in call:
             raise InvalidArgument(f"{field}.function: missing")
         function = call["function"]
         if not isinstance(function, dict):
             raise InvalidArgument(f"{field}.function: expected an object, got {type_name(function)}")
+        # As in vLLM 0.33: an object, or JSON text of one, is kept; anything else (empty, invalid
+        # JSON, another JSON value) becomes {} rather than failing the request.
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             try:
                 arguments = parse_json(arguments, "arguments")
             except InvalidArgument:
                 arguments = {}
-        elif not isinstance(arguments, (dict, list)):
+        if not isinstance(arguments, dict):
             arguments = {}
         # Copies, so the caller's parsed request is never edited in place.
         fresh.append({**call, "function": {**function, "arguments": arguments}})

@@ -6,7 +6,8 @@
 //! tool_calls, reasoning, tool_call_id, name, task, developer tools); content becomes a string
 //! (text parts joined with "\n") for templates that print content, or a list of `{"type": "text"}`
 //! parts for templates that loop over parts; tool results made only of text parts become a string;
-//! tool-call `arguments` given as JSON text become the parsed value (`{}` when empty or invalid).
+//! tool-call `arguments` given as JSON text become the parsed object (`{}` when empty, invalid or
+//! not an object).
 //! transformers (`apply_chat_template`): keys whose value is null are dropped, and reasoning is
 //! copied to `thinking` and `reasoning_content`.
 //!
@@ -445,6 +446,16 @@ fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
                 call.type_name()
             )));
         }
+        match call.get("type") {
+            None => {}
+            Some(Json::Str(t)) if t == "function" => {}
+            Some(other) => {
+                return Err(Error::invalid_argument(format!(
+                    "{field}.type: expected \"function\", got {}",
+                    shown(other)
+                )))
+            }
+        }
         let function = match call.get_mut("function") {
             Some(f @ Json::Object(_)) => f,
             Some(other) => {
@@ -459,12 +470,14 @@ fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
                 )))
             }
         };
+        // As in vLLM 0.33: an object, or JSON text of one, is kept; anything else (empty,
+        // invalid JSON, another JSON value) becomes {} rather than failing the request.
         let arguments = match function.get("arguments") {
-            // Invalid or empty JSON text becomes {} as in vLLM, rather than failing the request.
-            Some(Json::Str(text)) => {
-                json::parse(text, "arguments").unwrap_or(Json::Object(Vec::new()))
-            }
-            Some(value @ (Json::Object(_) | Json::Array(_))) => value.clone(),
+            Some(Json::Str(text)) => match json::parse(text, "arguments") {
+                Ok(value @ Json::Object(_)) => value,
+                _ => Json::Object(Vec::new()),
+            },
+            Some(value @ Json::Object(_)) => value.clone(),
             _ => Json::Object(Vec::new()),
         };
         match function.get_mut("arguments") {
