@@ -4,6 +4,7 @@
 vLLM rebuilds each message from the fields it knows, turns content parts into a string (text parts
 joined with "\\n") or a list of text parts depending on the template, and parses tool-call
 arguments given as JSON text; transformers then drops null-valued keys and aliases reasoning.
+Tools are rebuilt as vLLM's tool model dumps them (`normalize_tools`).
 """
 
 from __future__ import annotations
@@ -221,18 +222,22 @@ def _normalize_tool_calls(message: dict, i: int) -> None:
         field = f"messages[{i}].tool_calls[{j}]"
         if not isinstance(call, dict):
             raise InvalidArgument(f"{field}: expected an object, got {type_name(call)}")
+        if "type" in call and call["type"] != "function":
+            raise InvalidArgument(f'{field}.type: expected "function", got {_shown(call["type"])}')
         if "function" not in call:
             raise InvalidArgument(f"{field}.function: missing")
         function = call["function"]
         if not isinstance(function, dict):
             raise InvalidArgument(f"{field}.function: expected an object, got {type_name(function)}")
+        # As in vLLM 0.33: an object, or JSON text of one, is kept; anything else (empty, invalid
+        # JSON, another JSON value) becomes {} rather than failing the request.
         arguments = function.get("arguments")
         if isinstance(arguments, str):
             try:
                 arguments = parse_json(arguments, "arguments")
             except InvalidArgument:
                 arguments = {}
-        elif not isinstance(arguments, (dict, list)):
+        if not isinstance(arguments, dict):
             arguments = {}
         # Copies, so the caller's parsed request is never edited in place.
         fresh.append({**call, "function": {**function, "arguments": arguments}})
@@ -244,3 +249,69 @@ def _alias_reasoning(message: dict) -> dict:
     if reasoning is None:
         return message
     return {"thinking": reasoning, **message, "reasoning_content": reasoning}
+
+
+_BOOL_STRINGS = {"0": False, "off": False, "f": False, "false": False, "n": False, "no": False,
+                 "1": True, "on": True, "t": True, "true": True, "y": True, "yes": True}
+
+
+def normalize_tools(tools: list) -> list:
+    """The tools the template sees: each OpenAI tool rebuilt as vLLM 0.33 passes it to the template
+    (`tool.model_dump()` of its `ChatCompletionToolsParam`): `type`, then `function` with `name`,
+    `description` and `parameters` (null when missing), `strict` and `defer_loading` when set;
+    then the tool's `defer_loading` when set. Other keys are dropped; `parameters` is kept as is."""
+    return [_tool_for_vllm(tool, i) for i, tool in enumerate(tools)]
+
+
+def _tool_for_vllm(tool: dict, i: int) -> dict:
+    field = f"tools[{i}]"
+    if "type" in tool and tool["type"] != "function":
+        raise InvalidArgument(f'{field}.type: expected "function", got {_shown(tool["type"])}')
+    if "function" not in tool:
+        raise InvalidArgument(f"{field}.function: missing")
+    function = tool["function"]
+    if not isinstance(function, dict):
+        raise InvalidArgument(f"{field}.function: expected an object, got {type_name(function)}")
+    field += ".function"
+    if "name" not in function:
+        raise InvalidArgument(f"{field}.name: missing")
+    name = function["name"]
+    if not isinstance(name, str):
+        raise InvalidArgument(f"{field}.name: expected a string, got {type_name(name)}")
+    description = function.get("description")
+    if description is not None and not isinstance(description, str):
+        raise InvalidArgument(f"{field}.description: expected a string or null, got {type_name(description)}")
+    parameters = function.get("parameters")
+    if parameters is not None and not isinstance(parameters, dict):
+        raise InvalidArgument(f"{field}.parameters: expected an object or null, got {type_name(parameters)}")
+    strict = _optional_bool(function.get("strict"), f"{field}.strict")
+    defer = _optional_bool(function.get("defer_loading"), f"{field}.defer_loading")
+    tool_defer = _optional_bool(tool.get("defer_loading"), f"tools[{i}].defer_loading")
+    if defer is None:
+        defer = tool_defer
+    out_function: dict[str, Any] = {"name": name, "description": description, "parameters": parameters}
+    if strict is not None:
+        out_function["strict"] = strict
+    if defer is not None:
+        out_function["defer_loading"] = defer
+    out: dict[str, Any] = {"type": "function", "function": out_function}
+    if tool_defer is not None:
+        out["defer_loading"] = tool_defer
+    return out
+
+
+def _optional_bool(value: Any, field: str) -> bool | None:
+    """pydantic's lax `bool | None`: null, a boolean, 0 or 1 (also as 0.0 or 1.0), or one of its
+    words for true and false in any case."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, (int, float)) and value in (0, 1):
+        return value == 1
+    if isinstance(value, str) and value.lower() in _BOOL_STRINGS:
+        return _BOOL_STRINGS[value.lower()]
+    raise InvalidArgument(f"{field}: expected a boolean or null, got {_shown(value)}")
+
+
+def _shown(value: Any) -> str:
+    """A value in an error message: a string as itself in quotes, anything else by its JSON type."""
+    return f'"{value}"' if isinstance(value, str) else type_name(value)

@@ -19,7 +19,7 @@ import minijinja
 from sidecar.backend import EncodeOptions, RenderOptions, Rendered, RendererSettings
 from sidecar.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SidecarError
 from sidecar.reference import template_analysis
-from sidecar.reference.normalize import normalize_messages, parse_json, type_name
+from sidecar.reference.normalize import normalize_messages, normalize_tools, parse_json, type_name
 from sidecar.reference.tokenizer import ReferenceTokenizer
 
 _TEMPLATE_NAME = "chat_template"
@@ -154,6 +154,8 @@ class ReferenceRenderer:
                 "inside the final message, the second opens a new assistant turn"
             )
         tools = _optional_array(opts.tools_json, "tools_json", "tools")
+        if tools is not None:
+            tools = normalize_tools(tools)
         template = self._select(opts.chat_template, tools is not None, opts.allow_request_template)
         messages = normalize_messages(parse_json(opts.messages_json, "messages_json"), template.content_format)
         if not messages:

@@ -6,7 +6,8 @@ of the Render parity suite, into tests/data/render/expected.json.xz.
 
 Each conversation is first normalized as vLLM does before it calls transformers (the sidecar's
 reference normalizer, whose rules are listed in COMPATIBILITY.md and checked on their own by
-tests/render/test_normalize.py), with the content format vLLM detects for the template. Then
+tests/render/test_normalize.py), with the content format vLLM detects for the template; its tools
+are rebuilt as vLLM's tool model dumps them (COMPATIBILITY.md, "Tools normalization"). Then
 transformers renders it (`tokenize=False`) and tokenizes it (`tokenize=True`, ids stored as a digest
 and a count), with `strftime_now` pinned to `render_support.FIXED_TIME`. When transformers raises,
 the error (type and message) is recorded instead; the sidecar must then fail too.
@@ -27,7 +28,6 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE.parent.parent))
 
 import tests.render.support as rs  # noqa: E402
@@ -63,13 +63,14 @@ class Transformers:
 
 def expected_for(tf: Transformers, target: rs.Target, conv: rs.Conversation) -> dict:
     """transformers' text and ids (or error) for one case."""
-    from sidecar.reference.normalize import normalize_messages
+    from sidecar.reference.normalize import normalize_messages, normalize_tools
     from sidecar.reference.template_analysis import content_format, rewrite
 
     tok = tf.tokenizer(target.model)
     source = target.source if target.source is not None else tok.get_chat_template()
     messages, tools, documents, kwargs = conv.python_inputs()
     messages = normalize_messages(messages, content_format(rewrite(source)))
+    tools = normalize_tools(tools) if tools is not None else None
     args = dict(
         tools=tools, documents=documents, chat_template=target.source,
         add_generation_prompt=conv.add_generation_prompt, continue_final_message=conv.continue_final_message, **kwargs,

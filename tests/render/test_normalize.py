@@ -1,6 +1,7 @@
 """Message normalization (vLLM's and transformers' rules, COMPATIBILITY.md) on both backends, checked
 against hand-written expectations in tests/data/render/normalize/cases.json. The template under
-test prints what it receives: `{{ messages|tojson }}`.
+test prints what it receives: `{{ messages|tojson }}`. Tools normalization (vLLM's tool model, dumped)
+likewise, against tests/data/render/normalize/tools.json, printing `{{ tools|tojson }}`.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from sidecar.backend import RenderOptions
 from sidecar.errors import InvalidArgument
 
 CASES = json.loads((rs.DATA / "normalize" / "cases.json").read_text(encoding="utf-8"))
+TOOL_CASES = json.loads((rs.DATA / "normalize" / "tools.json").read_text(encoding="utf-8"))
 TEMPLATES = {
     "string": "{{ messages|tojson }}",
     # A loop over a message's content makes vLLM (and the sidecar) pass content as parts.
@@ -42,3 +44,18 @@ def test_normalization(case: dict, renderer) -> None:  # noqa: ANN001
     want = case.get("expected_text") or json.dumps(case["expected"], ensure_ascii=False)
     assert text == want
 
+
+
+@pytest.mark.parametrize("case", TOOL_CASES, ids=[c["name"] for c in TOOL_CASES])
+def test_tools_normalization(case: dict, renderer) -> None:  # noqa: ANN001
+    opts = RenderOptions(
+        messages_json='[{"role": "user", "content": "hi"}]', tools_json=json.dumps(case["tools"], ensure_ascii=False),
+        chat_template="{{ tools|tojson }}", allow_request_template=True,
+        add_generation_prompt=False, return_text=True, return_token_ids=False,
+    )
+    if "error" in case:
+        with pytest.raises(InvalidArgument) as err:
+            renderer.render(opts)
+        assert case["error"] in err.value.message
+        return
+    assert renderer.render(opts).text == json.dumps(case["expected"], ensure_ascii=False)

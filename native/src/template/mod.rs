@@ -220,7 +220,9 @@ impl ChatTemplates {
                  inside the final message, the second opens a new assistant turn",
             ));
         }
-        let tools = optional_json_array(req.tools_json, "tools_json", "tools")?;
+        let tools = optional_json_array(req.tools_json, "tools_json", "tools")?
+            .map(normalize::tools)
+            .transpose()?;
         let template = self.select(req.chat_template, tools.is_some(), req.allow_source)?;
         if inline_output.is_some() && template.analysis.accumulates_lists {
             return Ok(None);

@@ -6,9 +6,13 @@
 //! tool_calls, reasoning, tool_call_id, name, task, developer tools); content becomes a string
 //! (text parts joined with "\n") for templates that print content, or a list of `{"type": "text"}`
 //! parts for templates that loop over parts; tool results made only of text parts become a string;
-//! tool-call `arguments` given as JSON text become the parsed value (`{}` when empty or invalid).
+//! tool-call `arguments` given as JSON text become the parsed object (`{}` when empty, invalid or
+//! not an object).
 //! transformers (`apply_chat_template`): keys whose value is null are dropped, and reasoning is
 //! copied to `thinking` and `reasoning_content`.
+//!
+//! Tools (`tools`): each is rebuilt as vLLM passes it to the template, the `model_dump()` of its
+//! tool model (see the function's doc).
 
 use super::json::{self, Json};
 use crate::error::{Error, Result};
@@ -77,6 +81,141 @@ pub fn messages(parsed: Json, format: ContentFormat) -> Result<Vec<Json>> {
         alias_reasoning(message);
     }
     Ok(out)
+}
+
+/// Normalizes the tools of `tools_json` (already checked to be an array of objects) as vLLM 0.33
+/// does (`tool.model_dump()` of `ChatCompletionToolsParam`): `type` ("function"), then `function`
+/// with `name`, `description` and `parameters` (null when missing), `strict` and `defer_loading`
+/// when set (the tool's `defer_loading` when the function has none); then the tool's own
+/// `defer_loading` when set. Other keys are dropped; `parameters` is kept as written.
+pub fn tools(parsed: Json) -> Result<Json> {
+    let Json::Array(items) = parsed else {
+        return Ok(parsed);
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for (i, tool) in items.into_iter().enumerate() {
+        out.push(tool_for_vllm(tool, i)?);
+    }
+    Ok(Json::Array(out))
+}
+
+fn tool_for_vllm(tool: Json, i: usize) -> Result<Json> {
+    let field = format!("tools[{i}]");
+    match tool.get("type") {
+        None => {}
+        Some(Json::Str(t)) if t == "function" => {}
+        Some(other) => {
+            return Err(Error::invalid_argument(format!(
+                "{field}.type: expected \"function\", got {}",
+                shown(other)
+            )))
+        }
+    }
+    let function = match tool.get("function") {
+        Some(f @ Json::Object(_)) => f,
+        Some(other) => {
+            return Err(Error::invalid_argument(format!(
+                "{field}.function: expected an object, got {}",
+                other.type_name()
+            )))
+        }
+        None => {
+            return Err(Error::invalid_argument(format!(
+                "{field}.function: missing"
+            )))
+        }
+    };
+    let ffield = format!("{field}.function");
+    let name = match function.get("name") {
+        Some(name @ Json::Str(_)) => name.clone(),
+        Some(other) => {
+            return Err(Error::invalid_argument(format!(
+                "{ffield}.name: expected a string, got {}",
+                other.type_name()
+            )))
+        }
+        None => return Err(Error::invalid_argument(format!("{ffield}.name: missing"))),
+    };
+    let description = match function.get("description") {
+        None | Some(Json::Null) => Json::Null,
+        Some(d @ Json::Str(_)) => d.clone(),
+        Some(other) => {
+            return Err(Error::invalid_argument(format!(
+                "{ffield}.description: expected a string or null, got {}",
+                other.type_name()
+            )))
+        }
+    };
+    let parameters = match function.get("parameters") {
+        None | Some(Json::Null) => Json::Null,
+        Some(p @ Json::Object(_)) => p.clone(),
+        Some(other) => {
+            return Err(Error::invalid_argument(format!(
+                "{ffield}.parameters: expected an object or null, got {}",
+                other.type_name()
+            )))
+        }
+    };
+    let strict = optional_bool(function.get("strict"), &format!("{ffield}.strict"))?;
+    let tool_defer = optional_bool(tool.get("defer_loading"), &format!("{field}.defer_loading"))?;
+    let defer = optional_bool(
+        function.get("defer_loading"),
+        &format!("{ffield}.defer_loading"),
+    )?
+    .or(tool_defer);
+    let mut f = vec![
+        ("name".to_string(), name),
+        ("description".to_string(), description),
+        ("parameters".to_string(), parameters),
+    ];
+    if let Some(s) = strict {
+        f.push(("strict".into(), Json::Bool(s)));
+    }
+    if let Some(d) = defer {
+        f.push(("defer_loading".into(), Json::Bool(d)));
+    }
+    let mut out = vec![
+        ("type".to_string(), Json::Str("function".into())),
+        ("function".to_string(), Json::Object(f)),
+    ];
+    if let Some(d) = tool_defer {
+        out.push(("defer_loading".into(), Json::Bool(d)));
+    }
+    Ok(Json::Object(out))
+}
+
+/// pydantic's lax `bool | None`: null, a boolean, 0 or 1 (also as 0.0 or 1.0), or one of its words
+/// for true and false in any case.
+fn optional_bool(value: Option<&Json>, field: &str) -> Result<Option<bool>> {
+    let word = |s: &str| match s.to_lowercase().as_str() {
+        "1" | "on" | "t" | "true" | "y" | "yes" => Some(true),
+        "0" | "off" | "f" | "false" | "n" | "no" => Some(false),
+        _ => None,
+    };
+    let parsed = match value {
+        None | Some(Json::Null) => return Ok(None),
+        Some(Json::Bool(b)) => Some(*b),
+        Some(Json::Int(n)) if *n == 0 || *n == 1 => Some(*n == 1),
+        Some(Json::Float(x)) if *x == 0.0 || *x == 1.0 => Some(*x == 1.0),
+        Some(Json::Str(s)) => word(s),
+        Some(_) => None,
+    };
+    match (parsed, value) {
+        (Some(b), _) => Ok(Some(b)),
+        (None, Some(v)) => Err(Error::invalid_argument(format!(
+            "{field}: expected a boolean or null, got {}",
+            shown(v)
+        ))),
+        (None, None) => Ok(None),
+    }
+}
+
+/// A value in an error message: a string as itself in quotes, anything else by its JSON type.
+fn shown(value: &Json) -> String {
+    match value {
+        Json::Str(s) => format!("\"{s}\""),
+        other => other.type_name().to_string(),
+    }
 }
 
 enum Part {
@@ -307,6 +446,16 @@ fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
                 call.type_name()
             )));
         }
+        match call.get("type") {
+            None => {}
+            Some(Json::Str(t)) if t == "function" => {}
+            Some(other) => {
+                return Err(Error::invalid_argument(format!(
+                    "{field}.type: expected \"function\", got {}",
+                    shown(other)
+                )))
+            }
+        }
         let function = match call.get_mut("function") {
             Some(f @ Json::Object(_)) => f,
             Some(other) => {
@@ -321,12 +470,14 @@ fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
                 )))
             }
         };
+        // As in vLLM 0.33: an object, or JSON text of one, is kept; anything else (empty,
+        // invalid JSON, another JSON value) becomes {} rather than failing the request.
         let arguments = match function.get("arguments") {
-            // Invalid or empty JSON text becomes {} as in vLLM, rather than failing the request.
-            Some(Json::Str(text)) => {
-                json::parse(text, "arguments").unwrap_or(Json::Object(Vec::new()))
-            }
-            Some(value @ (Json::Object(_) | Json::Array(_))) => value.clone(),
+            Some(Json::Str(text)) => match json::parse(text, "arguments") {
+                Ok(value @ Json::Object(_)) => value,
+                _ => Json::Object(Vec::new()),
+            },
+            Some(value @ Json::Object(_)) => value.clone(),
             _ => Json::Object(Vec::new()),
         };
         match function.get_mut("arguments") {

@@ -197,7 +197,7 @@ fn tojson_stops_at_the_output_limit() {
         Clock::Now,
     );
     let deep = format!(
-        r#"[{{"type": "function", "function": {{"name": "f", "parameters": {}{}}}}}]"#,
+        r#"[{{"type": "function", "function": {{"name": "f", "parameters": {{"x": {}{}}}}}}}]"#,
         "[".repeat(200),
         "]".repeat(200)
     );
