@@ -111,6 +111,13 @@
 #define MAX_LOOKAHEAD 256
 
 /*
+ The largest block a spec may name. Engines use 16 to a few hundred tokens; the bound keeps a
+ caller's number from sizing a hashing buffer (SGLang's page buffer is 4 bytes per token, so
+ 2^32 - 1 asked for 16 GiB, and a failed allocation aborts the process).
+ */
+#define MAX_BLOCK_SIZE (1 << 16)
+
+/*
  Prompt ids the decoder is primed with (the end of the prompt): enough for any decoder state
  (a partial character, a byte-fallback run, whether text has started).
  */
