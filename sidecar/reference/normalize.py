@@ -222,13 +222,7 @@ def _normalize_tool_calls(message: dict, i: int) -> None:
         field = f"messages[{i}].tool_calls[{j}]"
         if not isinstance(call, dict):
             raise InvalidArgument(f"{field}: expected an object, got {type_name(call)}")
-        if "type" in call and call["type"] != "function":
-            raise InvalidArgument(f'{field}.type: expected "function", got {_shown(call["type"])}')
-        if "function" not in call:
-            raise InvalidArgument(f"{field}.function: missing")
-        function = call["function"]
-        if not isinstance(function, dict):
-            raise InvalidArgument(f"{field}.function: expected an object, got {type_name(function)}")
+        function = _function_of(call, field)
         # As in vLLM 0.33: an object, or JSON text of one, is kept; anything else (empty, invalid
         # JSON, another JSON value) becomes {} rather than failing the request.
         arguments = function.get("arguments")
@@ -242,6 +236,19 @@ def _normalize_tool_calls(message: dict, i: int) -> None:
         # Copies, so the caller's parsed request is never edited in place.
         fresh.append({**call, "function": {**function, "arguments": arguments}})
     message["tool_calls"] = fresh
+
+
+def _function_of(item: dict, field: str) -> dict:
+    """The `function` object of a tool or a tool call, whose `type` (when given) must be
+    "function", as vLLM's models for both require."""
+    if "type" in item and item["type"] != "function":
+        raise InvalidArgument(f'{field}.type: expected "function", got {_shown(item["type"])}')
+    if "function" not in item:
+        raise InvalidArgument(f"{field}.function: missing")
+    function = item["function"]
+    if not isinstance(function, dict):
+        raise InvalidArgument(f"{field}.function: expected an object, got {type_name(function)}")
+    return function
 
 
 def _alias_reasoning(message: dict) -> dict:
@@ -265,13 +272,7 @@ def normalize_tools(tools: list) -> list:
 
 def _tool_for_vllm(tool: dict, i: int) -> dict:
     field = f"tools[{i}]"
-    if "type" in tool and tool["type"] != "function":
-        raise InvalidArgument(f'{field}.type: expected "function", got {_shown(tool["type"])}')
-    if "function" not in tool:
-        raise InvalidArgument(f"{field}.function: missing")
-    function = tool["function"]
-    if not isinstance(function, dict):
-        raise InvalidArgument(f"{field}.function: expected an object, got {type_name(function)}")
+    function = _function_of(tool, field)
     field += ".function"
     if "name" not in function:
         raise InvalidArgument(f"{field}.name: missing")

@@ -101,29 +101,10 @@ pub fn tools(parsed: Json) -> Result<Json> {
 
 fn tool_for_vllm(tool: Json, i: usize) -> Result<Json> {
     let field = format!("tools[{i}]");
-    match tool.get("type") {
-        None => {}
-        Some(Json::Str(t)) if t == "function" => {}
-        Some(other) => {
-            return Err(Error::invalid_argument(format!(
-                "{field}.type: expected \"function\", got {}",
-                shown(other)
-            )))
-        }
-    }
+    check_function_type(&tool, &field)?;
     let function = match tool.get("function") {
         Some(f @ Json::Object(_)) => f,
-        Some(other) => {
-            return Err(Error::invalid_argument(format!(
-                "{field}.function: expected an object, got {}",
-                other.type_name()
-            )))
-        }
-        None => {
-            return Err(Error::invalid_argument(format!(
-                "{field}.function: missing"
-            )))
-        }
+        other => return Err(not_a_function_object(&field, other)),
     };
     let ffield = format!("{field}.function");
     let name = match function.get("name") {
@@ -207,6 +188,29 @@ fn optional_bool(value: Option<&Json>, field: &str) -> Result<Option<bool>> {
             shown(v)
         ))),
         (None, None) => Ok(None),
+    }
+}
+
+/// A tool's or a tool call's `type`, when given, must be "function" (vLLM's models for both).
+fn check_function_type(item: &Json, field: &str) -> Result<()> {
+    match item.get("type") {
+        None => Ok(()),
+        Some(Json::Str(t)) if t == "function" => Ok(()),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "{field}.type: expected \"function\", got {}",
+            shown(other)
+        ))),
+    }
+}
+
+/// The error for a tool's or a tool call's `function` that is missing or not an object.
+fn not_a_function_object(field: &str, found: Option<&Json>) -> Error {
+    match found {
+        Some(other) => Error::invalid_argument(format!(
+            "{field}.function: expected an object, got {}",
+            other.type_name()
+        )),
+        None => Error::invalid_argument(format!("{field}.function: missing")),
     }
 }
 
@@ -446,29 +450,10 @@ fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
                 call.type_name()
             )));
         }
-        match call.get("type") {
-            None => {}
-            Some(Json::Str(t)) if t == "function" => {}
-            Some(other) => {
-                return Err(Error::invalid_argument(format!(
-                    "{field}.type: expected \"function\", got {}",
-                    shown(other)
-                )))
-            }
-        }
+        check_function_type(call, &field)?;
         let function = match call.get_mut("function") {
             Some(f @ Json::Object(_)) => f,
-            Some(other) => {
-                return Err(Error::invalid_argument(format!(
-                    "{field}.function: expected an object, got {}",
-                    other.type_name()
-                )))
-            }
-            None => {
-                return Err(Error::invalid_argument(format!(
-                    "{field}.function: missing"
-                )))
-            }
+            other => return Err(not_a_function_object(&field, other.map(|f| &*f))),
         };
         // As in vLLM 0.33: an object, or JSON text of one, is kept; anything else (empty,
         // invalid JSON, another JSON value) becomes {} rather than failing the request.
