@@ -35,15 +35,7 @@ def test_normalization(case: dict, renderer) -> None:  # noqa: ANN001
         messages_json=messages, chat_template=TEMPLATES[case["format"]], allow_request_template=True,
         add_generation_prompt=False, return_text=True, return_token_ids=False,
     )
-    if "error" in case:
-        with pytest.raises(InvalidArgument) as err:
-            renderer.render(opts)
-        assert case["error"] in err.value.message
-        return
-    text = renderer.render(opts).text
-    want = case.get("expected_text") or json.dumps(case["expected"], ensure_ascii=False)
-    assert text == want
-
+    assert_rendered(renderer, opts, case, lambda: case.get("expected_text") or json.dumps(case["expected"], ensure_ascii=False))
 
 
 @pytest.mark.parametrize("case", TOOL_CASES, ids=[c["name"] for c in TOOL_CASES])
@@ -53,9 +45,14 @@ def test_tools_normalization(case: dict, renderer) -> None:  # noqa: ANN001
         chat_template="{{ tools|tojson }}", allow_request_template=True,
         add_generation_prompt=False, return_text=True, return_token_ids=False,
     )
+    assert_rendered(renderer, opts, case, lambda: json.dumps(case["expected"], ensure_ascii=False))
+
+
+def assert_rendered(renderer, opts: RenderOptions, case: dict, want) -> None:  # noqa: ANN001
+    """The case's error (a part of its message), or the text `want()` spells."""
     if "error" in case:
         with pytest.raises(InvalidArgument) as err:
             renderer.render(opts)
         assert case["error"] in err.value.message
         return
-    assert renderer.render(opts).text == json.dumps(case["expected"], ensure_ascii=False)
+    assert renderer.render(opts).text == want()
