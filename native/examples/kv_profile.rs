@@ -132,10 +132,18 @@ fn events_payload(hashes: &[u64], tokens: &[u32], per_event: usize) -> Vec<u8> {
     out
 }
 
+/// Content mode, or engine mode when `KV_PROFILE_ENGINE` is set (keys are the engine hashes).
 fn options(max_blocks: u64) -> Options {
+    let engine_spec = std::env::var_os("KV_PROFILE_ENGINE").map(|_| {
+        sidecar_native::hash::HashSpec::from_json(&format!(
+            r#"{{"algorithm": "vllm_sha256_cbor", "block_size": {BS}}}"#
+        ))
+        .unwrap()
+    });
     Options {
         block_size: Some(BS as u32),
         max_blocks,
+        engine_spec,
         ..Options::default()
     }
 }

@@ -80,9 +80,19 @@ pub fn run(data: &[u8]) {
     }
     // A step with an unknown id fails the request wherever it comes, after whatever the earlier
     // steps emitted: only the error itself must not depend on the chunking.
-    // A stop string ends the request inside a step: the tokens after it in that step still count,
-    // so the token counters (only they) depend on where the steps were cut.
-    for r in results.iter_mut().filter(|r| r.finish_reason == "stop") {
+    // A stop string ends the request inside a step. `completion_tokens` then counts the tokens up
+    // to the one completing it, whatever the chunking, except where the stop completes inside
+    // text held from earlier steps (a byte-fallback run lands whole), whose tokens those steps
+    // already counted: a chunked run never counts fewer than the whole output in one step (the
+    // first run), which gives vLLM's count. Reasoning tokens past the stop depend on the cut.
+    if results[0].matched_stop.is_some() && results[0].error.is_none() && results[1].error.is_none()
+    {
+        assert!(
+            results[0].completion_tokens <= results[1].completion_tokens,
+            "a chunked run counted fewer tokens than the whole output"
+        );
+    }
+    for r in results.iter_mut().filter(|r| r.matched_stop.is_some()) {
         (r.completion_tokens, r.reasoning_tokens) = (0, 0);
     }
     if results[0].error.is_some() || results[1].error.is_some() {

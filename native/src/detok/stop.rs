@@ -1,9 +1,10 @@
-//! Stop strings: the output ends at the first occurrence of any of them.
+//! Stop strings: the output ends where the first of them is complete.
 //!
 //! Text that could be the start of a stop string is held back until it cannot be, so nothing
-//! past a stop string is ever sent. "First" means the earliest start in the text; a match is
-//! only accepted once no other stop string could still complete at an earlier start, so the result
-//! does not depend on how the tokens were split into steps.
+//! past a stop string is ever sent. "First" is vLLM's rule (since 0.33): the stop string that
+//! completes earliest in the text wins, ties going to the one listed first. That is what feeding
+//! the text one character at a time finds, so the result does not depend on how the tokens were
+//! split into steps, and a match is accepted at the byte that completes it.
 //!
 //! A request's stop strings are compiled once, when it opens, into one Aho-Corasick automaton over
 //! bytes ([`StopAutomaton`]), and the automaton's state is carried from step to step: a step costs
@@ -24,8 +25,6 @@ pub struct StopFilter {
     state: u32,
     /// Stream offset just past the last byte fed to the automaton.
     scanned: u64,
-    /// The best complete match seen and not yet accepted: (stream start, stop index).
-    pending: Option<(u64, usize)>,
 }
 
 /// A stop string match.
@@ -33,6 +32,8 @@ pub struct StopFilter {
 pub struct StopMatch {
     /// Index into the request's stop strings.
     pub index: usize,
+    /// Stream offset just past the stop string (where vLLM stops counting output tokens).
+    pub end: u64,
 }
 
 impl StopFilter {
@@ -98,40 +99,31 @@ impl StopFilter {
         for &byte in seen.as_bytes() {
             self.state = automaton.next(self.state, byte);
             self.scanned += 1;
-            if let Some(index) = automaton.longest_match(self.state) {
-                let start = self.scanned - automaton.len_of(index) as u64;
-                // The earliest start wins; at an equal start the one found first is shorter.
-                if self.pending.is_none_or(|(at, _)| start < at) {
-                    self.pending = Some((start, index));
-                }
-            }
-        }
-        // The earliest text that may still become a stop string (the longest live partial).
-        let partial = (!end).then(|| self.scanned - automaton.partial_len(self.state) as u64);
-        match (self.pending, partial) {
-            (Some((at, index)), p) if p.is_none_or(|p| p >= at) => {
-                let cut = (at - self.held_base) as usize
-                    + if self.include {
-                        automaton.len_of(index)
-                    } else {
-                        0
-                    };
-                emit(&self.held[..cut], self.held_base);
+            if let Some(index) = automaton.first_match(self.state) {
+                // Every stop string completing later loses, whatever its start.
+                let end = self.scanned;
+                let cut = if self.include {
+                    end
+                } else {
+                    end - automaton.len_of(index) as u64
+                };
+                emit(
+                    &self.held[..(cut - self.held_base) as usize],
+                    self.held_base,
+                );
                 self.held.clear();
-                self.pending = None;
-                Some(StopMatch { index })
-            }
-            (_, Some(p)) => {
-                // Everything before a possible (earlier) match start is decided.
-                self.release((p - self.held_base) as usize, &mut emit);
-                None
-            }
-            (_, None) => {
-                let n = self.held.len();
-                self.release(n, &mut emit);
-                None
+                return Some(StopMatch { index, end });
             }
         }
+        if end {
+            let n = self.held.len();
+            self.release(n, &mut emit);
+        } else {
+            // Everything before the earliest text that may still become a stop string is decided.
+            let partial = self.scanned - automaton.partial_len(self.state) as u64;
+            self.release((partial - self.held_base) as usize, &mut emit);
+        }
+        None
     }
 
     fn release(&mut self, n: usize, emit: &mut impl FnMut(&str, u64)) {
@@ -160,8 +152,8 @@ struct Node {
     edge_count: u32,
     fail: u32,
     depth: u32,
-    /// The longest stop string ending here (this state's or a suffix state's), if any.
-    longest_match: Option<u32>,
+    /// The first-listed stop string ending here (this state's or a suffix state's), if any.
+    first_match: Option<u32>,
     /// Length of the longest suffix (this state's text or a shorter suffix) that a stop string
     /// continues, i.e. the earliest live partial.
     partial_len: u32,
@@ -226,7 +218,10 @@ impl StopAutomaton {
                 let node = &mut self.nodes[child as usize];
                 node.fail = fail;
                 node.depth = depth;
-                node.longest_match = terminal[child as usize].or(inherited.longest_match);
+                node.first_match = match (terminal[child as usize], inherited.first_match) {
+                    (Some(own), Some(suffix)) => Some(own.min(suffix)),
+                    (own, suffix) => own.or(suffix),
+                };
                 queue.push_back(child);
             }
             let node = self.nodes[state as usize];
@@ -253,9 +248,9 @@ impl StopAutomaton {
         }
     }
 
-    /// The longest stop string ending at this state, if any.
-    pub fn longest_match(&self, state: u32) -> Option<usize> {
-        self.nodes[state as usize].longest_match.map(|i| i as usize)
+    /// The first-listed stop string ending at this state, if any.
+    pub fn first_match(&self, state: u32) -> Option<usize> {
+        self.nodes[state as usize].first_match.map(|i| i as usize)
     }
 
     /// Length of the longest suffix a stop string could still continue (0 = none).
@@ -328,12 +323,32 @@ mod tests {
     }
 
     #[test]
-    fn earliest_start_wins_in_any_chunking() {
+    fn the_stop_completing_first_wins_in_any_chunking() {
+        // vLLM 0.33: "bc" completes before "abcd", which starts earlier.
         let text = "xxabcdyy";
         for split in 1..text.len() {
             let (out, m) = run(&["bc", "abcd"], false, &[&text[..split], &text[split..]]);
-            assert_eq!((out.as_str(), m), ("xx", Some(1)), "split {split}");
+            assert_eq!((out.as_str(), m), ("xxa", Some(0)), "split {split}");
         }
+    }
+
+    #[test]
+    fn stops_completing_together_go_by_list_order() {
+        assert_eq!(run(&["bc", "abc"], false, &["abc"]), ("a".into(), Some(0)));
+        assert_eq!(run(&["abc", "bc"], false, &["abc"]), ("".into(), Some(0)));
+        assert_eq!(
+            run(&["x", "abc", "bc"], true, &["ab", "cd"]),
+            ("abc".into(), Some(1))
+        );
+    }
+
+    #[test]
+    fn a_match_names_where_the_stop_string_ends() {
+        let stops = vec!["lo w".to_string()];
+        let mut f = StopFilter::new(&stops, false);
+        assert!(f.feed("hel", 10, false, |_, _| {}).is_none());
+        let m = f.feed("lo world", 13, false, |_, _| {});
+        assert_eq!(m, Some(StopMatch { index: 0, end: 17 }));
     }
 
     #[test]
@@ -349,7 +364,7 @@ mod tests {
     }
 
     #[test]
-    fn a_longer_stop_starting_earlier_beats_a_shorter_one_found_first() {
+    fn a_shorter_stop_completing_first_beats_a_longer_one_starting_earlier() {
         for split in 1..8 {
             let text = "xxabcdyy";
             let (out, m) = run(
@@ -363,16 +378,17 @@ mod tests {
 
     #[test]
     fn matches_equal_a_plain_search_in_every_chunking() {
-        // Oracle: the earliest start of any stop, the shortest at that start.
+        // Oracle (vLLM 0.33's `check_stop_strings` over the whole text): the earliest end of any
+        // stop's first occurrence, the first listed on a tie.
         let stops = ["ab", "bab", "abc", "c", "bb", "\u{e9}t\u{e9}"];
         let texts = ["xxbabc", "bbab", "zzzz", "aab", "été", "abab", "bé"];
         for text in texts {
             let expected = stops
                 .iter()
                 .enumerate()
-                .filter_map(|(i, s)| text.find(s).map(|at| (at, s.len(), i)))
+                .filter_map(|(i, s)| text.find(s).map(|at| (at + s.len(), i, at)))
                 .min()
-                .map(|(at, _, i)| (text[..at].to_string(), Some(i)))
+                .map(|(_, i, at)| (text[..at].to_string(), Some(i)))
                 .unwrap_or((text.to_string(), None));
             for split in (1..text.len()).filter(|&k| text.is_char_boundary(k)) {
                 assert_eq!(

@@ -125,6 +125,9 @@ pub struct Session {
     attribute: bool,
     /// The step's decoded text, reused across steps.
     sink: TextSink,
+    /// (token, anchor offset) of the step's tokens, kept only when there are stop strings (see
+    /// [`Session::count_through_stop`]).
+    stop_anchors: Vec<(u64, u64)>,
     stream_len: u64,
     tokens: u64,
     finished: bool,
@@ -321,6 +324,7 @@ impl Session {
                 || plan.whole.is_some()
                 || plan.template,
             sink: TextSink::default(),
+            stop_anchors: Vec::new(),
             stream_len: 0,
             tokens: 0,
             finished: false,
@@ -476,13 +480,8 @@ impl Session {
             joined.content.push_str(&delta.content);
             joined.reasoning.push_str(&delta.reasoning);
             joined.calls.append(&mut delta.calls);
-            if delta.finished && !last {
-                // A stop string ended the request: the rest of the step is output past the end.
-                let rest = (ids.len() - (i + 1) * STEP_CHECK_IDS) as u64;
-                self.tokens += rest;
-                delta.completion_tokens = self.tokens.min(u32::MAX as u64) as u32;
-            }
             if delta.finished {
+                // A stop string ended the request: the rest of the step is past the end.
                 break;
             }
         }
@@ -505,6 +504,7 @@ impl Session {
         self.check_known(ids)?;
         let mut sink = std::mem::take(&mut self.sink);
         let escaped_before = self.out.literals.len();
+        let first_token = self.tokens;
         self.decode(ids, end, &mut sink);
         // Stop strings match what the model wrote (vLLM searches the decoded text), not the
         // U+FFFD that stands in for a noncharacter in the parsers' input.
@@ -517,6 +517,9 @@ impl Session {
             });
         drop(seen);
         self.sink = sink;
+        if let Some(m) = &matched {
+            self.count_through_stop(m.end, first_token);
+        }
         let done = end || matched.is_some();
         self.run_stages(done, false);
         if check_held && !done && self.held_bytes() > self.held_cap() {
@@ -531,6 +534,22 @@ impl Session {
         }
         self.fill(delta, done, matched.map(|m| m.index));
         Ok(())
+    }
+
+    /// Counts the step's tokens only up to the one completing the stop string that ends at
+    /// stream offset `stop_end`, as vLLM (0.33) keeps them: a token whose text starts at or past
+    /// `stop_end`, or whose text has not landed yet, is not output. So `completion_tokens` does
+    /// not depend on how many ids a step carried. (vLLM keeps at least one token of the step; its
+    /// text lands token by token, so the completing token is always in the step. Here a held
+    /// byte-fallback run lands later, and the step's tokens may all fall past the stop.)
+    fn count_through_stop(&mut self, stop_end: u64, first_token: u64) {
+        let fed = self.tokens - first_token;
+        let kept = self
+            .stop_anchors
+            .iter()
+            .filter(|&&(token, offset)| token >= first_token && offset < stop_end)
+            .count() as u64;
+        self.tokens = first_token + kept.min(fed);
     }
 
     /// Why holding `held` bytes fails the request: its own limit, or its stream's.
@@ -610,6 +629,11 @@ impl Session {
         }
         escape_literals(&mut sink.text, escaped, sink.base, &mut self.out.literals);
         self.stream_len += sink.text.len() as u64;
+        if self.stop.is_active() {
+            self.stop_anchors.clear();
+            self.stop_anchors
+                .extend(sink.anchors.iter().map(|&(token, a)| (token, a.offset())));
+        }
         if let Some(trace) = &mut self.trace {
             trace.source.push_str(&sink.text);
             trace.anchors.extend_from_slice(&sink.anchors);
