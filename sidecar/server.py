@@ -93,7 +93,7 @@ def preprocessor_handler(runtime: Runtime, gate: Gate) -> grpc.GenericRpcHandler
     detokenize = DetokenizeServicer(runtime, native)
     render = RenderServicer(runtime, native)
     models = ModelsServicer(runtime)
-    parse = ParseStreamServicer(runtime)
+    parse = ParseStreamServicer(runtime, gate)
     parsers = ParsersServicer(runtime)
     multiplex = MultiplexServicer(runtime, gate, native)
     # Raw bytes both ways: the native core reads the request and writes the response (traced or

@@ -11,8 +11,12 @@ while a write is in flight are sent together in the next message.
 A request that fails gets its own error result and the stream goes on; only malformed framing (no
 id can be trusted) ends the stream with INVALID_ARGUMENT. A cancel answers a waiting request
 CANCELLED at once and, for a large one already on a worker, sets its cancel token (the Offloader's,
-see `sidecar.cancel`), so the native work stops at its next check. While the server drains, new requests are answered UNAVAILABLE. One log line
-per stream (its counts), metrics per request kind and code (`sidecar_multiplexed_requests_total`).
+see `sidecar.cancel`), so the native work stops at its next check. While the server drains, new
+requests are answered UNAVAILABLE; while responses past --max-unsent-mb wait for their clients (the
+results waiting here count), RESOURCE_EXHAUSTED, and results computed meanwhile that would pass it
+are dropped and answered so. A message is run only once the stream's earlier results are written.
+One log line per stream (its counts), metrics per request kind and code
+(`sidecar_multiplexed_requests_total`).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import time
 from array import array
-from typing import AsyncIterator
+from typing import AsyncIterator, Sequence
 
 import grpc
 
@@ -28,7 +32,7 @@ from sidecar import metrics
 from sidecar.errors import (CANCELLED, DeadlineExceeded, FailedPrecondition, Unavailable, code_name, code_number,
                             is_expected, status_proto_fields)
 from sidecar.logs import get_logger
-from sidecar.rpc import Call, Gate, StreamCounts
+from sidecar.rpc import DRAINING, Call, Gate, StreamCounts
 from sidecar.runtime import Runtime
 from sidecar.servicers.native_table import NativeTable
 from sidecar.v1 import preprocessor_pb2 as pb
@@ -40,9 +44,12 @@ except ImportError:  # no native library (a reference-only install): the stream 
 
 _log = get_logger("sidecar.multiplex")
 #: (code, message) of the results written here rather than by the native core.
-_DRAINING = status_proto_fields(Unavailable("server is shutting down (draining); retry on another instance"))
+_DRAINING = status_proto_fields(Unavailable(DRAINING))
 _CANCELLED = (code_number(CANCELLED[0]), CANCELLED[1])
 _DEADLINE = status_proto_fields(DeadlineExceeded("the request's deadline passed before the server answered"))
+_BUSY_CODE = code_number(grpc.StatusCode.RESOURCE_EXHAUSTED)
+#: Results this small (a few errors, a short Tokenize) are held even past --max-unsent-mb.
+_SMALL_RESULTS = 4096
 
 
 def error_result(request_id: int, code: int, message: str) -> bytes:
@@ -121,9 +128,13 @@ class _Stream:
         #: Large requests running or queued on the worker pool: id -> (task, kind).
         self._pending: dict[int, tuple[asyncio.Task, int]] = {}
         self._out: list[bytes] = []
-        #: Bytes of results not yet written (in `_out` or being written); past `_limit` the reader
-        #: waits on `_writable` before running the next message: a client that sends and never
-        #: reads would otherwise make the server hold every answer (125 MB after 30 MB sent).
+        #: The results in `_out`, counted against --max-unsent-mb until handed to the stream's
+        #: wrapper (which counts each message while gRPC writes it); None outside `rpc.stream`.
+        self._unsent = call.unsent
+        #: Bytes of results not yet written (in `_out` or being written); while there are any the
+        #: reader waits on `_writable` before running the next message: a client that sends and
+        #: never reads would otherwise make the server hold every answer (125 MB after 30 MB sent),
+        #: and many such streams a message's worth each (66 MB for one stream, before).
         self._out_bytes = 0
         self._writable = asyncio.Event()
         self._writable.set()
@@ -143,6 +154,11 @@ class _Stream:
                 await self._writable.wait()
                 table = self._servicer.table()
                 refuse = (0, "") if self._gate.open else _DRAINING
+                busy = self._unsent.refusal() if self._unsent is not None and self._gate.open else None
+                if busy is not None:
+                    # Answers past --max-unsent-mb wait for their clients: the message's requests
+                    # are answered so, not run (cancels still are).
+                    refuse = (_BUSY_CODE, busy)
                 pending = array("Q", self._pending) if self._pending else ()
                 # Held until the message's large requests hold it in turn: a reload meanwhile
                 # closes the table it replaces (see `NativeMultiplexer.hold`).
@@ -172,6 +188,12 @@ class _Stream:
             self.wake()
 
     def _apply(self, batch: Batch, message: bytes, received: float, table: NativeMultiplexer) -> None:
+        busy = self._refusal(batch.messages)
+        if busy is not None:
+            # Run while other streams' answers filled the bound: the results are dropped, each
+            # request answered so (the bound holds whatever the number of streams running at once).
+            batch = batch._replace(messages=[error_result(i, _BUSY_CODE, busy) for i in result_ids(batch.messages)],
+                                   tally=[(kind, _BUSY_CODE, n) for kind, _code, n in batch.tally])
         self._servicer.record(batch, self._counts)
         if batch.messages:
             self._send(batch.messages)
@@ -210,8 +232,20 @@ class _Stream:
                 timer.cancel()
             if self._owns(deferred.id, me):
                 del self._pending[deferred.id]
+        busy = self._refusal(batch.messages)
+        if busy is not None:
+            self._fail(deferred.id, deferred.kind, _BUSY_CODE, busy)
+            return
         self._servicer.record(batch, self._counts)
         self._send(batch.messages)
+
+    def _refusal(self, messages) -> str | None:  # noqa: ANN001 - a sequence of bytes
+        """Why results of these sizes may not be held now (--max-unsent-mb), or None; small ones
+        always may."""
+        if self._unsent is None or not messages:
+            return None
+        size = sum(map(len, messages))
+        return self._unsent.refusal(size) if size > _SMALL_RESULTS else None
 
     def _owns(self, request_id: int, task: asyncio.Task | None) -> bool:
         """Whether `task` is still the pending request `request_id` (a cancel or a deadline may have
@@ -231,9 +265,11 @@ class _Stream:
 
     def _send(self, messages) -> None:  # noqa: ANN001 - a sequence of bytes
         self._out.extend(messages)
-        self._out_bytes += sum(map(len, messages))
-        if self._out_bytes > self._limit:
-            self._writable.clear()
+        size = sum(map(len, messages))
+        self._out_bytes += size
+        if self._unsent is not None:
+            self._unsent.hold(size)
+        self._writable.clear()
         self._ready.set()
 
     def wake(self) -> None:
@@ -249,9 +285,11 @@ class _Stream:
             if self._out:
                 out, self._out = self._out, []
                 for message in _pack(out, self._limit):
-                    yield message  # returns once gRPC took it: flow control holds it while the client reads nothing
+                    if self._unsent is not None:
+                        self._unsent.release(len(message))  # the wrapper holds it until written
+                    yield message  # returns once gRPC wrote it: flow control holds it while the client reads nothing
                 self._out_bytes -= sum(map(len, out))
-                if self._out_bytes <= self._limit:
+                if not self._out_bytes:
                     self._writable.set()
             if reader.done() and not self._out:
                 error = reader.exception()
@@ -288,6 +326,43 @@ def _pack(messages: list[bytes], limit: int) -> list[bytes]:
         size += len(message)
     packed.append(b"".join(group))
     return packed
+
+
+def result_ids(messages: Sequence[bytes]) -> list[int]:
+    """The ids of the results in raw `MultiplexResponse` messages, read off the wire (each result's
+    length skips its body, so a large Tokenize answer is not decoded to be refused)."""
+    ids = []
+    for data in messages:
+        pos = 0
+        while pos < len(data):
+            _tag, pos = _varint(data, pos)  # field 1, length-delimited: one MultiplexResult
+            length, pos = _varint(data, pos)
+            end, request_id = pos + length, 0
+            while pos < end:
+                tag, pos = _varint(data, pos)
+                if tag == 0x08:  # field 1 (id), varint
+                    request_id, pos = _varint(data, pos)
+                elif tag & 7 == 0:
+                    pos = _varint(data, pos)[1]
+                elif tag & 7 == 2:
+                    size, pos = _varint(data, pos)
+                    pos += size
+                else:  # fixed 64 / 32 bits (the native core writes neither)
+                    pos += 8 if tag & 7 == 1 else 4
+            ids.append(request_id)
+            pos = end
+    return ids
+
+
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
 
 
 def _elapsed_us(since: float) -> int:

@@ -10,10 +10,17 @@ A request that fails (unknown model or parser, bad token id, too much held-back 
 finished request) gets its own `RequestDelta.error`; the stream goes on. A malformed message ends
 the stream with INVALID_ARGUMENT, a step naming more requests than --parse-max-requests with
 RESOURCE_EXHAUSTED. Cancel and the end of the stream free the requests' state.
+
+The next message is read only once the previous answer is written (a client that does not read
+holds one answer, counted against --max-unsent-mb with every other response); while the bound is
+passed, an open or a step is refused with RESOURCE_EXHAUSTED in its requests' deltas (a step's
+requests are ended). While the server drains, new opens are refused UNAVAILABLE each, and the
+stream ends UNAVAILABLE once it has no request open (at once when it has none).
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import time
 from typing import AsyncIterator, Sequence
@@ -22,10 +29,11 @@ import grpc
 
 from sidecar import metrics, parsers
 from sidecar.backend import Deferred, ParseLimits, ParseMux, ParseOpenConfig
-from sidecar.errors import FailedPrecondition, InvalidArgument, ResourceExhausted, SidecarError, status_proto_fields
+from sidecar.errors import (FailedPrecondition, InvalidArgument, ResourceExhausted, SidecarError, Unavailable,
+                            status_proto_fields)
 from sidecar.logs import get_logger
 from sidecar.parse_defaults import ParseDefaults
-from sidecar.rpc import Call, StreamCounts
+from sidecar.rpc import DRAINING, Call, Gate, StreamCounts, StreamUnsent
 from sidecar.runtime import Runtime
 from sidecar.v1 import preprocessor_pb2 as pb
 
@@ -51,9 +59,31 @@ def end_request(mux: ParseMux, request_id: str) -> bool:
     return len(mux) < before
 
 
+#: An answer this small (a cancel's, an empty step's) is sent even while answers past
+#: --max-unsent-mb wait: it adds nothing worth refusing.
+_SMALL_ANSWER = 1024
+
+
+def refuse_step(mux: ParseMux, message: bytes, reason: str, counts: StreamCounts) -> bytes:
+    """The answer to a step refused because answers past --max-unsent-mb wait for their clients: each
+    request it names gets RESOURCE_EXHAUSTED and is ended (its tokens were not parsed, or their text
+    was dropped), as a request that passes a per-request limit is."""
+    ids = list(dict.fromkeys(item.request_id for item in pb.ParseStreamRequest.FromString(message).step.items))
+    error = ResourceExhausted(reason)
+    deltas = []
+    for request_id in ids:
+        end_request(mux, request_id)
+        code, text = status_proto_fields(error)
+        deltas.append(pb.RequestDelta(request_id=request_id, finished=True,
+                                      error=pb.Status(code=code, message=text + "; the request is ended")))
+    counts.errors += len(deltas)
+    return pb.ParseStreamResponse(deltas=deltas).SerializeToString()
+
+
 class ParseStreamServicer:
-    def __init__(self, runtime: Runtime) -> None:
+    def __init__(self, runtime: Runtime, gate: Gate | None = None) -> None:
         self._runtime = runtime
+        self._gate = gate or Gate()
         config = runtime.config
         # A delta is framed inside the answer: a little under the message limit leaves room for it.
         self._limits = ParseLimits(max_requests=config.parse_max_requests, max_held_bytes=config.parse_max_held_bytes,
@@ -64,40 +94,99 @@ class ParseStreamServicer:
     async def ParseStream(
         self, requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext, call: Call, counts: StreamCounts
     ) -> AsyncIterator[bytes]:
-        """Runs inside `sidecar.rpc.stream` (request id, log line, metrics, status mapping)."""
+        """Runs inside `sidecar.rpc.stream` (request id, log line, metrics, status mapping, and the
+        count of the answer being written: the next message is read only once it is)."""
         mux = self._runtime.registry.backend.new_parse_mux(self._limits)
         step_latency = metrics.STAGE_LATENCY.labels(call.rpc, "message")
+        gate, unsent = self._gate, call.unsent
+        offload = self._runtime.offloader.run
+        inline = self._runtime.config.inline_bytes
+        task = asyncio.current_task()
+        reading = drained = False
+
+        def end_if_idle() -> None:
+            # The drain began: a stream waiting for its client with no request running ends now
+            # (an idle stream held the drain for all of --drain-seconds), as a Multiplex stream does.
+            nonlocal drained
+            if reading and not len(mux):
+                drained = True
+                task.cancel()
+
+        forget = gate.on_close(end_if_idle)
+        messages = aiter(requests)
         try:
-            async for message in requests:
+            while True:
+                if not gate.open and not len(mux):
+                    raise Unavailable(DRAINING)  # every running request has finished
+                reading = True
+                try:
+                    message = await anext(messages)
+                except StopAsyncIteration:
+                    return
+                except asyncio.CancelledError:
+                    if not drained:
+                        raise
+                    task.uncancel()
+                    raise Unavailable(DRAINING) from None
+                finally:
+                    reading = False
                 started = time.perf_counter()
+                busy = unsent.refusal() if unsent is not None else None
                 # A step is microseconds per request and runs inline; a large message (a whole
                 # output parsed in one step) goes to the worker pool so the loop stays free. The
                 # stream's messages are handled one at a time, so the mux is never shared (and the
                 # pool's queue bound does not apply: see `sidecar.runtime`). A malformed message
-                # raises: the stream ends with its status.
-                offload = self._runtime.offloader.run
-                inline = self._runtime.config.inline_bytes
+                # raises: the stream ends with its status. While answers past --max-unsent-mb
+                # wait for their clients, only cancels run (a budget of 0 defers every step).
                 answer: bytes | Deferred | None = Deferred(len(message))
-                if len(message) <= inline:
+                if busy is not None or len(message) <= inline:
                     # A small step may still finish (or push over the held-back limit) requests
                     # holding much text, which it then reads whole: the native call prices it
                     # and defers it when it is not cheap after all.
-                    answer = await offload(lambda: mux.handle(message, inline), len(message), call.rpc,
+                    within = 0 if busy is not None else inline
+                    answer = await offload(lambda: mux.handle(message, within), len(message), call.rpc, bounded=False)
+                skipped: list[str] = []
+                if isinstance(answer, Deferred) and busy is None:
+                    answer = await offload(lambda: self._step(mux, message, unsent, skipped), answer.cost, call.rpc,
                                            bounded=False)
-                if isinstance(answer, Deferred):
-                    answer = await offload(lambda: mux.handle(message), answer.cost, call.rpc, bounded=False)
+                    busy = skipped[0] if skipped else None
                 if answer is None:
                     # An open reads every field of its message (prompt ids, stop strings, tools,
                     # kwargs) in Python and builds its stop-string automaton: sized the same way.
-                    answer = await offload(lambda: self._open(mux, message, counts), len(message), call.rpc,
+                    refusal = (Unavailable(DRAINING) if not gate.open else
+                               ResourceExhausted(busy) if busy is not None else None)
+                    answer = await offload(lambda: self._open(mux, message, counts, refusal), len(message), call.rpc,
                                            bounded=False)
+                elif busy is not None or isinstance(answer, Deferred) or len(answer) > _SMALL_ANSWER:
+                    if busy is None and unsent is not None:
+                        # Computed while other streams' answers may have filled the bound: dropped
+                        # if holding it too would pass it (so the bound holds whatever the number
+                        # of streams computing at once).
+                        busy = unsent.refusal(len(answer))
+                    if busy is not None:
+                        answer = await offload(lambda: refuse_step(mux, message, busy, counts), len(message), call.rpc,
+                                               bounded=False)
                 step_latency.observe(time.perf_counter() - started)
                 yield answer
         finally:
+            forget()
             mux.close()
 
-    def _open(self, mux: ParseMux, message: bytes, counts: StreamCounts) -> bytes:
-        """Opens the request of an `open` message; counts it as opened or, refused, as an error.
+    @staticmethod
+    def _step(mux: ParseMux, message: bytes, unsent: StreamUnsent | None, skipped: list[str]) -> bytes:
+        """A large step, on a worker: not computed (b"", the reason in `skipped`) when answers past
+        --max-unsent-mb wait by the time a worker takes it, so steps queued behind the ones that
+        filled the bound are not computed only to be dropped. (The gate is read off the loop here: a
+        few ints and a dict lookup, each atomic under the GIL; the loop rechecks what it holds.)"""
+        reason = unsent.refusal() if unsent is not None else None
+        if reason is not None:
+            skipped.append(reason)
+            return b""
+        return mux.handle(message)
+
+    def _open(self, mux: ParseMux, message: bytes, counts: StreamCounts, refusal: SidecarError | None = None) -> bytes:
+        """Opens the request of an `open` message; counts it as opened or, refused (`refusal`: the
+        server drains, or answers wait past --max-unsent-mb), as an error.
         (A step's per-request errors are written by the native mux into its response bytes, which
         the stream does not decode, so they are not in the count.)"""
         refused = None
@@ -114,6 +203,8 @@ class ParseStreamServicer:
             counts.errors += 1
             return error_delta("", InvalidArgument("open: malformed OpenRequest"))
         try:
+            if refusal is not None:
+                raise refusal
             if refused is not None:  # a prompt id above 2^32-1 (protobuf would have truncated it)
                 raise refused
             self._open_checked(mux, request, prompt_ids)

@@ -1,6 +1,7 @@
 """A Multiplex client that sends and never reads: the stream's reader stops running messages while
-more than a message's worth of answers waits to be written (gRPC's flow control holds the writer),
-instead of holding every answer in memory (125 MB after 30 MB sent, before)."""
+any earlier answer waits to be written (gRPC's flow control holds the writer), instead of holding
+every answer in memory (125 MB after 30 MB sent, before; then up to a message's worth, 66 MB), and
+answers past --max-unsent-mb, counted across streams, refuse new requests each on its own."""
 
 from __future__ import annotations
 
@@ -30,9 +31,11 @@ class Table:
     def release(self) -> None:
         pass
 
-    def run(self, message: bytes, elapsed_us: int, *args: object) -> object:
+    def run(self, message: bytes, elapsed_us: int, pending: object = (), refuse_code: int = 0,
+            refuse_message: str = "") -> object:
         self.ran.append(message)
         self.elapsed_us.append(elapsed_us)
+        self.refused = getattr(self, "refused", []) + [(refuse_code, refuse_message)]
         return multiplex.Batch((b"x" * 600,), (), (), [], (0, 0, 0, 0))
 
 
@@ -42,12 +45,12 @@ async def three_messages():  # noqa: ANN201
         yield b"m%d" % i
 
 
-def stream_on(table: Table, gate: Gate | None = None) -> _Stream:
+def stream_on(table: Table, gate: Gate | None = None, call: Call | None = None) -> _Stream:
     """A stream of a stand-in servicer over `table`; every message is small (runs inline)."""
     config = SimpleNamespace(max_message_bytes=1000, inline_bytes=1 << 20)
     servicer = SimpleNamespace(runtime=SimpleNamespace(config=config), gate=gate or Gate(), table=lambda: table,
                                record=lambda batch, counts: None)
-    return _Stream(servicer, Call("Multiplex", "t", None), StreamCounts())
+    return _Stream(servicer, call or Call("Multiplex", "t", None), StreamCounts())
 
 
 def test_the_reader_waits_while_answers_wait_to_be_written() -> None:
@@ -58,12 +61,15 @@ def test_the_reader_waits_while_answers_wait_to_be_written() -> None:
         reader = asyncio.create_task(stream.read(three_messages()))
         for _ in range(50):
             await asyncio.sleep(0)
-        # 1,200 bytes of answers wait after two messages: the third is not run.
-        assert table.ran == [b"m0", b"m1"] and not reader.done()
+        # The first message's answer waits to be written: the second is not run.
+        assert table.ran == [b"m0"] and not reader.done()
         answers = stream.messages(reader)
-        assert [await anext(answers), await anext(answers)] == [b"x" * 600, b"x" * 600]
-        # Written: the reader goes on, and the third answer comes.
         assert await anext(answers) == b"x" * 600
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert table.ran == [b"m0"], "the answer is still being written (the writer waits at its yield)"
+        # Written: the reader goes on, one message per answer written.
+        assert [await anext(answers), await anext(answers)] == [b"x" * 600, b"x" * 600]
         assert table.ran == [b"m0", b"m1", b"m2"]
         await reader
 
@@ -71,8 +77,8 @@ def test_the_reader_waits_while_answers_wait_to_be_written() -> None:
 
 
 def test_a_wait_for_the_client_to_read_counts_toward_a_small_messages_deadline() -> None:
-    """The third message arrives while two answers wait to be written and runs only after the
-    client reads them, 200 ms later: its requests are told so (a `timeout_us` that ran out meanwhile
+    """The second message arrives while the first's answer waits to be written and runs only after
+    the client reads it, 200 ms later: its requests are told so (a `timeout_us` that ran out meanwhile
     is DEADLINE_EXCEEDED), also when the message is small enough to run on the event loop."""
     async def scenario() -> None:
         table = Table()
@@ -85,7 +91,7 @@ def test_a_wait_for_the_client_to_read_counts_toward_a_small_messages_deadline()
             await anext(answers)
         await reader
         assert table.ran == [b"m0", b"m1", b"m2"]
-        assert table.elapsed_us[2] >= 200_000, table.elapsed_us
+        assert table.elapsed_us[1] >= 200_000, table.elapsed_us
 
     asyncio.run(scenario())
 
@@ -119,5 +125,67 @@ def test_an_idle_stream_ends_when_the_server_drains() -> None:
         forget()
         reader.cancel()
         assert table.ran == [b"m0"]
+
+    asyncio.run(scenario())
+
+
+def unsent_call(gate: Gate, peer: str = "ipv4:10.0.0.1:1") -> Call:
+    from sidecar.rpc import StreamUnsent
+
+    return Call("Multiplex", "t", None, unsent=StreamUnsent(gate, peer))
+
+
+def test_results_count_as_unsent_and_new_requests_are_refused_past_the_bound() -> None:
+    """Results waiting to be written count against --max-unsent-mb with every other stream's and
+    unary call's; while the bound is passed, a message's requests are answered RESOURCE_EXHAUSTED
+    naming the flag by the native table (not run), each on its own."""
+    async def scenario() -> None:
+        gate = Gate(max_unsent_bytes=1000)
+        gate.hold("ipv4:10.0.0.2:1", 4500)  # another client's unread answers: past the total bound
+        table = Table()
+        stream = stream_on(table, gate, unsent_call(gate))
+        reader = asyncio.create_task(stream.read(three_messages()))
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert table.ran == [b"m0"] and table.refused[0][0] == 8  # RESOURCE_EXHAUSTED
+        assert "4 x --max-unsent-mb" in table.refused[0][1]
+        assert gate.unsent == 5100  # its answer (a small one is always held) counts
+        gate.release("ipv4:10.0.0.2:1", 4500)
+        answers = stream.messages(reader)
+        for _ in range(3):
+            assert await anext(answers) == b"x" * 600
+        await reader
+        assert [code for code, _ in table.refused] == [8, 0, 0]
+
+    asyncio.run(scenario())
+
+
+def test_results_computed_past_the_bound_are_dropped_and_answered_each_on_its_own() -> None:
+    """Results of a message run while other streams filled the bound are not held: each request in
+    them gets RESOURCE_EXHAUSTED (how the bound holds whatever the number of streams)."""
+    from sidecar.servicers.multiplex import result_ids
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    big = pb.MultiplexResponse(results=[
+        pb.MultiplexResult(id=7, tokenize=pb.TokenizeResponse(encodings=[pb.Encoding(token_ids=list(range(3000)))])),
+        pb.MultiplexResult(id=300, error=pb.Status(code=3, message="bad")),
+        pb.MultiplexResult(id=0, detokenize=pb.DetokenizeResponse(texts=["x"])),
+    ]).SerializeToString()
+    assert result_ids([big, big]) == [7, 300, 0, 7, 300, 0]
+
+    class BigTable(Table):
+        def run(self, *args: object, **kwargs: object) -> object:
+            super().run(*args, **kwargs)
+            return multiplex.Batch((big,), (), (), [(0, 0, 1), (1, 3, 1), (1, 0, 1)], (0, 0, 0, 0))
+
+    async def scenario() -> None:
+        gate = Gate(max_unsent_bytes=len(big) // 8)
+        gate.hold("ipv4:10.0.0.2:1", 100)  # under the bound when the message is read
+        stream = stream_on(BigTable(), gate, unsent_call(gate))
+        reader = asyncio.create_task(stream.read(three_messages()))
+        answer = pb.MultiplexResponse.FromString(await anext(stream.messages(reader)))
+        assert [(r.id, r.error.code) for r in answer.results] == [(7, 8), (300, 8), (0, 8)]
+        assert "--max-unsent-mb" in answer.results[0].error.message
+        reader.cancel()
 
     asyncio.run(scenario())

@@ -396,3 +396,68 @@ def test_loop_tallies_reach_the_histogram_as_observe_would() -> None:
     samples = lambda h: [(s.name.split("_", 1)[1], s.labels, s.value) for s in h.collect()[0].samples  # noqa: E731
                          if not s.name.endswith("_created")]
     assert samples(tallied_child) == samples(direct)
+
+
+def test_a_stream_answer_counts_as_unsent_until_written() -> None:
+    """Each answer counts against --max-unsent-mb (per connection and in all) while gRPC writes it,
+    which lasts as long as its client does not read: answers of streams whose clients never read
+    grew the server without bound (1.45 GB for 16 ParseStream streams), bounding only unary ones."""
+    gate = rpc.Gate(max_unsent_bytes=100)
+    peer = "ipv4:10.0.0.9:1"
+
+    async def scenario() -> None:
+        answers = stream("StreamU", _echo(), gate)(_messages(b"a" * 70, b"b" * 40), FakeContext(peer=peer))
+        assert await anext(answers) == b"A" * 70
+        # gRPC is writing the first answer (the generator waits at its yield): held.
+        assert gate.unsent == 70 and gate._unsent_by_peer == {peer: 70}
+        assert gate.unsent_refusal(peer, 40) is not None and gate.unsent_refusal("ipv4:10.0.0.8:1", 40) is None
+        assert await anext(answers) == b"B" * 40  # the first was written: released
+        assert gate.unsent == 40
+        await answers.aclose()  # the client went away mid-write: dropped with the stream
+        assert gate.unsent == 0 and not gate._unsent_by_peer
+
+    asyncio.run(scenario())
+
+
+def test_the_unsent_bound_refuses_work_that_would_pass_it_but_never_a_lone_answer() -> None:
+    gate = rpc.Gate(max_unsent_bytes=100)
+    assert gate.unsent_refusal("p", 10_000) is None  # nothing held: one answer alone always goes
+    gate.hold("p", 60)
+    assert gate.unsent_refusal("p", 30) is None
+    assert "--max-unsent-mb" in gate.unsent_refusal("p", 50)
+    for other in range(6):
+        gate.hold(f"q{other}", 60)
+    assert "4 x --max-unsent-mb" in gate.unsent_refusal("r", 50)
+    gate.release("p", 60)
+    assert gate.unsent == 360 and "p" not in gate._unsent_by_peer
+
+
+@pytest.mark.parametrize("gone", [False, True])
+def test_a_stream_whose_call_goes_away_under_it_is_recorded_cancelled(log_lines, gone: bool) -> None:  # noqa: ANN001
+    """gRPC ends a stream's request iterator the same way when its client half-closes and when the
+    call is gone (cancelled, its connection dropped, a message over --max-message-mb), then cancels
+    the handler's task a moment later: such streams were logged and counted OK."""
+    name = f"StreamGone{int(gone)}"
+
+    async def run() -> None:
+        answers = stream(name, _echo())(_messages(b"open"), FakeContext())
+
+        async def consume() -> list[bytes]:
+            return [answer async for answer in answers]
+
+        task = asyncio.create_task(consume())
+        await asyncio.sleep(0.001)  # the requests have ended
+        if gone:
+            task.cancel()  # what gRPC does when its poller reports the call closed (0.04-0.08 ms)
+        try:
+            assert await task == [b"OPEN"]
+        except asyncio.CancelledError:
+            assert gone
+
+    asyncio.run(run())
+    code = "CANCELLED" if gone else "OK"
+    assert _sample("sidecar_requests_total", rpc=name, code=code) == 1
+    (line,) = [line for line in log_lines() if line["event"] == "rpc"]
+    assert (line["code"], line["messages"], line["opened"]) == (code, 1, 1)
+    if gone:
+        assert "client cancelled" in line["error"] and "--max-message-mb" in line["error"]
