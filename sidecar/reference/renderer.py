@@ -21,6 +21,7 @@ from sidecar.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument
 from sidecar.reference import template_analysis
 from sidecar.reference.normalize import normalize_messages, normalize_tools, parse_json, type_name
 from sidecar.reference.tokenizer import ReferenceTokenizer
+from sidecar.reference.words import check_word_lengths
 
 _TEMPLATE_NAME = "chat_template"
 _CONTINUE_TAG = "CONTINUE_FINAL_MESSAGE_TAG "
@@ -173,6 +174,7 @@ class ReferenceRenderer:
         ids: list[int] = []
         offsets: list[int] = []
         if opts.return_token_ids or opts.return_offsets:
+            check_word_lengths(text, self._settings.max_word_chars)
             enc = self._tokenizer.encode_batch(
                 [text], EncodeOptions(add_special_tokens=opts.add_special_tokens, return_offsets=opts.return_offsets)
             )[0]

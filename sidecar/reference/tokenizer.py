@@ -13,6 +13,7 @@ import tokenizers
 from sidecar.backend import AddedToken, EncodeOptions, Encoding
 from sidecar.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound
 from sidecar.reference import tiktoken
+from sidecar.reference.words import check_word_lengths
 
 
 def _load_json_text(model_dir: Path) -> tuple[str, str]:
@@ -78,6 +79,7 @@ class ReferenceTokenizer:
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlineExceeded("the request's deadline passed")
             _check_utf8(text, f"texts[{i}]")
+            check_word_lengths(text, opts.max_word_chars, f"texts[{i}]")
             out.append(self._encode_one(text, opts))
         return out
 

@@ -1,10 +1,12 @@
 //! The word-length bound: the longest piece of text an encoder has to take in one go.
 //!
 //! Byte-pair encoding works word by word, and one word cannot be split without changing its ids,
-//! so a word of megabytes is megabytes of uninterruptible work (seconds of CPU). Every
-//! pre-tokenizer of the supported tokenizers keeps a word inside one run of characters of a single
-//! class (letters with their marks, digits, whitespace, everything else), give or take one
-//! leading character, so the longest such run bounds the longest word. Measuring runs is one cheap
+//! so a word of megabytes is megabytes of uninterruptible work (seconds of CPU). The
+//! pre-tokenizers that split words (byte-level regexes, whitespace and digit splits) keep a word
+//! inside one run of characters of a single class (letters with their marks, digits, whitespace,
+//! everything else), give or take one leading character, so the longest such run bounds the
+//! longest word. A tokenizer that does not split (Metaspace with `split: false`, Mistral v3's) takes
+//! a whole text as one piece, which only `--max-text-chars` bounds (documented with the flag). Measuring runs is one cheap
 //! pass that stops at the first run over the limit, so even a 50 MB single word is refused in
 //! microseconds.
 
