@@ -6,9 +6,9 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 - the next number: the batch is applied;
 - a jump forward (messages were dropped): the missing batches are requested from the engine's
   ROUTER replay socket when one is configured (`[b"", start_seq]` from a DEALER; the engine answers
-  `[b"", topic, seq, payload]` per buffered batch (vLLM; SGLang leaves out the topic), then an end
-  marker with seq -1); if there is none, or the engine no longer has them, the worker's state is
-  dropped (`on_reset(worker, "gap")`);
+  `[b"", topic, seq, payload]` per buffered batch (vLLM, SGLang 0.5.23; older SGLang left out the
+  topic, also read), then an end marker with seq -1); if there is none, or the engine no longer
+  has them, the worker's state is dropped (`on_reset(worker, "gap")`);
 - a number at or below the last one: the engine restarted (its counter starts at 0 again), so the
   worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied, after the new
   engine's earlier batches when that number is above 0 and the replay socket still has them;
@@ -527,8 +527,8 @@ class Subscriber:
                     _log.warning("kv_events_replay_timeout worker=%s start=%d", state.source.worker, start)
                     return None
                 frames = sock.recv_multipart()
-                # vLLM answers [b"", topic, seq, payload], SGLang [b"", seq, payload]; both end
-                # with seq -1 and an empty payload.
+                # vLLM and SGLang 0.5.23 answer [b"", topic, seq, payload], older SGLang
+                # [b"", seq, payload]; all end with seq -1 and an empty payload.
                 if len(frames) not in (3, 4) or len(frames[-2]) != 8:
                     continue
                 seq = int.from_bytes(frames[-2], "big", signed=True)

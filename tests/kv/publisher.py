@@ -1,6 +1,6 @@
 """A stand-in engine for tests: an XPUB socket publishing `[topic, seq, payload]` like vLLM's and
 SGLang's ZmqEventPublisher, and a ROUTER replay socket answering from its buffer the way either
-does (vLLM's answers carry the topic, SGLang's do not)."""
+does (vLLM's and SGLang 0.5.23's answers carry the topic, older SGLang's do not)."""
 
 from __future__ import annotations
 
@@ -18,8 +18,8 @@ class FakeEnginePublisher:
                  engine: str = "vllm") -> None:
         """`send_hwm`: messages queued per subscriber before ZMQ drops (0 = no limit); set before
         the bind, which fixes it for every connection the socket accepts. `engine`: whose replay
-        answers to give ("vllm" or "sglang")."""
-        # The frames before seq in a replay answer: vLLM sends the topic there, SGLang nothing.
+        answers to give ("vllm", as SGLang 0.5.23 also answers, or "sglang": older SGLang's)."""
+        # The frames before seq in a replay answer: vLLM sends the topic there, older SGLang nothing.
         self._before_seq = [topic] if engine == "vllm" else []
         # XPUB behaves as PUB for the subscriber and lets the test wait for its subscription, so no
         # message is lost to ZMQ's slow-joiner window. Verbose, because a restarted subscriber may

@@ -113,8 +113,8 @@ def test_events_gaps_replay_restart(ctx: zmq.Context, index_factory: IndexFactor
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_replay_answers_of_either_engine_fill_a_gap(ctx: zmq.Context, engine: str) -> None:
-    """vLLM's replay answers carry the topic before the sequence number, SGLang's do not; both
-    fill a gap with no reset."""
+    """vLLM's (and SGLang 0.5.23's) replay answers carry the topic before the sequence number,
+    older SGLang's do not; both fill a gap with no reset."""
     pub = FakeEnginePublisher(ctx, engine=engine)
     got: list[int] = []
     resets: list[str] = []
