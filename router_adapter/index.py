@@ -36,6 +36,7 @@ import msgspec
 
 from router_adapter.errors import InvalidTokens
 from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, Event, cache_salt_of, mm_keys_of
+from router_adapter._reference import check_token_ids
 from router_adapter.hashing import REFERENCE_HASHER, BlockHasher, block_mm_keys
 from router_adapter.spec import HashSpec, MmItem
 
@@ -63,12 +64,14 @@ class IndexStats:
     events: int = 0
     blocks_stored: int = 0
     blocks_removed: int = 0
-    #: Stores whose parent block is unknown to us (we joined late, or it was evicted): not indexed.
+    #: Stores whose parent block is unknown to us (we joined late, or it was evicted) and whose
+    #: first block the worker does not hold either: not indexed.
     orphan_blocks: int = 0
     #: Removals of blocks we never saw.
     unknown_removals: int = 0
     #: Events not indexed: because of their block size, group, locality or medium, token ids that
-    #: cannot be hashed, bigram stores in engine mode, or a class the decoder does not know.
+    #: cannot be hashed, bigram stores in engine mode, stores by hash alone (block size 0) of blocks
+    #: the worker does not hold in content mode, or a class the decoder does not know.
     skipped_events: int = 0
     evicted_blocks: int = 0
     worker_resets: int = 0
@@ -374,11 +377,22 @@ class PrefixIndex:
             # store is skipped below and teaches nothing; nor does a store of another KV-cache
             # group (a hybrid model's other group has blocks of another size) or a remote one.
             self.block_size = event.block_size
-        if event.block_size != self.block_size or not indexed:
+        # vLLM's offloading connector names a block it offloaded without self-describing metadata
+        # by its hash alone (block_size 0, no tokens): that block is held in the medium named.
+        by_hash = event.block_size == 0 and not event.token_ids
+        if (event.block_size != self.block_size and not by_hash) or not indexed:
             self.stats.skipped_events += 1
             return
         hashes = event.block_hashes
-        if self.engine_spec is not None:
+        if by_hash and self.engine_spec is None:
+            # No tokens to key: only blocks the worker already holds (under their keys).
+            held = _held_prefix(w.keys, hashes)
+            if not held:
+                self.stats.skipped_events += 1
+                return
+            hashes = hashes[:held]
+            keys = [w.keys[h] for h in hashes]
+        elif self.engine_spec is not None:
             if event.bigram:
                 # SGLang with EAGLE hashes each page's token pairs: no request hashed with the
                 # spec could ever match these hashes (content keys of the first elements do).
@@ -388,11 +402,20 @@ class PrefixIndex:
         else:
             parent_key = None
             salt = ""
+            # Leading blocks of the store the worker already holds: they keep their keys.
+            held = 0
             if event.parent_block_hash is not None:
                 parent_key = w.keys.get(event.parent_block_hash)
                 if parent_key is None:
-                    self.stats.orphan_blocks += len(hashes)
-                    return
+                    # A store in a second medium (vLLM's offloading connector stores a block held
+                    # on GPU to CPU) after the parent left: an engine hash names its whole prefix,
+                    # so a block the worker holds keeps its key, and the blocks after it chain
+                    # from it. Orphans only from a first block that is not held.
+                    held = _held_prefix(w.keys, hashes)
+                    if not held:
+                        self.stats.orphan_blocks += len(hashes)
+                        return
+                    parent_key = w.keys[hashes[held - 1]]
             else:
                 salt = cache_salt_of(event)
             bs = self.block_size
@@ -403,12 +426,15 @@ class PrefixIndex:
                 # tokens; `--kv-group` names the full-attention group.
                 self.stats.skipped_events += 1
                 return
-            tokens = event.token_ids[: len(hashes) * bs]
+            tokens = event.token_ids[held * bs : len(hashes) * bs]
             mm_keys = mm_keys_of(event)
             try:
+                if held:
+                    # The held blocks' tokens are not hashed, but checked as any store's are.
+                    check_token_ids(event.token_ids[: held * bs])
                 if mm_keys:
                     keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key,
-                                                   mm_keys=mm_keys[: len(hashes)])
+                                                   mm_keys=mm_keys[held : len(hashes)])
                 else:
                     keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key)
             except InvalidTokens:
@@ -416,6 +442,8 @@ class PrefixIndex:
                 # as the native index skips it, and the rest of the batch applied.
                 self.stats.skipped_events += 1
                 return
+            if held:
+                keys = [w.keys[h] for h in hashes[:held]] + keys
             if len(keys) < len(hashes):
                 # Fewer tokens than blocks: index what the tokens cover.
                 hashes = hashes[: len(keys)]
@@ -551,6 +579,16 @@ class PrefixIndex:
             self._blocks -= len(oldest)
             self.stats.evicted_blocks += len(oldest)
             heapq.heappush(largest, (-len(w.keys), position, w))
+
+
+def _held_prefix(keys: dict[int, int], hashes: Sequence[int]) -> int:
+    """How many of `hashes`, from the first, are in `keys` (a worker's engine hash -> key)."""
+    held = 0
+    for engine_hash in hashes:
+        if engine_hash not in keys:
+            break
+        held += 1
+    return held
 
 
 #: Workers a snapshot may hold, as the native index (native/src/index/snapshot.rs): far past a real

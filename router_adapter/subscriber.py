@@ -6,12 +6,17 @@ per data-parallel rank). Each message is `[topic, seq (8 bytes, big-endian), msg
 - the next number: the batch is applied;
 - a jump forward (messages were dropped): the missing batches are requested from the engine's
   ROUTER replay socket when one is configured (`[b"", start_seq]` from a DEALER; the engine answers
-  `[b"", topic, seq, payload]` per buffered batch (vLLM; SGLang leaves out the topic), then an end
-  marker with seq -1); if there is none, or the engine no longer has them, the worker's state is
-  dropped (`on_reset(worker, "gap")`);
+  `[b"", topic, seq, payload]` per buffered batch (vLLM, SGLang 0.5.23; older SGLang left out the
+  topic, also read), then an end marker with seq -1); if there is none, or the engine no longer
+  has them, the worker's state is dropped (`on_reset(worker, "gap")`);
 - a number at or below the last one: the engine restarted (its counter starts at 0 again), so the
   worker's state is dropped (`on_reset(worker, "restart")`) before the batch is applied, after the new
   engine's earlier batches when that number is above 0 and the replay socket still has them;
+- the first message after a lost connection: a restarted engine may have published past the last
+  number before the socket connected again, which by number alone is a continuation or a gap
+  filled from the new engine's buffer over the old engine's blocks. With a replay socket, the last
+  batch handled is asked of it with the missed ones and checked by `payload_digest`, as for a
+  resumed source (below): another batch there is a restart;
 - silence for longer than `silence_timeout_s`: the worker is aged out (`on_reset(worker, "silent")`);
 - a message larger than `max_message_bytes` (on the SUB socket, or a replay answer on the DEALER):
   libzmq drops the connection rather than take it, so the message is lost and shows as a gap, which
@@ -139,8 +144,11 @@ class _State:
     #: doubles while they keep failing (see `_replay`).
     replay_after: float = 0.0
     replay_backoff: float = 0.0
-    #: Of a resumed source, until its first message: the `payload_digest` of batch `last_seq`.
+    #: Of a resumed source, or one whose connection was lost, until its first message: the
+    #: `payload_digest` of batch `last_seq` (see `_check_resumed`).
     resume_digest: str | None = None
+    #: The payload of batch `last_seq`, when it came in this run (digested at a lost connection).
+    last_payload: bytes | None = None
 
 
 Sink = Callable[[str, Batch], None]
@@ -305,6 +313,9 @@ class Subscriber:
         try:
             while not self._stop.is_set() and old.poll(0):
                 self._drain(state)
+            if state.last_seq is not None and state.last_payload is not None and state.resume_digest is None:
+                # The engine may have restarted meanwhile: the next message is checked against it.
+                state.resume_digest = payload_digest(state.last_payload)
         finally:  # made again even when a sink failed on what was left (`_guarded` resets the source)
             for sock in (old, monitor):
                 poller.unregister(sock)
@@ -380,13 +391,13 @@ class Subscriber:
         self._deliver(state, seq, frames[2])
 
     def _check_resumed(self, state: _State, last: int, seq: int, digest: str) -> None:
-        """The first message `seq` of a source resumed after batch `last`, whose payload's digest
-        is `digest`: batches `last .. seq-1` are asked of the replay socket in one request. The
-        same batch `last` there: the engine that published it goes on, and the batches after it
-        are delivered (those missed, then `seq`). Another one: the engine restarted meanwhile and
-        has since passed `last` (by number alone a continuation, or a gap filled from the new
-        engine's buffer, leaving the old engine's blocks in place). None: no telling (a timeout,
-        a buffer past it): a gap."""
+        """The first message `seq` of a source resumed after batch `last` (or whose connection was
+        lost after it), whose payload's digest is `digest`: batches `last .. seq-1` are asked of
+        the replay socket in one request. The same batch `last` there: the engine that published
+        it goes on, and the batches after it are delivered (those missed, then `seq`). Another
+        one: the engine restarted meanwhile and has since passed `last` (by number alone a
+        continuation, or a gap filled from the new engine's buffer, leaving the old engine's
+        blocks in place). None: no telling (a timeout, a buffer past it): a gap."""
         worker = state.source.worker
         got = self._request_replay(state, last, seq) if seq - last <= MAX_REPLAY_SPAN else None
         before = None if got is None else got.get(last)
@@ -413,6 +424,7 @@ class Subscriber:
 
     def _deliver(self, state: _State, seq: int, payload: bytes) -> None:
         state.last_seq = seq
+        state.last_payload = payload
         if self._on_payloads is not None:
             state.pending.append((seq, payload))
             return
@@ -515,8 +527,8 @@ class Subscriber:
                     _log.warning("kv_events_replay_timeout worker=%s start=%d", state.source.worker, start)
                     return None
                 frames = sock.recv_multipart()
-                # vLLM answers [b"", topic, seq, payload], SGLang [b"", seq, payload]; both end
-                # with seq -1 and an empty payload.
+                # vLLM and SGLang 0.5.23 answer [b"", topic, seq, payload], older SGLang
+                # [b"", seq, payload]; all end with seq -1 and an empty payload.
                 if len(frames) not in (3, 4) or len(frames[-2]) != 8:
                     continue
                 seq = int.from_bytes(frames[-2], "big", signed=True)

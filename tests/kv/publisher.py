@@ -1,6 +1,6 @@
 """A stand-in engine for tests: an XPUB socket publishing `[topic, seq, payload]` like vLLM's and
 SGLang's ZmqEventPublisher, and a ROUTER replay socket answering from its buffer the way either
-does (vLLM's answers carry the topic, SGLang's do not)."""
+does (vLLM's and SGLang 0.5.23's answers carry the topic, older SGLang's do not)."""
 
 from __future__ import annotations
 
@@ -18,17 +18,15 @@ class FakeEnginePublisher:
                  engine: str = "vllm") -> None:
         """`send_hwm`: messages queued per subscriber before ZMQ drops (0 = no limit); set before
         the bind, which fixes it for every connection the socket accepts. `engine`: whose replay
-        answers to give ("vllm" or "sglang")."""
-        # The frames before seq in a replay answer: vLLM sends the topic there, SGLang nothing.
+        answers to give ("vllm", as SGLang 0.5.23 also answers, or "sglang": older SGLang's)."""
+        # The frames before seq in a replay answer: vLLM sends the topic there, older SGLang nothing.
         self._before_seq = [topic] if engine == "vllm" else []
         # XPUB behaves as PUB for the subscriber and lets the test wait for its subscription, so no
         # message is lost to ZMQ's slow-joiner window. Verbose, because a restarted subscriber may
         # subscribe before ZMQ has dropped the stopped one: the topic is then still held, and a
         # plain XPUB passes no message up (a test waiting for it timed out in CI).
-        self.pub = ctx.socket(zmq.XPUB)
-        self.pub.setsockopt(zmq.XPUB_VERBOSE, 1)
-        self.pub.setsockopt(zmq.LINGER, 0)
-        self.pub.setsockopt(zmq.SNDHWM, send_hwm)
+        self._ctx, self._send_hwm = ctx, send_hwm
+        self.pub = self._xpub()
         port = self.pub.bind_to_random_port("tcp://127.0.0.1")
         self.endpoint = f"tcp://127.0.0.1:{port}"
         self.topic = topic
@@ -45,6 +43,28 @@ class FakeEnginePublisher:
             self.replay_endpoint = f"tcp://127.0.0.1:{rport}"
             self._thread = threading.Thread(target=self._serve_replay, daemon=True)
             self._thread.start()
+
+    def _xpub(self) -> zmq.Socket:
+        pub = self._ctx.socket(zmq.XPUB)
+        pub.setsockopt(zmq.XPUB_VERBOSE, 1)
+        pub.setsockopt(zmq.LINGER, 0)
+        pub.setsockopt(zmq.SNDHWM, self._send_hwm)
+        return pub
+
+    def rebind(self) -> None:
+        """Closes the PUB socket (its subscribers lose their connection) and binds a new one to
+        the same endpoint, as an engine that went away and came back there does."""
+        self.pub.close(0)
+        self.pub = self._xpub()
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                self.pub.bind(self.endpoint)
+                return
+            except zmq.ZMQError:  # the closed socket's I/O thread has not let the port go yet
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.01)
 
     def wait_for_subscriber(self, timeout: float = 10.0) -> None:
         if not self.pub.poll(int(timeout * 1000)):

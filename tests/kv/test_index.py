@@ -353,3 +353,59 @@ def test_a_store_of_sparse_blocks_is_skipped_not_misattributed(kind: str) -> Non
     assert depths(index, tokens) == {"a": 0}
     index.apply("a", BlockStored([11, 12, 13, 14], None, tokens, BS, group_idx=1))
     assert depths(index, tokens) == {"a": 4} and index.stats.skipped_events == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_held_block_stored_in_another_medium_keeps_its_key_without_its_parent(kind: str) -> None:
+    """vLLM's offloading connector stores a block the worker holds on GPU to CPU, naming its
+    parent, which the GPU may have evicted meanwhile. The block's engine hash names its whole
+    prefix, so it keeps the content key it has; the blocks after it chain from it. Dropped as an
+    orphan, the CPU copy was lost when the GPU evicted the block too."""
+    index = make_index(kind, BS)
+    hashes = engine_hashes(TOKENS)
+    index.apply("a", store(TOKENS, 0, 3))
+    index.apply("a", BlockRemoved(hashes[:1]))
+    index.apply("a", store(TOKENS, 1, 2, medium="CPU"))  # parent: block 0, no longer held
+    index.apply("a", BlockRemoved(hashes[1:2]))  # the GPU copy
+    assert index.worker_blocks("a") == 2 and index.stats.orphan_blocks == 0
+    # Blocks 2 (held) and 3 (not yet): 3 is keyed after 2's key.
+    index.apply("a", store(TOKENS, 2, 4, medium="CPU"))
+    index.apply("a", store(TOKENS, 0, 1))
+    w = index.score(TOKENS).workers[0]
+    assert (w.blocks, w.blocks_by_medium) == (4, {"GPU": 1, "CPU": 0})
+    index.apply("a", store(TOKENS, 0, 1, medium="CPU"))
+    assert index.score(TOKENS).workers[0].blocks_by_medium == {"GPU": 1, "CPU": 4}
+    # A first block that is not held: an orphan, as before.
+    index.apply("a", store(TOKENS, 5, 7, medium="CPU"))
+    assert index.stats.orphan_blocks == 2 and index.worker_blocks("a") == 4
+
+
+def placeholder(engine_hash: int, medium: str = "CPU") -> BlockStored:
+    """vLLM's offloading connector's store without self-describing metadata: the hash alone."""
+    return BlockStored([engine_hash], None, [], 0, medium=medium, group_idx=0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("mode", ["content", "engine"])
+def test_a_block_offloaded_by_hash_alone_is_held_in_its_medium(kind: str, mode: str) -> None:
+    """A store of block size 0 without tokens (the offloading connector's placeholder) says the
+    worker holds that engine hash in the medium named. Engine mode keys on the hash: indexed. In
+    content mode it has no tokens to key: indexed when the worker holds the block (its key),
+    skipped otherwise. Either way no block size is learned from it."""
+    spec = HashSpec("vllm_sha256", BS) if mode == "engine" else None
+    index = make_index(kind, engine_spec=spec)
+    hashes = engine_hashes(TOKENS)
+    index.apply("b", placeholder(hashes[0]))
+    assert index.block_size == (BS if mode == "engine" else None)
+    index.apply("a", store(TOKENS, 0, 4))
+    index.apply("a", placeholder(hashes[1]))
+    index.apply("a", BlockRemoved(hashes[1:2]))
+    scores = {w.worker: (w.blocks, w.blocks_by_medium) for w in index.score(TOKENS).workers}
+    if mode == "engine":
+        assert scores == {"a": (4, {"GPU": 1, "CPU": 0}), "b": (1, {"GPU": 0, "CPU": 1})}
+        assert index.stats.skipped_events == 0
+    else:
+        assert scores == {"a": (4, {"GPU": 1, "CPU": 0}), "b": (0, {"GPU": 0, "CPU": 0})}
+        assert index.stats.skipped_events == 1
+    index.apply("a", BlockRemoved(hashes[1:2], medium="CPU"))
+    assert depths(index, TOKENS)["a"] == 1

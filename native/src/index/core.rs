@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 
-use super::content::prefix_keys_into;
+use super::content::{prefix_keys_into, MmKey};
 use super::decode::{Batch, Event, Removed, Stored};
 use super::holders::{MAX_MEDIA, MAX_WORKERS};
 use super::keys::KeyTable;
@@ -47,6 +47,13 @@ fn release_all(keys: &mut KeyTable, id: u32, entries: &[Entry]) -> u64 {
         }
     }
     entries.len() as u64
+}
+
+/// Whether a store names its blocks by engine hash alone (block size 0, no tokens): vLLM's
+/// offloading connector announces a block it offloaded without self-describing metadata so, and
+/// the block is held in the medium named (as the Python index's `by_hash`).
+fn by_hash(event: &Stored<'_>) -> bool {
+    event.block_size == 0 && event.tokens.0 == event.tokens.1
 }
 
 /// One model's index (not synchronized; [`super::SharedIndex`] adds the lock).
@@ -220,7 +227,7 @@ impl Index {
             self.block_size = Some(event.block_size as u32);
         }
         let matches_size = self.block_size.map(|b| b as i128) == Some(event.block_size);
-        if !matches_size || !indexed {
+        if !(matches_size || by_hash(event)) || !indexed {
             self.stats.skipped_events += 1;
             return;
         }
@@ -286,7 +293,8 @@ impl Index {
     }
 
     /// Appends the content keys of a store to `keys`; false when it is not indexed (an unknown
-    /// parent, counted as orphans, or token ids that cannot be hashed, counted as a skipped
+    /// parent and a first block the worker does not hold, counted as orphans; token ids that
+    /// cannot be hashed, or a store by hash alone of a block not held, counted as a skipped
     /// event).
     fn content_keys(
         &mut self,
@@ -296,12 +304,29 @@ impl Index {
         n: usize,
         keys: &mut Vec<u64>,
     ) -> bool {
+        let hashes = || &batch.hashes[event.hashes.0..event.hashes.0 + n];
+        if by_hash(event) {
+            // No tokens to key: only blocks the worker already holds (under their keys).
+            if self.held_keys(id, hashes(), keys) == 0 {
+                self.stats.skipped_events += 1;
+                return false;
+            }
+            return true;
+        }
+        // Leading blocks of the store the worker already holds: they keep their keys.
+        let mut held = 0;
         let (parent_key, salt) = match event.parent {
             Some(parent) => match self.worker(id).get(parent) {
                 Some(entry) => (Some(entry.key()), ""),
                 None => {
-                    self.stats.orphan_blocks += n as u64;
-                    return false;
+                    // A store in a second medium after the parent left (as the Python index): a
+                    // block the worker holds keeps its key, and the blocks after it chain from it.
+                    held = self.held_keys(id, hashes(), keys);
+                    if held == 0 {
+                        self.stats.orphan_blocks += n as u64;
+                        return false;
+                    }
+                    (keys.last().copied(), "")
                 }
             },
             None => (None, event.salt),
@@ -320,8 +345,25 @@ impl Index {
             return false;
         }
         let mm = &batch.mm[event.mm.0 as usize..event.mm.1 as usize];
+        let start = used.min(held * bs);
+        // The held blocks' multimodal keys go with them; the rest are renumbered from the first
+        // block hashed (rare: allocated here only).
+        let shifted: Vec<MmKey>;
+        let mm = if held > 0 && !mm.is_empty() {
+            shifted = mm
+                .iter()
+                .filter(|k| k.block as usize >= held)
+                .map(|k| MmKey {
+                    block: k.block - held as u32,
+                    ..*k
+                })
+                .collect();
+            &shifted[..]
+        } else {
+            mm
+        };
         prefix_keys_into(
-            &tokens[..used],
+            &tokens[start..used],
             bs,
             event.lora_name,
             salt,
@@ -330,6 +372,22 @@ impl Index {
             keys,
         );
         true
+    }
+
+    /// Appends the keys of the leading `hashes` the worker holds to `keys`; returns how many.
+    /// (Out of the way of the stores with a known parent, nearly all of them.)
+    #[cold]
+    #[inline(never)]
+    fn held_keys(&self, id: u32, hashes: &[u64], keys: &mut Vec<u64>) -> usize {
+        let worker = self.worker(id);
+        let before = keys.len();
+        for &hash in hashes {
+            let Some(entry) = worker.get(hash) else {
+                break;
+            };
+            keys.push(entry.key());
+        }
+        keys.len() - before
     }
 
     /// One block of a store (mixed engine hash and key): a new entry or a re-store (newest

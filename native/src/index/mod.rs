@@ -173,7 +173,8 @@ pub struct Stats {
     pub blocks_stored: u64,
     /// Blocks removed by removal events.
     pub blocks_removed: u64,
-    /// Stored blocks whose parent is unknown (not indexed).
+    /// Stored blocks whose parent is unknown, of stores whose first block is not held either
+    /// (not indexed).
     pub orphan_blocks: u64,
     /// Removals of blocks not held.
     pub unknown_removals: u64,

@@ -813,3 +813,58 @@ fn events_of_unknown_classes_are_skipped_and_counted() {
     let cut = &unknown[..unknown.len() - 1];
     assert!(decode_batch(cut, Encoding::Engine).is_err());
 }
+
+#[test]
+fn a_held_block_stored_in_another_medium_keys_the_blocks_after_it_with_their_images() {
+    // Image x over tokens 4..12 (blocks 1 and 2). Blocks 0 and 1 on GPU, then block 0 evicted: an
+    // offload of blocks 1..4 names block 0 as parent. Block 1 keeps its key; blocks 2 and 3 are
+    // keyed after it, block 2 with its image key (block 1 of the event).
+    let index = content_index(1000);
+    let tokens = tokens();
+    let hashes = vllm_hashes(&tokens, "");
+    let pair = |offset: i128| V::Arr(vec![V::Arr(vec![V::Str("x"), V::Int(offset)])]);
+    let store = |start: usize, end: usize, medium: &'static str, extra: Vec<V>| {
+        let parent = if start == 0 {
+            V::Nil
+        } else {
+            V::Int(hashes[start - 1] as i128)
+        };
+        let event = V::Map(vec![
+            (V::Str("type"), V::Str("BlockStored")),
+            (
+                V::Str("block_hashes"),
+                ints(hashes[start..end].iter().copied()),
+            ),
+            (V::Str("parent_block_hash"), parent),
+            (
+                V::Str("token_ids"),
+                ints(tokens[start * 4..end * 4].iter().map(|&t| t as u64)),
+            ),
+            (V::Str("block_size"), V::Int(BS as i128)),
+            (V::Str("medium"), V::Str(medium)),
+            (V::Str("extra_keys"), V::Arr(extra)),
+        ]);
+        bytes(&V::Arr(vec![V::Float(1.0), V::Arr(vec![event])]))
+    };
+    let apply = |payload: &[u8]| index.apply("w", payload, Encoding::Engine).unwrap();
+    apply(&store(0, 2, "GPU", vec![V::Nil, pair(0)]));
+    apply(&removed(&hashes[..1], "GPU"));
+    apply(&store(1, 4, "CPU", vec![pair(0), pair(-4), V::Nil]));
+    assert_eq!(index.status().stats.orphan_blocks, 0);
+    apply(&store(0, 1, "GPU", vec![V::Nil]));
+    let image = [MmItem {
+        identifier: "x".to_owned(),
+        offset: 4,
+        length: 8,
+    }];
+    let table = index
+        .score(
+            &tokens[..16],
+            &RequestFacts {
+                mm_items: &image,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(table.workers[0].blocks, 4);
+}
