@@ -269,14 +269,42 @@ def content_block_bytes(block: Sequence[int], mm_keys: MmKeys) -> bytes:
     return data
 
 
-def block_mm_keys(items: Sequence[MmItem], blocks: int, block_size: int) -> list[list[tuple[str, int]]]:
+def block_mm_keys(items: Sequence[MmItem], blocks: int, block_size: int,
+                  lookahead: int = 0) -> list[list[tuple[str, int]]]:
     """Each of the first `blocks` blocks' multimodal keys by vLLM's rule (`_mm_keys`, what vLLM
-    hashes and publishes in a store's `extra_keys`); empty without items."""
+    hashes and publishes in a store's `extra_keys`); empty without items. With `lookahead` L > 0
+    a block's keys are those of its window, the block and the L tokens after it, with the cursor
+    moved back as `generate_lookahead_block_hash_extra_keys` moves it (vLLM >= 0.33 publishes a
+    store's `extra_keys` over the same window: `BlockPool._generate_event_extra_keys`)."""
     if not items:
         return []
     out = []
     index = 0
     for start in range(0, blocks * block_size, block_size):
-        keys, index = _mm_keys(items, start, start + block_size, index)
+        end = start + block_size
+        if lookahead:
+            keys, index = _mm_keys(items, start, end + lookahead, index)
+            while index > 0 and items[index - 1].offset + items[index - 1].length > end:
+                index -= 1
+        else:
+            keys, index = _mm_keys(items, start, end, index)
         out.append(keys)
+    return out
+
+
+def lookahead_windows(tokens: Sequence[int], block_size: int, lookahead: int,
+                      after: Sequence[Sequence[int]] | None = None) -> list[int]:
+    """The tokens content keys hash with lookahead L: each block's tokens followed by the L tokens
+    after it, block after block, so that `prefix_keys(windows, block_size + L, ...)` keys block i
+    over its window. The tokens after block i are `after[i]` (a store's `lookahead_token_ids`), or
+    those that follow it in `tokens` (a request: only blocks whose whole window exists count)."""
+    out: list[int] = []
+    if after is None:
+        blocks = (len(tokens) - lookahead) // block_size if len(tokens) >= lookahead else 0
+        for i in range(blocks):
+            out += tokens[i * block_size : (i + 1) * block_size + lookahead]
+    else:
+        for i in range(min(len(tokens) // block_size, len(after))):
+            out += tokens[i * block_size : (i + 1) * block_size]
+            out += after[i]
     return out

@@ -10,6 +10,8 @@ Accepted shapes (see shared/docs/kv-hashing.md sections 1.7 and 2):
 - a store's `token_ids` are ints, or all pairs `[t_i, t_i+1]` (SGLang with EAGLE speculative
   decoding publishes *bigram* pages: `mem_cache/events.py` `record_store`); a bigram store is
   normalized to the pairs' first elements (the page's own tokens) with `bigram=True`;
+- a store's `lookahead_token_ids` (vLLM >= 0.33 with lookahead hashing: per block, the tokens
+  after it that its hash covers) are a list of int lists, or nil;
 - fields this decoder does not know are ignored, so newer engines keep decoding;
 - an event whose tag names no class this decoder knows (a newer engine's event type) is left out
   and counted (`Batch.unknown_events`); the tag is the first `"type"` of a map (the keys before it
@@ -69,6 +71,9 @@ class BlockStored(msgspec.Struct, gc=False):
     #: Published as bigram pairs (SGLang with EAGLE): `token_ids` are the pairs' first elements,
     #: and the engine's block hashes cover the pairs (engine mode cannot reproduce them).
     bigram: bool = False
+    #: vLLM >= 0.33 with lookahead hashing (an EAGLE/EAGLE3/MTP drafter): per block, the tokens
+    #: after it that its hash (and its `extra_keys`) also cover; None when not published.
+    lookahead_token_ids: list[list[int]] | None = None
 
 
 class BlockRemoved(msgspec.Struct, gc=False):
@@ -114,6 +119,8 @@ class _MapStored(msgspec.Struct, tag="BlockStored", tag_field="type", gc=False):
     extra_keys: list[Any] | None = None
     group_idx: int | None = None
     locality: str | None = None
+    # vLLM >= 0.33 (map-encoded only: the positional form ended with vLLM 0.23).
+    lookahead_token_ids: list[list[int]] | None = None
 
 
 class _MapRemoved(msgspec.Struct, tag="BlockRemoved", tag_field="type", gc=False):
@@ -309,6 +316,7 @@ def _normalize(wire: Any) -> Event:
             group_idx=wire.group_idx,
             locality=wire.locality,
             bigram=bigram,
+            lookahead_token_ids=getattr(wire, "lookahead_token_ids", None),
         )
     if isinstance(wire, (_MapRemoved, _ArrayRemoved)):
         return BlockRemoved(

@@ -17,11 +17,11 @@ from __future__ import annotations
 from typing import Protocol, Sequence
 
 from router_adapter import _reference
-from router_adapter._reference import MmKeys, block_mm_keys
+from router_adapter._reference import MmKeys, block_mm_keys, lookahead_windows
 from router_adapter.spec import HashSpec
 
 __all__ = ["BlockHasher", "MmKeys", "REFERENCE_HASHER", "ReferenceHasher", "block_hashes", "block_mm_keys",
-           "prefix_keys"]
+           "lookahead_windows", "prefix_keys"]
 
 
 class BlockHasher(Protocol):

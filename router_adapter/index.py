@@ -14,6 +14,19 @@ flat map suffices. The engine's own hash is kept per worker only to find a store
 and to apply removals, as Dynamo, SMG and llm-d do. In *engine* mode (when the engine's hash spec
 is known) the key is the engine's published value itself, and a request is hashed with that spec.
 
+Lookahead (content mode). vLLM >= 0.33 with an EAGLE/EAGLE3/MTP drafter hashes each block over its
+tokens *and* the L tokens after it (`num_hash_lookahead_tokens`), hashes a block only once those
+exist, and publishes them per block (`lookahead_token_ids`) with `extra_keys` computed over the
+same window. The index keys such blocks the same way: block i's content key covers its tokens
+followed by its L lookahead tokens (a store's `lookahead_token_ids[i]`; a request's tokens
+`[i*B, (i+1)*B + L)`, only for blocks whose whole window exists) and the multimodal keys of that
+window. So a request that diverges right after a block boundary, or ends on one, does not match a
+block the engine would not reuse. L is configured (`lookahead=`) or learned from the first indexed
+store (the length of its lists, 0 for a store without the field); a store of another L, or whose
+lists are not one per block hash, all of one length, is skipped (`skipped_events`). With L = 0
+keys are exactly what they were without lookahead. (SGLang's EAGLE bigram stores are another
+case: their content keys are those of the pairs' first elements.)
+
 Memory is bounded: past `max_blocks` (all workers, all media) the oldest blocks of the largest
 worker are evicted (at most a quarter of it per pass, then the largest again), and at most `MAX_MEDIA` (8) media are registered, as in the native index (a
 store naming another is skipped). Thread-safe: one lock guards updates and scoring.
@@ -37,8 +50,8 @@ import msgspec
 from router_adapter.errors import InvalidTokens
 from router_adapter.events import AllBlocksCleared, Batch, BlockRemoved, BlockStored, Event, cache_salt_of, mm_keys_of
 from router_adapter._reference import check_token_ids
-from router_adapter.hashing import REFERENCE_HASHER, BlockHasher, block_mm_keys
-from router_adapter.spec import HashSpec, MmItem
+from router_adapter.hashing import REFERENCE_HASHER, BlockHasher, block_mm_keys, lookahead_windows
+from router_adapter.spec import MAX_LOOKAHEAD, HashSpec, MmItem
 
 #: Marks a `PrefixIndex.snapshot` (format version 1).
 SNAPSHOT_MAGIC = "sidecar-kv-prefix-index/1"
@@ -127,7 +140,12 @@ class PrefixIndex:
         max_blocks: int = 4_000_000,
         group_idx: int = 0,
         hasher: BlockHasher = REFERENCE_HASHER,
+        lookahead: int | None = None,
     ) -> None:
+        if lookahead is not None and (type(lookahead) is not int or not 0 <= lookahead <= MAX_LOOKAHEAD):
+            raise ValueError(f"lookahead must be an integer in [0, {MAX_LOOKAHEAD}]")
+        if lookahead is not None and engine_spec is not None:
+            raise ValueError("lookahead is for content mode (engine mode hashes with engine_spec.lookahead)")
         if engine_spec is not None:
             engine_spec.validate()
             if block_size is not None and block_size != engine_spec.block_size:
@@ -141,6 +159,11 @@ class PrefixIndex:
         self._configured_block_size = block_size
         self.engine_spec = engine_spec
         self.mode = "engine" if engine_spec is not None else "content"
+        #: Content mode: tokens after each block that its key covers (vLLM's lookahead hashing; see
+        #: the module docs); learned from the first indexed store when not configured (None until
+        #: then, keyed as 0). Engine mode hashes requests with the spec's own `lookahead`.
+        self.lookahead = lookahead
+        self._configured_lookahead = lookahead
         self.max_blocks = max_blocks
         self.group_idx = group_idx
         self.stats = IndexStats()
@@ -198,12 +221,18 @@ class PrefixIndex:
             spec = replace(self.engine_spec, cache_salt=cache_salt, lora_name=lora_name, lora_path=lora_path,
                            mm_items=tuple(mm_items))
             return self.hasher.block_hashes(token_ids, spec)
+        bs, lookahead = self.block_size, self.lookahead or 0
+        if lookahead:
+            # Each block over its window (its tokens and the L after them), hashed as one block of
+            # B + L tokens: only blocks whose whole window exists get a key.
+            check_token_ids(token_ids)
+            token_ids = lookahead_windows(token_ids, bs, lookahead)
         if not mm_items:
-            return self.hasher.prefix_keys(token_ids, self.block_size, lora_name, cache_salt)
+            return self.hasher.prefix_keys(token_ids, bs + lookahead, lora_name, cache_salt)
         # Validated as in engine mode (vLLM's rule walks items sorted by offset).
-        HashSpec("dynamo_xxh3", self.block_size, mm_items=tuple(mm_items)).validate()
-        mm_keys = block_mm_keys(mm_items, len(token_ids) // self.block_size, self.block_size)
-        return self.hasher.prefix_keys(token_ids, self.block_size, lora_name, cache_salt, mm_keys=mm_keys)
+        HashSpec("dynamo_xxh3", bs, mm_items=tuple(mm_items)).validate()
+        mm_keys = block_mm_keys(mm_items, len(token_ids) // (bs + lookahead), bs, lookahead)
+        return self.hasher.prefix_keys(token_ids, bs + lookahead, lora_name, cache_salt, mm_keys=mm_keys)
 
     def score(
         self, token_ids: Sequence[int], lora_name: str = "", cache_salt: str = "", mm_items: Sequence[MmItem] = (),
@@ -270,8 +299,9 @@ class PrefixIndex:
 
     def snapshot(self) -> bytes:
         """The whole state as bytes (msgpack: `SNAPSHOT_MAGIC`, the settings `restore` checks, the
-        counters, the media, and per worker its entries in storage order as flat [engine hash, key,
-        media mask] triples). Who holds each key follows from the entries and is rebuilt on load."""
+        block size and lookahead (absent from snapshots taken before it was recorded: read as 0
+        there), the counters, the media, and per worker its entries in storage order as flat
+        [engine hash, key, media mask] triples). Who holds each key follows from the entries and is rebuilt on load."""
         with self._lock:
             media = sorted(self._media, key=self._media.__getitem__)
             workers = []
@@ -282,7 +312,7 @@ class PrefixIndex:
                 workers.append((w.name, flat))
             return msgspec.msgpack.encode({
                 "magic": SNAPSHOT_MAGIC, "settings": self._snapshot_settings(), "block_size": self.block_size,
-                "stats": [getattr(self.stats, f) for f in IndexStats.__slots__], "media": media, "workers": workers,
+                "lookahead": self.lookahead, "stats": [getattr(self.stats, f) for f in IndexStats.__slots__], "media": media, "workers": workers,
             })
 
     def restore(self, data: bytes) -> None:
@@ -301,6 +331,13 @@ class PrefixIndex:
         if None not in (theirs, self._configured_block_size) and theirs != self._configured_block_size:
             # Its entries were hashed over blocks of another size: none would ever match a request.
             raise ValueError(f"snapshot: taken from an index with another block_size ({theirs!r})")
+        # A snapshot from before lookahead was recorded keyed every block without it.
+        lookahead = snap.get("lookahead", None if snap.get("block_size") is None or self.engine_spec else 0)
+        if not (lookahead is None or (type(lookahead) is int and 0 <= lookahead <= MAX_LOOKAHEAD)):
+            raise ValueError(f"snapshot: malformed (lookahead {lookahead!r})")
+        if None not in (lookahead, self._configured_lookahead) and lookahead != self._configured_lookahead:
+            # Its keys cover other windows: none would match a request keyed by this index.
+            raise ValueError(f"snapshot: taken from an index with another lookahead ({lookahead!r})")
         problem = _snapshot_problem(snap) or _shared_bits_problem(snap, self.max_blocks)
         if problem is not None:
             raise ValueError(f"snapshot: malformed ({problem})")
@@ -308,6 +345,7 @@ class PrefixIndex:
             # The snapshot's (a learned size is replaced with the state it was learned for), as the
             # native index does.
             self.block_size = self.block_size if snap["block_size"] is None else snap["block_size"]
+            self.lookahead = self.lookahead if lookahead is None else lookahead
             self.stats = IndexStats(*snap["stats"])
             self._workers, self._free_bits, self._next_bit, self._blocks = {}, [], 0, 0
             self._media = {name: m for m, name in enumerate(snap["media"])}
@@ -392,6 +430,9 @@ class PrefixIndex:
                 return
             hashes = hashes[:held]
             keys = [w.keys[h] for h in hashes]
+        elif self.engine_spec is None and not self._lookahead_fits(event):
+            self.stats.skipped_events += 1
+            return
         elif self.engine_spec is not None:
             if event.bigram:
                 # SGLang with EAGLE hashes each page's token pairs: no request hashed with the
@@ -428,15 +469,26 @@ class PrefixIndex:
                 return
             tokens = event.token_ids[held * bs : len(hashes) * bs]
             mm_keys = mm_keys_of(event)
+            lookahead = self.lookahead or 0
             try:
                 if held:
-                    # The held blocks' tokens are not hashed, but checked as any store's are.
+                    # The held blocks' tokens are not hashed, but checked as any store's are
+                    # (their lookahead lists too, as the native index checks every block's).
                     check_token_ids(event.token_ids[: held * bs])
+                    if lookahead:
+                        full = min(held, len(event.token_ids[: len(hashes) * bs]) // bs)
+                        for after in event.lookahead_token_ids[:full]:
+                            check_token_ids(after)
+                if lookahead:
+                    # Each block followed by its own lookahead tokens, keyed as one block of B + L
+                    # (`request_keys` keys a request's blocks the same way).
+                    check_token_ids(tokens)
+                    tokens = lookahead_windows(tokens, bs, lookahead, event.lookahead_token_ids[held:])
                 if mm_keys:
-                    keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key,
+                    keys = self.hasher.prefix_keys(tokens, bs + lookahead, event.lora_name or "", salt, parent_key,
                                                    mm_keys=mm_keys[held : len(hashes)])
                 else:
-                    keys = self.hasher.prefix_keys(tokens, bs, event.lora_name or "", salt, parent_key)
+                    keys = self.hasher.prefix_keys(tokens, bs + lookahead, event.lora_name or "", salt, parent_key)
             except InvalidTokens:
                 # Ids no tokenizer has (negative, past 2^32): the event cannot be keyed. Skipped,
                 # as the native index skips it, and the rest of the batch applied.
@@ -482,6 +534,25 @@ class PrefixIndex:
                 holders[key] = held | wbit
         self._blocks += added
         self.stats.blocks_stored += len(hashes)
+
+    def _lookahead_fits(self, event: BlockStored) -> bool:
+        """Whether a store's lookahead is the index's, learning it from the first that says: a
+        store without `lookahead_token_ids` has L = 0, one with them the length of its lists, which
+        must be one per block hash, all of one length (an empty list tells nothing)."""
+        lists = event.lookahead_token_ids
+        if lists is None:
+            theirs: int | None = 0
+        elif len(lists) != len(event.block_hashes):
+            return False
+        else:
+            theirs = len(lists[0]) if lists else None
+            if any(len(after) != theirs for after in lists) or (theirs or 0) > MAX_LOOKAHEAD:
+                return False
+        if theirs is None:
+            return True
+        if self.lookahead is None:
+            self.lookahead = theirs
+        return theirs == self.lookahead
 
     def _remove(self, w: _Worker, event: BlockRemoved) -> None:
         if event.locality == "REMOTE" or (event.group_idx is not None and event.group_idx != self.group_idx):

@@ -37,7 +37,7 @@ from router_adapter.events import (
 )
 from router_adapter.hashing import BlockHasher
 from router_adapter.index import IndexStats, Score, WorkerScore
-from router_adapter.spec import HashSpec, MmItem
+from router_adapter.spec import MAX_LOOKAHEAD, HashSpec, MmItem
 from sidecar.errors import InvalidArgument, SidecarError
 from sidecar.native._calls import (
     call_bytes, call_out, ids_arg, owned_u32_view, split_refusal, str_arg, take_bytes, uint32_ids,
@@ -80,11 +80,16 @@ class NativePrefixIndex:
         max_blocks: int = 4_000_000,
         group_idx: int = 0,
         hasher: BlockHasher | None = None,
+        lookahead: int | None = None,
     ) -> None:
         # The same checks and messages as PrefixIndex. `hasher` is accepted for KvRouter's
         # `index_factory` signature and not used: this index hashes in the native core, whose
         # values equal every `BlockHasher`'s (tests/kv/test_hashing.py).
         del hasher
+        if lookahead is not None and (type(lookahead) is not int or not 0 <= lookahead <= MAX_LOOKAHEAD):
+            raise ValueError(f"lookahead must be an integer in [0, {MAX_LOOKAHEAD}]")
+        if lookahead is not None and engine_spec is not None:
+            raise ValueError("lookahead is for content mode (engine mode hashes with engine_spec.lookahead)")
         if engine_spec is not None:
             engine_spec.validate()
             if block_size is not None and block_size != engine_spec.block_size:
@@ -103,6 +108,7 @@ class NativePrefixIndex:
             "engine_spec": json.loads(engine_spec.to_json()) if engine_spec is not None else None,
             "max_blocks": max_blocks,
             "group_idx": group_idx,
+            "lookahead": lookahead,
         }
         handle = call_out("sc_kv_index *", lib.sc_kv_index_new, str_arg(json.dumps(options).encode()))
         self._handle = Handle(handle, lib.sc_kv_index_free, "kv index")
@@ -475,7 +481,7 @@ def _columns(batch: Batch) -> tuple[bytes, array, array] | None:
     """`batch` as `sc_kv_index_apply_columns` takes it: a header of the events' other fields, and
     every event's hashes and token ids appended to two arrays (`array.fromlist`: no integer is
     encoded or copied one at a time in Python). None when an event needs the general path:
-    `extra_keys` (read natively for the salt and the multimodal keys), a token id outside uint32 (skipped natively, where
+    `lookahead_token_ids`, `extra_keys` (read natively for the salt and the multimodal keys), a token id outside uint32 (skipped natively, where
     it falls), or anything the arrays cannot hold (the general path raises what it raises)."""
     events: list[Any] = []
     hashes, tokens = array("Q"), array("I")
@@ -483,7 +489,7 @@ def _columns(batch: Batch) -> tuple[bytes, array, array] | None:
         for event in batch.events:
             kind = type(event)
             if kind is BlockStored:
-                if event.extra_keys is not None:
+                if event.extra_keys is not None or event.lookahead_token_ids is not None:
                     return None
                 tokens.fromlist(event.token_ids)
                 _extend_hashes(hashes, event.block_hashes)

@@ -29,7 +29,8 @@ RECORDED = sorted(p.name.removesuffix(".msgpack") for p in DATA.glob("*.msgpack"
 
 def test_recordings_cover_both_encodings_and_hash_kinds() -> None:
     assert {"vllm-0.33-int", "vllm-0.33-bytes", "vllm-0.23-int", "vllm-0.23-bytes", "sglang-int",
-            "sglang-eagle-int", "vllm-0.33-mm-int", "vllm-0.33-mm-bytes"} <= set(RECORDED)
+            "sglang-eagle-int", "vllm-0.33-mm-int", "vllm-0.33-mm-bytes", "vllm-0.33-lookahead-over-int",
+            "vllm-0.33-lookahead-mm-int", "vllm-0.33-lookahead-mixed-int"} <= set(RECORDED)
 
 
 @pytest.mark.parametrize("name", RECORDED)
@@ -50,6 +51,7 @@ def test_recorded_batches_decode_to_the_expected_events(name: str) -> None:
             assert event.lora_name == want["lora_name"]
             assert cache_salt_of(event) == want["cache_salt"]
             assert [[list(k) for k in keys] for keys in mm_keys_of(event)] == want.get("mm_keys", [])
+            assert event.lookahead_token_ids == want.get("lookahead_token_ids")
         elif isinstance(event, BlockRemoved):
             assert [str(h) for h in event.block_hashes] == want["block_hashes"]
             assert event.medium == want["medium"]

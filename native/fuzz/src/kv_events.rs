@@ -317,7 +317,7 @@ impl Writer {
 }
 
 /// A decoded batch as a columns header and its side arrays; None when it holds what that form
-/// cannot carry back (multimodal keys, token ids beyond 32 bits).
+/// cannot carry back (multimodal keys, token ids beyond 32 bits, lookahead lists).
 fn columns_of(batch: &Batch<'_>) -> Option<(Vec<u8>, Vec<u64>, Vec<u32>)> {
     let mut w = Writer(Vec::new());
     w.map(2);
@@ -328,7 +328,7 @@ fn columns_of(batch: &Batch<'_>) -> Option<(Vec<u8>, Vec<u64>, Vec<u32>)> {
     for event in &batch.events {
         match event {
             Event::Stored(s) => {
-                if s.mm.1 > s.mm.0 || s.wide_token.is_some() {
+                if s.mm.1 > s.mm.0 || s.wide_token.is_some() || s.lookahead.is_some() {
                     return None;
                 }
                 w.map(10);

@@ -67,8 +67,9 @@ pub struct sc_kv_status {
 }
 
 /// A new index. `options_json`: `{"block_size": n|null, "engine_spec": {HashSpec fields}|null,
-/// "max_blocks": n, "group_idx": n}`, every field optional (empty = all defaults). A bad option
-/// fails with `SC_ERR_KIND_INVALID_ARGUMENT` naming it.
+/// "max_blocks": n, "group_idx": n, "lookahead": n|null}`, every field optional (empty = all
+/// defaults; `lookahead`, content mode only, learned from the first store when null). A bad
+/// option fails with `SC_ERR_KIND_INVALID_ARGUMENT` naming it.
 ///
 /// # Safety
 /// `options_json` is borrowed for the call; `out` and `err` must be NULL or valid for writes.

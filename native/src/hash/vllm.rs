@@ -186,10 +186,14 @@ fn lookahead_extra_keys<'a>(
 
 /// The multimodal keys of the first `blocks` blocks by vLLM's rule ([`mm_keys`], what vLLM hashes
 /// and publishes in a store's `extra_keys`), as `(block, identifier, offset)` in block order.
+/// With `lookahead` L > 0 a block's keys are those of its window (the block and the L tokens
+/// after it), the cursor moved back as `generate_lookahead_block_hash_extra_keys` does: vLLM >=
+/// 0.33 publishes a store's `extra_keys` over the same window.
 pub(crate) fn block_mm_keys(
     items: &[MmItem],
     blocks: usize,
     block_size: usize,
+    lookahead: usize,
 ) -> Vec<(usize, &str, i64)> {
     let mut out = Vec::new();
     if items.is_empty() {
@@ -199,8 +203,17 @@ pub(crate) fn block_mm_keys(
     for block in 0..blocks {
         let start = (block * block_size) as u64;
         let end = start + block_size as u64;
-        for (identifier, offset) in mm_keys(items, start, end, &mut cursor) {
+        for (identifier, offset) in mm_keys(items, start, end + lookahead as u64, &mut cursor) {
             out.push((block, identifier, offset));
+        }
+        if lookahead > 0 {
+            while cursor.index > 0 {
+                let item = &items[cursor.index - 1];
+                if item.offset + item.length <= end {
+                    break;
+                }
+                cursor.index -= 1;
+            }
         }
     }
     out

@@ -13,6 +13,7 @@ use super::table::mix;
 use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
 use super::{Options, Stats};
 use crate::error::{Error, Result};
+use crate::hash::MAX_LOOKAHEAD;
 
 /// Evicted entries collected before their holds are released (their key slots fetched
 /// `PREFETCH_AHEAD` entries ahead).
@@ -62,6 +63,9 @@ pub struct Index {
     pub(crate) options: Options,
     /// Tokens per block: configured, or learned from the first store that names one.
     pub(crate) block_size: Option<u32>,
+    /// Content mode: the tokens after each block that its key covers (vLLM's lookahead hashing):
+    /// configured, or learned from the first indexed store that tells (see [`Index::lookahead_fits`]).
+    pub(crate) lookahead: Option<u32>,
     pub(crate) stats: Stats,
     /// Worker ids are indexes here; a dropped worker's id is reused.
     pub(crate) workers: Vec<Option<Worker>>,
@@ -77,6 +81,8 @@ pub struct Index {
     /// Buffers reused by every store (content keys; mixed engine hashes and keys).
     scratch_keys: Vec<u64>,
     scratch_mixed: Vec<(u64, u64)>,
+    /// Each block's tokens followed by its lookahead tokens (stores of an index with lookahead).
+    scratch_window: Vec<u32>,
     /// `batch.hashes[..n]` of the batch being applied have had their worker-table slots
     /// requested (see `request_worker_slots`).
     requested: usize,
@@ -87,6 +93,7 @@ impl Index {
     pub fn new(options: Options) -> Index {
         Index {
             block_size: options.block_size,
+            lookahead: options.lookahead,
             options,
             stats: Stats::default(),
             workers: Vec::new(),
@@ -99,6 +106,7 @@ impl Index {
             rate: EventRate::default(),
             scratch_keys: Vec::new(),
             scratch_mixed: Vec::new(),
+            scratch_window: Vec::new(),
             requested: 0,
         }
     }
@@ -231,12 +239,40 @@ impl Index {
             self.stats.skipped_events += 1;
             return;
         }
+        // A store by hash alone (no tokens, no lookahead lists) neither teaches nor needs one.
+        if self.options.engine_spec.is_none() && !by_hash(event) && !self.lookahead_fits(event) {
+            self.stats.skipped_events += 1;
+            return;
+        }
         // The buffers are lent out for the call: `store_blocks` mutates the rest of the index.
         let mut keys = std::mem::take(&mut self.scratch_keys);
         let mut mixed = std::mem::take(&mut self.scratch_mixed);
         self.store_blocks(id, event, batch, &mut keys, &mut mixed);
         self.scratch_keys = keys;
         self.scratch_mixed = mixed;
+    }
+
+    /// Whether a store's lookahead is the index's (as the Python index's `_lookahead_fits`),
+    /// learning it from the first that says: a store without `lookahead_token_ids` has L = 0, one
+    /// with them the length of its lists, which must be one per block hash, all of one length, at
+    /// most `MAX_LOOKAHEAD` (an empty list tells nothing).
+    fn lookahead_fits(&mut self, event: &Stored<'_>) -> bool {
+        let theirs = match event.lookahead {
+            None => 0,
+            Some(la) => {
+                if la.lists != event.hashes.1 - event.hashes.0
+                    || la.ragged
+                    || la.width > MAX_LOOKAHEAD as usize
+                {
+                    return false;
+                }
+                if la.lists == 0 {
+                    return true;
+                }
+                la.width as u32
+            }
+        };
+        *self.lookahead.get_or_insert(theirs) == theirs
     }
 
     /// The blocks of a store that passed its checks, with buffers for the content keys and the
@@ -362,15 +398,48 @@ impl Index {
         } else {
             mm
         };
+        let lookahead = self.lookahead.unwrap_or(0) as usize;
+        let Some(la) = event.lookahead.filter(|_| lookahead > 0) else {
+            prefix_keys_into(
+                &tokens[start..used],
+                bs,
+                event.lora_name,
+                salt,
+                parent_key,
+                mm,
+                keys,
+            );
+            return true;
+        };
+        // Each block followed by its own lookahead tokens, keyed as one block of B + L tokens
+        // (`score::request_keys` keys a request's blocks the same way). `lookahead_fits` checked
+        // one list of `lookahead` tokens per hash.
+        let blocks = used / bs;
+        if la.wide_token.is_some_and(|i| i / lookahead < blocks) {
+            self.stats.skipped_events += 1;
+            return false;
+        }
+        let first = held.min(blocks);
+        let after = &batch.lookahead[la.start..la.start + la.lists * lookahead];
+        let mut window = std::mem::take(&mut self.scratch_window);
+        window.clear();
+        for (block, next) in tokens[first * bs..blocks * bs]
+            .chunks_exact(bs)
+            .zip(after[first * lookahead..].chunks_exact(lookahead))
+        {
+            window.extend_from_slice(block);
+            window.extend_from_slice(next);
+        }
         prefix_keys_into(
-            &tokens[start..used],
-            bs,
+            &window,
+            bs + lookahead,
             event.lora_name,
             salt,
             parent_key,
             mm,
             keys,
         );
+        self.scratch_window = window;
         true
     }
 

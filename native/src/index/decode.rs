@@ -53,6 +53,8 @@ pub struct Batch<'a> {
     pub unknown: u64,
     /// Multimodal keys of every store, concatenated (see [`Stored::mm`]).
     pub mm: Vec<MmKey>,
+    /// Every store's `lookahead_token_ids` lists, concatenated (see [`Stored::lookahead`]).
+    pub lookahead: Vec<u32>,
 }
 
 /// One event.
@@ -95,6 +97,24 @@ pub struct Stored<'a> {
     pub remote: bool,
     /// Published as bigram pairs (SGLang with EAGLE); `tokens` are the pairs' first elements.
     pub bigram: bool,
+    /// `lookahead_token_ids` (vLLM >= 0.33 with lookahead hashing: per block, the tokens after it
+    /// that its hash covers); None when the event has none (absent or nil).
+    pub lookahead: Option<Lookahead>,
+}
+
+/// A store's `lookahead_token_ids`: its lists, concatenated in `Batch::lookahead`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lookahead {
+    /// Where the lists start in `Batch::lookahead`.
+    pub start: usize,
+    /// How many lists (one per block hash in a store the index can key).
+    pub lists: usize,
+    /// The length of the first list (0 without lists).
+    pub width: usize,
+    /// Whether the lists are not all of one length.
+    pub ragged: bool,
+    /// The first token (relative to `start`) outside 0..2^32, if any.
+    pub wide_token: Option<usize>,
 }
 
 /// A `BlockRemoved`.
@@ -198,13 +218,15 @@ enum Field {
     /// `events.BlockStored.bigram`: read in the normalized encodings only (an engine's event
     /// with such a key has it skipped, as any field its class does not declare).
     Bigram,
+    /// `lookahead_token_ids` (vLLM >= 0.33; map-encoded stores only).
+    LookaheadTokenIds,
     /// Any other key (skipped).
     Other,
 }
 
 impl Field {
     #[cfg(test)]
-    const ALL: [Field; 12] = [
+    const ALL: [Field; 13] = [
         Field::BlockHashes,
         Field::ParentBlockHash,
         Field::TokenIds,
@@ -217,6 +239,7 @@ impl Field {
         Field::GroupIdx,
         Field::Locality,
         Field::Bigram,
+        Field::LookaheadTokenIds,
     ];
 
     /// The field a key names: its length and first byte single out one candidate (no two names
@@ -236,6 +259,7 @@ impl Field {
             (9, Some(b'g')) => Field::GroupIdx,
             (8, Some(b'l')) => Field::Locality,
             (6, Some(b'b')) => Field::Bigram,
+            (19, Some(b'l')) => Field::LookaheadTokenIds,
             _ => return Field::Other,
         };
         if same(key, candidate.name().as_bytes()) {
@@ -259,6 +283,7 @@ impl Field {
             Field::GroupIdx => "group_idx",
             Field::Locality => "locality",
             Field::Bigram => "bigram",
+            Field::LookaheadTokenIds => "lookahead_token_ids",
             Field::Other => "",
         }
     }
@@ -290,6 +315,7 @@ struct Fields<'a> {
     mm: (u32, u32),
     group_idx: Option<i128>,
     locality: Option<&'a str>,
+    lookahead: Option<Lookahead>,
 }
 
 /// Decodes a whole buffer; any error refuses all of it (nothing is half-applied).
@@ -612,6 +638,7 @@ fn read_field<'a>(
             }
         }
         Field::ExtraKeys => extra_keys_field(r, batch, fields, got, &path)?,
+        Field::LookaheadTokenIds => lookahead_field(r, batch, fields, got, &path)?,
         Field::Other => r.skip(Check::Any)?,
     }
     Ok(())
@@ -783,6 +810,61 @@ fn extra_keys_field<'a>(
     Ok(())
 }
 
+/// Reads `lookahead_token_ids` (`list[list[int]] | None`) into `fields` and `batch.lookahead`
+/// (out of line: only vLLM with a lookahead drafter publishes it, and the other fields' reads
+/// stay as they were).
+#[inline(never)]
+fn lookahead_field<'a>(
+    r: &mut Reader<'a>,
+    batch: &mut Batch<'a>,
+    fields: &mut Fields<'a>,
+    got: Kind,
+    path: &dyn Fn() -> String,
+) -> Result<()> {
+    // A field given twice: the last one counts (this event's lists are the last ones read).
+    if let Some(previous) = fields.lookahead.take() {
+        batch.lookahead.truncate(previous.start);
+    }
+    if r.nil()? {
+        return Ok(());
+    }
+    let n = r
+        .array()?
+        .ok_or_else(|| expected("array | null", got, &path()))?;
+    let start = batch.lookahead.len();
+    let mut read = Lookahead {
+        start,
+        lists: n,
+        width: 0,
+        ragged: false,
+        wide_token: None,
+    };
+    for i in 0..n {
+        let got = r.peek()?;
+        let len = r
+            .array()?
+            .ok_or_else(|| expected("array", got, &format!("{}[{i}]", path())))?;
+        let at = batch.lookahead.len() - start;
+        match r.u32_list(len, &mut batch.lookahead)? {
+            Ok(wide) => {
+                if read.wide_token.is_none() {
+                    read.wide_token = wide.map(|w| at + w);
+                }
+            }
+            Err((j, kind)) => {
+                return Err(expected("int", kind, &format!("{}[{i}][{j}]", path())));
+            }
+        }
+        if i == 0 {
+            read.width = len;
+        } else if len != read.width {
+            read.ragged = true;
+        }
+    }
+    fields.lookahead = Some(read);
+    Ok(())
+}
+
 /// Checks `extra_keys` as msgspec decodes `list[Any]`, keeps the strings `cache_salt_of` reads
 /// (the string elements of the first element when that is an array) and appends to `mm` the
 /// multimodal keys `events.mm_keys_of` reads: in element i (block i) when it is an array, each
@@ -875,6 +957,7 @@ fn finish<'a>(class: Class, f: Fields<'a>, encoding: Encoding) -> Result<Event<'
         group_idx: f.group_idx,
         remote,
         bigram: f.bigram,
+        lookahead: f.lookahead,
     }))
 }
 

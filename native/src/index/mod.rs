@@ -80,7 +80,7 @@ pub use score::{RequestFacts, ScoreTable, WorkerScore};
 pub use table::take_released_bytes;
 
 use crate::error::{Error, Result};
-use crate::hash::HashSpec;
+use crate::hash::{HashSpec, MAX_LOOKAHEAD};
 
 /// Default bound on (worker, block) entries (the Python index's default).
 pub(crate) const DEFAULT_MAX_BLOCKS: u64 = 4_000_000;
@@ -99,6 +99,9 @@ pub struct Options {
     pub max_blocks: u64,
     /// The KV-cache group indexed (events of other groups are skipped).
     pub group_idx: i64,
+    /// Content mode: tokens after each block that its key covers (vLLM's lookahead hashing with
+    /// an EAGLE/EAGLE3/MTP drafter); None = learned from the first indexed store that tells.
+    pub lookahead: Option<u32>,
 }
 
 impl Default for Options {
@@ -109,6 +112,7 @@ impl Default for Options {
             engine_spec_json: None,
             max_blocks: DEFAULT_MAX_BLOCKS,
             group_idx: 0,
+            lookahead: None,
         }
     }
 }
@@ -124,11 +128,13 @@ struct OptionsJson {
     max_blocks: Option<u64>,
     #[serde(default)]
     group_idx: i64,
+    #[serde(default)]
+    lookahead: Option<u64>,
 }
 
 impl Options {
     /// Options from JSON: `{"block_size", "engine_spec" (a `HashSpec` object), "max_blocks",
-    /// "group_idx"}`, every field optional.
+    /// "group_idx", "lookahead" (content mode only)}`, every field optional.
     pub fn from_json(text: &str) -> Result<Options> {
         let raw: OptionsJson = if text.trim().is_empty() {
             serde_json::from_str("{}")
@@ -146,6 +152,19 @@ impl Options {
                 return Err(Error::invalid_argument("block_size: must be in 1..2^32"));
             }
             options.block_size = Some(bs as u32);
+        }
+        if let Some(l) = raw.lookahead {
+            if l > MAX_LOOKAHEAD as u64 {
+                return Err(Error::invalid_argument(format!(
+                    "lookahead: must be in 0..={MAX_LOOKAHEAD}"
+                )));
+            }
+            if raw.engine_spec.is_some() {
+                return Err(Error::invalid_argument(
+                    "lookahead: content mode only (engine mode hashes with engine_spec.lookahead)",
+                ));
+            }
+            options.lookahead = Some(l as u32);
         }
         if let Some(value) = raw.engine_spec {
             let spec = HashSpec::deserialize(&value)
@@ -247,6 +266,8 @@ pub struct SharedIndex {
     started: Instant,
     /// The block size, readable without the lock (0 = not known yet).
     block_size: AtomicU32,
+    /// The lookahead, readable without the lock (`u32::MAX` = not known yet).
+    lookahead: AtomicU32,
     engine_spec: Option<HashSpec>,
     /// The status after the last update: status reads (metrics, KvStatus on an event loop)
     /// never wait for a writer.
@@ -259,6 +280,7 @@ impl SharedIndex {
         let index = Index::new(options);
         SharedIndex {
             block_size: AtomicU32::new(index.block_size.unwrap_or(0)),
+            lookahead: AtomicU32::new(index.lookahead.unwrap_or(u32::MAX)),
             engine_spec: index.options.engine_spec.clone(),
             published: Mutex::new(Status::of(&index)),
             state: RwLock::new(index),
@@ -284,6 +306,8 @@ impl SharedIndex {
     fn publish(&self, state: &Index) {
         let status = Status::of(state);
         self.block_size.store(status.block_size, Ordering::Relaxed);
+        self.lookahead
+            .store(state.lookahead.unwrap_or(u32::MAX), Ordering::Relaxed);
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = status;
     }
 
@@ -335,7 +359,14 @@ impl SharedIndex {
     /// The keys of a request's full blocks (hashed without taking the lock).
     pub fn request_keys(&self, tokens: &[u32], facts: &RequestFacts) -> Result<Vec<u64>> {
         let block_size = Some(self.block_size.load(Ordering::Relaxed)).filter(|&b| b > 0);
-        score::request_keys(self.engine_spec.as_ref(), block_size, tokens, facts)
+        let lookahead = Some(self.lookahead.load(Ordering::Relaxed)).filter(|&l| l != u32::MAX);
+        score::request_keys(
+            self.engine_spec.as_ref(),
+            block_size,
+            lookahead,
+            tokens,
+            facts,
+        )
     }
 
     /// Each worker's cached prefix of a request, best first.

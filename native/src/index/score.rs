@@ -71,6 +71,7 @@ impl Index {
         request_keys(
             self.options.engine_spec.as_ref(),
             self.block_size,
+            self.lookahead,
             tokens,
             facts,
         )
@@ -237,10 +238,12 @@ fn record(set: &[u64], value: u32, depth: &mut [u32]) {
     }
 }
 
-/// Request keys for an index of this configuration (callable without the index's lock).
+/// Request keys for an index of this configuration (callable without the index's lock);
+/// `lookahead` is the content mode's (None while not known: keyed as 0).
 pub fn request_keys(
     engine_spec: Option<&hash::HashSpec>,
     block_size: Option<u32>,
+    lookahead: Option<u32>,
     tokens: &[u32],
     facts: &RequestFacts,
 ) -> Result<Vec<u64>> {
@@ -249,15 +252,31 @@ pub fn request_keys(
             return Ok(Vec::new());
         };
         let bs = bs as usize;
-        // A block's multimodal keys by the engine's rule: what a store of the same prompt carries.
+        let lookahead = lookahead.unwrap_or(0) as usize;
+        // With lookahead each block is keyed over its window (its tokens and the L after them)
+        // as one block of B + L tokens, and only blocks whose whole window exists count: the
+        // blocks the engine has hashed.
+        let windows;
+        let (tokens, blocks) = if lookahead == 0 {
+            (tokens, tokens.len() / bs)
+        } else {
+            let blocks = tokens.len().saturating_sub(lookahead) / bs;
+            windows = (0..blocks)
+                .flat_map(|i| &tokens[i * bs..(i + 1) * bs + lookahead])
+                .copied()
+                .collect::<Vec<u32>>();
+            (&windows[..], blocks)
+        };
+        // A block's multimodal keys by the engine's rule: what a store of the same prompt carries
+        // (over the same window with lookahead).
         hash::validate_mm_items(facts.mm_items)?;
-        let mm: Vec<MmKey> = hash::block_mm_keys(facts.mm_items, tokens.len() / bs, bs)
+        let mm: Vec<MmKey> = hash::block_mm_keys(facts.mm_items, blocks, bs, lookahead)
             .into_iter()
             .map(|(block, identifier, offset)| MmKey::new(block as u32, identifier, offset as i128))
             .collect();
         return Ok(super::content::prefix_keys(
             tokens,
-            bs,
+            bs + lookahead,
             facts.lora_name,
             facts.cache_salt,
             None,

@@ -1,10 +1,12 @@
 //! The whole index state as one compact binary buffer, and back (for a replica catching up).
 //!
-//! Layout (little-endian), version 1:
+//! Layout (little-endian), version 1 or 2:
 //!
 //! ```text
 //! magic "SCKVIDX1" | u32 version
-//! u8 has_block_size | u32 block_size | u64 max_blocks | i64 group_idx
+//! u8 has_block_size | u32 block_size
+//! (version 2 only) u8 has_lookahead | u32 lookahead
+//! u64 max_blocks | i64 group_idx
 //! u32 spec_len | spec JSON (0 bytes in content mode)
 //! 8 x u64 stats | u64 next_order
 //! u8 media | per medium: u16 len, UTF-8 name
@@ -12,6 +14,11 @@
 //!               per entry: u64 engine hash, u64 key, u32 stamp << 8 | media mask
 //! u64 XXH3-64 of everything before
 //! ```
+//!
+//! Version 2 records the content mode's lookahead (vLLM's lookahead hashing: a restored index must
+//! key requests over the same windows). A snapshot whose lookahead is what a version-1 snapshot
+//! reads as (none in engine mode or before a block size is known, 0 otherwise) is still written
+//! as version 1, so replicas that predate version 2 read it; everything else is version 2.
 //!
 //! Only the workers' entries are stored: who holds each key (and the extra holds) follows from
 //! them and is rebuilt on load, so a snapshot is about 20 bytes per (worker, block) entry.
@@ -33,19 +40,29 @@ use super::table::mix;
 use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
 use super::Stats;
 use crate::error::{Error, Result};
-use crate::hash::HashSpec;
+use crate::hash::{HashSpec, MAX_LOOKAHEAD};
 
 const MAGIC: &[u8; 8] = b"SCKVIDX1";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 
 impl Index {
     /// The state as bytes (see the module docs).
     pub fn snapshot(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(64 + self.blocks as usize * 20);
         out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
+        let engine = self.options.engine_spec.is_some();
+        let version = if self.lookahead == v1_lookahead(engine, self.block_size) {
+            1
+        } else {
+            VERSION
+        };
+        out.extend_from_slice(&version.to_le_bytes());
         out.push(self.block_size.is_some() as u8);
         out.extend_from_slice(&self.block_size.unwrap_or(0).to_le_bytes());
+        if version >= 2 {
+            out.push(self.lookahead.is_some() as u8);
+            out.extend_from_slice(&self.lookahead.unwrap_or(0).to_le_bytes());
+        }
         out.extend_from_slice(&self.options.max_blocks.to_le_bytes());
         out.extend_from_slice(&self.options.group_idx.to_le_bytes());
         let spec = self.options.engine_spec_json.as_deref().unwrap_or("");
@@ -112,6 +129,7 @@ impl Index {
         }
         keys.fit();
         self.block_size = loaded.block_size.or(self.block_size);
+        self.lookahead = loaded.lookahead.or(self.lookahead);
         self.stats = loaded.stats;
         self.by_name = loaded
             .workers
@@ -146,6 +164,12 @@ impl Index {
         if loaded.group_idx != self.options.group_idx {
             return refuse("group_idx");
         }
+        if let (Some(ours), Some(theirs)) = (self.options.lookahead, loaded.lookahead) {
+            if ours != theirs {
+                // Its keys cover other windows: none would match a request keyed here.
+                return refuse("lookahead");
+            }
+        }
         match (self.options.block_size, loaded.block_size) {
             (Some(ours), Some(theirs)) if ours != theirs => refuse("block_size"),
             _ => Ok(()),
@@ -158,8 +182,15 @@ fn put_bytes32(out: &mut Vec<u8>, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// The lookahead a version-1 snapshot (taken before lookahead was recorded) is read with: its
+/// content keys covered each block alone.
+fn v1_lookahead(engine: bool, block_size: Option<u32>) -> Option<u32> {
+    (!engine && block_size.is_some()).then_some(0)
+}
+
 struct Loaded {
     block_size: Option<u32>,
+    lookahead: Option<u32>,
     group_idx: i64,
     engine_spec: Option<HashSpec>,
     stats: Stats,
@@ -219,21 +250,33 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
         buf: body,
         pos: MAGIC.len(),
     };
-    if c.u32()? != VERSION {
+    let version = c.u32()?;
+    if !(1..=VERSION).contains(&version) {
         return Err(bad("unknown version"));
     }
     let has_block_size = c.u8()? != 0;
     let block_size = c.u32()?;
     let block_size = (has_block_size && block_size > 0).then_some(block_size);
+    let recorded = if version >= 2 {
+        let has_lookahead = c.u8()? != 0;
+        let lookahead = c.u32()?;
+        if lookahead > MAX_LOOKAHEAD {
+            return Err(bad("lookahead past the most a spec may name"));
+        }
+        Some(has_lookahead.then_some(lookahead))
+    } else {
+        None
+    };
     let _max_blocks = c.u64()?;
     let group_idx = c.u64()? as i64;
     let spec_len = c.u32()? as usize;
-    let engine_spec = match spec_len {
+    let engine_spec: Option<HashSpec> = match spec_len {
         0 => None,
         n => Some(
             serde_json::from_slice(c.take(n)?).map_err(|e| bad(&format!("engine spec: {e}")))?,
         ),
     };
+    let lookahead = recorded.unwrap_or_else(|| v1_lookahead(engine_spec.is_some(), block_size));
     let mut stats = [0u64; 8];
     for value in stats.iter_mut() {
         *value = c.u64()?;
@@ -270,6 +313,7 @@ fn parse(bytes: &[u8]) -> Result<Loaded> {
     }
     Ok(Loaded {
         block_size,
+        lookahead,
         group_idx,
         engine_spec,
         stats: Stats::from_array(stats),

@@ -226,6 +226,17 @@ fn check_event(event: &Event<'_>, want: &serde_json::Value, batch: &Batch<'_>) {
                 }
             }
             assert_eq!(batch.mm[s.mm.0 as usize..s.mm.1 as usize], want_mm[..]);
+            // vLLM >= 0.33 with lookahead hashing: each block's tokens after it (else none).
+            let want_lookahead: Option<Vec<Vec<u32>>> =
+                serde_json::from_value(want["lookahead_token_ids"].clone()).unwrap();
+            let lookahead = s.lookahead.map(|la| {
+                assert!(!la.ragged && la.wide_token.is_none());
+                let flat = &batch.lookahead[la.start..la.start + la.lists * la.width];
+                (0..la.lists)
+                    .map(|i| flat[i * la.width..(i + 1) * la.width].to_vec())
+                    .collect::<Vec<_>>()
+            });
+            assert_eq!(lookahead, want_lookahead);
         }
         Event::Removed(r) => {
             assert_eq!(want["type"], "BlockRemoved");
