@@ -16,6 +16,7 @@ from typing import Any
 
 import minijinja
 
+from router_adapter.errors import quoted
 from sidecar.backend import EncodeOptions, RenderOptions, Rendered, RendererSettings
 from sidecar.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SidecarError
 from sidecar.reference import template_analysis
@@ -191,7 +192,7 @@ class ReferenceRenderer:
         if requested is not None and not _looks_like_jinja(requested):
             found = named(requested)
             if found is None:
-                raise NotFound(f"chat_template: this model has no template named {json.dumps(requested)}; its templates: {available}")
+                raise NotFound(f"chat_template: this model has no template named {quoted(requested, json.dumps)}; its templates: {available}")
             return found
         if requested is not None:
             if not allow_source:
@@ -277,7 +278,7 @@ def _template_kwargs(text: str) -> dict:
         raise InvalidArgument(f"chat_template_kwargs_json: expected an object, got {type_name(value)}")
     for key in value:
         if key in _RESERVED_KWARGS:
-            raise InvalidArgument(f"chat_template_kwargs_json: {json.dumps(key)} is reserved; use the request field of that name")
+            raise InvalidArgument(f"chat_template_kwargs_json: {quoted(key, json.dumps)} is reserved; use the request field of that name")
     return value
 
 

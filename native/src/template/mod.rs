@@ -39,7 +39,7 @@ use json::Json;
 pub use normalize::ContentFormat;
 
 use crate::cancel::Cancel;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{quoted, Error, ErrorKind, Result};
 
 /// transformers appends this to the final message and cuts the prompt at it.
 const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
@@ -305,7 +305,8 @@ impl ChatTemplates {
             Some(name) if !looks_like_jinja(name) => match named(name) {
                 Some(t) => t,
                 None => Err(Error::not_found(format!(
-                    "chat_template: this model has no template named {name:?}; its templates: {}",
+                    "chat_template: this model has no template named {}; its templates: {}",
+                    quoted(name, |n| format!("{n:?}")),
                     available()
                 ))),
             },
@@ -480,7 +481,8 @@ fn template_kwargs(text: &str) -> Result<Vec<(String, Json)>> {
                 .find(|(k, _)| RESERVED_KWARGS.contains(&k.as_str()))
             {
                 return Err(Error::invalid_argument(format!(
-                    "chat_template_kwargs_json: {key:?} is reserved; use the request field of that name"
+                    "chat_template_kwargs_json: {} is reserved; use the request field of that name",
+                    quoted(key, |k| format!("{k:?}"))
                 )));
             }
             Ok(pairs)
