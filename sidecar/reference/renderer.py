@@ -235,8 +235,8 @@ class ReferenceRenderer:
         except minijinja.TemplateError as e:
             if e.kind == "OutOfFuel":
                 raise ResourceExhausted(
-                    f"chat template: ran out of fuel (limit {self._settings.fuel} instructions); the template loops "
-                    "too long for this request"
+                    f"chat template: ran out of fuel: the template ran past the server's limit of {self._settings.fuel} "
+                    "instructions (--template-fuel); it loops too long for this request"
                 ) from None
             if "recursion limit exceeded" in str(e):
                 raise ResourceExhausted("chat template: recursion too deep") from None

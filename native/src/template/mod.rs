@@ -425,7 +425,8 @@ impl ChatTemplates {
         }
         match e.kind() {
             JinjaErrorKind::OutOfFuel => Error::resource_exhausted(format!(
-                "chat template: ran out of fuel (limit {} instructions); the template loops too long for this request",
+                "chat template: ran out of fuel: the template ran past the server's limit of {} instructions \
+                 (--template-fuel); it loops too long for this request",
                 self.limits.fuel
             )),
             _ if e.detail().is_some_and(|d| d.contains("recursion limit exceeded")) => Error::resource_exhausted(format!(
