@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 import cbor2
 import xxhash
 
-from router_adapter.errors import InvalidTokens
+from router_adapter.errors import InvalidTokens, quoted
 from router_adapter.spec import HashSpec, MmItem
 
 #: vLLM >= 0.29: the NONE_HASH seed when PYTHONHASHSEED is unset (sha256 and sha256_cbor only).
@@ -212,7 +212,7 @@ def check_token_ids(tokens: Sequence[int], field: str = "token_ids") -> None:
     except (OverflowError, TypeError):
         for i, token in enumerate(tokens):
             if not isinstance(token, int) or not 0 <= token < 1 << 32:
-                raise InvalidTokens(f"{field}[{i}]: {token!r} is not a token id (an integer in [0, 2^32))") from None
+                raise InvalidTokens(f"{field}[{i}]: {quoted(repr(token), str)} is not a token id (an integer in [0, 2^32))") from None
         raise
 
 

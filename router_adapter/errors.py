@@ -5,6 +5,24 @@ its own error table (`sidecar/errors.py`).
 
 from __future__ import annotations
 
+from typing import Callable
+
+#: How many characters of a value from the client an error message repeats. Messages quoted whole
+#: values: a 16.5 KB model name made the status pass gRPC's 16 KiB metadata limit (the client got
+#: RESOURCE_EXHAUSTED "Stream removed" instead of the error), and a 30 MB one wrote 180 MB of log.
+#: The native core cuts at the same length (`error::QUOTED_CHARS`), so both backends and both
+#: transports say the same.
+QUOTED_CHARS = 200
+
+
+def quoted(text: str, quote: Callable[[str], str] = repr) -> str:
+    """`text` (a value from the client) as a message shows it: `quote` of its first `QUOTED_CHARS`
+    characters, followed by how long it is when it is longer ("'mmmm'... (30000000 characters)").
+    `quote` is the style of the message (`repr`, `json.dumps`, `str` for a log field)."""
+    if len(text) <= QUOTED_CHARS:
+        return quote(text)
+    return f"{quote(text[:QUOTED_CHARS])}... ({len(text)} characters)"
+
 
 class RouterAdapterError(Exception):
     """Base class of the errors this library raises on purpose."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
-from router_adapter.errors import InvalidSpec
+from router_adapter.errors import InvalidSpec, quoted
 
 ALGORITHMS = ("vllm_sha256", "vllm_sha256_cbor", "vllm_xxhash", "vllm_xxhash_cbor", "sglang_sha256", "dynamo_xxh3")
 VLLM_ALGORITHMS = ALGORITHMS[:4]
@@ -65,7 +65,7 @@ class HashSpec:
         """Raises InvalidSpec naming the field when no engine could produce these hashes."""
         if self.algorithm not in ALGORITHMS:
             raise InvalidSpec(
-                f"block_hashing.algorithm: unknown {self.algorithm!r}; expected one of {', '.join(ALGORITHMS)}"
+                f"block_hashing.algorithm: unknown {quoted(self.algorithm)}; expected one of {', '.join(ALGORITHMS)}"
             )
         if not isinstance(self.block_size, int) or self.block_size <= 0:
             raise InvalidSpec("block_hashing.block_size: must be > 0")
@@ -77,13 +77,13 @@ class HashSpec:
                 "vLLM, so its hashes cannot be reproduced; give the engine's PYTHONHASHSEED"
             )
         if self.extra_keys not in ("tagged", "legacy"):
-            raise InvalidSpec(f"block_hashing.vllm_extra_keys: expected 'tagged' or 'legacy', got {self.extra_keys!r}")
+            raise InvalidSpec(f"block_hashing.vllm_extra_keys: expected 'tagged' or 'legacy', got {quoted(self.extra_keys)}")
         if self.sglang_event_format not in ("default", "dynamo"):
             raise InvalidSpec(
-                f"block_hashing.sglang_event_format: expected 'default' or 'dynamo', got {self.sglang_event_format!r}"
+                f"block_hashing.sglang_event_format: expected 'default' or 'dynamo', got {quoted(self.sglang_event_format)}"
             )
         if not isinstance(self.lookahead, int) or isinstance(self.lookahead, bool) or self.lookahead < 0:
-            raise InvalidSpec(f"block_hashing.vllm_lookahead: must be an integer >= 0, got {self.lookahead!r}")
+            raise InvalidSpec(f"block_hashing.vllm_lookahead: must be an integer >= 0, got {quoted(repr(self.lookahead), str)}")
         if self.lookahead:
             if self.algorithm not in VLLM_ALGORITHMS:
                 raise InvalidSpec(

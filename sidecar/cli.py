@@ -473,10 +473,13 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--parse-max-requests", type=int, default=4096,
                        help="ParseStream: open requests per stream; more is RESOURCE_EXHAUSTED")
     serve.add_argument("--parse-max-held-kb", type=int, default=1024,
-                       help="ParseStream: KiB of undecided output one request may hold back")
+                       help="ParseStream: KiB of undecided output one request may hold back: the undecided text its "
+                            "parsers hold (each copy counted) plus 8 bytes for each token waiting for its text to "
+                            "be decided")
     serve.add_argument("--parse-max-stream-held-mb", type=int, default=256,
                        help="ParseStream: MiB of undecided output all the requests of one stream may hold back "
-                            "together; the request whose step passes it is RESOURCE_EXHAUSTED")
+                            "together (counted as --parse-max-held-kb counts); the request whose step passes it is "
+                            "RESOURCE_EXHAUSTED")
     serve.add_argument("--multiplex-max-inflight", type=int, default=4096,
                        help="Multiplex: requests one stream may have waiting for their results; more are "
                             "RESOURCE_EXHAUSTED, each on its own")

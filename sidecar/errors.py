@@ -16,12 +16,37 @@ import grpc
 from router_adapter.errors import InvalidSpec, InvalidTokens
 
 
+#: The longest message a status carries, in UTF-8 bytes. gRPC sends it percent-encoded in the
+#: trailers (at most 3 bytes each: 12 KiB), and trailers past 16 KiB end the call RESOURCE_EXHAUSTED
+#: "Stream removed" instead of the error. Values from the client are cut where a message quotes
+#: them (`router_adapter.errors.quoted`); this bounds what nobody cut (what a chat template raises,
+#: a request template's own error). The native core cuts its messages alike (`error::bounded`).
+MAX_MESSAGE_BYTES = 4096
+#: What is kept of a message cut to `MAX_MESSAGE_BYTES`, leaving room for the note saying so.
+_CUT_MESSAGE_BYTES = 4000
+
+
+def bounded(message: str) -> str:
+    """`message` within `MAX_MESSAGE_BYTES`: cut at a character boundary, saying how long it was."""
+    if len(message) <= MAX_MESSAGE_BYTES // 4:  # no character takes more than 4 bytes
+        return message
+    data = message.encode("utf-8", "surrogatepass")
+    if len(data) <= MAX_MESSAGE_BYTES:
+        return message
+    cut = _CUT_MESSAGE_BYTES
+    while data[cut] & 0xC0 == 0x80:  # a continuation byte: not a character boundary
+        cut -= 1
+    return data[:cut].decode("utf-8", "surrogatepass") + f"... (message cut: {len(data)} bytes)"
+
+
 class SidecarError(Exception):
-    """Base class: an error with a gRPC status code and a message for the caller."""
+    """Base class: an error with a gRPC status code and a message for the caller (cut to
+    `MAX_MESSAGE_BYTES`)."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
 
     def __init__(self, message: str) -> None:
+        message = bounded(message)
         super().__init__(message)
         self.message = message
 
@@ -114,7 +139,7 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
         return exc.code, exc.message
     for cls, code in _LIBRARY_STATUS:
         if isinstance(exc, cls):
-            return code, str(exc)
+            return code, bounded(str(exc))
     return grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}"
 
 

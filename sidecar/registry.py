@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from router_adapter.errors import quoted
 from sidecar.backend import Backend, ParseModel, Renderer, RendererSettings, Tokenizer
 from sidecar.chat_template import renderer_inputs
 from sidecar.errors import InvalidArgument, NotFound
@@ -229,7 +230,7 @@ class ModelRegistry:
         model = self._models.get(name)
         if model is None:
             hosted = ", ".join(sorted(self._models)) or "none"
-            raise NotFound(f"model: unknown model {name!r}; this server hosts: {hosted}")
+            raise NotFound(f"model: unknown model {quoted(name)}; this server hosts: {hosted}")
         return model
 
     def __iter__(self) -> Iterator[Model]:

@@ -25,6 +25,7 @@ import structlog
 
 from google.protobuf.message import DecodeError
 
+from router_adapter.errors import quoted
 from sidecar import metrics, tracing
 from sidecar.errors import (CANCELLED, CUT_BY_STOP, DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable,
                             is_expected, status_of)
@@ -41,7 +42,8 @@ class Call:
     request_id: str
     #: Seconds left before the client's deadline, or None when it set none.
     timeout_s: float | None
-    #: The request's model, for the call's log line (a handler that reads raw bytes sets it).
+    #: The request's model, for the call's log line (a handler that reads raw bytes sets it), cut by
+    #: `quoted` (a client string: a 30 MB name wrote 180 MB of log).
     model: str = ""
     #: Bytes of the request's wire body when the handler got it raw (0 otherwise): its size
     #: without protobuf's `ByteSize`, which reads the whole message again.
@@ -355,7 +357,7 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
             gate.check_unsent(context)
             if request_type is not None:
                 request = _traced_stage("decode", decode, request) if traced else decode(request)
-            model = getattr(request, "model", "")
+            model = quoted(getattr(request, "model", ""), str)  # a client string, cut for the log line
             response = await handler(request, context, outcome.call)
             if request_type is not None:
                 response = _traced_stage("encode", encode, response) if traced else encode(response)

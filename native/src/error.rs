@@ -103,6 +103,49 @@ impl ErrorKind {
     }
 }
 
+/// How many characters of a value from the client a message repeats (see [`quoted`]); the Python
+/// side cuts at the same length (`router_adapter.errors.QUOTED_CHARS`).
+pub(crate) const QUOTED_CHARS: usize = 200;
+
+/// The longest message an [`Error`] carries, in UTF-8 bytes; a longer one is cut (see
+/// [`Error::new`]). Python bounds its own messages alike (`sidecar.errors.MAX_MESSAGE_BYTES`).
+pub(crate) const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// What is kept of a message cut to [`MAX_MESSAGE_BYTES`], leaving room for the note saying so.
+const CUT_MESSAGE_BYTES: usize = 4000;
+
+/// `text` (a value from the client) as a message shows it: `quote` of its first [`QUOTED_CHARS`]
+/// characters, then how long it is when it is longer (`'mmm'... (30000000 characters)`). Messages
+/// that quoted whole values made a 16.5 KB model name pass gRPC's 16 KiB metadata limit (the
+/// client got RESOURCE_EXHAUSTED "Stream removed" instead of the error naming the field) and a
+/// 30 MB one write 180 MB of log; `quote` is the message's own style (`py_repr`, `{:?}`, ...).
+pub(crate) fn quoted(text: &str, quote: impl Fn(&str) -> String) -> String {
+    match text.char_indices().nth(QUOTED_CHARS) {
+        None => quote(text),
+        Some((cut, _)) => format!(
+            "{}... ({} characters)",
+            quote(&text[..cut]),
+            text.chars().count()
+        ),
+    }
+}
+
+/// `message` within [`MAX_MESSAGE_BYTES`]: values from the client are cut where they are quoted
+/// ([`quoted`]), but a message can still carry text nobody bounded (what a chat template raises,
+/// a request template's own error); the status would then not reach the client.
+fn bounded(mut message: String) -> String {
+    if message.len() > MAX_MESSAGE_BYTES {
+        let total = message.len();
+        let mut cut = CUT_MESSAGE_BYTES;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str(&format!("... (message cut: {total} bytes)"));
+    }
+    message
+}
+
 /// An error with a kind and a human-readable message that names the offending field.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Error {
@@ -111,11 +154,11 @@ pub struct Error {
 }
 
 impl Error {
-    /// An error of `kind` with `message`.
+    /// An error of `kind` with `message` (cut to [`MAX_MESSAGE_BYTES`]).
     pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         Error {
             kind,
-            message: message.into(),
+            message: bounded(message.into()),
         }
     }
 
@@ -161,7 +204,7 @@ impl Error {
 
     /// Prefixes the message with context (`"texts[3]: "`), keeping the kind.
     pub fn context(mut self, prefix: impl fmt::Display) -> Self {
-        self.message = format!("{prefix}: {}", self.message);
+        self.message = bounded(format!("{prefix}: {}", self.message));
         self
     }
 }
@@ -224,6 +267,42 @@ mod tests {
                 ("cancelled", 1),
                 ("internal", 13),
             ]
+        );
+    }
+
+    /// The same strings `tests/server/test_errors.py` cuts in Python.
+    #[test]
+    fn messages_are_cut_at_a_character_boundary_saying_so() {
+        let cases = [
+            ("short".to_string(), "short".to_string()),
+            ("x".repeat(4096), "x".repeat(4096)),
+            (
+                "x".repeat(4097),
+                format!("{}... (message cut: 4097 bytes)", "x".repeat(4000)),
+            ),
+            (
+                format!("{}{}", "x".repeat(3999), "é".repeat(100)),
+                format!("{}... (message cut: 4199 bytes)", "x".repeat(3999)),
+            ),
+        ];
+        for (message, expected) in cases {
+            let error = Error::invalid_argument(message);
+            assert_eq!(error.message(), expected);
+            assert_eq!(bounded(expected.clone()), expected);
+        }
+        let long = Error::internal("y".repeat(4090)).context("texts[3]");
+        assert!(long.message().ends_with("... (message cut: 4100 bytes)"));
+    }
+
+    #[test]
+    fn a_quoted_value_keeps_its_first_characters_and_says_how_long_it_was() {
+        let debug = |s: &str| format!("{s:?}");
+        assert_eq!(quoted("qwen", debug), "\"qwen\"");
+        let at_bound = "é".repeat(QUOTED_CHARS);
+        assert_eq!(quoted(&at_bound, debug), format!("\"{at_bound}\""));
+        assert_eq!(
+            quoted(&"é".repeat(QUOTED_CHARS + 1), debug),
+            format!("\"{at_bound}\"... (201 characters)")
         );
     }
 }

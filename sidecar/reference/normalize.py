@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from router_adapter.errors import quoted
 from sidecar.errors import InvalidArgument
 
 _INT_MIN, _INT_MAX = -(2**127), 2**127 - 1
@@ -188,7 +189,7 @@ def _content_part(part: Any, field: str) -> tuple[str, str | None] | None:
     if part_type in _MEDIA_PART_TYPES:
         raise InvalidArgument(_media_error(field, part_type))
     raise InvalidArgument(
-        f"{field}.type: unsupported content part type {json.dumps(part_type)}; Render accepts text, input_text, "
+        f"{field}.type: unsupported content part type {quoted(part_type, json.dumps)}; Render accepts text, input_text, "
         "output_text, refusal, thinking and tool_reference parts"
     )
 
@@ -315,4 +316,4 @@ def _optional_bool(value: Any, field: str) -> bool | None:
 
 def _shown(value: Any) -> str:
     """A value in an error message: a string as itself in quotes, anything else by its JSON type."""
-    return f'"{value}"' if isinstance(value, str) else type_name(value)
+    return quoted(value, lambda s: f'"{s}"') if isinstance(value, str) else type_name(value)

@@ -16,6 +16,7 @@ from typing import Any
 
 import minijinja
 
+from router_adapter.errors import quoted
 from sidecar.backend import EncodeOptions, RenderOptions, Rendered, RendererSettings
 from sidecar.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SidecarError
 from sidecar.reference import template_analysis
@@ -193,7 +194,7 @@ class ReferenceRenderer:
         if requested is not None and not _looks_like_jinja(requested):
             found = named(requested)
             if found is None:
-                raise NotFound(f"chat_template: this model has no template named {json.dumps(requested)}; its templates: {available}")
+                raise NotFound(f"chat_template: this model has no template named {quoted(requested, json.dumps)}; its templates: {available}")
             return found
         if requested is not None:
             if not allow_source:
@@ -236,8 +237,8 @@ class ReferenceRenderer:
         except minijinja.TemplateError as e:
             if e.kind == "OutOfFuel":
                 raise ResourceExhausted(
-                    f"chat template: ran out of fuel (limit {self._settings.fuel} instructions); the template loops "
-                    "too long for this request"
+                    f"chat template: ran out of fuel: the template ran past the server's limit of {self._settings.fuel} "
+                    "instructions (--template-fuel); it loops too long for this request"
                 ) from None
             if "recursion limit exceeded" in str(e):
                 raise ResourceExhausted("chat template: recursion too deep") from None
@@ -279,7 +280,7 @@ def _template_kwargs(text: str) -> dict:
         raise InvalidArgument(f"chat_template_kwargs_json: expected an object, got {type_name(value)}")
     for key in value:
         if key in _RESERVED_KWARGS:
-            raise InvalidArgument(f"chat_template_kwargs_json: {json.dumps(key)} is reserved; use the request field of that name")
+            raise InvalidArgument(f"chat_template_kwargs_json: {quoted(key, json.dumps)} is reserved; use the request field of that name")
     return value
 
 

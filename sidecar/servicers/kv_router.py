@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import REGISTRY, Collector
 
 from router_adapter import KvRouter, fanout
+from router_adapter.errors import quoted
 from router_adapter.index import Score
 from router_adapter.spec import HashSpec, MmItem
 from sidecar.backend import EncodeOptions, RenderOptions
@@ -54,7 +55,7 @@ class KvRouterServicer:
         # of text), so the loop still waits, but not for that and the string reads after it at once.
         request = await self._runtime.offloader.run(lambda: decode_request(call.rpc, kv.ScoreRequest, body),
                                                     len(body), call.rpc, stage="decode")
-        call.model = request.model
+        call.model = quoted(request.model, str)
         return await self._score(request, call, request_cost(len(body)), as_bytes=True)
 
     def _score_ids(self, body: bytes, call: Call) -> bytes | None:
@@ -72,7 +73,7 @@ class KvRouterServicer:
             request = kv.ScoreRequest.FromString(rest)
         except DecodeError:
             return None
-        call.model = request.model
+        call.model = quoted(request.model, str)
         router, index = self._target(request)
         mm_items = _mm_items(request)
         if refused is not None:
@@ -90,7 +91,7 @@ class KvRouterServicer:
             index = router.index(request.model)
         except KeyError:
             known = ", ".join(sorted(router.indexes)) or "none"
-            raise NotFound(f"model: no KV-event sources for {request.model!r} (known: {known})") from None
+            raise NotFound(f"model: no KV-event sources for {quoted(request.model)} (known: {known})") from None
         return router, index
 
     async def Score(self, request: kv.ScoreRequest, context: grpc.aio.ServicerContext, call: Call) -> kv.ScoreResponse:

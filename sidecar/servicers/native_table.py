@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Awaitable, Callable
 
+from router_adapter.errors import quoted
 from sidecar import metrics
 from sidecar.rpc import Call, decode_request
 from sidecar.runtime import Runtime
@@ -74,7 +75,7 @@ async def run_unary(runtime: Runtime, table: NativeMultiplexer, kind: int, body:
             result = await offloader.run(lambda: table.unary(kind, body, timeout), cost, call.rpc)
     finally:
         table.release()
-    call.model = result.model
+    call.model = quoted(result.model, str)
     if result.error is not None:
         if result.malformed:
             metrics.MALFORMED.labels(call.rpc).inc()
@@ -92,5 +93,5 @@ async def run_decoded(runtime: Runtime, method: Callable[[Any, Any, Call], Await
     call.body_bytes = len(body)
     request = await runtime.offloader.run(lambda: decode_request(call.rpc, request_type, body), len(body), call.rpc,
                                           stage="decode")
-    call.model = request.model
+    call.model = quoted(request.model, str)
     return await method(request, context, call)

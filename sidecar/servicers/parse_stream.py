@@ -27,6 +27,7 @@ from typing import AsyncIterator, Sequence
 
 import grpc
 
+from router_adapter.errors import quoted
 from sidecar import metrics, parsers
 from sidecar.backend import Deferred, ParseLimits, ParseMux, ParseOpenConfig
 from sidecar.errors import (FailedPrecondition, InvalidArgument, ResourceExhausted, SidecarError, Unavailable,
@@ -210,7 +211,8 @@ class ParseStreamServicer:
             self._open_checked(mux, request, prompt_ids)
         except SidecarError as e:
             counts.errors += 1
-            _log.info("parse_open_failed", parse_request_id=request.request_id[:200], model=request.model, error=e.message)
+            _log.info("parse_open_failed", parse_request_id=request.request_id[:200], model=quoted(request.model, str),
+                      error=e.message)
             # The answer says request `request_id` is finished and freed: a request still open
             # under that id ends here too (a duplicate open is ended by the mux itself, which says
             # so; this covers the refusals that come first: an unknown model, a bad option).

@@ -202,7 +202,9 @@ def test_engine_mode_scores_a_lora_request_by_its_adapters_path(
         publisher.publish([stored(hashes[:n], ids[: n * BS], BS, lora_name="sql")])
 
         def depth(**request: object) -> int:
-            return router.Score(kv.ScoreRequest(model="qwen3", **request)).workers[0].blocks
+            # No workers until the subscriber has applied the store: 0 then, and wait on.
+            workers = router.Score(kv.ScoreRequest(model="qwen3", **request)).workers
+            return workers[0].blocks if workers else 0
 
         by_ids = {"token_ids": pb.TokenIds(token_ids=ids)}
         wait_until(lambda: depth(**by_ids, **lora) == n, what="the adapter's blocks")

@@ -3,6 +3,7 @@ the others go on; limits give RESOURCE_EXHAUSTED; cancel frees state."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -332,3 +333,20 @@ def test_non_streaming_is_one_step(env) -> None:  # noqa: ANN001
     assert whole.content == "Hi  bye" and whole.finish_reason == "tool_calls"
     assert [(c.index, c.name, c.arguments) for c in whole.tool_calls] == [(0, "f", '{"a": [1, 2]}')]
     assert whole.completion_tokens == len(ids)
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("name", ["hermes" + "x" * 3_000_000, "y" * 3_000_000])
+def test_a_long_parser_name_is_refused_quickly_and_shown_cut(env, name: str) -> None:  # noqa: ANN001
+    """The refusal quoted the whole name and looked for close matches by an edit distance costing
+    the product of the lengths: a 30 MB name took seconds of a native call (here 3 MB)."""
+    mux, model = env
+    started = time.perf_counter()
+    with pytest.raises(InvalidArgument) as refused:
+        mux.open(model, "a", "fp", replace(CONFIG, tool_parser=name), [])
+    elapsed = time.perf_counter() - started
+    message = refused.value.message
+    assert message.startswith(f'tool_parser: unknown tool parser "{name[:200]}"... ({len(name)} characters)')
+    assert len(message) < 1000 and elapsed < 0.5, (len(message), elapsed)
+    # A name one of the registered names begins still finds it (the distance is the difference in length).
+    assert ("close matches: hermes" in message) == name.startswith("hermes")

@@ -104,6 +104,19 @@ def test_limits_are_clear_errors(backend_name: str, template: str, settings: dic
         renderer.render(opts())
 
 
+def test_running_out_of_fuel_names_the_flag(backend_name: str) -> None:
+    """The same words on both backends, naming --template-fuel (it said only "limit 200000
+    instructions", leaving the operator to guess which setting that was)."""
+    renderer, _ = load(backend_name, [("default", "{% for i in range(100000) %}{% for j in range(100000) %}"
+                                                  "{% endfor %}{% endfor %}")], fuel=200_000)
+    with pytest.raises(ResourceExhausted) as refused:
+        renderer.render(opts())
+    assert refused.value.message == (
+        "chat template: ran out of fuel: the template ran past the server's limit of 200000 instructions "
+        "(--template-fuel); it loops too long for this request"
+    )
+
+
 def test_text_ids_and_offsets_agree_with_tokenize(backend_name: str) -> None:
     renderer, tokenizer = load(backend_name, [("default", CHATML)], cache_bytes=0)
     out = renderer.render(opts(return_text=True, return_offsets=True))

@@ -75,3 +75,27 @@ def test_no_other_module_maps_codes() -> None:
     assert len(sources) > 20
     found = [hit for p in sources for hit in _hand_mappings(p)]
     assert not found, "status codes mapped outside sidecar/errors.py:\n" + "\n".join(found)
+
+
+@pytest.mark.parametrize(("message", "expected"), [
+    ("short", "short"),
+    ("x" * 4096, "x" * 4096),
+    ("x" * 4097, "x" * 4000 + "... (message cut: 4097 bytes)"),
+    # Cut at a character boundary: 3999 bytes of "x", then a 2-byte character across byte 4000.
+    ("x" * 3999 + "é" * 100, "x" * 3999 + "... (message cut: 4199 bytes)"),
+])
+def test_messages_are_cut_to_the_bound_that_keeps_them_deliverable(message: str, expected: str) -> None:
+    """A status message travels in gRPC's trailers; past 16 KiB (percent-encoded) the client got
+    RESOURCE_EXHAUSTED "Stream removed" instead. Every error's message is cut to 4 KiB (the native
+    core's `error::tests` cut the same strings)."""
+    assert errors.bounded(message) == expected
+    assert errors.bounded(expected) == expected
+    error = errors.InvalidArgument(message)
+    assert error.message == expected and str(error) == expected
+    assert errors.status_of(error) == (grpc.StatusCode.INVALID_ARGUMENT, expected)
+
+
+def test_a_library_errors_message_is_cut_too() -> None:
+    code, message = errors.status_of(InvalidSpec("block_hashing.x: " + "y" * 10_000))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT
+    assert message.startswith("block_hashing.x: yyy") and message.endswith("... (message cut: 10017 bytes)")

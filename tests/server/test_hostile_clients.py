@@ -8,6 +8,7 @@ worker (SIGSEGV). It is replayed here many times with different sizes and delays
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 
 import grpc
@@ -89,3 +90,33 @@ def test_a_stream_holding_back_too_much_in_all_fails_the_request_that_passes_the
         assert live.process.poll() is None
     finally:
         stop_server(live)
+
+
+def test_long_client_values_get_their_status_and_bounded_log_lines(server: LiveServer) -> None:
+    """Messages and the `rpc` log line repeated client strings whole: a 20 KB model name made the
+    status pass gRPC's 16 KiB metadata limit (the client got RESOURCE_EXHAUSTED "Stream removed"
+    instead of NOT_FOUND), and a 30 MB one wrote 180 MB of log (the name twice a line)."""
+    stub = pb_grpc.PreprocessorStub(grpc.insecure_channel(server.uds))
+    hi = '[{"role": "user", "content": "Hi"}]'
+    tools = json.dumps([{"type": "x" * 20_000, "function": {"name": "f"}}])
+    calls = [
+        (stub.Tokenize, pb.TokenizeRequest(model="m" * 20_000, texts=["x"]), "NOT_FOUND", "model: unknown model 'mmm"),
+        (stub.Tokenize, pb.TokenizeRequest(model="m" * 5_000_000, texts=["x"]), "NOT_FOUND", "model: unknown model"),
+        (stub.Render, pb.RenderRequest(model="qwen3", messages_json=hi, chat_template="t" * 20_000), "NOT_FOUND",
+         "chat_template: this model has no template named"),
+        (stub.Render, pb.RenderRequest(model="qwen3", messages_json=hi, tools_json=tools), "INVALID_ARGUMENT",
+         "tools[0].type: expected"),
+    ]
+    for method, request, code, start in calls:
+        with pytest.raises(grpc.RpcError) as refused:
+            method(request, timeout=60)
+        assert (refused.value.code().name, refused.value.details()[:len(start)]) == (code, start)
+        assert len(refused.value.details()) < 1000
+    opened = pb.ParseStreamRequest(open=pb.OpenRequest(request_id="r", model="m" * 5_000_000))
+    [answer] = stub.ParseStream(iter([opened]), timeout=60)
+    assert answer.deltas[0].error.code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert len(answer.deltas[0].error.message) < 1000
+    echoing = [line for line in server.log_path.read_text().splitlines() if "mmmmmmmmmm" in line or "tttttttttt" in line]
+    assert len(echoing) == 4  # three rpc lines and parse_open_failed
+    assert max(len(line) for line in echoing) < 2000
+    assert {'"model":"' + "m" * 200 + '... (5000000 characters)"' in line for line in echoing} == {True, False}

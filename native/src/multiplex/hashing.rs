@@ -3,7 +3,7 @@
 //! server's unary path (`sidecar.hashing.spec_from_proto` and `router_adapter.spec.HashSpec`), so
 //! a request fails alike on both transports.
 
-use crate::error::{Error, Result};
+use crate::error::{quoted, Error, Result};
 use crate::hash::{
     check_block_size, Algorithm, ExtraKeyLayout, HashSpec, MmItem, SglangEventFormat,
 };
@@ -23,7 +23,7 @@ pub(super) fn spec_from_proto(msg: &pb::BlockHashing) -> Result<HashSpec> {
             let known: Vec<&str> = Algorithm::ALL.iter().map(|a| a.name()).collect();
             Error::invalid_argument(format!(
                 "block_hashing.algorithm: unknown {}; expected one of {}",
-                py_repr(&msg.algorithm),
+                quoted(&msg.algorithm, py_repr),
                 known.join(", ")
             ))
         })?;
@@ -42,7 +42,7 @@ pub(super) fn spec_from_proto(msg: &pb::BlockHashing) -> Result<HashSpec> {
         other => {
             return Err(Error::invalid_argument(format!(
                 "block_hashing.vllm_extra_keys: expected 'tagged' or 'legacy', got {}",
-                py_repr(other)
+                quoted(other, py_repr)
             )))
         }
     };
@@ -52,7 +52,7 @@ pub(super) fn spec_from_proto(msg: &pb::BlockHashing) -> Result<HashSpec> {
         other => {
             return Err(Error::invalid_argument(format!(
                 "block_hashing.sglang_event_format: expected 'default' or 'dynamo', got {}",
-                py_repr(other)
+                quoted(other, py_repr)
             )))
         }
     };

@@ -33,7 +33,7 @@ use prost::Message;
 use serde::Deserialize;
 
 use crate::cancel::Cancel;
-use crate::error::{grpc_code, Error, Result};
+use crate::error::{grpc_code, quoted, Error, Result};
 use crate::render::Renderer;
 use crate::tokenizer::{CacheStats, Tokenizer};
 use crate::wire::{self, pb, CallKind, CallView};
@@ -168,7 +168,7 @@ impl Multiplexer {
         self.models.iter().find(|m| m.name == name).ok_or_else(|| {
             Error::not_found(format!(
                 "model: unknown model {}; this server hosts: {}",
-                py_repr(name),
+                quoted(name, py_repr),
                 self.hosted
             ))
         })

@@ -10,7 +10,11 @@ use crate::parse::out::Channel;
 /// Pending tokens and decided ranges of one request.
 #[derive(Debug, Default)]
 pub(crate) struct Ledger {
-    pending: VecDeque<(u64, Anchor)>,
+    /// The anchors of the tokens waiting for their range, in offset order, packed (`pack`): a
+    /// wait of tens of thousands of tokens holds one each, charged to the request's held-back
+    /// limit, and the `(sequence number, Anchor)` pairs the sink hands over took 24 bytes where
+    /// 8 say the same (the sequence number is not needed to attribute a token).
+    pending: VecDeque<u64>,
     /// Decided ranges `(start, end, channel)`, sorted by start (they mostly arrive in order).
     spans: VecDeque<(u64, u64, Channel)>,
     reasoning: u32,
@@ -22,12 +26,18 @@ impl Ledger {
         self.reasoning
     }
 
-    /// Bytes the tokens waiting for their range hold: tokens that produced no text (skipped
-    /// special tokens) wait for the text before them to be decided, with no bound of their own, so
-    /// they count toward the request's held-back limit.
+    /// Bytes of bookkeeping the tokens waiting for their range hold (an anchor each, and the
+    /// decided ranges kept for them): a token waits until the text it starts is decided, and a
+    /// token that produced no text (a skipped special token) for the text before it, with no bound
+    /// of their own, so they count toward the request's held-back limit.
     pub(crate) fn held(&self) -> usize {
-        self.pending.len() * std::mem::size_of::<(u64, Anchor)>()
+        self.pending.len() * std::mem::size_of::<u64>()
             + self.spans.len() * std::mem::size_of::<(u64, u64, Channel)>()
+    }
+
+    /// Tokens waiting for their range.
+    pub(crate) fn pending_tokens(&self) -> usize {
+        self.pending.len()
     }
 
     pub(crate) fn add_anchors(&mut self, anchors: &mut Vec<(u64, Anchor)>) {
@@ -37,7 +47,7 @@ impl Ledger {
         {
             anchors.sort_by_key(|(_, a)| a.offset());
         }
-        self.pending.extend(anchors.drain(..));
+        self.pending.extend(anchors.drain(..).map(|(_, a)| pack(a)));
     }
 
     pub(crate) fn add_spans(&mut self, spans: &[(u64, u64, Channel)]) {
@@ -52,8 +62,8 @@ impl Ledger {
     /// Attributes every pending token whose range is decided; with `all`, the rest too (their
     /// text was dropped after a stop string).
     pub(crate) fn resolve(&mut self, all: bool) {
-        while let Some(&(_, anchor)) = self.pending.front() {
-            let channel = match anchor {
+        while let Some(&packed) = self.pending.front() {
+            let channel = match unpack(packed) {
                 Anchor::Visible(o) => self.containing(o),
                 Anchor::ZeroWidth(0) => self.containing(0),
                 Anchor::ZeroWidth(o) => {
@@ -75,7 +85,7 @@ impl Ledger {
             let floor = self
                 .pending
                 .front()
-                .map_or(u64::MAX, |(_, a)| a.offset().saturating_sub(1));
+                .map_or(u64::MAX, |&p| unpack(p).offset().saturating_sub(1));
             // The last range stays: a token that produces nothing next still falls after it.
             while let Some(&(_, end, _)) = self.spans.front() {
                 if end <= floor && self.spans.len() > 1 {
@@ -91,5 +101,22 @@ impl Ledger {
         let after = self.spans.partition_point(|s| s.0 <= offset);
         let &(_, end, channel) = self.spans.get(after.checked_sub(1)?)?;
         (offset < end).then_some(channel)
+    }
+}
+
+/// An anchor in 8 bytes: its offset (a stream offset, far below 2^63) shifted left, the low bit set
+/// when the token produced no bytes.
+fn pack(anchor: Anchor) -> u64 {
+    match anchor {
+        Anchor::Visible(o) => o << 1,
+        Anchor::ZeroWidth(o) => (o << 1) | 1,
+    }
+}
+
+fn unpack(packed: u64) -> Anchor {
+    if packed & 1 == 0 {
+        Anchor::Visible(packed >> 1)
+    } else {
+        Anchor::ZeroWidth(packed >> 1)
     }
 }

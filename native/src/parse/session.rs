@@ -552,19 +552,30 @@ impl Session {
         self.tokens = first_token + kept.min(fed);
     }
 
-    /// Why holding `held` bytes fails the request: its own limit, or its stream's.
+    /// Why holding `held` bytes fails the request: its own limit, or its stream's. The limit
+    /// charges each undecided token's bookkeeping too (memory a wait of tokens holds however
+    /// little text they made), so the message says how much of `held` is text and how much that:
+    /// saying only the sum, 92 KB of undecided text read as "1072993 bytes of undecided output".
+    /// The text is what the stages hold, a copy a stage keeps beside its input (a JSON call
+    /// reader's raw text) counted again: that is memory too.
     fn held_refusal(&self, held: usize) -> String {
+        let bookkeeping = self.ledger.held();
+        let holds = format!(
+            "the request holds back {} bytes of undecided text (each copy a parser keeps counted) \
+             and {bookkeeping} bytes of bookkeeping for its {} undecided tokens ({held} bytes in all)",
+            held.saturating_sub(bookkeeping),
+            self.ledger.pending_tokens()
+        );
         if held > self.max_held {
             format!(
-                "the request holds back {held} bytes of undecided output, more than the limit of {} \
-                 (--parse-max-held-kb; an unterminated tool call or value, or tokens with no text \
-                 waiting for the text before them?)",
+                "{holds}, more than the limit of {} (--parse-max-held-kb; an unterminated tool call \
+                 or value, or tokens with no text waiting for the text before them?)",
                 self.max_held
             )
         } else {
             format!(
-                "the request holds back {held} bytes of undecided output, more than the {} bytes the \
-                 other requests of its stream leave of the stream's limit (--parse-max-stream-held-mb)",
+                "{holds}, more than the {} bytes the other requests of its stream leave of the \
+                 stream's limit (--parse-max-stream-held-mb)",
                 self.stream_room
             )
         }

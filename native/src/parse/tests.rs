@@ -681,3 +681,64 @@ fn a_long_step_stops_at_the_part_that_passes_a_bound() {
         );
     }
 }
+
+/// The held-back limit charges each undecided token its bookkeeping (8 bytes: a packed anchor)
+/// beside the text, and the refusal says how much is which. It said "holds back 1072993 bytes of
+/// undecided output" for 92 KB of text: the rest was 24 bytes for each of 37,000 tokens.
+#[test]
+fn the_held_back_refusal_tells_text_from_bookkeeping() {
+    let Some((model, tok)) = parse_model("qwen3") else {
+        return;
+    };
+    // Skipped special tokens (<|endoftext|>) make no text: 8 bytes each, 1,000 fit in 8,000.
+    let cfg = SessionConfig {
+        reasoning_parser: "qwen3".into(),
+        max_held_bytes: 8000,
+        ..SessionConfig::default()
+    };
+    let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
+    s.feed(&[151643; 1000], false).expect("1,000 tokens fit");
+    let err = s.feed(&[151643], false).unwrap_err();
+    assert_eq!(
+        err.message(),
+        "the request holds back 0 bytes of undecided text (each copy a parser keeps counted) and 8008 \
+         bytes of bookkeeping for its 1001 undecided tokens (8008 bytes in all), more than the limit \
+         of 8000 (--parse-max-held-kb; an unterminated tool call or value, or tokens with no text \
+         waiting for the text before them?)"
+    );
+    // An unterminated call name: text and bookkeeping add up to what is held.
+    let cfg = SessionConfig {
+        tool_parser: "hermes".into(),
+        max_held_bytes: 20_000,
+        ..SessionConfig::default()
+    };
+    let mut s = Session::new(Arc::clone(&model), &cfg, &[]).expect("session");
+    let ids = encode(
+        &tok,
+        &format!("<tool_call>\n{{\"name\": \"{}", "abcd efgh ".repeat(2000)),
+    );
+    let err = ids
+        .iter()
+        .find_map(|id| s.feed(&[*id], false).err())
+        .expect("fails");
+    let numbers: Vec<usize> = err
+        .message()
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|n| n.parse().ok())
+        .collect();
+    let [text, bookkeeping, tokens, all, limit] = numbers[..] else {
+        panic!("{}", err.message())
+    };
+    assert_eq!(
+        (text + bookkeeping, limit),
+        (all, 20_000),
+        "{}",
+        err.message()
+    );
+    assert!(all > limit && text > 0, "{}", err.message());
+    assert!(
+        (8 * tokens..8 * tokens + 100).contains(&bookkeeping),
+        "{}",
+        err.message()
+    );
+}

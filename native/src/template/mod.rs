@@ -39,7 +39,7 @@ use json::Json;
 pub use normalize::ContentFormat;
 
 use crate::cancel::Cancel;
-use crate::error::{Error, ErrorKind, Result};
+use crate::error::{quoted, Error, ErrorKind, Result};
 
 /// transformers appends this to the final message and cuts the prompt at it.
 const CONTINUE_TAG: &str = "CONTINUE_FINAL_MESSAGE_TAG ";
@@ -305,7 +305,8 @@ impl ChatTemplates {
             Some(name) if !looks_like_jinja(name) => match named(name) {
                 Some(t) => t,
                 None => Err(Error::not_found(format!(
-                    "chat_template: this model has no template named {name:?}; its templates: {}",
+                    "chat_template: this model has no template named {}; its templates: {}",
+                    quoted(name, |n| format!("{n:?}")),
                     available()
                 ))),
             },
@@ -424,7 +425,8 @@ impl ChatTemplates {
         }
         match e.kind() {
             JinjaErrorKind::OutOfFuel => Error::resource_exhausted(format!(
-                "chat template: ran out of fuel (limit {} instructions); the template loops too long for this request",
+                "chat template: ran out of fuel: the template ran past the server's limit of {} instructions \
+                 (--template-fuel); it loops too long for this request",
                 self.limits.fuel
             )),
             _ if e.detail().is_some_and(|d| d.contains("recursion limit exceeded")) => Error::resource_exhausted(format!(
@@ -480,7 +482,8 @@ fn template_kwargs(text: &str) -> Result<Vec<(String, Json)>> {
                 .find(|(k, _)| RESERVED_KWARGS.contains(&k.as_str()))
             {
                 return Err(Error::invalid_argument(format!(
-                    "chat_template_kwargs_json: {key:?} is reserved; use the request field of that name"
+                    "chat_template_kwargs_json: {} is reserved; use the request field of that name",
+                    quoted(key, |k| format!("{k:?}"))
                 )));
             }
             Ok(pairs)

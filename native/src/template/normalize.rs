@@ -15,7 +15,7 @@
 //! tool model (see the function's doc).
 
 use super::json::{self, Json};
-use crate::error::{Error, Result};
+use crate::error::{quoted, Error, Result};
 
 /// How a template wants message content (vLLM's "content format").
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,7 +217,7 @@ fn not_a_function_object(field: &str, found: Option<&Json>) -> Error {
 /// A value in an error message: a string as itself in quotes, anything else by its JSON type.
 fn shown(value: &Json) -> String {
     match value {
-        Json::Str(s) => format!("\"{s}\""),
+        Json::Str(s) => quoted(s, |s| format!("\"{s}\"")),
         other => other.type_name().to_string(),
     }
 }
@@ -392,8 +392,9 @@ fn content_part(part: &Json, field: &str) -> Result<Option<Part>> {
         "tool_reference" => Ok(Some(Part::ToolReference(text_of("name")?))),
         t if MEDIA_PART_TYPES.contains(&t) => Err(media_error(field, t)),
         t => Err(Error::invalid_argument(format!(
-            "{field}.type: unsupported content part type {t:?}; Render accepts text, input_text, output_text, \
-             refusal, thinking and tool_reference parts"
+            "{field}.type: unsupported content part type {}; Render accepts text, input_text, output_text, \
+             refusal, thinking and tool_reference parts",
+            quoted(t, |t| format!("{t:?}"))
         ))),
     }
 }

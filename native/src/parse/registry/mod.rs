@@ -19,7 +19,7 @@ mod tool_rows;
 
 use serde_json::{json, Value};
 
-use crate::error::{Error, Result};
+use crate::error::{quoted, Error, Result};
 use crate::parse::reasoning::ThinkSpec;
 use crate::parse::schema::Tools;
 use crate::parse::text::Markers;
@@ -374,7 +374,8 @@ pub fn resolve(kind: Kind, name: &str) -> Result<Option<&'static Parser>> {
 
 fn unknown_message(kind: Kind, name: &str) -> String {
     let field = kind.field();
-    let mut message = format!("{field}: unknown {} parser {name:?}", kind.name());
+    let shown = quoted(name, |n| format!("{n:?}"));
+    let mut message = format!("{field}: unknown {} parser {shown}", kind.name());
     let close = close_matches(kind, name);
     if close.is_empty() {
         message.push_str("; no registered name is close");
@@ -383,7 +384,7 @@ fn unknown_message(kind: Kind, name: &str) -> String {
     }
     if find(kind.other(), name).is_some() {
         message.push_str(&format!(
-            "; {name:?} is a {} parser (field {})",
+            "; {shown} is a {} parser (field {})",
             kind.other().name(),
             kind.other().field()
         ));
@@ -396,14 +397,23 @@ fn unknown_message(kind: Kind, name: &str) -> String {
 /// least 2, case ignored), or one a prefix of the other; closest first, at most 6.
 pub fn close_matches(kind: Kind, name: &str) -> Vec<&'static str> {
     let wanted = name.to_ascii_lowercase();
+    let wanted_chars = wanted.chars().count();
     let mut scored: Vec<(usize, &'static str)> = Vec::new();
     for row in rows(kind) {
         for candidate in row.names() {
             let lower = candidate.to_ascii_lowercase();
-            let distance = edit_distance(&wanted, &lower);
             let limit = (lower.len().max(wanted.len()) / 3).max(2);
             let prefix =
                 wanted.len() >= 3 && (lower.starts_with(&wanted) || wanted.starts_with(&lower));
+            // The distance is at least the difference in length, and exactly it when one is a
+            // prefix of the other: computing it in full costs the product of the lengths, and a
+            // 30 MB name took seconds against the table's names.
+            let apart = wanted_chars.abs_diff(lower.chars().count());
+            let distance = if apart > limit || prefix {
+                apart
+            } else {
+                edit_distance(&wanted, &lower)
+            };
             if (distance <= limit || prefix) && !scored.iter().any(|(_, n)| *n == candidate) {
                 scored.push((distance, candidate));
             }
