@@ -119,6 +119,8 @@ pub(crate) struct Tools {
     functions: HashMap<String, HashMap<String, TypeSet>>,
     /// Each function's `parameters.properties` schema, for formats with nested values.
     properties: Arc<HashMap<String, Value>>,
+    /// `tools_json` is a non-empty array.
+    declared: bool,
 }
 
 impl Tools {
@@ -153,7 +155,13 @@ impl Tools {
         Ok(Tools {
             functions,
             properties: Arc::new(properties),
+            declared: !items.is_empty(),
         })
+    }
+
+    /// Whether the request declared any tool (`tools_json` a non-empty array).
+    pub(crate) fn declared(&self) -> bool {
+        self.declared
     }
 
     /// Whether the request declared `function`.
@@ -358,5 +366,16 @@ mod tests {
             assert_eq!(coerce(value, types(&[ty])), want, "{ty} {value:?}");
         }
         assert_eq!(coerce(" TRUE\u{1c}", types(&["boolean"])), "true");
+    }
+
+    #[test]
+    fn tools_are_declared_by_a_non_empty_array() {
+        assert!(!Tools::parse("").unwrap().declared());
+        assert!(!Tools::parse(" [ ] ").unwrap().declared());
+        assert!(
+            Tools::parse(r#"[{"type": "function", "function": {"name": "f"}}]"#)
+                .unwrap()
+                .declared()
+        );
     }
 }
