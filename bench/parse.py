@@ -91,7 +91,8 @@ WORKLOADS = [
     ("phi4_mini_json", "qwen3", "phi4_mini_json", "", QWEN_PROMPT, PHI4_MINI, ""),
     ("lfm2", "qwen3", "lfm2", "", QWEN_PROMPT, LFM2, ""),
     ("qwen3_coder", "qwen3", "qwen3_coder", "", QWEN_PROMPT, CODER, CODER_TOOLS),
-    ("harmony", "gpt-oss", "openai", "openai", HARMONY_PROMPT, HARMONY, ""),
+    # Harmony drops the calls of a request without tools (as vLLM): it gets get_weather declared.
+    ("harmony", "gpt-oss", "openai", "openai", HARMONY_PROMPT, HARMONY, HY_V3_TOOLS),
     ("hy_v3", "qwen3", "hy_v3", "", QWEN_PROMPT, HY_V3, HY_V3_TOOLS),
 ]
 

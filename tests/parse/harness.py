@@ -318,13 +318,14 @@ def check_attribution(result: Result, trace: dict, n_tokens: int) -> None:
     spans partition the routed stream (all of it when the request finished without a stop string);
     the text of the reasoning/content spans is exactly the reasoning/content output; text goes to
     the tool channel only when calls were made, and every call's name is in it; reasoning_tokens
-    counts exactly the tokens whose first byte is in reasoning."""
+    counts exactly the tokens whose first byte is in a span counted as reasoning: reasoning text,
+    except under Harmony, which counts by message as vLLM does (a span says so)."""
     source = trace["source"].encode("utf-8")
     sentinels = trace["sentinels"]
-    spans = sorted(trace["spans"])
-    for (s1, e1, _), (s2, _, _) in zip(spans, spans[1:]):
+    spans = sorted(trace["spans"])  # [start, end, channel, counts as reasoning]
+    for (_, e1, _, _), (s2, _, _, _) in zip(spans, spans[1:]):
         assert e1 <= s2, f"overlapping spans {spans}"
-    covered = sum(e - s for s, e, _ in spans)
+    covered = sum(e - s for s, e, _, _ in spans)
     assert covered <= len(source)
     if result.finished and not result.matched_stop and result.error is None:
         assert covered == len(source), f"routed {covered} of {len(source)} bytes"
@@ -341,7 +342,7 @@ def check_attribution(result: Result, trace: dict, n_tokens: int) -> None:
         return "".join(out)
 
     def text_of(channel: str) -> str:
-        return "".join(render(s, source[s:e]) for s, e, ch in spans if ch == channel)
+        return "".join(render(s, source[s:e]) for s, e, ch, _ in spans if ch == channel)
 
     assert text_of("reasoning") == result.reasoning, "reasoning is not the text routed to reasoning"
     assert text_of("content") == result.content, "content is not the text routed to content"
@@ -353,20 +354,20 @@ def check_attribution(result: Result, trace: dict, n_tokens: int) -> None:
             f"call {call['name']!r} was not written in the output"
         )
 
-    def channel_at(offset: int) -> str | None:
-        for s, e, ch in spans:
+    def counts_at(offset: int) -> bool | None:
+        for s, e, _, counts in spans:
             if s <= offset < e:
-                return ch
+                return counts
         return None
 
     anchors = trace["anchors"]
     assert sorted(a[0] for a in anchors) == list(range(n_tokens)), "every token has exactly one anchor"
     reasoning = 0
     for _seq, offset, zero in anchors:
-        channel = channel_at(offset - 1) if zero and offset > 0 else channel_at(offset)
-        if channel is None and zero:
-            channel = channel_at(offset)
-        reasoning += channel == "reasoning"
+        counts = counts_at(offset - 1) if zero and offset > 0 else counts_at(offset)
+        if counts is None and zero:
+            counts = counts_at(offset)
+        reasoning += counts is True
     assert reasoning == result.reasoning_tokens == trace["reasoning_tokens"]
     if result.matched_stop:
         # vLLM counts the tokens up to the one completing the stop string (checked by the cases

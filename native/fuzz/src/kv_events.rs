@@ -412,13 +412,16 @@ fn resolved<'a>(batch: &Batch<'a>) -> Vec<(Event<'a>, Vec<u64>, Vec<u32>)> {
 }
 
 /// A snapshot's content up to what restoring may change (native/src/index/snapshot.rs, version
-/// 1): the header verbatim, then each worker's name, order and entries (engine hash, key,
+/// 1 or 2): the header verbatim, then each worker's name, order and entries (engine hash, key,
 /// media), oldest first, workers by name. Entry order in the buffer follows the table's slots and
 /// stamps are only an order, so neither is compared as such.
 type Canonical = (Vec<u8>, Vec<(Vec<u8>, u64, Vec<(u64, u64, u8)>)>);
 
 fn canonical(snapshot: &[u8]) -> Canonical {
-    let mut at = 8 + 4 + 1 + 4 + 8 + 8;
+    let version = u32::from_le_bytes(snapshot[8..12].try_into().expect("4 bytes"));
+    // Version 2 adds the lookahead (u8 has_lookahead, u32 lookahead) after the block size.
+    let lookahead = if version >= 2 { 1 + 4 } else { 0 };
+    let mut at = 8 + 4 + 1 + 4 + lookahead + 8 + 8;
     let u8_at = |at: &mut usize| {
         *at += 1;
         snapshot[*at - 1]

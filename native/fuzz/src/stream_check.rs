@@ -263,24 +263,31 @@ fn absorb(got: &mut Collected, delta: &Delta, last: &mut (u32, u32)) {
 
 /// Spans partition the routed stream; the text of reasoning / content spans (sentinels shown as
 /// their tokens' text) is exactly the reasoning / content output; reasoning_tokens counts the
-/// tokens whose first byte landed in reasoning.
+/// tokens whose first byte landed in a span counted as reasoning (reasoning text; Harmony counts
+/// by message, and its spans say so).
 fn check_attribution(got: &Collected, trace: &Value, fed: usize) {
     let source = trace["source"].as_str().expect("source").as_bytes();
     let sentinels = trace["sentinels"].as_object().expect("sentinels");
-    let mut spans: Vec<(u64, u64, String)> = trace["spans"]
+    let mut spans: Vec<(u64, u64, String, bool)> = trace["spans"]
         .as_array()
         .expect("spans")
         .iter()
         .map(|s| {
             let n = |i: usize| s[i].as_u64().expect("offset");
-            (n(0), n(1), s[2].as_str().expect("channel").to_string())
+            let counts = s[3].as_bool().expect("counts as reasoning");
+            (
+                n(0),
+                n(1),
+                s[2].as_str().expect("channel").to_string(),
+                counts,
+            )
         })
         .collect();
     spans.sort();
     for pair in spans.windows(2) {
         assert!(pair[0].1 <= pair[1].0, "overlapping spans {spans:?}");
     }
-    let covered: u64 = spans.iter().map(|(s, e, _)| e - s).sum();
+    let covered: u64 = spans.iter().map(|(s, e, _, _)| e - s).sum();
     assert!(
         covered <= source.len() as u64,
         "spans cover more than the stream"
@@ -308,7 +315,7 @@ fn check_attribution(got: &Collected, trace: &Value, fed: usize) {
         .unwrap_or_default();
     let render = |channel: &str| -> String {
         let mut out = String::new();
-        for (s, e, _) in spans.iter().filter(|(_, _, c)| c == channel) {
+        for (s, e, _, _) in spans.iter().filter(|(_, _, c, _)| c == channel) {
             let piece = std::str::from_utf8(&source[*s as usize..*e as usize])
                 .expect("a span cuts a character");
             for (i, ch) in piece.char_indices() {
@@ -335,11 +342,11 @@ fn check_attribution(got: &Collected, trace: &Value, fed: usize) {
         "content is not its spans' text"
     );
 
-    let channel_at = |offset: u64| {
+    let counts_at = |offset: u64| {
         spans
             .iter()
-            .find(|(s, e, _)| *s <= offset && offset < *e)
-            .map(|(_, _, c)| c.as_str())
+            .find(|(s, e, _, _)| *s <= offset && offset < *e)
+            .map(|(_, _, _, counts)| *counts)
     };
     let anchors = trace["anchors"].as_array().expect("anchors");
     let mut seqs: Vec<u64> = anchors
@@ -359,15 +366,15 @@ fn check_attribution(got: &Collected, trace: &Value, fed: usize) {
             a[1].as_u64().expect("offset"),
             a[2].as_bool().expect("zero"),
         );
-        let mut channel = if zero && offset > 0 {
-            channel_at(offset - 1)
+        let mut counts = if zero && offset > 0 {
+            counts_at(offset - 1)
         } else {
-            channel_at(offset)
+            counts_at(offset)
         };
-        if channel.is_none() && zero {
-            channel = channel_at(offset);
+        if counts.is_none() && zero {
+            counts = counts_at(offset);
         }
-        reasoning += u32::from(channel == Some("reasoning"));
+        reasoning += u32::from(counts == Some(true));
     }
     assert_eq!(reasoning, got.reasoning_tokens, "reasoning_tokens");
     assert_eq!(

@@ -1,11 +1,13 @@
 //! Token attribution by first-byte ownership: a token belongs to the channel of the stream range
 //! holding its first byte; a token that produced no bytes belongs to the range just before where it
-//! fell (the first one at the very start). Marker tokens land in framing, which counts nowhere.
+//! fell (the first one at the very start). A range counts as reasoning when its text is reasoning,
+//! or by a stage's own rule (Harmony, see [`crate::parse::out::Out::reasoning_count`]); marker
+//! tokens land in framing, which counts nowhere.
 
 use std::collections::VecDeque;
 
 use crate::detok::Anchor;
-use crate::parse::out::Channel;
+use crate::parse::out::Span;
 
 /// Pending tokens and decided ranges of one request.
 #[derive(Debug, Default)]
@@ -15,8 +17,9 @@ pub(crate) struct Ledger {
     /// limit, and the `(sequence number, Anchor)` pairs the sink hands over took 24 bytes where
     /// 8 say the same (the sequence number is not needed to attribute a token).
     pending: VecDeque<u64>,
-    /// Decided ranges `(start, end, channel)`, sorted by start (they mostly arrive in order).
-    spans: VecDeque<(u64, u64, Channel)>,
+    /// Decided ranges `(start, end, counts as reasoning)`, sorted by start (they mostly arrive in
+    /// order).
+    spans: VecDeque<(u64, u64, bool)>,
     reasoning: u32,
 }
 
@@ -32,7 +35,7 @@ impl Ledger {
     /// of their own, so they count toward the request's held-back limit.
     pub(crate) fn held(&self) -> usize {
         self.pending.len() * std::mem::size_of::<u64>()
-            + self.spans.len() * std::mem::size_of::<(u64, u64, Channel)>()
+            + self.spans.len() * std::mem::size_of::<(u64, u64, bool)>()
     }
 
     /// Tokens waiting for their range.
@@ -50,11 +53,11 @@ impl Ledger {
         self.pending.extend(anchors.drain(..).map(|(_, a)| pack(a)));
     }
 
-    pub(crate) fn add_spans(&mut self, spans: &[(u64, u64, Channel)]) {
-        for &span in spans {
-            if span.1 > span.0 {
-                let at = self.spans.partition_point(|s| s.0 < span.0);
-                self.spans.insert(at, span);
+    pub(crate) fn add_spans(&mut self, spans: &[Span]) {
+        for &(start, end, _, counts) in spans {
+            if end > start {
+                let at = self.spans.partition_point(|s| s.0 < start);
+                self.spans.insert(at, (start, end, counts));
             }
         }
     }
@@ -63,7 +66,7 @@ impl Ledger {
     /// text was dropped after a stop string).
     pub(crate) fn resolve(&mut self, all: bool) {
         while let Some(&packed) = self.pending.front() {
-            let channel = match unpack(packed) {
+            let counts = match unpack(packed) {
                 Anchor::Visible(o) => self.containing(o),
                 Anchor::ZeroWidth(0) => self.containing(0),
                 Anchor::ZeroWidth(o) => {
@@ -71,12 +74,8 @@ impl Ledger {
                         .or_else(|| if all { self.containing(o) } else { None })
                 }
             };
-            match channel {
-                Some(c) => {
-                    if c == Channel::Reasoning {
-                        self.reasoning += 1;
-                    }
-                }
+            match counts {
+                Some(c) => self.reasoning += u32::from(c),
                 None if all => {}
                 None => break,
             }
@@ -97,10 +96,11 @@ impl Ledger {
         }
     }
 
-    fn containing(&self, offset: u64) -> Option<Channel> {
+    /// Whether the range holding `offset` counts as reasoning; `None` when none is decided.
+    fn containing(&self, offset: u64) -> Option<bool> {
         let after = self.spans.partition_point(|s| s.0 <= offset);
-        let &(_, end, channel) = self.spans.get(after.checked_sub(1)?)?;
-        (offset < end).then_some(channel)
+        let &(_, end, counts) = self.spans.get(after.checked_sub(1)?)?;
+        (offset < end).then_some(counts)
     }
 }
 

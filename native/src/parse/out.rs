@@ -47,6 +47,10 @@ pub struct CallDelta {
     pub arguments: String,
 }
 
+/// A decided stream range: where its text went, and whether the tokens whose first byte is in it
+/// count as reasoning tokens.
+pub(crate) type Span = (u64, u64, Channel, bool);
+
 /// The sink parsers write to; one per request, cleared every step.
 pub(crate) struct Out {
     pub(crate) markers: Arc<Markers>,
@@ -54,7 +58,12 @@ pub(crate) struct Out {
     pub(crate) reasoning: String,
     pub(crate) calls: Vec<CallDelta>,
     /// Stream ranges and where they went, in the order they were decided.
-    pub(crate) spans: Vec<(u64, u64, Channel)>,
+    pub(crate) spans: Vec<Span>,
+    /// Whether text routed from now on counts as reasoning (`reasoning_tokens`): `None` = by its
+    /// channel (reasoning text counts); `Some` = a stage's own rule. Harmony counts by message, as
+    /// vLLM does: a body on `analysis`, or on `commentary` to a recipient (a call's arguments
+    /// included), counts whatever channel its text went to; headers and markers never do.
+    pub(crate) reasoning_count: Option<bool>,
     /// Text the reasoning split passes on to the tool parser.
     pub(crate) visible: SegBuf,
     /// Calls started so far in this request.
@@ -79,6 +88,7 @@ impl Out {
             reasoning: String::new(),
             calls: Vec::new(),
             spans: Vec::new(),
+            reasoning_count: None,
             visible: SegBuf::default(),
             call_count: 0,
             open_calls: 0,
@@ -101,8 +111,10 @@ impl Out {
             spans,
             visible,
             literals,
+            reasoning_count,
             ..
         } = self;
+        let counts = reasoning_count.unwrap_or(channel == Channel::Reasoning);
         input.take(n, |text, start, end| {
             match channel {
                 Channel::Content => markers.render_at(text, start, literals, content),
@@ -111,7 +123,7 @@ impl Out {
                 Channel::Tool | Channel::Framing => {}
             }
             if channel != Channel::Visible {
-                spans.push((start, end, channel));
+                spans.push((start, end, channel, counts));
             }
         });
     }

@@ -9,6 +9,7 @@
 //! known type is a string. A failed conversion never drops the call. This is vLLM's
 //! `coerce_to_schema_type`, which its `qwen3_coder`, `glm47` and `minimax_m2` parsers share, except
 //! that vLLM's last resort (`json.loads` of a value no declared type took) is not taken.
+//! [`retype_json`] retypes a JSON value by a property schema (vLLM's DSML typing).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,6 +18,7 @@ use serde_json::Value;
 
 use crate::error::{Error, Result};
 use crate::parse::json::{canonical, push_json_string, valid_number};
+use crate::parse::rtpl::content::dumps;
 use crate::template::pyjson::float_repr;
 use crate::template::pynum::{ascii_number, parse_float, without_underscores};
 
@@ -119,6 +121,8 @@ pub(crate) struct Tools {
     functions: HashMap<String, HashMap<String, TypeSet>>,
     /// Each function's `parameters.properties` schema, for formats with nested values.
     properties: Arc<HashMap<String, Value>>,
+    /// `tools_json` is a non-empty array.
+    declared: bool,
 }
 
 impl Tools {
@@ -153,7 +157,13 @@ impl Tools {
         Ok(Tools {
             functions,
             properties: Arc::new(properties),
+            declared: !items.is_empty(),
         })
+    }
+
+    /// Whether the request declared any tool (`tools_json` a non-empty array).
+    pub(crate) fn declared(&self) -> bool {
+        self.declared
     }
 
     /// Whether the request declared `function`.
@@ -178,31 +188,40 @@ impl Tools {
 
 /// Canonical JSON for the raw text `value` of a parameter allowing `types` (see the module docs).
 pub(crate) fn coerce(value: &str, types: TypeSet) -> String {
+    convert(value, types).unwrap_or_else(|| {
+        let mut out = String::with_capacity(value.len() + 2);
+        push_json_string(value, &mut out);
+        out
+    })
+}
+
+/// [`coerce`], `None` where it falls back to the string though `types` do not allow one.
+fn convert(value: &str, types: TypeSet) -> Option<String> {
     let t = value.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'));
     if types.has(TypeSet::JSON) {
         if let Some(c) = canonical(t) {
-            return c;
+            return Some(c);
         }
     } else if !types.is_string() {
         // vLLM compares the value as the format gives it (no whitespace trimmed), in any case.
         if types.has(TypeSet::NULL) && value.eq_ignore_ascii_case("null") {
-            return "null".into();
+            return Some("null".into());
         }
         if types.has(TypeSet::INTEGER) {
             if let Some(i) = integer(value) {
-                return i;
+                return Some(i);
             }
         }
         if types.has(TypeSet::NUMBER) {
             if let Some(n) = python_number(value) {
-                return n;
+                return Some(n);
             }
         }
         if types.has(TypeSet::BOOLEAN) {
             // vLLM: `value.lower().strip()`, and `str.strip()` is Python's whitespace.
             match value.trim_matches(py_space).to_ascii_lowercase().as_str() {
-                "true" | "1" => return "true".into(),
-                "false" | "0" => return "false".into(),
+                "true" | "1" => return Some("true".into()),
+                "false" | "0" => return Some("false".into()),
                 _ => {}
             }
         }
@@ -211,14 +230,96 @@ pub(crate) fn coerce(value: &str, types: TypeSet) -> String {
                 let kind_ok = (c.starts_with('{') && types.has(TypeSet::OBJECT))
                     || (c.starts_with('[') && types.has(TypeSet::ARRAY));
                 if kind_ok {
-                    return c;
+                    return Some(c);
                 }
             }
         }
     }
-    let mut out = String::with_capacity(value.len() + 2);
-    push_json_string(value, &mut out);
-    out
+    types.allows_string().then(|| {
+        let mut out = String::with_capacity(value.len() + 2);
+        push_json_string(value, &mut out);
+        out
+    })
+}
+
+/// A JSON value (canonical text) retyped by its property `schema` as vLLM's `_coerce_value`
+/// (`parser_engine.py`, DSML's typing) does: a string is converted as a raw value is (see
+/// [`coerce`]); an object's members by the schema's `properties`, an array's items by its
+/// `items` (without them they stay as they are); a number, boolean or null by its Python
+/// `json.dumps` text, kept when no allowed type takes that text (`true` for an integer stays
+/// `true`; for a string it becomes `"true"`).
+pub(crate) fn retype_json(text: &str, schema: &Value) -> String {
+    let types = TypeSet::of_schema(schema);
+    match text.as_bytes().first() {
+        Some(b'"') => match serde_json::from_str::<String>(text) {
+            Ok(s) => coerce(&s, types),
+            Err(_) => text.to_string(),
+        },
+        Some(b'{' | b'[') => match serde_json::from_str::<Value>(text) {
+            Ok(mut value) => {
+                retype_value(&mut value, schema);
+                let mut out = String::with_capacity(text.len());
+                dumps(&value, &mut out);
+                out
+            }
+            Err(_) => text.to_string(),
+        },
+        _ => python_scalar(text)
+            .and_then(|dumped| convert(&dumped, types))
+            .unwrap_or_else(|| text.to_string()),
+    }
+}
+
+/// [`retype_json`] on a parsed value (members and items of an object or array).
+fn retype_value(value: &mut Value, schema: &Value) {
+    match value {
+        Value::Object(members) => {
+            if let Some(Value::Object(props)) = schema.get("properties") {
+                for (key, member) in members.iter_mut() {
+                    if let Some(p @ Value::Object(_)) = props.get(key) {
+                        retype_value(member, p);
+                    }
+                }
+            }
+        }
+        Value::Array(items) => {
+            if let Some(p @ Value::Object(_)) = schema.get("items") {
+                items.iter_mut().for_each(|item| retype_value(item, p));
+            }
+        }
+        Value::String(s) => {
+            let typed = coerce(s, TypeSet::of_schema(schema));
+            if let Ok(v) = serde_json::from_str(&typed) {
+                *value = v;
+            }
+        }
+        _ => {
+            let mut dumped = String::new();
+            dumps(value, &mut dumped);
+            let typed = convert(&dumped, TypeSet::of_schema(schema));
+            if let Some(v) = typed.and_then(|t| serde_json::from_str(&t).ok()) {
+                *value = v;
+            }
+        }
+    }
+}
+
+/// Python's `json.dumps(json.loads(text))` of a JSON number or literal: integers as integers
+/// (`-0` is `0`), other numbers as Python writes the float; `None` for one that is not finite.
+fn python_scalar(text: &str) -> Option<String> {
+    if matches!(text, "true" | "false" | "null") {
+        return Some(text.to_string());
+    }
+    if !text.contains(['.', 'e', 'E']) {
+        let digits = text.strip_prefix('-').unwrap_or(text);
+        return Some(if digits.bytes().all(|b| b == b'0') {
+            "0".to_string()
+        } else {
+            text.to_string()
+        });
+    }
+    let f: f64 = text.parse().ok().filter(|f: &f64| f.is_finite())?;
+    Some(float_repr(f))
 }
 
 /// Python's `str.isspace`, which `str.strip()` removes.
@@ -358,5 +459,68 @@ mod tests {
             assert_eq!(coerce(value, types(&[ty])), want, "{ty} {value:?}");
         }
         assert_eq!(coerce(" TRUE\u{1c}", types(&["boolean"])), "true");
+    }
+
+    /// Expected texts: `json.dumps` of what vLLM 0.33's `ParserEngine._coerce_value`
+    /// (`vllm/parser/engine/parser_engine.py`) makes of `json.loads(text)` under the schema.
+    #[test]
+    fn json_values_are_retyped_as_vllm_retypes_dsml_values() {
+        let schema = |s: &str| serde_json::from_str::<Value>(s).unwrap();
+        let cases = [
+            (r#""7""#, r#"{"type": ["integer", "null"]}"#, "7"),
+            (r#""True""#, r#"{"type": "boolean"}"#, "true"),
+            (
+                r#"" 42 ""#,
+                r#"{"anyOf": [{"type": "integer"}, {"type": "null"}]}"#,
+                "42",
+            ),
+            (r#""1_000.5""#, r#"{"type": "number"}"#, "1000.5"),
+            (r#""null""#, r#"{"type": ["integer", "null"]}"#, "null"),
+            (r#""x""#, r#"{"type": "integer"}"#, r#""x""#),
+            ("7", r#"{"type": "string"}"#, r#""7""#),
+            ("7", "{}", r#""7""#),
+            ("1e2", r#"{"type": "string"}"#, r#""100.0""#),
+            ("1.0", r#"{"type": "number"}"#, "1"),
+            ("-0", r#"{"type": "string"}"#, r#""0""#),
+            ("true", r#"{"type": "integer"}"#, "true"),
+            ("null", r#"{"type": "integer"}"#, "null"),
+            ("1", r#"{"type": "boolean"}"#, "true"),
+            (
+                "123456789012345678901234567890",
+                r#"{"type": "integer"}"#,
+                "123456789012345678901234567890",
+            ),
+            (
+                r#"{"a": "5", "b": "5"}"#,
+                r#"{"type": "object", "properties": {"a": {"type": "integer"}}}"#,
+                r#"{"a": 5, "b": "5"}"#,
+            ),
+            (r#"{"a": "5"}"#, r#"{"type": "object"}"#, r#"{"a": "5"}"#),
+            (
+                r#"["1", 2, true]"#,
+                r#"{"type": "array", "items": {"type": "integer"}}"#,
+                "[1, 2, true]",
+            ),
+            (r#"["1"]"#, r#"{"type": "string"}"#, r#"["1"]"#),
+            (
+                r#"[{"n": 1.5}]"#,
+                r#"{"items": {"properties": {"n": {"type": "string"}}}}"#,
+                r#"[{"n": "1.5"}]"#,
+            ),
+        ];
+        for (text, s, want) in cases {
+            assert_eq!(retype_json(text, &schema(s)), want, "{text} {s}");
+        }
+    }
+
+    #[test]
+    fn tools_are_declared_by_a_non_empty_array() {
+        assert!(!Tools::parse("").unwrap().declared());
+        assert!(!Tools::parse(" [ ] ").unwrap().declared());
+        assert!(
+            Tools::parse(r#"[{"type": "function", "function": {"name": "f"}}]"#)
+                .unwrap()
+                .declared()
+        );
     }
 }

@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::parse::json::is_sentinel;
 use crate::parse::ledger::Ledger;
 use crate::parse::model::ParseModel;
-use crate::parse::out::{CallDelta, Channel, Out};
+use crate::parse::out::{CallDelta, Channel, Out, Span};
 use crate::parse::pacing::Pacer;
 use crate::parse::reasoning::ThinkSplitter;
 use crate::parse::registry::{self, Build, IdStyle, Kind, Parser, WholeBuild};
@@ -101,7 +101,7 @@ pub struct Delta {
 struct Trace {
     source: String,
     anchors: Vec<(u64, Anchor)>,
-    spans: Vec<(u64, u64, Channel)>,
+    spans: Vec<Span>,
 }
 
 /// One request's parser (see the module docs).
@@ -213,9 +213,9 @@ impl Plan {
         markers
     }
 
-    fn reasoning_stage(&self, markers: &Markers) -> Box<dyn Stage> {
+    fn reasoning_stage(&self, markers: &Markers, schema: &Tools) -> Box<dyn Stage> {
         if let Some(build) = self.whole {
-            return build(markers);
+            return build(markers, schema);
         }
         match self.reasoning.map(|r| (r.build, r.start)) {
             Some((Build::Think(spec), start)) => {
@@ -309,7 +309,7 @@ impl Session {
             stop: StopFilter::new(&cfg.stop, cfg.include_stop_str_in_output),
             stop_strings: cfg.stop.clone(),
             out: Out::new(Arc::clone(&markers), id_style, seed),
-            reasoning: template_stage.unwrap_or_else(|| plan.reasoning_stage(&markers)),
+            reasoning: template_stage.unwrap_or_else(|| plan.reasoning_stage(&markers, &schema)),
             tools: plan.tool_stage(&markers, &schema),
             model,
             markers,
@@ -698,8 +698,9 @@ impl Session {
         }
     }
 
-    /// The trace as JSON (`source`, `sentinels`, `anchors`, `spans`, `literals`: the characters
-    /// the model wrote in the sentinel range, replaced in `source`), when the session keeps one.
+    /// The trace as JSON (`source`, `sentinels`, `anchors`, `spans` as `[start, end, channel,
+    /// counts as reasoning]`, `literals`: the characters the model wrote in the sentinel range,
+    /// replaced in `source`), when the session keeps one.
     pub fn trace_json(&self) -> Option<Value> {
         let trace = self.trace.as_ref()?;
         let sentinels: serde_json::Map<String, Value> = self
@@ -719,7 +720,7 @@ impl Session {
         let spans: Vec<Value> = trace
             .spans
             .iter()
-            .map(|&(s, e, c)| serde_json::json!([s, e, c.name()]))
+            .map(|&(s, e, c, counts)| serde_json::json!([s, e, c.name(), counts]))
             .collect();
         Some(serde_json::json!({
             "source": trace.source,

@@ -134,7 +134,7 @@ fn flag_value(spec: &str, kwargs: &serde_json::Map<String, Value>) -> Option<boo
 pub(crate) type ToolBuild = fn(&Markers, &Tools) -> Box<dyn Stage>;
 
 /// A builder of a stage that reads reasoning and tool calls together.
-pub(crate) type WholeBuild = fn(&Markers) -> Box<dyn Stage>;
+pub(crate) type WholeBuild = fn(&Markers, &Tools) -> Box<dyn Stage>;
 
 /// How a row's parser is built.
 #[derive(Clone, Copy)]

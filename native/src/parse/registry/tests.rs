@@ -145,7 +145,7 @@ fn implemented_rows_build_and_declare_their_markers() {
         match row.build {
             Build::Missing | Build::Template => {}
             Build::Tool(build) => drop(build(&markers, &tools)),
-            Build::Whole { build, .. } => drop(build(&markers)),
+            Build::Whole { build, .. } => drop(build(&markers, &tools)),
             Build::Think(spec) => {
                 let declared: Vec<&str> = spec.markers().collect();
                 assert_eq!(row.markers, declared.as_slice(), "{}", row.name);

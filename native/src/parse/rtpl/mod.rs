@@ -9,7 +9,7 @@
 //! into calls is content, delimiters included (vLLM drops it), and text outside every region of a
 //! template without a sink field is content (vLLM drops it): no character is lost.
 
-mod content;
+pub(crate) mod content;
 mod delim;
 mod spec;
 mod value;

@@ -16,9 +16,11 @@
 //! with `<param>` and CDATA values, no block).
 //!
 //! Values are raw text. MiniMax values are typed by the request's tool schema; DSML's `string`
-//! attribute decides when written (`true`: the text is the string; `false`: the text is JSON, kept
-//! as a string when it does not parse), the schema when not; Step-3 types only scalars (a schema
-//! `type` of exactly integer, number or boolean). A call starts at its name's closing `">`; a
+//! attribute decides how a value is read (`true`: the text is the string; otherwise the text is
+//! JSON, kept as a string when it does not parse), then the schema retypes it as vLLM does
+//! (GigaChat-3.5's GCML, SGLang's only, keeps what the attribute gave, the schema deciding only
+//! without one); Step-3 types only scalars (a schema `type` of exactly integer, number or
+//! boolean). A call starts at its name's closing `">`; a
 //! missing `</parameter>` is closed by the next parameter, the invoke's end or the block's end.
 //! Inside a block, text outside elements is framing; outside blocks it is content.
 
@@ -29,6 +31,7 @@ use crate::parse::text::{could_become, leading_ws, Markers, SegBuf};
 use crate::parse::tools::json_call::{CallEvent, JsonCall};
 use crate::parse::tools::xml_args::{stray_len, ArgsBuilder, ValueEnd};
 use crate::parse::Stage;
+use serde_json::Value;
 
 /// The tags of one dialect.
 pub(crate) struct InvokeSpec {
@@ -56,8 +59,13 @@ pub(crate) struct InvokeSpec {
 pub(crate) enum ValueTypes {
     /// The request's tool schema.
     Schema,
-    /// A `string="true|false"` attribute when written, else the schema (DSML).
+    /// A `string="true|false"` attribute when written, else the schema (SGLang's DSML: GCML).
     StringAttr,
+    /// vLLM's DSML (`_dsml_arg_converter`, then `_fix_arg_types`): `string="true"` values are
+    /// strings, others JSON when they parse (else strings); then every value is retyped by its
+    /// property schema (a string converted as the schema formats convert it, objects and arrays
+    /// member by member; see [`crate::parse::schema::retype_json`]).
+    StringAttrRetyped,
     /// The schema, only when its `type` is exactly one scalar type (Step-3).
     Scalars,
     /// JSON when the text parses, else the string (Muse Glimmer).
@@ -93,7 +101,7 @@ pub(crate) const DSML: InvokeSpec = InvokeSpec {
     invoke_close: "</｜DSML｜invoke>",
     param_open: "<｜DSML｜parameter name=\"",
     param_close: "</｜DSML｜parameter>",
-    types: ValueTypes::StringAttr,
+    types: ValueTypes::StringAttrRetyped,
     json_calls: false,
     cdata: false,
     trim_values: false,
@@ -126,6 +134,8 @@ pub(crate) const GCML: InvokeSpec = InvokeSpec {
     invoke_close: "</｜GCML｜invoke>",
     param_open: "<｜GCML｜parameter name=\"",
     param_close: "</｜GCML｜parameter>",
+    // SGLang's only: no schema retyping.
+    types: ValueTypes::StringAttr,
     ..DSML
 };
 
@@ -440,6 +450,15 @@ impl InvokeCalls {
             Some((key, attrs, len)) => {
                 let types = self.param_types(key, attrs);
                 self.args.begin(key, types);
+                if self.spec.types == ValueTypes::StringAttrRetyped && types == TypeSet::json() {
+                    let schema = self
+                        .tools
+                        .properties(&self.function)
+                        .and_then(|p| p.get(key));
+                    if let Some(schema @ Value::Object(_)) = schema {
+                        self.args.retype(schema.clone());
+                    }
+                }
                 out.route(input, len, Channel::Tool);
                 self.state = if self.spec.cdata {
                     State::ValueStart
@@ -521,6 +540,9 @@ impl InvokeCalls {
             ValueTypes::StringAttr if attrs.contains("string=\"false\"") => TypeSet::json(),
             ValueTypes::StringAttr if attrs.contains("string=\"true\"") => TypeSet::string(),
             ValueTypes::StringAttr => schema,
+            // A string is typed by the schema as it is retyped (see `param_header`).
+            ValueTypes::StringAttrRetyped if attrs.contains("string=\"true\"") => schema,
+            ValueTypes::StringAttrRetyped => TypeSet::json(),
             ValueTypes::Scalars => schema.single_scalar(),
             ValueTypes::JsonUnlessString if schema == TypeSet::string() => schema,
             ValueTypes::Json | ValueTypes::JsonUnlessString => TypeSet::json(),

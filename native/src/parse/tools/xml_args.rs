@@ -12,8 +12,9 @@
 
 use crate::parse::json::{is_sentinel, push_escaped, push_json_string};
 use crate::parse::out::{Channel, Out};
-use crate::parse::schema::{coerce, TypeSet};
+use crate::parse::schema::{coerce, retype_json, TypeSet};
 use crate::parse::text::{scan, Scan, SegBuf};
+use serde_json::Value;
 
 /// How reading a value stopped (see [`ArgsBuilder::value`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,6 +44,8 @@ pub(crate) struct ArgsBuilder {
     members: usize,
     key: String,
     types: TypeSet,
+    /// The property schema the converted value is then retyped by (DSML, as vLLM).
+    schema: Option<Value>,
     /// Buffered raw value (typed values), or held trailing newline (string values).
     value: String,
     streaming: bool,
@@ -104,12 +107,20 @@ impl ArgsBuilder {
     pub(crate) fn begin(&mut self, key: &str, types: TypeSet) {
         self.key = key.to_string();
         self.types = types;
+        self.schema = None;
         self.value.clear();
         self.streaming = types.is_string();
         self.value_started = false;
         self.at_value_start = true;
         self.verbatim = false;
         self.in_member = true;
+    }
+
+    /// The current member's value, once converted by its types, is retyped by its property
+    /// `schema` (see [`retype_json`]); it is buffered until it closes.
+    pub(crate) fn retype(&mut self, schema: Value) {
+        self.schema = Some(schema);
+        self.streaming = false;
     }
 
     /// Reads the current member's value at the start of `input` up to the first of `ends`: the
@@ -255,7 +266,11 @@ impl ArgsBuilder {
                     .to_string();
             }
             self.key_prefix(out);
-            out.push_str(&coerce(&raw, self.types));
+            let typed = coerce(&raw, self.types);
+            match self.schema.take() {
+                Some(schema) => out.push_str(&retype_json(&typed, &schema)),
+                None => out.push_str(&typed),
+            }
         }
         self.key.clear();
         self.value.clear();
