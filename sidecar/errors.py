@@ -149,6 +149,12 @@ CANCELLED: tuple[grpc.StatusCode, str] = (grpc.StatusCode.CANCELLED, "cancelled 
 #: it, and its client gets UNAVAILABLE ("Cancelling all calls").
 CUT_BY_STOP: tuple[grpc.StatusCode, str] = (
     grpc.StatusCode.UNAVAILABLE, "cut off: the server stopped (the end of --drain-seconds) with the call still running")
+#: How a stream whose call went away under it is recorded (its client saw CANCELLED, or gRPC's own
+#: status for a refused message; see `sidecar.rpc.CALL_GONE_WAIT_S`).
+STREAM_GONE: tuple[grpc.StatusCode, str] = (
+    grpc.StatusCode.CANCELLED,
+    "the call ended under the stream: the client cancelled it, its connection dropped, or gRPC refused a "
+    "message (larger than --max-message-mb)")
 
 
 def code_number(code: grpc.StatusCode) -> int:

@@ -27,8 +27,8 @@ from google.protobuf.message import DecodeError
 
 from router_adapter.errors import quoted
 from sidecar import metrics, tracing
-from sidecar.errors import (CANCELLED, CUT_BY_STOP, DeadlineExceeded, InvalidArgument, ResourceExhausted, Unavailable,
-                            is_expected, status_of)
+from sidecar.errors import (CANCELLED, CUT_BY_STOP, STREAM_GONE, DeadlineExceeded, InvalidArgument, ResourceExhausted,
+                            Unavailable, is_expected, status_of)
 from sidecar.logs import get_logger, info_line
 
 _log = get_logger("sidecar.rpc")
@@ -427,13 +427,6 @@ StreamHandler = Callable[[AsyncIterator[Any], grpc.aio.ServicerContext, Call, St
 #: the handler's task once its poller reports the call closed: 0.04-0.08 ms later, measured. Without
 #: the wait such streams were logged and counted OK.
 CALL_GONE_WAIT_S = 0.005
-
-#: How a stream whose call went away under it is recorded (its client saw CANCELLED, or gRPC's own
-#: status for a refused message).
-STREAM_GONE: tuple[grpc.StatusCode, str] = (
-    grpc.StatusCode.CANCELLED,
-    "the call ended under the stream: the client cancelled it, its connection dropped, or gRPC refused a "
-    "message (larger than --max-message-mb)")
 
 
 def stream(rpc: str, handler: StreamHandler,

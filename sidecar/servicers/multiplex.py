@@ -29,8 +29,8 @@ from typing import AsyncIterator, Sequence
 import grpc
 
 from sidecar import metrics
-from sidecar.errors import (CANCELLED, DeadlineExceeded, FailedPrecondition, Unavailable, code_name, code_number,
-                            is_expected, status_proto_fields)
+from sidecar.errors import (CANCELLED, DeadlineExceeded, FailedPrecondition, ResourceExhausted, Unavailable, code_name,
+                            code_number, is_expected, status_proto_fields)
 from sidecar.logs import get_logger
 from sidecar.rpc import DRAINING, Call, Gate, StreamCounts
 from sidecar.runtime import Runtime
@@ -47,7 +47,7 @@ _log = get_logger("sidecar.multiplex")
 _DRAINING = status_proto_fields(Unavailable(DRAINING))
 _CANCELLED = (code_number(CANCELLED[0]), CANCELLED[1])
 _DEADLINE = status_proto_fields(DeadlineExceeded("the request's deadline passed before the server answered"))
-_BUSY_CODE = code_number(grpc.StatusCode.RESOURCE_EXHAUSTED)
+_BUSY_CODE = code_number(ResourceExhausted.code)
 #: Results this small (a few errors, a short Tokenize) are held even past --max-unsent-mb.
 _SMALL_RESULTS = 4096
 
