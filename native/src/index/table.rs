@@ -332,6 +332,12 @@ impl<S: Slot> Segment<S> {
                 self.slots[pos] = S::EMPTY;
                 continue;
             }
+            if next == pos {
+                // Nothing freed before it in its run: it stays (its home is at or before it).
+                next = pos + 1;
+                kept += 1;
+                continue;
+            }
             let to = self.home(slot.hash()).max(next);
             if to != pos {
                 self.slots[to] = slot;
