@@ -363,6 +363,7 @@ def unary(rpc: str, handler: Handler, request_type: Any = None,
                 response = _traced_stage("encode", encode, response) if traced else encode(response)
             if isinstance(response, bytes):
                 gate.check_response(rpc, len(response))
+                gate.check_unsent(context)  # again, as `raw_unary` says why
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, model=model)
         except asyncio.CancelledError:
@@ -404,6 +405,10 @@ def raw_unary(rpc: str, handler: RawHandler,
             gate.check_unsent(context)
             response = await handler(body, context, call)
             gate.check_response(rpc, len(response))
+            # Again once the response exists: calls admitted together each passed the first check
+            # and would all be held (the bound overshot by as many responses as calls ran at once);
+            # now a connection holds what sequential calls would, the bound plus one response.
+            gate.check_unsent(context)
         except Exception:  # noqa: BLE001 - every exception becomes a status
             failure = _failure(rpc, request_id=call.request_id, model=call.model)
         except asyncio.CancelledError:

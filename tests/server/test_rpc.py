@@ -378,6 +378,43 @@ def test_responses_clients_do_not_read_are_bounded_per_connection() -> None:
     assert call("ipv4:10.0.0.1:5000").aborted is None
 
 
+def test_unary_calls_admitted_together_are_held_to_the_unsent_bound() -> None:
+    """Calls that start together each pass the admission check (nothing is held yet); the check
+    is made again once each response exists, so a connection whose client does not read holds
+    what sequential calls would (the bound plus one response), however many calls ran at once."""
+    gate = rpc.Gate(max_unsent_bytes=100)
+    release = asyncio.Event()
+
+    async def big(body, context, call):  # noqa: ANN001, ANN202
+        await release.wait()
+        return b"x" * 60
+
+    async def main() -> list[FakeContext]:
+        contexts = [FakeContext(peer="ipv4:10.0.0.1:5000") for _ in range(8)]
+
+        async def one(context: FakeContext) -> None:
+            try:
+                await raw_unary("UnaryK", big, gate=gate)(b"", context)
+            except Aborted:
+                pass
+
+        calls = [asyncio.create_task(one(c)) for c in contexts]
+        await asyncio.sleep(0)  # every call is admitted before any response exists
+        release.set()
+        await asyncio.gather(*calls)
+        return contexts
+
+    contexts = asyncio.run(main())
+    refused = [c for c in contexts if c.aborted is not None]
+    assert len(refused) == 6, [c.aborted for c in contexts]  # 60 + 60 held, then over the 100
+    assert all(c.aborted[0] == grpc.StatusCode.RESOURCE_EXHAUSTED and "--max-unsent-mb" in c.aborted[1]
+               for c in refused)
+    assert gate.unsent == 120  # the bound (100) plus at most one response
+    for context in contexts:
+        context.end()
+    assert gate.unsent == 0 and gate.inflight == 0
+
+
 def test_loop_tallies_reach_the_histogram_as_observe_would() -> None:
     from prometheus_client import CollectorRegistry, Histogram
 
