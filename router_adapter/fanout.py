@@ -34,6 +34,7 @@ relay: see docs/kv_fanout.md.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import string
@@ -176,6 +177,21 @@ def token_name(token: str) -> str:
     from urllib.parse import unquote
 
     return "" if token == "_" else unquote(token)
+
+
+async def server_time(nc, stream: str, timeout_s: float) -> float | None:  # noqa: ANN001 - nats Client
+    """The NATS server's clock now (seconds since 1970): the `ts` of a JetStream stream-info answer
+    (nats-server 2.10 and later), or None (an older server, no answer). JetStream stamps stored
+    messages with this clock; a time since a message was stored is measured on it, since the
+    clock of the host asking can be off by any amount."""
+    from datetime import datetime
+
+    try:
+        reply = await nc.request(f"$JS.API.STREAM.INFO.{stream}", b"", timeout=timeout_s)
+        stamp = json.loads(reply.data).get("ts")
+        return datetime.fromisoformat(stamp).timestamp() if isinstance(stamp, str) else None
+    except Exception:  # noqa: BLE001 - no answer, or not one with a time: the caller's fallback
+        return None
 
 
 async def ensure_stream(js, stream: str, prefix: str, retention_s: float) -> None:  # noqa: ANN001 - nats JetStreamContext

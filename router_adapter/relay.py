@@ -84,6 +84,7 @@ class Relay:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping = threading.Event()
         self._stopped: asyncio.Event | None = None
+        self._nc = None
         self._js = None
         #: The server's max_payload (the connection's INFO), which counts headers with the payload.
         self._max_payload: int | None = None
@@ -100,6 +101,7 @@ class Relay:
         if nc is None:
             return
         try:
+            self._nc = nc
             self._js = nc.jetstream(timeout=self.options.ack_timeout_s)
             self._max_payload = nc.max_payload
             await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)
@@ -144,8 +146,11 @@ class Relay:
         if clock is not None and last.time is not None:
             # The clock goes on from the last message, counting the time since it was stored: a
             # relay that was down (and a live replica that saw nothing meanwhile) is silence, as
-            # the replicas judge it; its offset from the wall clock is kept, not a jump.
-            self._clock = clock + max(0.0, time.time() - last.time.timestamp())
+            # the replicas judge it; its offset from the wall clock is kept, not a jump. The time
+            # is measured on the NATS server's clock, which stored the message: this host's can be
+            # off (10 minutes ahead made an instant restart a silence that dropped the worker).
+            now = await fanout.server_time(self._nc, self.options.stream, self.options.ack_timeout_s)
+            self._clock = clock + max(0.0, (time.time() if now is None else now) - last.time.timestamp())
             self._ready_at = time.monotonic()
         try:
             self.epoch = int(headers.get(fanout.EPOCH, "0")) or fanout.next_epoch(None)
@@ -217,8 +222,16 @@ class Relay:
         lines = {**headers, "Nats-Expected-Stream": self.options.stream}
         return len("NATS/1.0\r\n\r\n") + sum(len(k) + len(v) + 4 for k, v in lines.items()) + 64
 
+    async def _ensure_stream_quietly(self) -> None:
+        """`fanout.ensure_stream`, a failure left to the next retry."""
+        try:
+            await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)
+        except Exception as e:  # noqa: BLE001 - NATS unreachable meanwhile: the publish retries
+            _log.warning("kv_relay_stream_not_made stream=%s error=%r", self.options.stream, e)
+
     async def _publish(self, payload: bytes, headers: dict[str, str]) -> bool:
         from nats.errors import MaxPayloadError
+        from nats.js.errors import NoStreamResponseError
 
         if self._max_payload is not None and len(payload) + self._header_bytes(headers) > self._max_payload:
             # nats-py checks the payload alone, the server the headers too: a message between the
@@ -240,6 +253,10 @@ class Relay:
                 self.stats.retries += 1
                 _log.warning("kv_relay_publish_retry subject=%s id=%s error=%r", self.subject,
                              headers[fanout.MSG_ID], e)
+                if isinstance(e, NoStreamResponseError):
+                    # The stream is gone (a nats-server restarted without its store, a deletion):
+                    # made again with this relay's settings, where the relay waited for a replica.
+                    await self._ensure_stream_quietly()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
                 continue

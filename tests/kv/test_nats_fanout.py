@@ -766,6 +766,87 @@ def test_a_relay_down_longer_than_the_silence_timeout_still_drops_its_worker(nat
         ctx.term()
 
 
+def test_a_relay_restarted_on_a_host_whose_clock_is_ahead_is_not_a_silence(nats_server: NatsServer,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relay restarted at once on a host whose clock runs 10 minutes ahead of the NATS server's:
+    its engine clock goes on by the time since its last message was stored, measured on the server's
+    clock. Measured on the host's, the restart read as 10 minutes of silence, past the replicas'
+    timeout, and every replica dropped the worker."""
+    import router_adapter.relay as relay_module
+
+    ctx = zmq.Context()
+    engine = FakeEnginePublisher(ctx, send_hwm=0)
+    source = Source("w0", engine.endpoint, engine.replay_endpoint, model=MODEL)
+    relays: list[tuple[Relay, threading.Thread]] = []
+    router = None
+    try:
+        relay = start_relay_thread(Relay(source, RelayOptions(nats_server.url, silence_timeout_s=None)), relays)
+        wait_for_subscription(engine.pub)
+        publish_blocks_for(engine, 0.6)
+        wait_until(lambda: relay.stats.published == engine.seq, 30, "the first batches")
+        stop_relay_threads(relays)
+        ahead = type("HostClock", (), {"time": staticmethod(lambda: time.time() + 600.0),
+                                       "monotonic": staticmethod(time.monotonic)})
+        monkeypatch.setattr(relay_module, "time", ahead)
+        relay = start_relay_thread(Relay(source, RelayOptions(nats_server.url, silence_timeout_s=None)), relays)
+        wait_for_subscription(engine.pub)
+        before = engine.seq
+        publish_blocks_for(engine, 0.2)
+        wait_until(lambda: relay.stats.published == engine.seq - before, 30, "the batch after the restart")
+        router, feed = replica(nats_server.url, silence_timeout_s=60.0)
+        wait_until(lambda: feed.models[MODEL].state == LIVE and feed.models[MODEL].workers["w0"].last_seq
+                   == engine.seq - 1, 30, "the replica to catch up")
+        assert feed.models[MODEL].workers["w0"].aged_out == 0
+        assert router.index(MODEL).worker_blocks("w0") == engine.seq
+    finally:
+        stop_relay_threads(relays)
+        if router is not None:
+            router.stop()
+        engine.close()
+        ctx.term()
+
+
+async def stream_info(url: str):  # noqa: ANN201 - nats StreamInfo
+    import nats
+
+    nc = await nats.connect(url)
+    try:
+        return await nc.jetstream().stream_info(fanout.DEFAULT_STREAM)
+    finally:
+        await nc.close()
+
+
+def test_a_relay_makes_the_stream_again_when_it_is_gone(nats_server: NatsServer) -> None:
+    """nats-server restarted without its store: the relay's publishes found no stream and were
+    retried for ever, until some replica made the stream (with its own retention). The relay makes
+    it again itself, with its settings, and publishes on."""
+    import shutil
+
+    ctx = zmq.Context()
+    engine = FakeEnginePublisher(ctx, send_hwm=0)
+    source = Source("w0", engine.endpoint, engine.replay_endpoint, model=MODEL)
+    relays: list[tuple[Relay, threading.Thread]] = []
+    try:
+        options = RelayOptions(nats_server.url, silence_timeout_s=None, retention_s=1234.0)
+        relay = start_relay_thread(Relay(source, options), relays)
+        wait_for_subscription(engine.pub)
+        publish_blocks_for(engine, 0.2)
+        wait_until(lambda: relay.stats.published == engine.seq, 30, "the first batch")
+        nats_server.stop()
+        shutil.rmtree(nats_server.store_dir)
+        nats_server.start()
+        before = engine.seq
+        publish_blocks_for(engine, 0.2)
+        wait_until(lambda: relay.stats.published == engine.seq, 30, "the batches after the stream was gone")
+        info = asyncio.run(stream_info(nats_server.url))
+        assert info.state.messages == engine.seq - before
+        assert info.config.max_age == 1234.0
+    finally:
+        stop_relay_threads(relays)
+        engine.close()
+        ctx.term()
+
+
 def test_a_relays_silent_reset_is_counted_once(nats_server: NatsServer) -> None:
     """An idle engine's relay publishes one `silent` reset. With the replicas' timeout equal to the
     relay's (both 300 s by default), the reset came more than the timeout after the worker's last
