@@ -33,7 +33,7 @@ impl FromStr for Target {
         }
         if text.starts_with("https://") {
             return Err(invalid(
-                "TLS is not supported (the sidecar serves plaintext on loopback or a Unix socket)",
+                "TLS is not supported by this client yet (use the server's plaintext loopback or Unix-socket listener)",
             ));
         }
         // gRPC's name syntax: `dns:[//authority/]host:port`; a DNS server (authority) is not
