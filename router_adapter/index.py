@@ -21,8 +21,9 @@ same window. The index keys such blocks the same way: block i's content key cove
 followed by its L lookahead tokens (a store's `lookahead_token_ids[i]`; a request's tokens
 `[i*B, (i+1)*B + L)`, only for blocks whose whole window exists) and the multimodal keys of that
 window. So a request that diverges right after a block boundary, or ends on one, does not match a
-block the engine would not reuse. L is configured (`lookahead=`) or learned from the first indexed
-store (the length of its lists, 0 for a store without the field); a store of another L, or whose
+block the engine would not reuse. L is configured (`lookahead=`; `ModelOptions.lookahead`,
+`sidecar serve --kv-lookahead`) or learned from the first indexed store (the length of its lists, 0
+for a store without the field; keyed as 0 until then); a store of another L, or whose
 lists are not one per block hash, all of one length, is skipped (`skipped_events`). With L = 0
 keys are exactly what they were without lookahead. (SGLang's EAGLE bigram stores are another
 case: their content keys are those of the pairs' first elements.)

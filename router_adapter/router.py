@@ -22,8 +22,9 @@ from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES, Source, SourceS
 _log = logging.getLogger("router_adapter.router")
 
 #: Makes one model's index, called as `factory(block_size, engine_spec=..., max_blocks=...,
-#: hasher=...)`: `PrefixIndex` unless injected; the server passes the native core's index
-#: (`sidecar.factory.get_index_factory`), which has the same API.
+#: hasher=..., group_idx=...)`, plus `lookahead=` when the model's options give one: `PrefixIndex`
+#: unless injected; the server passes the native core's index (`sidecar.factory.get_index_factory`),
+#: which has the same API.
 IndexFactory = Callable[..., PrefixIndex]
 
 
@@ -38,6 +39,10 @@ class ModelOptions:
     #: The KV-cache group whose stores are indexed (vLLM's `group_idx`): a hybrid model's
     #: full-attention group; the others' blocks are sparse (sliding window, Mamba).
     group_idx: int = 0
+    #: Content mode: tokens after each block that its key covers (vLLM >= 0.33's lookahead hashing
+    #: with an EAGLE/EAGLE3/MTP drafter); None = learned from the first store that tells. Engine
+    #: mode takes it from `engine_spec.lookahead` (both set: the index refuses).
+    lookahead: int | None = None
 
 
 class KvRouter:
@@ -70,6 +75,8 @@ class KvRouter:
             name: index_factory(
                 opts.block_size if opts.engine_spec is None else None,
                 engine_spec=opts.engine_spec, max_blocks=max_blocks, hasher=hasher, group_idx=opts.group_idx,
+                # Only when given: a factory written before the option need not take it.
+                **({} if opts.lookahead is None else {"lookahead": opts.lookahead}),
             )
             for name, opts in models.items()
         }

@@ -201,8 +201,18 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
         if not sep or not name or not value.strip().isdigit():
             raise ValueError(f"--kv-group {text!r}: expected MODEL=N (N >= 0)")
         groups[name] = int(value)
+    lookahead, lookaheads = None, {}
+    for text in args.kv_lookahead:
+        name, sep, value = text.partition("=") if "=" in text else ("", "", text)
+        if (sep and not name) or not (value.isascii() and value.isdigit()):
+            raise ValueError(f"--kv-lookahead {text!r}: expected N or MODEL=N (N >= 0)")
+        if sep:
+            lookaheads[name] = int(value)
+        else:
+            lookahead = int(value)
     return KvConfig(  # validated there
         sources=tuple(sources), block_size=args.kv_block_size or None, engine_specs=engine_specs, groups=groups,
+        lookahead=lookahead, lookaheads=lookaheads,
         max_blocks=args.kv_max_blocks, silence_timeout_s=args.kv_silence_timeout,
         nats=kv_nats.feed_options_from_args(args), nats_models=kv_nats.models_from_args(args),
         replay_history=getattr(args, "kv_replay_history", False),
@@ -506,6 +516,13 @@ def build_parser() -> argparse.ArgumentParser:
                        help="index MODEL's blocks of the engine's KV-cache group N (vLLM's group_idx; default 0). "
                             "A hybrid model (sliding-window or Mamba layers beside full attention) publishes one "
                             "group per layer type; give the full-attention group's index (gpt-oss: 1)")
+    serve.add_argument("--kv-lookahead", action="append", default=[], metavar="[MODEL=]N",
+                       help="content mode: key each block over its tokens and the N after it, as vLLM >= 0.33 "
+                            "hashes with prefix caching and an EAGLE/EAGLE3/MTP drafter (1; num_speculative_tokens "
+                            "for multi-module MTP; 0 with disable_lookahead_block_hashes or a KV connector), from "
+                            "the start instead of once the first store tells; N for every content-mode model, "
+                            "MODEL=N for one (repeatable). A store of another N is skipped, a snapshot of another "
+                            "refused. Engine mode: lookahead= in --kv-engine-hash")
     serve.add_argument("--kv-max-blocks", type=int, default=4_000_000,
                        help="bound on indexed blocks per model; past it, 1%% of the bound is evicted: the oldest blocks of the "
                             "largest worker, at most a quarter of that worker at a time")

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from router_adapter import HashSpec, Source
+from router_adapter.spec import MAX_LOOKAHEAD
 from router_adapter.nats_feed import FeedOptions
 from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
 from sidecar.flags import MAX_PORT
@@ -26,6 +27,11 @@ class KvConfig:
     engine_specs: dict[str, HashSpec] = field(default_factory=dict)
     #: Model name -> the engine's KV-cache group whose blocks its index keeps (`--kv-group`; 0 when absent).
     groups: dict[str, int] = field(default_factory=dict)
+    #: `--kv-lookahead N`: content mode's lookahead for every content-mode model without its own
+    #: (vLLM >= 0.33 with an EAGLE/EAGLE3/MTP drafter); None = each index learns it from its first store.
+    lookahead: int | None = None
+    #: `--kv-lookahead MODEL=N`: one model's (content mode only: `--kv-engine-hash` takes lookahead=).
+    lookaheads: dict[str, int] = field(default_factory=dict)
     #: Bound on indexed blocks per model (all workers and media).
     max_blocks: int = 4_000_000
     #: Seconds without a message after which a worker's state is dropped; 0 = never.
@@ -49,6 +55,20 @@ class KvConfig:
         for name, group in self.groups.items():
             if not 0 <= group < 1 << 31:
                 raise ValueError(f"--kv-group {name}={group}: N must be in [0, 2^31)")
+        for name, value in [(None, self.lookahead), *self.lookaheads.items()]:
+            shown = value if name is None else f"{name}={value}"
+            if value is not None and not 0 <= value <= MAX_LOOKAHEAD:
+                raise ValueError(f"--kv-lookahead {shown}: N must be in [0, {MAX_LOOKAHEAD}]")
+            if name in self.engine_specs:
+                # Engine mode hashes requests with the spec's own lookahead: two sources of one value.
+                raise ValueError(f"--kv-lookahead {shown}: {name} is in engine mode (--kv-engine-hash); give "
+                                 "lookahead= there")
+
+    def lookahead_of(self, model: str) -> int | None:
+        """The lookahead `model`'s index is configured with (None: learned, or engine mode)."""
+        if model in self.lookaheads:
+            return self.lookaheads[model]
+        return None if model in self.engine_specs else self.lookahead
 
 
 @dataclass(frozen=True)

@@ -135,7 +135,7 @@ def build_kv_router(config: ServerConfig, hasher: BlockHasher, index_factory: In
     names = [source.model for source in kv_config.sources] + list(kv_config.nats_models if kv_config.nats else ())
     models = {
         name: ModelOptions(block_size=kv_config.block_size, engine_spec=kv_config.engine_specs.get(name),
-                           group_idx=kv_config.groups.get(name, 0))
+                           group_idx=kv_config.groups.get(name, 0), lookahead=kv_config.lookahead_of(name))
         for name in names
     }
     router = KvRouter(

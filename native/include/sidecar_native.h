@@ -92,7 +92,7 @@
  Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
  refuses a library whose version differs from the one it was written for.
  */
-#define SC_ABI_VERSION 11
+#define SC_ABI_VERSION 12
 
 /*
  Blocks hashed between two cancellation checks: about a millisecond of SHA-256 chaining.
@@ -289,6 +289,12 @@ typedef struct sc_kv_status {
    Tokens per block; 0 while unknown.
    */
   uint32_t block_size;
+  /*
+   Content mode: tokens after each block that its key covers (vLLM's lookahead hashing),
+   configured or learned; `UINT32_MAX` while unknown (0 is a value: no lookahead), and always
+   in engine mode (the engine spec's `lookahead` applies there).
+   */
+  uint32_t lookahead;
 } sc_kv_status;
 
 /*

@@ -20,7 +20,7 @@ from pathlib import Path
 import cffi
 
 #: The ABI version this Python code was written for (`SC_ABI_VERSION` in native/src/ffi/version.rs).
-EXPECTED_ABI_VERSION = 11
+EXPECTED_ABI_VERSION = 12
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _REPO_ROOT = _PACKAGE_DIR.parent.parent

@@ -57,6 +57,8 @@ _APPLY_MANY = lib.sc_kv_index_apply_many
 #: Items the first `apply_many` call after a refused payload covers (see `apply_payloads`).
 _WINDOW_AFTER_REFUSAL = 64
 _HEADER = struct.Struct("<4I")
+#: `sc_kv_status.lookahead` while the index has not learned it (0 is a value: no lookahead).
+_LOOKAHEAD_UNKNOWN = 0xFFFF_FFFF
 _ERRORS = threading.local()
 
 
@@ -133,6 +135,13 @@ class NativePrefixIndex:
     def block_size(self) -> int | None:
         """Tokens per block; learned from the first store when not configured."""
         return self._status().block_size or None
+
+    @property
+    def lookahead(self) -> int | None:
+        """Content mode: tokens after each block that its key covers, configured or learned from
+        the first store that tells (None until then, and in engine mode: see `PrefixIndex`)."""
+        value = self._status().lookahead
+        return None if value == _LOOKAHEAD_UNKNOWN else value
 
     @property
     def num_blocks(self) -> int:

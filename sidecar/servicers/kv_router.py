@@ -204,6 +204,8 @@ def _status(router: KvRouter) -> kv.KvStatusResponse:
             events=index.stats.events, events_per_second=index.events_per_second(),
             orphan_blocks=index.stats.orphan_blocks, evicted_blocks=index.stats.evicted_blocks,
             skipped_events=index.stats.skipped_events,
+            # Engine mode hashes requests with its spec's lookahead; content mode's index keeps its own.
+            lookahead=index.engine_spec.lookahead if index.engine_spec is not None else index.lookahead,
         )
     if router.feed is not None:
         _feed_status(router.feed, response)

@@ -109,7 +109,7 @@ class KvWorkerStatus(_message.Message):
     def __init__(self, worker: _Optional[str] = ..., model: _Optional[str] = ..., endpoint: _Optional[str] = ..., blocks: _Optional[int] = ..., batches: _Optional[int] = ..., decode_errors: _Optional[int] = ..., gaps: _Optional[int] = ..., replayed: _Optional[int] = ..., resets: _Optional[int] = ..., restarts: _Optional[int] = ..., aged_out: _Optional[int] = ..., duplicates: _Optional[int] = ..., lag_seconds: _Optional[float] = ..., disconnects: _Optional[int] = ...) -> None: ...
 
 class KvModelStatus(_message.Message):
-    __slots__ = ("model", "mode", "block_size", "blocks", "events", "events_per_second", "orphan_blocks", "evicted_blocks", "feed_state", "stream_seq", "stream_pending", "snapshot_age_seconds", "skipped_events", "malformed_messages", "consumer_restarts")
+    __slots__ = ("model", "mode", "block_size", "blocks", "events", "events_per_second", "orphan_blocks", "evicted_blocks", "feed_state", "stream_seq", "stream_pending", "snapshot_age_seconds", "skipped_events", "malformed_messages", "consumer_restarts", "lookahead")
     MODEL_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     BLOCK_SIZE_FIELD_NUMBER: _ClassVar[int]
@@ -125,6 +125,7 @@ class KvModelStatus(_message.Message):
     SKIPPED_EVENTS_FIELD_NUMBER: _ClassVar[int]
     MALFORMED_MESSAGES_FIELD_NUMBER: _ClassVar[int]
     CONSUMER_RESTARTS_FIELD_NUMBER: _ClassVar[int]
+    LOOKAHEAD_FIELD_NUMBER: _ClassVar[int]
     model: str
     mode: str
     block_size: int
@@ -140,7 +141,8 @@ class KvModelStatus(_message.Message):
     skipped_events: int
     malformed_messages: int
     consumer_restarts: int
-    def __init__(self, model: _Optional[str] = ..., mode: _Optional[str] = ..., block_size: _Optional[int] = ..., blocks: _Optional[int] = ..., events: _Optional[int] = ..., events_per_second: _Optional[float] = ..., orphan_blocks: _Optional[int] = ..., evicted_blocks: _Optional[int] = ..., feed_state: _Optional[str] = ..., stream_seq: _Optional[int] = ..., stream_pending: _Optional[int] = ..., snapshot_age_seconds: _Optional[float] = ..., skipped_events: _Optional[int] = ..., malformed_messages: _Optional[int] = ..., consumer_restarts: _Optional[int] = ...) -> None: ...
+    lookahead: int
+    def __init__(self, model: _Optional[str] = ..., mode: _Optional[str] = ..., block_size: _Optional[int] = ..., blocks: _Optional[int] = ..., events: _Optional[int] = ..., events_per_second: _Optional[float] = ..., orphan_blocks: _Optional[int] = ..., evicted_blocks: _Optional[int] = ..., feed_state: _Optional[str] = ..., stream_seq: _Optional[int] = ..., stream_pending: _Optional[int] = ..., snapshot_age_seconds: _Optional[float] = ..., skipped_events: _Optional[int] = ..., malformed_messages: _Optional[int] = ..., consumer_restarts: _Optional[int] = ..., lookahead: _Optional[int] = ...) -> None: ...
 
 class KvStatusResponse(_message.Message):
     __slots__ = ("models", "workers")

@@ -101,6 +101,58 @@ def test_bad_kv_group_is_refused_naming_the_flag(value: str) -> None:
         parse("--kv-events", "a=tcp://127.0.0.1:5557", "--kv-group", value)
 
 
+@pytest.mark.parametrize("backend", ["native", "reference"])
+def test_kv_lookahead_reaches_every_content_mode_index(backend: str) -> None:
+    """`--kv-lookahead N` configures every content-mode model's index (ZMQ sources and `--kv-nats`
+    models alike), `MODEL=N` one; engine-mode models keep their spec's. Without the flag an index
+    has no lookahead until a store tells."""
+    from sidecar.config import ServerConfig
+    from sidecar.factory import get_hasher, get_index_factory
+    from sidecar.server import build_kv_router
+
+    def lookaheads(*flags: str) -> dict[str, int | None]:
+        config = parse("--kv-events", "a=tcp://127.0.0.1:5557,model=plain", "--kv-events",
+                       "b=tcp://127.0.0.1:5559,model=engine", "--kv-nats", "nats://127.0.0.1:1",
+                       "--kv-nats-model", "fanned", "--kv-nats-model", "own", "--kv-block-size", "4",
+                       "--kv-engine-hash", "engine=vllm_sha256,lookahead=2", *flags)
+        router = build_kv_router(ServerConfig(kv=config, backend=backend), get_hasher(backend),
+                                 get_index_factory(backend))
+        try:
+            return {name: index.lookahead for name, index in sorted(router.indexes.items())}
+        finally:
+            router.stop()
+
+    assert lookaheads() == {"engine": None, "fanned": None, "own": None, "plain": None}
+    assert lookaheads("--kv-lookahead", "1") == {"engine": None, "fanned": 1, "own": 1, "plain": 1}
+    # Per model over the default, whichever comes first; the last of one kind wins (as --kv-group).
+    assert lookaheads("--kv-lookahead", "own=0", "--kv-lookahead", "3", "--kv-lookahead", "1") == {
+        "engine": None, "fanned": 1, "own": 0, "plain": 1}
+    assert lookaheads("--kv-lookahead", "plain=2") == {"engine": None, "fanned": None, "own": None, "plain": 2}
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [("x", "--kv-lookahead 'x': expected N or MODEL=N"), ("=1", "--kv-lookahead '=1': expected"),
+     ("m=", "--kv-lookahead 'm=': expected"), ("-1", "--kv-lookahead '-1': expected"),
+     ("m=1.5", "--kv-lookahead 'm=1.5': expected"), ("\u0661", "expected N or MODEL=N"),
+     ("257", r"--kv-lookahead 257: N must be in \[0, 256\]"),
+     ("m=1000", r"--kv-lookahead m=1000: N must be in \[0, 256\]"),
+     # Engine mode hashes requests with its spec's lookahead: two places for one value.
+     ("e=1", r"--kv-lookahead e=1: e is in engine mode \(--kv-engine-hash\); give lookahead= there")],
+)
+def test_bad_kv_lookahead_is_refused_naming_the_flag(value: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse("--kv-events", "a=tcp://127.0.0.1:5557,model=m", "--kv-engine-hash", "e=vllm_sha256,block_size=16",
+              "--kv-lookahead", value)
+
+
+def test_kv_lookahead_bounds_are_taken() -> None:
+    config = parse("--kv-events", "a=tcp://127.0.0.1:5557,model=m", "--kv-lookahead", "0",
+                   "--kv-lookahead", "m=256")
+    assert (config.lookahead, config.lookaheads, config.lookahead_of("m"), config.lookahead_of("other")) == (
+        0, {"m": 256}, 256, 0)
+
+
 def test_a_relay_without_model_is_refused_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
     """Without model= a relay published on `sidecar.kv._.w0`, which no replica reads (they read their
     models' subjects), and nothing said so: replicas stayed live with no worker."""

@@ -138,6 +138,26 @@ def test_snapshots_record_the_lookahead(make) -> None:  # noqa: ANN001
         assert index.score([1, 2, 3, 4]).workers[0].blocks == 1
 
 
+@pytest.mark.parametrize("make", [PrefixIndex, NativePrefixIndex])
+def test_the_index_reports_its_lookahead(make) -> None:  # noqa: ANN001
+    """What KvStatus shows: configured, or learned from a store or a snapshot (None until then: 0
+    is a value); None in engine mode, whose spec carries its own."""
+    payload, expected = load("mixed")
+    assert expected["lookahead"] == 3
+    assert [make(4).lookahead, make(4, lookahead=0).lookahead, make(lookahead=2).lookahead] == [None, 0, 2]
+    assert make(engine_spec=HashSpec("vllm_sha256", 4, seed="0", lookahead=1)).lookahead is None
+    learned = make(4)
+    learned.apply_batch("w0", decode_batch(payload))
+    assert learned.lookahead == 3
+    restored = make()
+    restored.restore(learned.snapshot())
+    assert restored.lookahead == 3
+    # A snapshot taken before anything was learned leaves a configured lookahead as it was.
+    configured = make(4, lookahead=2)
+    configured.restore(make(4).snapshot())
+    assert configured.lookahead == 2
+
+
 # --- the Python index against the native one -------------------------------------------------
 
 BS = 4

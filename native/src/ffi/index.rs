@@ -64,6 +64,10 @@ pub struct sc_kv_status {
     pub keys: u64,
     /// Tokens per block; 0 while unknown.
     pub block_size: u32,
+    /// Content mode: tokens after each block that its key covers (vLLM's lookahead hashing),
+    /// configured or learned; `UINT32_MAX` while unknown (0 is a value: no lookahead), and always
+    /// in engine mode (the engine spec's `lookahead` applies there).
+    pub lookahead: u32,
 }
 
 /// A new index. `options_json`: `{"block_size": n|null, "engine_spec": {HashSpec fields}|null,
@@ -324,6 +328,7 @@ pub unsafe extern "C" fn sc_kv_index_status(
             workers: s.workers,
             keys: s.keys,
             block_size: s.block_size,
+            lookahead: s.lookahead.unwrap_or(u32::MAX),
         };
         // SAFETY: the caller promises `out` is writable.
         unsafe { write_out(out, status, "out") }

@@ -2,7 +2,7 @@
 
 /// Bumped whenever an export's signature or a `#[repr(C)]` layout changes; the Python loader
 /// refuses a library whose version differs from the one it was written for.
-pub const SC_ABI_VERSION: u32 = 11;
+pub const SC_ABI_VERSION: u32 = 12;
 
 /// The ABI version of this build.
 #[no_mangle]

@@ -246,6 +246,9 @@ pub struct Status {
     pub keys: u64,
     /// Tokens per block (0 while unknown).
     pub block_size: u32,
+    /// Content mode: tokens after each block that its key covers, configured or learned (None
+    /// until a store tells; always None in engine mode, whose spec carries its own).
+    pub lookahead: Option<u32>,
 }
 
 impl Status {
@@ -256,6 +259,7 @@ impl Status {
             workers: index.by_name.len() as u64,
             keys: index.keys.len() as u64,
             block_size: index.block_size.unwrap_or(0),
+            lookahead: index.lookahead,
         }
     }
 }
@@ -307,7 +311,7 @@ impl SharedIndex {
         let status = Status::of(state);
         self.block_size.store(status.block_size, Ordering::Relaxed);
         self.lookahead
-            .store(state.lookahead.unwrap_or(u32::MAX), Ordering::Relaxed);
+            .store(status.lookahead.unwrap_or(u32::MAX), Ordering::Relaxed);
         *self.published.lock().unwrap_or_else(|e| e.into_inner()) = status;
     }
 
