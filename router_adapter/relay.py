@@ -86,8 +86,6 @@ class Relay:
         self._stopped: asyncio.Event | None = None
         self._nc = None
         self._js = None
-        #: The server's max_payload (the connection's INFO), which counts headers with the payload.
-        self._max_payload: int | None = None
         self.ready = threading.Event()
 
     async def run(self) -> None:
@@ -103,7 +101,6 @@ class Relay:
         try:
             self._nc = nc
             self._js = nc.jetstream(timeout=self.options.ack_timeout_s)
-            self._max_payload = nc.max_payload
             await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)
             last_seq = await self._resume()
             digest = self._digest()
@@ -233,7 +230,10 @@ class Relay:
         from nats.errors import MaxPayloadError
         from nats.js.errors import NoStreamResponseError
 
-        if self._max_payload is not None and len(payload) + self._header_bytes(headers) > self._max_payload:
+        # The server's max_payload, which counts headers with the payload: from the INFO of the
+        # connection as it is now (a nats-server restarted with another limit sends a new one).
+        max_payload = self._nc.max_payload if self._nc is not None else None
+        if max_payload is not None and len(payload) + self._header_bytes(headers) > max_payload:
             # nats-py checks the payload alone, the server the headers too: a message between the
             # two is refused by the server, which closes the connection, and was retried forever.
             return False

@@ -64,9 +64,12 @@ class NatsServer:
         self.port = free_port()
         self.url = f"nats://127.0.0.1:{self.port}"
         self.process: subprocess.Popen | None = None
+        #: More command-line arguments, from the next `start` on (`-c FILE`: a configuration).
+        self.extra_args: list[str] = []
 
     def start(self, timeout: float = 20.0) -> None:
-        args = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir)]
+        args = [self.binary, "-a", "127.0.0.1", "-p", str(self.port), "-js", "-sd", str(self.store_dir),
+                *self.extra_args]
         with open(self.log_path, "ab") as log:
             self.process = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
