@@ -155,11 +155,13 @@ def _options(body: dict, use_cache: bool):  # noqa: ANN202
     )
 
 
-def _normalized(body: dict) -> tuple[list[dict], list | None]:
+def _normalized(body: dict, template: str) -> tuple[list[dict], list | None]:
     # transformers is given what vLLM hands it (tool-call arguments parsed), so both build one prompt.
     from sidecar.reference.normalize import normalize_messages
+    from sidecar.reference.roles import names_developer
 
-    return normalize_messages(json.loads(json.dumps(body["messages"])), "string"), body.get("tools")
+    messages = normalize_messages(json.loads(json.dumps(body["messages"])), "string", names_developer(template))
+    return messages, body.get("tools")
 
 
 def in_process(quick: bool) -> Section:
@@ -176,7 +178,7 @@ def in_process(quick: bool) -> Section:
         n = iterations(quick, slow)
         cold, warm = _options(body, False), _options(body, True)
         ids = renderer.render(cold).ids
-        messages, tools = _normalized(body)
+        messages, tools = _normalized(body, hf.get_chat_template())
         hf_ids = list(hf.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False))
         if hf_ids != list(ids):
             section.notes.append(f"{name}: ids differ from transformers ({len(ids)} vs {len(hf_ids)})")

@@ -3,7 +3,9 @@
 
 vLLM rebuilds each message from the fields it knows, turns content parts into a string (text parts
 joined with "\\n") or a list of text parts depending on the template, and parses tool-call
-arguments given as JSON text; transformers then drops null-valued keys and aliases reasoning.
+arguments given as JSON text; system messages lose Claude Code's billing header line and developer
+messages become system messages for templates that do not name the role (`roles`); transformers
+then drops null-valued keys and aliases reasoning.
 Tools are rebuilt as vLLM's tool model dumps them (`normalize_tools`).
 """
 
@@ -14,6 +16,7 @@ from typing import Any
 
 from router_adapter.errors import quoted
 from sidecar.errors import InvalidArgument
+from sidecar.reference.roles import developer_as_system, without_billing_header
 
 _INT_MIN, _INT_MAX = -(2**127), 2**127 - 1
 
@@ -87,13 +90,17 @@ def _check_utf8(s: str, field: str) -> None:
         raise InvalidArgument(f"{field}: lone surrogate in a string (not representable as UTF-8)") from None
 
 
-def normalize_messages(parsed: Any, content_format: str) -> list[dict]:
-    """The messages the template sees; `content_format` is "string" or "openai"."""
+def normalize_messages(parsed: Any, content_format: str, names_developer: bool) -> list[dict]:
+    """The messages the template sees; `content_format` is "string" or "openai", `names_developer`
+    whether the template's source names the developer role (`roles.names_developer`)."""
     if not isinstance(parsed, list):
         raise InvalidArgument(f"messages_json: expected an array of messages, got {type_name(parsed)}")
     out = [_message_for_vllm(m, content_format, i) for i, m in enumerate(parsed)]
     for i, message in enumerate(out):
         _normalize_tool_calls(message, i)
+    # vLLM's last step before transformers, on the content as the template's format shaped it.
+    if not names_developer and any(m["role"] == "developer" for m in out):
+        out = developer_as_system(out)
     return [_alias_reasoning({k: v for k, v in m.items() if v is not None}) for m in out]
 
 
@@ -106,9 +113,12 @@ def _message_for_vllm(message: Any, content_format: str, i: int) -> dict:
     role = message["role"]
     if not isinstance(role, str):
         raise InvalidArgument(f"{field}.role: expected a string, got {type_name(role)}")
-    parts = _content_parts(message.get("content"), field)
+    content = message.get("content")
+    # vLLM strips the billing header by the role as sent (a developer message keeps it), before it
+    # reads the parts.
+    parts = _content_parts(without_billing_header(content) if role == "system" else content, field)
     if content_format == "string":
-        content: Any = "\n".join(text for kind, text in parts if text)
+        content = "\n".join(text for kind, text in parts if text)
     else:
         content = [
             {"type": "text", "text": text} if kind == "text" else {"type": "tool_reference", "name": text}

@@ -21,6 +21,7 @@ from sidecar.backend import EncodeOptions, RenderOptions, Rendered, RendererSett
 from sidecar.errors import DeadlineExceeded, FailedPrecondition, InvalidArgument, NotFound, ResourceExhausted, SidecarError
 from sidecar.reference import template_analysis
 from sidecar.reference.normalize import normalize_messages, normalize_tools, parse_json, type_name
+from sidecar.reference.roles import names_developer
 from sidecar.reference.tokenizer import ReferenceTokenizer
 from sidecar.reference.words import check_word_lengths
 
@@ -98,6 +99,7 @@ class _Compiled:
             raise InvalidArgument(f"chat_template: Jinja2 cannot compile this template: {reason}")
         self.content_format = template_analysis.content_format(rewritten)
         self.mentions_content = "content" in source
+        self.names_developer = names_developer(source)
         env = minijinja.Environment(
             trim_blocks=True, lstrip_blocks=True, pycompat=True, fuel=settings.fuel, keep_trailing_newline=False,
             auto_escape_callback=lambda _name: None,
@@ -159,7 +161,9 @@ class ReferenceRenderer:
         if tools is not None:
             tools = normalize_tools(tools)
         template = self._select(opts.chat_template, tools is not None, opts.allow_request_template)
-        messages = normalize_messages(parse_json(opts.messages_json, "messages_json"), template.content_format)
+        messages = normalize_messages(
+            parse_json(opts.messages_json, "messages_json"), template.content_format, template.names_developer
+        )
         if not messages:
             raise InvalidArgument("messages_json: the conversation is empty; send at least one message")
         documents = _optional_array(opts.documents_json, "documents_json", "documents")

@@ -64,12 +64,13 @@ class Transformers:
 def expected_for(tf: Transformers, target: rs.Target, conv: rs.Conversation) -> dict:
     """transformers' text and ids (or error) for one case."""
     from sidecar.reference.normalize import normalize_messages, normalize_tools
+    from sidecar.reference.roles import names_developer
     from sidecar.reference.template_analysis import content_format, rewrite
 
     tok = tf.tokenizer(target.model)
     source = target.source if target.source is not None else tok.get_chat_template()
     messages, tools, documents, kwargs = conv.python_inputs()
-    messages = normalize_messages(messages, content_format(rewrite(source)))
+    messages = normalize_messages(messages, content_format(rewrite(source)), names_developer(source))
     tools = normalize_tools(tools) if tools is not None else None
     args = dict(
         tools=tools, documents=documents, chat_template=target.source,

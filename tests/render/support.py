@@ -51,9 +51,9 @@ class Conversation:
         return load(self.messages_json), load(self.tools_json), load(self.documents_json), load(self.kwargs_json) or {}
 
 
-def load_conversations() -> list[Conversation]:
+def load_conversations(folder: Path = CONVERSATIONS) -> list[Conversation]:
     out = []
-    for path in sorted(CONVERSATIONS.glob("*.json")):
+    for path in sorted(folder.glob("*.json")):
         raw = raw_json_fields(path.read_text(encoding="utf-8"))
         out.append(
             Conversation(

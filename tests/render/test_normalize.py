@@ -20,6 +20,9 @@ TEMPLATES = {
     "string": "{{ messages|tojson }}",
     # A loop over a message's content makes vLLM (and the sidecar) pass content as parts.
     "openai": "{% for m in messages %}{% for p in m.content %}{% endfor %}{% endfor %}{{ messages|tojson }}",
+    # Developer messages stay developer messages when the template's source names the role, in a
+    # comment too (a plain substring test, as vLLM makes it).
+    "string, names 'developer'": "{# 'developer' #}{{ messages|tojson }}",
 }
 
 

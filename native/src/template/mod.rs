@@ -24,6 +24,7 @@ mod pymethods;
 pub(crate) mod pynum;
 mod pystr;
 mod pytests;
+mod roles;
 mod textwrap;
 mod unicode_tables;
 
@@ -71,6 +72,8 @@ pub struct CompiledTemplate {
     analysis: Analysis,
     /// transformers refuses `continue_final_message` unless the source mentions the field.
     mentions_content: bool,
+    /// vLLM turns developer messages into system messages unless the source names the role.
+    names_developer: bool,
 }
 
 impl CompiledTemplate {
@@ -94,6 +97,7 @@ impl CompiledTemplate {
             inline_env,
             analysis,
             mentions_content: source.contains("content"),
+            names_developer: roles::names_developer(source),
         })
     }
 
@@ -228,7 +232,11 @@ impl ChatTemplates {
             return Ok(None);
         }
         let messages = json::parse(req.messages_json, "messages_json")?;
-        let mut messages = normalize::messages(messages, template.content_format())?;
+        let mut messages = normalize::messages(
+            messages,
+            template.content_format(),
+            template.names_developer,
+        )?;
         if messages.is_empty() {
             return Err(Error::invalid_argument(
                 "messages_json: the conversation is empty; send at least one message",

@@ -7,7 +7,8 @@
 //! (text parts joined with "\n") for templates that print content, or a list of `{"type": "text"}`
 //! parts for templates that loop over parts; tool results made only of text parts become a string;
 //! tool-call `arguments` given as JSON text become the parsed object (`{}` when empty, invalid or
-//! not an object).
+//! not an object). System messages lose Claude Code's billing header line, and developer messages
+//! become system messages for templates that do not name the role (`roles`).
 //! transformers (`apply_chat_template`): keys whose value is null are dropped, and reasoning is
 //! copied to `thinking` and `reasoning_content`.
 //!
@@ -15,6 +16,7 @@
 //! tool model (see the function's doc).
 
 use super::json::{self, Json};
+use super::roles;
 use crate::error::{quoted, Error, Result};
 
 /// How a template wants message content (vLLM's "content format").
@@ -61,8 +63,9 @@ const MEDIA_PART_KEYS: &[&str] = &[
     "video_url",
 ];
 
-/// Normalizes the parsed `messages_json` array.
-pub fn messages(parsed: Json, format: ContentFormat) -> Result<Vec<Json>> {
+/// Normalizes the parsed `messages_json` array; `names_developer` is whether the template's
+/// source names the developer role ([`roles::names_developer`]).
+pub fn messages(parsed: Json, format: ContentFormat, names_developer: bool) -> Result<Vec<Json>> {
     let Json::Array(items) = parsed else {
         return Err(Error::invalid_argument(format!(
             "messages_json: expected an array of messages, got {}",
@@ -75,6 +78,11 @@ pub fn messages(parsed: Json, format: ContentFormat) -> Result<Vec<Json>> {
     }
     for (i, message) in out.iter_mut().enumerate() {
         normalize_tool_calls(message, i)?;
+    }
+    // vLLM's last step before transformers, on the content as the template's format shaped it.
+    let is_developer = |m: &Json| m.get("role").and_then(Json::as_str) == Some("developer");
+    if !names_developer && out.iter().any(is_developer) {
+        out = roles::developer_as_system(out);
     }
     for message in &mut out {
         drop_null_keys(message);
@@ -245,7 +253,13 @@ fn message_for_vllm(message: Json, format: ContentFormat, i: usize) -> Result<Js
         }
         None => return Err(Error::invalid_argument(format!("{field}.role: missing"))),
     };
-    let parts = content_parts(message.get("content"), &field)?;
+    // vLLM strips the billing header by the role as sent (a developer message keeps it), before
+    // it reads the parts.
+    let stripped = match role.as_str() {
+        "system" => roles::without_billing_header(message.get("content")),
+        _ => None,
+    };
+    let parts = content_parts(stripped.as_ref().or(message.get("content")), &field)?;
     let mut content = match format {
         ContentFormat::String => {
             // vLLM keeps only truthy pieces: empty texts vanish from the join.
@@ -523,7 +537,7 @@ mod tests {
     use super::*;
 
     fn norm(text: &str, format: ContentFormat) -> Result<Vec<Json>> {
-        messages(json::parse(text, "messages_json")?, format)
+        messages(json::parse(text, "messages_json")?, format, true)
     }
 
     #[test]
