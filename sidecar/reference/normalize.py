@@ -228,25 +228,53 @@ def _normalize_tool_calls(message: dict, i: int) -> None:
     if not calls:
         del message["tool_calls"]
         return
-    fresh = []
-    for j, call in enumerate(calls):
-        field = f"messages[{i}].tool_calls[{j}]"
-        if not isinstance(call, dict):
-            raise InvalidArgument(f"{field}: expected an object, got {type_name(call)}")
-        function = _function_of(call, field)
-        # As in vLLM 0.33: an object, or JSON text of one, is kept; anything else (empty, invalid
-        # JSON, another JSON value) becomes {} rather than failing the request.
-        arguments = function.get("arguments")
-        if isinstance(arguments, str):
-            try:
-                arguments = parse_json(arguments, "arguments")
-            except InvalidArgument:
-                arguments = {}
+    message["tool_calls"] = [_tool_call_for_vllm(call, f"messages[{i}].tool_calls[{j}]") for j, call in enumerate(calls)]
+
+
+def _tool_call_for_vllm(call: Any, field: str) -> dict:
+    """One assistant tool call as vLLM 0.33 hands it to the template: rebuilt by its request
+    validation (openai's function tool-call TypedDict) in the declared key order `id`, `function`
+    (`arguments`, `name`), `type`, other keys after them in the client's order. What that
+    validation refuses (a missing or non-string `id`, `name` or `arguments`, a missing `type`) is
+    refused here; `arguments` given as an object (transformers' shape, a 400 in vLLM) is kept.
+    A fresh dict, so the caller's parsed request is never edited in place."""
+    if not isinstance(call, dict):
+        raise InvalidArgument(f"{field}: expected an object, got {type_name(call)}")
+    call_id = _required_str(call, "id", field)
+    if "type" not in call:
+        raise InvalidArgument(f"{field}.type: missing")
+    function = _function_of(call, field)  # also refuses a custom call (`type: "custom"`)
+    name = _required_str(function, "name", f"{field}.function")
+    # As in vLLM 0.33: an object, or JSON text of one, is kept; other text (empty, invalid JSON,
+    # JSON of another value) becomes {} rather than failing the request.
+    if "arguments" not in function:
+        raise InvalidArgument(f"{field}.function.arguments: missing")
+    arguments = function["arguments"]
+    if isinstance(arguments, str):
+        try:
+            arguments = parse_json(arguments, "arguments")
+        except InvalidArgument:
+            arguments = {}
         if not isinstance(arguments, dict):
             arguments = {}
-        # Copies, so the caller's parsed request is never edited in place.
-        fresh.append({**call, "function": {**function, "arguments": arguments}})
-    message["tool_calls"] = fresh
+    elif not isinstance(arguments, dict):
+        raise InvalidArgument(
+            f"{field}.function.arguments: expected a string (JSON text) or an object, got {type_name(arguments)}"
+        )
+    out_function = {"arguments": arguments, "name": name}
+    out_function.update((k, v) for k, v in function.items() if k not in out_function)
+    out = {"id": call_id, "function": out_function, "type": "function"}
+    out.update((k, v) for k, v in call.items() if k not in out)
+    return out
+
+
+def _required_str(item: dict, key: str, field: str) -> str:
+    """A key that vLLM's request validation requires to be a string."""
+    if key not in item:
+        raise InvalidArgument(f"{field}.{key}: missing")
+    if not isinstance(item[key], str):
+        raise InvalidArgument(f"{field}.{key}: expected a string, got {type_name(item[key])}")
+    return item[key]
 
 
 def _function_of(item: dict, field: str) -> dict:

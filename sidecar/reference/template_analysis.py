@@ -2,9 +2,11 @@
 parser (the native side walks minijinja's syntax tree for the same answers, see
 `native/src/template/analyze.rs`):
 
-- the content format vLLM detects: "openai" when some loop runs over a message's content (or over
-  a variable named `content`), where the message is a loop variable over `messages` or over a
-  variable assigned from it; "string" otherwise, and when vLLM's own checks would fail;
+- the content format vLLM detects: "openai" when some loop runs over a message's content (inside
+  a macro, over a parameter that a call fills with a message's content; outside macros, over a
+  variable named `content`), where the message is a loop variable over `messages` or over a name
+  assigned from it (also a namespace alias); "string" otherwise, and when vLLM's own checks would
+  fail;
 - whether Jinja2 compiles the template at all (unknown filters and tests are compile errors);
 - the source rewrites both backends apply (see native/src/template/compat.rs for why): line breaks
   as Jinja2's lexer reads them (`\r\n` and `\r` as `\n`), the `{% generation %}` tag minijinja
@@ -237,7 +239,13 @@ def _name(node: jinja2.nodes.Node) -> str:
 
 
 def _is_var(node: jinja2.nodes.Node, varname: str) -> bool:
-    return isinstance(node, jinja2.nodes.Name) and node.ctx == "load" and node.name == varname
+    """`varname` read; a dotted name (`ns.rest`, a namespace alias) matches that attribute read."""
+    if isinstance(node, jinja2.nodes.Name):
+        return node.ctx == "load" and node.name == varname
+    if isinstance(node, jinja2.nodes.Getattr) and "." in varname:
+        base, _, attr = varname.rpartition(".")
+        return node.attr == attr and _is_var(node.node, base)
+    return False
 
 
 def _is_attr(node: jinja2.nodes.Node, varname: str, key: str) -> bool:
@@ -258,29 +266,90 @@ def _is_var_or_elems(node: jinja2.nodes.Node, varname: str, key: str | None = No
     return _is_attr(node, varname, key) if key else _is_var(node, varname)
 
 
+def _dotted(node: jinja2.nodes.Node) -> str | None:
+    """An attribute assignment target (`ns.rest`) as a dotted name."""
+    if isinstance(node, jinja2.nodes.NSRef):
+        return f"{node.name}.{node.attr}"
+    parts = []
+    while isinstance(node, jinja2.nodes.Getattr):
+        parts.append(node.attr)
+        node = node.node
+    if not isinstance(node, jinja2.nodes.Name):
+        return None
+    return ".".join([node.name, *reversed(parts)])
+
+
 def _vars_assigned_from(root: jinja2.nodes.Node, varname: str) -> list[str]:
+    """`varname` and every name assigned (transitively) from it or a slice/filter of it, breadth
+    first: `{% set x = v %}`, and as namespace aliases `{% set ns = namespace(x=v) %}` (`ns.x`)
+    and `{% set ns.x = v %}`. Other assignment targets (tuples) are passed over."""
     found = [varname]
+    seen = {varname}
     queue = deque([varname])
     assigns = list(root.find_all(jinja2.nodes.Assign))
     while queue:
         related = queue.popleft()
         for assign in assigns:
-            if _is_var_or_elems(assign.node, related):
-                name = _name(assign.target)
+            lhs, rhs = assign.target, assign.node
+            names = []
+            if isinstance(lhs, jinja2.nodes.Name) and _is_var_or_elems(rhs, related):
+                names.append(lhs.name)
+            if (
+                isinstance(lhs, jinja2.nodes.Name)
+                and isinstance(rhs, jinja2.nodes.Call)
+                and isinstance(rhs.node, jinja2.nodes.Name)
+                and rhs.node.name == "namespace"
+            ):
+                names += [f"{lhs.name}.{kw.key}" for kw in rhs.kwargs if _is_var_or_elems(kw.value, related)]
+            elif isinstance(lhs, (jinja2.nodes.Getattr, jinja2.nodes.NSRef)) and _is_var_or_elems(rhs, related):
+                dotted = _dotted(lhs)
+                names += [dotted] if dotted is not None else []
+            for name in names:
                 found.append(name)
-                if name != related:
+                if name not in seen:
+                    seen.add(name)
                     queue.append(name)
-        if len(found) > 10_000:  # a cycle of distinct names; vLLM would loop forever
-            raise _NotAName
     return found
 
 
+def _macro_content_params(root: jinja2.nodes.Node, message_vars: list[str]) -> tuple[set[int], dict[int, set[str]]]:
+    """The loops inside macros (by id), and for each such loop the parameters of its macro that
+    some call of that macro fills with a message's content (`{{ render(m.content) }}`,
+    `render(c=m['content'])`). Of nested macros, the innermost with such parameters decides."""
+    in_macros: set[int] = set()
+    params_by_loop: dict[int, set[str]] = {}
+    calls = list(root.find_all(jinja2.nodes.Call))
+    for macro in root.find_all(jinja2.nodes.Macro):
+        arg_names = [a.name for a in macro.args]
+        params: set[str] = set()
+        for call in calls:
+            if not (isinstance(call.node, jinja2.nodes.Name) and call.node.name == macro.name):
+                continue
+            for i, arg in enumerate(call.args):
+                if i < len(arg_names) and any(_is_var_or_elems(arg, v, "content") for v in message_vars):
+                    params.add(arg_names[i])
+            for kw in call.kwargs:
+                if kw.key in arg_names and any(_is_var_or_elems(kw.value, v, "content") for v in message_vars):
+                    params.add(kw.key)
+        for loop in macro.find_all(jinja2.nodes.For):
+            in_macros.add(id(loop))
+            if params:
+                params_by_loop[id(loop)] = params
+    return in_macros, params_by_loop
+
+
 def _loops_over_content(root: jinja2.nodes.Node) -> Iterator[str]:
+    """vLLM 0.33's content loops: over a message's content; inside a macro, over a parameter that
+    a call fills with a message's content; outside macros, over a variable named `content`."""
     messages_vars = _vars_assigned_from(root, "messages")
     loops = list(root.find_all(jinja2.nodes.For))
     message_vars = [_name(loop.target) for loop in loops if any(_is_var_or_elems(loop.iter, v) for v in messages_vars)]
+    in_macros, params_by_loop = _macro_content_params(root, message_vars)
     for loop in loops:
-        over_message_content = any(_is_var_or_elems(loop.iter, v, "content") for v in message_vars)
-        over_content_var = isinstance(loop.iter, jinja2.nodes.Name) and loop.iter.name == "content"
-        if over_message_content or over_content_var:
+        iter_name = loop.iter.name if isinstance(loop.iter, jinja2.nodes.Name) else None
+        if (
+            any(_is_var_or_elems(loop.iter, v, "content") for v in message_vars)
+            or (iter_name is not None and iter_name in params_by_loop.get(id(loop), ()))
+            or (iter_name == "content" and id(loop) not in in_macros)
+        ):
             yield _name(loop.target)

@@ -149,7 +149,7 @@ def test_nesting_past_256_levels_is_refused_alike(depth: int) -> None:
     deep became {} on native and rendered whole on the reference, under one fingerprint."""
     template = "{% for m in messages %}{{ m.tool_calls | tojson if m.tool_calls else m.content }}{% endfor %}"
     nested = '{"a": ' * depth + "1" + "}" * depth
-    arguments = '[{"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": %s}}]}]'
+    arguments = '[{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f", "arguments": %s}}]}]'
     results = {}
     for backend_name in ("native", "reference"):
         renderer = load(backend_name, [("default", template)])[0]

@@ -59,7 +59,7 @@ CASES = [
      grpc.StatusCode.INVALID_ARGUMENT, 'tools[0].function.strict: expected a boolean or null, got "sss'),
     ("tool call type", "Render",
      render(messages_json=json.dumps([{"role": "user", "content": "Hi"}, {"role": "assistant", "tool_calls": [
-         {"type": long("c"), "function": {"name": "f", "arguments": "{}"}}]}])),
+         {"id": "c", "type": long("c"), "function": {"name": "f", "arguments": "{}"}}]}])),
      grpc.StatusCode.INVALID_ARGUMENT, 'messages[1].tool_calls[0].type: expected "function", got "ccc'),
     ("content part type", "Render",
      render(messages_json=json.dumps([{"role": "user", "content": [{"type": long("p"), "text": "x"}]}])),

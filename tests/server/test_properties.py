@@ -172,7 +172,7 @@ def message_objects() -> st.SearchStrategy[dict]:
     return st.fixed_dictionaries(
         {"role": st.one_of(st.sampled_from(["user", "assistant", "system", "tool", "developer"]), st.text(max_size=8)),
          "content": content},
-        optional={"tool_calls": st.lists(st.fixed_dictionaries({"type": st.just("function"), "function": st.fixed_dictionaries(
+        optional={"tool_calls": st.lists(st.fixed_dictionaries({"id": st.text(max_size=9), "type": st.just("function"), "function": st.fixed_dictionaries(
             {"name": st.text(max_size=10), "arguments": st.one_of(st.text(max_size=20), json_values)})}), max_size=2),
             "reasoning_content": st.text(max_size=20), "name": st.text(max_size=8), "tool_call_id": st.text(max_size=9)})
 

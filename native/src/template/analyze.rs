@@ -2,9 +2,10 @@
 //! detection), and the names Jinja2 would refuse at compile time.
 //!
 //! Content format: vLLM parses the template and looks for a loop over a message's content
-//! (`{% for part in message['content'] %}`, or any loop over a variable named `content`), where
-//! `message` is a loop variable over `messages` or over a variable assigned from it
-//! (`{% set loop_messages = messages[1:] %}`). If there is one the template gets content as a list
+//! (`{% for part in message['content'] %}`; inside a macro, over a parameter that a call fills with
+//! a message's content; outside macros, over a variable named `content`), where `message` is a loop
+//! variable over `messages` or over a name assigned from it (`{% set loop_messages = messages[1:] %}`,
+//! or a namespace alias `ns.rest`). If there is one the template gets content as a list
 //! of parts ("openai"), else as a string. The walk below visits statements in the order Jinja2's
 //! `find_all` does and fails the same way vLLM's asserts do (falling back to "string").
 //!
@@ -166,12 +167,25 @@ struct Nodes<'a, 'n> {
     /// `{% set target = expr %}`
     assigns: Vec<(&'n Expr<'a>, &'n Expr<'a>)>,
     /// `{% for target in iter %}`
-    loops: Vec<(&'n Expr<'a>, &'n Expr<'a>)>,
+    loops: Vec<Loop<'a, 'n>>,
+    /// `{% macro name(params) %}`: its name and parameter names.
+    macros: Vec<(&'a str, Vec<&'a str>)>,
+    /// Every call, in expressions and `{% call %}` blocks: the callee and its arguments.
+    calls: Vec<(&'n Expr<'a>, &'n [CallArg<'a>])>,
+    /// The macros the walk is inside (indices into `macros`, outermost first).
+    open_macros: Vec<usize>,
     compile_error: Option<String>,
     /// A `+` with a list literal on either side.
     accumulates_lists: bool,
     /// `x.items` (and the other dict methods `pydict` answers) read, not called.
     reads_dict_methods: bool,
+}
+
+/// A `for` loop and the macros it sits in (indices into `Nodes::macros`, outermost first).
+struct Loop<'a, 'n> {
+    target: &'n Expr<'a>,
+    iter: &'n Expr<'a>,
+    macros: Vec<usize>,
 }
 
 /// Walks statements in Jinja2 `find_all` order. `soft` mirrors Jinja2's "soft frame": inside an
@@ -186,7 +200,11 @@ fn collect<'a, 'n>(stmt: &'n Stmt<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>) {
         Stmt::EmitExpr(e) => check_expr(&e.expr, soft, nodes),
         Stmt::EmitRaw(_) | Stmt::Continue(_) | Stmt::Break(_) => {}
         Stmt::ForLoop(f) => {
-            nodes.loops.push((&f.target, &f.iter));
+            nodes.loops.push(Loop {
+                target: &f.target,
+                iter: &f.iter,
+                macros: nodes.open_macros.clone(),
+            });
             check_expr(&f.iter, soft, nodes);
             if let Some(e) = &f.filter_expr {
                 check_expr(e, false, nodes);
@@ -223,9 +241,15 @@ fn collect<'a, 'n>(stmt: &'n Stmt<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>) {
         Stmt::Block(b) => body(&b.body, false, nodes),
         Stmt::Macro(m) => {
             m.defaults.iter().for_each(|d| check_expr(d, false, nodes));
+            let params = m.args.iter().filter_map(name_of).collect();
+            nodes.macros.push((m.name, params));
+            nodes.open_macros.push(nodes.macros.len() - 1);
             body(&m.body, false, nodes);
+            nodes.open_macros.pop();
         }
         Stmt::CallBlock(c) => {
+            // The block's body is the caller, which Jinja2 does not parse as a macro.
+            nodes.calls.push((&c.call.expr, &c.call.args));
             check_expr(&c.call.expr, soft, nodes);
             check_call_args(&c.call.args, soft, nodes);
             body(&c.macro_decl.body, false, nodes);
@@ -301,6 +325,7 @@ fn check_expr<'a, 'n>(expr: &'n Expr<'a>, soft: bool, nodes: &mut Nodes<'a, 'n>)
             check_expr(&g.subscript_expr, soft, nodes);
         }
         Expr::Call(c) => {
+            nodes.calls.push((&c.expr, &c.args));
             match &c.expr {
                 // A method call (`x.items()`) reads the same under either lookup.
                 Expr::GetAttr(g) => check_expr(&g.expr, soft, nodes),
@@ -330,52 +355,137 @@ fn check_call_args<'a, 'n>(args: &'n [CallArg<'a>], soft: bool, nodes: &mut Node
 }
 
 /// vLLM's detection; `None` where vLLM's asserts would fail (it then falls back to "string").
+/// A loop counts when it runs over a message's content; inside a macro, over a parameter that
+/// some call of the macro fills with a message's content; outside macros, over a variable named
+/// `content` (vLLM 0.33).
 fn detect_content_format(nodes: &Nodes<'_, '_>) -> Option<ContentFormat> {
-    let messages_vars = vars_assigned_from(nodes, "messages")?;
+    let messages_vars = vars_assigned_from(nodes, "messages");
     // Loop variables over `messages` (or over variables assigned from it).
     let mut message_vars: Vec<&str> = Vec::new();
-    for (target, iter) in &nodes.loops {
+    for l in &nodes.loops {
         if messages_vars
             .iter()
-            .any(|v| is_var_or_elems_access(iter, v, None))
+            .any(|v| is_var_or_elems_access(l.iter, v, None))
         {
-            message_vars.push(name_of(target)?);
+            message_vars.push(name_of(l.target)?);
         }
     }
-    for (target, iter) in &nodes.loops {
+    let content_params = macro_content_params(nodes, &message_vars);
+    for l in &nodes.loops {
+        let iter_name = match l.iter {
+            Expr::Var(v) => Some(v.id),
+            _ => None,
+        };
+        // Of nested macros, the innermost whose parameters receive content decides.
+        let params = l
+            .macros
+            .iter()
+            .rev()
+            .map(|&m| &content_params[m])
+            .find(|p| !p.is_empty());
         let over_content = message_vars
             .iter()
-            .any(|v| is_var_or_elems_access(iter, v, Some("content")))
-            || matches!(iter, Expr::Var(v) if v.id == "content");
+            .any(|v| is_var_or_elems_access(l.iter, v, Some("content")))
+            || iter_name.is_some_and(|n| params.is_some_and(|p| p.contains(&n)))
+            || (l.macros.is_empty() && iter_name == Some("content"));
         if over_content {
-            name_of(target)?;
+            name_of(l.target)?;
             return Some(ContentFormat::OpenAi);
         }
     }
     Some(ContentFormat::String)
 }
 
-/// `varname` and every variable assigned (transitively) from it or a slice/filter of it, breadth
-/// first as vLLM walks them; `None` when such an assignment has a non-name target.
-fn vars_assigned_from<'a>(nodes: &Nodes<'a, '_>, varname: &'a str) -> Option<Vec<&'a str>> {
-    let mut found = vec![varname];
-    let mut queue = std::collections::VecDeque::from([varname]);
-    while let Some(related) = queue.pop_front() {
-        for (target, value) in &nodes.assigns {
-            if is_var_or_elems_access(value, related, None) {
-                let name = name_of(target)?;
-                found.push(name);
-                if name != related {
-                    queue.push_back(name);
+/// For each macro, the parameters that some call of it fills with a message's content, by
+/// position (`render(m.content)`) or by keyword (`render(c=m['content'])`).
+fn macro_content_params<'a>(nodes: &Nodes<'a, '_>, message_vars: &[&str]) -> Vec<Vec<&'a str>> {
+    let is_content = |e: &Expr<'_>| {
+        message_vars
+            .iter()
+            .any(|v| is_var_or_elems_access(e, v, Some("content")))
+    };
+    let mut out = Vec::with_capacity(nodes.macros.len());
+    for (name, params) in &nodes.macros {
+        let mut found: Vec<&'a str> = Vec::new();
+        for (callee, args) in &nodes.calls {
+            if !matches!(callee, Expr::Var(v) if v.id == *name) {
+                continue;
+            }
+            let positional = args.iter().filter_map(|a| match a {
+                CallArg::Pos(e) => Some(e),
+                _ => None,
+            });
+            for (param, arg) in params.iter().zip(positional) {
+                if is_content(arg) {
+                    found.push(param);
+                }
+            }
+            for arg in args.iter() {
+                if let CallArg::Kwarg(key, value) = arg {
+                    if let Some(param) = params.iter().find(|p| *p == key) {
+                        if is_content(value) {
+                            found.push(param);
+                        }
+                    }
                 }
             }
         }
-        // vLLM's BFS never terminates on a cycle of distinct names (a = b, b = a); bound it.
-        if found.len() > 10_000 {
-            return None;
+        out.push(found);
+    }
+    out
+}
+
+/// `varname` and every name assigned (transitively) from it or a slice/filter of it, breadth
+/// first as vLLM walks them: `{% set x = v %}`, and as namespace aliases
+/// `{% set ns = namespace(x=v) %}` and `{% set ns.x = v %}` (the dotted name `ns.x`). Other
+/// assignment targets (tuples) are passed over.
+fn vars_assigned_from<'a>(nodes: &Nodes<'a, '_>, varname: &str) -> Vec<String> {
+    let mut found = vec![varname.to_string()];
+    let mut seen = std::collections::HashSet::from([varname.to_string()]);
+    let mut queue = std::collections::VecDeque::from([varname.to_string()]);
+    while let Some(related) = queue.pop_front() {
+        for (target, value) in &nodes.assigns {
+            let mut names: Vec<String> = Vec::new();
+            match target {
+                Expr::Var(lhs) => {
+                    if is_var_or_elems_access(value, &related, None) {
+                        names.push(lhs.id.to_string());
+                    }
+                    if let Expr::Call(c) = value {
+                        if matches!(&c.expr, Expr::Var(f) if f.id == "namespace") {
+                            for arg in &c.args {
+                                if let CallArg::Kwarg(key, v) = arg {
+                                    if is_var_or_elems_access(v, &related, None) {
+                                        names.push(format!("{}.{key}", lhs.id));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                Expr::GetAttr(_) if is_var_or_elems_access(value, &related, None) => {
+                    names.extend(dotted_name(target));
+                }
+                _ => {}
+            }
+            for name in names {
+                if seen.insert(name.clone()) {
+                    queue.push_back(name.clone());
+                }
+                found.push(name);
+            }
         }
     }
-    Some(found)
+    found
+}
+
+/// An attribute assignment target (`ns.rest`) as a dotted name.
+fn dotted_name(expr: &Expr<'_>) -> Option<String> {
+    match expr {
+        Expr::Var(v) => Some(v.id.to_string()),
+        Expr::GetAttr(g) => Some(format!("{}.{}", dotted_name(&g.expr)?, g.name)),
+        _ => None,
+    }
 }
 
 fn name_of<'a>(target: &Expr<'a>) -> Option<&'a str> {
@@ -397,13 +507,24 @@ fn is_var_or_elems_access(expr: &Expr<'_>, varname: &str, key: Option<&str>) -> 
         Expr::Slice(s) => is_var_or_elems_access(&s.expr, varname, key),
         _ => match key {
             Some(key) => is_attr_access(expr, varname, key),
-            None => matches!(expr, Expr::Var(v) if v.id == varname),
+            None => is_var_access(expr, varname),
         },
     }
 }
 
+/// `varname` read; a dotted name (`ns.rest`, a namespace alias) matches that attribute read.
+fn is_var_access(expr: &Expr<'_>, varname: &str) -> bool {
+    match expr {
+        Expr::Var(v) => v.id == varname,
+        Expr::GetAttr(g) => varname
+            .rsplit_once('.')
+            .is_some_and(|(base, attr)| g.name == attr && is_var_access(&g.expr, base)),
+        _ => false,
+    }
+}
+
 fn is_attr_access(expr: &Expr<'_>, varname: &str, key: &str) -> bool {
-    let is_var = |e: &Expr<'_>| matches!(e, Expr::Var(v) if v.id == varname);
+    let is_var = |e: &Expr<'_>| is_var_access(e, varname);
     match expr {
         Expr::GetAttr(g) => is_var(&g.expr) && g.name == key,
         Expr::GetItem(g) => {
@@ -454,14 +575,44 @@ mod tests {
             ),
             ContentFormat::OpenAi
         );
+        // Inside a macro a loop over `content` counts only when a call passes content to it.
         assert_eq!(
             format_of("{% macro r(content) %}{% for i in content %}{% endfor %}{% endmacro %}"),
+            ContentFormat::String
+        );
+        assert_eq!(
+            format_of(
+                "{% macro r(c) %}{% for i in c %}{% endfor %}{% endmacro %}\
+                 {% for m in messages %}{{ r(m.content) }}{% endfor %}"
+            ),
             ContentFormat::OpenAi
         );
-        // vLLM's assert on a non-name target makes it fall back to "string".
+        assert_eq!(
+            format_of(
+                "{% macro r(x, c=none) %}{% for i in c %}{% endfor %}{% endmacro %}\
+                 {% for m in messages %}{{ r(1, c=m['content']|list) }}{% endfor %}"
+            ),
+            ContentFormat::OpenAi
+        );
+        assert_eq!(
+            format_of(
+                "{% macro r(c) %}{% for i in c %}{% endfor %}{% endmacro %}\
+                 {% for m in messages %}{{ r(m.tools) }}{% endfor %}"
+            ),
+            ContentFormat::String
+        );
+        // A non-name assignment target is a namespace alias (vLLM 0.33), not a failure.
         assert_eq!(
             format_of("{% set ns = namespace() %}{% set ns.m = messages %}{% for m in messages %}{% for p in m.content %}{% endfor %}{% endfor %}"),
-            ContentFormat::String
+            ContentFormat::OpenAi
+        );
+        assert_eq!(
+            format_of("{% set ns = namespace(rest=messages) %}{% for m in ns.rest %}{% for p in m.content %}{% endfor %}{% endfor %}"),
+            ContentFormat::OpenAi
+        );
+        assert_eq!(
+            format_of("{% set ns = namespace() %}{% set ns.rest = messages[1:] %}{% for m in ns.rest %}{% for p in m.content %}{% endfor %}{% endfor %}"),
+            ContentFormat::OpenAi
         );
     }
 

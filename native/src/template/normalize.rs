@@ -458,38 +458,98 @@ fn normalize_tool_calls(message: &mut Json, i: usize) -> Result<()> {
         return Ok(());
     }
     for (j, call) in calls.iter_mut().enumerate() {
-        let field = format!("messages[{i}].tool_calls[{j}]");
-        if !matches!(call, Json::Object(_)) {
-            return Err(Error::invalid_argument(format!(
-                "{field}: expected an object, got {}",
-                call.type_name()
-            )));
-        }
-        check_function_type(call, &field)?;
-        let function = match call.get_mut("function") {
-            Some(f @ Json::Object(_)) => f,
-            other => return Err(not_a_function_object(&field, other.map(|f| &*f))),
-        };
-        // As in vLLM 0.33: an object, or JSON text of one, is kept; anything else (empty,
-        // invalid JSON, another JSON value) becomes {} rather than failing the request.
-        let arguments = match function.get("arguments") {
-            Some(Json::Str(text)) => match json::parse(text, "arguments") {
-                Ok(value @ Json::Object(_)) => value,
-                _ => Json::Object(Vec::new()),
-            },
-            Some(value @ Json::Object(_)) => value.clone(),
-            _ => Json::Object(Vec::new()),
-        };
-        match function.get_mut("arguments") {
-            Some(slot) => *slot = arguments,
-            None => {
-                if let Json::Object(pairs) = function {
-                    pairs.push(("arguments".into(), arguments));
-                }
-            }
-        }
+        *call = tool_call_for_vllm(call, &format!("messages[{i}].tool_calls[{j}]"))?;
     }
     Ok(())
+}
+
+/// One assistant tool call as vLLM 0.33 hands it to the template. Its request model validates the
+/// call as openai's function tool-call TypedDict, which rebuilds it in that type's declared key
+/// order, `id`, `function` (`arguments`, `name`), `type`, with any other keys after them in the
+/// client's order (the request model allows extra keys). Templates that print a call or its
+/// function as JSON, or iterate its items (mistral-nemo), see that order, so it is reproduced.
+/// What that validation refuses with a 400 (a missing or non-string `id`, `name` or `arguments`,
+/// a missing `type`) is INVALID_ARGUMENT here, with one leniency: `arguments` given as an object,
+/// which transformers accepts and vLLM refuses, is kept.
+fn tool_call_for_vllm(call: &Json, field: &str) -> Result<Json> {
+    let Json::Object(pairs) = call else {
+        return Err(Error::invalid_argument(format!(
+            "{field}: expected an object, got {}",
+            call.type_name()
+        )));
+    };
+    let id = required_str(call, "id", field)?;
+    // A custom tool call (`type: "custom"`) passes vLLM's validation and is then refused by its
+    // chat handler; both are a 400.
+    check_function_type(call, field)?;
+    if call.get("type").is_none() {
+        return Err(Error::invalid_argument(format!("{field}.type: missing")));
+    }
+    let function = match call.get("function") {
+        Some(f @ Json::Object(_)) => f,
+        other => return Err(not_a_function_object(field, other)),
+    };
+    let ffield = format!("{field}.function");
+    // Checked before `arguments` so that a wrong name is reported first, as the key order suggests.
+    let name = required_str(function, "name", &ffield)?;
+    // As in vLLM 0.33: an object, or JSON text of one, is kept; other text (empty, invalid JSON,
+    // JSON of another value) becomes {} rather than failing the request.
+    let arguments = match function.get("arguments") {
+        Some(Json::Str(text)) => match json::parse(text, "arguments") {
+            Ok(value @ Json::Object(_)) => value,
+            _ => Json::Object(Vec::new()),
+        },
+        Some(value @ Json::Object(_)) => value.clone(),
+        Some(other) => {
+            return Err(Error::invalid_argument(format!(
+                "{ffield}.arguments: expected a string (JSON text) or an object, got {}",
+                other.type_name()
+            )))
+        }
+        None => {
+            return Err(Error::invalid_argument(format!(
+                "{ffield}.arguments: missing"
+            )))
+        }
+    };
+    let Json::Object(fpairs) = function else {
+        unreachable!("checked above")
+    };
+    let mut f = vec![
+        ("arguments".to_string(), arguments),
+        ("name".to_string(), name),
+    ];
+    f.extend(extra_pairs(fpairs, &["arguments", "name"]));
+    let mut out = vec![
+        ("id".to_string(), id),
+        ("function".to_string(), Json::Object(f)),
+        ("type".to_string(), Json::Str("function".into())),
+    ];
+    out.extend(extra_pairs(pairs, &["id", "function", "type"]));
+    Ok(Json::Object(out))
+}
+
+/// A key that vLLM's request validation requires to be a string.
+fn required_str(item: &Json, key: &str, field: &str) -> Result<Json> {
+    match item.get(key) {
+        Some(value @ Json::Str(_)) => Ok(value.clone()),
+        Some(other) => Err(Error::invalid_argument(format!(
+            "{field}.{key}: expected a string, got {}",
+            other.type_name()
+        ))),
+        None => Err(Error::invalid_argument(format!("{field}.{key}: missing"))),
+    }
+}
+
+/// The pairs whose key is not one of `known`, in their order.
+fn extra_pairs<'a>(
+    pairs: &'a [(String, Json)],
+    known: &'a [&str],
+) -> impl Iterator<Item = (String, Json)> + 'a {
+    pairs
+        .iter()
+        .filter(|(k, _)| !known.contains(&k.as_str()))
+        .cloned()
 }
 
 /// transformers drops message keys whose value is None (many templates print "None" otherwise).
@@ -571,6 +631,51 @@ mod tests {
     }
 
     #[test]
+    fn tool_calls_take_vllms_key_order() {
+        let m = norm(
+            r#"[{"role": "assistant", "tool_calls": [{"x": null, "type": "function",
+                "function": {"s": 1, "arguments": "{}", "name": "f"}, "id": "c", "index": 0}]}]"#,
+            ContentFormat::String,
+        )
+        .unwrap();
+        let keys = |j: &Json| match j {
+            Json::Object(p) => p.iter().map(|(k, _)| k.clone()).collect::<Vec<_>>(),
+            _ => unreachable!(),
+        };
+        let call = match m[0].get("tool_calls") {
+            Some(Json::Array(c)) => c[0].clone(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(keys(&call), ["id", "function", "type", "x", "index"]);
+        assert_eq!(
+            keys(call.get("function").unwrap()),
+            ["arguments", "name", "s"]
+        );
+        for (calls, error) in [
+            (
+                r#"[{"type": "function", "function": {"name": "f", "arguments": "{}"}}]"#,
+                "id: missing",
+            ),
+            (
+                r#"[{"id": "c", "function": {"name": "f", "arguments": "{}"}}]"#,
+                "type: missing",
+            ),
+            (
+                r#"[{"id": "c", "type": "function", "function": {"name": "f"}}]"#,
+                "function.arguments: missing",
+            ),
+            (
+                r#"[{"id": 1, "type": "function", "function": {"name": "f", "arguments": "{}"}}]"#,
+                "id: expected a string, got number",
+            ),
+        ] {
+            let text = format!(r#"[{{"role": "assistant", "tool_calls": {calls}}}]"#);
+            let e = norm(&text, ContentFormat::String).unwrap_err();
+            assert_eq!(e.message(), format!("messages[0].tool_calls[0].{error}"));
+        }
+    }
+
+    #[test]
     fn reasoning_is_aliased_in_transformers_order() {
         let m = norm(
             r#"[{"role": "assistant", "content": "x", "reasoning_content": "r", "extra": 1}]"#,
@@ -612,7 +717,7 @@ mod tests {
             "{e}"
         );
         let e = norm(
-            r#"[{"role": "assistant", "tool_calls": [{"id": "x"}]}]"#,
+            r#"[{"role": "assistant", "tool_calls": [{"id": "x", "type": "function"}]}]"#,
             ContentFormat::String,
         )
         .unwrap_err();

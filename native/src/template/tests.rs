@@ -300,7 +300,7 @@ fn numbers_keep_their_value_through_to_the_template() {
         "{% for m in messages %}{{ m.tool_calls[0].function.arguments|tojson }}{% endfor %}",
     )]);
     let req = request(
-        r#"[{"role": "assistant", "tool_calls": [{"type": "function", "function": {"name": "f",
+        r#"[{"role": "assistant", "tool_calls": [{"id": "c", "type": "function", "function": {"name": "f",
         "arguments": {"z": 1, "a": 1.0, "big": 123456789012345678901234567890, "tiny": 1e-7, "huge": 1E+100}}}]}]"#,
     );
     assert_eq!(
