@@ -381,6 +381,18 @@ mod tests {
     }
 
     #[test]
+    fn case_rules_are_pythons() {
+        assert_eq!(casefold("Straße ΣΑΣ ﬁ ꭰ İ"), "strasse σασ fi Ꭰ i\u{307}");
+        assert_eq!(swapcase("ǅemal ΣΑΣ ß Hello"), "ǅEMAL σας SS hELLO");
+        assert!(is_title("Hello World ǅemal 1St"));
+        assert!(!is_title("HEllo") && !is_title("") && !is_title("1 2"));
+        assert_eq!(rsplit_whitespace(" a\u{1f}b  c ", 1), [" a\u{1f}b", "c"]);
+        assert_eq!(rsplit_whitespace("a b", 0), ["a b"]);
+        assert_eq!(rsplit_whitespace("  a b  c  ", -1), ["a", "b", "c"]);
+        assert!(rsplit_whitespace(" \u{1c} ", 3).is_empty());
+    }
+
+    #[test]
     fn repr_is_pythons() {
         let r = |s: &str| {
             let mut out = String::new();

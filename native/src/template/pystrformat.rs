@@ -123,14 +123,15 @@ fn is_percent(spec: &str) -> bool {
 
 /// `s.format(*args, **kwargs)` when `s` has a field minijinja cannot format; `None` otherwise.
 pub fn format(text: &str, args: &[Value]) -> Option<Result<Value, Error>> {
-    if !text.contains('!') && !text.contains('%') {
+    if !text.contains('{') {
         return None;
     }
     let pieces = parse(text).ok()?;
-    let needed = pieces
+    // Nested fields in a spec (`{:{w}}`) stay minijinja's (it refuses them).
+    let nested = pieces
         .iter()
-        .any(|p| matches!(p, Piece::Field(f) if f.conversion.is_some() || is_percent(f.spec)));
-    needed.then(|| rewrite(pieces, args))
+        .any(|p| matches!(p, Piece::Field(f) if f.spec.contains('{')));
+    (!nested).then(|| rewrite(pieces, args))
 }
 
 fn rewrite(pieces: Vec<Piece<'_>>, args: &[Value]) -> Result<Value, Error> {
@@ -185,6 +186,12 @@ fn rewrite(pieces: Vec<Piece<'_>>, args: &[Value]) -> Result<Value, Error> {
         if is_percent(&spec) {
             value = Value::from(percent(&value, &spec)?);
             spec.clear();
+        } else if value.kind() == ValueKind::String {
+            value = Value::from(format_text(value.as_str().unwrap_or_default(), &spec)?);
+            spec.clear();
+        } else if spec.is_empty() {
+            // `format(x, '')` is `str(x)`, in Python's spelling (floats, lists, dicts).
+            value = Value::from(pyjson::py_str(&value));
         }
         values.push(value);
         out.push('{');
@@ -241,9 +248,137 @@ fn follow(mut value: Value, mut path: &str) -> Result<Value, Error> {
     Ok(value)
 }
 
+/// A standard format spec: `[[fill]align][sign][z][#][0][width][grouping][.precision][type]`.
+struct Spec {
+    fill: Option<char>,
+    align: Option<char>,
+    sign: Option<char>,
+    no_negative_zero: bool,
+    alternate: bool,
+    zero: bool,
+    width: usize,
+    grouping: Option<char>,
+    precision: Option<usize>,
+    ty: Option<char>,
+}
+
+fn parse_spec(spec: &str, type_name: &str) -> Result<Spec, Error> {
+    let chars: Vec<char> = spec.chars().collect();
+    let mut i = 0;
+    let (mut fill, mut align) = (None, None);
+    if chars.len() >= 2 && "<>=^".contains(chars[1]) {
+        (fill, align) = (Some(chars[0]), Some(chars[1]));
+        i = 2;
+    } else if !chars.is_empty() && "<>=^".contains(chars[0]) {
+        align = Some(chars[0]);
+        i = 1;
+    }
+    let flag = |i: &mut usize, set: &str| match chars.get(*i) {
+        Some(&c) if set.contains(c) => {
+            *i += 1;
+            Some(c)
+        }
+        _ => None,
+    };
+    let sign = flag(&mut i, "+- ");
+    let no_negative_zero = flag(&mut i, "z").is_some();
+    let alternate = flag(&mut i, "#").is_some();
+    let zero = flag(&mut i, "0").is_some();
+    let number = |i: &mut usize| -> Result<Option<usize>, Error> {
+        let start = *i;
+        while chars.get(*i).is_some_and(char::is_ascii_digit) {
+            *i += 1;
+        }
+        if *i == start {
+            return Ok(None);
+        }
+        let digits: String = chars[start..*i].iter().collect();
+        digits
+            .parse::<usize>()
+            .ok()
+            .filter(|&n| n <= i32::MAX as usize)
+            .map(Some)
+            .ok_or_else(|| value_error("Too many decimal digits in format string"))
+    };
+    let width = number(&mut i)?.unwrap_or(0);
+    let grouping = flag(&mut i, ",_");
+    let precision = if chars.get(i) == Some(&'.') {
+        i += 1;
+        Some(number(&mut i)?.ok_or_else(|| value_error("Format specifier missing precision"))?)
+    } else {
+        None
+    };
+    let ty = chars.get(i).copied();
+    if i + ty.is_some() as usize != chars.len() {
+        return Err(value_error(format!(
+            "Invalid format specifier '{spec}' for object of type '{type_name}'"
+        )));
+    }
+    // A field could never be written past the render's output limit; refuse it before padding.
+    super::env::check_result_size("format", width.max(precision.unwrap_or(0)))?;
+    Ok(Spec {
+        fill,
+        align,
+        sign,
+        no_negative_zero,
+        alternate,
+        zero,
+        width,
+        grouping,
+        precision,
+        ty,
+    })
+}
+
+/// `body` (after `sign`) padded to `width` characters; `=` pads between the sign and the body.
+fn pad(sign: &str, body: &str, fill: char, align: char, width: usize) -> String {
+    let pad = width.saturating_sub(sign.chars().count() + body.chars().count());
+    let fills = |n: usize| std::iter::repeat_n(fill, n).collect::<String>();
+    match align {
+        '<' => format!("{sign}{body}{}", fills(pad)),
+        '^' => format!("{}{sign}{body}{}", fills(pad / 2), fills(pad - pad / 2)),
+        '=' => format!("{sign}{}{body}", fills(pad)),
+        _ => format!("{}{sign}{body}", fills(pad)),
+    }
+}
+
+/// `format(s, spec)` for a `str`: fill, alignment (left by default), width in characters and
+/// precision (a cut); number options are errors, as in Python. minijinja pads by bytes.
+fn format_text(text: &str, spec: &str) -> Result<String, Error> {
+    let p = parse_spec(spec, "str")?;
+    if let Some(ty) = p.ty.filter(|&t| t != 's') {
+        return Err(value_error(format!(
+            "Unknown format code '{ty}' for object of type 'str'"
+        )));
+    }
+    let refused = if p.sign.is_some() {
+        Some("Sign not allowed in string format specifier")
+    } else if p.no_negative_zero {
+        Some("Negative zero coercion (z) not allowed in string format specifier")
+    } else if p.alternate {
+        Some("Alternate form (#) not allowed in string format specifier")
+    } else if p.align == Some('=') {
+        Some("'=' alignment not allowed in string format specifier")
+    } else {
+        None
+    };
+    if let Some(message) = refused {
+        return Err(value_error(message));
+    }
+    if let Some(g) = p.grouping {
+        return Err(value_error(format!("Cannot specify '{g}' with 's'.")));
+    }
+    let body: String = match p.precision {
+        Some(n) => text.chars().take(n).collect(),
+        None => text.to_string(),
+    };
+    let fill = p.fill.unwrap_or(if p.zero { '0' } else { ' ' });
+    Ok(pad("", &body, fill, p.align.unwrap_or('<'), p.width))
+}
+
 /// `format(x, spec)` for a spec of type `%`: `x * 100` in fixed notation (precision 6 by default)
-/// and a `%` sign, with fill, alignment (right by default, `=` after the sign), sign, `z`, `#`,
-/// `0`, width and `,`/`_` grouping as Python's float formatting applies them.
+/// and a `%` sign, with fill, alignment (right by default, `=` with `0`), sign, `z`, `#`, width and
+/// `,`/`_` grouping as Python's float formatting applies them.
 fn percent(value: &Value, spec: &str) -> Result<String, Error> {
     let x = match value.kind() {
         ValueKind::Bool => value.is_true() as i64 as f64,
@@ -255,72 +390,9 @@ fn percent(value: &Value, spec: &str) -> Result<String, Error> {
             )))
         }
     };
-    let bad = || {
-        value_error(format!(
-            "Invalid format specifier '{spec}' for object of type 'float'"
-        ))
-    };
-    let chars: Vec<char> = spec[..spec.len() - 1].chars().collect();
-    let mut i = 0;
-    let (mut fill, mut align) = (' ', None);
-    if chars.len() >= 2 && "<>=^".contains(chars[1]) {
-        (fill, align) = (chars[0], Some(chars[1]));
-        i = 2;
-    } else if !chars.is_empty() && "<>=^".contains(chars[0]) {
-        align = Some(chars[0]);
-        i = 1;
-    }
-    let sign = match chars.get(i) {
-        Some(&c @ ('+' | '-' | ' ')) => {
-            i += 1;
-            c
-        }
-        _ => '-',
-    };
-    let mut flag = |c: char| {
-        let found = chars.get(i) == Some(&c);
-        i += found as usize;
-        found
-    };
-    let no_negative_zero = flag('z');
-    let alternate = flag('#');
-    if flag('0') && align.is_none() {
-        (fill, align) = ('0', Some('='));
-    }
-    let number = |i: &mut usize| -> Result<Option<usize>, Error> {
-        let start = *i;
-        while chars.get(*i).is_some_and(char::is_ascii_digit) {
-            *i += 1;
-        }
-        if *i == start {
-            return Ok(None);
-        }
-        let digits: String = chars[start..*i].iter().collect();
-        digits
-            .parse()
-            .map(Some)
-            .map_err(|_| value_error("Too many decimal digits in format string"))
-    };
-    let width = number(&mut i)?.unwrap_or(0);
-    let grouping = match chars.get(i) {
-        Some(&c @ (',' | '_')) => {
-            i += 1;
-            Some(c)
-        }
-        _ => None,
-    };
-    let precision = if chars.get(i) == Some(&'.') {
-        i += 1;
-        Some(number(&mut i)?.ok_or_else(|| value_error("Format specifier missing precision"))?)
-    } else {
-        None
-    };
-    if i != chars.len() {
-        return Err(bad());
-    }
-    super::env::check_result_size("format", width.max(precision.unwrap_or(0)))?;
+    let p = parse_spec(spec, "float")?;
     let scaled = x * 100.0;
-    let precision = precision.unwrap_or(6);
+    let precision = p.precision.unwrap_or(6);
     let mut body = if scaled.is_nan() {
         "nan".to_string()
     } else if scaled.is_infinite() {
@@ -329,13 +401,13 @@ fn percent(value: &Value, spec: &str) -> Result<String, Error> {
         format!("{:.precision$}", scaled.abs())
     };
     let mut negative = scaled.is_sign_negative() && !scaled.is_nan();
-    if no_negative_zero && negative && body.bytes().all(|b| matches!(b, b'0' | b'.')) {
+    if p.no_negative_zero && negative && body.bytes().all(|b| matches!(b, b'0' | b'.')) {
         negative = false;
     }
-    if alternate && precision == 0 && scaled.is_finite() {
+    if p.alternate && precision == 0 && scaled.is_finite() {
         body.push('.');
     }
-    if let Some(sep) = grouping.filter(|_| scaled.is_finite()) {
+    if let Some(sep) = p.grouping.filter(|_| scaled.is_finite()) {
         let int_end = body.find('.').unwrap_or(body.len());
         let (int, frac) = body.split_at(int_end);
         let mut grouped = String::new();
@@ -348,19 +420,52 @@ fn percent(value: &Value, spec: &str) -> Result<String, Error> {
         body = grouped + frac;
     }
     body.push('%');
-    let sign = match (negative, sign) {
+    let sign = match (negative, p.sign) {
         (true, _) => "-",
-        (false, '+') => "+",
-        (false, ' ') => " ",
+        (false, Some('+')) => "+",
+        (false, Some(' ')) => " ",
         _ => "",
     };
-    let len = sign.len() + body.chars().count();
-    let pad = width.saturating_sub(len);
-    let fills = |n: usize| std::iter::repeat_n(fill, n).collect::<String>();
-    Ok(match align.unwrap_or('>') {
-        '<' => format!("{sign}{body}{}", fills(pad)),
-        '^' => format!("{}{sign}{body}{}", fills(pad / 2), fills(pad - pad / 2)),
-        '=' => format!("{sign}{}{body}", fills(pad)),
-        _ => format!("{}{sign}{body}", fills(pad)),
-    })
+    let fill = p.fill.unwrap_or(if p.zero { '0' } else { ' ' });
+    let align = p.align.unwrap_or(if p.zero { '=' } else { '>' });
+    Ok(pad(sign, &body, fill, align, p.width))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fmt(text: &str, args: &[Value]) -> Result<String, Error> {
+        format(text, args).expect("handled").map(|v| v.to_string())
+    }
+
+    // Expected values: what `text.format(*args)` gives in CPython 3.11.
+    #[test]
+    fn conversions_and_percent_are_pythons() {
+        assert_eq!(
+            fmt("{0!r}|{0!s}|{0!a}", &[Value::from("é'")]).unwrap(),
+            "\"é'\"|é'|\"\\xe9'\""
+        );
+        assert_eq!(
+            fmt("{:%}|{:.1%}", &[Value::from(0.25), Value::from(0.123)]).unwrap(),
+            "25.000000%|12.3%"
+        );
+        assert_eq!(
+            fmt("{:*^12%}|{:010.1%}", &[Value::from(0.5), Value::from(-0.1)]).unwrap(),
+            "*50.000000%*|-000010.0%"
+        );
+        assert_eq!(
+            fmt("{:,.0%}|{:#.0%}", &[Value::from(12345), Value::from(0.5)]).unwrap(),
+            "1,234,500%|50.%"
+        );
+        assert_eq!(
+            fmt("{:<5}|{:.1}|{{}}", &[Value::from("é"), Value::from("ab")]).unwrap(),
+            "é    |a|{}"
+        );
+        assert!(fmt("{:%}", &[Value::from("a")]).is_err());
+        assert!(fmt("{!x}", &[Value::from("a")]).is_err());
+        assert!(fmt("{}{0}", &[Value::from("a")]).is_err());
+        assert!(fmt("{:+}", &[Value::from("a")]).is_err());
+        assert!(format("no fields", &[]).is_none());
+    }
 }

@@ -57,7 +57,11 @@ pub(crate) fn method_args(
     }
     let mut out = Vec::with_capacity(names.len());
     for (i, name) in names.iter().enumerate() {
-        let by_name: Option<Value> = if keywords { kwargs.get(name)? } else { None };
+        // A keyword given as none is none, not absent (`split(maxsplit=none)` fails).
+        let by_name = match keywords && kwargs.has(name) {
+            true => Some(kwargs.get::<Value>(name)?),
+            false => None,
+        };
         out.push(match (positional.get(i), by_name) {
             (Some(_), Some(_)) => {
                 return Err(type_error(format!(
@@ -494,4 +498,107 @@ pub fn call(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, Error
             _ => unreachable!("METHODS lists {method}"),
         })
     })())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Expected values: what CPython 3.11 returns for the same calls (the Python tests compare
+    // many more against Python itself).
+    fn call_ok(s: &str, method: &str, args: &[Value]) -> String {
+        match call(s, method, args) {
+            Some(Ok(v)) => super::super::pyjson::py_str(&v),
+            other => panic!("{method}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn methods_are_pythons() {
+        assert_eq!(
+            call_ok("ééabcabc", "find", &[Value::from("b"), Value::from(4)]),
+            "6"
+        );
+        assert_eq!(
+            call_ok("abc", "find", &[Value::from(""), Value::from(4)]),
+            "-1"
+        );
+        assert_eq!(
+            call_ok(
+                "aaaa",
+                "count",
+                &[Value::from(""), Value::from(1), Value::from(3)]
+            ),
+            "3"
+        );
+        assert_eq!(
+            call_ok(
+                "abc",
+                "endswith",
+                &[Value::from("b"), Value::from(0), Value::from(-1)]
+            ),
+            "True"
+        );
+        assert_eq!(
+            call_ok("abc", "startswith", &[Value::from(""), Value::from(4)]),
+            "False"
+        );
+        assert_eq!(
+            call_ok("a,b,c", "rsplit", &[Value::from(","), Value::from(1)]),
+            "['a,b', 'c']"
+        );
+        assert_eq!(
+            call_ok("a=b=c", "rpartition", &[Value::from("=")]),
+            "('a=b', '=', 'c')"
+        );
+        assert_eq!(call_ok("-42", "zfill", &[Value::from(6)]), "-00042");
+        assert_eq!(
+            call_ok("abc", "center", &[Value::from(6), Value::from("-")]),
+            "-abc--"
+        );
+        assert_eq!(
+            call_ok("ab", "center", &[Value::from(7), Value::from("*")]),
+            "***ab**"
+        );
+        assert_eq!(
+            call_ok("a\tbc\r\tx", "expandtabs", &[Value::from(4)]),
+            "a   bc\r    x"
+        );
+        assert!(call("abc", "upper", &[]).is_none(), "left to pycompat");
+    }
+
+    #[test]
+    fn bad_arguments_fail_as_in_python() {
+        for (method, args) in [
+            ("index", vec![Value::from("d")]),
+            ("split", vec![Value::from("")]),
+            ("partition", vec![Value::from("")]),
+            ("find", vec![Value::from(1)]),
+            ("find", vec![Value::from("a"), Value::from(1.5)]),
+            ("center", vec![Value::from(5), Value::from("ab")]),
+            ("zfill", vec![Value::from(2.0)]),
+            ("startswith", vec![Value::from(vec![Value::from("a")])]),
+        ] {
+            assert!(
+                matches!(call("abc", method, &args), Some(Err(_))),
+                "{method}"
+            );
+        }
+    }
+
+    #[test]
+    fn padding_past_the_output_limit_is_refused_before_it_is_built() {
+        let _limit = super::super::env::limit_output(1 << 20);
+        for method in ["center", "ljust", "rjust", "zfill"] {
+            let err = call("x", method, &[Value::from(1i64 << 40)])
+                .unwrap()
+                .unwrap_err();
+            assert!(std::error::Error::source(&err)
+                .is_some_and(|s| s.is::<super::super::env::OutputLimitReached>()));
+        }
+        let err = call("\t\t", "expandtabs", &[Value::from(1i64 << 40)])
+            .unwrap()
+            .unwrap_err();
+        assert!(err.to_string().contains("output limit"), "{err}");
+    }
 }
