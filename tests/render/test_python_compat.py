@@ -90,6 +90,70 @@ def test_str_rules_match_python_on_random_text(renderer) -> None:  # noqa: ANN00
         assert renderer.render(opts).text.split("\x02") == [f(s) for _, f in parts], repr(s)
 
 
+def random_method_call(rng: random.Random, s: str) -> tuple[str, dict, object]:
+    """A `str` method call on `s` with random arguments: its template, variables and the Python
+    call (which may raise, as the render then must fail)."""
+    sub = random_text(rng)[: rng.randint(0, 2)] if rng.random() < 0.7 else rng.choice([None, 1, ("a", "b")])
+    bound = lambda: rng.choice([None, rng.randint(-20, 20), rng.randint(-3, 3)])  # noqa: E731
+    start, end = bound(), bound()
+    n = rng.choice([rng.randint(-2, 12), rng.randint(-2, 12), True, 1.5, None])
+    fill = rng.choice([" ", "*", "é", "ab", ""])
+    calls = [
+        ("find", [sub, start, end]), ("rfind", [sub, start, end]), ("index", [sub, start, end]),
+        ("rindex", [sub, start, end]), ("count", [sub, start, end]),
+        ("startswith", [sub if rng.random() < 0.8 else (sub, "a"), start, end]),
+        ("endswith", [sub if rng.random() < 0.8 else (sub, "b"), start, end]),
+        ("split", [sub, n]), ("rsplit", [sub, n]), ("rsplit", [None, n]), ("partition", [sub]),
+        ("rpartition", [sub]), ("center", [n, fill]), ("ljust", [n, fill]), ("rjust", [n]), ("zfill", [n]),
+        ("removeprefix", [sub]), ("removesuffix", [sub]), ("expandtabs", [n]), ("casefold", []),
+        ("swapcase", []), ("istitle", []), ("islower", []), ("isupper", []),
+    ]
+    name, args = rng.choice(calls)
+    args = args[: rng.randint(0 if name in ("split", "rsplit", "expandtabs") else min(1, len(args)), len(args))]
+    variables = {f"a{i}": a for i, a in enumerate(args)}
+    names = [f"a{i}" for i in range(len(args))]
+    # Tuples arrive from JSON as lists; the template rebuilds them.
+    shown = list(names)
+    for i, a in enumerate(args):
+        if isinstance(a, tuple):
+            shown[i] = f"({names[i]}[0], {names[i]}[1])"
+    if name in ("split", "rsplit") and len(args) == 2 and rng.random() < 0.5:
+        shown[1] = f"maxsplit={names[1]}"
+    template = "{{ s.%s(%s) }}" % (name, ", ".join(shown))
+    return template, {"s": s, **variables}, lambda: str(getattr(s, name)(*args))
+
+
+def test_str_methods_with_arguments_match_python_on_random_calls(renderer) -> None:  # noqa: ANN001
+    """Python's `str` methods are the reference: positions in characters, `start`/`end` adjusted as
+    CPython does, errors (wrong types, empty separators, missing substrings) failing the render."""
+    rng = random.Random(13)
+    for _ in range(3000):
+        s = random_text(rng)
+        template, variables, call = random_method_call(rng, s)
+        assert render_one(renderer, template, variables) == python_or_none(call), (template, variables)
+
+
+def test_str_format_conversions_match_python_on_random_specs(renderer) -> None:  # noqa: ANN001
+    """`str.format` fields with a conversion or the `%` type, against Python's `str.format`."""
+    rng = random.Random(17)
+    for _ in range(500):
+        value = rng.choice([0, 7, -42, 0.25, -0.5, 1e-7, 123456.789, -0.0, 2.675, True, "é'x", None, [1, "a"]])
+        if rng.random() < 0.5:
+            fill = rng.choice(["", "", "*", "0"]) if rng.random() < 0.5 else ""
+            align = rng.choice(["", "<", ">", "^", "="]) if fill or rng.random() < 0.5 else ""
+            spec = (fill + align if align else "") + rng.choice(["", "+", "-", " "]) + rng.choice(["", "z"])
+            spec += rng.choice(["", "#"]) + rng.choice(["", str(rng.randint(0, 14))])
+            spec += rng.choice(["", ",", "_"]) + rng.choice(["", "." + str(rng.randint(0, 4))]) + "%"
+            field = "{:" + spec + "}"
+        else:
+            # A string field without a conversion is formatted here too (minijinja padded by bytes).
+            conversion = rng.choice(["!r", "!s", "!a"] + ([""] if isinstance(value, str) else []))
+            field = "{" + conversion + rng.choice(["", ":>8", ":<5", ":^7", ":.2", ":*^6.1s", ":05", ":+", ":d"]) + "}"
+        text = rng.choice(["", "a ", "{{"]) + field + rng.choice(["", " b", "}}"])
+        got = render_one(renderer, "{{ f.format(v) }}", {"f": text, "v": value})
+        assert got == python_or_none(lambda: text.format(value)), (text, value)
+
+
 def render_one(renderer, template: str, variables: dict) -> str | None:  # noqa: ANN001
     """The rendered text, or None when the render failed with INVALID_ARGUMENT."""
     opts = RenderOptions(

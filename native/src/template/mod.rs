@@ -23,6 +23,8 @@ mod pymethods;
 // `int()` and `float()` text rules, also how typed tool-call values are read (`parse::schema`).
 pub(crate) mod pynum;
 mod pystr;
+mod pystrformat;
+mod pystrmethods;
 mod pytests;
 mod roles;
 mod textwrap;

@@ -280,3 +280,83 @@ fn private_name(attrs: &Value) -> Result<Option<String>, Error> {
     }
     Ok(None)
 }
+
+/// `d.keys()`, `d.values()` and `d.items()`: Python's views, which loop, count and test
+/// membership as lists do and print as `dict_items([('a', 1)])` (minijinja-contrib's print as the
+/// bare list).
+#[derive(Debug)]
+struct DictView {
+    dict: Value,
+    kind: &'static str,
+}
+
+impl DictView {
+    fn items(&self) -> Box<dyn Iterator<Item = Value> + Send + Sync> {
+        let Some(pairs) = self.dict.as_object().and_then(|o| o.try_iter_pairs()) else {
+            return Box::new(std::iter::empty());
+        };
+        match self.kind {
+            "keys" => Box::new(pairs.map(|(k, _)| k)),
+            "values" => Box::new(pairs.map(|(_, v)| v)),
+            _ => Box::new(pairs.map(|(k, v)| Value::from(minijinja::value::Tuple::from([k, v])))),
+        }
+    }
+}
+
+impl Object for DictView {
+    fn repr(self: &Arc<Self>) -> ObjectRepr {
+        ObjectRepr::Iterable
+    }
+
+    fn enumerate(self: &Arc<Self>) -> Enumerator {
+        Enumerator::Iter(self.items())
+    }
+
+    fn enumerator_len(self: &Arc<Self>) -> Option<usize> {
+        self.dict.len()
+    }
+
+    fn render(self: &Arc<Self>, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result
+    where
+        Self: Sized + 'static,
+    {
+        let list = Value::from(self.items().collect::<Vec<_>>());
+        write!(f, "dict_{}({})", self.kind, super::pyjson::py_str(&list))
+    }
+}
+
+/// `d.copy()` and the views of a dict (see [`is_dict`]); `None` for other methods.
+pub(crate) fn dict_method_call(
+    dict: &Value,
+    method: &str,
+    args: &[Value],
+) -> Option<Result<Value, Error>> {
+    let kind = match method {
+        "keys" => "keys",
+        "values" => "values",
+        "items" => "items",
+        "copy" => "copy",
+        _ => return None,
+    };
+    Some((|| {
+        super::pystrmethods::method_args(method, args, &[], 0, false)?;
+        if kind != "copy" {
+            return Ok(Value::from_object(DictView {
+                dict: dict.clone(),
+                kind,
+            }));
+        }
+        let mut pairs = Vec::new();
+        for key in dict.try_iter()? {
+            let value = dict.get_item(&key)?;
+            pairs.push((key, value));
+        }
+        let copy = Value::from_pairs(pairs);
+        // A request dict's copy keeps its attribute rule (`x.items` is the method).
+        Ok(if dict.downcast_object_ref::<PyDict>().is_some() {
+            Value::from_object(PyDict(copy))
+        } else {
+            copy
+        })
+    })())
+}

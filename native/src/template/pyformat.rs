@@ -284,7 +284,7 @@ pub fn py_repr(value: &Value) -> String {
 }
 
 /// `ascii(value)`: `repr` with non-ASCII characters escaped.
-fn py_ascii(value: &Value) -> String {
+pub(crate) fn py_ascii(value: &Value) -> String {
     let mut out = String::new();
     for c in py_repr(value).chars() {
         match c as u32 {

@@ -100,6 +100,11 @@ fn py_repr(value: &Value, out: &mut String, depth: usize) {
             out.push(if tuple { ')' } else { ']' });
         }
         ValueKind::Map if is_plain_map(value) => {
+            // Jinja2's Namespace prints as `<Namespace {...}>` around its attributes.
+            let namespace = !super::pydict::is_dict(value) && !value.is_kwargs();
+            if namespace {
+                out.push_str("<Namespace ");
+            }
             out.push('{');
             for (i, key) in value.try_iter().into_iter().flatten().enumerate() {
                 if i > 0 {
@@ -110,6 +115,9 @@ fn py_repr(value: &Value, out: &mut String, depth: usize) {
                 py_repr(&value.get_item(&key).unwrap_or_default(), out, depth + 1);
             }
             out.push('}');
+            if namespace {
+                out.push('>');
+            }
         }
         // minijinja quotes strings as Python does but writes unprintable characters raw; Python
         // escapes them (`'\u200d'`), and Gemma 4 and Apriel print message lists with `{{ }}`.

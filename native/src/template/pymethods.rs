@@ -1,12 +1,13 @@
-//! Python `str` methods where minijinja-contrib's `pycompat` follows Rust's rules instead of
-//! Python's: `.strip()`, `.lstrip()`, `.rstrip()` and `.split()` without an argument,
-//! `.splitlines()`, `.isspace()` and `.title()` (see `pystr`). Everything else goes on to
-//! `pycompat`.
+//! Python methods where minijinja-contrib's `pycompat` follows Rust's rules instead of Python's or
+//! lacks them: `.strip()`, `.lstrip()`, `.rstrip()` without an argument, `.splitlines()`,
+//! `.isspace()` and `.title()` (see `pystr`), the `str` methods of `pystrmethods`, `str.format`
+//! (`pystrformat`), `list.index`, and `dict.copy()` and the dict views (`pydict`). Everything else
+//! goes on to `pycompat`.
 
 use minijinja::value::{from_args, ValueKind};
-use minijinja::{Error, State, Value};
+use minijinja::{Error, ErrorKind, State, Value};
 
-use super::pystr;
+use super::{pydict, pyformat, pystr, pystrformat, pystrmethods};
 
 /// The environment's unknown-method callback: these methods first, then `pycompat`'s.
 pub fn unknown_method_callback(
@@ -19,6 +20,12 @@ pub fn unknown_method_callback(
         if let Some(result) = string_method(s, method, args) {
             return result;
         }
+    } else if pydict::is_dict(value) {
+        if let Some(result) = pydict::dict_method_call(value, method, args) {
+            return result;
+        }
+    } else if value.kind() == ValueKind::Seq && method == "index" {
+        return list_index(value, args);
     }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
 }
@@ -35,30 +42,60 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, 
         "strip" if no_chars => Ok(Value::from(pystr::strip(s))),
         "lstrip" if no_chars => Ok(Value::from(pystr::lstrip(s))),
         "rstrip" if no_chars => Ok(Value::from(pystr::rstrip(s))),
-        "split" => {
-            // Only `split()`, `split(None)` and `split(None, n)`; a separator goes to `pycompat`.
-            let (sep, maxsplit): (Option<Value>, Option<i64>) = match from_args(args) {
-                Ok(parsed) => parsed,
-                Err(_) => return None,
-            };
-            if sep.as_ref().is_some_and(|v| !v.is_none()) {
-                return None;
-            }
-            Ok(pystr::split_whitespace(s, maxsplit.unwrap_or(-1))
-                .into_iter()
-                .map(Value::from)
-                .collect())
+        "splitlines" => {
+            pystrmethods::method_args("splitlines", args, &["keepends"], 0, true).map(|a| {
+                let keepends = a[0].as_ref().is_some_and(Value::is_true);
+                pystr::splitlines(s, keepends)
+                    .into_iter()
+                    .map(Value::from)
+                    .collect()
+            })
         }
-        "splitlines" => from_args(args).map(|(keepends,): (Option<bool>,)| {
-            pystr::splitlines(s, keepends.unwrap_or(false))
-                .into_iter()
-                .map(Value::from)
-                .collect()
-        }),
         "title" => from_args(args).map(|()| Value::from(pystr::title(s))),
         "isspace" => {
             from_args(args).map(|()| Value::from(!s.is_empty() && s.chars().all(pystr::is_space)))
         }
-        _ => return None,
+        "format" => return pystrformat::format(s, args),
+        _ => return pystrmethods::call(s, method, args),
     })
+}
+
+/// `list.index(x[, start[, stop]])`: the first position from `start` (slice-adjusted) before
+/// `stop` holding an item equal to `x`.
+fn list_index(list: &Value, args: &[Value]) -> Result<Value, Error> {
+    let a = pystrmethods::method_args("index", args, &["value", "start", "stop"], 1, false)?;
+    let wanted = a[0].as_ref().expect("required");
+    let len = list.len().unwrap_or(0) as i64;
+    let bound = |v: &Option<Value>, default: i64| -> Result<i64, Error> {
+        let Some(v) = v else { return Ok(default) };
+        let n = match pystrmethods::index_arg(v) {
+            Ok(n) => n,
+            // Beyond i64: Python clamps to the list's bounds.
+            Err(_) if v.is_integer() => match i128::try_from(v.clone()) {
+                Ok(n) if n < 0 => i64::MIN,
+                _ => i64::MAX,
+            },
+            Err(e) => return Err(e),
+        };
+        Ok(if n < 0 {
+            (n.saturating_add(len)).max(0)
+        } else {
+            n
+        })
+    };
+    let start = bound(&a[1], 0)?;
+    let stop = bound(&a[2], len)?.min(len);
+    for (i, item) in list.try_iter()?.enumerate() {
+        let i = i as i64;
+        if i >= stop {
+            break;
+        }
+        if i >= start && item == *wanted {
+            return Ok(Value::from(i));
+        }
+    }
+    Err(Error::new(
+        ErrorKind::InvalidOperation,
+        format!("ValueError: {} is not in list", pyformat::py_repr(wanted)),
+    ))
 }

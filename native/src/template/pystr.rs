@@ -10,7 +10,9 @@
 
 use std::fmt::Write as _;
 
-use super::unicode_tables::{CASED, CASE_IGNORABLE, NOT_PRINTABLE, TITLE, WORD};
+use super::unicode_tables::{
+    CASED, CASEFOLD, CASE_IGNORABLE, NOT_PRINTABLE, TITLE, TITLECASE, WORD,
+};
 
 /// `str.isspace()`: Unicode White_Space plus U+001C..U+001F, which Python counts (as separators of
 /// the bidirectional class B/S) and Rust's `char::is_whitespace` does not.
@@ -94,6 +96,32 @@ pub fn split_whitespace(s: &str, maxsplit: i64) -> Vec<&str> {
             }
         }
     }
+    out
+}
+
+/// `s.rsplit(None, maxsplit)`: as [`split_whitespace`] from the right; the rest is one item
+/// with only its trailing whitespace removed.
+pub fn rsplit_whitespace(s: &str, maxsplit: i64) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut rest = rstrip(s);
+    while !rest.is_empty() {
+        if maxsplit >= 0 && out.len() as i64 >= maxsplit {
+            out.push(rest);
+            break;
+        }
+        match rest.rfind(is_space) {
+            Some(at) => {
+                let space = rest[at..].chars().next().map_or(1, char::len_utf8);
+                out.push(&rest[at + space..]);
+                rest = rstrip(&rest[..at]);
+            }
+            None => {
+                out.push(rest);
+                break;
+            }
+        }
+    }
+    out.reverse();
     out
 }
 
@@ -190,6 +218,66 @@ pub fn title(s: &str) -> String {
         previous_cased = is_cased(c);
     }
     out
+}
+
+/// `s.casefold()`: the full case folding of CPython's tables where it differs from lowercasing
+/// (`ß` is `ss`, `ς` is `σ`), lowercase otherwise; no final-sigma rule, as in Python.
+pub fn casefold(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match CASEFOLD.binary_search_by(|(k, _)| k.cmp(&c)) {
+            Ok(at) => out.push_str(CASEFOLD[at].1),
+            Err(_) => out.extend(c.to_lowercase()),
+        }
+    }
+    out
+}
+
+/// `s.swapcase()`: uppercase characters lowercased (a capital sigma by the final-sigma rule),
+/// lowercase ones uppercased (fully: `ß` is `SS`), titlecase and uncased ones kept.
+pub fn swapcase(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len());
+    for (i, &c) in chars.iter().enumerate() {
+        if !is_cased(c) {
+            out.push(c);
+        } else if c.is_uppercase() {
+            if c == '\u{3a3}' {
+                out.push(if final_sigma(&chars, i) { 'ς' } else { 'σ' });
+            } else {
+                out.extend(c.to_lowercase());
+            }
+        } else if c.is_lowercase() {
+            out.extend(c.to_uppercase());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// `s.istitle()`: a cased character, every uppercase or titlecase one after an uncased character
+/// and every lowercase one after a cased character.
+pub fn is_title(s: &str) -> bool {
+    let (mut cased, mut previous_cased) = (false, false);
+    for c in s.chars() {
+        if c.is_uppercase() || in_table(TITLECASE, c) {
+            if previous_cased {
+                return false;
+            }
+            previous_cased = true;
+            cased = true;
+        } else if c.is_lowercase() {
+            if !previous_cased {
+                return false;
+            }
+            previous_cased = true;
+            cased = true;
+        } else {
+            previous_cased = false;
+        }
+    }
+    cased
 }
 
 /// Python's Final_Sigma test for the `Σ` at `i`: a cased character before it and none after it,
@@ -290,6 +378,18 @@ mod tests {
             "ǅemal They'Re 1St Ssa Fish Σας Σας. ᾼb <B>X</B>"
         );
         assert_eq!(title("aΣ'b"), "Aσ'B");
+    }
+
+    #[test]
+    fn case_rules_are_pythons() {
+        assert_eq!(casefold("Straße ΣΑΣ ﬁ ꭰ İ"), "strasse σασ fi Ꭰ i\u{307}");
+        assert_eq!(swapcase("ǅemal ΣΑΣ ß Hello"), "ǅEMAL σας SS hELLO");
+        assert!(is_title("Hello World ǅemal 1St"));
+        assert!(!is_title("HEllo") && !is_title("") && !is_title("1 2"));
+        assert_eq!(rsplit_whitespace(" a\u{1f}b  c ", 1), [" a\u{1f}b", "c"]);
+        assert_eq!(rsplit_whitespace("a b", 0), ["a b"]);
+        assert_eq!(rsplit_whitespace("  a b  c  ", -1), ["a", "b", "c"]);
+        assert!(rsplit_whitespace(" \u{1c} ", 3).is_empty());
     }
 
     #[test]
