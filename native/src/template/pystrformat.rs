@@ -150,7 +150,11 @@ fn rewrite(pieces: Vec<Piece<'_>>, args: &[Value]) -> Result<Value, Error> {
         };
         let first_end = f.name.find(['.', '[']).unwrap_or(f.name.len());
         let (first, path) = f.name.split_at(first_end);
-        let mut value = if first.is_empty() {
+        let mut value = if first.is_empty() && !path.is_empty() {
+            // string.Formatter (what Jinja2's sandbox formats with) numbers only an empty field
+            // name automatically; `{.a}` looks up the keyword argument ''.
+            return Err(value_error("KeyError: ''"));
+        } else if first.is_empty() {
             if manual {
                 return Err(value_error(
                     "cannot switch from manual field specification to automatic field numbering",
@@ -175,6 +179,8 @@ fn rewrite(pieces: Vec<Piece<'_>>, args: &[Value]) -> Result<Value, Error> {
         let mut spec = f.spec.to_string();
         value = match f.conversion {
             None => value,
+            Some('s') if value.is_undefined() => Value::from(""),
+            Some('r' | 'a') if value.is_undefined() => Value::from("Undefined"),
             Some('r') => Value::from(pyformat::py_repr(&value)),
             Some('s') => Value::from(match value.kind() {
                 ValueKind::String => value.as_str().unwrap_or_default().to_string(),
@@ -189,9 +195,20 @@ fn rewrite(pieces: Vec<Piece<'_>>, args: &[Value]) -> Result<Value, Error> {
         } else if value.kind() == ValueKind::String {
             value = Value::from(format_text(value.as_str().unwrap_or_default(), &spec)?);
             spec.clear();
+        } else if value.is_undefined() {
+            // A missing key or attribute (Jinja2's sandboxed formatter looks fields up with the
+            // environment's getattr/getitem): Undefined, which formats as "" with no spec.
+            if !spec.is_empty() {
+                return Err(value_error(
+                    "TypeError: unsupported format string passed to Undefined.__format__",
+                ));
+            }
+            value = Value::from("");
         } else if spec.is_empty() {
             // `format(x, '')` is `str(x)`, in Python's spelling (floats, lists, dicts).
             value = Value::from(pyjson::py_str(&value));
+        } else {
+            check_spec_size(&parse_spec(&spec, super::pystrmethods::type_name(&value))?)?;
         }
         values.push(value);
         out.push('{');
@@ -219,18 +236,21 @@ fn follow(mut value: Value, mut path: &str) -> Result<Value, Error> {
     while !path.is_empty() {
         let (next, rest) = if let Some(after) = path.strip_prefix('.') {
             let end = after.find(['.', '[']).unwrap_or(after.len());
-            (value.get_attr(&after[..end])?, &after[end..])
+            // Jinja2's getattr: a missing (or refused) attribute is Undefined, not an error.
+            (
+                value.get_attr(&after[..end]).unwrap_or(Value::UNDEFINED),
+                &after[end..],
+            )
         } else if let Some(after) = path.strip_prefix('[') {
             let end = after
                 .find(']')
                 .ok_or_else(|| value_error("Missing ']' in format string"))?;
             let key = &after[..end];
             let item = match key.parse::<i64>() {
-                Ok(i) if key.bytes().all(|b| b.is_ascii_digit()) => {
-                    value.get_item(&Value::from(i))?
-                }
-                _ => value.get_item(&Value::from(key))?,
-            };
+                Ok(i) if key.bytes().all(|b| b.is_ascii_digit()) => value.get_item(&Value::from(i)),
+                _ => value.get_item(&Value::from(key)),
+            }
+            .unwrap_or(Value::UNDEFINED);
             (item, &after[end + 1..])
         } else {
             return Err(value_error(
@@ -238,9 +258,8 @@ fn follow(mut value: Value, mut path: &str) -> Result<Value, Error> {
             ));
         };
         if next.is_undefined() {
-            return Err(value_error(format!(
-                "no field {path:?} in the format argument"
-            )));
+            // The rest of the path on Undefined is Undefined too.
+            return Ok(Value::UNDEFINED);
         }
         value = next;
         path = rest;
@@ -314,8 +333,6 @@ fn parse_spec(spec: &str, type_name: &str) -> Result<Spec, Error> {
             "Invalid format specifier '{spec}' for object of type '{type_name}'"
         )));
     }
-    // A field could never be written past the render's output limit; refuse it before padding.
-    super::env::check_result_size("format", width.max(precision.unwrap_or(0)))?;
     Ok(Spec {
         fill,
         align,
@@ -328,6 +345,12 @@ fn parse_spec(spec: &str, type_name: &str) -> Result<Spec, Error> {
         precision,
         ty,
     })
+}
+
+/// Refuses a spec whose width or precision alone would pass the render's output limit, before
+/// anything is built (a width of 10^9 on a number made minijinja allocate 3 GB first).
+fn check_spec_size(p: &Spec) -> Result<(), Error> {
+    super::env::check_result_size("format", p.width.max(p.precision.unwrap_or(0)))
 }
 
 /// `body` (after `sign`) padded to `width` characters; `=` pads between the sign and the body.
@@ -368,6 +391,9 @@ fn format_text(text: &str, spec: &str) -> Result<String, Error> {
     if let Some(g) = p.grouping {
         return Err(value_error(format!("Cannot specify '{g}' with 's'.")));
     }
+    // A field could never be written past the render's output limit; refused before padding. A
+    // string's precision only cuts it.
+    super::env::check_result_size("format", p.width)?;
     let body: String = match p.precision {
         Some(n) => text.chars().take(n).collect(),
         None => text.to_string(),
@@ -391,6 +417,7 @@ fn percent(value: &Value, spec: &str) -> Result<String, Error> {
         }
     };
     let p = parse_spec(spec, "float")?;
+    check_spec_size(&p)?;
     let scaled = x * 100.0;
     let precision = p.precision.unwrap_or(6);
     let mut body = if scaled.is_nan() {
@@ -467,5 +494,31 @@ mod tests {
         assert!(fmt("{}{0}", &[Value::from("a")]).is_err());
         assert!(fmt("{:+}", &[Value::from("a")]).is_err());
         assert!(format("no fields", &[]).is_none());
+    }
+
+    #[test]
+    fn sizes_are_checked_before_anything_is_built() {
+        // A width past the output limit is refused for every kind of value, before minijinja
+        // pads (a number or None with a width of 10^9 took 3 GB first); a string's precision
+        // only cuts it.
+        let _limit = super::super::env::limit_output(1 << 20);
+        for value in [
+            Value::from(()),
+            Value::from(1),
+            Value::from(1.5),
+            Value::from("a"),
+        ] {
+            let e = fmt("{:>1000000000}", std::slice::from_ref(&value)).unwrap_err();
+            assert!(e.to_string().contains("output limit"), "{e}");
+        }
+        assert!(fmt("{:.1000000000f}", &[Value::from(1.5)]).is_err());
+        assert_eq!(
+            fmt(
+                "{:.70000000}|{!r:.100000000}",
+                &[Value::from("abc"), Value::from("abc")]
+            )
+            .unwrap(),
+            "abc|'abc'"
+        );
     }
 }
