@@ -231,3 +231,25 @@ def test_the_merge_writes_every_family_as_one_process_writes_it() -> None:
     for name, lines in headers(expected).items():
         assert merged_two.pop(name) == lines, name
     assert merged_two == {}
+
+
+@pytest.mark.parametrize("host_in_use", ["in use", "bogus.invalid"])
+def test_a_metrics_listener_that_cannot_be_made_is_an_argument_error(
+    host_in_use: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As one process says it (`sidecar: --metrics-host/--metrics-port ...`, exit 2), not a traceback
+    and exit 1, and before any process starts."""
+    import socket
+
+    from sidecar.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        host = "127.0.0.1" if host_in_use == "in use" else host_in_use
+        assert main(["serve", "--processes", "2", "--port", "0", "--metrics-host", host,
+                     "--metrics-port", str(port if host_in_use == "in use" else 0)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sidecar: --metrics-host/--metrics-port {host}:"), err
+    assert "Traceback" not in err and err.count("\n") == 1, err
