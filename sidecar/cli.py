@@ -547,7 +547,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "refused. Engine mode: lookahead= in --kv-engine-hash")
     serve.add_argument("--kv-max-blocks", type=int, default=4_000_000,
                        help="bound on indexed blocks per model; past it, 1%% of the bound is evicted: the oldest blocks of the "
-                            "largest worker, at most a quarter of that worker at a time")
+                            "largest worker, at most a quarter of that worker at a time. 0 keeps no blocks (every store "
+                            "is evicted at once: every score is 0)")
     serve.add_argument("--kv-silence-timeout", type=seconds, default=300.0,
                        help="seconds without KV events after which a worker's blocks are dropped; 0 = never")
     serve.add_argument("--kv-max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
