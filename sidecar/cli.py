@@ -259,13 +259,16 @@ def _stub(args: argparse.Namespace):  # noqa: ANN202 - generated stub type
     return preprocessor_pb2_grpc.PreprocessorStub(_channel(args))
 
 
-def _call(fn, request, timeout: float):  # noqa: ANN001, ANN202
+def _call(fn, request, timeout: float, rpc: str = ""):  # noqa: ANN001, ANN202
     import grpc
+
+    from sidecar.errors import client_hint
 
     try:
         return fn(request, timeout=timeout)
     except grpc.RpcError as e:
-        print(f"sidecar: {e.code().name}: {e.details()}", file=sys.stderr)
+        hint = client_hint(rpc, e.code())
+        print(f"sidecar: {e.code().name}: {e.details()}{f' ({hint})' if hint else ''}", file=sys.stderr)
         raise SystemExit(1) from None
 
 
@@ -420,7 +423,7 @@ def _reload(args: argparse.Namespace) -> int:
     from sidecar.v1 import admin_pb2, admin_pb2_grpc
 
     request = admin_pb2.ReloadModelsRequest(models=args.models, force=args.force)
-    response = _call(admin_pb2_grpc.AdminStub(_channel(args)).ReloadModels, request, args.timeout)
+    response = _call(admin_pb2_grpc.AdminStub(_channel(args)).ReloadModels, request, args.timeout, "ReloadModels")
     if args.json:
         print(json_format.MessageToJson(response, preserving_proto_field_name=True))
     failed = False

@@ -163,6 +163,15 @@ STREAM_GONE: tuple[grpc.StatusCode, str] = (
     "message (larger than --max-message-mb)")
 
 
+def client_hint(rpc: str, code: grpc.StatusCode) -> str | None:
+    """What the terminal client adds to a server's status for `rpc`, when the status alone leaves
+    the user guessing: a server without `--enable-admin` answers ReloadModels only with gRPC's
+    "Method not found!"."""
+    if rpc == "ReloadModels" and code == grpc.StatusCode.UNIMPLEMENTED:
+        return "the server has no Admin service: start it with --enable-admin (or send it SIGHUP to reload)"
+    return None
+
+
 def code_number(code: grpc.StatusCode) -> int:
     """The numeric value of a gRPC status code (for a trace span's `rpc.grpc.status_code`)."""
     return code.value[0]

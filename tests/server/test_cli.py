@@ -148,3 +148,33 @@ def test_a_client_certificate_without_a_ca_is_tls_with_the_system_roots(tmp_path
     args = build_parser().parse_args(["models", "--target", "h:1", "--tls-cert", str(cert), "--tls-key", str(key)])
     assert cli._channel(args) == ("secure", "h:1", "credentials")
     assert made == [(None, b"KEY", b"CERT")]
+
+
+def test_reload_against_a_server_without_admin_names_the_flag(monkeypatch, capsys) -> None:  # noqa: ANN001
+    """The server's answer is gRPC's own UNIMPLEMENTED "Method not found!", which said nothing of
+    --enable-admin."""
+    import grpc
+
+    from sidecar.v1 import admin_pb2_grpc
+
+    class Unimplemented(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNIMPLEMENTED
+
+        def details(self) -> str:
+            return "Method not found!"
+
+    class Stub:
+        def __init__(self, _channel: object) -> None:
+            pass
+
+        def ReloadModels(self, request: object, timeout: float) -> None:  # noqa: N802 - the RPC's name
+            raise Unimplemented()
+
+    monkeypatch.setattr(admin_pb2_grpc, "AdminStub", Stub)
+    with pytest.raises(SystemExit) as exited:
+        main(["reload", "--target", "127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 1
+    assert err.startswith("sidecar: UNIMPLEMENTED: Method not found! (the server has no Admin service: start it "
+                          "with --enable-admin"), err
