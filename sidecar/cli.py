@@ -499,8 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connection-idle-s", type=seconds, default=300.0,
                        help="seconds a connection with no call in flight stays open; clients reconnect")
     serve.add_argument("--max-unsent-mb", type=int, default=512,
-                       help="MB of unary responses that may wait for one connection's client to read them; past it "
-                            "its new unary calls get RESOURCE_EXHAUSTED, and everyone's past 4 times it in all")
+                       help="MB of responses that may wait for one connection's client to read them (unary "
+                            "responses, and each ParseStream/Multiplex answer while gRPC writes it); past it that "
+                            "connection's new work gets RESOURCE_EXHAUSTED (a unary call's status, a stream "
+                            "request's own error), and everyone's past 4 times it in all")
     serve.add_argument("--drain-seconds", type=seconds, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
     serve.add_argument("--drain-notice-seconds", type=seconds, default=1.0,

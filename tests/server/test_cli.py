@@ -178,3 +178,12 @@ def test_reload_against_a_server_without_admin_names_the_flag(monkeypatch, capsy
     assert exited.value.code == 1
     assert err.startswith("sidecar: UNIMPLEMENTED: Method not found! (the server has no Admin service: start it "
                           "with --enable-admin"), err
+
+
+def test_max_unsent_help_covers_streams_as_the_readme_does() -> None:
+    """--help spoke of unary calls only; the bound counts ParseStream and Multiplex answers too."""
+    import argparse
+
+    serve = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    (flag,) = [a for a in serve._actions if "--max-unsent-mb" in a.option_strings]
+    assert "ParseStream" in flag.help and "Multiplex" in flag.help
