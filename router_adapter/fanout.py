@@ -35,13 +35,10 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import math
 import string
 import time
 from typing import Any
-
-_log = logging.getLogger("router_adapter.fanout")
 
 DEFAULT_PREFIX = "sidecar.kv"
 DEFAULT_STREAM = "SIDECAR_KV"
@@ -125,12 +122,20 @@ def silent_reset_headers(worker: str, epoch: int, last_seq: int) -> dict[str, st
 async def connect_until_stopped(url: str, stop: asyncio.Event, name: str, **callbacks: Any) -> Any:
     """A NATS connection that reconnects on its own once made; the first connection is retried
     (NATS may come up after us) until `stop` is set, which returns None at once. (The client alone
-    would retry a first connection forever, deaf to a stop.)"""
+    would retry a first connection forever, deaf to a stop.) `callbacks`: `disconnected_cb`,
+    `reconnected_cb`, called after the connection's state is logged (`nats_status`): one line per
+    change of state and per new error, never one per attempt."""
     import nats
 
+    from router_adapter.nats_status import ConnectionStatus
+
+    status = ConnectionStatus(name, url)
+    client_callbacks = status.callbacks(**callbacks)
     while True:
+        # With unlimited reconnects the client's first connect never raises for an unreachable
+        # server: it retries every `reconnect_time_wait`, handing each failure to `error_cb`.
         connecting = asyncio.create_task(nats.connect(
-            url, max_reconnect_attempts=-1, reconnect_time_wait=0.5, name=name, **callbacks,
+            url, max_reconnect_attempts=-1, reconnect_time_wait=0.5, name=name, **client_callbacks,
         ))
         stopping = asyncio.create_task(stop.wait())
         await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -141,14 +146,16 @@ async def connect_until_stopped(url: str, stop: asyncio.Event, name: str, **call
                 await connecting.result().close()  # made meanwhile
             return None
         try:
-            return connecting.result()
-        except Exception as e:  # noqa: BLE001 - not reachable yet: tried again until stopped
-            _log.warning("kv_nats_connect_failed name=%r url=%s error=%r", name, url, e)
+            nc = connecting.result()
+        except Exception as e:  # noqa: BLE001 - not reachable yet (an error the client does not retry): again until stopped
+            status.error(e)
             try:
                 await asyncio.wait_for(stop.wait(), 1.0)
                 return None
             except asyncio.TimeoutError:
-                pass
+                continue
+        status.connected(nc)
+        return nc
 
 
 async def cancel_until_done(*tasks: asyncio.Task) -> None:

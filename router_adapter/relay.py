@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ _log = logging.getLogger("router_adapter.relay")
 
 #: JetStream's error code for a message larger than the stream's `max_msg_size`.
 STREAM_MESSAGE_TOO_LARGE = 10054
+#: Seconds between two `kv_relay_publish_retry` lines of one message (the first failure is logged).
+RETRY_LOG_INTERVAL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,7 @@ class Relay:
             # two is refused by the server, which closes the connection, and was retried forever.
             return False
         delay = 0.05
+        attempts, logged_at = 0, -math.inf
         while True:
             try:
                 ack = await self._js.publish(self.subject, payload, stream=self.options.stream, headers=headers)
@@ -251,8 +255,13 @@ class Relay:
                 if self._stopping.is_set():
                     raise
                 self.stats.retries += 1
-                _log.warning("kv_relay_publish_retry subject=%s id=%s error=%r", self.subject,
-                             headers[fanout.MSG_ID], e)
+                attempts += 1
+                if time.monotonic() - logged_at >= RETRY_LOG_INTERVAL_S:
+                    # Once a second through a NATS outage was a line a second: the first failure,
+                    # then one a minute with the count (the connection's own lines say the rest).
+                    logged_at = time.monotonic()
+                    _log.warning("kv_relay_publish_retry subject=%s id=%s failed_attempts=%d error=%r", self.subject,
+                                 headers[fanout.MSG_ID], attempts, e)
                 if isinstance(e, NoStreamResponseError):
                     # The stream is gone (a nats-server restarted without its store, a deletion):
                     # made again with this relay's settings, where the relay waited for a replica.

@@ -10,11 +10,11 @@ import json
 import os
 import sys
 import traceback
-from typing import Sequence
+from typing import NoReturn, Sequence
 
 from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
 from sidecar import kv_nats
-from sidecar.flags import DefaultsHelpFormatter, port, port_or_off, positive_int, seconds
+from sidecar.flags import DefaultsHelpFormatter, port, port_or_off, positive_int, seconds, token_ids, uint32
 
 DEFAULT_TARGET = os.environ.get("SIDECAR_TARGET", "127.0.0.1:50051")
 
@@ -220,22 +220,36 @@ def kv_config_from_args(args: argparse.Namespace):  # noqa: ANN201 - sidecar.con
     )
 
 
+def _usage_error(message: str) -> NoReturn:
+    """Ends a client command on a mistake in its arguments as argparse does (exit 2), naming the
+    argument, rather than with the traceback of where the value failed."""
+    print(f"sidecar: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _channel(args: argparse.Namespace):  # noqa: ANN202 - grpc.Channel
-    """A channel to `--target`: TLS when `--tls-ca` is given (with `--tls-cert/--tls-key`: mutual TLS)."""
+    """A channel to `--target`: TLS when `--tls-ca` is given, trusting that CA, or `--tls-cert`
+    and `--tls-key` (mutual TLS) without it, trusting the system's roots; else plaintext."""
     import grpc
 
     limit = 256 * 1024 * 1024  # the server enforces its own limit; the client should not be the one to refuse
     options = [("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)]
-    if not args.tls_ca:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        _usage_error("--tls-cert, --tls-key: give both (the client certificate and its key) or neither")
+    if not args.tls_ca and not args.tls_cert:
         return grpc.insecure_channel(args.target, options=options)
 
-    def read(path: str | None) -> bytes | None:
+    def read(flag: str, path: str | None) -> bytes | None:
         if path is None:
             return None
-        with open(path, "rb") as f:
-            return f.read()
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            _usage_error(f"{flag} {path}: {e.strerror}")
 
-    credentials = grpc.ssl_channel_credentials(read(args.tls_ca), read(args.tls_key), read(args.tls_cert))
+    credentials = grpc.ssl_channel_credentials(
+        read("--tls-ca", args.tls_ca), read("--tls-key", args.tls_key), read("--tls-cert", args.tls_cert))
     return grpc.secure_channel(args.target, credentials, options=options)
 
 
@@ -245,13 +259,16 @@ def _stub(args: argparse.Namespace):  # noqa: ANN202 - generated stub type
     return preprocessor_pb2_grpc.PreprocessorStub(_channel(args))
 
 
-def _call(fn, request, timeout: float):  # noqa: ANN001, ANN202
+def _call(fn, request, timeout: float, rpc: str = ""):  # noqa: ANN001, ANN202
     import grpc
+
+    from sidecar.errors import client_hint
 
     try:
         return fn(request, timeout=timeout)
     except grpc.RpcError as e:
-        print(f"sidecar: {e.code().name}: {e.details()}", file=sys.stderr)
+        hint = client_hint(rpc, e.code())
+        print(f"sidecar: {e.code().name}: {e.details()}{f' ({hint})' if hint else ''}", file=sys.stderr)
         raise SystemExit(1) from None
 
 
@@ -294,7 +311,7 @@ def _detokenize(args: argparse.Namespace) -> int:
 
     from sidecar.v1 import preprocessor_pb2 as pb
 
-    ids = [int(x) for part in args.ids for x in part.replace(",", " ").split()]
+    ids = [i for part in args.ids for i in part]  # each argument checked by flags.token_ids
     request = pb.DetokenizeRequest(
         model=args.model, sequences=[pb.TokenIds(token_ids=ids)], skip_special_tokens=not args.keep_special_tokens
     )
@@ -324,13 +341,20 @@ def raw_json_fields(text: str) -> dict[str, str]:
         pos = end
 
 
-def _read_arg_file(path: str | None) -> str:
+def _read_arg_file(path: str | None, argument: str) -> str:
+    """The text of file `path` ('-': stdin); a file that cannot be read is a usage error naming
+    `argument` (as the user wrote it: `--tools FILE`, `messages`)."""
     if path is None:
         return ""
-    if path == "-":
-        return sys.stdin.read()
-    with open(path, encoding="utf-8") as f:
-        return f.read()
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError as e:
+        _usage_error(f"{argument} {path}: {e.strerror}")
+    except UnicodeDecodeError as e:
+        _usage_error(f"{argument} {path}: not UTF-8 text ({e.reason} at byte {e.start})")
 
 
 def _render(args: argparse.Namespace) -> int:
@@ -338,7 +362,7 @@ def _render(args: argparse.Namespace) -> int:
 
     from sidecar.v1 import preprocessor_pb2 as pb
 
-    body = _read_arg_file(args.messages).strip()
+    body = _read_arg_file(args.messages, "messages").strip()
     fields: dict[str, str] = {}
     if body.startswith("{"):
         # An OpenAI chat request body: messages, tools, documents, chat_template_kwargs.
@@ -353,8 +377,8 @@ def _render(args: argparse.Namespace) -> int:
     request = pb.RenderRequest(
         model=args.model,
         messages_json=messages,
-        tools_json=_read_arg_file(args.tools) or fields.get("tools", ""),
-        documents_json=_read_arg_file(args.documents) or fields.get("documents", ""),
+        tools_json=_read_arg_file(args.tools, "--tools") or fields.get("tools", ""),
+        documents_json=_read_arg_file(args.documents, "--documents") or fields.get("documents", ""),
         chat_template_kwargs_json=args.kwargs or fields.get("chat_template_kwargs", ""),
         continue_final_message=args.continue_final_message,
         add_special_tokens=args.add_special_tokens,
@@ -364,7 +388,8 @@ def _render(args: argparse.Namespace) -> int:
     if args.no_generation_prompt:
         request.add_generation_prompt = False
     if args.template is not None:
-        request.chat_template = _read_arg_file(args.template[1:]) if args.template.startswith("@") else args.template
+        request.chat_template = (_read_arg_file(args.template[1:], "--template @FILE") if args.template.startswith("@")
+                                 else args.template)
     response = _call(_stub(args).Render, request, args.timeout)
     if args.json:
         print(json_format.MessageToJson(response, preserving_proto_field_name=True))
@@ -398,7 +423,7 @@ def _reload(args: argparse.Namespace) -> int:
     from sidecar.v1 import admin_pb2, admin_pb2_grpc
 
     request = admin_pb2.ReloadModelsRequest(models=args.models, force=args.force)
-    response = _call(admin_pb2_grpc.AdminStub(_channel(args)).ReloadModels, request, args.timeout)
+    response = _call(admin_pb2_grpc.AdminStub(_channel(args)).ReloadModels, request, args.timeout, "ReloadModels")
     if args.json:
         print(json_format.MessageToJson(response, preserving_proto_field_name=True))
     failed = False
@@ -474,8 +499,10 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-connection-idle-s", type=seconds, default=300.0,
                        help="seconds a connection with no call in flight stays open; clients reconnect")
     serve.add_argument("--max-unsent-mb", type=int, default=512,
-                       help="MB of unary responses that may wait for one connection's client to read them; past it "
-                            "its new unary calls get RESOURCE_EXHAUSTED, and everyone's past 4 times it in all")
+                       help="MB of responses that may wait for one connection's client to read them (unary "
+                            "responses, and each ParseStream/Multiplex answer while gRPC writes it); past it that "
+                            "connection's new work gets RESOURCE_EXHAUSTED (a unary call's status, a stream "
+                            "request's own error), and everyone's past 4 times it in all")
     serve.add_argument("--drain-seconds", type=seconds, default=10.0,
                        help="on SIGTERM/SIGINT: seconds calls in flight get to finish; the process exits by then")
     serve.add_argument("--drain-notice-seconds", type=seconds, default=1.0,
@@ -525,7 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "refused. Engine mode: lookahead= in --kv-engine-hash")
     serve.add_argument("--kv-max-blocks", type=int, default=4_000_000,
                        help="bound on indexed blocks per model; past it, 1%% of the bound is evicted: the oldest blocks of the "
-                            "largest worker, at most a quarter of that worker at a time")
+                            "largest worker, at most a quarter of that worker at a time. 0 keeps no blocks (every store "
+                            "is evicted at once: every score is 0)")
     serve.add_argument("--kv-silence-timeout", type=seconds, default=300.0,
                        help="seconds without KV events after which a worker's blocks are dropped; 0 = never")
     serve.add_argument("--kv-max-message-size", type=positive_int, default=DEFAULT_MAX_MESSAGE_BYTES,
@@ -544,7 +572,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="print the response as JSON")
         p.add_argument("--timeout", type=seconds, default=30.0, help="deadline in seconds")
         p.add_argument("--tls-ca", default=None, metavar="PEM", help="connect with TLS, trusting this CA")
-        p.add_argument("--tls-cert", default=None, metavar="PEM", help="mutual TLS: the client certificate")
+        p.add_argument("--tls-cert", default=None, metavar="PEM",
+                       help="mutual TLS: the client certificate (with --tls-key; without --tls-ca the server's "
+                            "certificate is checked against the system's roots)")
         p.add_argument("--tls-key", default=None, metavar="PEM", help="mutual TLS: the client key")
         return p
 
@@ -553,7 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     tok.add_argument("--no-special-tokens", action="store_true", help="add_special_tokens = false")
     tok.add_argument("--offsets", action="store_true", help="also print character offsets")
     tok.add_argument("--tokens", action="store_true", help="also print token strings")
-    tok.add_argument("--max-length", type=int, default=0,
+    tok.add_argument("--max-length", type=uint32, default=0,
                      help="truncate each encoding to at most this many tokens; 0 = no limit")
     tok.add_argument("text", nargs="*")
     tok.set_defaults(func=_tokenize)
@@ -561,7 +591,7 @@ def build_parser() -> argparse.ArgumentParser:
     detok = client("detokenize", "turn token ids back into text")
     detok.add_argument("--model", default="qwen3", help="model name on the server")
     detok.add_argument("--keep-special-tokens", action="store_true", help="skip_special_tokens = false")
-    detok.add_argument("ids", nargs="+", help="token ids, space or comma separated")
+    detok.add_argument("ids", nargs="+", type=token_ids, help="token ids, space or comma separated")
     detok.set_defaults(func=_detokenize)
 
     render = client("render", "render a chat request with the model's chat template (and tokenize it)")

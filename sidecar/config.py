@@ -12,6 +12,9 @@ from router_adapter.subscriber import DEFAULT_MAX_MESSAGE_BYTES
 from sidecar.flags import MAX_PORT
 from sidecar.registry import ModelSpec
 
+#: The largest `--kv-max-blocks` (well inside the native index's u64 count).
+MAX_KV_BLOCKS = 1 << 62
+
 
 @dataclass(frozen=True)
 class KvConfig:
@@ -32,7 +35,8 @@ class KvConfig:
     lookahead: int | None = None
     #: `--kv-lookahead MODEL=N`: one model's (content mode only: `--kv-engine-hash` takes lookahead=).
     lookaheads: dict[str, int] = field(default_factory=dict)
-    #: Bound on indexed blocks per model (all workers and media).
+    #: Bound on indexed blocks per model (all workers and media); 0 keeps none (every store is
+    #: evicted as it is applied, in both index kinds: every score is 0).
     max_blocks: int = 4_000_000
     #: Seconds without a message after which a worker's state is dropped; 0 = never.
     silence_timeout_s: float = 300.0
@@ -50,6 +54,10 @@ class KvConfig:
             raise ValueError("--kv-block-size: must be > 0")
         if self.max_message_bytes <= 0:
             raise ValueError("--kv-max-message-size: must be > 0")
+        # Checked here, before the models load; the index refused it only once it was made, in words
+        # naming no flag (`max_blocks must be >= 0`). The native index keeps the bound as a u64.
+        if type(self.max_blocks) is not int or not 0 <= self.max_blocks <= MAX_KV_BLOCKS:
+            raise ValueError(f"--kv-max-blocks {self.max_blocks}: must be in [0, 2^62] (0: keep no blocks)")
         for spec in self.engine_specs.values():
             spec.validate()
         for name, group in self.groups.items():

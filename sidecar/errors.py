@@ -145,16 +145,31 @@ def status_of(exc: BaseException) -> tuple[grpc.StatusCode, str]:
 
 #: How a call the client abandoned is recorded (metrics and log line; nobody receives it).
 CANCELLED: tuple[grpc.StatusCode, str] = (grpc.StatusCode.CANCELLED, "cancelled by the client")
-#: How a call still running when the server stops (the end of the drain) is recorded: gRPC cancels
-#: it, and its client gets UNAVAILABLE ("Cancelling all calls").
+#: How a call still running when the server stops is recorded: gRPC cancels it, and its client gets
+#: UNAVAILABLE ("Cancelling all calls"). The message says why the server stopped: the drain ran
+#: out, a second SIGTERM/SIGINT cut it short, or it stopped otherwise (an error while serving).
 CUT_BY_STOP: tuple[grpc.StatusCode, str] = (
-    grpc.StatusCode.UNAVAILABLE, "cut off: the server stopped (the end of --drain-seconds) with the call still running")
+    grpc.StatusCode.UNAVAILABLE, "cut off: the server stopped with the call still running")
+CUT_AT_DRAIN_END: tuple[grpc.StatusCode, str] = (
+    grpc.StatusCode.UNAVAILABLE, "cut off: the server stopped at the end of --drain-seconds with the call still running")
+CUT_BY_SECOND_SIGNAL: tuple[grpc.StatusCode, str] = (
+    grpc.StatusCode.UNAVAILABLE,
+    "cut off: a second stop signal (SIGTERM/SIGINT) ended the drain early with the call still running")
 #: How a stream whose call went away under it is recorded (its client saw CANCELLED, or gRPC's own
 #: status for a refused message; see `sidecar.rpc.CALL_GONE_WAIT_S`).
 STREAM_GONE: tuple[grpc.StatusCode, str] = (
     grpc.StatusCode.CANCELLED,
     "the call ended under the stream: the client cancelled it, its connection dropped, or gRPC refused a "
     "message (larger than --max-message-mb)")
+
+
+def client_hint(rpc: str, code: grpc.StatusCode) -> str | None:
+    """What the terminal client adds to a server's status for `rpc`, when the status alone leaves
+    the user guessing: a server without `--enable-admin` answers ReloadModels only with gRPC's
+    "Method not found!"."""
+    if rpc == "ReloadModels" and code == grpc.StatusCode.UNIMPLEMENTED:
+        return "the server has no Admin service: start it with --enable-admin (or send it SIGHUP to reload)"
+    return None
 
 
 def code_number(code: grpc.StatusCode) -> int:

@@ -36,6 +36,33 @@ def port_or_off(text: str) -> int:
     return value
 
 
+#: The largest value of a proto `uint32` field (a token id, `max_length`): protobuf refused a
+#: larger one (and a negative one) with a ValueError traceback in the client commands.
+MAX_UINT32 = (1 << 32) - 1
+
+
+def uint32(text: str) -> int:
+    """An integer in [0, 2^32 - 1] (`tokenize --max-length`)."""
+    value = int(text)
+    if not 0 <= value <= MAX_UINT32:
+        raise argparse.ArgumentTypeError(f"{text}: must be in [0, {MAX_UINT32}]")
+    return value
+
+
+def token_ids(text: str) -> list[int]:
+    """One argument of `detokenize`: token ids separated by spaces or commas, each in [0, 2^32 - 1]."""
+    ids = []
+    for part in text.replace(",", " ").split():
+        try:
+            value = int(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{part!r}: not a token id (an integer in [0, {MAX_UINT32}])") from None
+        if not 0 <= value <= MAX_UINT32:
+            raise argparse.ArgumentTypeError(f"{part}: not a token id (an integer in [0, {MAX_UINT32}])")
+        ids.append(value)
+    return ids
+
+
 def seconds(text: str) -> float:
     """A duration: a finite number of seconds, at least 0 (a negative silence timeout reset every
     worker before every batch; a negative retention failed deep in the NATS client)."""

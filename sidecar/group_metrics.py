@@ -2,7 +2,11 @@
 process's own endpoint (loopback, a free port each, found in the group state), all at the same time,
 and merges the samples:
 
-- counters, histograms and summaries are added up: the server's totals;
+- counters, histograms and summaries are added up: the server's totals; except the KV index's
+  and KV feed's counters (`sidecar_kv_*`): every process applies every engine's events to an index
+  of its own (the whole index), so each counts the same stream and the sum was N times the
+  events, gaps and evictions there were: the highest value any process reports is taken (one
+  process's view; after a restart the others still hold the whole count);
 - gauges in `SUMMED_GAUGES` are added up too: amounts each process holds (calls in flight, queue
   depth, memory, open files) whose sum is the server's;
 - every other gauge (and info) takes the highest value any process reports: it states a fact each
@@ -40,6 +44,16 @@ SUMMED_GAUGES = frozenset({
     "process_resident_memory_bytes", "process_virtual_memory_bytes", "process_open_fds",
 })
 _SUMMED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
+#: Counters of what every process counts alike (the KV events stream each applies whole): the
+#: highest is kept, not the sum.
+SHARED_COUNTER_PREFIX = "sidecar_kv_"
+
+
+def _added_up(family: Metric) -> bool:
+    """Whether the processes' samples of `family` are added up (else the highest is kept)."""
+    if family.type == "counter" and family.name.startswith(SHARED_COUNTER_PREFIX):
+        return False
+    return family.type in _SUMMED_TYPES or family.name in SUMMED_GAUGES
 _log = get_logger("sidecar.group_metrics")
 
 
@@ -120,7 +134,7 @@ def merged(processes: list[list[Metric]]) -> str:
                 continue  # the `_created` samples of a counter or histogram: each process's start time
             if family.name not in families:
                 families[family.name] = Metric(family.name, family.documentation, family.type)
-            add = family.type in _SUMMED_TYPES or family.name in SUMMED_GAUGES
+            add = _added_up(family)
             into = samples.setdefault(family.name, {})
             for sample in family.samples:
                 if sample.name.endswith("_created"):

@@ -35,25 +35,39 @@ def configure(level: str = "info", stream=sys.stdout) -> None:  # noqa: ANN001 -
     # The router adapter is a library (usable without the server) and logs through the standard
     # library; without a handler its warnings went to stderr as bare text and its info lines
     # nowhere. Under the server and the relay they are the same JSON lines as the rest.
-    adapter = logging.getLogger("router_adapter")
-    for handler in [h for h in adapter.handlers if isinstance(h, _StdlibToJson)]:
-        adapter.removeHandler(handler)
-    adapter.addHandler(_StdlibToJson())
-    adapter.setLevel(_LEVELS[level])
+    # The NATS client (`nats`) logs what reaches no callback of ours (the fan-out passes its own,
+    # router_adapter.nats_status) with a traceback: as a JSON line too, not bare text on stderr.
+    for name, handler in (("router_adapter", _StdlibToJson()), ("nats", _StdlibToJson(event="nats_client"))):
+        library = logging.getLogger(name)
+        for old in [h for h in library.handlers if isinstance(h, _StdlibToJson)]:
+            library.removeHandler(old)
+        library.addHandler(handler)
+        library.setLevel(_LEVELS[level])
 
 
 class _StdlibToJson(logging.Handler):
     """Writes a standard-library record through structlog: the router adapter's messages start
     with their event name (`kv_events_disconnected worker=w0 ...`), so that is `event`, the rest
-    `detail`, and the logger's name `logger`."""
+    `detail`, and the logger's name `logger`. With `event` (another library's records), that is
+    the event, the whole message the detail, and an exception only its text (`error`): the line
+    says what failed; the library's own stack says nothing an operator acts on."""
+
+    def __init__(self, event: str | None = None) -> None:
+        super().__init__()
+        self._event = event
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            event, _, detail = record.getMessage().partition(" ")
+            if self._event is None:
+                event, _, detail = record.getMessage().partition(" ")
+            else:
+                event, detail = self._event, record.getMessage()
             fields: dict[str, object] = {"logger": record.name}
             if detail:
                 fields["detail"] = detail
-            if record.exc_info:
+            if record.exc_info and self._event is not None:
+                fields["error"] = repr(record.exc_info[1])
+            elif record.exc_info:
                 fields["exc_info"] = record.exc_info
             get_logger(record.name).log(record.levelno, event, **fields)
         except Exception:  # noqa: BLE001 - logging must not raise into the caller

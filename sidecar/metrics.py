@@ -47,8 +47,9 @@ ERRORS = Counter("sidecar_errors_total", "RPCs that failed, by RPC and status co
 LATENCY = Histogram("sidecar_request_seconds", "RPC latency inside the server", ["rpc"], buckets=_LATENCY_BUCKETS)
 STAGE_LATENCY = Histogram(
     "sidecar_stage_seconds",
-    "Latency of one stage of an RPC (queue: waiting for a worker; native: the work; decode, encode: a message "
-    "read or written in Python)",
+    "Latency of one stage of an RPC (queue: waiting for a worker; native: the work; decode: a request decoded in "
+    "Python; message: one client message of a ParseStream or Multiplex stream, from its arrival to its answer "
+    "being ready)",
     ["rpc", "stage"], buckets=_LATENCY_BUCKETS
 )
 MALFORMED = Counter(

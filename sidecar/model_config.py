@@ -79,7 +79,11 @@ class ModelConfig:
     @classmethod
     def from_dir(cls, directory: Path) -> ModelConfig:
         if not directory.is_dir():
-            raise NotFound(f"model directory {directory} does not exist")
+            # An existing file (a path to config.json, say) was reported as a directory that does
+            # not exist: say what the path is.
+            what = "is not a directory (give the directory holding the tokenizer files)" if directory.exists() \
+                else "does not exist"
+            raise NotFound(f"model directory {directory} {what}")
         files: list[Path] = []
         config_path = directory / "tokenizer_config.json"
         config: dict[str, Any] = {}

@@ -120,7 +120,8 @@ def die_with_supervisor(supervisor_pid: int) -> bool:
 def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, uds: str | None,
               metrics_port: int | None, metrics_host: str = "127.0.0.1", drain_seconds: float = 10.0,
               liveness_timeout_s: float = 0.0) -> int:
-    """Runs `processes` servers until a stop signal has ended them all, or one fails to start."""
+    """Runs `processes` servers until a stop signal has ended them all, or one fails to start;
+    2 (before any starts) when the --metrics-port listener cannot be made."""
     reserved = reserve_port(host) if port == 0 else None
     if reserved is not None:
         port = reserved.getsockname()[1]
@@ -134,6 +135,10 @@ def supervise(serve_argv: Sequence[str], processes: int, host: str, port: int, u
             unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
             try:
                 metrics_server = group_metrics.serve(group, metrics_host, metrics_port)
+            except OSError as e:  # in use, an address not of this host: as one process says it
+                print(f"sidecar: --metrics-host/--metrics-port {metrics_host}:{metrics_port}: {e.strerror}",
+                      file=sys.stderr, flush=True)
+                return 2
             finally:
                 signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
             address = f"{metrics_host}:{metrics_server.server_address[1]}"

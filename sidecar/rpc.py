@@ -114,7 +114,7 @@ class Gate:
     """Admission of new calls and the count of calls in flight: a draining server closes it, refuses
     new calls, and waits (boundedly) for `inflight` to reach zero. Only touched on the event loop."""
 
-    __slots__ = ("open", "stopped", "inflight", "_on_close", "unsent", "max_unsent", "_unsent_by_peer", "max_response")
+    __slots__ = ("open", "stopped", "cut", "inflight", "_on_close", "unsent", "max_unsent", "_unsent_by_peer", "max_response")
 
     def __init__(self, max_unsent_bytes: int = 0, max_response_bytes: int = 0) -> None:
         self.open = True
@@ -122,6 +122,8 @@ class Gate:
         #: running, and their clients get UNAVAILABLE. A stream's request iterator just ends, as if
         #: the client had half-closed, and such a stream was logged and counted OK.
         self.stopped = False
+        #: How the calls cut off by the stop are recorded (why the server stopped; set by `stop`).
+        self.cut = CUT_BY_STOP
         #: The largest unary response gRPC sends (`--max-message-mb`; 0: no bound here). gRPC
         #: refuses a larger one itself, RESOURCE_EXHAUSTED "Sent message larger than max", after
         #: the call was logged and counted OK: the wrappers check it first (`check_response`).
@@ -150,15 +152,18 @@ class Gate:
         self._on_close.add(callback)
         return lambda: self._on_close.discard(callback)
 
-    def stop(self) -> None:
-        """The server is about to stop: calls that end from now on were cut off (`cut_status`)."""
+    def stop(self, cut: tuple[grpc.StatusCode, str] = CUT_BY_STOP) -> None:
+        """The server is about to stop: calls that end from now on were cut off (`cut_status`),
+        recorded as `cut` (why it stops; the first stop's reason holds)."""
         self.open = False
+        if not self.stopped:
+            self.cut = cut
         self.stopped = True
 
     def cut_status(self) -> tuple[grpc.StatusCode, str]:
         """How a call that was cancelled, or a stream whose requests ended, is recorded: cut off by
         the server's stop (what its client sees), or else cancelled by its client."""
-        return CUT_BY_STOP if self.stopped else CANCELLED
+        return self.cut if self.stopped else CANCELLED
 
     def call_done(self, _context: object) -> None:
         """A call ended (its status sent or the call cancelled): the `add_done_callback` of each call."""
@@ -466,7 +471,7 @@ def stream(rpc: str, handler: StreamHandler,
         except (asyncio.CancelledError, GeneratorExit):
             # The client went away mid-stream (or the server stopped): recorded, then the
             # cancellation goes on.
-            cut = CUT_BY_STOP if gate.stopped else STREAM_GONE
+            cut = gate.cut if gate.stopped else STREAM_GONE
             outcome.finish(cut, messages=counts.messages, opened=counts.opened, errors=counts.errors)
             raise
         finally:
@@ -474,7 +479,7 @@ def stream(rpc: str, handler: StreamHandler,
         if failure is None and gate.stopped:
             # The requests ended because gRPC cancelled the call, not because the client half-closed:
             # no status can be sent any more.
-            outcome.finish(CUT_BY_STOP, messages=counts.messages, opened=counts.opened, errors=counts.errors)
+            outcome.finish(gate.cut, messages=counts.messages, opened=counts.opened, errors=counts.errors)
             return
         outcome.finish(failure, messages=counts.messages, opened=counts.opened, errors=counts.errors)
         if failure is not None:

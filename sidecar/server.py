@@ -23,7 +23,7 @@ from sidecar.backend import EncodeOptions, RendererSettings
 from sidecar.group import DRAINING, HEARTBEAT_SECONDS, SERVING, GroupState
 from sidecar.factory import get_backend, get_hasher, get_index_factory
 from sidecar.config import ServerConfig
-from sidecar.errors import FailedPrecondition
+from sidecar.errors import CUT_AT_DRAIN_END, CUT_BY_SECOND_SIGNAL, CUT_BY_STOP, FailedPrecondition
 from sidecar.listeners import UnixSocket, bind_tcp
 from sidecar.logs import get_logger
 from sidecar.registry import ModelRegistry, embedded_spec
@@ -281,19 +281,24 @@ class RunningServer:
         self.announce_state(DRAINING)
         await self.health.enter_graceful_shutdown()
         notice = min(notice, grace)
-        while not hurry():
+        cut = CUT_AT_DRAIN_END
+        while True:
+            if hurry():
+                cut = CUT_BY_SECOND_SIGNAL  # what is cut off is told so, not "the end of --drain-seconds"
+                break
             elapsed = loop.time() - started
             if elapsed >= grace or (self.gate.inflight == 0 and elapsed >= notice):
                 break
             await asyncio.sleep(0.02)
         cancelled = self.gate.inflight
-        await self.close()
+        await self.close(cut)
         return cancelled
 
-    async def close(self) -> None:
+    async def close(self, cut: tuple[grpc.StatusCode, str] = CUT_BY_STOP) -> None:
         """Stops everything the server started and removes its socket file; idempotent. Native calls
-        still running on worker threads are abandoned (they cannot be interrupted from here)."""
-        self.gate.stop()  # what gRPC cancels now is logged and counted as cut off
+        still running on worker threads are abandoned (they cannot be interrupted from here). `cut`:
+        how the calls still running are recorded (why the server stops)."""
+        self.gate.stop(cut)  # what gRPC cancels now is logged and counted as cut off
         await self.server.stop(0)
         await self._let_cancelled_calls_end()
         self.runtime.offloader.shutdown()

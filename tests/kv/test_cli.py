@@ -186,3 +186,24 @@ def test_relay_metrics_port_serves_its_counters() -> None:
                  'sidecar_kv_relay_duplicates_total{model="m",worker="w0"} 0.0'):
         assert line in text.splitlines(), line
     assert "sidecar_requests_total" not in text  # the server's metrics mean nothing for a relay
+
+
+@pytest.mark.parametrize("value", ["-1", str((1 << 62) + 1)])
+def test_a_bad_kv_max_blocks_is_refused_naming_the_flag(value: str) -> None:
+    """Refused where the flags enter, before the models load; the index refused -1 only once it
+    was made, saying `max_blocks must be >= 0` (no flag), and took any size beyond its u64."""
+    with pytest.raises(ValueError, match=rf"^--kv-max-blocks {value}: must be in \[0, 2\^62\] \(0: keep no blocks\)"):
+        parse("--kv-events", "a=tcp://127.0.0.1:5557,model=m", "--kv-max-blocks", value)
+
+
+@pytest.mark.parametrize("value", ["0", str(1 << 62)])
+def test_the_ends_of_kv_max_blocks_are_taken(value: str) -> None:
+    assert parse("--kv-events", "a=tcp://127.0.0.1:5557,model=m", "--kv-max-blocks", value).max_blocks == int(value)
+
+
+def test_a_bad_kv_max_blocks_stops_serve_before_the_models_load(capsys: pytest.CaptureFixture[str]) -> None:
+    from sidecar.cli import main
+
+    assert main(["serve", "--model", "m=/nonexistent/model", "--uds", "/nonexistent/never.sock", "--port", "-1",
+                 "--kv-events", "a=tcp://127.0.0.1:5557,model=m", "--kv-max-blocks", "-1"]) == 2
+    assert capsys.readouterr().err.startswith("sidecar: --kv-max-blocks -1: must be in [0, 2^62]")

@@ -185,6 +185,15 @@ def test_eviction_keeps_memory_bounded(kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", KINDS)
+def test_a_bound_of_0_keeps_no_blocks(kind: str) -> None:
+    """What `--kv-max-blocks 0` documents: every store is evicted as it is applied."""
+    index = make_index(kind, BS, max_blocks=0)
+    seq = list(range(4 * BS))
+    index.apply("a", BlockStored(engine_hashes(seq), None, seq, BS))
+    assert (index.num_blocks, index.stats.evicted_blocks, depths(index, seq).get("a", 0)) == (0, 4, 0)
+
+
+@pytest.mark.parametrize("kind", KINDS)
 def test_eviction_trims_many_workers_rather_than_wiping_one(kind: str) -> None:
     """A fleet at the bound: 200 workers of 20 blocks, a round (1% of 4,000) larger than any one of
     them. Each pass takes at most a quarter of the largest worker, so every worker keeps its

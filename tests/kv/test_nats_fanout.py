@@ -903,3 +903,34 @@ def test_a_relays_silent_reset_is_counted_once(nats_server: NatsServer) -> None:
             router.stop()
         engine.close()
         ctx.term()
+
+
+def test_a_nats_outage_is_a_few_log_lines_not_one_per_attempt(nats_server: NatsServer,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """Through an outage the client's reconnects (two a second) each wrote a traceback to stderr,
+    and the relay logged `kv_relay_publish_retry` once a second: now the connection's changes of
+    state are one line each, and a retried publish is logged at its first failure (then once a
+    minute)."""
+    caplog.set_level("INFO", logger="router_adapter")
+    ctx = zmq.Context()
+    engine = FakeEnginePublisher(ctx, send_hwm=0)
+    relays: list[tuple[Relay, threading.Thread]] = []
+    try:
+        relay = start_relay_thread(Relay(Source("w0", engine.endpoint, engine.replay_endpoint, model=MODEL),
+                                         RelayOptions(nats_server.url, silence_timeout_s=None, ack_timeout_s=0.3)),
+                                   relays)
+        wait_for_subscription(engine.pub)
+        nats_server.stop()
+        publish_blocks_for(engine, 4.0)
+        nats_server.start()
+        wait_until(lambda: relay.stats.published + relay.stats.duplicates == engine.seq, 60,
+                   "the batches held through the outage")
+        events = [r.getMessage().split(" ")[0] for r in caplog.records if r.name.startswith("router_adapter")]
+        assert relay.stats.retries >= 3  # the publish was retried all along
+        assert events.count("kv_relay_publish_retry") == 1, events
+        assert (events.count("kv_nats_disconnected"), events.count("kv_nats_reconnected")) == (1, 1), events
+        assert events.count("kv_nats_reconnect_failed") <= 2, events  # one per distinct error
+    finally:
+        stop_relay_threads(relays)
+        engine.close()
+        ctx.term()

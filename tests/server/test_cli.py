@@ -97,3 +97,93 @@ def test_a_config_built_in_code_refuses_a_port_out_of_range_too(field: str, valu
     flag = "--" + field.replace("_", "-")
     with pytest.raises(ValueError, match=f"^{flag} {value}: must be a port in \\[0, 65535\\]"):
         ServerConfig(**{field: value})
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    # Each ended in a traceback from where the value failed (int(), protobuf, open()).
+    (["detokenize", "1", "abc"], "argument ids: 'abc': not a token id (an integer in [0, 4294967295])"),
+    (["detokenize", "99999999999"], "argument ids: 99999999999: not a token id"),
+    (["detokenize", "--", "-5"], "argument ids: -5: not a token id"),
+    (["tokenize", "--max-length", "-1", "hi"], "argument --max-length: -1: must be in [0, 4294967295]"),
+    (["tokenize", "--max-length", str(1 << 32), "hi"], f"argument --max-length: {1 << 32}: must be in"),
+    (["render", "/nonexistent/m.json"], "sidecar: messages /nonexistent/m.json: No such file or directory"),
+    (["render", "--tools", "/nonexistent/t.json", "MESSAGES"], "sidecar: --tools /nonexistent/t.json: No such file"),
+    (["render", "--documents", "/nonexistent/d.json", "MESSAGES"], "sidecar: --documents /nonexistent/d.json: No such"),
+    (["render", "--template", "@/nonexistent/t.jinja", "MESSAGES"],
+     "sidecar: --template @FILE /nonexistent/t.jinja: No such file"),
+    (["render", "BINARY"], "sidecar: messages BINARY: not UTF-8 text"),
+    (["models", "--tls-ca", "/nonexistent/ca.pem"], "sidecar: --tls-ca /nonexistent/ca.pem: No such file or directory"),
+    (["models", "--tls-cert", "/nonexistent/c.pem"], "sidecar: --tls-cert, --tls-key: give both"),
+    (["models", "--tls-key", "/nonexistent/k.pem"], "sidecar: --tls-cert, --tls-key: give both"),
+    (["models", "--tls-ca", "CA", "--tls-cert", "CA", "--tls-key", "/nonexistent/k.pem"],
+     "sidecar: --tls-key /nonexistent/k.pem: No such file or directory"),
+])
+def test_a_client_argument_mistake_is_named_with_exit_2(argv: list[str], message: str, tmp_path,  # noqa: ANN001
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    messages = tmp_path / "m.json"
+    messages.write_text('[{"role": "user", "content": "hi"}]')
+    binary = tmp_path / "b.json"
+    binary.write_bytes(b"\xff\xfe[]")
+    names = {"MESSAGES": str(messages), "BINARY": str(binary), "CA": str(messages)}
+    argv = [names.get(a, a) for a in argv]
+    message = message.replace("BINARY", str(binary))
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, "--target", "127.0.0.1:1", "--timeout", "1"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and message in err and "Traceback" not in err, err
+
+
+def test_a_client_certificate_without_a_ca_is_tls_with_the_system_roots(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    """`--tls-cert/--tls-key` without `--tls-ca` were ignored: the client spoke plaintext."""
+    import grpc
+
+    from sidecar import cli
+
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    cert.write_bytes(b"CERT")
+    key.write_bytes(b"KEY")
+    made = []
+    monkeypatch.setattr(grpc, "ssl_channel_credentials", lambda *a: made.append(a) or "credentials")
+    monkeypatch.setattr(grpc, "secure_channel", lambda target, credentials, options: ("secure", target, credentials))
+    args = build_parser().parse_args(["models", "--target", "h:1", "--tls-cert", str(cert), "--tls-key", str(key)])
+    assert cli._channel(args) == ("secure", "h:1", "credentials")
+    assert made == [(None, b"KEY", b"CERT")]
+
+
+def test_reload_against_a_server_without_admin_names_the_flag(monkeypatch, capsys) -> None:  # noqa: ANN001
+    """The server's answer is gRPC's own UNIMPLEMENTED "Method not found!", which said nothing of
+    --enable-admin."""
+    import grpc
+
+    from sidecar.v1 import admin_pb2_grpc
+
+    class Unimplemented(grpc.RpcError):
+        def code(self) -> grpc.StatusCode:
+            return grpc.StatusCode.UNIMPLEMENTED
+
+        def details(self) -> str:
+            return "Method not found!"
+
+    class Stub:
+        def __init__(self, _channel: object) -> None:
+            pass
+
+        def ReloadModels(self, request: object, timeout: float) -> None:  # noqa: N802 - the RPC's name
+            raise Unimplemented()
+
+    monkeypatch.setattr(admin_pb2_grpc, "AdminStub", Stub)
+    with pytest.raises(SystemExit) as exited:
+        main(["reload", "--target", "127.0.0.1:1"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 1
+    assert err.startswith("sidecar: UNIMPLEMENTED: Method not found! (the server has no Admin service: start it "
+                          "with --enable-admin"), err
+
+
+def test_max_unsent_help_covers_streams_as_the_readme_does() -> None:
+    """--help spoke of unary calls only; the bound counts ParseStream and Multiplex answers too."""
+    import argparse
+
+    serve = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["serve"]
+    (flag,) = [a for a in serve._actions if "--max-unsent-mb" in a.option_strings]
+    assert "ParseStream" in flag.help and "Multiplex" in flag.help

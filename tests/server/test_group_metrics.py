@@ -231,3 +231,55 @@ def test_the_merge_writes_every_family_as_one_process_writes_it() -> None:
     for name, lines in headers(expected).items():
         assert merged_two.pop(name) == lines, name
     assert merged_two == {}
+
+
+@pytest.mark.parametrize("host_in_use", ["in use", "bogus.invalid"])
+def test_a_metrics_listener_that_cannot_be_made_is_an_argument_error(
+    host_in_use: str, capsys: pytest.CaptureFixture[str],
+) -> None:
+    """As one process says it (`sidecar: --metrics-host/--metrics-port ...`, exit 2), not a traceback
+    and exit 1, and before any process starts."""
+    import socket
+
+    from sidecar.cli import main
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        host = "127.0.0.1" if host_in_use == "in use" else host_in_use
+        assert main(["serve", "--processes", "2", "--port", "0", "--metrics-host", host,
+                     "--metrics-port", str(port if host_in_use == "in use" else 0)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"sidecar: --metrics-host/--metrics-port {host}:"), err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+def kv_exposition(events: int, gaps: int, blocks: int) -> str:
+    """One process's KV metrics: every process applies every engine's events to its own index."""
+    return (
+        "# HELP sidecar_kv_events_total KV events applied\n"
+        "# TYPE sidecar_kv_events_total counter\n"
+        f'sidecar_kv_events_total{{model="m"}} {events}.0\n'
+        "# HELP sidecar_kv_sequence_gaps_total KV-event sequence gaps\n"
+        "# TYPE sidecar_kv_sequence_gaps_total counter\n"
+        f'sidecar_kv_sequence_gaps_total{{worker="w0"}} {gaps}.0\n'
+        "# HELP sidecar_kv_blocks Blocks in the KV prefix index\n"
+        "# TYPE sidecar_kv_blocks gauge\n"
+        f'sidecar_kv_blocks{{model="m"}} {blocks}.0\n'
+    ) + exposition(3, 100.0, 1)
+
+
+def test_kv_counters_are_one_processs_view_not_n_times_it() -> None:
+    """Each of N processes counts the same events stream: summed, `sidecar_kv_events_total` was N
+    times the events the engines published (and gaps, evictions alike). The highest is kept, as
+    for the KV gauges; the server's own counters still add up."""
+    processes = [list(text_string_to_metric_families(kv_exposition(1000, 2, 50))),
+                 list(text_string_to_metric_families(kv_exposition(998, 2, 49)))]
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(group_metrics.merged(processes))
+               for s in family.samples}
+    assert samples[("sidecar_kv_events_total", (("model", "m"),))] == 1000
+    assert samples[("sidecar_kv_sequence_gaps_total", (("worker", "w0"),))] == 2
+    assert samples[("sidecar_kv_blocks", (("model", "m"),))] == 50
+    assert samples[TOKENIZE_OK] == 6

@@ -104,15 +104,18 @@ def test_draining_refuses_new_calls_and_health_stays_answerable(tmp_path: Path) 
     assert len(refusals) == 1 and refusals[0]["request_id"]
 
 
-def test_a_stream_open_at_the_end_of_the_drain_is_logged_as_its_client_sees_it(tmp_path: Path) -> None:
+@pytest.mark.parametrize("second_signal", [False, True])
+def test_a_stream_open_at_the_end_of_the_drain_is_logged_as_its_client_sees_it(tmp_path: Path,
+                                                                              second_signal: bool) -> None:
     """A ParseStream still open when the drain ends is cancelled by gRPC (the client gets UNAVAILABLE
     "Cancelling all calls"): it was logged `"code":"OK"`, and gRPC printed a bare CancelledError
     traceback for its call, still pending when the event loop closed. (Started without /metrics,
-    as in the report: with both /metrics and TCP the traceback did not show.)"""
+    as in the report: with both /metrics and TCP the traceback did not show.) A drain cut short by
+    a second SIGTERM was logged as "the end of --drain-seconds": the line says which it was."""
     uds, log_path = tmp_path / "sidecar.sock", tmp_path / "server.log"
     with open(log_path, "w") as log:
         process = subprocess.Popen([sys.executable, "-m", "sidecar", "serve", "--port", "-1", "--uds", str(uds),
-                                    "--drain-seconds", "1", "--drain-notice-seconds", "0"],
+                                    "--drain-seconds", "60" if second_signal else "1", "--drain-notice-seconds", "0"],
                                    stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
     server = LiveServer(process, "", f"unix:{uds}", None, log_path)
     wait_for_event(server, "listening")
@@ -124,6 +127,9 @@ def test_a_stream_open_at_the_end_of_the_drain_is_logged_as_its_client_sees_it(t
         messages.put(pb.ParseStreamRequest(open=pb.OpenRequest(request_id="r", model="qwen3")))
         assert next(answers).deltas == []
         server.process.send_signal(signal.SIGTERM)
+        if second_signal:
+            wait_for_event(server, "draining")
+            server.process.send_signal(signal.SIGTERM)
         with pytest.raises(grpc.RpcError) as cut:
             next(answers)
         assert cut.value.code() == grpc.StatusCode.UNAVAILABLE, cut.value
@@ -134,7 +140,10 @@ def test_a_stream_open_at_the_end_of_the_drain_is_logged_as_its_client_sees_it(t
         stop_server(server)
     (line,) = [e for e in server.log_lines() if e.get("event") == "rpc" and e.get("request_id") == "open-at-stop"]
     assert (line["rpc"], line["code"], line["opened"]) == ("ParseStream", "UNAVAILABLE", 1)
-    assert "--drain-seconds" in line["error"]
+    if second_signal:
+        assert "a second stop signal" in line["error"] and "--drain-seconds" not in line["error"], line
+    else:
+        assert "at the end of --drain-seconds" in line["error"], line
     assert "Traceback" not in server.log_path.read_text()
 
 

@@ -96,3 +96,13 @@ def test_registry_lookup_and_duplicates() -> None:
     spec = ModelSpec("toy", REPO / "tests" / "data" / "native")
     with pytest.raises(NotFound, match="neither tokenizer.json"):
         registry.load(spec)
+
+
+def test_a_model_path_that_is_a_file_is_said_to_be_one(tmp_path: Path) -> None:
+    """`--model m=.../config.json` was reported as a model directory that "does not exist"."""
+    file = tmp_path / "config.json"
+    file.write_text("{}")
+    with pytest.raises(NotFound, match=f"^model directory {file} is not a directory"):
+        ModelConfig.from_dir(file)
+    with pytest.raises(NotFound, match=f"^model directory {tmp_path / 'gone'} does not exist$"):
+        ModelConfig.from_dir(tmp_path / "gone")

@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from sidecar import logs, rpc
-from sidecar.errors import InvalidArgument
+from sidecar.errors import CUT_AT_DRAIN_END, InvalidArgument
 from sidecar.rpc import Call, StreamCounts, raw_unary, stream, unary
 
 
@@ -193,7 +193,7 @@ def test_a_stream_the_server_stops_is_recorded_with_the_status_its_client_gets(l
 
     async def requests() -> AsyncIterator[bytes]:
         yield b"open"
-        gate.stop()  # the drain is over: the server stops, and gRPC ends the requests
+        gate.stop(CUT_AT_DRAIN_END)  # the drain is over: the server stops, and gRPC ends the requests
 
     async def run() -> list[bytes]:
         return [answer async for answer in stream("StreamStopped", _echo(), gate)(requests(), context)]
