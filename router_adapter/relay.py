@@ -96,14 +96,9 @@ class Relay:
         self._stopped = asyncio.Event()
         if self._stopping.is_set():  # stopped before it ran
             return
-        nc = await fanout.connect_until_stopped(
-            self.options.nats_url, self._stopped, f"sidecar-kv-relay {self.source.worker}",
-        )
-        if nc is None:
+        if not await self._connect():
             return
         try:
-            self._nc = nc
-            self._js = nc.jetstream(timeout=self.options.ack_timeout_s)
             await fanout.ensure_stream(self._js, self.options.stream, self.options.prefix, self.options.retention_s)
             last_seq = await self._resume()
             digest = self._digest()
@@ -124,7 +119,18 @@ class Relay:
                 # The subscriber thread may be waiting on a publish of this loop: let it see the stop.
                 await asyncio.get_running_loop().run_in_executor(None, subscriber.stop)
         finally:
-            await nc.close()
+            await self._nc.close()
+
+    async def _connect(self) -> bool:
+        """A new connection (and its JetStream context); False when stopped first."""
+        nc = await fanout.connect_until_stopped(
+            self.options.nats_url, self._stopped, f"sidecar-kv-relay {self.source.worker}",
+        )
+        if nc is None:
+            return False
+        self._nc = nc
+        self._js = nc.jetstream(timeout=self.options.ack_timeout_s)
+        return True
 
     def stop(self) -> None:
         """Stops `run()` (thread-safe)."""
@@ -233,16 +239,17 @@ class Relay:
         from nats.errors import MaxPayloadError
         from nats.js.errors import NoStreamResponseError
 
-        # The server's max_payload, which counts headers with the payload: from the INFO of the
-        # connection as it is now (a nats-server restarted with another limit sends a new one).
-        max_payload = self._nc.max_payload if self._nc is not None else None
-        if max_payload is not None and len(payload) + self._header_bytes(headers) > max_payload:
-            # nats-py checks the payload alone, the server the headers too: a message between the
-            # two is refused by the server, which closes the connection, and was retried forever.
-            return False
+        size = len(payload) + self._header_bytes(headers)
         delay = 0.05
         attempts, logged_at = 0, -math.inf
         while True:
+            # The server's max_payload, which counts headers with the payload, from the INFO of the
+            # connection as it is now, at every attempt: a nats-server restarted with a smaller
+            # limit (while a publish waited) refuses the message, closing the connection, for ever.
+            # nats-py checks the payload alone: a message over with its headers was refused too.
+            max_payload = self._nc.max_payload if self._nc is not None else None
+            if max_payload is not None and size > max_payload:
+                return False
             try:
                 ack = await self._js.publish(self.subject, payload, stream=self.options.stream, headers=headers)
             except MaxPayloadError:
@@ -262,6 +269,13 @@ class Relay:
                     logged_at = time.monotonic()
                     _log.warning("kv_relay_publish_retry subject=%s id=%s failed_attempts=%d error=%r", self.subject,
                                  headers[fanout.MSG_ID], attempts, e)
+                if self._nc.is_closed and not self._stopping.is_set():
+                    # The client closes for good on any error the server sends (a message over a
+                    # max_payload lowered while it was in flight, a restart's race): a new one.
+                    _log.warning("kv_relay_reconnecting worker=%s: the NATS client closed (%r)",
+                                 self.source.worker, self._nc.last_error)
+                    if not await self._connect():
+                        raise  # stopped meanwhile
                 if isinstance(e, NoStreamResponseError):
                     # The stream is gone (a nats-server restarted without its store, a deletion):
                     # made again with this relay's settings, where the relay waited for a replica.

@@ -402,10 +402,11 @@ def test_batch_over_max_payload_resets_the_worker(nats_server: NatsServer) -> No
 
 
 def test_a_relay_follows_the_max_payload_of_a_restarted_server(nats_server: NatsServer, tmp_path: Path) -> None:
-    """nats-server restarted with a smaller max_payload: the relay checks each batch against the
-    limit of the connection as it is now. Checked against the first connection's, a batch between
-    the two limits was published, refused by the server (which closes the connection), and retried
-    for ever."""
+    """nats-server restarted with a smaller max_payload while a batch between the two limits
+    waits to be published: the relay checks each attempt against the limit of the connection as
+    it is now, and makes a new client when the server's refusal closed its own (nats-py closes for
+    good on any error the server sends). Before, the batch was retried for ever, on a closed
+    client."""
     ctx = zmq.Context()
     engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
     relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
@@ -417,11 +418,13 @@ def test_a_relay_follows_the_max_payload_of_a_restarted_server(nats_server: Nats
         config.write_text("max_payload: 200000\n")
         nats_server.extra_args = ["-c", str(config)]
         nats_server.restart()
-        tokens = list(range(70_000, 70_000 + 300_000 // BS * BS))  # about 0.3 MB: within 1 MiB, over 200 kB
+        tokens = list(range(70_000, 70_000 + 150_000 // BS * BS))  # about 0.75 MB: within 1 MiB, over 200 kB
         engine.pub.publish([stored_event("vllm", list(range(1, len(tokens) // BS + 1)), None, tokens, "GPU")])
         engine.pub.publish([stored_event("vllm", [12], None, list(range(BS, 2 * BS)), "GPU")])
-        wait_until(lambda: relay.relay.stats.too_large == 1 and relay.relay.stats.published == 2, 30,
+        # Published: the first batch, the gap reset that replaces the large one, the next batch.
+        wait_until(lambda: relay.relay.stats.too_large == 1 and relay.relay.stats.published == 3, 30,
                    "the large batch refused by the relay, the next one published")
+        assert relay.relay.stats.resets == 1
     finally:
         relay.stop()
         engine.close()
