@@ -222,7 +222,8 @@ class NatsFeed:
         finally:
             loop.close()
 
-    async def _main(self) -> None:
+    async def _connect(self) -> bool:
+        """A new client (and its JetStream context); False when stopped first."""
         async def disconnected() -> None:
             for feed in self.models.values():
                 feed.state = RECONNECTING
@@ -231,14 +232,31 @@ class NatsFeed:
             self._connection += 1
             self._connected_at = time.time()
 
-        self._nc = await fanout.connect_until_stopped(
+        nc = await fanout.connect_until_stopped(
             self.options.nats_url, self._stop, "sidecar-kv-feed",
             disconnected_cb=disconnected, reconnected_cb=reconnected,
         )
-        if self._nc is None:
-            return
+        if nc is None:
+            return False
+        self._nc, self._js, self._store = nc, nc.jetstream(), None
         self._connected_at = time.time()
-        self._js = self._nc.jetstream()
+        return True
+
+    async def _replace_closed_client(self) -> None:
+        """nats-py closes its client for good on any error the server sends (a permissions or
+        payload violation): every model's consumer then failed for ever. A new client, made once
+        for all the models' tasks; their consumers are made again on it."""
+        async with self._replacing:
+            if not self._nc.is_closed or self._stop.is_set():
+                return  # another model's task made it, or the feed stops
+            _log.warning("kv_nats_feed_reconnecting: the NATS client closed (%r)", self._nc.last_error)
+            if await self._connect():
+                self._connection += 1
+
+    async def _main(self) -> None:
+        self._replacing = asyncio.Lock()
+        if not await self._connect():
+            return
         tasks = [asyncio.create_task(self._run_model(feed)) for feed in self.models.values()]
         tasks.append(asyncio.create_task(self._housekeeping()))
         try:
@@ -285,6 +303,8 @@ class NatsFeed:
                 feed.consumer_restarts += 1
                 _log.warning("kv_nats_consumer_restart model=%s stream_seq=%d retry_in_s=%.1f error=%r",
                              feed.model, feed.stream_seq, delay, e)
+                if self._nc.is_closed:
+                    await self._replace_closed_client()
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RESTART_DELAYS_S[1])
 

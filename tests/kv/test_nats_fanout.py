@@ -431,6 +431,30 @@ def test_a_relay_follows_the_max_payload_of_a_restarted_server(nats_server: Nats
         ctx.term()
 
 
+def test_a_replica_whose_client_closed_makes_a_new_one(nats_server: NatsServer) -> None:
+    """nats-py closes its client for good on any error the server sends (a permissions or payload
+    violation); the replica's consumers then failed for ever, the feed stuck `reconnecting`. It
+    now makes a new client and reads on from where it was."""
+    ctx = zmq.Context()
+    engine = SimEngine(ctx, "w0", "vllm", PrefixIndex(BS), random.Random(5))
+    relay = ThreadRelay(Source("w0", engine.pub.endpoint, engine.pub.replay_endpoint, model=MODEL), nats_server.url)
+    router, feed = replica(nats_server.url)
+    try:
+        engine.pub.wait_for_subscriber()
+        engine.pub.publish([stored_event("vllm", [11], None, list(range(BS)), "GPU")])
+        wait_until(lambda: router.index(MODEL).worker_blocks("w0") == 1, 30, "the first batch applied")
+        asyncio.run_coroutine_threadsafe(feed._nc.close(), feed._loop).result(10)
+        engine.pub.publish([stored_event("vllm", [12], 11, list(range(BS, 2 * BS)), "GPU")])
+        wait_until(lambda: router.index(MODEL).worker_blocks("w0") == 2 and feed.models[MODEL].state == LIVE, 30,
+                   "the next batch applied on a new client")
+        assert feed.models[MODEL].consumer_restarts >= 1
+    finally:
+        router.stop()
+        relay.stop()
+        engine.close()
+        ctx.term()
+
+
 class FailingOn12(PrefixIndex):
     """The Python index, raising (as a bug would) on every batch that stores block hash 12."""
 
