@@ -41,7 +41,7 @@ fn type_error(message: impl Into<String>) -> Error {
 }
 
 /// Python's type name of a value, for error messages.
-fn type_name(value: &Value) -> &'static str {
+pub(crate) fn type_name(value: &Value) -> &'static str {
     match value.kind() {
         ValueKind::Undefined => "Undefined",
         ValueKind::None => "NoneType",

@@ -208,7 +208,7 @@ fn rewrite(pieces: Vec<Piece<'_>>, args: &[Value]) -> Result<Value, Error> {
             // `format(x, '')` is `str(x)`, in Python's spelling (floats, lists, dicts).
             value = Value::from(pyjson::py_str(&value));
         } else {
-            check_spec_size(&parse_spec(&spec, super::pystrmethods::type_name(&value))?)?;
+            check_spec_size(&parse_spec(&spec, super::pyformat::type_name(&value))?)?;
         }
         values.push(value);
         out.push('{');
@@ -412,7 +412,7 @@ fn percent(value: &Value, spec: &str) -> Result<String, Error> {
         _ => {
             return Err(value_error(format!(
                 "Unknown format code '%' for object of type '{}'",
-                super::pystrmethods::type_name(value)
+                super::pyformat::type_name(value)
             )))
         }
     };

@@ -10,26 +10,11 @@
 use minijinja::value::{from_args, Kwargs, Tuple, ValueKind};
 use minijinja::{Error, ErrorKind, Value};
 
+use super::pyformat::type_name;
 use super::pystr;
 
 fn type_error(message: impl Into<String>) -> Error {
     Error::new(ErrorKind::InvalidOperation, message.into())
-}
-
-/// Python's type name, for error messages.
-pub(crate) fn type_name(value: &Value) -> &'static str {
-    match value.kind() {
-        ValueKind::Undefined => "Undefined",
-        ValueKind::None => "NoneType",
-        ValueKind::Bool => "bool",
-        ValueKind::Number if value.is_integer() => "int",
-        ValueKind::Number => "float",
-        ValueKind::String => "str",
-        ValueKind::Seq if value.is_tuple() => "tuple",
-        ValueKind::Seq => "list",
-        ValueKind::Map => "dict",
-        _ => "object",
-    }
 }
 
 /// A method's arguments as Python takes them: at least `required` and at most `names.len()`
