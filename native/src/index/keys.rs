@@ -45,6 +45,14 @@ impl Slot for KeySlot {
     fn is_buried(&self) -> bool {
         self.holders == BURIED
     }
+    #[inline]
+    fn or_empty(self, keep: bool) -> Self {
+        let mask = 0u64.wrapping_sub(keep as u64);
+        KeySlot {
+            hkey: self.hkey & mask,
+            holders: self.holders & mask as u32,
+        }
+    }
 }
 
 /// The holder code of a removed key's tombstone (`Holders::One` always has a medium).

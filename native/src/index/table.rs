@@ -32,6 +32,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const OVERFLOW: usize = 32;
 /// Cache lines fetched ahead from a home slot on (see [`Table::prefetch`]).
 const PREFETCH_LINES: usize = 4;
+/// Slots a removal pass collects before passing them on.
+const REMOVED_GROUP: usize = 64;
 /// Smallest capacity (home slots) of a segment that holds anything.
 const MIN_CAPACITY: usize = 8;
 /// A segment splits when it holds this many slots. Its array is then a few MB: the allocator
@@ -71,6 +73,8 @@ pub(crate) trait Slot: Copy {
     fn buried(self) -> Self;
     /// Whether this slot is a tombstone.
     fn is_buried(&self) -> bool;
+    /// This slot when `keep`, else the empty slot, without a branch.
+    fn or_empty(self, keep: bool) -> Self;
     /// Whether this slot holds a live value.
     #[inline]
     fn is_live(&self) -> bool {
@@ -316,36 +320,35 @@ impl<S: Slot> Segment<S> {
     /// segment stays sorted and every run stays unbroken). One pass however many go, where
     /// removing them one by one would shift the rest of each run once per removal.
     fn remove_where(&mut self, remove: &impl Fn(&S) -> bool, removed: &mut impl FnMut(S)) {
+        // Without a branch on what each slot is (empty, tombstone, removed, kept where it is,
+        // moved): eviction removes a sixth of a worker's slots at random places, and branches
+        // on that were mispredicted slot after slot. The removed slots are collected and
+        // passed on in groups.
         let mut next = 0usize;
         let mut kept = 0usize;
+        let mut gone = [S::EMPTY; REMOVED_GROUP];
+        let mut count = 0;
         for pos in 0..self.slots.len() {
             let slot = self.slots[pos];
-            if slot.is_empty() {
-                continue;
+            let live = slot.is_live();
+            let remove = live & remove(&slot);
+            let keep = live & !remove;
+            gone[count] = slot;
+            count += remove as usize;
+            if count == REMOVED_GROUP {
+                gone.iter().for_each(|&s| removed(s));
+                count = 0;
             }
-            if slot.is_buried() {
-                self.slots[pos] = S::EMPTY;
-                continue;
-            }
-            if remove(&slot) {
-                removed(slot);
-                self.slots[pos] = S::EMPTY;
-                continue;
-            }
-            if next == pos {
-                // Nothing freed before it in its run: it stays (its home is at or before it).
-                next = pos + 1;
-                kept += 1;
-                continue;
-            }
+            // Each kept slot goes to its home or right after the previous kept slot, which is
+            // never to the right of where it was (the `relayout` rule).
             let to = self.home(slot.hash()).max(next);
-            if to != pos {
-                self.slots[to] = slot;
-                self.slots[pos] = S::EMPTY;
-            }
-            next = to + 1;
-            kept += 1;
+            let dst = if keep { to } else { pos };
+            self.slots[pos] = S::EMPTY;
+            self.slots[dst] = slot.or_empty(keep);
+            next = if keep { to + 1 } else { next };
+            kept += keep as usize;
         }
+        gone[..count].iter().for_each(|&s| removed(s));
         self.len = kept;
         self.dead = 0;
         self.maybe_shrink();
@@ -619,7 +622,8 @@ impl<S: Slot> Table<S> {
         }
     }
 
-    /// Removes the slots for which `remove` is true, passing each to `removed`.
+    /// Removes the slots for which `remove` is true, passing each to `removed` (`remove` is
+    /// also asked about empty slots, and its answer for them ignored).
     pub fn remove_where(&mut self, remove: impl Fn(&S) -> bool, mut removed: impl FnMut(S)) {
         let mut len = 0;
         for segment in &mut self.segments {
@@ -677,6 +681,13 @@ mod tests {
         }
         fn is_buried(&self) -> bool {
             self.1 == u64::MAX
+        }
+        fn or_empty(self, keep: bool) -> Self {
+            if keep {
+                self
+            } else {
+                Self::EMPTY
+            }
         }
     }
 

@@ -59,6 +59,15 @@ impl Slot for Entry {
     fn is_buried(&self) -> bool {
         self.meta == BURIED
     }
+    #[inline]
+    fn or_empty(self, keep: bool) -> Self {
+        let mask = 0u64.wrapping_sub(keep as u64);
+        Entry {
+            hash: self.hash & mask,
+            hkey: self.hkey & mask,
+            meta: self.meta & mask as u32,
+        }
+    }
 }
 
 /// The `meta` of a removed entry's tombstone.
