@@ -216,7 +216,9 @@ impl KeyTable {
         hkey: u64,
         change: impl FnOnce(&mut MultiPool, Holders) -> Option<Holders>,
     ) {
-        let Some(pos) = self.table.find(hkey) else {
+        // `lookup`'s search, not `find`'s: a released key is often some slots past its home
+        // (the eviction bound keeps the table full), where the window's search is faster.
+        let Ok(pos) = self.table.lookup(hkey) else {
             return;
         };
         match change(&mut self.pool, Holders::decode(self.table.get(pos).holders)) {

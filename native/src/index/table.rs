@@ -226,13 +226,14 @@ impl<S: Slot> Segment<S> {
     }
 
     /// `Ok(position)` of `hash`, or `Err(position)` where it would go: the first slot past it.
+    /// For insertions and releases (see [`Segment::find`]).
     #[inline]
     fn search(&self, hash: u64) -> Result<usize, usize> {
         let mut pos = self.home(hash);
         // A window of slots at a time: how many lead with a smaller hash (tombstones included)
         // is where the hash is or goes, with no branch per slot. Stopping at the end of the run
-        // slot by slot mispredicted about once per search (four searches per block stored at
-        // the eviction bound). The loop after it takes the array's last slots.
+        // slot by slot mispredicted about once per search (two per block stored at the
+        // eviction bound). `scan` takes the array's last slots.
         while let Some(window) = self.slots.get(pos..pos + SEARCH_WINDOW) {
             let mut before = 0u32;
             for (i, s) in window.iter().enumerate() {
@@ -249,6 +250,12 @@ impl<S: Slot> Segment<S> {
             }
             pos += SEARCH_WINDOW;
         }
+        self.scan(pos, hash)
+    }
+
+    /// [`Segment::search`] slot by slot from `pos`.
+    #[inline]
+    fn scan(&self, mut pos: usize, hash: u64) -> Result<usize, usize> {
         while let Some(slot) = self.slots.get(pos) {
             if slot.is_empty() || slot.hash() > hash {
                 return Err(pos);
@@ -262,9 +269,12 @@ impl<S: Slot> Segment<S> {
         Err(pos)
     }
 
+    /// Where a slot of `hash` is. Slot by slot: scoring looks up this way keys mostly held at
+    /// or next to their home, where comparing a whole window cost Score over 4M entries
+    /// 28 -> 41 us (p50).
     #[inline]
     fn find(&self, hash: u64) -> Option<usize> {
-        self.search(hash).ok()
+        self.scan(self.home(hash), hash).ok()
     }
 
     /// Places a slot whose hash is absent: before the first larger hash, the rest of the run
