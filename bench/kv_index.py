@@ -204,6 +204,10 @@ def ingestion_section(quick: bool) -> Section:
     section = Section(f"KV index ingestion: {sequences} batches of {SEQ_BLOCKS} blocks, 16 workers (content mode)",
                       ["index", "path", "state", "blocks/s (wall)", "blocks/s (thread CPU)", "of which kernel", "target"])
 
+    # The native run times the C call of `apply_payloads` (`sc_kv_index_apply_many`) over the whole
+    # run, its buffers joined once beforehand: the native decoding and applying alone.
+    joined = kv._joined(payloads)
+
     def measure(make, path: str, state: str, fresh: bool) -> tuple[float, float, float]:  # noqa: ANN001
         index = make()
         if state.startswith("at"):
@@ -211,9 +215,6 @@ def ingestion_section(quick: bool) -> Section:
         if path == "apply_payload":
             return _timed(lambda: [index.apply_payload(w, p) for w, p in payloads])
         if path == RUN_PATH:
-            # The C call of `apply_payloads` (`sc_kv_index_apply_many`) over the whole run, its
-            # buffers joined before timing: the native decoding and applying alone.
-            joined = kv._joined(payloads)
             return _timed(lambda: index._apply_many(joined, 0, len(payloads)))
         if fresh:
             return _timed_fresh(index, payloads)
