@@ -9,7 +9,7 @@ use super::decode::{Batch, Event, Removed, Stored};
 use super::holders::{MAX_MEDIA, MAX_WORKERS};
 use super::keys::KeyTable;
 use super::rate::EventRate;
-use super::table::mix;
+use super::table::{mix, Growth};
 use super::worker::{Entry, Worker, MAX_WORKER_BLOCKS};
 use super::{Options, Stats};
 use crate::error::{Error, Result};
@@ -31,6 +31,16 @@ const EVICTION_PASS_SHARE: usize = 4;
 /// blocks before them are applied (`kv_profile ingest` at a 200k bound: 3.6-3.76M -> 3.95-4.0M
 /// blocks/s; 4 ahead did as well there and worse at a 2M bound, 16 worse at both).
 const PREFETCH_AHEAD: usize = 8;
+/// Entries from which the tables grow compactly ([`Growth::Compact`]); below, they double. A
+/// compact growth copies every slot 6-7 times on its way up (a segment grows 1.17x at a time):
+/// an index filling from empty spent about a third of its time copying, where doubling copies
+/// each slot about twice. Doubling costs memory, up to about 75 bytes per entry (0.44 load),
+/// which below 2^18 entries is at most some 20 MB; at the switch the tables are laid out as
+/// tightly as compact growth keeps them, so the 48-byte budget holds from here on.
+#[cfg(not(test))]
+pub(crate) const COMPACT_FROM: u64 = 1 << 18;
+#[cfg(test)]
+pub(crate) const COMPACT_FROM: u64 = 1 << 12;
 
 /// Releases every hold of evicted entries of worker `id`; returns how many there were.
 fn release_all(keys: &mut KeyTable, id: u32, entries: &[Entry]) -> u64 {
@@ -86,6 +96,8 @@ pub struct Index {
     /// `batch.hashes[..n]` of the batch being applied have had their worker-table slots
     /// requested (see `request_worker_slots`).
     requested: usize,
+    /// How every table grows: doubling until the index first holds `COMPACT_FROM` entries.
+    growth: Growth,
 }
 
 impl Index {
@@ -108,6 +120,26 @@ impl Index {
             scratch_mixed: Vec::new(),
             scratch_window: Vec::new(),
             requested: 0,
+            growth: Growth::Doubling,
+        }
+    }
+
+    /// How the tables grow (and how each worker's does, which must agree).
+    #[cfg(test)]
+    pub(crate) fn growth(&self) -> Growth {
+        for worker in self.workers.iter().flatten() {
+            assert_eq!(worker.growth(), self.growth, "worker {}", worker.name);
+        }
+        assert_eq!(self.keys.growth(), self.growth);
+        self.growth
+    }
+
+    /// Sets how every table grows from now on.
+    pub(crate) fn set_growth(&mut self, growth: Growth) {
+        self.growth = growth;
+        self.keys.set_growth(growth);
+        for worker in self.workers.iter_mut().flatten() {
+            worker.set_growth(growth);
         }
     }
 
@@ -200,7 +232,9 @@ impl Index {
                 )))
             }
         };
-        self.workers[id as usize] = Some(Worker::new(name.to_owned(), self.next_order));
+        let mut worker = Worker::new(name.to_owned(), self.next_order);
+        worker.set_growth(self.growth);
+        self.workers[id as usize] = Some(worker);
         self.next_order += 1;
         self.by_name.insert(name.to_owned(), id);
         Ok(id)
@@ -326,6 +360,9 @@ impl Index {
         }
         self.blocks += added;
         self.stats.blocks_stored += hashes.len() as u64;
+        if self.growth == Growth::Doubling && self.blocks >= COMPACT_FROM {
+            self.set_growth(Growth::Compact);
+        }
     }
 
     /// Appends the content keys of a store to `keys`; false when it is not indexed (an unknown

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 
 use super::holders::{Holders, MultiPool, MultiRecord, Summary};
-use super::table::{Slot, Table};
+use super::table::{Growth, Slot, Table};
 
 /// One key and its holder code.
 #[derive(Clone, Copy)]
@@ -81,6 +81,16 @@ impl KeyTable {
     /// See [`Table::fit`].
     pub fn fit(&mut self) {
         self.table.fit();
+    }
+
+    /// How the table grows from now on (see [`Growth`]).
+    pub fn set_growth(&mut self, growth: Growth) {
+        self.table.set_growth(growth);
+    }
+
+    #[cfg(test)]
+    pub fn growth(&self) -> Growth {
+        self.table.growth()
     }
 
     /// Distinct keys held by anyone.

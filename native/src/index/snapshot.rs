@@ -25,8 +25,9 @@
 
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::core::Index;
+use super::core::{Index, COMPACT_FROM};
 use super::holders::MAX_MEDIA;
+use super::table::Growth;
 
 /// Workers a snapshot may hold (`router_adapter/index.py` refuses the same).
 pub(crate) const MAX_SNAPSHOT_WORKERS: usize = 1 << 16;
@@ -143,6 +144,11 @@ impl Index {
         self.media = loaded.media;
         self.keys = keys;
         self.blocks = blocks;
+        self.set_growth(if blocks >= COMPACT_FROM {
+            Growth::Compact
+        } else {
+            Growth::Doubling
+        });
         self.rate = Default::default();
         // A snapshot of an index with a larger bound (another replica's --kv-max-blocks): held to
         // this one's at once, as the next apply would, not only when the next event comes.

@@ -13,7 +13,8 @@
 //!   `SEGMENT_MAX` slots is laid out again in about a millisecond).
 //! - A segment is linear probing in Robin Hood order over any capacity (not only powers of
 //!   two); past a load of 0.88 it is laid out again at 0.75, and after a split each half is
-//!   sized for 0.8, so the load stays between 0.75 and 0.88. (Higher loads save memory but make
+//!   sized for 0.8, so the load stays between 0.75 and 0.88. (That is [`Growth::Compact`];
+//!   a small index's tables grow by doubling instead, see [`Growth`].) (Higher loads save memory but make
 //!   an insertion shift longer runs of slots. Bounds of 0.70-0.82 cut the instructions of
 //!   ingestion at the eviction bound by 11% and cost 2.6 bytes per entry, but quiet-machine
 //!   throughput did not move (cache misses, not instructions, bound it), so they were not kept.)
@@ -51,6 +52,29 @@ const SEGMENT_MAX: usize = 1 << 10;
 const MAX_LOAD: usize = 880;
 const RELAID_LOAD: usize = 750;
 const SPLIT_LOAD: usize = 800;
+/// The load a segment grows to under [`Growth::Doubling`]: twice its capacity.
+const DOUBLED_LOAD: usize = MAX_LOAD / 2;
+
+/// How a segment past `MAX_LOAD` grows. A compact growth (to `RELAID_LOAD`, 1.17x) keeps the
+/// load between 0.75 and 0.88, which the index's 48-byte budget needs at millions of entries,
+/// but copies every slot 6-7 times on its way up; doubling copies it about twice and leaves the
+/// load between 0.44 and 0.88. The index doubles while it is small enough for the memory not
+/// to matter and grows compactly from then on (see `core::COMPACT_FROM`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Growth {
+    Doubling,
+    Compact,
+}
+
+impl Growth {
+    /// The load (per mille) a growing segment is laid out at.
+    fn load(self) -> usize {
+        match self {
+            Growth::Doubling => DOUBLED_LOAD,
+            Growth::Compact => RELAID_LOAD,
+        }
+    }
+}
 
 /// Bytes of slot arrays freed since the last [`take_released_bytes`] (all tables, all threads).
 static RELEASED_BYTES: AtomicU64 = AtomicU64::new(0);
@@ -334,7 +358,7 @@ impl<S: Slot> Segment<S> {
         (self.len + self.dead + 1) * 1000 > self.capacity * MAX_LOAD
     }
 
-    fn insert(&mut self, slot: S) {
+    fn insert(&mut self, slot: S, growth: Growth) {
         if self.must_grow() {
             if (self.len + 1) * 1000 <= self.capacity * RELAID_LOAD {
                 // Tombstones filled it (removals as fast as inserts: the eviction bound's steady
@@ -342,16 +366,16 @@ impl<S: Slot> Segment<S> {
                 // and the allocator, returning it to the OS, would fault fresh pages every time.
                 self.remove_where(&|_| false, &mut |_| {});
             } else {
-                *self = self.relayout((self.len + 1) * 1000 / RELAID_LOAD, |_| true, None);
+                *self = self.relayout((self.len + 1) * 1000 / growth.load(), |_| true, None);
             }
         }
         self.place(slot);
     }
 
     /// `insert` at the position `search` returned for the slot's hash.
-    fn insert_at(&mut self, at: usize, slot: S) {
+    fn insert_at(&mut self, at: usize, slot: S, growth: Growth) {
         if self.must_grow() {
-            self.insert(slot);
+            self.insert(slot, growth);
         } else {
             self.place_at(at, slot);
         }
@@ -485,6 +509,7 @@ pub(crate) struct Table<S: Slot> {
     depth: u32,
     segments: Vec<Segment<S>>,
     len: usize,
+    growth: Growth,
 }
 
 impl<S: Slot> Default for Table<S> {
@@ -494,6 +519,7 @@ impl<S: Slot> Default for Table<S> {
             depth: 0,
             segments: vec![Segment::empty(0)],
             len: 0,
+            growth: Growth::Doubling,
         }
     }
 }
@@ -522,6 +548,37 @@ impl<S: Slot> Table<S> {
                 .map(|_| Segment::sized(capacity, depth))
                 .collect(),
             len: 0,
+            growth: Growth::Doubling,
+        }
+    }
+
+    /// How segments grow from now on. A table switched to `Growth::Compact` lays out again, at
+    /// `RELAID_LOAD`, the segments doubling left emptier than that, so that it holds its slots
+    /// as tightly as a table that always grew compactly (an index just past the switch held up
+    /// to 59 bytes per entry without it).
+    pub fn set_growth(&mut self, growth: Growth) {
+        if growth == Growth::Compact && self.growth == Growth::Doubling {
+            for segment in &mut self.segments {
+                if segment.capacity > MIN_CAPACITY
+                    && segment.len * 1000 < segment.capacity * RELAID_LOAD
+                {
+                    *segment = segment.relayout(segment.len * 1000 / RELAID_LOAD, |_| true, None);
+                }
+            }
+        }
+        self.growth = growth;
+    }
+
+    #[cfg(test)]
+    pub fn growth(&self) -> Growth {
+        self.growth
+    }
+
+    /// An empty table that grows as this one does.
+    pub fn emptied(&self) -> Self {
+        Table {
+            growth: self.growth,
+            ..Table::default()
         }
     }
 
@@ -579,7 +636,7 @@ impl<S: Slot> Table<S> {
     pub fn insert_vacant(&mut self, at: Pos, slot: S) {
         let segment = at.segment as usize;
         debug_assert_eq!(self.segment_of(slot.hash()), at.segment);
-        self.segments[segment].insert_at(at.slot as usize, slot);
+        self.segments[segment].insert_at(at.slot as usize, slot, self.growth);
         self.len += 1;
         if self.segments[segment].len >= SEGMENT_MAX {
             self.split(segment);
@@ -637,7 +694,7 @@ impl<S: Slot> Table<S> {
     /// Inserts a slot whose hash is not in the table.
     pub fn insert_new(&mut self, slot: S) {
         let segment = self.segment_of(slot.hash()) as usize;
-        self.segments[segment].insert(slot);
+        self.segments[segment].insert(slot, self.growth);
         self.len += 1;
         if self.segments[segment].len >= SEGMENT_MAX {
             self.split(segment);
@@ -784,6 +841,62 @@ mod tests {
             }
             assert_eq!((live, dead), (segment.len, segment.dead));
         }
+    }
+
+    /// Capacities a segment passes through while 1,000 slots go in (fewer than a unit-test
+    /// segment splits at): doubling past 0.88 under `Growth::Doubling`, 1.17x under
+    /// `Growth::Compact`; either way it holds every slot.
+    fn capacities_while_filling(growth: Growth) -> Vec<usize> {
+        let mut table: Table<Pair> = Table::default();
+        table.set_growth(growth);
+        let mut seen = vec![];
+        for k in 1..=1_000u64 {
+            table.insert_new(Pair(mix(k), k));
+            let capacity = table.segments[0].capacity;
+            if seen.last() != Some(&capacity) {
+                seen.push(capacity);
+            }
+        }
+        assert_eq!(table.segments.len(), 1);
+        assert_laid_out(&table);
+        assert!((1..=1_000u64).all(|k| table.find(mix(k)).is_some()));
+        seen
+    }
+
+    #[test]
+    fn tables_double_until_told_to_grow_compactly() {
+        let doubling = capacities_while_filling(Growth::Doubling);
+        let compact = capacities_while_filling(Growth::Compact);
+        let ratios = |c: &[usize]| -> Vec<f64> {
+            c.windows(2)
+                .skip(1)
+                .map(|w| w[1] as f64 / w[0] as f64)
+                .collect()
+        };
+        assert!(
+            ratios(&doubling).iter().all(|&r| (1.9..2.1).contains(&r)),
+            "{doubling:?}"
+        );
+        assert!(
+            ratios(&compact).iter().all(|&r| (1.1..1.25).contains(&r)),
+            "{compact:?}"
+        );
+        assert!(compact.len() > 2 * doubling.len());
+        // A table switched to compact growth is as full as one that grew compactly.
+        let mut table: Table<Pair> = Table::default();
+        let load = |t: &Table<Pair>| t.segments[0].len * 1000 / t.segments[0].capacity;
+        let mut n = 0;
+        // Just past a doubling (at most 0.5 full) with a few hundred slots.
+        while n < 200 || load(&table) > 500 {
+            n += 1;
+            table.insert_new(Pair(mix(n), n));
+        }
+        table.set_growth(Growth::Compact);
+        assert!((RELAID_LOAD..=MAX_LOAD).contains(&load(&table)));
+        assert_laid_out(&table);
+        assert!((1..=n).all(|k| table.find(mix(k)).is_some()));
+        // What a table emptied by a clear keeps: its growth.
+        assert_eq!(table.emptied().growth(), Growth::Compact);
     }
 
     #[test]

@@ -879,3 +879,40 @@ fn a_held_block_stored_in_another_medium_keys_the_blocks_after_it_with_their_ima
         .unwrap();
     assert_eq!(table.workers[0].blocks, 4);
 }
+
+#[test]
+fn tables_double_until_the_index_is_large_then_grow_compactly() {
+    use super::core::COMPACT_FROM;
+    use super::table::Growth;
+    let index = content_index(u64::MAX);
+    let mut rng = Lcg(5);
+    let store = |index: &SharedIndex, worker: &str, rng: &mut Lcg| {
+        let prompt: Vec<u32> = (0..8 * BS).map(|_| rng.next(150_000) as u32).collect();
+        index
+            .apply(worker, &stored(&prompt, 0, 8, "GPU", ""), Encoding::Engine)
+            .unwrap();
+    };
+    let mut n = 0;
+    while index.status().blocks + 8 < COMPACT_FROM {
+        store(&index, ["w0", "w1", "w2"][n % 3], &mut rng);
+        n += 1;
+    }
+    assert_eq!(index.read().growth(), Growth::Doubling);
+    let small = index.snapshot();
+    store(&index, "w0", &mut rng);
+    store(&index, "w1", &mut rng);
+    assert_eq!(index.read().growth(), Growth::Compact);
+    // Workers that come later, and a worker's table emptied by a clear, grow compactly too
+    // (`growth` checks every table).
+    store(&index, "w9", &mut rng);
+    let large = index.snapshot();
+    index.apply("w0", &cleared(), Encoding::Engine).unwrap();
+    assert!(index.status().blocks < COMPACT_FROM);
+    assert_eq!(index.read().growth(), Growth::Compact);
+    // A restore grows as the restored index's size says.
+    let copy = content_index(u64::MAX);
+    copy.restore(&large).unwrap();
+    assert_eq!(copy.read().growth(), Growth::Compact);
+    copy.restore(&small).unwrap();
+    assert_eq!(copy.read().growth(), Growth::Doubling);
+}

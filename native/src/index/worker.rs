@@ -16,7 +16,7 @@
 //! entry (re-stores and removals leave holes) or the counter reaches 2^24.
 
 use super::stamps::StampBits;
-use super::table::{mix, unmix, Slot, Table};
+use super::table::{mix, unmix, Growth, Slot, Table};
 
 const STAMP_LIMIT: u32 = 1 << 24;
 /// Blocks one worker may hold; beyond it, its oldest 1% are evicted (see the module docs).
@@ -202,7 +202,18 @@ impl Worker {
     pub fn take_all(&mut self) -> Table<Entry> {
         self.next_stamp = 0;
         self.live.reset();
-        std::mem::take(&mut self.entries)
+        let emptied = self.entries.emptied();
+        std::mem::replace(&mut self.entries, emptied)
+    }
+
+    /// How the table grows from now on (see [`Growth`]).
+    pub fn set_growth(&mut self, growth: Growth) {
+        self.entries.set_growth(growth);
+    }
+
+    #[cfg(test)]
+    pub fn growth(&self) -> Growth {
+        self.entries.growth()
     }
 
     /// Removes the `count` oldest entries, passing each to `removed`.
