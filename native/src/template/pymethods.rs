@@ -1,10 +1,11 @@
 //! Python methods where minijinja-contrib's `pycompat` follows Rust's rules instead of Python's or
 //! lacks them: `.strip()`, `.lstrip()`, `.rstrip()` without an argument, `.splitlines()`,
-//! `.isspace()` and `.title()` (see `pystr`), the `str` methods of `pystrmethods`, `str.format`
-//! (`pystrformat`), `list.index`, and `dict.copy()` and the dict views (`pydict`). Everything else
-//! goes on to `pycompat`.
+//! `.isspace()`, `.title()` and the character-class tests (`.isalpha()`, `.isdecimal()`,
+//! `.isidentifier()`... see `pystr`), the `str` methods of `pystrmethods`, `str.format` and
+//! `str.format_map` (`pystrformat`), `list.index`, and `dict.copy()` and the dict views
+//! (`pydict`). Everything else goes on to `pycompat`.
 
-use minijinja::value::{from_args, ValueKind};
+use minijinja::value::{from_args, Kwargs, ValueKind};
 use minijinja::{Error, ErrorKind, State, Value};
 
 use super::{pydict, pyformat, pystr, pystrformat, pystrmethods};
@@ -17,6 +18,10 @@ pub fn unknown_method_callback(
     args: &[Value],
 ) -> Result<Value, Error> {
     if let Some(s) = value.as_str().filter(|_| value.kind() == ValueKind::String) {
+        if method == "format_map" {
+            let mapping = format_map_kwargs(args)?;
+            return unknown_method_callback(state, value, "format", &[mapping]);
+        }
         if let Some(result) = string_method(s, method, args) {
             return result;
         }
@@ -28,6 +33,35 @@ pub fn unknown_method_callback(
         return list_index(value, args);
     }
     minijinja_contrib::pycompat::unknown_method_callback(state, value, method, args)
+}
+
+/// The keyword arguments `s.format_map(mapping)` formats with: Jinja2's sandbox formats
+/// `format_map` as `format(**mapping)` (so `{0}` still names a positional argument, of which there
+/// are none), after checking that it got exactly one argument.
+fn format_map_kwargs(args: &[Value]) -> Result<Value, Error> {
+    let type_error = |message: String| Error::new(ErrorKind::InvalidOperation, message);
+    let (positional, kwargs): (&[Value], Option<Kwargs>) = from_args(args)?;
+    if kwargs.is_some() {
+        return Err(type_error(
+            "TypeError: format_map() takes no keyword arguments".into(),
+        ));
+    }
+    let [mapping] = positional else {
+        return Err(type_error(format!(
+            "TypeError: format_map() takes exactly one argument ({} given)",
+            positional.len()
+        )));
+    };
+    if mapping.kind() != ValueKind::Map {
+        // Python fails at the first field it looks up; this fails for any format string.
+        return Err(type_error("TypeError: format_map() needs a mapping".into()));
+    }
+    // Field names are strings: a key of another type can never be looked up.
+    let pairs = mapping.try_iter()?.filter_map(|key| {
+        let name = key.as_str()?.to_owned();
+        Some((name, mapping.get_item(&key).unwrap_or_default()))
+    });
+    Ok(Value::from(pairs.collect::<Kwargs>()))
 }
 
 /// `Some` when the call is one Python answers differently from `pycompat`.
@@ -55,6 +89,9 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, 
         "isspace" => {
             from_args(args).map(|()| Value::from(!s.is_empty() && s.chars().all(pystr::is_space)))
         }
+        "isalpha" | "isalnum" | "isdecimal" | "isdigit" | "isnumeric" | "isprintable"
+        | "isidentifier" => from_args(args)
+            .map(|()| Value::from(pystr::class_test(method, s).expect("a class test"))),
         "format" => return pystrformat::format(s, args),
         _ => return pystrmethods::call(s, method, args),
     })

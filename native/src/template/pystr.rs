@@ -11,7 +11,8 @@
 use std::fmt::Write as _;
 
 use super::unicode_tables::{
-    CASED, CASEFOLD, CASE_IGNORABLE, NOT_PRINTABLE, TITLE, TITLECASE, WORD,
+    ALPHA, CASED, CASEFOLD, CASE_IGNORABLE, DECIMAL_ZEROS, DIGIT, ID_CONTINUE, ID_START,
+    NOT_PRINTABLE, NUMERIC, TITLE, TITLECASE, WORD,
 };
 
 /// `str.isspace()`: Unicode White_Space plus U+001C..U+001F, which Python counts (as separators of
@@ -58,6 +59,36 @@ pub fn is_printable(c: char) -> bool {
 /// A character of `\w` in Python's `re` (what Jinja2's `wordcount` counts runs of).
 pub fn is_word(c: char) -> bool {
     in_table(WORD, c)
+}
+
+/// `str.isdecimal()` for one character (and `\d` in Python's `re`): a digit of one of the runs of
+/// ten that start at a zero.
+pub fn is_decimal(c: char) -> bool {
+    let zero = DECIMAL_ZEROS.partition_point(|&z| z <= c);
+    zero.checked_sub(1)
+        .is_some_and(|i| (c as u32) - (DECIMAL_ZEROS[i] as u32) < 10)
+}
+
+/// The `str.is...()` character-class tests Rust answers otherwise (`char::is_alphabetic` takes
+/// in combining vowel signs, `char::is_numeric` misses CJK numerals and takes in none of Python's
+/// digit/decimal split), as Python does; `None` for other names.
+pub fn class_test(method: &str, s: &str) -> Option<bool> {
+    let all = |test: fn(char) -> bool| !s.is_empty() && s.chars().all(test);
+    Some(match method {
+        "isalpha" => all(|c| in_table(ALPHA, c)),
+        // `isalnum()` is what `\w` is without the underscore.
+        "isalnum" => all(|c| c != '_' && in_table(WORD, c)),
+        "isdecimal" => all(is_decimal),
+        "isdigit" => all(|c| in_table(DIGIT, c)),
+        "isnumeric" => all(|c| in_table(NUMERIC, c)),
+        "isprintable" => s.chars().all(is_printable),
+        "isidentifier" => {
+            let mut chars = s.chars();
+            chars.next().is_some_and(|c| in_table(ID_START, c))
+                && chars.all(|c| in_table(ID_CONTINUE, c))
+        }
+        _ => return None,
+    })
 }
 
 /// `s.strip()` with no argument.

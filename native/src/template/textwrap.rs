@@ -14,23 +14,15 @@ use minijinja::{Error, ErrorKind, State, Value};
 
 use super::pyfilters::params;
 use super::pystr;
-use super::unicode_tables::DECIMAL_ZEROS;
 
 /// `textwrap._whitespace`: the only characters `textwrap` splits at.
 fn is_ws(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\x0b' | '\x0c' | '\r' | ' ')
 }
 
-/// `\d` in Python's `re`: a Unicode decimal digit.
-fn is_decimal(c: char) -> bool {
-    let zero = DECIMAL_ZEROS.partition_point(|&z| z <= c);
-    zero.checked_sub(1)
-        .is_some_and(|i| (c as u32) - (DECIMAL_ZEROS[i] as u32) < 10)
-}
-
 /// `[^\d\W]`: a word character that is not a digit.
 fn is_letter(c: char) -> bool {
-    pystr::is_word(c) && !is_decimal(c)
+    pystr::is_word(c) && !pystr::is_decimal(c)
 }
 
 /// `[\w!"\'&.,?]`.

@@ -90,6 +90,21 @@ def main():
           if chr(cp).casefold() != chr(cp).lower()),
         "];",
         "",
+        table("ALPHA", "Characters for which `str.isalpha()` is true (categories Lm, Lt, Lu, Ll, Lo).",
+              ranges(lambda c: c.isalpha())),
+        "",
+        table("DIGIT", "Characters for which `str.isdigit()` is true (decimal digits, superscripts, "
+              "circled digits...).", ranges(lambda c: c.isdigit())),
+        "",
+        table("NUMERIC", "Characters for which `str.isnumeric()` is true (digits, fractions, numerals "
+              "such as CJK ones).", ranges(lambda c: c.isnumeric())),
+        "",
+        table("ID_START", "Characters that may start an identifier (`str.isidentifier()`): XID_Start "
+              "and `_`.", ranges(lambda c: c.isidentifier())),
+        "",
+        table("ID_CONTINUE", "Characters that may follow the first in an identifier: XID_Continue.",
+              ranges(lambda c: ("a" + c).isidentifier())),
+        "",
         "/// The digit zero of every run of decimal digits (`unicodedata.decimal(c) == 0`); the run's",
         "/// next nine characters are 1..9. `int()` and `float()` read them as ASCII digits.",
         "pub const DECIMAL_ZEROS: &[char] = &[",
