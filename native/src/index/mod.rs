@@ -29,10 +29,11 @@
 //!   tables that double would swing between 44% and 88%. Payload: 20 + 12 bytes per entry with
 //!   distinct keys, so about 40 bytes with the load. Below 2^18 entries the tables do double
 //!   (under 20 MB in all): growing 1.17x at a time copies every slot 6-7 times, and an index
-//!   filling from empty spent a third of its time on it. Slots store their key's *mixed* hash (a bijection, keyed by a secret of
-//!   the process so that engines cannot choose where their hashes land), so a probe compares
-//!   numbers without hashing what it passes. A removal leaves a tombstone (no shifting), and a
-//!   restore sizes the tables for the snapshot's entries before filling them.
+//!   filling from empty spent a third of its time on it. Slots store their key's *mixed* hash
+//!   (a bijection, keyed by a secret of the process so that engines cannot choose where their
+//!   hashes land), so a probe compares numbers without hashing what it passes. A removal
+//!   leaves a tombstone (no shifting), and a restore sizes the tables for the snapshot's
+//!   entries before filling them.
 //! - **Memory traffic**: stores and evictions request each table slot a few blocks before they
 //!   use it (prefetch hints; the worker-table slots across the events of a batch), and scores
 //!   request a chunk of keys' slots before walking them, so the processor overlaps the cache

@@ -13,8 +13,8 @@
 //!   `SEGMENT_MAX` slots is laid out again in about a millisecond).
 //! - A segment is linear probing in Robin Hood order over any capacity (not only powers of
 //!   two); past a load of 0.88 it is laid out again at 0.75, and after a split each half is
-//!   sized for 0.8, so the load stays between 0.75 and 0.88. (That is [`Growth::Compact`];
-//!   a small index's tables grow by doubling instead, see [`Growth`].) (Higher loads save memory but make
+//!   sized for 0.8, so the load stays between 0.75 and 0.88: [`Growth::Compact`], while a
+//!   small index's tables double instead (see [`Growth`]). (Higher loads save memory but make
 //!   an insertion shift longer runs of slots. Bounds of 0.70-0.82 cut the instructions of
 //!   ingestion at the eviction bound by 11% and cost 2.6 bytes per entry, but quiet-machine
 //!   throughput did not move (cache misses, not instructions, bound it), so they were not kept.)
@@ -558,13 +558,7 @@ impl<S: Slot> Table<S> {
     /// to 59 bytes per entry without it).
     pub fn set_growth(&mut self, growth: Growth) {
         if growth == Growth::Compact && self.growth == Growth::Doubling {
-            for segment in &mut self.segments {
-                if segment.capacity > MIN_CAPACITY
-                    && segment.len * 1000 < segment.capacity * RELAID_LOAD
-                {
-                    *segment = segment.relayout(segment.len * 1000 / RELAID_LOAD, |_| true, None);
-                }
-            }
+            self.relayout_below(RELAID_LOAD, RELAID_LOAD);
         }
         self.growth = growth;
     }
@@ -585,11 +579,14 @@ impl<S: Slot> Table<S> {
     /// Lays out again the segments left far emptier than a relayout makes them (after filling
     /// a table sized for more than it got).
     pub fn fit(&mut self) {
+        self.relayout_below(RELAID_LOAD - 100, SPLIT_LOAD);
+    }
+
+    /// Lays out again, at load `to` (per mille), every segment less full than `below`.
+    fn relayout_below(&mut self, below: usize, to: usize) {
         for segment in &mut self.segments {
-            if segment.capacity > MIN_CAPACITY
-                && segment.len * 1000 < segment.capacity * (RELAID_LOAD - 100)
-            {
-                *segment = segment.relayout(segment.len * 1000 / SPLIT_LOAD, |_| true, None);
+            if segment.capacity > MIN_CAPACITY && segment.len * 1000 < segment.capacity * below {
+                *segment = segment.relayout(segment.len * 1000 / to, |_| true, None);
             }
         }
     }
