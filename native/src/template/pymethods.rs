@@ -72,6 +72,9 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, 
         [a] => a.is_none(),
         _ => false,
     };
+    if let Some(answer) = pystr::class_test(method, s) {
+        return Some(from_args(args).map(|()| Value::from(answer)));
+    }
     Some(match method {
         "strip" if no_chars => Ok(Value::from(pystr::strip(s))),
         "lstrip" if no_chars => Ok(Value::from(pystr::lstrip(s))),
@@ -86,12 +89,6 @@ fn string_method(s: &str, method: &str, args: &[Value]) -> Option<Result<Value, 
             })
         }
         "title" => from_args(args).map(|()| Value::from(pystr::title(s))),
-        "isspace" => {
-            from_args(args).map(|()| Value::from(!s.is_empty() && s.chars().all(pystr::is_space)))
-        }
-        "isalpha" | "isalnum" | "isdecimal" | "isdigit" | "isnumeric" | "isprintable"
-        | "isidentifier" => from_args(args)
-            .map(|()| Value::from(pystr::class_test(method, s).expect("a class test"))),
         "format" => return pystrformat::format(s, args),
         _ => return pystrmethods::call(s, method, args),
     })

@@ -8,7 +8,7 @@ use minijinja::value::{Rest, ValueKind, ValueOrKwargs};
 use minijinja::{Error, ErrorKind, Value};
 
 use super::pyfilters::params;
-use super::unicode_tables::DECIMAL_ZEROS;
+use super::pystr;
 
 /// `do_int(value, default=0, base=10)`: `int(value, base)` for strings, `int(value)` otherwise,
 /// then `int(float(value))`, then the default.
@@ -99,12 +99,9 @@ pub(crate) fn ascii_number(s: &str) -> String {
             if c.is_ascii() {
                 return c;
             }
-            let zero = DECIMAL_ZEROS.partition_point(|&z| z <= c);
-            match zero.checked_sub(1).map(|i| DECIMAL_ZEROS[i]) {
-                Some(z) if (c as u32) - (z as u32) < 10 => {
-                    char::from(b'0' + ((c as u32) - (z as u32)) as u8)
-                }
-                _ => c,
+            match pystr::decimal_value(c) {
+                Some(digit) => char::from(b'0' + digit as u8),
+                None => c,
             }
         })
         .collect()

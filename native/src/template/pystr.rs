@@ -61,20 +61,27 @@ pub fn is_word(c: char) -> bool {
     in_table(WORD, c)
 }
 
-/// `str.isdecimal()` for one character (and `\d` in Python's `re`): a digit of one of the runs of
-/// ten that start at a zero.
-pub fn is_decimal(c: char) -> bool {
+/// The value of a decimal digit of any script (`unicodedata.decimal(c)`): its place in one of the
+/// runs of ten that start at a zero.
+pub fn decimal_value(c: char) -> Option<u32> {
     let zero = DECIMAL_ZEROS.partition_point(|&z| z <= c);
-    zero.checked_sub(1)
-        .is_some_and(|i| (c as u32) - (DECIMAL_ZEROS[i] as u32) < 10)
+    let offset = (c as u32) - (DECIMAL_ZEROS[zero.checked_sub(1)?] as u32);
+    (offset < 10).then_some(offset)
+}
+
+/// `str.isdecimal()` for one character (and `\d` in Python's `re`).
+pub fn is_decimal(c: char) -> bool {
+    decimal_value(c).is_some()
 }
 
 /// The `str.is...()` character-class tests Rust answers otherwise (`char::is_alphabetic` takes
 /// in combining vowel signs, `char::is_numeric` misses CJK numerals and takes in none of Python's
-/// digit/decimal split), as Python does; `None` for other names.
+/// digit/decimal split, `char::is_whitespace` misses U+001C..U+001F), as Python does; `None`
+/// for other names.
 pub fn class_test(method: &str, s: &str) -> Option<bool> {
     let all = |test: fn(char) -> bool| !s.is_empty() && s.chars().all(test);
     Some(match method {
+        "isspace" => all(is_space),
         "isalpha" => all(|c| in_table(ALPHA, c)),
         // `isalnum()` is what `\w` is without the underscore.
         "isalnum" => all(|c| c != '_' && in_table(WORD, c)),
