@@ -595,8 +595,13 @@ def test_a_live_replica_far_behind_the_stream_reports_catching_up(publisher: Pub
     router, feed = replicas()
     wait_until(lambda: live(feed), 30, "the feed to go live")
     applying = router.feed_payloads
+    # The replica applies nothing until the whole burst is in the stream: a publisher starved of
+    # CPU (cargo building on both cores beside the tests) once never got 1,000 messages ahead of a
+    # replica applying 1 ms a message, and the test then saw no burst at all.
+    stored_all = threading.Event()
 
     def slowly(model: str, items: list) -> list:  # a replica short of CPU: 1 ms a message
+        stored_all.wait(30)
         time.sleep(0.001 * len(items))
         return applying(model, items)
 
@@ -610,6 +615,9 @@ def test_a_live_replica_far_behind_the_stream_reports_catching_up(publisher: Pub
         await publisher.nc.flush()
 
     publisher.run(publish_burst())
+    wait_until(lambda: publisher.run(publisher.js.stream_info(fanout.DEFAULT_STREAM)).state.last_seq == burst, 30,
+               "the stream to store the burst")
+    stored_all.set()
     wait_until(lambda: feed.models[MODEL].state == nats_feed.CATCHING_UP and router.warming(MODEL), 30,
                "the replica to report it is behind")
     wait_until(lambda: live(feed) and feed.models[MODEL].stream_seq == burst, 60, "the replica to catch up")
