@@ -63,8 +63,10 @@ run: build ## Start the server on the embedded default model (Qwen3)
 # mostly wait on servers), so the cargo test builds and runs fit beside it (about 4 minutes off CI).
 # pytest prints as it goes; the Rust side's output is kept in a file and printed in one piece.
 NATIVE_TEST_LOG := $(TEST_TARGET)/test-native.log
+# `pytest` has no prerequisites of its own: `test` has built everything, and a `cargo build` of
+# the library here would wait for the lock the cargo test build beside it holds (a minute of CI).
 test: setup check-generated-testing rust-client ## Run every test (Rust, fuzz replay, C ABI, parity, end to end) on the test build
-	@$(MAKE) --no-print-directory -j2 test-native-quiet test-python
+	@$(MAKE) --no-print-directory -j2 test-native-quiet pytest
 
 test-native: test-rust test-fuzz ## The Rust tests and the fuzz replay
 
@@ -116,6 +118,9 @@ soak: build ## Mixed load against a real server for SOAK_SECONDS (default 600); 
 
 # --durations: every CI log names the slowest tests, which is where CI's 20 minutes go.
 test-python: setup native-testing rust-client ## pytest: unit, C-ABI contract, parity, end to end (with the Rust client)
+	@$(MAKE) --no-print-directory pytest
+
+pytest:
 	$(PY) -m pytest -q --durations=25 tests
 
 bench: setup native-testing rust-client ## Benchmarks; results go to bench/results.md (quoted by the README)
@@ -137,4 +142,4 @@ clean: ## Remove build outputs (keeps .venv)
 	cargo clean --manifest-path router_adapter/rust/Cargo.toml
 	rm -f $(LIB)
 
-.PHONY: help setup native native-testing build rust-client proto check-generated check-generated-testing run test test-native test-native-quiet test-rust test-fuzz fuzz soak test-python bench lint clean
+.PHONY: help setup native native-testing build rust-client proto check-generated check-generated-testing run test test-native test-native-quiet pytest test-rust test-fuzz fuzz soak test-python bench lint clean
