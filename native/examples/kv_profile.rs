@@ -8,6 +8,9 @@
 //! payloads (1 = one payload hot in cache, as a just-received one is) of BLOCKS blocks each (64),
 //! in events of EVENT_BLOCKS blocks (all in one; 1 is what an engine publishes per block filled
 //! while decoding).
+//! `kv_profile steady SEQUENCES ENTRIES [WARMUP]`: an index of ENTRIES held at its size by the
+//! engines' removals: each worker's oldest sequence removed, then a new one stored; the first
+//! WARMUP of the SEQUENCES untimed (`KV_PROFILE_LAPS` prints the rate of every 4,000 payloads).
 //! `kv_profile score ENTRIES ITERATIONS`: a 2048-block request over 64 workers, each holding a
 //! prefix of it of a different depth plus unrelated sequences.
 
@@ -185,6 +188,77 @@ fn ingest(sequences: usize, bound: Option<u64>, per_event: usize) {
     );
 }
 
+/// `[ts, [{"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU"}], 0]`.
+fn removed_payload(hashes: &[u64]) -> Vec<u8> {
+    let mut out = Vec::new();
+    array(&mut out, 3);
+    out.push(0xcb);
+    out.extend_from_slice(&1.7e9f64.to_be_bytes());
+    array(&mut out, 1);
+    out.push(0x83);
+    str(&mut out, "type");
+    str(&mut out, "BlockRemoved");
+    str(&mut out, "block_hashes");
+    array(&mut out, hashes.len());
+    hashes.iter().for_each(|&h| uint(&mut out, h));
+    str(&mut out, "medium");
+    str(&mut out, "GPU");
+    uint(&mut out, 0);
+    out
+}
+
+/// See the module docs (the bound, twice ENTRIES, is never reached).
+fn steady(sequences: usize, entries: usize, warmup: usize) {
+    let mut rng = Rng(7);
+    let index = SharedIndex::new(options(2 * entries as u64));
+    let first_of = |s: usize| ((s + 1_000_000) << 20) as u64;
+    let block_hashes = |first: u64| (first..first + SEQ_BLOCKS as u64).collect::<Vec<u64>>();
+    for s in 0..entries / SEQ_BLOCKS {
+        let p = payload(&block_hashes(first_of(s)), &rng.tokens(SEQ_BLOCKS * BS));
+        index
+            .apply(&format!("w{}", s % 16), &p, Encoding::Engine)
+            .unwrap();
+    }
+    let payloads: Vec<(String, Vec<u8>)> = (0..sequences)
+        .flat_map(|s| {
+            let w = format!("w{}", s % 16);
+            let gone = removed_payload(&block_hashes(first_of(s)));
+            let first = ((s + 1) << 20) as u64;
+            let stored = payload(&block_hashes(first), &rng.tokens(SEQ_BLOCKS * BS));
+            [(w.clone(), gone), (w, stored)]
+        })
+        .collect();
+    let (warmup, payloads) = payloads.split_at(2 * warmup);
+    for (w, p) in warmup {
+        index.apply(w, p, Encoding::Engine).unwrap();
+    }
+    let start = Instant::now();
+    let cpu = thread_cpu();
+    let mut lap = Instant::now();
+    for (n, (w, p)) in payloads.iter().enumerate() {
+        index.apply(w, p, Encoding::Engine).unwrap();
+        if std::env::var_os("KV_PROFILE_LAPS").is_some() && (n + 1) % 4000 == 0 {
+            eprintln!(
+                "lap {}: {:.2}M/s",
+                n / 4000,
+                4000.0 * 64.0 / lap.elapsed().as_secs_f64() / 1e6
+            );
+            lap = Instant::now();
+        }
+    }
+    let sequences = sequences - warmup.len() / 2;
+    let secs = start.elapsed().as_secs_f64();
+    let (user, sys) = thread_cpu();
+    let (user, sys) = (user - cpu.0, sys - cpu.1);
+    let events = (2 * sequences * SEQ_BLOCKS) as f64;
+    println!(
+        "steady at {} entries: {events} block events (half removals) in {secs:.3} s: {:.2}M/s wall, {:.2}M/s CPU (user {user:.3} s, sys {sys:.3} s)",
+        index.status().blocks,
+        events / secs / 1e6,
+        events / (user + sys) / 1e6
+    );
+}
+
 fn score(entries: usize, iterations: usize) {
     let workers = 64;
     let mut rng = Rng(11);
@@ -287,6 +361,7 @@ fn main() {
             arg(5, arg(4, SEQ_BLOCKS)),
         ),
         Some("score") => score(arg(2, 4_000_000), arg(3, 1000)),
+        Some("steady") => steady(arg(2, 2000), arg(3, 2_000_000), arg(4, 0)),
         _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND [EVENT_BLOCKS]] | decode SEQUENCES DISTINCT [BLOCKS [EVENT_BLOCKS]] | score ENTRIES ITERATIONS"),
     }
 }

@@ -491,6 +491,50 @@ fn stores_in_spans_match_the_whole_request_and_removals_are_per_medium() {
 }
 
 #[test]
+fn long_removals_release_each_medium_once_across_groups() {
+    // 200 blocks: longer than a group of releases (`EVICTION_GROUP`), with blocks not held, a
+    // hash named twice, and keys that two workers share.
+    let index = content_index(10_000);
+    let t: Vec<u32> = (0..200 * BS).collect();
+    let hashes = vllm_hashes(&t, "");
+    for (worker, medium, end) in [("a", "GPU", 200), ("b", "GPU", 200), ("a", "CPU", 100)] {
+        index
+            .apply(worker, &stored(&t, 0, end, medium, ""), Encoding::Engine)
+            .unwrap();
+    }
+    let mut gone: Vec<u64> = hashes[..150].to_vec();
+    for (i, unknown) in [(0, 1u64), (40, 2), (64, 3), (65, 4), (149, 5)] {
+        gone.insert(i, unknown);
+    }
+    gone.insert(100, hashes[70]);
+    index
+        .apply("a", &removed(&gone, "GPU"), Encoding::Engine)
+        .unwrap();
+    let status = index.status();
+    assert_eq!(
+        (status.stats.blocks_removed, status.stats.unknown_removals),
+        (150, 6)
+    );
+    assert_eq!((status.blocks, status.keys), (150 + 200, 200));
+    let table = index.score(&t, &RequestFacts::default()).unwrap();
+    let a = table.workers.iter().find(|w| w.name == "a").unwrap();
+    assert_eq!((a.blocks, a.by_medium.clone()), (100, vec![0, 100]));
+    index
+        .apply("a", &removed(&hashes[..100], "CPU"), Encoding::Engine)
+        .unwrap();
+    index
+        .apply("b", &removed(&hashes, "GPU"), Encoding::Engine)
+        .unwrap();
+    assert_eq!(
+        depths(&index, &t, ""),
+        vec![("a".into(), 0), ("b".into(), 0)]
+    );
+    let status = index.status();
+    assert_eq!((status.blocks, status.keys), (50, 50));
+    assert_eq!(status.stats.blocks_removed, 150 + 100 + 200);
+}
+
+#[test]
 fn salt_separates_tenants_and_continuations_inherit_it() {
     let index = content_index(1000);
     let t = tokens();

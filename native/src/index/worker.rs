@@ -107,6 +107,10 @@ impl Entry {
     fn with(self, stamp: u32, media: u8) -> Self {
         Entry::new(self.hash, self.hkey, stamp, media)
     }
+    /// The entry in medium `bit` alone.
+    pub fn only(self, bit: u8) -> Self {
+        self.with(self.stamp(), bit)
+    }
 }
 
 /// A worker (see the module docs).
@@ -185,17 +189,23 @@ impl Worker {
         self.entries.find(hash).is_some()
     }
 
-    /// Sets the media of a held block without changing its recency (0 removes the block).
-    pub fn set_media(&mut self, engine_hash: u64, media: u8) {
-        if let Some(pos) = self.entries.find(mix(engine_hash)) {
-            if media == 0 {
-                self.live.clear(self.entries.get(pos).stamp());
-                self.entries.remove(pos);
-            } else {
-                let old = self.entries.get(pos);
-                self.entries.set(pos, old.with(old.stamp(), media));
-            }
+    /// Takes medium `bit` from a held block without changing its recency (the block goes with
+    /// its last medium); returns the entry as it was, or None when the block is not held in
+    /// that medium.
+    pub fn remove_medium(&mut self, engine_hash: u64, bit: u8) -> Option<Entry> {
+        let pos = self.entries.find(mix(engine_hash))?;
+        let old = self.entries.get(pos);
+        if old.media() & bit == 0 {
+            return None;
         }
+        let media = old.media() & !bit;
+        if media == 0 {
+            self.live.clear(old.stamp());
+            self.entries.remove(pos);
+        } else {
+            self.entries.set(pos, old.with(old.stamp(), media));
+        }
+        Some(old)
     }
 
     /// Removes and returns every entry.
@@ -335,7 +345,11 @@ mod tests {
                 0..=6 => {
                     worker.store(hash, hash ^ 1, 1 << (rng.next() % 2));
                 }
-                7 => worker.set_media(unmix(hash), 0),
+                // A removal from both media.
+                7 => {
+                    worker.remove_medium(unmix(hash), 1);
+                    worker.remove_medium(unmix(hash), 2);
+                }
                 // Rare evictions, so that re-stores widen the bitmap into renumberings.
                 _ if worker.len() > 1 && rng.next().is_multiple_of(64) => {
                     let n = (rng.next() as usize) % worker.len();
