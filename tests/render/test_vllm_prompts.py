@@ -73,18 +73,20 @@ def test_content_format_is_vllms(backend: str, scratch: Path) -> None:
     from sidecar.model_config import ModelConfig
     from sidecar.reference.template_analysis import content_format, rewrite
 
+    from sidecar.backend import RendererSettings
+    from sidecar.native import NativeRenderer, NativeTokenizer
+
     shared = require_shared_models()
+    # One tokenizer for every template (the format depends on the template alone): loading it per
+    # template took half a minute of CI.
+    tokenizer = NativeTokenizer.from_dir(rs.model_dir(shared, rs.NEUTRAL, scratch)) if backend == "native" else None
     got = {}
     for target in rs.targets(shared):
         source = target.source
         if source is None:
             source = ModelConfig.from_dir(shared / target.model).chat_templates["default"]
-        if backend == "reference":
+        if tokenizer is None:
             got[target.id] = content_format(rewrite(source))
         else:
-            from sidecar.backend import RendererSettings
-            from sidecar.native import NativeRenderer, NativeTokenizer
-
-            tokenizer = NativeTokenizer.from_dir(rs.model_dir(shared, rs.NEUTRAL, scratch))
             got[target.id] = NativeRenderer([("t", source)], [], tokenizer, RendererSettings(cache_bytes=0)).content_formats["t"]
     assert got == FORMATS
