@@ -10,7 +10,8 @@
 //! while decoding).
 //! `kv_profile steady SEQUENCES ENTRIES [WARMUP]`: an index of ENTRIES held at its size by the
 //! engines' removals: each worker's oldest sequence removed, then a new one stored; the first
-//! WARMUP of the SEQUENCES untimed (`KV_PROFILE_LAPS` prints the rate of every 4,000 payloads).
+//! WARMUP of the SEQUENCES untimed. `KV_PROFILE_LAPS` (ingest, steady) prints the rate of every
+//! 4,000 payloads timed.
 //! `kv_profile score ENTRIES ITERATIONS`: a 2048-block request over 64 workers, each holding a
 //! prefix of it of a different depth plus unrelated sequences.
 
@@ -95,6 +96,45 @@ fn array(out: &mut Vec<u8>, n: usize) {
     }
 }
 
+/// A batch's `[ts, [` up to its `events` events (the caller writes them, then the data-parallel rank).
+fn batch_start(events: usize) -> Vec<u8> {
+    let mut out = Vec::new();
+    array(&mut out, 3);
+    out.push(0xcb);
+    out.extend_from_slice(&1.7e9f64.to_be_bytes());
+    array(&mut out, events);
+    out
+}
+
+/// The engine hashes of sequence `n`: 64 consecutive values from `n << 20`.
+fn sequence_hashes(n: usize) -> Vec<u64> {
+    let first = (n << 20) as u64;
+    (first..first + SEQ_BLOCKS as u64).collect()
+}
+
+/// The fill's sequences are numbered from here, the measured ones from 1.
+const FILLED_FROM: usize = 1_000_000;
+
+/// Applies `payloads` in order, timed: (wall, user, system) seconds of this thread.
+/// `KV_PROFILE_LAPS` prints the rate of every 4,000 payloads of 64 blocks.
+fn apply_timed(index: &SharedIndex, payloads: &[(String, Vec<u8>)]) -> (f64, f64, f64) {
+    let laps = std::env::var_os("KV_PROFILE_LAPS").is_some();
+    let start = Instant::now();
+    let cpu = thread_cpu();
+    let mut lap = Instant::now();
+    for (n, (w, p)) in payloads.iter().enumerate() {
+        index.apply(w, p, Encoding::Engine).unwrap();
+        if laps && (n + 1) % 4000 == 0 {
+            let rate = 4000.0 * SEQ_BLOCKS as f64 / lap.elapsed().as_secs_f64() / 1e6;
+            eprintln!("lap {}: {rate:.2}M blocks/s", n / 4000);
+            lap = Instant::now();
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    let (user, sys) = thread_cpu();
+    (secs, user - cpu.0, sys - cpu.1)
+}
+
 /// `[ts, [{"type": "BlockStored", ...}], 0]` as msgspec encodes it: one event storing all blocks.
 fn payload(hashes: &[u64], tokens: &[u32]) -> Vec<u8> {
     events_payload(hashes, tokens, hashes.len())
@@ -103,12 +143,8 @@ fn payload(hashes: &[u64], tokens: &[u32]) -> Vec<u8> {
 /// The same blocks as events of `per_event` blocks each (1: as an engine publishes while
 /// decoding, a block per event).
 fn events_payload(hashes: &[u64], tokens: &[u32], per_event: usize) -> Vec<u8> {
-    let mut out = Vec::new();
-    array(&mut out, 3);
-    out.push(0xcb);
-    out.extend_from_slice(&1.7e9f64.to_be_bytes());
     let events: Vec<&[u64]> = hashes.chunks(per_event).collect();
-    array(&mut out, events.len());
+    let mut out = batch_start(events.len());
     for (e, hashes) in events.iter().enumerate() {
         let tokens = &tokens[e * per_event * BS..(e * per_event + hashes.len()) * BS];
         out.push(0x88);
@@ -156,9 +192,10 @@ fn ingest(sequences: usize, bound: Option<u64>, per_event: usize) {
     let index = SharedIndex::new(options(bound.unwrap_or(4_000_000)));
     if let Some(bound) = bound {
         for s in 0..2 * bound as usize / SEQ_BLOCKS {
-            let first = ((s + 1_000_000) << 20) as u64;
-            let hashes: Vec<u64> = (first..first + SEQ_BLOCKS as u64).collect();
-            let p = payload(&hashes, &rng.tokens(SEQ_BLOCKS * BS));
+            let p = payload(
+                &sequence_hashes(s + FILLED_FROM),
+                &rng.tokens(SEQ_BLOCKS * BS),
+            );
             index
                 .apply(&format!("w{}", s % 16), &p, Encoding::Engine)
                 .unwrap();
@@ -166,20 +203,15 @@ fn ingest(sequences: usize, bound: Option<u64>, per_event: usize) {
     }
     let payloads: Vec<(String, Vec<u8>)> = (0..sequences)
         .map(|s| {
-            let first = ((s + 1) << 20) as u64;
-            let hashes: Vec<u64> = (first..first + SEQ_BLOCKS as u64).collect();
-            let p = events_payload(&hashes, &rng.tokens(SEQ_BLOCKS * BS), per_event);
+            let p = events_payload(
+                &sequence_hashes(s + 1),
+                &rng.tokens(SEQ_BLOCKS * BS),
+                per_event,
+            );
             (format!("w{}", s % 16), p)
         })
         .collect();
-    let start = Instant::now();
-    let cpu = thread_cpu();
-    for (w, p) in &payloads {
-        index.apply(w, p, Encoding::Engine).unwrap();
-    }
-    let secs = start.elapsed().as_secs_f64();
-    let (user, sys) = thread_cpu();
-    let (user, sys) = (user - cpu.0, sys - cpu.1);
+    let (secs, user, sys) = apply_timed(&index, &payloads);
     let blocks = (sequences * SEQ_BLOCKS) as f64;
     println!(
         "ingest: {blocks} blocks in {secs:.3} s: {:.2}M blocks/s wall, {:.2}M/s CPU (user {user:.3} s, sys {sys:.3} s)",
@@ -190,11 +222,7 @@ fn ingest(sequences: usize, bound: Option<u64>, per_event: usize) {
 
 /// `[ts, [{"type": "BlockRemoved", "block_hashes": [...], "medium": "GPU"}], 0]`.
 fn removed_payload(hashes: &[u64]) -> Vec<u8> {
-    let mut out = Vec::new();
-    array(&mut out, 3);
-    out.push(0xcb);
-    out.extend_from_slice(&1.7e9f64.to_be_bytes());
-    array(&mut out, 1);
+    let mut out = batch_start(1);
     out.push(0x83);
     str(&mut out, "type");
     str(&mut out, "BlockRemoved");
@@ -211,10 +239,11 @@ fn removed_payload(hashes: &[u64]) -> Vec<u8> {
 fn steady(sequences: usize, entries: usize, warmup: usize) {
     let mut rng = Rng(7);
     let index = SharedIndex::new(options(2 * entries as u64));
-    let first_of = |s: usize| ((s + 1_000_000) << 20) as u64;
-    let block_hashes = |first: u64| (first..first + SEQ_BLOCKS as u64).collect::<Vec<u64>>();
     for s in 0..entries / SEQ_BLOCKS {
-        let p = payload(&block_hashes(first_of(s)), &rng.tokens(SEQ_BLOCKS * BS));
+        let p = payload(
+            &sequence_hashes(s + FILLED_FROM),
+            &rng.tokens(SEQ_BLOCKS * BS),
+        );
         index
             .apply(&format!("w{}", s % 16), &p, Encoding::Engine)
             .unwrap();
@@ -222,9 +251,8 @@ fn steady(sequences: usize, entries: usize, warmup: usize) {
     let payloads: Vec<(String, Vec<u8>)> = (0..sequences)
         .flat_map(|s| {
             let w = format!("w{}", s % 16);
-            let gone = removed_payload(&block_hashes(first_of(s)));
-            let first = ((s + 1) << 20) as u64;
-            let stored = payload(&block_hashes(first), &rng.tokens(SEQ_BLOCKS * BS));
+            let gone = removed_payload(&sequence_hashes(s + FILLED_FROM));
+            let stored = payload(&sequence_hashes(s + 1), &rng.tokens(SEQ_BLOCKS * BS));
             [(w.clone(), gone), (w, stored)]
         })
         .collect();
@@ -232,25 +260,8 @@ fn steady(sequences: usize, entries: usize, warmup: usize) {
     for (w, p) in warmup {
         index.apply(w, p, Encoding::Engine).unwrap();
     }
-    let start = Instant::now();
-    let cpu = thread_cpu();
-    let mut lap = Instant::now();
-    for (n, (w, p)) in payloads.iter().enumerate() {
-        index.apply(w, p, Encoding::Engine).unwrap();
-        if std::env::var_os("KV_PROFILE_LAPS").is_some() && (n + 1) % 4000 == 0 {
-            eprintln!(
-                "lap {}: {:.2}M/s",
-                n / 4000,
-                4000.0 * 64.0 / lap.elapsed().as_secs_f64() / 1e6
-            );
-            lap = Instant::now();
-        }
-    }
-    let sequences = sequences - warmup.len() / 2;
-    let secs = start.elapsed().as_secs_f64();
-    let (user, sys) = thread_cpu();
-    let (user, sys) = (user - cpu.0, sys - cpu.1);
-    let events = (2 * sequences * SEQ_BLOCKS) as f64;
+    let (secs, user, sys) = apply_timed(&index, payloads);
+    let events = (payloads.len() * SEQ_BLOCKS) as f64;
     println!(
         "steady at {} entries: {events} block events (half removals) in {secs:.3} s: {:.2}M/s wall, {:.2}M/s CPU (user {user:.3} s, sys {sys:.3} s)",
         index.status().blocks,
@@ -362,6 +373,6 @@ fn main() {
         ),
         Some("score") => score(arg(2, 4_000_000), arg(3, 1000)),
         Some("steady") => steady(arg(2, 2000), arg(3, 2_000_000), arg(4, 0)),
-        _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND [EVENT_BLOCKS]] | decode SEQUENCES DISTINCT [BLOCKS [EVENT_BLOCKS]] | score ENTRIES ITERATIONS"),
+        _ => eprintln!("usage: kv_profile ingest SEQUENCES [BOUND [EVENT_BLOCKS]] | decode SEQUENCES DISTINCT [BLOCKS [EVENT_BLOCKS]] | score ENTRIES ITERATIONS | steady SEQUENCES ENTRIES [WARMUP]"),
     }
 }
