@@ -181,6 +181,14 @@ def _rates(blocks: int, wall: float, cpu: float, kernel: float) -> tuple[str, st
     return f"{blocks / wall / 1e6:.2f}M", f"{blocks / cpu / 1e6:.2f}M", f"{kernel * 1e3:.0f} ms"
 
 
+def _median_run(blocks: int, runs: list[tuple[float, float, float]]) -> tuple[tuple[float, float, float], str]:
+    """The run of median thread CPU among `runs` (each `_timed`'s answer, on a fresh index), and
+    the range of their rates, as the table shows it."""
+    runs = sorted(runs, key=lambda r: r[1])
+    return runs[len(runs) // 2], (f"median of {len(runs)} runs, each on a fresh index: "
+                                  f"{blocks / runs[-1][1] / 1e6:.2f}-{blocks / runs[0][1] / 1e6:.2f}M")
+
+
 def _fill(index, sequences: int, decoded: bool = False, cheap: bool = False) -> None:  # noqa: ANN001
     """Stores `sequences` other sequences than the measured ones (sequence s on worker w{s % 16},
     its hashes from (s + 10**6) << 20); `decoded`: through `apply_batch` instead of raw payloads;
@@ -240,15 +248,12 @@ def ingestion_section(quick: bool) -> Section:
         # The native run lasts some 25 ms, short enough that one run in a process lands 5-10% off
         # the next: it is measured `repeats` times, each on a fresh index, and the median shown.
         repeats = repeats if path == RUN_PATH and not quick else 1
-        runs = sorted((measure(make, path, state, fresh) for _ in range(repeats)), key=lambda r: r[1])
-        wall, cpu, kernel = runs[len(runs) // 2]
+        (wall, cpu, kernel), spread = _median_run(blocks, [measure(make, path, state, fresh) for _ in range(repeats)])
         verdict = ""
         if target is not None:
             verdict = ("met" if blocks / cpu >= target else "MISSED") + f" (>= {target / 1e6:.0f}M, CPU)"
         if repeats > 1:
-            verdict += ("; " if verdict else "") + (
-                f"median of {repeats} runs, each on a fresh index: "
-                f"{blocks / runs[-1][1] / 1e6:.2f}-{blocks / runs[0][1] / 1e6:.2f}M")
+            verdict += ("; " if verdict else "") + spread
         section.rows.append([name, path + (", each just decoded" if fresh else ""), state,
                              *_rates(blocks, wall, cpu, kernel), verdict])
 
@@ -375,11 +380,9 @@ def run_steady(kv, entries: int, section: Section) -> None:  # noqa: ANN001
         index._apply_many(warmup, 0, warm)
         runs.append(_timed(lambda: index._apply_many(measured, 0, len(steady) - warm)))  # noqa: B023 - called at once
         assert index.stats.blocks_removed == (events + warm * SEQ_BLOCKS) // 2 and index.num_blocks == entries
-    wall, cpu, kernel = sorted(runs, key=lambda r: r[1])[1]
+    (wall, cpu, kernel), spread = _median_run(events, runs)
     section.rows.append(["native", RUN_PATH, f"{entries:,} entries held by the engines' removals (block events/s: "
-                         "half removals)", *_rates(events, wall, cpu, kernel),
-                         f"median of 3 runs, each on a fresh index: "
-                         f"{events / max(r[1] for r in runs) / 1e6:.2f}-{events / min(r[1] for r in runs) / 1e6:.2f}M"])
+                         "half removals)", *_rates(events, wall, cpu, kernel), spread])
 
 
 # --- score -------------------------------------------------------------------------------------
