@@ -87,7 +87,7 @@ test-rust: ## cargo test of the native core and of the Rust client library
 # minute); an instrumented libFuzzer build from clean costs several minutes more than CI can spare,
 # so the coverage-guided run is `make fuzz` only.
 FUZZ_DIR := native/fuzz
-FUZZ_TARGETS ?= parse_session parse_wire json_args detok render template_source kv_events
+FUZZ_TARGETS ?= parse_session parse_wire json_args detok render template_source kv_events score_split
 FUZZ_SECONDS ?= 600
 FUZZ_SANITIZER ?= none
 FUZZ_ARGS ?=

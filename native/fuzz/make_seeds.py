@@ -228,6 +228,53 @@ def kv_event_seeds() -> list[bytes]:
     return seeds
 
 
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def score_split_seeds() -> list[bytes]:
+    """score_split: raw KvRouter ScoreRequest bodies (see score_split.rs): token ids of every varint
+    width, over several 64-byte windows, with the other fields; the other inputs; messages that
+    merge (the oneof changing hands, ids concatenating); and hand-written ids protobuf's encoder
+    never writes (padded varints, ids past 2^28 and past 2^32-1)."""
+    import random
+
+    from sidecar.v1 import kv_router_pb2 as kv
+    from sidecar.v1 import preprocessor_pb2 as pb
+
+    rng = random.Random(12)
+
+    def ids_request(ids: list[int], **fields) -> bytes:
+        return kv.ScoreRequest(model="qwen3", token_ids=pb.TokenIds(token_ids=ids), **fields).SerializeToString()
+
+    def packed(*varints: bytes) -> bytes:
+        body = b"".join(varints)
+        inner = b"\x0a" + _varint(len(body)) + body
+        return b"\x22" + _varint(len(inner)) + inner
+
+    seeds = [
+        ids_request([rng.randrange(151_000) for _ in range(20)]),
+        ids_request([rng.randrange(151_000) for _ in range(120)], lora_name="a", cache_salt="s"),
+        ids_request([rng.choice((0, 127, 128, 16_383, 16_384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**32 - 1))
+                     for _ in range(80)]),
+        ids_request([]),
+        kv.ScoreRequest(model="m", text="hello world").SerializeToString(),
+        kv.ScoreRequest(messages_json='[{"role": "user", "content": "hi"}]').SerializeToString(),
+        kv.ScoreRequest(model="m", mm_items=[pb.MultimodalItem(identifier="img", offset=3, length=9)]).SerializeToString(),
+        ids_request([5, 6, 7]) + kv.ScoreRequest(text="t").SerializeToString() + ids_request([8]),
+        ids_request(list(range(0, 151_000, 997))) + ids_request([1, 2, 3]),
+        packed(*(_varint(rng.randrange(151_000)) for _ in range(40)), b"\x81\x80\x80\x80\x00", _varint(9)),
+        packed(*(_varint(rng.randrange(151_000)) for _ in range(30)), _varint(2**32), _varint(4)),
+        packed(*(_varint(rng.randrange(128)) for _ in range(70)), b"\xff" * 9 + b"\x01"),
+    ]
+    return seeds
+
+
 def main() -> None:
     """Every target's seeds, or only those of the targets named on the command line."""
     only = set(sys.argv[1:])
@@ -240,6 +287,7 @@ def main() -> None:
         "render": render_seeds,
         "template_source": template_seeds,
         "kv_events": kv_event_seeds,
+        "score_split": score_split_seeds,
     }
     unknown = only - writers.keys()
     assert not unknown, f"unknown targets: {sorted(unknown)}"

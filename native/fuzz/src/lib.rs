@@ -14,6 +14,7 @@ pub mod models;
 pub mod parse_session;
 pub mod parse_wire;
 pub mod render;
+pub mod score_split;
 pub mod stream_check;
 pub mod template_source;
 
@@ -29,6 +30,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("render", render::run),
     ("template_source", template_source::run),
     ("kv_events", kv_events::run),
+    ("score_split", score_split::run),
 ];
 
 /// Loads what `target` needs (models, compiled templates) before libFuzzer starts timing inputs,

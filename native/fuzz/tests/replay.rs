@@ -201,7 +201,8 @@ fn every_target_is_replayed() {
             "detok",
             "render",
             "template_source",
-            "kv_events"
+            "kv_events",
+            "score_split"
         ]
     );
 }
@@ -239,4 +240,9 @@ fn template_source() {
 #[test]
 fn kv_events() {
     replay("kv_events");
+}
+
+#[test]
+fn score_split() {
+    replay("score_split");
 }
