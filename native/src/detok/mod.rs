@@ -486,18 +486,21 @@ impl GenericWindow {
         self.settle(hf, skip);
     }
 
-    /// Forgets emitted ids beyond the context window. The window reaches back to a token with
-    /// visible text (up to [`GENERIC_MAX_CONTEXT_IDS`]): a window of skipped special tokens alone
-    /// (a context ending in `<unk>` or image tokens) would make the next token the start of the
-    /// text, and a `Strip` decoder would drop its leading space.
+    /// Forgets emitted ids beyond the context window. The window reaches back (up to
+    /// [`GENERIC_MAX_CONTEXT_IDS`]) to a token with visible text: a window of skipped special
+    /// tokens alone (a context ending in `<unk>` or image tokens) would make the next token the
+    /// start of the text, and a `Strip` decoder would drop its leading space. It also reaches
+    /// back out of a character cut by its start: `ByteFallback` decodes a run of byte tokens as
+    /// one, so a window starting on a continuation byte would turn the next character's bytes,
+    /// joined to that run, into replacement characters too.
     fn settle(&mut self, hf: &tokenizers::Tokenizer, skip: bool) {
         self.read = self.ids.len();
         if self.ids.len() > GENERIC_CONTEXT_IDS {
             let mut start = self.ids.len() - GENERIC_CONTEXT_IDS;
-            while start > 0
-                && self.ids.len() - start < GENERIC_MAX_CONTEXT_IDS
-                && decode(hf, &self.ids[start..], skip).is_empty()
-            {
+            while start > 0 && self.ids.len() - start < GENERIC_MAX_CONTEXT_IDS && {
+                let window = decode(hf, &self.ids[start..], skip);
+                window.is_empty() || window.starts_with(REPLACEMENT)
+            } {
                 start -= 1;
             }
             self.ids.drain(..start);

@@ -106,3 +106,28 @@ fn generic_window_keeps_visible_context_behind_skipped_tokens() {
     assert_eq!(sink.text, whole[before.len()..]);
     assert_eq!(sink.text, " werd");
 }
+
+#[test]
+fn generic_window_never_starts_inside_a_byte_fallback_character() {
+    // Found by the detok fuzz target: after "②" (three byte tokens), the generic decoder's window
+    // of 4 ids began on its last two bytes; `ByteFallback` decodes a run of byte tokens as one,
+    // so the orphan continuation bytes joined "③"'s run and all of it came out as U+FFFD.
+    let Some(tok) = shared_model("mistral-v3-spm") else {
+        return;
+    };
+    let context = encode(&tok, "x ①");
+    let output = encode(&tok, "②③ ٠١\u{fdd0}٢٣ ०१२");
+    let table = Arc::new(DecodeTable::build(&tok, true).expect("generic table"));
+    let mut d = Detokenizer::new(table, true);
+    d.prime(&context);
+    let mut sink = TextSink::default();
+    for (seq, &id) in output.iter().enumerate() {
+        d.push(id, seq as u64, &mut sink);
+    }
+    d.flush(&mut sink);
+    let all: Vec<u32> = context.iter().chain(&output).copied().collect();
+    let whole = tok.decode(&all, true).expect("decode");
+    let before = tok.decode(&context, true).expect("decode");
+    assert_eq!(sink.text, whole[before.len()..]);
+    assert!(!sink.text.contains('\u{FFFD}'), "{}", sink.text);
+}
