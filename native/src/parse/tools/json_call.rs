@@ -232,7 +232,8 @@ impl JsonCall {
             match c {
                 c if c.is_ascii_whitespace() => return Step::Advance(c.len_utf8()),
                 // Keyed: the key was the name, known to be a call once its object begins.
-                '{' if self.shape.keyed && self.name.is_none() => {
+                // (An empty name is no function's: not a call.)
+                '{' if self.shape.keyed && self.name.is_none() && !self.key.is_empty() => {
                     self.name = Some(std::mem::take(&mut self.key));
                     return Step::Stop(0, CallEvent::Named);
                 }
@@ -270,7 +271,10 @@ impl JsonCall {
     fn value_done(&mut self, member: Member, n: usize) -> Step {
         match member {
             Member::Name => {
-                let Some(name) = decode_canonical_string(&self.scratch) else {
+                // A name that is not a string, or is empty, is no function's: not a call (a
+                // call's first delta must name it).
+                let Some(name) = decode_canonical_string(&self.scratch).filter(|n| !n.is_empty())
+                else {
                     return Step::Stop(n, CallEvent::Broken);
                 };
                 self.name = Some(name);
