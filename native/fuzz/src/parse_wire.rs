@@ -317,7 +317,15 @@ fn do_open(
             state.unanswered.insert(open.request_id.clone());
             state.finished.remove(&open.request_id);
         }
-        Err(e) => crate::assert_clean_error(&e, "Mux::open"),
+        Err(e) => {
+            crate::assert_clean_error(&e, "Mux::open");
+            // Opening an id that is open ends that request too (see `Mux::open`): its later
+            // steps are answered as finished.
+            if state.open.remove(&open.request_id) {
+                state.unanswered.remove(&open.request_id);
+                state.finished.insert(open.request_id.clone());
+            }
+        }
     }
 }
 

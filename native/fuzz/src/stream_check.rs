@@ -292,7 +292,9 @@ fn check_attribution(got: &Collected, trace: &Value, fed: usize) {
         covered <= source.len() as u64,
         "spans cover more than the stream"
     );
-    if got.finish_reason != "stop" {
+    // A stop string cuts the stream (its text and what follows are not routed); its finish
+    // reason is "tool_calls" instead of "stop" when the output made a call, as vLLM reports it.
+    if got.finish_reason != "stop" && got.matched_stop.is_none() {
         assert_eq!(
             covered,
             source.len() as u64,
@@ -354,12 +356,26 @@ fn check_attribution(got: &Collected, trace: &Value, fed: usize) {
         .map(|a| a[0].as_u64().expect("seq"))
         .collect();
     seqs.sort_unstable();
-    // Every token fed was decoded, those past a stop string included.
+    // Every token fed was decoded, those past a stop string included; but a stop ends the
+    // request, so the last ones of its step whose bytes the detokenizer still held (a character
+    // not complete yet) are never decoded: with a stop, every token through the last one counted
+    // has its anchor, and no token has two.
     let n = fed as u64;
-    assert!(
-        seqs.iter().copied().eq(0..n),
-        "every token has exactly one anchor: {seqs:?}"
-    );
+    if got.matched_stop.is_some() {
+        let kept = seqs.len() as u64;
+        assert!(
+            seqs.iter().copied().eq(0..kept)
+                && kept <= n
+                && kept >= u64::from(got.completion_tokens),
+            "every token through the stop has exactly one anchor: {seqs:?} ({} counted)",
+            got.completion_tokens
+        );
+    } else {
+        assert!(
+            seqs.iter().copied().eq(0..n),
+            "every token has exactly one anchor: {seqs:?}"
+        );
+    }
     let mut reasoning = 0u32;
     for a in anchors {
         let (offset, zero) = (
