@@ -115,11 +115,13 @@ pub fn byte_level_char(byte: u8) -> char {
 }
 
 /// One token per byte of `text` (byte-level vocabularies): splits every multi-byte character and
-/// every text marker. `None` when the vocabulary lacks a byte token.
+/// every text marker. `None` when the vocabulary lacks a byte token, or does not read those
+/// tokens as bytes (a SentencePiece vocabulary may hold a piece `ĉ` that is the letter, not a tab).
 pub fn byte_tokens(tok: &Tokenizer, text: &str) -> Option<Vec<u32>> {
     text.bytes()
         .map(|b| tok.token_to_id(&byte_level_char(b).to_string()))
-        .collect()
+        .collect::<Option<Vec<u32>>>()
+        .filter(|ids| tok.decode(ids, false).is_ok_and(|d| d == text))
 }
 
 /// `text` encoded without special tokens added (added tokens in the text become their ids).

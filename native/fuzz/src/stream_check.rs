@@ -168,25 +168,59 @@ pub fn json_object_prefix(text: &str) -> bool {
 /// `text` parsed as Python's `json.loads` would: the template JSON parser (Python's rules), with
 /// escaped lone surrogates (`\ud83d`, valid JSON text that Python and JavaScript read but no
 /// UTF-8 string can hold) read as U+FFFD, and integers beyond its 128 bits (Python's are
-/// unbounded) checked by `serde_json` instead (which reads them as floats).
+/// unbounded) read as 0 (see [`zero_big_integers`]).
 pub fn python_json(text: &str) -> Result<Json, String> {
     let first = json::parse(text, "arguments").map_err(|e| e.message().to_string());
     let Err(message) = first else {
         return first;
     };
-    if let Ok(value) = json::parse(&replace_surrogate_escapes(text), "arguments") {
-        return Ok(value);
-    }
-    if message.contains("outside the supported range") {
-        if let Ok(value) = serde_json::from_str::<Value>(text) {
-            // Only the shape matters to the callers: an object stays an object.
-            return Ok(match value {
-                Value::Object(_) => Json::Object(Vec::new()),
-                _ => Json::Null,
-            });
+    // What Python reads and the template parser does not: lone surrogate escapes, and integers
+    // past 128 bits (read as 0: only the shape matters to the callers; a float's exponent past
+    // any range the parser reads as Python does).
+    let text = zero_big_integers(&replace_surrogate_escapes(text));
+    json::parse(&text, "arguments").map_err(|_| message)
+}
+
+/// `text` with every integer literal of more than 38 digits (outside strings) written as `0`.
+fn zero_big_integers(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if in_string {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            out.push(c);
+            continue;
         }
+        if c == '"' {
+            in_string = true;
+        }
+        if !(c == '-' || c.is_ascii_digit()) {
+            out.push(c);
+            continue;
+        }
+        let mut number = c.to_string();
+        while let Some(&d) = chars.peek() {
+            if !(d.is_ascii_digit() || matches!(d, '.' | 'e' | 'E' | '+' | '-')) {
+                break;
+            }
+            number.push(d);
+            chars.next();
+        }
+        let digits = number.trim_start_matches('-');
+        let integer = !digits.is_empty() && digits.chars().all(|d| d.is_ascii_digit());
+        out.push_str(if integer && digits.len() > 38 {
+            "0"
+        } else {
+            &number
+        });
     }
-    Err(message)
+    out
 }
 
 fn replace_surrogate_escapes(text: &str) -> String {
