@@ -7,8 +7,9 @@
 //! [`error`] the error kinds and their one gRPC status table. Every `extern "C"` export and every
 //! `unsafe` block lives in [`ffi`], which only converts; the exceptions are the cache prefetch
 //! hint of the index tables (`index::table`), which reads and writes no memory, and the AVX-512
-//! reader of token ids (`index::msgpack::avx512`): calls into code compiled for features the CPU
-//! was checked for, and vector loads and stores within arrays and slices it bounds-checks.
+//! readers of token ids (`index::msgpack::avx512` for KV events, `wire::score::avx512` for a
+//! Score request's packed ids): calls into code compiled for features the CPU was checked for
+//! (`simd::Probe`), and vector loads and stores within arrays and slices they bounds-check.
 //!
 //! Tests that need the real models of `../shared/models` go through [`test_support`]: they skip
 //! with a printed reason when the data is absent and fail when `CI=true`.
@@ -25,6 +26,8 @@ pub mod multiplex;
 pub mod parse;
 pub mod render;
 pub mod settings;
+#[cfg(target_arch = "x86_64")]
+mod simd;
 pub mod template;
 pub mod tokenizer;
 pub mod wire;

@@ -7,7 +7,8 @@
 //! The hot-path codecs are written by hand for speed (each module says what it measured); the
 //! tests in this module check every message and every field they read or write against the
 //! generated types, so a field number cannot drift from the contract without a test failing.
-//! This module depends on nothing of the crate but [`crate::error`].
+//! This module depends on nothing of the crate but [`crate::error`] (and, for the vector reader of
+//! a Score request's ids, the AVX-512 helpers of `crate::simd`).
 
 mod codec;
 mod multiplex;

@@ -19,7 +19,8 @@
 //! (`differential_tests`).
 
 use core::arch::x86_64::*;
-use std::sync::atomic::{AtomicU8, Ordering};
+
+use crate::simd::{bytes_by, Probe, IOTA, LANE_OF_BYTE};
 
 /// Positions a window can start ids at. An id starts at most 4 bytes before it ends, so a window
 /// reads at most `STRIDE + 4` bytes, inside one 64-byte vector; and 16 ids of at least 3 bytes
@@ -28,23 +29,18 @@ const STRIDE: usize = 48;
 /// Ids one window reads at most (u32 lanes of a vector).
 const LANES: usize = 16;
 
-/// 0: not probed yet, 1: the CPU lacks a feature, 2: available.
-static AVAILABLE: AtomicU8 = AtomicU8::new(0);
+/// Whether this CPU runs the vector form.
+static AVX512_VBMI: Probe = Probe::new(|| {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vbmi")
+        && is_x86_feature_detected!("popcnt")
+});
 
-/// Whether this CPU runs the vector form (probed once, then one relaxed load).
+/// Whether this CPU runs the vector form (probed once).
 #[inline]
 pub(super) fn available() -> bool {
-    match AVAILABLE.load(Ordering::Relaxed) {
-        0 => {
-            let yes = is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vbmi")
-                && is_x86_feature_detected!("popcnt");
-            AVAILABLE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-            yes
-        }
-        state => state == 2,
-    }
+    AVX512_VBMI.available()
 }
 
 /// [`super::unsigned_run_portable`]'s contract: reads the leading run of unsigned ids of at most
@@ -61,19 +57,6 @@ pub(super) fn unsigned_run(buf: &[u8], pos: &mut usize, ids: &mut [u32]) -> Opti
     Some(unsafe { run(buf, pos, ids) })
 }
 
-/// A 64-byte table whose byte `i` is `$f(i)`, built at compile time.
-macro_rules! bytes_by {
-    (|$i:ident| $f:expr) => {{
-        let mut out = [0u8; 64];
-        let mut $i = 0usize;
-        while $i < 64 {
-            out[$i] = $f;
-            $i += 1;
-        }
-        out
-    }};
-}
-
 /// Lanes whose index has bit `bit` set.
 const fn lanes_with_bit(bit: u32) -> u64 {
     let mut mask = 0;
@@ -87,7 +70,6 @@ const fn lanes_with_bit(bit: u32) -> u64 {
     mask
 }
 
-const IOTA: [u8; 64] = bytes_by!(|i| i as u8);
 /// Widths of the markers 0xcc, 0xcd, 0xce at `marker - 0x80 - 64` (the upper half of a
 /// two-register permute indexed by the low 7 bits); every other marker of 0x80 and above is 0.
 const UPPER_WIDTHS: [u8; 64] = bytes_by!(|i| match i {
@@ -101,8 +83,6 @@ const UPPER_WIDTHS: [u8; 64] = bytes_by!(|i| match i {
 const BYTE_BEFORE_END: [u8; 64] = bytes_by!(|i| (i % 4 + 1) as u8);
 /// The first byte of each u32 lane.
 const LOW_BYTES: u64 = 0x1111_1111_1111_1111;
-/// For byte `b` of u32 lane `j`: `j`.
-const LANE_OF_BYTE: [u8; 64] = bytes_by!(|i| (i / 4) as u8);
 /// Positions ids can start at in a window.
 const IN_STRIDE: u64 = (1 << STRIDE) - 1;
 

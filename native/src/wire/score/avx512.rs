@@ -15,35 +15,30 @@
 //! the portable form on random buffers (`differential_tests`).
 
 use core::arch::x86_64::*;
-use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::{Ids, WHAT};
 use crate::error::Result;
+use crate::simd::{bytes_by, Probe, IOTA, LANE_OF_BYTE};
 use crate::wire::codec::Reader;
 
 /// Ids one window reads at most (u32 lanes of a vector).
 const LANES: u32 = 16;
 
-/// 0: not probed yet, 1: the CPU lacks a feature, 2: available.
-static AVAILABLE: AtomicU8 = AtomicU8::new(0);
+/// Whether this CPU runs the vector form.
+static AVX512_VBMI2: Probe = Probe::new(|| {
+    is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vbmi")
+        && is_x86_feature_detected!("avx512vbmi2")
+        && is_x86_feature_detected!("bmi2")
+        && is_x86_feature_detected!("popcnt")
+});
 
-/// Whether this CPU runs the vector form (probed once, then one relaxed load).
+/// Whether this CPU runs the vector form (probed once).
 #[inline]
 fn available() -> bool {
-    match AVAILABLE.load(Ordering::Relaxed) {
-        0 => {
-            let yes = is_x86_feature_detected!("avx512f")
-                && is_x86_feature_detected!("avx512bw")
-                && is_x86_feature_detected!("avx512vl")
-                && is_x86_feature_detected!("avx512vbmi")
-                && is_x86_feature_detected!("avx512vbmi2")
-                && is_x86_feature_detected!("bmi2")
-                && is_x86_feature_detected!("popcnt");
-            AVAILABLE.store(if yes { 2 } else { 1 }, Ordering::Relaxed);
-            yes
-        }
-        state => state == 2,
-    }
+    AVX512_VBMI2.available()
 }
 
 /// [`super::read_packed_portable`]'s contract (ids, refusals and errors alike); `None` (nothing
@@ -58,22 +53,6 @@ pub(super) fn read_packed(packed: &[u8], ids: &mut Ids) -> Option<Result<()>> {
     Some(unsafe { read(packed, ids) })
 }
 
-/// A 64-byte table whose byte `i` is `$f(i)`, built at compile time.
-macro_rules! bytes_by {
-    (|$i:ident| $f:expr) => {{
-        let mut out = [0u8; 64];
-        let mut $i = 0usize;
-        while $i < 64 {
-            out[$i] = $f;
-            $i += 1;
-        }
-        out
-    }};
-}
-
-const IOTA: [u8; 64] = bytes_by!(|i| i as u8);
-/// For byte `b` of u32 lane `j`: `j` (spreads one byte per id over its lane).
-const LANE_OF_BYTE: [u8; 64] = bytes_by!(|i| (i / 4) as u8);
 /// For byte `b` of each u32 lane: `b` (the offset of that byte from its id's start).
 const BYTE_IN_LANE: [u8; 64] = bytes_by!(|i| (i % 4) as u8);
 /// Added to the ends shifted up one lane: the first id starts at 0, each other one past the end
