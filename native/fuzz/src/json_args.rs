@@ -98,8 +98,7 @@ fn through_parser((parser, model, before, after): (&str, &str, &str, &str), x: &
         .any(|t| x.contains(&t.content));
     // The vocabulary must spell `X` back as it is (SentencePiece reads `▁` as a space, and a
     // normalizer may rewrite text): the parser sees the decoded text, not `X`.
-    // (The ids fed, which one token per byte may have spelled with pieces the vocabulary does not
-    // read as bytes.)
+    // (Checked on the ids fed.)
     let round_trips = model.tok.decode(&x_ids, false).is_ok_and(|d| d == x);
     if !expected.is_object()
         || spells_marker
