@@ -35,9 +35,16 @@ native: ## Build the Rust library for users (release, no test exports) and put i
 	cargo build $(CARGO_FLAGS)
 	cp native/target/release/libsidecar_native.so $(LIB)
 
+# Cargo calls the test build fresh by its own records, not by the cdylib file, which any other build
+# of the library in $(TEST_TARGET) (one without `--features testing`) overwrites: a file without the
+# test exports is removed and built again, so test and bench never load the user build by mistake.
+TEST_LIB := $(TEST_TARGET)/release/libsidecar_native.so
 native-testing: ## The same library plus the test- and bench-only exports (cargo feature `testing`); test and bench use it
 	cargo build $(TEST_CARGO_FLAGS)
-	cp $(TEST_TARGET)/release/libsidecar_native.so $(LIB)
+	@nm -D --defined-only $(TEST_LIB) | grep -q ' sc_test_panic$$' || { \
+	  echo "$(TEST_LIB) lacks the test exports (another build wrote it): building it again"; \
+	  rm -f $(TEST_LIB) $(TEST_TARGET)/release/deps/libsidecar_native.so && cargo build $(TEST_CARGO_FLAGS); }
+	cp $(TEST_LIB) $(LIB)
 
 build: setup native ## Everything `run` needs (the user build of the library)
 
