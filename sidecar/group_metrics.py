@@ -14,12 +14,15 @@ and merges the samples:
   or about itself where the sum means nothing (process_start_time_seconds: the newest start, i.e.
   the last restart; process_max_fds).
 
-A process with an endpoint that does not answer (hung, stopping), or whose answer is cut short or
-does not parse, is counted in `sidecar_processes_unscraped`, and its last good scrape is added up in
-its place: left out, its counters would leave the sums, which would go down, and Prometheus reads a
-counter that goes down as a reset (rate() then counts the whole total again as new). The last scrape
-of a process is dropped only once the process has been restarted (its endpoint's port changed, or
-is 0 while it restarts): its counters began again from 0, and `process_start_time_seconds` says so.
+Merged counters never go down, since Prometheus reads a counter that goes down as a reset (rate()
+then counts the whole remaining total as new, a spike of everything every other process counted):
+- a process with an endpoint that does not answer (hung, stopping), or whose answer is cut short or
+  does not parse, is counted in `sidecar_processes_unscraped`, and its last good scrape is merged in
+  its place;
+- a process that has been restarted (its endpoint's port changed, or is 0 while it restarts) counts
+  from 0 again: the counters, histograms and summaries of its last scrape before the restart are
+  carried (added up, or the highest kept, as above) into every later merge, as prometheus_client's
+  multiprocess mode keeps a dead process's counters. What it counted after its last scrape is lost.
 `sidecar_processes_scraped` counts the processes that answered this scrape.
 """
 
@@ -44,6 +47,8 @@ SUMMED_GAUGES = frozenset({
     "process_resident_memory_bytes", "process_virtual_memory_bytes", "process_open_fds",
 })
 _SUMMED_TYPES = frozenset({"counter", "histogram", "summary", "gaugehistogram"})
+#: Families that only grow: a restarted process's last values of these are carried.
+_CARRIED_TYPES = frozenset({"counter", "histogram", "summary"})
 #: Counters of what every process counts alike (the KV events stream each applies whole): the
 #: highest is kept, not the sum.
 SHARED_COUNTER_PREFIX = "sidecar_kv_"
@@ -86,14 +91,18 @@ def scrape_all(ports: dict[int, int]) -> dict[int, list[Metric] | None]:
 
 class LastScrapes:
     """Each process's last good scrape, kept while the process lives (same metrics port), so that a
-    process left out of a scrape is added up with its last values and the merged counters never go
-    down (thread-safe: scrapes may overlap)."""
+    process left out of a scrape is merged with its last values; and the counters of restarted
+    processes' last scrapes, folded into one set of families merged into every later scrape. So the
+    merged counters never go down (thread-safe: scrapes may overlap)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._scrapes = 0
         #: process index -> (its metrics port, the scrape number, its families)
         self._last: dict[int, tuple[int, int, list[Metric]]] = {}
+        #: What restarted processes had counted, folded into one process's worth of families (its
+        #: size stays that of one scrape however many restarts there are).
+        self._carried: list[Metric] = []
 
     def collect(self, ports: dict[int, int]) -> tuple[list[list[Metric]], int, int]:
         """Scrapes the processes (index -> port); returns the families to add up (this scrape's,
@@ -107,7 +116,10 @@ class LastScrapes:
         with self._lock:
             for index in list(self._last):
                 if ports.get(index) != self._last[index][0]:
-                    del self._last[index]  # restarted (or restarting): its counters began again
+                    # Restarted (or restarting): its counters begin again from 0, so what it had
+                    # counted is carried.
+                    ended = [f for f in self._last.pop(index)[2] if f.type in _CARRIED_TYPES]
+                    self._carried = merged_families([self._carried, ended])
             for index, families in results.items():
                 last = self._last.get(index)
                 if families is not None:
@@ -116,16 +128,25 @@ class LastScrapes:
                     processes.append(families)
                 elif last is not None:
                     processes.append(last[2])
+            if self._carried:
+                processes.append(self._carried)
         answered = sum(families is not None for families in results.values())
         return processes, answered, len(results) - answered
 
 
 def merged(processes: list[list[Metric]]) -> str:
-    """The text exposition of the processes' families with equal samples (name and labels) merged
-    (added up, or the highest kept: see the module's docstring), in the order first seen, written
-    as one process writes its own (`prometheus_client.generate_latest`: a counter's HELP and TYPE
-    name it with `_total`, as its samples do). `_created` timestamps are left out, with the gauge
-    families the text format puts them in."""
+    """The text exposition of `merged_families(processes)`, written as one process writes its own
+    (`prometheus_client.generate_latest`: a counter's HELP and TYPE name it with `_total`, as its
+    samples do)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(merged_families(processes)))
+    return generate_latest(registry).decode()
+
+
+def merged_families(processes: list[list[Metric]]) -> list[Metric]:
+    """The processes' families with equal samples (name and labels) merged (added up, or the
+    highest kept: see the module's docstring), in the order first seen. `_created` timestamps are
+    left out, with the gauge families the text format puts them in."""
     families: dict[str, Metric] = {}
     samples: dict[str, dict[tuple, list]] = {}
     for process in processes:
@@ -150,9 +171,7 @@ def merged(processes: list[list[Metric]]) -> str:
     for name, family in families.items():
         for (sample_name, _), (labels, value) in samples[name].items():
             family.add_sample(sample_name, labels, value)
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(_Families(list(families.values())))
-    return generate_latest(registry).decode()
+    return list(families.values())
 
 
 class _Families:

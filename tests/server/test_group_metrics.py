@@ -10,6 +10,7 @@ import threading
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from contextlib import contextmanager
 from typing import Callable, Iterator
 
 import pytest
@@ -79,24 +80,37 @@ def endpoints() -> Iterator[Callable[[Respond], int]]:
         server.server_close()
 
 
-def group_scrape(tmp_path: Path, ports: list[int]) -> dict[tuple[str, tuple], float]:
-    """The parent's /metrics over processes listening on `ports`: sample (name, labels) -> value."""
+@contextmanager
+def parent_metrics(tmp_path: Path, ports: list[int]) -> Iterator[tuple[GroupState, Callable[[], dict[tuple[str, tuple], float]]]]:
+    """The parent's /metrics over processes listening on `ports`: the group state (to restart a
+    process: set its port) and a scrape, which returns sample (name, labels) -> value."""
     group = GroupState.create(str(tmp_path / "state"), len(ports))
     for i, port in enumerate(ports):
         group.set_metrics_port(i, port)
     server = group_metrics.serve(group, "127.0.0.1", 0)
-    try:
+
+    def scrape() -> dict[tuple[str, tuple], float]:
         with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=30) as response:
             text = response.read().decode()
+        return {(s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(text) for s in family.samples}
+
+    try:
+        yield group, scrape
     finally:
         server.shutdown()
         server.server_close()
         group.close()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def group_scrape(tmp_path: Path, ports: list[int]) -> dict[tuple[str, tuple], float]:
+    """One scrape of the parent's /metrics over processes listening on `ports`."""
+    with parent_metrics(tmp_path, ports) as (_, scrape):
+        return scrape()
 
 
 TOKENIZE_OK = ("sidecar_requests_total", (("code", "OK"), ("rpc", "Tokenize")))
+INFLIGHT = ("sidecar_inflight_requests", (("rpc", "Tokenize"),))
 
 
 def test_processes_are_asked_at_the_same_time(tmp_path: Path, endpoints) -> None:  # noqa: ANN001
@@ -147,31 +161,22 @@ def test_counters_and_amounts_add_up_facts_about_the_server_do_not(tmp_path: Pat
     ports = [endpoints(answer(exposition(3, 100.0, 1))), endpoints(answer(exposition(4, 200.0, 2)))]
     samples = group_scrape(tmp_path, ports)
     assert samples[TOKENIZE_OK] == 7
-    assert samples[("sidecar_inflight_requests", (("rpc", "Tokenize"),))] == 3
+    assert samples[INFLIGHT] == 3
     assert samples[("sidecar_models_loaded", ())] == 1
     assert samples[("process_start_time_seconds", ())] == 200.0
     assert [v for (name, _), v in samples.items() if name == "python_info"] == [1.0]
 
 
-def test_a_process_left_out_is_added_up_with_its_last_scrape_until_it_restarts(tmp_path: Path, endpoints) -> None:  # noqa: ANN001
-    """Merged counters must not go down while the processes live: Prometheus reads a counter that
-    goes down as a reset. A process that answers badly (or not at all) is added up with its last
+def test_merged_counters_never_go_down_through_bad_answers_and_restarts(tmp_path: Path, endpoints) -> None:  # noqa: ANN001
+    """Prometheus reads a counter that goes down as a reset, and rate() then counts the whole
+    remaining total as new. A process that answers badly (or not at all) is added up with its last
     good scrape, and still counted in `sidecar_processes_unscraped` (before, its requests left the
-    sum: 7, then 3). Its last values go only when it has been restarted (a new metrics port)."""
+    sum: 7, then 3). A restarted process counts from 0 again: its last scrape's counters are carried
+    into every later merge, through any number of restarts (before, the sum fell from 9 to 5, which
+    rate() read as 5 new requests), while its gauges (calls in flight) leave with it."""
     answers = {0: answer(exposition(3, 100.0, 1)), 1: answer(exposition(4, 200.0, 1))}
     ports = [endpoints(lambda handler, i=i: answers[i](handler)) for i in range(2)]
-    group = GroupState.create(str(tmp_path / "state"), 2)
-    for i, port in enumerate(ports):
-        group.set_metrics_port(i, port)
-    server = group_metrics.serve(group, "127.0.0.1", 0)
-
-    def scrape() -> dict[tuple[str, tuple], float]:
-        with urllib.request.urlopen(f"http://127.0.0.1:{server.server_address[1]}/metrics", timeout=30) as response:
-            text = response.read().decode()
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for family in text_string_to_metric_families(text) for s in family.samples}
-
-    try:
+    with parent_metrics(tmp_path, ports) as (group, scrape):
         assert scrape()[TOKENIZE_OK] == 7
         answers[0] = answer(exposition(5, 100.0, 1))
         answers[1] = answer('sidecar_requests_total{rpc="Tokenize" 3\n')  # does not parse
@@ -179,17 +184,26 @@ def test_a_process_left_out_is_added_up_with_its_last_scrape_until_it_restarts(t
         assert samples[TOKENIZE_OK] == 9  # 5 + process 1's last 4
         assert samples[("sidecar_processes_scraped", ())] == 1
         assert samples[("sidecar_processes_unscraped", ())] == 1
-        # Process 1 restarted: a new endpoint, counting from 0 again; its old values are gone.
+        # Process 1 restarting (no endpoint yet): its last 4 requests stay in the sum, its one
+        # call in flight does not.
         group.set_metrics_port(1, 0)
-        assert scrape()[TOKENIZE_OK] == 5
-        group.set_metrics_port(1, endpoints(answer(exposition(1, 300.0, 0))))
         samples = scrape()
-        assert samples[TOKENIZE_OK] == 6
+        assert samples[TOKENIZE_OK] == 9
+        assert samples[INFLIGHT] == 1
+        # Back on a new endpoint, counting from 0 again: 5 + 4 carried + 1 new.
+        answers[1] = answer(exposition(1, 300.0, 0))
+        group.set_metrics_port(1, endpoints(lambda handler: answers[1](handler)))
+        samples = scrape()
+        assert samples[TOKENIZE_OK] == 10
         assert samples[("sidecar_processes_unscraped", ())] == 0
-    finally:
-        server.shutdown()
-        server.server_close()
-        group.close()
+        # Restarted again after counting 2: both ended runs are carried (5 + 4 + 2 + 0 new).
+        answers[1] = answer(exposition(2, 300.0, 0))
+        assert scrape()[TOKENIZE_OK] == 11
+        answers[1] = answer(exposition(0, 400.0, 0))
+        group.set_metrics_port(1, endpoints(lambda handler: answers[1](handler)))
+        samples = scrape()
+        assert samples[TOKENIZE_OK] == 11
+        assert samples[INFLIGHT] == 1
 
 
 def headers(text: str) -> dict[str, list[str]]:
@@ -283,3 +297,21 @@ def test_kv_counters_are_one_processs_view_not_n_times_it() -> None:
     assert samples[("sidecar_kv_sequence_gaps_total", (("worker", "w0"),))] == 2
     assert samples[("sidecar_kv_blocks", (("model", "m"),))] == 50
     assert samples[TOKENIZE_OK] == 6
+
+
+def test_kv_counters_keep_their_highest_when_the_highest_process_restarts(tmp_path: Path, endpoints) -> None:  # noqa: ANN001
+    """The KV counters take the highest value any process reports; when the process that reported
+    it restarts and counts from 0 again, the highest it had reached is carried, so the merged value
+    does not fall to the next process's (1000 -> 998 was read as a reset: 998 new events)."""
+    answers = {0: answer(kv_exposition(1000, 2, 50)), 1: answer(kv_exposition(998, 2, 49))}
+    ports = [endpoints(lambda handler, i=i: answers[i](handler)) for i in range(2)]
+    events = ("sidecar_kv_events_total", (("model", "m"),))
+    with parent_metrics(tmp_path, ports) as (group, scrape):
+        assert scrape()[events] == 1000
+        answers[0] = answer(kv_exposition(5, 0, 3))
+        group.set_metrics_port(0, endpoints(lambda handler: answers[0](handler)))
+        samples = scrape()
+        assert samples[events] == 1000
+        assert samples[("sidecar_kv_blocks", (("model", "m"),))] == 49  # a gauge: not carried
+        answers[1] = answer(kv_exposition(1003, 2, 51))
+        assert scrape()[events] == 1003
