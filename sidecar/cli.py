@@ -143,7 +143,8 @@ def _add_limit_flags(serve: argparse.ArgumentParser) -> None:
                         help="longest run of one character class (letters, digits, whitespace, symbols) in a text or "
                              "rendered prompt: the longest word the encoder takes in one uninterruptible piece, for "
                              "tokenizers that split text into words (a Metaspace tokenizer with split off, such as "
-                             "Mistral v3's, takes a whole text in one piece: --max-text-chars bounds it); "
+                             "Mistral v3's, takes the text between two cuts in one piece, and cuts fall only at spaces "
+                             "between ASCII characters: --max-text-chars bounds a text without them); "
                              "default 100,000")
     limits.add_argument("--max-token-ids", type=int, default=16 << 20,
                         help="token ids in one request (Detokenize in all, ParseStream prompt ids and one request's ids "

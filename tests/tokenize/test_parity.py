@@ -188,6 +188,31 @@ def test_long_input(pair) -> None:  # noqa: ANN001
     count_parity("tokenize:long", cases=1)
 
 
+#: Fragments that put unusual characters beside the spaces where long texts are cut: SentencePiece's
+#: own space mark, runs of spaces, characters that fall back to bytes, marks that combine.
+CUT_NEIGHBOURS = ["x \u2581y ", "\u2581 \u2581", "a  b", "c   d ", " e", "f \t g", "h\u00a0i j", "\U0001f389 k",
+                  "l \U0001f389", "m\u0301 n", "\u4f60 \u597d", "o\n p", "q \u2581\u2581r", "12 345", "s' t", "\u2581"]
+
+
+def test_long_texts_cut_beside_unusual_characters(pair) -> None:  # noqa: ANN001
+    """Texts past the native encoder's piece size are cut before spaces where the pipeline allows it
+    (SentencePiece Metaspace included): with the fragments above at random, beside every model's
+    added tokens, the ids and offsets equal `tokenizers`' of the whole text."""
+    model, native, hf = pair
+    added = [t.content for _, t in sorted(hf.get_added_tokens_decoder().items())][:6]
+    texts = []
+    for seed in range(2):
+        rng = random.Random(seed)
+        pool = CUT_NEIGHBOURS + [f"{t} " for t in added] + [f" {t}" for t in added]
+        parts, size = [], 0
+        while size < 160_000:
+            part = rng.choice(pool) if rng.random() < 0.5 else " ".join(rng.choice(corpus_texts()).split()[:8])
+            parts.append(part)
+            size += len(part.encode())
+        texts.append(rng.choice(["", " "]).join(parts))
+    assert_same_encodings(model, native, hf, texts, "tokenize:long")
+
+
 def test_random_id_sequences_decode(pair) -> None:  # noqa: ANN001
     model, native, hf = pair
     rng = random.Random(11)

@@ -21,8 +21,21 @@
 //!   from its start gives the same matches as resuming there.
 //! - The model sees words, and no word crosses the cut.
 //!
-//! Anything else (Metaspace, a prepending normalizer, an unknown pattern) gets no cuts and is
-//! encoded whole. At load, the cuts are also checked against whole-text encoding on a probe corpus
+//! Or the pre-tokenizer is Metaspace (replacement `▁`), the SentencePiece pipeline of Mistral v3
+//! and Llama 2 conversions: it turns every space into `▁` and prepends one to a section that does
+//! not start with it (the first section, or every one, or none, by its scheme).
+//! - The second piece starts with the space, so it gets no `▁` prepended, as its part of the whole
+//!   text got none; the first piece is the start of the whole text.
+//! - With `split: true`, every `▁` starts a word, so the cut falls between two words.
+//! - With `split: false` (Mistral v3), the whole text is one word, and the cut splits it exactly
+//!   when the BPE model cannot merge across it: it gets cuts only when no vocabulary piece holds a
+//!   character other than `▁` followed by `▁` (a merge across the cut would make one: `x` then
+//!   `▁`), the `▁` itself is a piece (an unknown-token run cannot fuse across the cut), and it has
+//!   no word prefix or suffix (which mark a word's first and last symbols). The merges on each side
+//!   are then the same merges, in the same order of rank, as in the whole word.
+//!
+//! Anything else (Unigram under Metaspace without split, a prepending normalizer, an unknown
+//! pattern) gets no cuts and is encoded whole. At load, the cuts are also checked against whole-text encoding on a probe corpus
 //! ([`super::Tokenizer::probe_chunking`]); any difference turns chunking off for that model.
 
 use aho_corasick::AhoCorasick;
@@ -58,7 +71,7 @@ impl Chunker {
     pub(crate) fn for_tokenizer(json: &Value, added_tokens: &[String]) -> Self {
         let unsupported = match (
             supported_normalizer(&json["normalizer"]),
-            supported_pre_tokenizer(&json["pre_tokenizer"]),
+            supported_pre_tokenizer(&json["pre_tokenizer"], &json["model"]),
         ) {
             (Err(why), _) | (_, Err(why)) => Some(why),
             _ => None,
@@ -139,8 +152,9 @@ fn supported_normalizer(n: &Value) -> Result<(), String> {
     }
 }
 
-fn supported_pre_tokenizer(p: &Value) -> Result<(), String> {
+fn supported_pre_tokenizer(p: &Value, model: &Value) -> Result<(), String> {
     match p["type"].as_str() {
+        Some("Metaspace") => metaspace_cuts_exact(p, model),
         Some("Split") => {
             let pattern = p["pattern"]["Regex"].as_str().unwrap_or_default();
             let isolated = p["behavior"] == "Isolated" && p["invert"] != true;
@@ -164,7 +178,9 @@ fn supported_pre_tokenizer(p: &Value) -> Result<(), String> {
             if items.is_empty() || (splits == 0 && !gpt2_regex) {
                 return Err("pre-tokenizer: nothing splits words".into());
             }
-            items.iter().try_for_each(supported_pre_tokenizer)
+            items
+                .iter()
+                .try_for_each(|item| supported_pre_tokenizer(item, model))
         }
         other if p.is_null() || other.is_none() => {
             Err("no pre-tokenizer: the whole text is one word".into())
@@ -172,6 +188,45 @@ fn supported_pre_tokenizer(p: &Value) -> Result<(), String> {
         other => Err(format!(
             "pre-tokenizer {other:?} is not one the cut rule is proven for"
         )),
+    }
+}
+
+/// Whether cuts before a space are exact under this Metaspace pre-tokenizer and model (see the
+/// module docs).
+fn metaspace_cuts_exact(p: &Value, model: &Value) -> Result<(), String> {
+    const MARK: char = '\u{2581}';
+    if p["replacement"].as_str() != Some("\u{2581}") {
+        return Err("pre-tokenizer: Metaspace with a replacement other than \u{2581}".into());
+    }
+    if p["split"] != false {
+        return Ok(());
+    }
+    let absent = |field: &str| model[field].is_null() || model[field] == "";
+    if model["type"] != "BPE" || !absent("dropout") {
+        return Err("Metaspace without split: the model is not a plain BPE".into());
+    }
+    if !absent("continuing_subword_prefix") || !absent("end_of_word_suffix") {
+        return Err("Metaspace without split: the BPE marks word boundaries".into());
+    }
+    let Some(vocab) = model["vocab"].as_object() else {
+        return Err("Metaspace without split: no vocabulary to check".into());
+    };
+    if !vocab.contains_key("\u{2581}") {
+        return Err("Metaspace without split: \u{2581} is not a piece".into());
+    }
+    let joins = |piece: &str| {
+        let mut previous = MARK;
+        piece.chars().any(|c| {
+            let join = c == MARK && previous != MARK;
+            previous = c;
+            join
+        })
+    };
+    match vocab.keys().find(|piece| joins(piece)) {
+        Some(piece) => Err(format!(
+            "Metaspace without split: the piece {piece:?} joins a character and the \u{2581} after it"
+        )),
+        None => Ok(()),
     }
 }
 
@@ -210,9 +265,44 @@ mod tests {
             .all(|&c| c != 4 && c != 17 && c != 25));
     }
 
+    fn metaspace(split: bool, vocab: &[&str], model: Value) -> Chunker {
+        let mut model = model;
+        model["vocab"] = vocab
+            .iter()
+            .enumerate()
+            .map(|(i, piece)| (piece.to_string(), Value::from(i)))
+            .collect();
+        let json = serde_json::json!({"normalizer": null, "model": model,
+            "pre_tokenizer": {"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": split}});
+        Chunker::for_tokenizer(&json, &[])
+    }
+
+    #[test]
+    fn metaspace_without_split_is_cut_only_where_no_piece_joins_across_a_space() {
+        let bpe = || serde_json::json!({"type": "BPE", "dropout": null, "continuing_subword_prefix": null});
+        let fine = ["\u{2581}", "\u{2581}\u{2581}", "\u{2581}ab", "ab", "a", "b"];
+        assert_eq!(metaspace(false, &fine, bpe()).unsupported, None);
+        assert!(!metaspace(false, &fine, bpe())
+            .cuts(&"ab cd ".repeat(100), 4)
+            .is_empty());
+        let joins = ["\u{2581}", "ab", "b\u{2581}c"];
+        let why = metaspace(false, &joins, bpe()).unsupported.unwrap();
+        assert!(why.contains("b\u{2581}c"), "{why}");
+        assert!(metaspace(false, &["\u{2581}", "x\u{2581}\u{2581}"], bpe())
+            .unsupported
+            .is_some());
+        assert!(metaspace(false, &["ab"], bpe()).unsupported.is_some());
+        let unigram = serde_json::json!({"type": "Unigram"});
+        assert!(metaspace(false, &fine, unigram).unsupported.is_some());
+        let prefixed = serde_json::json!({"type": "BPE", "continuing_subword_prefix": "##"});
+        assert!(metaspace(false, &fine, prefixed).unsupported.is_some());
+        // With split, every \u{2581} starts a word: any vocabulary.
+        assert_eq!(metaspace(true, &joins, bpe()).unsupported, None);
+    }
+
     #[test]
     fn pipelines_without_a_proof_get_no_cuts() {
-        let metaspace = serde_json::json!({"normalizer": null,
+        let metaspace = serde_json::json!({"normalizer": null, "model": {"type": "Unigram"},
             "pre_tokenizer": {"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": false}});
         assert!(Chunker::for_tokenizer(&metaspace, &[])
             .unsupported

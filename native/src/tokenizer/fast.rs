@@ -84,6 +84,16 @@ pub(super) fn probe_chunking(
 ) -> Result<(), String> {
     let mut corpus = probe_corpus(reference);
     corpus.push(corpus.join(" "));
+    cuts_keep_ids(reference, chunker, &corpus)
+}
+
+/// Checks that cutting each text wherever `chunker` allows gives the ids of encoding it whole
+/// (with `tokenizers`, the reference), or says where it differs.
+pub(super) fn cuts_keep_ids(
+    reference: &Tokenizer,
+    chunker: &super::Chunker,
+    corpus: &[String],
+) -> Result<(), String> {
     let encode = |text: &str| {
         reference
             .hf
@@ -91,7 +101,7 @@ pub(super) fn probe_chunking(
             .map(|e| e.get_ids().to_vec())
             .map_err(|e| format!("tokenizers failed on the probe: {e}"))
     };
-    for text in &corpus {
+    for text in corpus {
         let whole = encode(text)?;
         let mut pieces = Vec::new();
         let mut start = 0;

@@ -269,28 +269,85 @@ fn long_mixed_text(t: &Tokenizer, seed: u64) -> String {
     text
 }
 
+/// The shared models whose long texts are cut (see [`super::chunks`]).
+const CUT_MODELS: [&str; 8] = [
+    "qwen3",
+    "qwen2.5",
+    "llama3",
+    "deepseek-v3",
+    "gpt-oss",
+    "mistral-nemo",
+    "gpt2",
+    "mistral-v3-spm",
+];
+
+#[test]
+fn every_cut_allowed_beside_unusual_characters_keeps_the_ids() {
+    let Some(dir) = crate::test_support::shared_models() else {
+        return;
+    };
+    // Beside the spaces where cuts fall: SentencePiece's own space mark, runs of spaces,
+    // characters that fall back to bytes, combining marks, the model's added tokens.
+    let fragments = [
+        "x \u{2581}y ",
+        "\u{2581} \u{2581}",
+        "a  b",
+        "c   d ",
+        " e",
+        "f \t g",
+        "h\u{a0}i j",
+        "\u{1f389} k",
+        "l \u{1f389}",
+        "m\u{301} n",
+        "\u{4f60} \u{597d}",
+        "o\n p",
+        "q \u{2581}\u{2581}r",
+        "12 345",
+        "s' t",
+        "\u{2581}",
+        "The quick brown fox ",
+        "it's ",
+    ];
+    for name in CUT_MODELS {
+        let t = Tokenizer::from_dir(&dir.join(name)).expect("loads");
+        assert_eq!(t.chunking_rejection(), None, "{name}");
+        let mut pool: Vec<String> = fragments.iter().map(|f| f.to_string()).collect();
+        for added in t.added_tokens().iter().take(6) {
+            pool.push(format!("{} ", added.content));
+            pool.push(format!(" {}", added.content));
+        }
+        let texts: Vec<String> = (0..4u64)
+            .map(|seed| {
+                let mut state = seed;
+                let mut text = String::new();
+                while text.len() < 4000 {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    text.push_str(&pool[(state >> 33) as usize % pool.len()]);
+                }
+                text
+            })
+            .collect();
+        // Every cut the chunker allows (a piece size of one byte), not only those of long texts.
+        assert_eq!(
+            super::fast::cuts_keep_ids(&t, &t.chunker, &texts),
+            Ok(()),
+            "{name}"
+        );
+    }
+}
+
 #[test]
 fn long_texts_cut_into_pieces_encode_exactly_as_whole_ones() {
     let Some(dir) = crate::test_support::shared_models() else {
         return;
     };
-    let cut_models = [
-        "qwen3",
-        "qwen2.5",
-        "llama3",
-        "deepseek-v3",
-        "gpt-oss",
-        "mistral-nemo",
-        "gpt2",
-    ];
-    for name in cut_models
-        .iter()
-        .chain(&["gemma3", "phi3", "mistral-v3-spm"])
-    {
+    for name in CUT_MODELS.iter().chain(&["gemma3", "phi3"]) {
         let t = Tokenizer::from_dir(&dir.join(name)).expect("loads");
         assert_eq!(
             t.chunking_rejection().is_none(),
-            cut_models.contains(name),
+            CUT_MODELS.contains(name),
             "{name}: {:?}",
             t.chunking_rejection()
         );

@@ -6,7 +6,9 @@
 //! inside one run of characters of a single class (letters with their marks, digits, whitespace,
 //! everything else), give or take one leading character, so the longest such run bounds the
 //! longest word. A tokenizer that does not split (Metaspace with `split: false`, Mistral v3's) takes
-//! a whole text as one piece, which only `--max-text-chars` bounds (documented with the flag). Measuring runs is one cheap
+//! a whole text as one word; the chunker cuts it at spaces between ASCII characters where the
+//! vocabulary allows (see [`super::chunks`]), and only `--max-text-chars` bounds a text without
+//! them (documented with the flag). Measuring runs is one cheap
 //! pass that stops at the first run over the limit, so even a 50 MB single word is refused in
 //! microseconds.
 
