@@ -189,9 +189,11 @@ def test_long_input(pair) -> None:  # noqa: ANN001
 
 
 #: Fragments that put unusual characters beside the spaces where long texts are cut: SentencePiece's
-#: own space mark, runs of spaces, characters that fall back to bytes, marks that combine.
+#: own space mark, runs of spaces, characters that fall back to bytes, marks that combine, and
+#: Gemma 3's one piece that spans a space (`>▁</`), after which its texts are not cut.
 CUT_NEIGHBOURS = ["x \u2581y ", "\u2581 \u2581", "a  b", "c   d ", " e", "f \t g", "h\u00a0i j", "\U0001f389 k",
-                  "l \U0001f389", "m\u0301 n", "\u4f60 \u597d", "o\n p", "q \u2581\u2581r", "12 345", "s' t", "\u2581"]
+                  "l \U0001f389", "m\u0301 n", "\u4f60 \u597d", "o\n p", "q \u2581\u2581r", "12 345", "s' t", "\u2581",
+                  "<p> </p>", "div> </div"]
 
 
 def test_long_texts_cut_beside_unusual_characters(pair) -> None:  # noqa: ANN001

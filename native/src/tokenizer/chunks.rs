@@ -21,21 +21,23 @@
 //!   from its start gives the same matches as resuming there.
 //! - The model sees words, and no word crosses the cut.
 //!
-//! Or the pre-tokenizer is Metaspace (replacement `▁`), the SentencePiece pipeline of Mistral v3
-//! and Llama 2 conversions: it turns every space into `▁` and prepends one to a section that does
-//! not start with it (the first section, or every one, or none, by its scheme).
+//! Or the tokenizer is a SentencePiece conversion that turns every space into `▁`: Metaspace
+//! (Mistral v3, Llama 2 conversions; it also prepends one `▁` to a section that does not start with
+//! it: the first section, or every one, or none, by its scheme), or a normalizer that replaces
+//! spaces with `▁` and nothing that splits the result (Gemma 3).
 //! - The second piece starts with the space, so it gets no `▁` prepended, as its part of the whole
 //!   text got none; the first piece is the start of the whole text.
-//! - With `split: true`, every `▁` starts a word, so the cut falls between two words.
-//! - With `split: false` (Mistral v3), the whole text is one word, and the cut splits it exactly
-//!   when the BPE model cannot merge across it: it gets cuts only when no vocabulary piece holds a
-//!   character other than `▁` followed by `▁` (a merge across the cut would make one: `x` then
-//!   `▁`), the `▁` itself is a piece (an unknown-token run cannot fuse across the cut), and it has
-//!   no word prefix or suffix (which mark a word's first and last symbols). The merges on each side
-//!   are then the same merges, in the same order of rank, as in the whole word.
+//! - Metaspace with `split: true` makes every `▁` start a word, so the cut falls between words.
+//! - Otherwise the whole text is one word, and the cut after a character `c` splits it exactly when
+//!   the BPE model cannot merge across it: no vocabulary piece holds `c` followed by `▁` (a symbol
+//!   spanning the cut holds both), the `▁` itself is a piece (an unknown-token run cannot fuse
+//!   across the cut), and the model has no word prefix or suffix (which mark a word's first and
+//!   last symbols). The merges on each side are then the same merges, in the same order of rank,
+//!   as in the whole word. Mistral v3's vocabulary has no such piece; Gemma 3's has one (`>▁</`),
+//!   so its texts are not cut after `>`.
 //!
-//! Anything else (Unigram under Metaspace without split, a prepending normalizer, an unknown
-//! pattern) gets no cuts and is encoded whole. At load, the cuts are also checked against whole-text encoding on a probe corpus
+//! Anything else (a Unigram model under one word, a prepending normalizer such as Phi-3's, an
+//! unknown pattern) gets no cuts and is encoded whole. At load, the cuts are also checked against whole-text encoding on a probe corpus
 //! ([`super::Tokenizer::probe_chunking`]); any difference turns chunking off for that model.
 
 use aho_corasick::AhoCorasick;
@@ -62,19 +64,24 @@ pub(crate) struct Chunker {
     /// Every added token's content, searched with overlaps; None when there are none.
     added: Option<AhoCorasick>,
     longest_added: usize,
+    /// ASCII characters no cut may follow (a vocabulary piece joins them to the `▁` after them).
+    no_cut_after: NoCutAfter,
     /// Why the tokenizer gets no cuts; None when it does.
     pub(crate) unsupported: Option<String>,
 }
 
+/// By ASCII code: whether a cut may not follow that character.
+type NoCutAfter = [bool; 128];
+
+/// SentencePiece's space mark.
+const MARK: char = '\u{2581}';
+
 impl Chunker {
     /// The chunker of a tokenizer, from its `tokenizer.json` and added tokens.
     pub(crate) fn for_tokenizer(json: &Value, added_tokens: &[String]) -> Self {
-        let unsupported = match (
-            supported_normalizer(&json["normalizer"]),
-            supported_pre_tokenizer(&json["pre_tokenizer"], &json["model"]),
-        ) {
-            (Err(why), _) | (_, Err(why)) => Some(why),
-            _ => None,
+        let (no_cut_after, unsupported) = match pipeline_cuts(json) {
+            Ok(no_cut_after) => (no_cut_after, None),
+            Err(why) => ([true; 128], Some(why)),
         };
         let added = (!added_tokens.is_empty())
             .then(|| AhoCorasick::new(added_tokens).ok())
@@ -83,6 +90,7 @@ impl Chunker {
         Chunker {
             added,
             longest_added,
+            no_cut_after,
             unsupported,
         }
     }
@@ -92,6 +100,7 @@ impl Chunker {
         Chunker {
             added: None,
             longest_added: 0,
+            no_cut_after: [true; 128],
             unsupported: Some(why.into()),
         }
     }
@@ -127,6 +136,9 @@ impl Chunker {
         if p == 0 || !graphic(bytes[p - 1]) || !graphic(bytes[p + 1]) {
             return false;
         }
+        if self.no_cut_after[usize::from(bytes[p - 1])] {
+            return false;
+        }
         let Some(added) = &self.added else {
             return true;
         };
@@ -138,6 +150,65 @@ impl Chunker {
             .find_overlapping_iter(window)
             .any(|m| start + m.start() <= p + 1 && start + m.end() > p - 1)
     }
+}
+
+/// The ASCII characters no cut may follow in this tokenizer's pipeline, or why it gets no cuts.
+fn pipeline_cuts(json: &Value) -> Result<NoCutAfter, String> {
+    let (normalizer, pre_tokenizer, model) =
+        (&json["normalizer"], &json["pre_tokenizer"], &json["model"]);
+    if replaces_spaces_with_mark(normalizer)
+        && (pre_tokenizer.is_null() || splits_at_spaces(pre_tokenizer))
+    {
+        // No space is left for the split to find: the whole text is one word.
+        return one_word_cuts(model);
+    }
+    supported_normalizer(normalizer)?;
+    if pre_tokenizer["type"] == "Metaspace" {
+        if pre_tokenizer["replacement"].as_str() != Some("\u{2581}") {
+            return Err("pre-tokenizer: Metaspace with a replacement other than \u{2581}".into());
+        }
+        if pre_tokenizer["split"] != false {
+            return Ok([false; 128]);
+        }
+        return one_word_cuts(model);
+    }
+    supported_pre_tokenizer(pre_tokenizer).map(|()| [false; 128])
+}
+
+fn replaces_spaces_with_mark(n: &Value) -> bool {
+    n["type"] == "Replace" && n["pattern"]["String"] == " " && n["content"] == "\u{2581}"
+}
+
+fn splits_at_spaces(p: &Value) -> bool {
+    p["type"] == "Split" && p["pattern"]["String"] == " " && p["invert"] != true
+}
+
+/// Where a text that the BPE model sees as one word may be cut (see the module docs).
+fn one_word_cuts(model: &Value) -> Result<NoCutAfter, String> {
+    let absent = |field: &str| model[field].is_null() || model[field] == "";
+    if model["type"] != "BPE" || !absent("dropout") {
+        return Err("the whole text is one word and the model is not a plain BPE".into());
+    }
+    if !absent("continuing_subword_prefix") || !absent("end_of_word_suffix") {
+        return Err("the whole text is one word and the BPE marks word boundaries".into());
+    }
+    let Some(vocab) = model["vocab"].as_object() else {
+        return Err("the whole text is one word and there is no vocabulary to check".into());
+    };
+    if !vocab.contains_key("\u{2581}") {
+        return Err("the whole text is one word and \u{2581} is not a piece".into());
+    }
+    let mut no_cut_after = [false; 128];
+    for piece in vocab.keys() {
+        let mut previous = MARK;
+        for c in piece.chars() {
+            if c == MARK && previous != MARK && previous.is_ascii() {
+                no_cut_after[previous as usize] = true;
+            }
+            previous = c;
+        }
+    }
+    Ok(no_cut_after)
 }
 
 fn supported_normalizer(n: &Value) -> Result<(), String> {
@@ -152,9 +223,8 @@ fn supported_normalizer(n: &Value) -> Result<(), String> {
     }
 }
 
-fn supported_pre_tokenizer(p: &Value, model: &Value) -> Result<(), String> {
+fn supported_pre_tokenizer(p: &Value) -> Result<(), String> {
     match p["type"].as_str() {
-        Some("Metaspace") => metaspace_cuts_exact(p, model),
         Some("Split") => {
             let pattern = p["pattern"]["Regex"].as_str().unwrap_or_default();
             let isolated = p["behavior"] == "Isolated" && p["invert"] != true;
@@ -178,9 +248,7 @@ fn supported_pre_tokenizer(p: &Value, model: &Value) -> Result<(), String> {
             if items.is_empty() || (splits == 0 && !gpt2_regex) {
                 return Err("pre-tokenizer: nothing splits words".into());
             }
-            items
-                .iter()
-                .try_for_each(|item| supported_pre_tokenizer(item, model))
+            items.iter().try_for_each(supported_pre_tokenizer)
         }
         other if p.is_null() || other.is_none() => {
             Err("no pre-tokenizer: the whole text is one word".into())
@@ -188,45 +256,6 @@ fn supported_pre_tokenizer(p: &Value, model: &Value) -> Result<(), String> {
         other => Err(format!(
             "pre-tokenizer {other:?} is not one the cut rule is proven for"
         )),
-    }
-}
-
-/// Whether cuts before a space are exact under this Metaspace pre-tokenizer and model (see the
-/// module docs).
-fn metaspace_cuts_exact(p: &Value, model: &Value) -> Result<(), String> {
-    const MARK: char = '\u{2581}';
-    if p["replacement"].as_str() != Some("\u{2581}") {
-        return Err("pre-tokenizer: Metaspace with a replacement other than \u{2581}".into());
-    }
-    if p["split"] != false {
-        return Ok(());
-    }
-    let absent = |field: &str| model[field].is_null() || model[field] == "";
-    if model["type"] != "BPE" || !absent("dropout") {
-        return Err("Metaspace without split: the model is not a plain BPE".into());
-    }
-    if !absent("continuing_subword_prefix") || !absent("end_of_word_suffix") {
-        return Err("Metaspace without split: the BPE marks word boundaries".into());
-    }
-    let Some(vocab) = model["vocab"].as_object() else {
-        return Err("Metaspace without split: no vocabulary to check".into());
-    };
-    if !vocab.contains_key("\u{2581}") {
-        return Err("Metaspace without split: \u{2581} is not a piece".into());
-    }
-    let joins = |piece: &str| {
-        let mut previous = MARK;
-        piece.chars().any(|c| {
-            let join = c == MARK && previous != MARK;
-            previous = c;
-            join
-        })
-    };
-    match vocab.keys().find(|piece| joins(piece)) {
-        Some(piece) => Err(format!(
-            "Metaspace without split: the piece {piece:?} joins a character and the \u{2581} after it"
-        )),
-        None => Ok(()),
     }
 }
 
@@ -265,39 +294,54 @@ mod tests {
             .all(|&c| c != 4 && c != 17 && c != 25));
     }
 
-    fn metaspace(split: bool, vocab: &[&str], model: Value) -> Chunker {
+    /// A one-word SentencePiece pipeline: Metaspace (with `split`), or, with `split` None, a
+    /// normalizer that replaces spaces and a split at spaces that finds none (Gemma 3's).
+    fn sentencepiece(split: Option<bool>, vocab: &[&str], model: Value) -> Chunker {
         let mut model = model;
         model["vocab"] = vocab
             .iter()
             .enumerate()
             .map(|(i, piece)| (piece.to_string(), Value::from(i)))
             .collect();
-        let json = serde_json::json!({"normalizer": null, "model": model,
-            "pre_tokenizer": {"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": split}});
+        let json = match split {
+            Some(split) => serde_json::json!({"normalizer": null, "model": model, "pre_tokenizer":
+                {"type": "Metaspace", "replacement": "\u{2581}", "prepend_scheme": "first", "split": split}}),
+            None => serde_json::json!({"model": model,
+                "normalizer": {"type": "Replace", "pattern": {"String": " "}, "content": "\u{2581}"},
+                "pre_tokenizer": {"type": "Split", "pattern": {"String": " "}, "behavior": "MergedWithPrevious", "invert": false}}),
+        };
         Chunker::for_tokenizer(&json, &[])
     }
 
     #[test]
-    fn metaspace_without_split_is_cut_only_where_no_piece_joins_across_a_space() {
+    fn one_word_texts_are_cut_only_where_no_piece_joins_a_character_to_the_mark() {
         let bpe = || serde_json::json!({"type": "BPE", "dropout": null, "continuing_subword_prefix": null});
+        let text = "ab cd ".repeat(100);
         let fine = ["\u{2581}", "\u{2581}\u{2581}", "\u{2581}ab", "ab", "a", "b"];
-        assert_eq!(metaspace(false, &fine, bpe()).unsupported, None);
-        assert!(!metaspace(false, &fine, bpe())
-            .cuts(&"ab cd ".repeat(100), 4)
-            .is_empty());
-        let joins = ["\u{2581}", "ab", "b\u{2581}c"];
-        let why = metaspace(false, &joins, bpe()).unsupported.unwrap();
-        assert!(why.contains("b\u{2581}c"), "{why}");
-        assert!(metaspace(false, &["\u{2581}", "x\u{2581}\u{2581}"], bpe())
-            .unsupported
-            .is_some());
-        assert!(metaspace(false, &["ab"], bpe()).unsupported.is_some());
-        let unigram = serde_json::json!({"type": "Unigram"});
-        assert!(metaspace(false, &fine, unigram).unsupported.is_some());
-        let prefixed = serde_json::json!({"type": "BPE", "continuing_subword_prefix": "##"});
-        assert!(metaspace(false, &fine, prefixed).unsupported.is_some());
-        // With split, every \u{2581} starts a word: any vocabulary.
-        assert_eq!(metaspace(true, &joins, bpe()).unsupported, None);
+        let joins = ["\u{2581}", "ab", "b\u{2581}c", "\u{4f60}\u{2581}"];
+        for split in [Some(false), None] {
+            let chunker = sentencepiece(split, &fine, bpe());
+            assert_eq!(chunker.unsupported, None);
+            let cuts = chunker.cuts(&text, 1);
+            assert!(cuts.iter().any(|&c| &text[c - 1..c] == "b"), "{cuts:?}");
+            // `b` then the mark is a piece: a cut after `b` could split it, a cut after `d` not.
+            let chunker = sentencepiece(split, &joins, bpe());
+            assert_eq!(chunker.unsupported, None);
+            let cuts = chunker.cuts(&text, 1);
+            assert!(
+                !cuts.is_empty() && cuts.iter().all(|&c| &text[c - 1..c] == "d"),
+                "{cuts:?}"
+            );
+            // No cut can be proven where the model is not a plain BPE with the mark as a piece.
+            assert!(sentencepiece(split, &["ab"], bpe()).unsupported.is_some());
+            let unigram = serde_json::json!({"type": "Unigram"});
+            assert!(sentencepiece(split, &fine, unigram).unsupported.is_some());
+            let prefixed = serde_json::json!({"type": "BPE", "continuing_subword_prefix": "##"});
+            assert!(sentencepiece(split, &fine, prefixed).unsupported.is_some());
+        }
+        // With split, every mark starts a word: a cut after `b` too, whatever the vocabulary.
+        let cuts = sentencepiece(Some(true), &joins, bpe()).cuts(&text, 1);
+        assert!(cuts.iter().any(|&c| &text[c - 1..c] == "b"), "{cuts:?}");
     }
 
     #[test]
