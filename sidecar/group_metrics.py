@@ -19,7 +19,8 @@ then counts the whole remaining total as new, a spike of everything every other 
 - a process with an endpoint that does not answer (hung, stopping), or whose answer is cut short or
   does not parse, is counted in `sidecar_processes_unscraped`, and its last good scrape is merged in
   its place;
-- a process that has been restarted (its endpoint's port changed, or is 0 while it restarts) counts
+- a process that has been restarted (its endpoint's port changed, or is 0 while it restarts, or
+  its `process_start_time_seconds` changed on the same port) counts
   from 0 again: the counters, histograms and summaries of its last scrape before the restart are
   carried (added up, or the highest kept, as above) into every later merge, as prometheus_client's
   multiprocess mode keeps a dead process's counters. What it counted after its last scrape is lost.
@@ -116,14 +117,13 @@ class LastScrapes:
         with self._lock:
             for index in list(self._last):
                 if ports.get(index) != self._last[index][0]:
-                    # Restarted (or restarting): its counters begin again from 0, so what it had
-                    # counted is carried.
-                    ended = [f for f in self._last.pop(index)[2] if f.type in _CARRIED_TYPES]
-                    self._carried = merged_families([self._carried, ended])
+                    self._carry(self._last.pop(index)[2])  # restarted, or restarting
             for index, families in results.items():
                 last = self._last.get(index)
                 if families is not None:
                     if last is None or last[1] < number:  # an overlapping, later scrape is newer
+                        if last is not None and _start_time(last[2]) not in (None, _start_time(families)):
+                            self._carry(last[2])  # restarted on the port its last run had
                         self._last[index] = (ports[index], number, families)
                     processes.append(families)
                 elif last is not None:
@@ -132,6 +132,20 @@ class LastScrapes:
                 processes.append(self._carried)
         answered = sum(families is not None for families in results.values())
         return processes, answered, len(results) - answered
+
+    def _carry(self, ended: list[Metric]) -> None:
+        """Folds the last scrape of a process that has restarted (its counters begin again from 0)
+        into what is carried (lock held)."""
+        counted = [f for f in ended if f.type in _CARRIED_TYPES]
+        self._carried = merged_families([self._carried, counted])
+
+
+def _start_time(families: list[Metric]) -> float | None:
+    """A process's `process_start_time_seconds`, None when it has none."""
+    for family in families:
+        if family.name == "process_start_time_seconds" and family.samples:
+            return family.samples[0].value
+    return None
 
 
 def merged(processes: list[list[Metric]]) -> str:

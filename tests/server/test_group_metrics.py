@@ -204,6 +204,11 @@ def test_merged_counters_never_go_down_through_bad_answers_and_restarts(tmp_path
         samples = scrape()
         assert samples[TOKENIZE_OK] == 11
         assert samples[INFLIGHT] == 1
+        # Restarted once more, on the port its last run had: its new start time tells.
+        answers[1] = answer(exposition(3, 400.0, 0))
+        assert scrape()[TOKENIZE_OK] == 14
+        answers[1] = answer(exposition(1, 500.0, 0))
+        assert scrape()[TOKENIZE_OK] == 15  # 5 + 4 + 2 + 3 carried + 1 new
 
 
 def headers(text: str) -> dict[str, list[str]]:
