@@ -36,8 +36,12 @@
 //!   as in the whole word. Mistral v3's vocabulary has no such piece; Gemma 3's has one (`>▁</`),
 //!   so its texts are not cut after `>`.
 //!
-//! Anything else (a Unigram model under one word, a prepending normalizer such as Phi-3's, an
-//! unknown pattern) gets no cuts and is encoded whole. At load, the cuts are also checked against whole-text encoding on a probe corpus
+//! - Phi-3's (Llama 2's) normalizer instead prepends `▁` to every section, then turns spaces into
+//!   `▁`: the piece after a cut is encoded without its space, and the `▁` prepended to it stands
+//!   for that space (same ids; the offsets of its first token are moved onto the space).
+//!
+//! Anything else (a Unigram model under one word, an unknown pattern) gets no cuts and is encoded
+//! whole. At load, the cuts are also checked against whole-text encoding on a probe corpus
 //! ([`super::Tokenizer::probe_chunking`]); any difference turns chunking off for that model.
 
 use aho_corasick::AhoCorasick;
@@ -66,6 +70,9 @@ pub(crate) struct Chunker {
     longest_added: usize,
     /// ASCII characters no cut may follow (a vocabulary piece joins them to the `▁` after them).
     no_cut_after: NoCutAfter,
+    /// Whether the piece after a cut starts after the space (see the module docs: the normalizer
+    /// prepends `▁` to it).
+    pub(crate) drops_cut_space: bool,
     /// Why the tokenizer gets no cuts; None when it does.
     pub(crate) unsupported: Option<String>,
 }
@@ -79,6 +86,7 @@ const MARK: char = '\u{2581}';
 impl Chunker {
     /// The chunker of a tokenizer, from its `tokenizer.json` and added tokens.
     pub(crate) fn for_tokenizer(json: &Value, added_tokens: &[String]) -> Self {
+        let drops_cut_space = prepends_mark_then_replaces_spaces(&json["normalizer"]);
         let (no_cut_after, unsupported) = match pipeline_cuts(json) {
             Ok(no_cut_after) => (no_cut_after, None),
             Err(why) => ([true; 128], Some(why)),
@@ -91,6 +99,7 @@ impl Chunker {
             added,
             longest_added,
             no_cut_after,
+            drops_cut_space,
             unsupported,
         }
     }
@@ -101,6 +110,7 @@ impl Chunker {
             added: None,
             longest_added: 0,
             no_cut_after: [true; 128],
+            drops_cut_space: false,
             unsupported: Some(why.into()),
         }
     }
@@ -130,6 +140,20 @@ impl Chunker {
         cuts
     }
 
+    /// `text` in the pieces its cuts make (one piece when there are none). A piece after a cut
+    /// starts at the space, or after it where the normalizer prepends one (see the module docs).
+    pub(crate) fn pieces<'t>(&self, text: &'t str, target: usize) -> Vec<&'t str> {
+        let skip = usize::from(self.drops_cut_space);
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        for cut in self.cuts(text, target) {
+            pieces.push(&text[start..cut]);
+            start = cut + skip;
+        }
+        pieces.push(&text[start..]);
+        pieces
+    }
+
     /// Whether the cut before the space at `p` is exact (see the module docs).
     fn may_cut(&self, bytes: &[u8], p: usize) -> bool {
         let graphic = |b: u8| (0x21..=0x7e).contains(&b);
@@ -156,9 +180,9 @@ impl Chunker {
 fn pipeline_cuts(json: &Value) -> Result<NoCutAfter, String> {
     let (normalizer, pre_tokenizer, model) =
         (&json["normalizer"], &json["pre_tokenizer"], &json["model"]);
-    if replaces_spaces_with_mark(normalizer)
-        && (pre_tokenizer.is_null() || splits_at_spaces(pre_tokenizer))
-    {
+    let one_word_normalizer =
+        replaces_spaces_with_mark(normalizer) || prepends_mark_then_replaces_spaces(normalizer);
+    if one_word_normalizer && (pre_tokenizer.is_null() || splits_at_spaces(pre_tokenizer)) {
         // No space is left for the split to find: the whole text is one word.
         return one_word_cuts(model);
     }
@@ -173,6 +197,14 @@ fn pipeline_cuts(json: &Value) -> Result<NoCutAfter, String> {
         return one_word_cuts(model);
     }
     supported_pre_tokenizer(pre_tokenizer).map(|()| [false; 128])
+}
+
+/// Phi-3's (Llama 2's) normalizer: `▁` prepended, then spaces turned into `▁`.
+fn prepends_mark_then_replaces_spaces(n: &Value) -> bool {
+    let items = n["normalizers"].as_array().map(Vec::as_slice);
+    n["type"] == "Sequence"
+        && matches!(items, Some([prepend, replace])
+            if prepend["type"] == "Prepend" && prepend["prepend"] == "\u{2581}" && replaces_spaces_with_mark(replace))
 }
 
 fn replaces_spaces_with_mark(n: &Value) -> bool {

@@ -509,14 +509,7 @@ impl Tokenizer {
 
     /// `text` split at the chunker's cuts (one piece when it has none).
     fn pieces<'t>(&self, text: &'t str) -> Vec<&'t str> {
-        let cuts = self.chunker.cuts(text, CHUNK_BYTES);
-        let mut pieces = Vec::with_capacity(cuts.len() + 1);
-        let mut start = 0;
-        for cut in cuts.into_iter().chain(std::iter::once(text.len())) {
-            pieces.push(&text[start..cut]);
-            start = cut;
-        }
-        pieces
+        self.chunker.pieces(text, CHUNK_BYTES)
     }
 
     /// `tokenizers`' encoding of `text` with character offsets, computed piece by piece (see
@@ -536,14 +529,19 @@ impl Tokenizer {
             cancel.check()?;
             return encode(text);
         }
-        let parts: Vec<(tokenizers::Encoding, usize)> = pieces
+        let mut parts: Vec<(tokenizers::Encoding, usize)> = pieces
             .par_iter()
             .map(|piece| {
                 cancel.check()?;
                 Ok((encode(piece)?, piece.chars().count()))
             })
             .collect::<Result<_>>()?;
-        Ok(join_encodings(parts))
+        if self.chunker.drops_cut_space {
+            // Each later piece's dropped space counts among the characters before it.
+            let count = parts.len() - 1;
+            parts[..count].iter_mut().for_each(|(_, chars)| *chars += 1);
+        }
+        Ok(join_encodings(parts, self.chunker.drops_cut_space))
     }
 
     /// Encodes one text to ids exactly as [`Tokenizer::encode`] does (no truncation), reusing the ids
@@ -699,13 +697,17 @@ impl Tokenizer {
 
 /// One encoding from the encodings of consecutive pieces of a text, each with its length in
 /// characters: ids, tokens and attention in order, offsets moved by the characters before.
-fn join_encodings(parts: Vec<(tokenizers::Encoding, usize)>) -> tokenizers::Encoding {
+fn join_encodings(
+    parts: Vec<(tokenizers::Encoding, usize)>,
+    drops_cut_space: bool,
+) -> tokenizers::Encoding {
     let total: usize = parts.iter().map(|(e, _)| e.len()).sum();
     let mut ids = Vec::with_capacity(total);
     let mut tokens = Vec::with_capacity(total);
     let mut offsets = Vec::with_capacity(total);
     let mut shift = 0;
-    for (enc, chars) in &parts {
+    for (i, (enc, chars)) in parts.iter().enumerate() {
+        let first = offsets.len();
         ids.extend_from_slice(enc.get_ids());
         tokens.extend_from_slice(enc.get_tokens());
         offsets.extend(
@@ -713,6 +715,17 @@ fn join_encodings(parts: Vec<(tokenizers::Encoding, usize)>) -> tokenizers::Enco
                 .iter()
                 .map(|&(s, e)| (s + shift, e + shift)),
         );
+        if drops_cut_space && i > 0 && first < offsets.len() {
+            // The `▁` prepended to the piece stands for the space before it, where the whole
+            // text's encoding puts the first token's start (and its end, when it is that `▁`).
+            let space = shift - 1;
+            let end = if tokens[first] == "\u{2581}" {
+                space + 1
+            } else {
+                offsets[first].1
+            };
+            offsets[first] = (space, end);
+        }
         shift += chars;
     }
     tokenizers::Encoding::new(
