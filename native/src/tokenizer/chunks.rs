@@ -24,9 +24,10 @@
 //! Or the tokenizer is a SentencePiece conversion that turns every space into `▁`: Metaspace
 //! (Mistral v3, Llama 2 conversions; it also prepends one `▁` to a section that does not start with
 //! it: the first section, or every one, or none, by its scheme), or a normalizer that replaces
-//! spaces with `▁` and nothing that splits the result (Gemma 3).
+//! spaces with `▁` (Gemma 3), after prepending one to every section (Phi-3, Llama 2), and nothing
+//! that splits the result.
 //! - The second piece starts with the space, so it gets no `▁` prepended, as its part of the whole
-//!   text got none; the first piece is the start of the whole text.
+//!   text got none; the first piece is the start of the whole text (but see Phi-3 below).
 //! - Metaspace with `split: true` makes every `▁` start a word, so the cut falls between words.
 //! - Otherwise the whole text is one word, and the cut after a character `c` splits it exactly when
 //!   the BPE model cannot merge across it: no vocabulary piece holds `c` followed by `▁` (a symbol
@@ -35,10 +36,9 @@
 //!   last symbols). The merges on each side are then the same merges, in the same order of rank,
 //!   as in the whole word. Mistral v3's vocabulary has no such piece; Gemma 3's has one (`>▁</`),
 //!   so its texts are not cut after `>`.
-//!
-//! - Phi-3's (Llama 2's) normalizer instead prepends `▁` to every section, then turns spaces into
-//!   `▁`: the piece after a cut is encoded without its space, and the `▁` prepended to it stands
-//!   for that space (same ids; the offsets of its first token are moved onto the space).
+//! - Where the normalizer prepends `▁` to every section (Phi-3), the piece after a cut is encoded
+//!   without its space instead, and the `▁` prepended to it stands for that space (same ids; the
+//!   offsets of its first token are moved onto the space).
 //!
 //! Anything else (a Unigram model under one word, an unknown pattern) gets no cuts and is encoded
 //! whole. At load, the cuts are also checked against whole-text encoding on a probe corpus
