@@ -138,19 +138,12 @@ pub fn json_object_prefix(text: &str) -> bool {
     if !text.starts_with('{') {
         return false;
     }
-    let (mut stack, mut in_string, mut escaped) = (Vec::new(), false, false);
+    let (mut stack, mut strings) = (Vec::new(), JsonStrings::default());
     for c in text.chars() {
-        if in_string {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
+        if strings.holds(c) {
             continue;
         }
         match c {
-            '"' => in_string = true,
             '{' => stack.push('}'),
             '[' => stack.push(']'),
             '}' | ']' if stack.pop() != Some(c) => return false,
@@ -158,7 +151,7 @@ pub fn json_object_prefix(text: &str) -> bool {
         }
     }
     let mut closed = text.to_string();
-    if in_string {
+    if strings.in_string {
         closed.push('"');
     }
     closed.extend(stack.iter().rev());
@@ -181,26 +174,37 @@ pub fn python_json(text: &str) -> Result<Json, String> {
     json::parse(&text, "arguments").map_err(|_| message)
 }
 
+/// Which characters of a JSON text, fed one at a time, belong to its string literals.
+#[derive(Default)]
+struct JsonStrings {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl JsonStrings {
+    /// Feeds `c`; true when it belongs to a string literal (its quotes included).
+    fn holds(&mut self, c: char) -> bool {
+        if self.in_string {
+            match (self.escaped, c) {
+                (true, _) => self.escaped = false,
+                (false, '\\') => self.escaped = true,
+                (false, '"') => self.in_string = false,
+                _ => {}
+            }
+            return true;
+        }
+        self.in_string = c == '"';
+        self.in_string
+    }
+}
+
 /// `text` with every integer literal of more than 38 digits (outside strings) written as `0`.
 fn zero_big_integers(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
+    let mut strings = JsonStrings::default();
     let mut chars = text.chars().peekable();
     while let Some(c) = chars.next() {
-        if in_string {
-            match (escaped, c) {
-                (true, _) => escaped = false,
-                (false, '\\') => escaped = true,
-                (false, '"') => in_string = false,
-                _ => {}
-            }
-            out.push(c);
-            continue;
-        }
-        if c == '"' {
-            in_string = true;
-        }
-        if !(c == '-' || c.is_ascii_digit()) {
+        if strings.holds(c) || !(c == '-' || c.is_ascii_digit()) {
             out.push(c);
             continue;
         }
