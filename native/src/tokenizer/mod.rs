@@ -529,18 +529,13 @@ impl Tokenizer {
             cancel.check()?;
             return encode(text);
         }
-        let mut parts: Vec<(tokenizers::Encoding, usize)> = pieces
+        let parts: Vec<(tokenizers::Encoding, usize)> = pieces
             .par_iter()
             .map(|piece| {
                 cancel.check()?;
                 Ok((encode(piece)?, piece.chars().count()))
             })
             .collect::<Result<_>>()?;
-        if self.chunker.drops_cut_space {
-            // Each later piece's dropped space counts among the characters before it.
-            let count = parts.len() - 1;
-            parts[..count].iter_mut().for_each(|(_, chars)| *chars += 1);
-        }
         Ok(join_encodings(parts, self.chunker.drops_cut_space))
     }
 
@@ -696,7 +691,8 @@ impl Tokenizer {
 }
 
 /// One encoding from the encodings of consecutive pieces of a text, each with its length in
-/// characters: ids, tokens and attention in order, offsets moved by the characters before.
+/// characters: ids, tokens and attention in order, offsets moved by the characters before. With
+/// `drops_cut_space`, a space between pieces was left out of the later one (see [`chunks`]).
 fn join_encodings(
     parts: Vec<(tokenizers::Encoding, usize)>,
     drops_cut_space: bool,
@@ -707,6 +703,9 @@ fn join_encodings(
     let mut offsets = Vec::with_capacity(total);
     let mut shift = 0;
     for (i, (enc, chars)) in parts.iter().enumerate() {
+        let dropped_space = drops_cut_space && i > 0;
+        // The space dropped before the piece counts among the characters before it.
+        shift += usize::from(dropped_space);
         let first = offsets.len();
         ids.extend_from_slice(enc.get_ids());
         tokens.extend_from_slice(enc.get_tokens());
@@ -715,7 +714,7 @@ fn join_encodings(
                 .iter()
                 .map(|&(s, e)| (s + shift, e + shift)),
         );
-        if drops_cut_space && i > 0 && first < offsets.len() {
+        if dropped_space && first < offsets.len() {
             // The `▁` prepended to the piece stands for the space before it, where the whole
             // text's encoding puts the first token's start (and its end, when it is that `▁`).
             let space = shift - 1;
