@@ -444,8 +444,10 @@ async def serve(config: ServerConfig) -> None:
         # collector's generations keeps each full collection under traffic from rescanning them.
         gc.collect()
         gc.freeze()
-        _announce(running, config)
+        # The slot says SERVING before the log says `listening`, so whoever reads the log (an
+        # operator, a test that then stops the process) finds the parent already watching it.
         running.announce_state(SERVING)
+        _announce(running, config)
         reloads = asyncio.create_task(_reload_on_hangups(running, signals))
         heartbeat = asyncio.create_task(running.heartbeat())
         await signals.stop.wait()
